@@ -1,0 +1,214 @@
+// Block-scaled quantization of CONTRACT §3, one block and one element at a
+// time: the tensor scale, the block decode scale and the element encoding in
+// `exact` and `fp32` arithmetic. Plain header code, shared by the scalar
+// reference, the threaded CPU path and the CUDA kernel, so that all of them
+// make the same decisions from the same code.
+#pragma once
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "formats/format.hpp"
+#include "formats/round.hpp"
+
+namespace exmy {
+
+enum class ScaleRule : uint8_t { amax_rne, amax_up, amax_down, mx_floor, mx_ceil, mx_even };
+enum class Arith : uint8_t { exact, fp32 };
+enum class ZeroScale : uint8_t { zero, one };
+enum class AmaxKind : uint8_t { none, current, given };
+
+// Everything a kernel needs, validated and precomputed on the host
+// (QuantSpec::plan in formats/quantize.hpp). Trivially copyable.
+struct QuantPlan {
+  Format fe;               // element format
+  Format fs;               // scale format (valid if has_scale)
+  bool has_scale = false;
+  int br = 1, bc = 16;     // block rows, block columns
+  ScaleRule rule = ScaleRule::amax_rne;
+  Round round = Round::rne;
+  int sr_bits = 8;         // random bits per element for stochastic modes
+  uint64_t seed = 0, stream = 0;
+  Arith arith = Arith::exact;
+  ZeroScale zero_scale = ZeroScale::zero;
+  bool saturate = true;
+
+  // Tensor level (set by set_tensor_amax).
+  double amax = 0;         // reference amax A (NaN when none)
+  float t = 1.0f;          // exact: encode scale t; fp32: G
+  float ginv = 1.0f;       // fp32: fl(1/G)
+  float g_over_emax = 0;   // fp32: fl(G * fl(1/Fe.max))
+  double target = 1.0;     // scale target T (1 without a block scale)
+  // Zero-scale guard: the scale 1.0 rounded into Fs.
+  uint32_t one_code = 0;
+  double one_value = 1.0;
+};
+
+// Outcome flags of one element or block, used for statistics and errors.
+enum : uint8_t {
+  kSaturated = 1,      // element: scaled magnitude exceeded Fe.max
+  kUnrepresentable = 2 // overflow with saturation off and no Inf/NaN code
+};
+
+// Sets the tensor-level scale from the reference amax A (NaN = none).
+// CONTRACT §3 step 1: t = fp32_rne(Fe.max * T / A), clamped to FLT_MAX, and
+// t = 1 when A is none, 0 or not finite. The same single rounding gives G in
+// `fp32` arithmetic. A result that underflows to 0 is also replaced by 1.
+EXMY_HD void set_tensor_amax(QuantPlan& p, double A) {
+  p.amax = A;
+  float t = 1.0f;
+  if (!is_nan(A) && A != 0.0 && !is_inf(A)) {
+    t = fp32_rne_div(p.fe.max * p.target, A);
+    if (is_inf(t) || t > FLT_MAX) t = FLT_MAX;
+    if (t == 0.0f) t = 1.0f;
+  }
+  p.t = t;
+  p.ginv = fp32_rne_div(1.0, t);
+  const float inv_emax = fp32_rne_div(1.0, p.fe.max);
+  p.g_over_emax = static_cast<float>(static_cast<double>(t) * inv_emax);
+}
+
+struct BlockScale {
+  uint32_t code;     // scale code
+  double s;          // decoded scale s_b (after the zero-scale guard)
+  bool saturated;    // unrounded scale exceeded Fs.max
+  bool underflow;    // b > 0 and the rounded scale was 0
+  bool zero;         // elements encode to zero (s_b == 0 after the guard)
+};
+
+// Block decode scale from the block amax b = max|x| (finite or +inf; NaN
+// blocks are handled by the caller). CONTRACT §3 step 2-3.
+EXMY_HD BlockScale block_scale(const QuantPlan& p, float b) {
+  const Format& fs = p.fs;
+  Encoded enc{0u, false, false};
+  const bool fp32 = p.arith == Arith::fp32;
+  switch (p.rule) {
+    case ScaleRule::amax_rne:
+    case ScaleRule::amax_up:
+    case ScaleRule::amax_down: {
+      const Round mode = p.rule == ScaleRule::amax_rne  ? Round::rne
+                         : p.rule == ScaleRule::amax_up ? Round::up
+                                                        : Round::down;
+      if (fp32) {
+        const float raw = b * p.g_over_emax;  // fl(b * fl(G * fl(1/Fe.max)))
+        enc = encode_quotient(fs, false, static_cast<double>(raw), 1.0, mode, 0, 0, true);
+      } else {
+        enc = encode_quotient(fs, false, static_cast<double>(b) * p.t, p.fe.max, mode, 0, 0, true);
+      }
+      break;
+    }
+    default: {
+      // MX rules: a power of two from log2 of b * t (fp32: fl(b * G)).
+      const double bt = fp32 ? static_cast<double>(b * p.t) : static_cast<double>(b) * p.t;
+      if (bt == 0.0) {
+        enc = encode_quotient(fs, false, 0.0, 1.0, Round::rne, 0, 0, true);
+      } else if (is_inf(bt)) {
+        enc = Encoded{fs.max_mag, true, false};
+      } else {
+        int e = ilog2(bt);
+        if (p.rule == ScaleRule::mx_ceil) {
+          if (bt != pow2(e)) e += 1;
+        } else if (p.rule == ScaleRule::mx_even) {
+          // round bt (rne) to M_e + 1 significant bits; a carry moves it up a binade
+          uint64_t sig;
+          int ex;
+          detail::split(bt, sig, ex);
+          const int drop = 52 - p.fe.M;
+          const uint64_t keep = sig >> drop, rest = sig & ((uint64_t{1} << drop) - 1);
+          const uint64_t half = uint64_t{1} << (drop - 1);
+          const uint64_t rounded = keep + ((rest > half || (rest == half && (keep & 1))) ? 1 : 0);
+          if (rounded >> (p.fe.M + 1)) e += 1;
+        }
+        const int k = e - p.fe.max_exp;
+        enc = encode_quotient(fs, false, pow2(k), 1.0, Round::rne, 0, 0, true);
+      }
+      break;
+    }
+  }
+  BlockScale out;
+  out.code = enc.code;
+  out.saturated = enc.above_max;
+  out.s = fs.decode(enc.code);
+  out.underflow = out.s == 0.0 && b > 0.0f;
+  out.zero = false;
+  if (out.s == 0.0) {
+    if (p.zero_scale == ZeroScale::one) {
+      out.code = p.one_code;
+      out.s = p.one_value;
+    } else {
+      out.zero = true;
+    }
+  }
+  return out;
+}
+
+// Per-block constants for the element loop.
+struct BlockConsts {
+  double s;     // decoded scale
+  float mb;     // fp32: m_b = min(fl(1 / fl(s * Ginv)), FLT_MAX)
+};
+
+EXMY_HD BlockConsts block_consts(const QuantPlan& p, double s) {
+  BlockConsts c{s, 0.0f};
+  if (p.arith == Arith::fp32 && s > 0.0) {
+    const float sg = static_cast<float>(s * static_cast<double>(p.ginv));
+    float mb = 1.0f / sg;
+    if (mb > FLT_MAX) mb = FLT_MAX;
+    c.mb = mb;
+  }
+  return c;
+}
+
+struct ElemOut {
+  uint32_t code;
+  float xhat;
+  uint8_t flags;
+};
+
+// Dequantized value of element code q under the block scale.
+EXMY_HD float dequant(const QuantPlan& p, const BlockConsts& c, uint32_t code) {
+  const Format& fe = p.fe;
+  const CodeClass cls = fe.classify(code);
+  const bool neg = fe.is_signed && (code & fe.sign_bit);
+  if (cls == CodeClass::nan) return float_of(0x7fc00000u);
+  if (cls == CodeClass::inf) return neg ? -float_of(0x7f800000u) : float_of(0x7f800000u);
+  const double q = fe.mag_value(code & fe.mag_mask());
+  float v;
+  if (!p.has_scale) {
+    v = fp32_rne_div(q, p.t);  // fl(q / t), exact in both arithmetics
+  } else if (p.arith == Arith::exact) {
+    v = q == 0.0 ? 0.0f : fp32_rne_div(q * c.s, p.t);
+  } else {
+    const float qs = static_cast<float>(q * c.s);  // fl(q * s_b)
+    v = qs * p.ginv;
+  }
+  return neg ? -v : v;
+}
+
+// Encodes one finite or infinite element x (not NaN) with random bits r.
+EXMY_HD ElemOut encode_element(const QuantPlan& p, const BlockConsts& c, float x, uint32_t r) {
+  const bool neg = sign_bit(x);
+  Encoded e;
+  if (p.arith == Arith::exact) {
+    const double num = ::fabs(static_cast<double>(x)) * p.t;
+    const double den = p.has_scale ? c.s : 1.0;
+    e = encode_quotient(p.fe, neg, num, den, p.round, p.sr_bits, r, p.saturate);
+  } else {
+    const float y = p.has_scale ? x * c.mb : x * p.t;
+    e = encode_quotient(p.fe, neg, ::fabs(static_cast<double>(y)), 1.0, p.round, p.sr_bits, r, p.saturate);
+  }
+  ElemOut out;
+  out.code = e.code;
+  out.flags = static_cast<uint8_t>((e.above_max ? kSaturated : 0) | (e.unrepresentable ? kUnrepresentable : 0));
+  out.xhat = dequant(p, c, e.code);
+  return out;
+}
+
+// Code of a zero element keeping the sign of x (-0 where Fe has it).
+EXMY_HD uint32_t zero_code(const Format& fe, float x) {
+  if (fe.is_signed && fe.negzero && sign_bit(x)) return fe.sign_bit;
+  return 0u;
+}
+
+}  // namespace exmy

@@ -1,0 +1,604 @@
+#include "formats/quantize.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "formats/error.hpp"
+#include "formats/philox.hpp"
+#include "formats/spec.hpp"
+
+namespace exmy {
+
+double QuantStats::sqnr_db() const { return 10.0 * std::log10(sum_sq / sum_sq_err); }
+
+// ---------------------------------------------------------------------------
+// Option parsing
+// ---------------------------------------------------------------------------
+
+namespace {
+
+const std::pair<const char*, ScaleRule> kRules[] = {
+    {"amax-rne", ScaleRule::amax_rne}, {"amax-up", ScaleRule::amax_up},   {"amax-down", ScaleRule::amax_down},
+    {"mx-floor", ScaleRule::mx_floor}, {"mx-ceil", ScaleRule::mx_ceil},   {"mx-even", ScaleRule::mx_even},
+};
+
+bool parse_positive_int(std::string_view s, int& v) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size() && v > 0;
+}
+
+std::string fmt_float(double v) {
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+ScaleRule parse_scale_rule(std::string_view s) {
+  for (const auto& [n, r] : kRules)
+    if (s == n) return r;
+  throw Error("unknown scale rule '" + std::string(s) +
+              "' (expected amax-rne, amax-up, amax-down, mx-floor, mx-ceil or mx-even)");
+}
+
+std::string_view scale_rule_name(ScaleRule r) {
+  for (const auto& [n, rr] : kRules)
+    if (rr == r) return n;
+  return "?";
+}
+
+Arith parse_arith(std::string_view s) {
+  if (s == "exact") return Arith::exact;
+  if (s == "fp32") return Arith::fp32;
+  throw Error("unknown arithmetic '" + std::string(s) + "' (expected exact or fp32)");
+}
+
+ZeroScale parse_zero_scale(std::string_view s) {
+  if (s == "zero") return ZeroScale::zero;
+  if (s == "one") return ZeroScale::one;
+  throw Error("unknown zero-scale policy '" + std::string(s) + "' (expected zero or one)");
+}
+
+void parse_block(std::string_view s, int& rows, int& cols) {
+  const auto x = s.find('x');
+  int r = 0, c = 0;
+  if (x == std::string_view::npos || !parse_positive_int(s.substr(0, x), r) ||
+      !parse_positive_int(s.substr(x + 1), c) || (r != 1 && c != 1 && r != c) || r > (1 << 20) || c > (1 << 20)) {
+    throw Error("bad block shape '" + std::string(s) + "' (expected 1xB, Bx1 or BxB with B >= 1)");
+  }
+  rows = r;
+  cols = c;
+}
+
+void parse_tensor_amax(std::string_view s, AmaxKind& kind, double& value) {
+  if (s == "none") {
+    kind = AmaxKind::none;
+    return;
+  }
+  if (s == "auto") {
+    kind = AmaxKind::current;
+    return;
+  }
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || !(v > 0) || !std::isfinite(v)) {
+    throw Error("bad tensor amax '" + std::string(s) + "' (expected none, auto or a positive finite number)");
+  }
+  kind = AmaxKind::given;
+  value = static_cast<double>(static_cast<float>(v));  // references are float32 values
+}
+
+// ---------------------------------------------------------------------------
+// QuantSpec
+// ---------------------------------------------------------------------------
+
+void QuantSpec::validate() const {
+  if (is_stochastic(round) && (sr_bits < 1 || sr_bits > 32))
+    throw Error("--sr-bits " + std::to_string(sr_bits) + " is out of range (expected 1..32)");
+  if (block_rows < 1 || block_cols < 1 || (block_rows != 1 && block_cols != 1 && block_rows != block_cols))
+    throw Error("bad block shape " + std::to_string(block_rows) + "x" + std::to_string(block_cols) +
+                " (expected 1xB, Bx1 or BxB)");
+  if (scale_target && !(*scale_target > 0 && std::isfinite(*scale_target)))
+    throw Error("scale target " + fmt_float(*scale_target) + " must be a positive finite number");
+  if (rht) {
+    const bool rows16 = block_rows == 1 && block_cols == 16;
+    const bool cols16 = block_cols == 1 && block_rows == 16;
+    if (!rows16 && !cols16)
+      throw Error("--rht needs a 1x16 or 16x1 block (the transform runs along the block axis), got " +
+                  std::to_string(block_rows) + "x" + std::to_string(block_cols));
+  }
+}
+
+QuantPlan QuantSpec::plan() const {
+  validate();
+  QuantPlan p;
+  p.fe = elem;
+  p.has_scale = scale.has_value();
+  if (scale) p.fs = *scale;
+  p.br = block_rows;
+  p.bc = block_cols;
+  p.rule = rule;
+  p.round = round;
+  p.sr_bits = is_stochastic(round) ? sr_bits : 0;
+  p.seed = seed;
+  p.stream = stream;
+  p.arith = arith;
+  p.zero_scale = zero_scale;
+  p.saturate = saturate;
+  if (p.has_scale) {
+    // T: a float32 value (CONTRACT §6), default Fs.max.
+    p.target = scale_target ? static_cast<double>(static_cast<float>(*scale_target)) : p.fs.max;
+    const Encoded one = encode_exact(p.fs, 1.0, Round::rne, 0, 0, true);
+    p.one_code = one.code;
+    p.one_value = p.fs.decode(one.code);
+  } else {
+    p.target = 1.0;
+  }
+  set_tensor_amax(p, std::numeric_limits<double>::quiet_NaN());
+  return p;
+}
+
+int64_t block_count(const QuantSpec& spec, int64_t rows, int64_t cols) {
+  if (!spec.scale) return 0;
+  return ((rows + spec.block_rows - 1) / spec.block_rows) * ((cols + spec.block_cols - 1) / spec.block_cols);
+}
+
+// ---------------------------------------------------------------------------
+// Shared helpers
+// ---------------------------------------------------------------------------
+
+namespace {
+
+void store_code(void* base, int bytes, int64_t i, uint32_t code) {
+  if (!base) return;
+  auto* p = static_cast<uint8_t*>(base);
+  switch (bytes) {
+    case 1: p[i] = static_cast<uint8_t>(code); break;
+    case 2: p[2 * i] = static_cast<uint8_t>(code); p[2 * i + 1] = static_cast<uint8_t>(code >> 8); break;
+    default:
+      for (int k = 0; k < 4; ++k) p[4 * i + k] = static_cast<uint8_t>(code >> (8 * k));
+  }
+}
+
+[[noreturn]] void throw_nan(const QuantPlan& p, int64_t i, int64_t cols) {
+  throw Error("element (" + std::to_string(i / cols) + ", " + std::to_string(i % cols) +
+              ") is NaN and neither the element format " + format_name(p.fe) +
+              (p.has_scale ? " nor the scale format " + format_name(p.fs) : std::string()) + " has a NaN code");
+}
+
+[[noreturn]] void throw_overflow(const QuantPlan& p, const float* x, int64_t i, int64_t cols) {
+  throw Error("element (" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + ") = " + fmt_float(x[i]) +
+              " overflows " + format_name(p.fe) + " with saturation off, and " + format_name(p.fe) +
+              " has no Inf or NaN code");
+}
+
+bool nan_representable(const QuantPlan& p) { return p.fe.has_nan || (p.has_scale && p.fs.has_nan); }
+
+// max|x| over the tensor; NaN if any element is NaN.
+double tensor_amax_ref(const float* x, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) return std::numeric_limits<double>::quiet_NaN();
+    m = std::max(m, std::fabs(x[i]));
+  }
+  return m;
+}
+
+double reference_amax(const QuantSpec& spec, const float* x, int64_t n, int threads) {
+  switch (spec.amax_kind) {
+    case AmaxKind::none: return std::numeric_limits<double>::quiet_NaN();
+    case AmaxKind::given: return spec.amax_value;
+    case AmaxKind::current: break;
+  }
+  if (threads < 0) return tensor_amax_ref(x, n);
+  float m = 0.0f;
+  bool nan = false;
+#pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(max : m) reduction(|| : nan) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    nan = nan || std::isnan(a);
+    m = a > m ? a : m;
+  }
+  return nan ? std::numeric_limits<double>::quiet_NaN() : m;
+}
+
+// The sums of CONTRACT §5 accumulate in double, element by element, in row-major
+// block order (row-major order without a block scale). This fixed sequential
+// order is part of the contract: it makes the sums identical for any thread
+// count. One element's contribution:
+struct Sums {
+  double sq = 0, sq_err = 0, err = 0, abs = 0;
+  void add(float x, float xh) {
+    const double xd = x, e = static_cast<double>(xh) - xd;
+    sq += xd * xd;
+    sq_err += e * e;
+    err += e;
+    abs += std::fabs(xd);
+  }
+  void store(QuantStats& s) const {
+    s.sum_sq = sq;
+    s.sum_sq_err = sq_err;
+    s.sum_err = err;
+    s.sum_abs = abs;
+  }
+};
+
+int rht_axis(const QuantSpec& spec) { return spec.block_rows == 1 ? 1 : 0; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The scalar reference
+// ---------------------------------------------------------------------------
+
+QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out) {
+  QuantPlan p = spec.plan();
+  const int64_t n = rows * cols;
+  std::vector<float> transformed;
+  const float* x = x_in;
+  if (spec.rht) {
+    transformed.assign(x_in, x_in + n);
+    hadamard16_ref(transformed.data(), rows, cols, rht_axis(spec), spec.rht_signs);
+    x = transformed.data();
+  }
+  set_tensor_amax(p, reference_amax(spec, x, n, -1));
+
+  QuantStats st;
+  Sums sums;
+  st.elements = static_cast<uint64_t>(n);
+  const int cb = p.fe.code_bytes();
+  const int sb = p.has_scale ? p.fs.code_bytes() : 1;
+
+  auto element = [&](int64_t i, const BlockConsts& c) {
+    uint32_t code;
+    float xh;
+    if (std::isnan(x[i])) {
+      if (!nan_representable(p)) throw_nan(p, i, cols);
+      code = p.fe.has_nan ? p.fe.nan_code : zero_code(p.fe, x[i]);
+      xh = std::numeric_limits<float>::quiet_NaN();
+    } else {
+      const uint32_t r = is_stochastic(p.round) ? random_bits(p.seed, p.stream, static_cast<uint64_t>(i), p.sr_bits) : 0;
+      const ElemOut e = encode_element(p, c, x[i], r);
+      if (e.flags & kUnrepresentable) throw_overflow(p, x, i, cols);
+      code = e.code;
+      xh = e.xhat;
+      st.saturated += (e.flags & kSaturated) ? 1 : 0;
+    }
+    st.nonzero += x[i] != 0.0f;
+    st.underflow += (x[i] != 0.0f && xh == 0.0f);
+    st.subnormal += p.fe.classify(code) == CodeClass::subnormal;
+    sums.add(x[i], xh);
+    store_code(out.codes, cb, i, code);
+    if (out.values) out.values[i] = xh;
+  };
+
+  QuantInfo info;
+  info.amax = p.amax;
+  info.t = p.t;
+  if (!p.has_scale) {
+    const BlockConsts c{1.0, 0.0f};
+    for (int64_t i = 0; i < n; ++i) element(i, c);
+  } else {
+    const int64_t gr = (rows + p.br - 1) / p.br, gc = (cols + p.bc - 1) / p.bc;
+    info.block_grid_rows = gr;
+    info.block_grid_cols = gc;
+    for (int64_t bi = 0; bi < gr; ++bi) {
+      for (int64_t bj = 0; bj < gc; ++bj) {
+        const int64_t r0 = bi * p.br, r1 = std::min(rows, r0 + p.br);
+        const int64_t c0 = bj * p.bc, c1 = std::min(cols, c0 + p.bc);
+        float b = 0.0f;
+        bool nan = false;
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t c = c0; c < c1; ++c) {
+            nan = nan || std::isnan(x[r * cols + c]);
+            b = std::max(b, std::fabs(x[r * cols + c]));
+          }
+        ++st.blocks;
+        const int64_t blk = bi * gc + bj;
+        if (nan) {
+          // A NaN makes the whole block NaN.
+          if (!nan_representable(p)) {
+            for (int64_t r = r0; r < r1; ++r)
+              for (int64_t c = c0; c < c1; ++c)
+                if (std::isnan(x[r * cols + c])) throw_nan(p, r * cols + c, cols);
+          }
+          store_code(out.scale_codes, sb, blk, p.fs.has_nan ? p.fs.nan_code : 0u);
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t c = c0; c < c1; ++c) {
+              const int64_t i = r * cols + c;
+              const uint32_t code = p.fe.has_nan ? p.fe.nan_code : zero_code(p.fe, x[i]);
+              const float xh = std::numeric_limits<float>::quiet_NaN();
+              st.nonzero += x[i] != 0.0f;
+              st.subnormal += p.fe.classify(code) == CodeClass::subnormal;
+              sums.add(x[i], xh);
+              store_code(out.codes, cb, i, code);
+              if (out.values) out.values[i] = xh;
+            }
+          continue;
+        }
+        const BlockScale bs = block_scale(p, b);
+        st.scale_saturated += bs.saturated;
+        st.scale_underflow += bs.underflow;
+        st.scale_subnormal += p.fs.classify(bs.code) == CodeClass::subnormal;
+        store_code(out.scale_codes, sb, blk, bs.code);
+        const BlockConsts c = block_consts(p, bs.s);
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t cc = c0; cc < c1; ++cc) {
+            const int64_t i = r * cols + cc;
+            if (bs.zero) {
+              const uint32_t code = zero_code(p.fe, x[i]);
+              const float xh = (code & p.fe.sign_bit) ? -0.0f : 0.0f;
+              st.nonzero += x[i] != 0.0f;
+              st.underflow += x[i] != 0.0f;
+              sums.add(x[i], xh);
+              store_code(out.codes, cb, i, code);
+              if (out.values) out.values[i] = xh;
+            } else {
+              element(i, c);
+            }
+          }
+      }
+    }
+  }
+  if (out.stats) {
+    sums.store(st);
+    *out.stats = st;
+  }
+  return info;
+}
+
+}  // namespace exmy
+
+// ---------------------------------------------------------------------------
+// The fast CPU path
+// ---------------------------------------------------------------------------
+//
+// Work is split into bands of block rows (br rows each; without a block
+// scale, bands of 64 rows). Inside a band the element loop runs row-major, so
+// the input, the outputs and the Philox counter stream are all walked
+// sequentially whatever the block shape. Threads take whole bands, so a
+// band's result does not depend on which thread ran it; integer statistics
+// are reduced at the end, the double sums are accumulated afterwards in the
+// contract's fixed order.
+
+namespace exmy {
+namespace {
+
+struct Counts {
+  uint64_t nonzero = 0, underflow = 0, saturated = 0, subnormal = 0;
+  uint64_t scale_underflow = 0, scale_subnormal = 0, scale_saturated = 0;
+  void add(const Counts& o) {
+    nonzero += o.nonzero;
+    underflow += o.underflow;
+    saturated += o.saturated;
+    subnormal += o.subnormal;
+    scale_underflow += o.scale_underflow;
+    scale_subnormal += o.scale_subnormal;
+    scale_saturated += o.scale_saturated;
+  }
+};
+
+// First problem found by any thread: the lowest flat index wins, so the
+// message does not depend on the thread count.
+struct FirstError {
+  std::atomic<int64_t> index{std::numeric_limits<int64_t>::max()};
+  void note(int64_t i) {
+    int64_t cur = index.load();
+    while (i < cur && !index.compare_exchange_weak(cur, i)) {
+    }
+  }
+};
+
+struct BandState {
+  std::vector<float> bmax;
+  std::vector<uint8_t> bnan;
+  std::vector<BlockScale> scale;
+  std::vector<BlockConsts> consts;
+};
+
+// Quantizes rows [r0, r1) (one band) of x. `blk0` is the index of the band's
+// first block.
+void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0, int64_t r1, int64_t blk0,
+                   const QuantOutput& out, float* values, BandState& bs, Counts& cnt, FirstError& err) {
+  const int cb = p.fe.code_bytes();
+  RandomBits rng(p.seed, p.stream, p.sr_bits > 0 ? p.sr_bits : 8);
+  const bool sr = is_stochastic(p.round);
+  const bool nan_ok = nan_representable(p);
+
+  if (!p.has_scale) {
+    const BlockConsts c{1.0, 0.0f};
+    for (int64_t i = r0 * cols; i < r1 * cols; ++i) {
+      uint32_t code;
+      float xh;
+      if (std::isnan(x[i])) {
+        if (!nan_ok) err.note(i);
+        code = p.fe.has_nan ? p.fe.nan_code : zero_code(p.fe, x[i]);
+        xh = std::numeric_limits<float>::quiet_NaN();
+      } else {
+        const uint32_t r = sr ? rng(static_cast<uint64_t>(i)) : 0;
+        const ElemOut e = encode_element(p, c, x[i], r);
+        if (e.flags & kUnrepresentable) err.note(i);
+        cnt.saturated += (e.flags & kSaturated) ? 1 : 0;
+        code = e.code;
+        xh = e.xhat;
+      }
+      cnt.nonzero += x[i] != 0.0f;
+      cnt.underflow += (x[i] != 0.0f && xh == 0.0f);
+      cnt.subnormal += p.fe.classify(code) == CodeClass::subnormal;
+      store_code(out.codes, cb, i, code);
+      values[i] = xh;
+    }
+    return;
+  }
+
+  const int64_t gc = (cols + p.bc - 1) / p.bc;
+  bs.bmax.assign(static_cast<size_t>(gc), 0.0f);
+  bs.bnan.assign(static_cast<size_t>(gc), 0);
+  bs.scale.resize(static_cast<size_t>(gc));
+  bs.consts.resize(static_cast<size_t>(gc));
+  // Pass 1: block amax.
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = x + r * cols;
+    for (int64_t j = 0; j < gc; ++j) {
+      const int64_t c0 = j * p.bc, c1 = std::min(cols, c0 + p.bc);
+      float m = bs.bmax[j];
+      bool nan = false;
+      for (int64_t c = c0; c < c1; ++c) {
+        const float a = std::fabs(row[c]);
+        nan |= std::isnan(a);
+        m = a > m ? a : m;
+      }
+      bs.bmax[j] = m;
+      bs.bnan[j] |= nan;
+    }
+  }
+  // Pass 2: block scales.
+  const int sb = p.fs.code_bytes();
+  for (int64_t j = 0; j < gc; ++j) {
+    if (bs.bnan[j]) {
+      bs.scale[j] = BlockScale{p.fs.has_nan ? p.fs.nan_code : 0u, 0.0, false, false, false};
+    } else {
+      bs.scale[j] = block_scale(p, bs.bmax[j]);
+      cnt.scale_saturated += bs.scale[j].saturated;
+      cnt.scale_underflow += bs.scale[j].underflow;
+      cnt.scale_subnormal += p.fs.classify(bs.scale[j].code) == CodeClass::subnormal;
+      bs.consts[j] = block_consts(p, bs.scale[j].s);
+    }
+    store_code(out.scale_codes, sb, blk0 + j, bs.scale[j].code);
+  }
+  // Pass 3: elements, row-major.
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t j = 0; j < gc; ++j) {
+      const int64_t c0 = j * p.bc, c1 = std::min(cols, c0 + p.bc);
+      const BlockScale& s = bs.scale[j];
+      const BlockConsts& k = bs.consts[j];
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t i = r * cols + c;
+        uint32_t code;
+        float xh;
+        if (bs.bnan[j]) {
+          if (!nan_ok && std::isnan(x[i])) err.note(i);
+          code = p.fe.has_nan ? p.fe.nan_code : zero_code(p.fe, x[i]);
+          xh = std::numeric_limits<float>::quiet_NaN();
+        } else if (s.zero) {
+          code = zero_code(p.fe, x[i]);
+          xh = (code & p.fe.sign_bit) ? -0.0f : 0.0f;
+        } else {
+          const uint32_t rb = sr ? rng(static_cast<uint64_t>(i)) : 0;
+          const ElemOut e = encode_element(p, k, x[i], rb);
+          if (e.flags & kUnrepresentable) err.note(i);
+          cnt.saturated += (e.flags & kSaturated) ? 1 : 0;
+          code = e.code;
+          xh = e.xhat;
+        }
+        cnt.nonzero += x[i] != 0.0f;
+        cnt.underflow += (x[i] != 0.0f && xh == 0.0f);
+        cnt.subnormal += p.fe.classify(code) == CodeClass::subnormal;
+        store_code(out.codes, cb, i, code);
+        values[i] = xh;
+      }
+    }
+  }
+}
+
+// The double sums in block order (see Sums).
+void block_order_sums(const QuantPlan& p, const float* x, const float* xh, int64_t rows, int64_t cols, Sums& s) {
+  if (!p.has_scale || p.br == 1) {
+    for (int64_t i = 0; i < rows * cols; ++i) s.add(x[i], xh[i]);
+    return;
+  }
+  for (int64_t r0 = 0; r0 < rows; r0 += p.br) {
+    const int64_t r1 = std::min(rows, r0 + p.br);
+    for (int64_t c0 = 0; c0 < cols; c0 += p.bc) {
+      const int64_t c1 = std::min(cols, c0 + p.bc);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) s.add(x[r * cols + c], xh[r * cols + c]);
+    }
+  }
+}
+
+}  // namespace
+
+QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out,
+                   int threads) {
+  QuantPlan p = spec.plan();
+  const int nt = threads > 0 ? threads : omp_get_max_threads();
+  const int64_t n = rows * cols;
+  std::vector<float> transformed;
+  const float* x = x_in;
+  if (spec.rht) {
+    transformed.resize(static_cast<size_t>(n));
+    std::memcpy(transformed.data(), x_in, sizeof(float) * static_cast<size_t>(n));
+    hadamard16(transformed.data(), rows, cols, rht_axis(spec), spec.rht_signs, nt);
+    x = transformed.data();
+  }
+  set_tensor_amax(p, reference_amax(spec, x, n, nt));
+
+  std::vector<float> own_values;
+  float* values = out.values;
+  if (!values) {
+    own_values.resize(static_cast<size_t>(n));
+    values = own_values.data();
+  }
+
+  const int64_t band = p.has_scale ? p.br : 64;
+  const int64_t nbands = (rows + band - 1) / band;
+  const int64_t gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 0;
+  Counts total;
+  FirstError err;
+#pragma omp parallel num_threads(nt)
+  {
+    Counts cnt;
+    BandState bs;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < nbands; ++b) {
+      const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
+      quantize_band(p, x, cols, r0, r1, b * gc, out, values, bs, cnt, err);
+    }
+#pragma omp critical
+    total.add(cnt);
+  }
+  const int64_t bad = err.index.load();
+  if (bad != std::numeric_limits<int64_t>::max()) {
+    if (std::isnan(x[bad])) throw_nan(p, bad, cols);
+    throw_overflow(p, x, bad, cols);
+  }
+
+  QuantInfo info;
+  info.amax = p.amax;
+  info.t = p.t;
+  if (p.has_scale) {
+    info.block_grid_rows = nbands;
+    info.block_grid_cols = gc;
+  }
+  if (out.stats) {
+    QuantStats st;
+    st.elements = static_cast<uint64_t>(n);
+    st.blocks = static_cast<uint64_t>(block_count(spec, rows, cols));
+    st.nonzero = total.nonzero;
+    st.underflow = total.underflow;
+    st.saturated = total.saturated;
+    st.subnormal = total.subnormal;
+    st.scale_underflow = total.scale_underflow;
+    st.scale_subnormal = total.scale_subnormal;
+    st.scale_saturated = total.scale_saturated;
+    Sums s;
+    block_order_sums(p, x, values, rows, cols, s);
+    s.store(st);
+    *out.stats = st;
+  }
+  return info;
+}
+
+}  // namespace exmy

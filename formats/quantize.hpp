@@ -1,0 +1,98 @@
+// Block-scaled quantization of a float32 tensor (CONTRACT §3, §5): the user
+// facing description (QuantSpec), its statistics, and the two CPU
+// implementations, the scalar reference and the threaded fast path, which
+// must agree bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "formats/format.hpp"
+#include "formats/quant_core.hpp"
+#include "formats/round.hpp"
+
+namespace exmy {
+
+// Statistics of one quantization call (CONTRACT §5).
+struct QuantStats {
+  uint64_t elements = 0, nonzero = 0, underflow = 0, saturated = 0, subnormal = 0;
+  uint64_t blocks = 0, scale_underflow = 0, scale_subnormal = 0, scale_saturated = 0;
+  double sum_sq = 0, sum_sq_err = 0, sum_err = 0, sum_abs = 0;
+
+  double relative_mse() const { return sum_sq_err / sum_sq; }
+  double sqnr_db() const;
+  double relative_bias() const { return sum_err / sum_abs; }
+  double underflow_fraction() const { return static_cast<double>(underflow) / static_cast<double>(nonzero); }
+  bool operator==(const QuantStats&) const = default;
+};
+
+// What to do, as a user states it (`exmy quantize` options, recipe roles).
+struct QuantSpec {
+  Format elem;
+  std::optional<Format> scale;  // none: no block scale
+  int block_rows = 1, block_cols = 16;
+  ScaleRule rule = ScaleRule::amax_rne;
+  AmaxKind amax_kind = AmaxKind::none;
+  double amax_value = 0;                // for AmaxKind::given
+  std::optional<double> scale_target;   // T; default Fs.max
+  Round round = Round::rne;
+  int sr_bits = 8;
+  uint64_t seed = 0, stream = 0;
+  Arith arith = Arith::exact;
+  ZeroScale zero_scale = ZeroScale::zero;
+  bool saturate = true;
+  bool rht = false;
+  uint16_t rht_signs = 0xD7E8;
+
+  // Checks the combination; throws exmy::Error naming the problem.
+  void validate() const;
+  // The kernel parameters (tensor amax not yet applied).
+  QuantPlan plan() const;
+};
+
+// Parsers for the option values of CONTRACT §6. Each throws exmy::Error.
+ScaleRule parse_scale_rule(std::string_view s);
+std::string_view scale_rule_name(ScaleRule r);
+Arith parse_arith(std::string_view s);
+ZeroScale parse_zero_scale(std::string_view s);
+void parse_block(std::string_view s, int& rows, int& cols);
+// `none`, `auto` or a positive float.
+void parse_tensor_amax(std::string_view s, AmaxKind& kind, double& value);
+
+// Outputs of a call; any pointer may be null.
+struct QuantOutput {
+  float* values = nullptr;       // [R*C] dequantized x-hat, row-major
+  void* codes = nullptr;         // [R*C] element codes, elem.code_bytes() each, little-endian
+  void* scale_codes = nullptr;   // [blocks] scale codes, scale.code_bytes() each, row-major block order
+  QuantStats* stats = nullptr;
+};
+
+// What the call decided at tensor level.
+struct QuantInfo {
+  double amax = 0;   // reference amax A used (NaN: none)
+  float t = 1;       // tensor encode scale t (G in fp32 arithmetic)
+  int64_t block_grid_rows = 0, block_grid_cols = 0;
+};
+
+int64_t block_count(const QuantSpec& spec, int64_t rows, int64_t cols);
+
+// The scalar reference: one block after another in row-major block order,
+// one element after another; obviously right, slow.
+QuantInfo quantize_ref(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out);
+
+// The fast CPU path: OpenMP over row bands of blocks, with `threads` threads
+// (0: OpenMP's default). Same bits as quantize_ref for any thread count.
+QuantInfo quantize(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
+                   int threads = 0);
+
+// Random Hadamard transform of CONTRACT §3 along rows (axis = 1: each run of
+// 16 consecutive elements of a row) or columns (axis = 0), in place; the
+// result is rounded once to bf16 (rne). The axis length must be a multiple
+// of 16.
+void hadamard16(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs, int threads = 0);
+void hadamard16_ref(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs);
+
+}  // namespace exmy

@@ -1,0 +1,152 @@
+// `exmy bench quantize`: throughput of quantize+dequantize against a plain
+// float32 copy measured in the same run.
+#include <omp.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "formats/error.hpp"
+#include "formats/quantize.hpp"
+#include "formats/spec.hpp"
+#include "sim/cli/commands.hpp"
+
+namespace po = boost::program_options;
+
+namespace exmy::cli {
+namespace {
+
+struct Variant {
+  const char* name;
+  QuantSpec spec;
+};
+
+std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  QuantSpec a;
+  a.elem = parse_format("e2m1");
+  a.scale = parse_format("ue5m3");
+  a.block_rows = 1;
+  a.block_cols = 16;
+  a.amax_kind = AmaxKind::current;
+  a.scale_target = 448.0;
+  v.push_back({"e2m1/ue5m3 1x16 rne exact", a});
+  QuantSpec b = a;
+  b.scale = parse_format("e4m3");
+  b.block_rows = b.block_cols = 16;
+  b.arith = Arith::fp32;
+  b.scale_target.reset();
+  v.push_back({"e2m1/e4m3 16x16 rne fp32", b});
+  QuantSpec c;
+  c.elem = parse_format("e2m1");
+  c.scale = parse_format("ue8m0");
+  c.block_rows = 1;
+  c.block_cols = 32;
+  c.rule = ScaleRule::mx_floor;
+  v.push_back({"e2m1/ue8m0 1x32 mx-floor", c});
+  QuantSpec d = a;
+  d.round = Round::stochastic_fast;
+  d.sr_bits = 8;
+  d.seed = 1234;
+  d.stream = 99;
+  v.push_back({"e2m1/ue5m3 1x16 sr-fast8", d});
+  return v;
+}
+
+template <class F>
+double best_seconds(int repeat, F&& f) {
+  double best = 1e30;
+  for (int i = 0; i < repeat; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+  }
+  return best;
+}
+
+void parallel_copy(float* dst, const float* src, int64_t n, int threads) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t chunk = (n + nt - 1) / nt, b = std::min(n, t * chunk), e = std::min(n, b + chunk);
+    if (e > b) std::memcpy(dst + b, src + b, sizeof(float) * static_cast<size_t>(e - b));
+  }
+}
+
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  po::options_description desc(
+      "exmy bench: throughput benchmarks\n\n"
+      "usage: exmy bench quantize [--elements N] [--repeat K] [--threads T] [--stats]\n\noptions");
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help")
+    ("what", po::value<std::string>(), "benchmark: quantize")
+    ("elements", po::value<int64_t>()->default_value(int64_t{64} << 20), "tensor size (float32 elements)")
+    ("cols", po::value<int64_t>()->default_value(4096), "row length of the tensor")
+    ("repeat", po::value<int>()->default_value(5), "repetitions; the best time is reported")
+    ("threads", po::value<int>()->default_value(0), "threads for the multi-threaded column (0: all cores)")
+    ("stats", "also collect the CONTRACT section 5 statistics");
+  // clang-format on
+  po::positional_options_description pos;
+  pos.add("what", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+  po::notify(vm);
+  if (vm.count("help") || !vm.count("what")) {
+    std::cout << desc << "\n";
+    return vm.count("help") ? 0 : 2;
+  }
+  if (vm["what"].as<std::string>() != "quantize")
+    throw Error("unknown benchmark '" + vm["what"].as<std::string>() + "' (expected quantize)");
+  const int64_t cols = vm["cols"].as<int64_t>();
+  const int64_t n = vm["elements"].as<int64_t>() / cols * cols;
+  if (n <= 0) throw Error("--elements must be at least --cols");
+  const int64_t rows = n / cols;
+  const int repeat = std::max(1, vm["repeat"].as<int>());
+  const int all = vm["threads"].as<int>() > 0 ? vm["threads"].as<int>() : omp_get_max_threads();
+  const bool with_stats = vm.count("stats") > 0;
+
+  std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  std::vector<uint8_t> scodes(static_cast<size_t>(n / 16 + 16));
+  {
+    std::mt19937 rng(42);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : x) v = nd(rng);
+  }
+  std::printf("exmy bench quantize: %lld x %lld float32 (%.0f MiB), best of %d, %d hardware threads, stats %s\n",
+              static_cast<long long>(rows), static_cast<long long>(cols), n * 4.0 / (1 << 20), repeat,
+              static_cast<int>(std::thread::hardware_concurrency()), with_stats ? "on" : "off");
+  const int thread_counts[2] = {1, all};
+  double copy_s[2];
+  for (int k = 0; k < 2; ++k) {
+    parallel_copy(y.data(), x.data(), n, thread_counts[k]);
+    copy_s[k] = best_seconds(repeat, [&] { parallel_copy(y.data(), x.data(), n, thread_counts[k]); });
+  }
+  std::printf("%-28s %14s %8s %14s %8s\n", "", "1 thread", "ratio", (std::to_string(all) + " threads").c_str(), "ratio");
+  std::printf("%-28s %10.1f Me/s %8s %10.1f Me/s %8s\n", "float32 copy", n / copy_s[0] / 1e6, "1.00", n / copy_s[1] / 1e6,
+              "1.00");
+  for (const auto& v : variants()) {
+    double s[2];
+    for (int k = 0; k < 2; ++k) {
+      QuantStats st;
+      QuantOutput out{y.data(), codes.data(), scodes.data(), with_stats ? &st : nullptr};
+      quantize(v.spec, x.data(), rows, cols, out, thread_counts[k]);  // warm-up
+      s[k] = best_seconds(repeat, [&] { quantize(v.spec, x.data(), rows, cols, out, thread_counts[k]); });
+    }
+    std::printf("%-28s %10.1f Me/s %8.2f %10.1f Me/s %8.2f\n", v.name, n / s[0] / 1e6, copy_s[0] / s[0],
+                n / s[1] / 1e6, copy_s[1] / s[1]);
+  }
+  std::printf("(ratio = copy time / quantize+dequantize time, in the same thread setting)\n");
+  return 0;
+}
+
+}  // namespace exmy::cli

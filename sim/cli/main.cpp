@@ -1,0 +1,58 @@
+// exmy: bit-exact emulation of ExMy number formats for low-precision
+// training research. This file dispatches to the subcommands.
+#include <boost/program_options/errors.hpp>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "formats/error.hpp"
+#include "sim/cli/commands.hpp"
+
+namespace {
+
+const char* kUsage =
+    "exmy: bit-exact emulation of ExMy number formats for low-precision training research\n"
+    "\n"
+    "usage: exmy <command> [options]      (exmy <command> --help for its options)\n"
+    "\n"
+    "commands:\n"
+    "  demo       quantize a built-in tensor with the UE5M3 recipe and compare formats (the default job)\n"
+    "  quantize   block-scaled quantization of a float32 tensor file (CONTRACT section 6)\n"
+    "  formats    table of format presets, or of the given format specs\n"
+    "  bench      throughput benchmarks (bench quantize)\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const std::string cmd = argv[1];
+  exmy::cli::Args args(argv + 2, argv + argc);
+  try {
+    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (cmd == "quantize") return exmy::cli::cmd_quantize(args);
+    if (cmd == "formats") return exmy::cli::cmd_formats(args);
+    if (cmd == "bench") return exmy::cli::cmd_bench(args);
+    if (cmd == "demo") return exmy::cli::cmd_demo(args);
+    std::fprintf(stderr, "exmy: error: unknown command '%s' (expected demo, quantize, formats or bench; see exmy --help)\n",
+                 cmd.c_str());
+    return 2;
+  } catch (const exmy::Error& e) {
+    std::fprintf(stderr, "exmy: error: %s\n", e.what());
+    return 1;
+  } catch (const boost::program_options::error& e) {
+    std::fprintf(stderr, "exmy %s: error: %s\n", cmd.c_str(), e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "exmy: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "exmy: error: %s\n", e.what());
+    return 1;
+  }
+}

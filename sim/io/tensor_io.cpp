@@ -1,0 +1,322 @@
+#include "sim/io/tensor_io.hpp"
+
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "formats/error.hpp"
+
+namespace exmy::io {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+  f.seekg(0, std::ios::end);
+  const auto size = f.tellg();
+  if (size < 0) throw Error("cannot read '" + path + "': not a regular file");
+  f.seekg(0, std::ios::beg);
+  std::vector<uint8_t> buf(static_cast<size_t>(size));
+  if (size > 0 && !f.read(reinterpret_cast<char*>(buf.data()), size))
+    throw Error("cannot read '" + path + "': read failed");
+  return buf;
+}
+
+void check_shape(const std::string& path, int64_t n_file, int64_t& rows, int64_t& cols, bool file_2d,
+                 int64_t file_rows, int64_t file_cols) {
+  if (rows == 0 && cols == 0) {
+    if (file_2d) {
+      rows = file_rows;
+      cols = file_cols;
+    } else {
+      rows = 1;
+      cols = n_file;
+    }
+    return;
+  }
+  if (rows * cols != n_file)
+    throw Error("--shape " + std::to_string(rows) + "," + std::to_string(cols) + " needs " +
+                std::to_string(rows * cols) + " elements but '" + path + "' holds " + std::to_string(n_file));
+}
+
+// Parses the Python-literal header of a .npy file (the subset NumPy writes).
+void parse_npy(const std::string& path, const std::vector<uint8_t>& buf, size_t& data_off, int64_t& count,
+               bool& is2d, int64_t& r, int64_t& c) {
+  static const uint8_t magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+  if (buf.size() < 10 || std::memcmp(buf.data(), magic, 6) != 0) throw Error("'" + path + "' is not a .npy file (bad magic)");
+  const int major = buf[6];
+  size_t hlen, hoff;
+  if (major == 1) {
+    hlen = buf[8] | (static_cast<size_t>(buf[9]) << 8);
+    hoff = 10;
+  } else if (major == 2 || major == 3) {
+    if (buf.size() < 12) throw Error("'" + path + "' is a truncated .npy file");
+    hlen = buf[8] | (static_cast<size_t>(buf[9]) << 8) | (static_cast<size_t>(buf[10]) << 16) |
+           (static_cast<size_t>(buf[11]) << 24);
+    hoff = 12;
+  } else {
+    throw Error("'" + path + "' has unsupported .npy version " + std::to_string(major));
+  }
+  if (hoff + hlen > buf.size()) throw Error("'" + path + "' is a truncated .npy file (header runs past the end)");
+  const std::string h(reinterpret_cast<const char*>(buf.data() + hoff), hlen);
+  auto value_of = [&](const std::string& key) -> std::string {
+    const auto k = h.find("'" + key + "'");
+    if (k == std::string::npos) throw Error("'" + path + "' .npy header lacks '" + key + "'");
+    auto colon = h.find(':', k);
+    if (colon == std::string::npos) throw Error("'" + path + "' has a malformed .npy header");
+    size_t b = colon + 1;
+    while (b < h.size() && h[b] == ' ') ++b;
+    if (b >= h.size()) throw Error("'" + path + "' has a malformed .npy header");
+    size_t e;
+    if (h[b] == '(') e = h.find(')', b) + 1;
+    else if (h[b] == '\'') e = h.find('\'', b + 1) + 1;
+    else e = h.find_first_of(",}", b);
+    if (e == std::string::npos || e == 0 || e <= b) throw Error("'" + path + "' has a malformed .npy header");
+    return h.substr(b, e - b);
+  };
+  const std::string descr = value_of("descr");
+  if (descr != "'<f4'" && descr != "'=f4'")
+    throw Error("'" + path + "' holds dtype " + descr + "; exmy reads little-endian float32 ('<f4') .npy files");
+  if (value_of("fortran_order") != "False")
+    throw Error("'" + path + "' is stored in Fortran order; save it C-contiguous");
+  const std::string shape = value_of("shape");
+  std::vector<int64_t> dims;
+  std::string inner = shape.substr(1, shape.size() - 2);
+  std::stringstream ss(inner);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) {
+    size_t a = tok.find_first_not_of(' ');
+    if (a == std::string::npos) continue;
+    tok = tok.substr(a, tok.find_last_not_of(' ') - a + 1);
+    int64_t d = 0;
+    for (char ch : tok) {
+      if (ch < '0' || ch > '9' || d > (int64_t{1} << 40)) throw Error("'" + path + "' has a malformed .npy shape " + shape);
+      d = d * 10 + (ch - '0');
+    }
+    dims.push_back(d);
+  }
+  if (dims.size() > 2) throw Error("'" + path + "' has " + std::to_string(dims.size()) + " dimensions; exmy reads 1-D or 2-D arrays");
+  count = 1;
+  for (auto d : dims) count *= d;
+  is2d = dims.size() == 2;
+  r = is2d ? dims[0] : 1;
+  c = is2d ? dims[1] : count;
+  data_off = hoff + hlen;
+  if (buf.size() - data_off != static_cast<size_t>(count) * 4)
+    throw Error("'" + path + "' holds " + std::to_string((buf.size() - data_off) / 4) + " float32 values but its header says " +
+                std::to_string(count));
+}
+
+struct H5Silence {
+  H5Silence() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+
+// RAII for HDF5 ids.
+struct H5Id {
+  hid_t id = -1;
+  herr_t (*close)(hid_t) = nullptr;
+  H5Id(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
+  ~H5Id() {
+    if (id >= 0 && close) close(id);
+  }
+  H5Id(const H5Id&) = delete;
+  H5Id& operator=(const H5Id&) = delete;
+};
+
+Tensor read_h5(const std::string& spec, int64_t rows, int64_t cols) {
+  static H5Silence silence;
+  std::string file, dset;
+  split_h5_path(spec, file, dset);
+  if (!fs::exists(file)) throw Error("cannot read '" + file + "': no such file");
+  H5Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (f.id < 0) throw Error("cannot open '" + file + "' as HDF5");
+  if (H5Lexists(f.id, dset.c_str(), H5P_DEFAULT) <= 0) throw Error("'" + file + "' has no dataset '" + dset + "'");
+  H5Id d(H5Dopen2(f.id, dset.c_str(), H5P_DEFAULT), H5Dclose);
+  if (d.id < 0) throw Error("cannot open dataset '" + dset + "' in '" + file + "'");
+  H5Id t(H5Dget_type(d.id), H5Tclose);
+  if (H5Tget_class(t.id) != H5T_FLOAT || H5Tget_size(t.id) != 4)
+    throw Error("dataset '" + dset + "' in '" + file + "' is not float32; exmy reads float32 datasets");
+  H5Id s(H5Dget_space(d.id), H5Sclose);
+  const int nd = H5Sget_simple_extent_ndims(s.id);
+  if (nd < 1 || nd > 2) throw Error("dataset '" + dset + "' has " + std::to_string(nd) + " dimensions; exmy reads 1-D or 2-D datasets");
+  hsize_t dims[2] = {1, 1};
+  H5Sget_simple_extent_dims(s.id, dims, nullptr);
+  const int64_t count = static_cast<int64_t>(dims[0]) * (nd == 2 ? static_cast<int64_t>(dims[1]) : 1);
+  Tensor out;
+  check_shape(spec, count, rows, cols, nd == 2, static_cast<int64_t>(dims[0]), nd == 2 ? static_cast<int64_t>(dims[1]) : count);
+  out.rows = rows;
+  out.cols = cols;
+  out.shape_known = nd == 2;
+  out.data.resize(static_cast<size_t>(count));
+  if (count > 0 && H5Dread(d.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data.data()) < 0)
+    throw Error("cannot read dataset '" + dset + "' in '" + file + "' (corrupt file?)");
+  return out;
+}
+
+void write_h5(const std::string& file, const std::string& dset, const float* data, int64_t rows, int64_t cols) {
+  static H5Silence silence;
+  H5Id f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (f.id < 0) throw Error("cannot create HDF5 file '" + file + "'");
+  H5Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.id, 1);
+  hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)};
+  H5Id s(H5Screate_simple(2, dims, nullptr), H5Sclose);
+  H5Id d(H5Dcreate2(f.id, dset.c_str(), H5T_IEEE_F32LE, s.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  if (d.id < 0) throw Error("cannot create dataset '" + dset + "' in '" + file + "'");
+  if (H5Dwrite(d.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw Error("cannot write dataset '" + dset + "' in '" + file + "'");
+}
+
+void write_bytes_file(const std::string& path, const void* data, size_t n) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw Error("cannot write '" + path + "': " + std::strerror(errno));
+  const bool ok = n == 0 || std::fwrite(data, 1, n, f) == n;
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed) throw Error("cannot write '" + path + "': " + std::strerror(errno));
+}
+
+}  // namespace
+
+FileKind file_kind(const std::string& path) {
+  if (path.find(".h5:") != std::string::npos || path.find(".hdf5:") != std::string::npos) return FileKind::hdf5;
+  if (ends_with(path, ".npy")) return FileKind::npy;
+  return FileKind::raw;
+}
+
+void split_h5_path(const std::string& path, std::string& file, std::string& dataset) {
+  auto p = path.find(".h5:");
+  size_t ext = 3;
+  if (p == std::string::npos) {
+    p = path.find(".hdf5:");
+    ext = 5;
+  }
+  if (p == std::string::npos) throw Error("'" + path + "' is not of the form file.h5:/dataset");
+  file = path.substr(0, p + ext);
+  dataset = path.substr(p + ext + 1);
+  if (dataset.empty() || dataset == "/") throw Error("'" + path + "' names no dataset (expected file.h5:/dataset)");
+}
+
+Tensor read_tensor(const std::string& path, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0) throw Error("shape must not be negative");
+  const FileKind kind = file_kind(path);
+  if (kind == FileKind::hdf5) return read_h5(path, rows, cols);
+  const std::vector<uint8_t> buf = read_file(path);
+  Tensor t;
+  if (kind == FileKind::npy) {
+    size_t off;
+    int64_t count, r, c;
+    bool is2d;
+    parse_npy(path, buf, off, count, is2d, r, c);
+    check_shape(path, count, rows, cols, is2d, r, c);
+    t.shape_known = is2d;
+    t.data.resize(static_cast<size_t>(count));
+    if (count > 0) std::memcpy(t.data.data(), buf.data() + off, static_cast<size_t>(count) * 4);
+  } else {
+    if (rows == 0 && cols == 0) throw Error("'" + path + "' is a raw float32 file: give its shape with --shape R,C");
+    if (buf.size() % 4 != 0)
+      throw Error("'" + path + "' is " + std::to_string(buf.size()) + " bytes, not a whole number of float32 values");
+    check_shape(path, static_cast<int64_t>(buf.size() / 4), rows, cols, false, 0, 0);
+    t.data.resize(buf.size() / 4);
+    if (!buf.empty()) std::memcpy(t.data.data(), buf.data(), buf.size());
+  }
+  t.rows = rows;
+  t.cols = cols;
+  return t;
+}
+
+std::vector<uint8_t> npy_bytes(const float* data, int64_t rows, int64_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  // Pad so that the data starts at a multiple of 64 bytes, ending in '\n'.
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::vector<uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  out.push_back(static_cast<uint8_t>(header.size() & 0xff));
+  out.push_back(static_cast<uint8_t>(header.size() >> 8));
+  out.insert(out.end(), header.begin(), header.end());
+  const auto* p = reinterpret_cast<const uint8_t*>(data);
+  out.insert(out.end(), p, p + rows * cols * 4);
+  return out;
+}
+
+std::string OutputSet::temp_for(const std::string& dest) {
+  const fs::path d(dest);
+  const fs::path dir = d.has_parent_path() ? d.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir)) throw Error("cannot write '" + dest + "': directory '" + dir.string() + "' does not exist");
+  static std::mt19937_64 rng{std::random_device{}()};
+  return (dir / ("." + d.filename().string() + ".tmp" + std::to_string(getpid()) + "_" + std::to_string(rng() % 1000000)))
+      .string();
+}
+
+void OutputSet::add_tensor(const std::string& path, const float* data, int64_t rows, int64_t cols) {
+  switch (file_kind(path)) {
+    case FileKind::hdf5: {
+      std::string file, dset;
+      split_h5_path(path, file, dset);
+      Pending p{temp_for(file), file, dset};
+      pending_.push_back(p);
+      write_h5(p.tmp, dset, data, rows, cols);
+      return;
+    }
+    case FileKind::npy: {
+      const auto bytes = npy_bytes(data, rows, cols);
+      add_bytes(path, bytes.data(), bytes.size());
+      return;
+    }
+    case FileKind::raw: add_bytes(path, data, static_cast<size_t>(rows * cols) * 4); return;
+  }
+}
+
+void OutputSet::add_bytes(const std::string& path, const void* data, size_t n) {
+  Pending p{temp_for(path), path, ""};
+  pending_.push_back(p);
+  write_bytes_file(p.tmp, data, n);
+}
+
+void OutputSet::add_text(const std::string& path, const std::string& text) { add_bytes(path, text.data(), text.size()); }
+
+void OutputSet::commit() {
+  for (auto& p : pending_) {
+    if (!p.h5_dataset.empty() && fs::exists(p.dest)) {
+      // Copy the dataset into the existing file, replacing one of that name.
+      static H5Silence silence;
+      H5Id dst(H5Fopen(p.dest.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+      if (dst.id < 0) throw Error("cannot open '" + p.dest + "' to add dataset '" + p.h5_dataset + "'");
+      H5Id src(H5Fopen(p.tmp.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+      if (H5Lexists(dst.id, p.h5_dataset.c_str(), H5P_DEFAULT) > 0) H5Ldelete(dst.id, p.h5_dataset.c_str(), H5P_DEFAULT);
+      H5Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+      H5Pset_create_intermediate_group(lcpl.id, 1);
+      if (H5Ocopy(src.id, p.h5_dataset.c_str(), dst.id, p.h5_dataset.c_str(), H5P_DEFAULT, lcpl.id) < 0)
+        throw Error("cannot write dataset '" + p.h5_dataset + "' into '" + p.dest + "'");
+      fs::remove(p.tmp);
+    } else {
+      std::error_code ec;
+      fs::rename(p.tmp, p.dest, ec);
+      if (ec) throw Error("cannot move output into '" + p.dest + "': " + ec.message());
+    }
+    p.tmp.clear();
+  }
+  pending_.clear();
+}
+
+OutputSet::~OutputSet() {
+  for (const auto& p : pending_) {
+    std::error_code ec;
+    if (!p.tmp.empty()) fs::remove(p.tmp, ec);
+  }
+}
+
+}  // namespace exmy::io

@@ -1,0 +1,62 @@
+// Reading and writing float32 tensors and code arrays for the command line:
+// raw little-endian float32 (.f32/.bin/anything else), NumPy .npy, and
+// HDF5 datasets named `file.h5:/path/to/dataset`.
+//
+// Writers never leave a partial file behind: each output is written to a
+// temporary file next to its destination and renamed into place only when
+// every output of the command has been produced (see OutputSet).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace exmy::io {
+
+struct Tensor {
+  std::vector<float> data;
+  int64_t rows = 0, cols = 0;
+  bool shape_known = false;  // the file itself carried a 2-D shape
+};
+
+// Reads a float32 tensor. `rows`/`cols` of 0 mean "take them from the file"
+// (possible for .npy and HDF5 with a 1-D or 2-D shape). Throws exmy::Error.
+Tensor read_tensor(const std::string& path, int64_t rows, int64_t cols);
+
+// Kind of a path by its name.
+enum class FileKind { raw, npy, hdf5 };
+FileKind file_kind(const std::string& path);
+// Splits `file.h5:/dataset` into its two parts.
+void split_h5_path(const std::string& path, std::string& file, std::string& dataset);
+
+// A set of outputs committed together.
+class OutputSet {
+ public:
+  OutputSet() = default;
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+  ~OutputSet();  // removes uncommitted temporaries
+
+  // Float32 tensor to raw/.npy/HDF5 (by the name of `path`).
+  void add_tensor(const std::string& path, const float* data, int64_t rows, int64_t cols);
+  // Bytes, written as they are.
+  void add_bytes(const std::string& path, const void* data, size_t n);
+  // Text.
+  void add_text(const std::string& path, const std::string& text);
+  // Renames every temporary into place.
+  void commit();
+
+ private:
+  struct Pending {
+    std::string tmp, dest;
+    std::string h5_dataset;  // non-empty: copy this dataset into an existing HDF5 file
+  };
+  std::vector<Pending> pending_;
+  std::string temp_for(const std::string& dest);
+};
+
+// NumPy .npy bytes for a 2-D little-endian float32 array.
+std::vector<uint8_t> npy_bytes(const float* data, int64_t rows, int64_t cols);
+
+}  // namespace exmy::io
