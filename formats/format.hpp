@@ -156,6 +156,8 @@ struct Format {
     const uint32_t first_pos = has_zero ? 1u : 0u;
     if (reserved > mag_count - 1u - first_pos) return false;
     max_mag = mag_count - 1u - reserved;
+    // Signed, without zero and without -0: the negative side needs code 1.
+    if (is_signed && !negzero && !has_zero && max_mag < 1u) return false;
     has_nan = nans > 0 || (is_signed && !negzero);
     nan_code = nans > 0 ? mag_count - 1u : (is_signed && !negzero ? sign_bit : 0u);
     emin = subnormals ? 1 - bias : -bias;

@@ -53,15 +53,18 @@ EXMY_HD uint32_t random_bits(uint64_t seed, uint64_t stream, uint64_t i, int n) 
 class RandomBits {
  public:
   EXMY_HD RandomBits(uint64_t seed, uint64_t stream, int n) : seed_(seed), stream_(stream), n_(n) {}
-  EXMY_HD uint32_t operator()(uint64_t i) {
-    const uint64_t j = random_word_index(i, n_);
+  EXMY_HD uint32_t operator()(uint64_t i) { return random_bits_from_word(word(random_word_index(i, n_)), i, n_); }
+
+  // Word j of the sequence.
+  EXMY_HD uint32_t word(uint64_t j) {
     if ((j >> 2) != cached_ || !valid_) {
       cached_ = j >> 2;
       valid_ = true;
       block_ = philox_block(seed_, stream_, cached_);
     }
-    return random_bits_from_word(block_.w[j & 3], i, n_);
+    return block_.w[j & 3];
   }
+  EXMY_HD int bits() const { return n_; }
 
  private:
   uint64_t seed_, stream_;

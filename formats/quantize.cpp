@@ -13,6 +13,7 @@
 
 #include "formats/error.hpp"
 #include "formats/philox.hpp"
+#include "formats/quantize_vec.hpp"
 #include "formats/spec.hpp"
 
 namespace exmy {
@@ -202,15 +203,12 @@ double reference_amax(const QuantSpec& spec, const float* x, int64_t n, int thre
     case AmaxKind::current: break;
   }
   if (threads < 0) return tensor_amax_ref(x, n);
-  float m = 0.0f;
-  bool nan = false;
-#pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(max : m) reduction(|| : nan) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    nan = nan || std::isnan(a);
-    m = a > m ? a : m;
-  }
-  return nan ? std::numeric_limits<double>::quiet_NaN() : m;
+  // max of |x| bits over chunks; NaN bits order above Inf
+  uint32_t m = 0;
+  const int64_t chunk = 1 << 16;
+#pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(max : m) schedule(static)
+  for (int64_t c = 0; c < n; c += chunk) m = std::max(m, detail::abs_max_bits(x + c, std::min(chunk, n - c)));
+  return m > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(float_of(m));
 }
 
 // The sums of CONTRACT §5 accumulate in double, element by element, in row-major
@@ -227,10 +225,13 @@ struct Sums {
     abs += std::fabs(xd);
   }
   void store(QuantStats& s) const {
-    s.sum_sq = sq;
-    s.sum_sq_err = sq_err;
-    s.sum_err = err;
-    s.sum_abs = abs;
+    // NaN inputs make NaN sums; IEEE leaves the sign of a NaN result to the
+    // compiler's operand order, so the stored NaN is the canonical one.
+    auto canon = [](double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; };
+    s.sum_sq = canon(sq);
+    s.sum_sq_err = canon(sq_err);
+    s.sum_err = canon(err);
+    s.sum_abs = canon(abs);
   }
 };
 
@@ -401,115 +402,133 @@ struct FirstError {
 };
 
 struct BandState {
-  std::vector<float> bmax;
-  std::vector<uint8_t> bnan;
+  std::vector<uint32_t> bmax_bits;  // block amax as |x| bits (NaN bits above Inf)
   std::vector<BlockScale> scale;
   std::vector<BlockConsts> consts;
+  std::vector<uint8_t> nan, use_vec;
+  std::vector<detail::VecBlock> vec;
+  std::vector<detail::Vec4Block> vec4;
+  detail::Vec4Mags mag4;
 };
 
+// One element on the scalar path (the reference's per-element code).
+inline void scalar_element(const QuantPlan& p, const BlockConsts& c, const float* x, int64_t i, bool nan_block,
+                           bool zero_block, bool nan_ok, const QuantOutput& out, float* values, RandomBits& rng,
+                           Counts& cnt, FirstError& err) {
+  uint32_t code;
+  float xh;
+  if (nan_block || std::isnan(x[i])) {
+    if (!nan_ok && std::isnan(x[i])) err.note(i);
+    code = p.fe.has_nan ? p.fe.nan_code : zero_code(p.fe, x[i]);
+    xh = std::numeric_limits<float>::quiet_NaN();
+  } else if (zero_block) {
+    code = zero_code(p.fe, x[i]);
+    xh = (code & p.fe.sign_bit) ? -0.0f : 0.0f;
+  } else {
+    const uint32_t r = is_stochastic(p.round) ? rng(static_cast<uint64_t>(i)) : 0;
+    const ElemOut e = encode_element(p, c, x[i], r);
+    if (e.flags & kUnrepresentable) err.note(i);
+    cnt.saturated += (e.flags & kSaturated) ? 1 : 0;
+    code = e.code;
+    xh = e.xhat;
+  }
+  cnt.nonzero += x[i] != 0.0f;
+  cnt.underflow += (x[i] != 0.0f && xh == 0.0f);
+  cnt.subnormal += p.fe.classify(code) == CodeClass::subnormal;
+  store_code(out.codes, p.fe.code_bytes(), i, code);
+  values[i] = xh;
+}
+
 // Quantizes rows [r0, r1) (one band) of x. `blk0` is the index of the band's
-// first block.
+// first block. Without a block scale the band is one block-free run.
 void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0, int64_t r1, int64_t blk0,
                    const QuantOutput& out, float* values, BandState& bs, Counts& cnt, FirstError& err) {
-  const int cb = p.fe.code_bytes();
   RandomBits rng(p.seed, p.stream, p.sr_bits > 0 ? p.sr_bits : 8);
-  const bool sr = is_stochastic(p.round);
   const bool nan_ok = nan_representable(p);
+  const bool vec4 = detail::vec4_supported(p);
+  const bool vec = !vec4 && detail::vec_supported(p);
+  auto* codes = static_cast<uint8_t*>(out.codes);
+  detail::SpanCounts sc;
 
-  if (!p.has_scale) {
-    const BlockConsts c{1.0, 0.0f};
-    for (int64_t i = r0 * cols; i < r1 * cols; ++i) {
-      uint32_t code;
-      float xh;
-      if (std::isnan(x[i])) {
-        if (!nan_ok) err.note(i);
-        code = p.fe.has_nan ? p.fe.nan_code : zero_code(p.fe, x[i]);
-        xh = std::numeric_limits<float>::quiet_NaN();
-      } else {
-        const uint32_t r = sr ? rng(static_cast<uint64_t>(i)) : 0;
-        const ElemOut e = encode_element(p, c, x[i], r);
-        if (e.flags & kUnrepresentable) err.note(i);
-        cnt.saturated += (e.flags & kSaturated) ? 1 : 0;
-        code = e.code;
-        xh = e.xhat;
-      }
-      cnt.nonzero += x[i] != 0.0f;
-      cnt.underflow += (x[i] != 0.0f && xh == 0.0f);
-      cnt.subnormal += p.fe.classify(code) == CodeClass::subnormal;
-      store_code(out.codes, cb, i, code);
-      values[i] = xh;
-    }
-    return;
-  }
-
-  const int64_t gc = (cols + p.bc - 1) / p.bc;
-  bs.bmax.assign(static_cast<size_t>(gc), 0.0f);
-  bs.bnan.assign(static_cast<size_t>(gc), 0);
+  // Block geometry of the band: gc blocks of bc columns (one block of the
+  // whole band without a scale).
+  const int64_t bc = p.has_scale ? p.bc : (r1 - r0) * cols;
+  const int64_t gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 1;
+  bs.bmax_bits.assign(static_cast<size_t>(gc), 0u);
   bs.scale.resize(static_cast<size_t>(gc));
-  bs.consts.resize(static_cast<size_t>(gc));
-  // Pass 1: block amax.
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* row = x + r * cols;
-    for (int64_t j = 0; j < gc; ++j) {
-      const int64_t c0 = j * p.bc, c1 = std::min(cols, c0 + p.bc);
-      float m = bs.bmax[j];
-      bool nan = false;
-      for (int64_t c = c0; c < c1; ++c) {
-        const float a = std::fabs(row[c]);
-        nan |= std::isnan(a);
-        m = a > m ? a : m;
-      }
-      bs.bmax[j] = m;
-      bs.bnan[j] |= nan;
-    }
+  bs.consts.assign(static_cast<size_t>(gc), BlockConsts{1.0, 0.0f});
+  bs.nan.assign(static_cast<size_t>(gc), 0);
+  bs.use_vec.assign(static_cast<size_t>(gc), 0);
+  if (vec) bs.vec.resize(static_cast<size_t>(gc));
+  if (vec4) {
+    bs.vec4.resize(static_cast<size_t>(gc));
+    bs.mag4 = detail::vec4_magnitudes(p);
   }
-  // Pass 2: block scales.
-  const int sb = p.fs.code_bytes();
+
+  // Pass 1: block amax (NaN detection too).
+  if (p.has_scale) {
+    for (int64_t r = r0; r < r1; ++r) detail::row_block_max_bits(x + r * cols, cols, p.bc, bs.bmax_bits.data());
+  } else {
+    bs.bmax_bits[0] = detail::abs_max_bits(x + r0 * cols, (r1 - r0) * cols);
+  }
+
+  // Pass 2: block scales and the constants of each block's element loop.
+  const int sb = p.has_scale ? p.fs.code_bytes() : 1;
+  const bool scales_done = p.has_scale && detail::block_scales_vec(p, bs.bmax_bits.data(), gc, bs.scale.data());
   for (int64_t j = 0; j < gc; ++j) {
-    if (bs.bnan[j]) {
-      bs.scale[j] = BlockScale{p.fs.has_nan ? p.fs.nan_code : 0u, 0.0, false, false, false};
-    } else {
-      bs.scale[j] = block_scale(p, bs.bmax[j]);
-      cnt.scale_saturated += bs.scale[j].saturated;
-      cnt.scale_underflow += bs.scale[j].underflow;
-      cnt.scale_subnormal += p.fs.classify(bs.scale[j].code) == CodeClass::subnormal;
-      bs.consts[j] = block_consts(p, bs.scale[j].s);
-    }
-    store_code(out.scale_codes, sb, blk0 + j, bs.scale[j].code);
-  }
-  // Pass 3: elements, row-major.
-  for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t j = 0; j < gc; ++j) {
-      const int64_t c0 = j * p.bc, c1 = std::min(cols, c0 + p.bc);
-      const BlockScale& s = bs.scale[j];
-      const BlockConsts& k = bs.consts[j];
-      for (int64_t c = c0; c < c1; ++c) {
-        const int64_t i = r * cols + c;
-        uint32_t code;
-        float xh;
-        if (bs.bnan[j]) {
-          if (!nan_ok && std::isnan(x[i])) err.note(i);
-          code = p.fe.has_nan ? p.fe.nan_code : zero_code(p.fe, x[i]);
-          xh = std::numeric_limits<float>::quiet_NaN();
-        } else if (s.zero) {
-          code = zero_code(p.fe, x[i]);
-          xh = (code & p.fe.sign_bit) ? -0.0f : 0.0f;
-        } else {
-          const uint32_t rb = sr ? rng(static_cast<uint64_t>(i)) : 0;
-          const ElemOut e = encode_element(p, k, x[i], rb);
-          if (e.flags & kUnrepresentable) err.note(i);
-          cnt.saturated += (e.flags & kSaturated) ? 1 : 0;
-          code = e.code;
-          xh = e.xhat;
-        }
-        cnt.nonzero += x[i] != 0.0f;
-        cnt.underflow += (x[i] != 0.0f && xh == 0.0f);
-        cnt.subnormal += p.fe.classify(code) == CodeClass::subnormal;
-        store_code(out.codes, cb, i, code);
-        values[i] = xh;
+    // A NaN poisons its block; without a block scale it stays an element
+    // matter for the scalar loop (the band then skips the vector loops).
+    const bool has_nan = bs.bmax_bits[j] > 0x7f800000u;
+    bs.nan[j] = p.has_scale && has_nan;
+    bool zero = false;
+    if (p.has_scale) {
+      if (bs.nan[j]) {
+        bs.scale[j] = BlockScale{p.fs.has_nan ? p.fs.nan_code : 0u, 0.0, false, false, false};
+      } else {
+        if (!scales_done) bs.scale[j] = block_scale(p, float_of(bs.bmax_bits[j]));
+        cnt.scale_saturated += bs.scale[j].saturated;
+        cnt.scale_underflow += bs.scale[j].underflow;
+        cnt.scale_subnormal += p.fs.classify(bs.scale[j].code) == CodeClass::subnormal;
+        bs.consts[j] = block_consts(p, bs.scale[j].s);
+        zero = bs.scale[j].zero;
       }
+      store_code(out.scale_codes, sb, blk0 + j, bs.scale[j].code);
+    }
+    if (has_nan || zero) continue;
+    bs.use_vec[j] = vec4 || vec;
+    if (vec) bs.vec[j] = detail::vec_block(p, bs.consts[j]);
+  }
+  if (vec4) {
+    detail::vec4_blocks(p, bs.mag4, bs.consts.data(), gc, bs.vec4.data());
+    for (int64_t j = 0; j < gc; ++j) bs.use_vec[j] = bs.use_vec[j] && bs.vec4[j].ok;
+  }
+
+  // Pass 3: elements, row-major. The vector loops take the blocks marked in
+  // use_vec; the rest (NaN blocks, zero-scale blocks, formats the vector
+  // loops do not cover) go element by element through the scalar core.
+  const int64_t nrows = p.has_scale ? r1 - r0 : 1;
+  const int64_t rcols = p.has_scale ? cols : (r1 - r0) * cols;
+  for (int64_t rr = 0; rr < nrows; ++rr) {
+    const int64_t i0 = (r0 + rr) * cols;
+    if (vec4) {
+      const detail::Row4 row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.vec4.data(), bs.use_vec.data()};
+      detail::vec4_row(p, row, codes, values, rng, sc);
+    }
+    for (int64_t j = 0; j < gc; ++j) {
+      const int64_t c0 = j * bc, c1 = std::min(rcols, c0 + bc);
+      if (bs.use_vec[j]) {
+        if (vec) detail::vec_span(p, bs.consts[j], bs.vec[j], x + i0 + c0, i0 + c0, c1 - c0, codes, values, rng, sc);
+        continue;
+      }
+      const bool zero = p.has_scale && !bs.nan[j] && bs.scale[j].zero;
+      for (int64_t c = c0; c < c1; ++c)
+        scalar_element(p, bs.consts[j], x, i0 + c, bs.nan[j], zero, nan_ok, out, values, rng, cnt, err);
     }
   }
+  cnt.nonzero += sc.nonzero;
+  cnt.underflow += sc.underflow;
+  cnt.saturated += sc.saturated;
+  cnt.subnormal += sc.subnormal;
 }
 
 // The double sums in block order (see Sums).

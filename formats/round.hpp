@@ -249,9 +249,14 @@ EXMY_HD Encoded sign_and_overflow(const Format& f, MagRound m, bool neg, bool sa
       e.unrepresentable = true;
     }
   }
+  if (neg && f.is_signed && mag == 0 && !f.negzero && !f.has_zero) {
+    // Without zero, magnitude code 0 is the smallest value, but its negative
+    // code is taken by NaN: the negative side starts at magnitude code 1.
+    mag = 1u;
+  }
   e.code = mag;
   if (neg && f.is_signed) {
-    if (mag == 0 && f.has_zero && !f.negzero) e.code = 0u;
+    if (mag == 0 && !f.negzero) e.code = 0u;  // no -0: the result is +0
     else e.code |= f.sign_bit;
   }
   return e;

@@ -1,0 +1,821 @@
+#include "formats/quantize_vec.hpp"
+
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define EXMY_VEC 1
+#endif
+
+namespace exmy::detail {
+
+namespace {
+
+// The scalar path for one element, used for tails and uncertain lanes.
+inline void scalar_element(const QuantPlan& p, const BlockConsts& c, const float* x, int64_t i, int64_t j,
+                           uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
+  const uint32_t r = is_stochastic(p.round) ? rng(static_cast<uint64_t>(i)) : 0u;
+  const ElemOut e = encode_element(p, c, x[j], r);
+  cnt.saturated += (e.flags & kSaturated) ? 1 : 0;
+  cnt.nonzero += x[j] != 0.0f;
+  cnt.underflow += (x[j] != 0.0f && e.xhat == 0.0f);
+  cnt.subnormal += p.fe.classify(e.code) == CodeClass::subnormal;
+  if (codes) {
+    if (p.fe.code_bytes() == 1) {
+      codes[i] = static_cast<uint8_t>(e.code);
+    } else {
+      codes[2 * i] = static_cast<uint8_t>(e.code);
+      codes[2 * i + 1] = static_cast<uint8_t>(e.code >> 8);
+    }
+  }
+  values[i] = e.xhat;
+}
+
+}  // namespace
+
+bool vec_supported(const QuantPlan& p) {
+#ifdef EXMY_VEC
+  const Format& f = p.fe;
+  const int h = is_stochastic(p.round) ? p.sr_bits : 0;
+  return p.saturate && f.subnormals && f.has_zero && (f.negzero || !f.is_signed) && f.bits <= 16 && f.M + h <= 40;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+bool vec4_supported(const QuantPlan& p) {
+#ifdef EXMY_VEC
+  const Format& f = p.fe;
+  const int h = is_stochastic(p.round) ? p.sr_bits : 0;
+  if (!vec_supported(p) || f.E + f.M > 3 || f.M + h + 2 > 22) return false;
+  // Ws = v * 2^(h+1+M-ee) and 2^(ee-M) must stay normal float32 powers of two.
+  if (h + 1 + f.M - f.emin > 126 || f.emin - f.M < -126 || f.max_exp > 126) return false;
+  // the block scale and tensor scale must be float32 values for fl(t / s)
+  return true;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+Vec4Mags vec4_magnitudes(const QuantPlan& p) {
+  Vec4Mags m;
+  for (uint32_t q = 0; q < 8; ++q) {
+    m.idx[q] = -1;
+    if (q > p.fe.max_mag) continue;
+    double v = p.fe.mag_value(q);
+    if (v == 0.0) continue;
+    double pw = 1.0;
+    // split v = odd * 2^k with an odd integer part
+    while (v != std::floor(v)) {
+      v *= 2;
+      pw /= 2;
+    }
+    while (std::fmod(v, 2.0) == 0.0) {
+      v /= 2;
+      pw *= 2;
+    }
+    int k = 0;
+    while (k < m.nodd && m.odd[k] != v) ++k;
+    if (k == m.nodd) m.odd[m.nodd++] = v;
+    m.idx[q] = k;
+    m.pw[q] = pw;
+  }
+  return m;
+}
+
+void vec4_blocks(const QuantPlan& p, const Vec4Mags& m, const BlockConsts* c, int64_t n, Vec4Block* out) {
+#ifdef EXMY_VEC
+  const bool exact = p.arith == Arith::exact;
+  const __m256d t = _mm256_set1_pd(p.t);
+  const __m256d lo = _mm256_set1_pd(std::ldexp(1.0, -126)), hi = _mm256_set1_pd(std::ldexp(1.0, 126));
+  const __m128 ginv = _mm_set1_ps(p.ginv);
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const __m256d s = p.has_scale ? _mm256_set_pd(c[j + 3].s, c[j + 2].s, c[j + 1].s, c[j].s) : _mm256_set1_pd(1.0);
+    alignas(16) float rr[4] = {0, 0, 0, 0};
+    int okm = 0xf;
+    if (exact) {
+      // r = fl(t / s); it must be a normal float32 for the uncertainty rule
+      const __m256d r = p.has_scale ? _mm256_div_pd(t, s) : t;
+      okm = _mm256_movemask_pd(_mm256_and_pd(_mm256_cmp_pd(r, lo, _CMP_GE_OQ), _mm256_cmp_pd(r, hi, _CMP_LE_OQ)));
+      _mm_store_ps(rr, _mm256_cvtpd_ps(r));
+    }
+    // x-hat of each odd part, rounded to odd: rto(odd * s / t) (exact arithmetic)
+    __m256d y[8];
+    for (int k = 0; k < m.nodd; ++k) {
+      const __m256d num = _mm256_mul_pd(_mm256_set1_pd(m.odd[k]), s);
+      if (exact || !p.has_scale) {
+        const __m256d q = _mm256_div_pd(num, t);
+        const __m256d rem = _mm256_fnmadd_pd(q, t, num);
+        __m256i b = _mm256_castpd_si256(q);
+        b = _mm256_add_epi64(b, _mm256_castpd_si256(_mm256_cmp_pd(rem, _mm256_setzero_pd(), _CMP_LT_OQ)));
+        b = _mm256_or_si256(b, _mm256_and_si256(_mm256_castpd_si256(_mm256_cmp_pd(rem, _mm256_setzero_pd(), _CMP_NEQ_UQ)),
+                                                _mm256_set1_epi64x(1)));
+        y[k] = _mm256_castsi256_pd(b);
+      } else {
+        y[k] = num;  // fp32 arithmetic: q * s is exact in double
+      }
+    }
+    alignas(16) float tab[8][4];
+    for (int q = 0; q < 8; ++q) {
+      if (m.idx[q] < 0) {
+        _mm_store_ps(tab[q], _mm_setzero_ps());
+        continue;
+      }
+      // scaling a rounded-to-odd double by a power of two keeps it rounded to odd
+      const __m256d v = _mm256_mul_pd(y[m.idx[q]], _mm256_set1_pd(m.pw[q]));
+      __m128 f = _mm256_cvtpd_ps(v);
+      if (!exact && p.has_scale) f = _mm_mul_ps(f, ginv);  // fl(fl(q * s) * Ginv)
+      _mm_store_ps(tab[q], f);
+    }
+    for (int l = 0; l < 4; ++l) {
+      Vec4Block& o = out[j + l];
+      o.r = exact ? rr[l] : 1.0f;
+      o.ok = !exact || ((okm >> l) & 1);
+      for (int q = 0; q < 8; ++q) o.table[q] = tab[q][l];
+    }
+  }
+  for (; j < n; ++j) {
+    Vec4Block& o = out[j];
+    if (p.arith == Arith::exact) {
+      const double r = p.has_scale ? static_cast<double>(p.t) / c[j].s : static_cast<double>(p.t);
+      o.r = static_cast<float>(r);
+      o.ok = r >= std::ldexp(1.0, -126) && r <= std::ldexp(1.0, 126);
+    }
+    for (uint32_t q = 0; q < 8; ++q) o.table[q] = q <= p.fe.max_mag ? dequant(p, c[j], q) : 0.0f;
+  }
+#else
+  (void)m;
+  for (int64_t j = 0; j < n; ++j)
+    for (uint32_t q = 0; q < 8; ++q) out[j].table[q] = q <= p.fe.max_mag ? dequant(p, c[j], q) : 0.0f;
+#endif
+}
+
+VecBlock vec_block(const QuantPlan& p, const BlockConsts& c) {
+  VecBlock vb;
+  vb.s = c.s;
+  if (p.arith != Arith::exact) return vb;
+  const double t = p.t;
+  if (p.has_scale) {
+    vb.r = t / c.s;
+    vb.r_exact = std::fma(-vb.r, c.s, t) == 0.0;
+    vb.u = c.s / t;
+    vb.u_exact = std::fma(-vb.u, t, c.s) == 0.0;
+  } else {
+    vb.r = t;
+    vb.r_exact = true;
+    vb.u = 1.0 / t;
+    vb.u_exact = std::fma(-vb.u, t, 1.0) == 0.0;
+  }
+  return vb;
+}
+
+#ifdef EXMY_VEC
+
+namespace {
+
+inline __m256d pow2_vec(__m256i e) {  // 2^e for int64 lanes in [-1022, 1023]
+  return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(e, _mm256_set1_epi64x(1023)), 52));
+}
+
+inline __m256i max_epi64(__m256i a, __m256i b) { return _mm256_blendv_epi8(b, a, _mm256_cmpgt_epi64(a, b)); }
+
+template <Round MODE, Arith ARITH>
+void span_impl(const QuantPlan& p, const BlockConsts& c, const VecBlock& vb, const float* x, int64_t i0, int64_t n,
+               uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
+  const Format& f = p.fe;
+  constexpr bool kSR = MODE == Round::stochastic || MODE == Round::stochastic_fast || MODE == Round::stochastic_fastest;
+  const int h = kSR ? p.sr_bits : 0;
+  const bool exact_arith = ARITH == Arith::exact;
+  const bool check_v = exact_arith && !vb.r_exact;
+  const bool check_xh = exact_arith && !vb.u_exact;
+  const int cb = f.code_bytes();
+
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
+  const __m256d vmax = _mm256_set1_pd(f.max);
+  const __m256d vr = _mm256_set1_pd(vb.r);
+  const __m256d vu = _mm256_set1_pd(vb.u);
+  const __m256d vs = _mm256_set1_pd(vb.s);
+  const __m128 vmb = _mm_set1_ps(c.mb);
+  const __m128 vt = _mm_set1_ps(p.t);
+  const __m128 vginv = _mm_set1_ps(p.ginv);
+  const __m256d two52 = _mm256_set1_pd(4503599627370496.0);
+  const __m256i two52_bits = _mm256_castpd_si256(two52);
+  const __m256d tol_rel = _mm256_set1_pd(std::ldexp(1.0, -48));
+  const __m256d one = _mm256_set1_pd(1.0);
+  const __m256d inf = _mm256_set1_pd(INFINITY);
+  const __m256i emin = _mm256_set1_epi64x(f.emin);
+  const __m256i exp_mask = _mm256_set1_epi64x(0x7ff);
+  const __m256i e1023 = _mm256_set1_epi64x(1023);
+  const __m256i shift_w = _mm256_set1_epi64x(h + 1 + f.M);  // Ws = v * 2^(h+1+M-ee)
+  const __m256i Mv = _mm256_set1_epi64x(f.M);
+  const __m128i cnt_h1 = _mm_cvtsi32_si128(h + 1);
+  const __m128i cnt_M = _mm_cvtsi32_si128(f.M);
+  const __m256i Fmask = _mm256_set1_epi64x((int64_t{1} << (h + 1)) - 1);
+  const __m256i zero_i = _mm256_setzero_si256();
+  const __m256i one_i = _mm256_set1_epi64x(1);
+  const __m256i max_mag = _mm256_set1_epi64x(f.max_mag);
+  const __m256i sub_lim = _mm256_set1_epi64x(int64_t{1} << f.M);  // mag codes below are subnormal or zero
+  const __m256i sign_bit = _mm256_set1_epi64x(f.sign_bit);
+  const __m256i two_n = _mm256_set1_epi64x(int64_t{1} << h);
+  const __m256i two_n1 = _mm256_set1_epi64x(int64_t{1} << (h + 1));
+  const __m256i low29 = _mm256_set1_epi64x((int64_t{1} << 29) - 1);
+  const __m256i mid29 = _mm256_set1_epi64x(int64_t{1} << 28);
+  const __m256i tol29 = _mm256_set1_epi64x(16);
+  const __m256d flt_min = _mm256_set1_pd(std::ldexp(1.0, -126));
+  const __m256d flt_top = _mm256_set1_pd(std::ldexp(1.0, 127));
+  (void)two_n;
+  (void)two_n1;
+
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const __m128 x4 = _mm_loadu_ps(x + j);
+    const __m256d xd = _mm256_cvtps_pd(x4);
+    const __m256d neg = _mm256_castsi256_pd(_mm256_cmpgt_epi64(zero_i, _mm256_castpd_si256(xd)));  // sign bit set
+    // v: the exact (fp32) or nearly exact (exact arithmetic) scaled magnitude
+    __m256d v;
+    if constexpr (exact_arith) {
+      v = _mm256_mul_pd(_mm256_and_pd(xd, abs_mask), vr);
+    } else {
+      const __m128 y = p.has_scale ? _mm_mul_ps(x4, vmb) : _mm_mul_ps(x4, vt);
+      v = _mm256_and_pd(_mm256_cvtps_pd(y), abs_mask);
+    }
+    // lanes the scalar core must redo: non-finite, unsigned negatives
+    __m256d unsure = _mm256_cmp_pd(v, inf, _CMP_NLT_UQ);
+    if (!f.is_signed) unsure = _mm256_or_pd(unsure, neg);
+
+    const __m256i vbits = _mm256_castpd_si256(v);
+    const __m256i e = _mm256_sub_epi64(_mm256_and_si256(_mm256_srli_epi64(vbits, 52), exp_mask), e1023);
+    const __m256i ee = max_epi64(e, emin);
+    const __m256d Ws = _mm256_mul_pd(v, pow2_vec(_mm256_sub_epi64(shift_w, ee)));
+    const __m256d Wf = _mm256_round_pd(Ws, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m256d frac = _mm256_sub_pd(Ws, Wf);
+    if (check_v) {
+      const __m256d tol = _mm256_mul_pd(Ws, tol_rel);
+      const __m256d nz = _mm256_cmp_pd(v, _mm256_setzero_pd(), _CMP_NEQ_UQ);
+      const __m256d near = _mm256_or_pd(_mm256_cmp_pd(frac, tol, _CMP_LE_OQ),
+                                        _mm256_cmp_pd(frac, _mm256_sub_pd(one, tol), _CMP_GE_OQ));
+      unsure = _mm256_or_pd(unsure, _mm256_and_pd(near, nz));
+    }
+    const __m256i W = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(Wf, two52)), two52_bits);
+    const __m256i k = _mm256_srl_epi64(W, cnt_h1);
+    const __m256i F = _mm256_and_si256(W, Fmask);
+    const __m256i sticky = _mm256_castpd_si256(_mm256_cmp_pd(frac, _mm256_setzero_pd(), _CMP_NEQ_UQ));
+    const __m256i Fnz = _mm256_cmpgt_epi64(F, zero_i);
+    const __m256i inexact = _mm256_or_si256(Fnz, sticky);
+    const __m256i lo_odd = _mm256_cmpeq_epi64(_mm256_and_si256(k, one_i), one_i);
+    const __m256i negi = _mm256_castpd_si256(neg);
+    __m256i away;
+    if constexpr (MODE == Round::rne) {
+      away = _mm256_and_si256(Fnz, _mm256_or_si256(sticky, lo_odd));
+    } else if constexpr (MODE == Round::rna) {
+      away = Fnz;
+    } else if constexpr (MODE == Round::rtz) {
+      away = zero_i;
+    } else if constexpr (MODE == Round::up) {
+      away = _mm256_andnot_si256(negi, inexact);
+    } else if constexpr (MODE == Round::down) {
+      away = _mm256_and_si256(negi, inexact);
+    } else if constexpr (MODE == Round::odd) {
+      away = _mm256_andnot_si256(lo_odd, inexact);
+    } else {
+      alignas(32) int64_t rr[4];
+      for (int l = 0; l < 4; ++l) rr[l] = rng(static_cast<uint64_t>(i0 + j + l));
+      const __m256i r = _mm256_load_si256(reinterpret_cast<const __m256i*>(rr));
+      if constexpr (MODE == Round::stochastic) {
+        const __m256i jj = _mm256_srli_epi64(F, 1);
+        const __m256i F_odd = _mm256_cmpeq_epi64(_mm256_and_si256(F, one_i), one_i);
+        const __m256i j_odd = _mm256_cmpeq_epi64(_mm256_and_si256(jj, one_i), one_i);
+        const __m256i up1 = _mm256_and_si256(F_odd, _mm256_or_si256(sticky, j_odd));
+        const __m256i rn = _mm256_sub_epi64(jj, up1);  // up1 is -1 where set
+        away = _mm256_cmpgt_epi64(_mm256_add_epi64(rn, r), _mm256_sub_epi64(two_n, one_i));
+      } else if constexpr (MODE == Round::stochastic_fast) {
+        const __m256i lhs = _mm256_add_epi64(_mm256_add_epi64(F, _mm256_add_epi64(r, r)), one_i);
+        away = _mm256_cmpgt_epi64(lhs, _mm256_sub_epi64(two_n1, one_i));
+      } else {
+        const __m256i lhs = _mm256_add_epi64(_mm256_srli_epi64(F, 1), r);
+        away = _mm256_cmpgt_epi64(lhs, _mm256_sub_epi64(two_n, one_i));
+      }
+    }
+    const __m256i kk = _mm256_sub_epi64(k, away);  // away lanes are -1
+    __m256i code = _mm256_add_epi64(_mm256_sll_epi64(_mm256_sub_epi64(ee, emin), cnt_M), kk);
+    const __m256i over = _mm256_cmpgt_epi64(code, max_mag);
+    code = _mm256_blendv_epi8(code, max_mag, over);
+    // the rounded magnitude z = kk * 2^(ee - M), or max when saturated
+    const __m256d kkd = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(kk, two52_bits)), two52);
+    __m256d z = _mm256_mul_pd(kkd, pow2_vec(_mm256_sub_epi64(ee, Mv)));
+    z = _mm256_blendv_pd(z, vmax, _mm256_castsi256_pd(over));
+    const __m256d above = _mm256_cmp_pd(v, vmax, _CMP_GT_OQ);
+    const __m256i is_sub = _mm256_and_si256(_mm256_cmpgt_epi64(sub_lim, code), _mm256_cmpgt_epi64(code, zero_i));
+    if (f.is_signed) code = _mm256_or_si256(code, _mm256_and_si256(negi, sign_bit));
+
+    // dequantize
+    __m128 xh;
+    if constexpr (exact_arith) {
+      const __m256d xhd = _mm256_mul_pd(z, vu);
+      if (check_xh) {
+        const __m256i xb = _mm256_castpd_si256(xhd);
+        const __m256i dist = _mm256_sub_epi64(_mm256_and_si256(xb, low29), mid29);
+        const __m256i absd = _mm256_blendv_epi8(dist, _mm256_sub_epi64(zero_i, dist), _mm256_cmpgt_epi64(zero_i, dist));
+        const __m256d nz = _mm256_cmp_pd(xhd, _mm256_setzero_pd(), _CMP_NEQ_UQ);
+        const __m256d bad_range = _mm256_and_pd(
+            nz, _mm256_or_pd(_mm256_cmp_pd(xhd, flt_min, _CMP_LT_OQ), _mm256_cmp_pd(xhd, flt_top, _CMP_GE_OQ)));
+        unsure = _mm256_or_pd(unsure, _mm256_castsi256_pd(_mm256_cmpgt_epi64(tol29, absd)));
+        unsure = _mm256_or_pd(unsure, bad_range);
+      }
+      xh = _mm256_cvtpd_ps(xhd);
+    } else {
+      if (p.has_scale) xh = _mm_mul_ps(_mm256_cvtpd_ps(_mm256_mul_pd(z, vs)), vginv);
+      else xh = _mm_div_ps(_mm256_cvtpd_ps(z), vt);
+    }
+    // the sign of x (x-hat is -0 for negative x that rounds to zero, where the format has -0)
+    const __m128 sgn = _mm_and_ps(x4, _mm_castsi128_ps(_mm_set1_epi32(static_cast<int>(0x80000000u))));
+    if (f.is_signed) xh = _mm_or_ps(xh, sgn);
+
+    alignas(32) int64_t cc[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(cc), code);
+    alignas(16) float xv[4];
+    _mm_store_ps(xv, xh);
+    const int um = _mm256_movemask_pd(unsure);
+    const int am = _mm256_movemask_pd(above);
+    const int sm = _mm256_movemask_pd(_mm256_castsi256_pd(is_sub));
+    const int nzm = _mm_movemask_ps(_mm_cmpneq_ps(x4, _mm_setzero_ps()));
+    const int zm = _mm_movemask_ps(_mm_cmpeq_ps(xh, _mm_setzero_ps()));
+    const int ok = ~um & 0xf;
+    cnt.saturated += __builtin_popcount(am & ok);
+    cnt.subnormal += __builtin_popcount(sm & ok);
+    cnt.nonzero += __builtin_popcount(nzm & ok);
+    cnt.underflow += __builtin_popcount(nzm & zm & ok);
+    float* vout = values + i0 + j;
+    for (int l = 0; l < 4; ++l) vout[l] = xv[l];
+    if (codes) {
+      if (cb == 1) {
+        uint8_t* co = codes + i0 + j;
+        for (int l = 0; l < 4; ++l) co[l] = static_cast<uint8_t>(cc[l]);
+      } else {
+        uint8_t* co = codes + 2 * (i0 + j);
+        for (int l = 0; l < 4; ++l) {
+          co[2 * l] = static_cast<uint8_t>(cc[l]);
+          co[2 * l + 1] = static_cast<uint8_t>(cc[l] >> 8);
+        }
+      }
+    }
+    if (um) {
+      for (int l = 0; l < 4; ++l)
+        if (um & (1 << l)) scalar_element(p, c, x, i0 + j + l, j + l, codes, values, rng, cnt);
+    }
+  }
+  for (; j < n; ++j) scalar_element(p, c, x, i0 + j, j, codes, values, rng, cnt);
+}
+
+// ----- the 8-lane float32 loop for FP4-class formats -----
+
+// Random bits of the 8 elements i .. i+7 (i a multiple of 4 when n <= 8, of
+// 2 when n <= 16), as int32 lanes.
+inline __m256i random8(RandomBits& rng, uint64_t i, int n) {
+  if (n <= 8) {
+    const uint64_t w0 = rng.word(i >> 2), w1 = rng.word((i >> 2) + 1);
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(w0 | (w1 << 32))));
+    return _mm256_srl_epi32(b, _mm_cvtsi32_si128(8 - n));
+  }
+  if (n <= 16) {
+    alignas(16) uint32_t w[4];
+    for (int k = 0; k < 4; ++k) w[k] = rng.word((i >> 1) + k);
+    const __m256i b = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(w)));
+    return _mm256_srl_epi32(b, _mm_cvtsi32_si128(16 - n));
+  }
+  alignas(32) uint32_t w[8];
+  for (int k = 0; k < 8; ++k) w[k] = rng.word(i + k);
+  return _mm256_srl_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(w)), _mm_cvtsi32_si128(32 - n));
+}
+
+// Sum of the int32 lanes, negated (the lanes hold -counts).
+inline uint64_t hsum_neg(__m256i v) {
+  alignas(32) int32_t l[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), v);
+  int64_t t = 0;
+  for (int k = 0; k < 8; ++k) t += l[k];
+  return static_cast<uint64_t>(-t);
+}
+
+template <Round MODE, Arith ARITH>
+void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng,
+                SpanCounts& cnt) {
+  const Format& f = p.fe;
+  constexpr bool kSR = MODE == Round::stochastic || MODE == Round::stochastic_fast || MODE == Round::stochastic_fastest;
+  constexpr bool kExact = ARITH == Arith::exact;
+  const int h = kSR ? p.sr_bits : 0;
+  // Random words come 8 lanes at a time only from aligned starts.
+  const int64_t align = h <= 8 ? 4 : h <= 16 ? 2 : 1;
+
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m256 vmax = _mm256_set1_ps(static_cast<float>(f.max));
+  const __m256 vt = _mm256_set1_ps(p.t);
+  const __m256 inf = _mm256_set1_ps(INFINITY);
+  const __m256 tiny = _mm256_set1_ps(std::ldexp(1.0f, -100));
+  const __m256 tol_rel = _mm256_set1_ps(std::ldexp(1.0f, -20));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256i emin = _mm256_set1_epi32(f.emin);
+  const __m256i e127 = _mm256_set1_epi32(127);
+  const __m256i ff = _mm256_set1_epi32(0xff);
+  const __m256i shift_w = _mm256_set1_epi32(h + 1 + f.M);
+  const __m128i cnt_h1 = _mm_cvtsi32_si128(h + 1);
+  const __m128i cnt_M = _mm_cvtsi32_si128(f.M);
+  const __m256i Fmask = _mm256_set1_epi32((1 << (h + 1)) - 1);
+  const __m256i zero_i = _mm256_setzero_si256();
+  const __m256i one_i = _mm256_set1_epi32(1);
+  const __m256i max_mag = _mm256_set1_epi32(static_cast<int>(f.max_mag));
+  const __m256i sub_lim = _mm256_set1_epi32(1 << f.M);
+  const __m256i sign_bit = _mm256_set1_epi32(static_cast<int>(f.sign_bit));
+  const __m256i two_n_m1 = _mm256_set1_epi32((1 << h) - 1);
+  const __m256i two_n1_m1 = _mm256_set1_epi32((2 << h) - 1);
+  const int cb = f.code_bytes();
+  const __m256i all_ones = _mm256_set1_epi32(-1);
+  __m256i acc_sat = zero_i, acc_sub = zero_i, acc_nz = zero_i, acc_uf = zero_i;
+
+  for (int64_t b = 0; b < row.nblocks; ++b) {
+  if (!row.use[b]) continue;
+  const BlockConsts& c = row.consts[b];
+  const Vec4Block& vb = row.vb[b];
+  const __m256 vr = _mm256_set1_ps(vb.r);
+  const __m256 vmb = _mm256_set1_ps(c.mb);
+  const __m256 table = _mm256_loadu_ps(vb.table);
+  const int64_t i0 = row.i0 + b * row.bc;
+  const int64_t n = std::min(row.bc, row.cols - b * row.bc);
+  const float* x = row.x + b * row.bc;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 x8 = _mm256_loadu_ps(x + j);
+    const __m256 xs = _mm256_and_ps(x8, sign_mask);
+    const __m256i negi = _mm256_srai_epi32(_mm256_castps_si256(x8), 31);
+    __m256 v;
+    __m256 unsure;
+    if constexpr (kExact) {
+      v = _mm256_mul_ps(_mm256_and_ps(x8, abs_mask), vr);
+      // tiny (float-subnormal) values lose precision: let the core decide
+      unsure = _mm256_and_ps(_mm256_cmp_ps(v, tiny, _CMP_LT_OQ), _mm256_cmp_ps(v, zero, _CMP_NEQ_UQ));
+    } else {
+      v = _mm256_and_ps(_mm256_mul_ps(x8, p.has_scale ? vmb : vt), abs_mask);
+      unsure = zero;
+    }
+    unsure = _mm256_or_ps(unsure, _mm256_cmp_ps(v, inf, _CMP_NLT_UQ));
+    if (!f.is_signed) unsure = _mm256_or_ps(unsure, _mm256_castsi256_ps(negi));
+
+    const __m256i e = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(v), 23), ff), e127);
+    const __m256i ee = _mm256_max_epi32(e, emin);
+    const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(shift_w, ee), e127), 23));
+    const __m256 Ws = _mm256_mul_ps(v, p2);
+    const __m256 Wf = _mm256_round_ps(Ws, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_sub_ps(Ws, Wf);
+    if constexpr (kExact) {
+      const __m256 tol = _mm256_mul_ps(Ws, tol_rel);
+      const __m256 near = _mm256_or_ps(_mm256_cmp_ps(frac, tol, _CMP_LE_OQ),
+                                       _mm256_cmp_ps(frac, _mm256_sub_ps(one, tol), _CMP_GE_OQ));
+      unsure = _mm256_or_ps(unsure, _mm256_and_ps(near, _mm256_cmp_ps(v, zero, _CMP_NEQ_UQ)));
+    }
+    const __m256i W = _mm256_cvttps_epi32(Wf);
+    const __m256i k = _mm256_srl_epi32(W, cnt_h1);
+    const __m256i F = _mm256_and_si256(W, Fmask);
+    const __m256i sticky = _mm256_castps_si256(_mm256_cmp_ps(frac, zero, _CMP_NEQ_UQ));
+    const __m256i Fnz = _mm256_cmpgt_epi32(F, zero_i);
+    const __m256i inexact = _mm256_or_si256(Fnz, sticky);
+    const __m256i lo_odd = _mm256_cmpeq_epi32(_mm256_and_si256(k, one_i), one_i);
+    __m256i away;
+    if constexpr (MODE == Round::rne) {
+      away = _mm256_and_si256(Fnz, _mm256_or_si256(sticky, lo_odd));
+    } else if constexpr (MODE == Round::rna) {
+      away = Fnz;
+    } else if constexpr (MODE == Round::rtz) {
+      away = zero_i;
+    } else if constexpr (MODE == Round::up) {
+      away = _mm256_andnot_si256(negi, inexact);
+    } else if constexpr (MODE == Round::down) {
+      away = _mm256_and_si256(negi, inexact);
+    } else if constexpr (MODE == Round::odd) {
+      away = _mm256_andnot_si256(lo_odd, inexact);
+    } else {
+      __m256i r;
+      const uint64_t i = static_cast<uint64_t>(i0 + j);
+      if (static_cast<int64_t>(i) % align == 0) {
+        r = random8(rng, i, h);
+      } else {
+        alignas(32) uint32_t rr[8];
+        for (int l = 0; l < 8; ++l) rr[l] = rng(i + l);
+        r = _mm256_load_si256(reinterpret_cast<const __m256i*>(rr));
+      }
+      if constexpr (MODE == Round::stochastic) {
+        const __m256i jj = _mm256_srli_epi32(F, 1);
+        const __m256i F_odd = _mm256_cmpeq_epi32(_mm256_and_si256(F, one_i), one_i);
+        const __m256i j_odd = _mm256_cmpeq_epi32(_mm256_and_si256(jj, one_i), one_i);
+        const __m256i rn = _mm256_sub_epi32(jj, _mm256_and_si256(F_odd, _mm256_or_si256(sticky, j_odd)));
+        // rn + r >= 2^n; r < 2^n <= 2^18, so no overflow in int32
+        away = _mm256_cmpgt_epi32(_mm256_add_epi32(rn, r), two_n_m1);
+      } else if constexpr (MODE == Round::stochastic_fast) {
+        away = _mm256_cmpgt_epi32(_mm256_add_epi32(_mm256_add_epi32(F, _mm256_add_epi32(r, r)), one_i), two_n1_m1);
+      } else {
+        away = _mm256_cmpgt_epi32(_mm256_add_epi32(_mm256_srli_epi32(F, 1), r), two_n_m1);
+      }
+    }
+    __m256i code = _mm256_add_epi32(_mm256_sll_epi32(_mm256_sub_epi32(ee, emin), cnt_M), _mm256_sub_epi32(k, away));
+    code = _mm256_min_epi32(code, max_mag);
+    const __m256 above = _mm256_cmp_ps(v, vmax, _CMP_GT_OQ);
+    const __m256i is_sub = _mm256_and_si256(_mm256_cmpgt_epi32(sub_lim, code), _mm256_cmpgt_epi32(code, zero_i));
+    __m256 xh = _mm256_permutevar8x32_ps(table, code);
+    if (f.is_signed) {
+      xh = _mm256_or_ps(xh, xs);
+      code = _mm256_or_si256(code, _mm256_and_si256(negi, sign_bit));
+    }
+    _mm256_storeu_ps(values + i0 + j, xh);
+    if (codes) {
+      const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+      if (cb == 1) _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0 + j), _mm_packus_epi16(p16, p16));
+      else _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 2 * (i0 + j)), p16);
+    }
+    // counts of the certain lanes, accumulated as -1 per lane
+    const __m256i oki = _mm256_castps_si256(_mm256_andnot_ps(unsure, _mm256_castsi256_ps(all_ones)));
+    const __m256i nzi = _mm256_castps_si256(_mm256_cmp_ps(x8, zero, _CMP_NEQ_UQ));
+    const __m256i zi = _mm256_castps_si256(_mm256_cmp_ps(xh, zero, _CMP_EQ_OQ));
+    acc_sat = _mm256_add_epi32(acc_sat, _mm256_and_si256(_mm256_castps_si256(above), oki));
+    acc_sub = _mm256_add_epi32(acc_sub, _mm256_and_si256(is_sub, oki));
+    acc_nz = _mm256_add_epi32(acc_nz, _mm256_and_si256(nzi, oki));
+    acc_uf = _mm256_add_epi32(acc_uf, _mm256_and_si256(_mm256_and_si256(nzi, zi), oki));
+    const int um = _mm256_movemask_ps(unsure);
+    if (um) {
+      for (int l = 0; l < 8; ++l)
+        if (um & (1 << l)) scalar_element(p, c, x, i0 + j + l, j + l, codes, values, rng, cnt);
+    }
+  }
+  for (; j < n; ++j) scalar_element(p, c, x, i0 + j, j, codes, values, rng, cnt);
+  }
+  // lane sums stay below 2^31: a row is far shorter than 2^31 elements
+  cnt.saturated += hsum_neg(acc_sat);
+  cnt.subnormal += hsum_neg(acc_sub);
+  cnt.nonzero += hsum_neg(acc_nz);
+  cnt.underflow += hsum_neg(acc_uf);
+}
+
+template <Arith A>
+void span4_dispatch(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng,
+                    SpanCounts& cnt) {
+  switch (p.round) {
+    case Round::rne: return span4_impl<Round::rne, A>(p, row, codes, values, rng, cnt);
+    case Round::rna: return span4_impl<Round::rna, A>(p, row, codes, values, rng, cnt);
+    case Round::rtz: return span4_impl<Round::rtz, A>(p, row, codes, values, rng, cnt);
+    case Round::up: return span4_impl<Round::up, A>(p, row, codes, values, rng, cnt);
+    case Round::down: return span4_impl<Round::down, A>(p, row, codes, values, rng, cnt);
+    case Round::odd: return span4_impl<Round::odd, A>(p, row, codes, values, rng, cnt);
+    case Round::stochastic: return span4_impl<Round::stochastic, A>(p, row, codes, values, rng, cnt);
+    case Round::stochastic_fast:
+      return span4_impl<Round::stochastic_fast, A>(p, row, codes, values, rng, cnt);
+    case Round::stochastic_fastest:
+      return span4_impl<Round::stochastic_fastest, A>(p, row, codes, values, rng, cnt);
+  }
+}
+
+template <Arith A>
+void span_dispatch(const QuantPlan& p, const BlockConsts& c, const VecBlock& vb, const float* x, int64_t i0, int64_t n,
+                   uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
+  switch (p.round) {
+    case Round::rne: return span_impl<Round::rne, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
+    case Round::rna: return span_impl<Round::rna, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
+    case Round::rtz: return span_impl<Round::rtz, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
+    case Round::up: return span_impl<Round::up, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
+    case Round::down: return span_impl<Round::down, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
+    case Round::odd: return span_impl<Round::odd, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
+    case Round::stochastic: return span_impl<Round::stochastic, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
+    case Round::stochastic_fast:
+      return span_impl<Round::stochastic_fast, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
+    case Round::stochastic_fastest:
+      return span_impl<Round::stochastic_fastest, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
+  }
+}
+
+}  // namespace
+
+void vec_span(const QuantPlan& p, const BlockConsts& c, const VecBlock& vb, const float* x, int64_t i0, int64_t n,
+              uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
+  if (p.arith == Arith::exact) span_dispatch<Arith::exact>(p, c, vb, x, i0, n, codes, values, rng, cnt);
+  else span_dispatch<Arith::fp32>(p, c, vb, x, i0, n, codes, values, rng, cnt);
+}
+
+void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
+  if (p.arith == Arith::exact) span4_dispatch<Arith::exact>(p, row, codes, values, rng, cnt);
+  else span4_dispatch<Arith::fp32>(p, row, codes, values, rng, cnt);
+}
+
+bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, BlockScale* out) {
+  const Format& f = p.fs;
+  // Scale formats with zero and subnormals, or power-of-two formats without
+  // zero (E8M0 style).
+  const bool pow2_fmt = !f.subnormals && f.M == 0;
+  if (!p.has_scale || !((f.subnormals && f.has_zero) || pow2_fmt) || f.M > 40) return false;
+  const bool mx = p.rule == ScaleRule::mx_floor || p.rule == ScaleRule::mx_ceil || p.rule == ScaleRule::mx_even;
+  const bool exact = p.arith == Arith::exact;
+  const __m256d emax = _mm256_set1_pd(p.fe.max);
+  const __m256d t = _mm256_set1_pd(p.t);
+  const __m128 g = _mm_set1_ps(p.g_over_emax);
+  const __m128 tf = _mm_set1_ps(p.t);
+  const __m256d fmax = _mm256_set1_pd(f.max);
+  const __m256d two52 = _mm256_set1_pd(4503599627370496.0);
+  const __m256i two52_bits = _mm256_castpd_si256(two52);
+  const __m256i one_i = _mm256_set1_epi64x(1);
+  const __m256i zero_i = _mm256_setzero_si256();
+  const __m256i emin = _mm256_set1_epi64x(f.emin);
+  const __m256i max_mag = _mm256_set1_epi64x(f.max_mag);
+  const __m256i e1023 = _mm256_set1_epi64x(1023);
+  const __m256i exp_mask = _mm256_set1_epi64x(0x7ff);
+  const __m128i cnt_M = _mm_cvtsi32_si128(f.M);
+  const Round mode = mx ? Round::rne
+                     : p.rule == ScaleRule::amax_rne ? Round::rne
+                     : p.rule == ScaleRule::amax_up  ? Round::up
+                                                     : Round::down;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const __m128 b4 = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bmax_bits + j)));
+    if (_mm_movemask_ps(_mm_cmp_ps(b4, _mm_set1_ps(INFINITY), _CMP_NLT_UQ))) {  // Inf or NaN: scalar
+      for (int l = 0; l < 4; ++l) out[j + l] = block_scale(p, float_of(bmax_bits[j + l]));
+      continue;
+    }
+    // y: the unrounded scale, rounded to odd (exact in fp32 arithmetic)
+    __m256d y;
+    if (mx) {
+      // 2^(floor/ceil/even log2(b t) - floor(log2 Fe.max)); b t is exact (fp32: fl(b G))
+      const __m256d bt = exact ? _mm256_mul_pd(_mm256_cvtps_pd(b4), t) : _mm256_cvtps_pd(_mm_mul_ps(b4, tf));
+      __m256i bits = _mm256_castpd_si256(bt);
+      if (p.rule == ScaleRule::mx_ceil) {
+        // any mantissa bit set: the next power of two
+        const __m256i mant = _mm256_and_si256(bits, _mm256_set1_epi64x((int64_t{1} << 52) - 1));
+        const __m256i up = _mm256_andnot_si256(_mm256_cmpeq_epi64(mant, zero_i), _mm256_set1_epi64x(int64_t{1} << 52));
+        bits = _mm256_add_epi64(bits, up);
+      } else if (p.rule == ScaleRule::mx_even) {
+        // round to M_e + 1 significant bits (rne) on the bit pattern; a carry bumps the exponent
+        const int drop = 52 - p.fe.M;
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi64(bits, drop), one_i);
+        bits = _mm256_add_epi64(bits, _mm256_add_epi64(_mm256_set1_epi64x((int64_t{1} << (drop - 1)) - 1), lsb));
+      }
+      const __m256i e = _mm256_sub_epi64(_mm256_and_si256(_mm256_srli_epi64(bits, 52), exp_mask), e1023);
+      const __m256i k = _mm256_sub_epi64(e, _mm256_set1_epi64x(p.fe.max_exp));
+      y = pow2_vec(k);
+      // b = 0: no power of two; the scale is Fs's encoding of 0
+      y = _mm256_and_pd(y, _mm256_cmp_pd(bt, _mm256_setzero_pd(), _CMP_NEQ_UQ));
+    } else if (exact) {
+      const __m256d num = _mm256_mul_pd(_mm256_cvtps_pd(b4), t);
+      const __m256d q = _mm256_div_pd(num, emax);
+      const __m256d rem = _mm256_fnmadd_pd(q, emax, num);
+      __m256i bq = _mm256_castpd_si256(q);
+      bq = _mm256_add_epi64(bq, _mm256_castpd_si256(_mm256_cmp_pd(rem, _mm256_setzero_pd(), _CMP_LT_OQ)));
+      bq = _mm256_or_si256(bq, _mm256_and_si256(_mm256_castpd_si256(_mm256_cmp_pd(rem, _mm256_setzero_pd(), _CMP_NEQ_UQ)), one_i));
+      y = _mm256_castsi256_pd(bq);
+    } else {
+      y = _mm256_cvtps_pd(_mm_mul_ps(b4, g));
+    }
+    // Round y to Fs: W = floor(2 y / ulp), k = W >> 1, F = W & 1.
+    const __m256i e = _mm256_sub_epi64(_mm256_and_si256(_mm256_srli_epi64(_mm256_castpd_si256(y), 52), exp_mask), e1023);
+    const __m256i below = _mm256_cmpgt_epi64(emin, e);  // below 2^emin (or zero)
+    const __m256i ee = _mm256_blendv_epi8(e, emin, below);
+    const __m256d Ws = _mm256_mul_pd(y, pow2_vec(_mm256_sub_epi64(_mm256_set1_epi64x(1 + f.M), ee)));
+    const __m256d Wf = _mm256_round_pd(Ws, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m256i sticky = _mm256_castpd_si256(_mm256_cmp_pd(_mm256_sub_pd(Ws, Wf), _mm256_setzero_pd(), _CMP_NEQ_UQ));
+    const __m256i W = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(Wf, two52)), two52_bits);
+    const __m256i k = _mm256_srli_epi64(W, 1);
+    const __m256i F = _mm256_cmpeq_epi64(_mm256_and_si256(W, one_i), one_i);
+    __m256i away;
+    if (mode == Round::rne)
+      away = _mm256_and_si256(F, _mm256_or_si256(sticky, _mm256_cmpeq_epi64(_mm256_and_si256(k, one_i), one_i)));
+    else if (mode == Round::up)
+      away = _mm256_or_si256(F, sticky);
+    else
+      away = zero_i;
+    const __m256i kk = _mm256_sub_epi64(k, away);
+    __m256i code = _mm256_add_epi64(_mm256_sll_epi64(_mm256_sub_epi64(ee, emin), cnt_M), kk);
+    if (pow2_fmt) {
+      // codes count binades from 2^emin; below it is the smallest value, code 0
+      code = _mm256_sub_epi64(code, one_i);
+      code = _mm256_andnot_si256(below, code);
+    }
+    const __m256i over = _mm256_cmpgt_epi64(code, max_mag);
+    code = _mm256_blendv_epi8(code, max_mag, over);
+    __m256d z;
+    if (pow2_fmt) {
+      z = pow2_vec(_mm256_add_epi64(code, emin));
+    } else {
+      const __m256d kkd = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(kk, two52_bits)), two52);
+      z = _mm256_mul_pd(kkd, pow2_vec(_mm256_sub_epi64(ee, _mm256_set1_epi64x(f.M))));
+      z = _mm256_blendv_pd(z, fmax, _mm256_castsi256_pd(over));
+    }
+    const int above = _mm256_movemask_pd(_mm256_cmp_pd(y, fmax, _CMP_GT_OQ));
+    alignas(32) int64_t cc[4];
+    alignas(32) double zz[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(cc), code);
+    _mm256_store_pd(zz, z);
+    for (int l = 0; l < 4; ++l) {
+      BlockScale& o = out[j + l];
+      o.code = static_cast<uint32_t>(cc[l]);
+      o.s = zz[l];
+      o.saturated = (above >> l) & 1;
+      o.underflow = zz[l] == 0.0 && bmax_bits[j + l] != 0u;
+      o.zero = false;
+      if (zz[l] == 0.0) {
+        if (p.zero_scale == ZeroScale::one) {
+          o.code = p.one_code;
+          o.s = p.one_value;
+        } else {
+          o.zero = true;
+        }
+      }
+    }
+  }
+  for (; j < n; ++j) out[j] = block_scale(p, float_of(bmax_bits[j]));
+  return true;
+}
+
+void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* acc) {
+  const int64_t gc = (cols + bc - 1) / bc;
+  if (bc % 8 != 0) {
+    for (int64_t j = 0; j < gc; ++j) {
+      const int64_t c0 = j * bc;
+      const uint32_t m = abs_max_bits(row + c0, std::min(cols, c0 + bc) - c0);
+      acc[j] = m > acc[j] ? m : acc[j];
+    }
+    return;
+  }
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const int64_t full = cols / bc;
+  for (int64_t j = 0; j < full; ++j) {
+    const float* p = row + j * bc;
+    __m256i m = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), abs_mask);
+    for (int64_t c = 8; c < bc; c += 8)
+      m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + c)), abs_mask));
+    __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
+    const uint32_t v = static_cast<uint32_t>(_mm_cvtsi128_si32(h));
+    acc[j] = v > acc[j] ? v : acc[j];
+  }
+  if (full < gc) {
+    const uint32_t v = abs_max_bits(row + full * bc, cols - full * bc);
+    acc[full] = v > acc[full] ? v : acc[full];
+  }
+}
+
+uint32_t abs_max_bits(const float* x, int64_t n) {
+  // |x| as int32 bits orders like the magnitudes, with NaN above Inf.
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  __m256i m = _mm256_setzero_si256();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j)), abs_mask));
+  alignas(32) uint32_t l[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), m);
+  uint32_t r = 0;
+  for (int k = 0; k < 8; ++k) r = l[k] > r ? l[k] : r;
+  for (; j < n; ++j) {
+    const uint32_t b = bits_of(x[j]) & 0x7fffffffu;
+    r = b > r ? b : r;
+  }
+  return r;
+}
+
+#else
+
+void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* acc) {
+  for (int64_t c = 0; c < cols; ++c) {
+    const uint32_t b = bits_of(row[c]) & 0x7fffffffu;
+    acc[c / bc] = b > acc[c / bc] ? b : acc[c / bc];
+  }
+}
+
+bool block_scales_vec(const QuantPlan&, const uint32_t*, int64_t, BlockScale*) { return false; }
+
+void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
+  for (int64_t b = 0; b < row.nblocks; ++b) {
+    if (!row.use[b]) continue;
+    const int64_t n = std::min(row.bc, row.cols - b * row.bc);
+    for (int64_t j = 0; j < n; ++j)
+      scalar_element(p, row.consts[b], row.x + b * row.bc, row.i0 + b * row.bc + j, j, codes, values, rng, cnt);
+  }
+}
+
+uint32_t abs_max_bits(const float* x, int64_t n) {
+  uint32_t r = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t b = bits_of(x[j]) & 0x7fffffffu;
+    r = b > r ? b : r;
+  }
+  return r;
+}
+
+void vec_span(const QuantPlan& p, const BlockConsts& c, const VecBlock&, const float* x, int64_t i0, int64_t n,
+              uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
+  for (int64_t j = 0; j < n; ++j) scalar_element(p, c, x, i0 + j, j, codes, values, rng, cnt);
+}
+
+#endif
+
+}  // namespace exmy::detail

@@ -1,0 +1,106 @@
+// The vectorised element loop of the fast CPU path (AVX2 + FMA, 4 doubles per
+// step). Internal to formats/quantize.cpp.
+//
+// How it stays bit-exact. In `exact` arithmetic the element value is
+// v = |x| * t / s. The vector loop multiplies by a per-block r = RN(t / s)
+// instead of dividing, so its v' is within 2^-51 (relative) of v. Rounding
+// decisions only change where v crosses a decision boundary of the format
+// (a multiple of ulp / 2^(n+1)), and the saturation count only where it
+// crosses max; a lane whose v' lies within 2^-48 (relative) of such a point
+// is marked uncertain and recomputed by the scalar core, which is exact.
+// The dequantized value q * s / t is treated the same way: lanes whose
+// double product lies near a float32 rounding boundary go to the scalar
+// core. When r (or s / t) is exact, e.g. power-of-two scales, no lane is
+// ever uncertain. In `fp32` arithmetic every operation is a float32
+// operation that the vector unit performs with the same IEEE rounding, so
+// nothing is approximate.
+#pragma once
+
+#include <cstdint>
+
+#include "formats/philox.hpp"
+#include "formats/quant_core.hpp"
+
+namespace exmy::detail {
+
+struct SpanCounts {
+  uint64_t nonzero = 0, underflow = 0, saturated = 0, subnormal = 0;
+};
+
+// Per-block constants of the vector loop.
+struct VecBlock {
+  double r = 1;        // exact: RN(t / s) (no scale: t)
+  bool r_exact = true; // r is exactly t / s
+  double u = 1;        // exact: RN(s / t) (no scale: RN(1 / t))
+  bool u_exact = true;
+  double s = 1;        // decoded scale
+};
+
+// True when the vector loop handles this plan (otherwise the scalar loop
+// runs): AVX2 present at build time, saturation on, an element format with
+// zero, subnormals and -0 (or unsigned), at most 16 bits, and
+// M + n <= 40.
+bool vec_supported(const QuantPlan& p);
+
+VecBlock vec_block(const QuantPlan& p, const BlockConsts& c);
+
+// Quantizes the n elements x[0..n) whose row-major flat indices are
+// i0 .. i0+n-1, all in one block with constants (c, vb). Writes codes (at
+// codes + i0 * code_bytes, when codes is not null) and values (at
+// values + i0) and adds to the counts. Returns the flat index of the first
+// element whose encoding was unrepresentable (never, with saturation on) or
+// -1.
+void vec_span(const QuantPlan& p, const BlockConsts& c, const VecBlock& vb, const float* x, int64_t i0, int64_t n,
+              uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt);
+
+// The 8-lane float32 loop for formats with at most 8 magnitudes (E + M <= 3:
+// e2m1 and smaller), where the dequantized value of every code of a block
+// is precomputed exactly into an 8-entry table. Same uncertainty rule as
+// above, at float precision: a lane within 2^-20 (relative) of a decision
+// boundary goes to the scalar core.
+struct Vec4Block {
+  float r = 1;          // exact arithmetic: fl(t / s) (no scale: t)
+  bool ok = true;       // r is a normal float32 (else the block takes the scalar loop)
+  float table[8] = {};  // x-hat of magnitude codes 0..7
+};
+
+bool vec4_supported(const QuantPlan& p);
+// The magnitudes of codes 0..7 of an FP4-class format, as odd integer parts
+// times powers of two, computed once per call.
+struct Vec4Mags {
+  int nodd = 0;          // distinct odd parts
+  double odd[8] = {};    // the odd parts
+  int idx[8] = {};       // code q: its odd part is odd[idx[q]] (-1: zero or past max)
+  double pw[8] = {};     // code q: magnitude = odd[idx[q]] * pw[q]
+};
+Vec4Mags vec4_magnitudes(const QuantPlan& p);
+// The vector-loop constants of n blocks (4 at a time): r, ok and the
+// dequantization table, equal to dequant() of every magnitude code.
+void vec4_blocks(const QuantPlan& p, const Vec4Mags& m, const BlockConsts* c, int64_t n, Vec4Block* out);
+
+// One row of a band: `cols` elements starting at flat index i0, cut into
+// blocks of bc columns (the last may be partial). Blocks with use[b] false
+// are skipped (the caller encodes them).
+struct Row4 {
+  const float* x;
+  int64_t i0, cols, bc, nblocks;
+  const BlockConsts* consts;
+  const Vec4Block* vb;
+  const uint8_t* use;
+};
+void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt);
+
+// Block decode scales of n blocks from their amax bits (as abs_max_bits
+// gives them), 4 at a time, for the amax-* rules and scale formats with zero
+// and subnormals; identical to block_scale(). NaN blocks are left to the
+// caller. Returns false (and does nothing) when the plan is not covered.
+bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, BlockScale* out);
+
+// For one row of `cols` elements cut into blocks of bc columns:
+// acc[j] = max(acc[j], abs_max_bits(block j's part of the row)).
+void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* acc);
+
+// max|x| over x[0..n) as float32 bits, NaN bits (> 0x7f800000) if any NaN.
+uint32_t abs_max_bits(const float* x, int64_t n);
+
+}  // namespace exmy::detail
