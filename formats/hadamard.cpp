@@ -90,7 +90,13 @@ double exact_sum_rto(const float* t) {
   int top = -1;
   for (int i = 4; i >= 0 && top < 0; --i)
     if (acc[i]) top = i * 64 + 63 - __builtin_clzll(acc[i]);
-  if (top < 0) return 0.0;
+  if (top < 0) {
+    // An exact zero sum is -0 only when every term is -0, as IEEE addition
+    // gives in any order (the butterfly path agrees).
+    bool all_neg_zero = true;
+    for (int k = 0; k < 16; ++k) all_neg_zero = all_neg_zero && bits_of(t[k]) == 0x80000000u;
+    return all_neg_zero ? -0.0 : 0.0;
+  }
   auto bit = [&](int p) -> uint64_t { return p < 0 ? 0 : (acc[p / 64] >> (p % 64)) & 1u; };
   // Top 53 bits, with every lower bit folded into the last one.
   uint64_t sig = 0;
@@ -125,7 +131,20 @@ void transform_segment(float* seg, uint16_t signs) {
           y[j] = a + b;
           y[j + h] = a - b;
         }
-    for (int j = 0; j < 16; ++j) seg[j] = to_bf16(y[j]);
+    // The butterflies subtract partial sums, and -(c + d) is not (-c) + (-d)
+    // for signed zeros. An exact zero output takes the sign of the direct
+    // sum: -0 only when all its 16 terms are -0.
+    bool all_zero = true;
+    for (int i = 0; i < 16; ++i) all_zero = all_zero && t[i] == 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      if (y[j] == 0.0 && finite) {
+        bool all_neg = all_zero;
+        for (int i = 0; i < 16 && all_neg; ++i)
+          all_neg = (sign_bit(t[i]) != ((__builtin_popcount(static_cast<unsigned>(i & j)) & 1) != 0));
+        y[j] = all_neg ? -0.0 : 0.0;
+      }
+      seg[j] = to_bf16(y[j]);
+    }
     return;
   }
   for (int j = 0; j < 16; ++j) {

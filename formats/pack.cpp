@@ -72,7 +72,9 @@ std::vector<float> PackedTensor::dequantize() const {
           const int64_t i = r * cols + cc;
           const uint32_t code = load_code(codes.data(), cb, i);
           float v;
-          if (nan_block) v = std::numeric_limits<float>::quiet_NaN();
+          // a NaN block shows as a NaN scale code, or, where Fs has none, as
+          // NaN element codes
+          if (nan_block || plan.fe.classify(code) == CodeClass::nan) v = std::numeric_limits<float>::quiet_NaN();
           else if (s == 0.0) v = (code & plan.fe.sign_bit) ? -0.0f : 0.0f;
           else v = dequant(plan, c, code);
           out[static_cast<size_t>(i)] = v;

@@ -261,17 +261,20 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
   const int cb = p.fe.code_bytes();
   const int sb = p.has_scale ? p.fs.code_bytes() : 1;
 
+  // The first problem (lowest row-major index) is reported after the walk,
+  // so the message does not depend on the block shape.
+  int64_t bad = std::numeric_limits<int64_t>::max();
   auto element = [&](int64_t i, const BlockConsts& c) {
     uint32_t code;
     float xh;
     if (std::isnan(x[i])) {
-      if (!nan_representable(p)) throw_nan(p, i, cols);
+      if (!nan_representable(p)) bad = std::min(bad, i);
       code = p.fe.has_nan ? p.fe.nan_code : zero_code(p.fe, x[i]);
       xh = std::numeric_limits<float>::quiet_NaN();
     } else {
       const uint32_t r = is_stochastic(p.round) ? random_bits(p.seed, p.stream, static_cast<uint64_t>(i), p.sr_bits) : 0;
       const ElemOut e = encode_element(p, c, x[i], r);
-      if (e.flags & kUnrepresentable) throw_overflow(p, x, i, cols);
+      if (e.flags & kUnrepresentable) bad = std::min(bad, i);
       code = e.code;
       xh = e.xhat;
       st.saturated += (e.flags & kSaturated) ? 1 : 0;
@@ -312,7 +315,7 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
           if (!nan_representable(p)) {
             for (int64_t r = r0; r < r1; ++r)
               for (int64_t c = c0; c < c1; ++c)
-                if (std::isnan(x[r * cols + c])) throw_nan(p, r * cols + c, cols);
+                if (std::isnan(x[r * cols + c])) bad = std::min(bad, r * cols + c);
           }
           store_code(out.scale_codes, sb, blk, p.fs.has_nan ? p.fs.nan_code : 0u);
           for (int64_t r = r0; r < r1; ++r)
@@ -352,6 +355,7 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
       }
     }
   }
+  if (bad != std::numeric_limits<int64_t>::max()) detail::throw_element_error(p, x, bad, cols);
   if (out.stats) {
     sums.store(st);
     *out.stats = st;
@@ -532,7 +536,7 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
 }
 
 // The double sums in block order (see Sums).
-void block_order_sums(const QuantPlan& p, const float* x, const float* xh, int64_t rows, int64_t cols, Sums& s) {
+void ordered_sums(const QuantPlan& p, const float* x, const float* xh, int64_t rows, int64_t cols, Sums& s) {
   if (!p.has_scale || p.br == 1) {
     for (int64_t i = 0; i < rows * cols; ++i) s.add(x[i], xh[i]);
     return;
@@ -589,10 +593,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
     total.add(cnt);
   }
   const int64_t bad = err.index.load();
-  if (bad != std::numeric_limits<int64_t>::max()) {
-    if (std::isnan(x[bad])) throw_nan(p, bad, cols);
-    throw_overflow(p, x, bad, cols);
-  }
+  if (bad != std::numeric_limits<int64_t>::max()) detail::throw_element_error(p, x, bad, cols);
 
   QuantInfo info;
   info.amax = p.amax;
@@ -612,12 +613,26 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
     st.scale_underflow = total.scale_underflow;
     st.scale_subnormal = total.scale_subnormal;
     st.scale_saturated = total.scale_saturated;
-    Sums s;
-    block_order_sums(p, x, values, rows, cols, s);
-    s.store(st);
+    detail::block_order_sums(p, x, values, rows, cols, st);
     *out.stats = st;
   }
   return info;
 }
 
 }  // namespace exmy
+
+namespace exmy::detail {
+
+void throw_element_error(const QuantPlan& p, const float* x, int64_t i, int64_t cols) {
+  if (std::isnan(x[i])) throw_nan(p, i, cols);
+  throw_overflow(p, x, i, cols);
+}
+
+void block_order_sums(const QuantPlan& p, const float* x, const float* xh, int64_t rows, int64_t cols,
+                      QuantStats& st) {
+  Sums s;
+  ordered_sums(p, x, xh, rows, cols, s);
+  s.store(st);
+}
+
+}  // namespace exmy::detail

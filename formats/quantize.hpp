@@ -95,4 +95,16 @@ QuantInfo quantize(const QuantSpec& spec, const float* x, int64_t rows, int64_t 
 void hadamard16(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs, int threads = 0);
 void hadamard16_ref(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs);
 
+// Pieces shared by the CPU paths and other backends (the CUDA path), so that
+// every backend fails with the same message and sums in the same order.
+namespace detail {
+// Throws the error for element i of x: NaN without a NaN code, or overflow
+// with saturation off and no Inf/NaN code.
+[[noreturn]] void throw_element_error(const QuantPlan& p, const float* x, int64_t i, int64_t cols);
+// The four double sums of CONTRACT §5 over (x, x-hat) in row-major block
+// order, stored into st (a NaN sum as the canonical NaN).
+void block_order_sums(const QuantPlan& p, const float* x, const float* xh, int64_t rows, int64_t cols,
+                      QuantStats& st);
+}  // namespace detail
+
 }  // namespace exmy

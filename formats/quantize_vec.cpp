@@ -1,8 +1,11 @@
 #include "formats/quantize_vec.hpp"
 
+#include "formats/philox_cpu.hpp"
+
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -39,7 +42,9 @@ bool vec_supported(const QuantPlan& p) {
 #ifdef EXMY_VEC
   const Format& f = p.fe;
   const int h = is_stochastic(p.round) ? p.sr_bits : 0;
-  return p.saturate && f.subnormals && f.has_zero && (f.negzero || !f.is_signed) && f.bits <= 16 && f.M + h <= 40;
+  // (a subnormal max changes the spacing above max: left to the scalar core)
+  return p.saturate && f.subnormals && f.has_zero && (f.negzero || !f.is_signed) && f.bits <= 16 && f.M + h <= 40 &&
+         f.max >= f.min_normal;
 #else
   (void)p;
   return false;
@@ -374,23 +379,21 @@ void span_impl(const QuantPlan& p, const BlockConsts& c, const VecBlock& vb, con
 
 // ----- the 8-lane float32 loop for FP4-class formats -----
 
-// Random bits of the 8 elements i .. i+7 (i a multiple of 4 when n <= 8, of
-// 2 when n <= 16), as int32 lanes.
-inline __m256i random8(RandomBits& rng, uint64_t i, int n) {
+// Random bits of the 8 elements i .. i+7 from the words of their row
+// (w[k] is word j0 + k); i is a multiple of 4 when n <= 8, of 2 when n <= 16.
+inline __m256i random8(const uint32_t* w, uint64_t j0, uint64_t i, int n) {
   if (n <= 8) {
-    const uint64_t w0 = rng.word(i >> 2), w1 = rng.word((i >> 2) + 1);
-    const __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(w0 | (w1 << 32))));
+    const uint32_t* p = w + ((i >> 2) - j0);
+    long long both;
+    std::memcpy(&both, p, 8);
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(both));
     return _mm256_srl_epi32(b, _mm_cvtsi32_si128(8 - n));
   }
   if (n <= 16) {
-    alignas(16) uint32_t w[4];
-    for (int k = 0; k < 4; ++k) w[k] = rng.word((i >> 1) + k);
-    const __m256i b = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(w)));
+    const __m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + ((i >> 1) - j0))));
     return _mm256_srl_epi32(b, _mm_cvtsi32_si128(16 - n));
   }
-  alignas(32) uint32_t w[8];
-  for (int k = 0; k < 8; ++k) w[k] = rng.word(i + k);
-  return _mm256_srl_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(w)), _mm_cvtsi32_si128(32 - n));
+  return _mm256_srl_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (i - j0))), _mm_cvtsi32_si128(32 - n));
 }
 
 // Sum of the int32 lanes, negated (the lanes hold -counts).
@@ -438,6 +441,17 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
   const int cb = f.code_bytes();
   const __m256i all_ones = _mm256_set1_epi32(-1);
   __m256i acc_sat = zero_i, acc_sub = zero_i, acc_nz = zero_i, acc_uf = zero_i;
+  // Stochastic modes: the Philox words of the whole row, 8 counter blocks
+  // per vector step.
+  thread_local std::vector<uint32_t> words;
+  uint64_t wj0 = 0;
+  if constexpr (kSR) {
+    const uint64_t first = random_word_index(static_cast<uint64_t>(row.i0), h) & ~uint64_t{3};
+    const uint64_t last = random_word_index(static_cast<uint64_t>(row.i0 + row.cols - 1), h);
+    words.resize(static_cast<size_t>(last - first + 1 + 32));
+    philox_words(p.seed, p.stream, first, static_cast<int64_t>(last - first + 1), words.data());
+    wj0 = first;
+  }
 
   for (int64_t b = 0; b < row.nblocks; ++b) {
   if (!row.use[b]) continue;
@@ -458,8 +472,9 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
     __m256 unsure;
     if constexpr (kExact) {
       v = _mm256_mul_ps(_mm256_and_ps(x8, abs_mask), vr);
-      // tiny (float-subnormal) values lose precision: let the core decide
-      unsure = _mm256_and_ps(_mm256_cmp_ps(v, tiny, _CMP_LT_OQ), _mm256_cmp_ps(v, zero, _CMP_NEQ_UQ));
+      // tiny (float-subnormal, or underflowed to 0) products of non-zero x
+      // lose precision: let the core decide
+      unsure = _mm256_and_ps(_mm256_cmp_ps(v, tiny, _CMP_LT_OQ), _mm256_cmp_ps(x8, zero, _CMP_NEQ_UQ));
     } else {
       v = _mm256_and_ps(_mm256_mul_ps(x8, p.has_scale ? vmb : vt), abs_mask);
       unsure = zero;
@@ -503,7 +518,7 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
       __m256i r;
       const uint64_t i = static_cast<uint64_t>(i0 + j);
       if (static_cast<int64_t>(i) % align == 0) {
-        r = random8(rng, i, h);
+        r = random8(words.data(), wj0, i, h);
       } else {
         alignas(32) uint32_t rr[8];
         for (int l = 0; l < 8; ++l) rr[l] = rng(i + l);
@@ -614,7 +629,7 @@ bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, 
   // Scale formats with zero and subnormals, or power-of-two formats without
   // zero (E8M0 style).
   const bool pow2_fmt = !f.subnormals && f.M == 0;
-  if (!p.has_scale || !((f.subnormals && f.has_zero) || pow2_fmt) || f.M > 40) return false;
+  if (!p.has_scale || !((f.subnormals && f.has_zero) || pow2_fmt) || f.M > 40 || f.max < f.min_normal) return false;
   const bool mx = p.rule == ScaleRule::mx_floor || p.rule == ScaleRule::mx_ceil || p.rule == ScaleRule::mx_even;
   const bool exact = p.arith == Arith::exact;
   const __m256d emax = _mm256_set1_pd(p.fe.max);

@@ -141,6 +141,19 @@ EXMY_HD bool below_min_pos(const Format& f, int fl2, uint64_t k) {
   return f.M > 0 && (fl2 < f.emin || (fl2 == f.emin && k == (uint64_t{1} << f.M)));
 }
 
+// A format whose largest finite value is subnormal (E = 0, or every normal
+// binade reserved for Inf/NaN) rounds values at or above max against
+// CONTRACT §2's hi = max + 2^(floor(log2 max) - M), not against the
+// subnormal grid spacing. Returns true (and the code and index offsets to
+// use) when y >= max lies in that case.
+EXMY_HD bool above_subnormal_max(const Format& f, double y, int& ee, int64_t& code_base, uint64_t& k_base) {
+  if (!(f.subnormals && f.max < f.min_normal && y >= f.max)) return false;
+  ee = f.max_exp;
+  code_base = static_cast<int64_t>(f.max_mag);
+  k_base = static_cast<uint64_t>(f.max * pow2(f.M - f.max_exp));  // max in units of the spacing
+  return true;
+}
+
 }  // namespace detail
 
 // True when rounding with (mode, n) needs the exact 128-bit path rather than
@@ -160,7 +173,11 @@ EXMY_HD MagRound round_rto(const Format& f, double y, bool neg, Round mode, int 
   detail::split(y, sig, ey);
   const int fl2 = ey + 52;  // floor(log2 y)
   if (!f.subnormals && fl2 < f.emin && f.M == 0) return {0u, false, false};  // below min: min
-  const int ee = fl2 < f.emin ? f.emin : fl2;
+  int ee = fl2 < f.emin ? f.emin : fl2;
+  int64_t code_base;
+  uint64_t k_base;
+  const bool top = detail::above_subnormal_max(f, y, ee, code_base, k_base);
+  if (top && fl2 > ee + 1) return {f.max_mag, true, true};  // far past hi
   // W = floor(y * 2^(h+1) / 2^(ee-M)); the shift is always negative here.
   const int s = -(ey + h + 1 + f.M - ee);
   uint64_t W;
@@ -174,6 +191,7 @@ EXMY_HD MagRound round_rto(const Format& f, double y, bool neg, Round mode, int 
   }
   const uint64_t k = W >> (h + 1);
   const uint64_t Fm = W & ((uint64_t{1} << (h + 1)) - 1);
+  if (top) return detail::finish(f, code_base + static_cast<int64_t>(k - k_base), Fm, sticky, neg, mode, n, r);
   if (f.subnormals) {
     const int64_t code_lo = (static_cast<int64_t>(ee - f.emin) << f.M) + static_cast<int64_t>(k);
     return detail::finish(f, code_lo, Fm, sticky, neg, mode, n, r);
@@ -198,9 +216,14 @@ EXMY_HD MagRound round_quotient(const Format& f, double num, double den, bool ne
   if (!needs_wide_path(f, mode, n)) return round_rto(f, detail::rto_div(num, den), neg, mode, n, r);
 
   // Exact 128-bit path: W = floor(num * 2^(n+1) / (den * 2^(ee-M))).
-  const int fl2 = ilog2(detail::rto_div(num, den));
+  const double y = detail::rto_div(num, den);
+  const int fl2 = ilog2(y);
   if (!f.subnormals && fl2 < f.emin && f.M == 0) return {0u, false, false};
-  const int ee = fl2 < f.emin ? f.emin : fl2;
+  int ee = fl2 < f.emin ? f.emin : fl2;
+  int64_t code_base;
+  uint64_t k_base;
+  const bool top = detail::above_subnormal_max(f, y, ee, code_base, k_base);
+  if (top && fl2 > ee + 1) return {f.max_mag, true, true};
   uint64_t sn, sd;
   int en, ed;
   detail::split(num, sn, en);
@@ -209,6 +232,7 @@ EXMY_HD MagRound round_quotient(const Format& f, double num, double den, bool ne
   const uint64_t W = detail::fixed_div(sn, en - ed + n + 1 + f.M - ee, sd, sticky);
   const uint64_t k = W >> (n + 1);
   const uint64_t Fm = W & ((uint64_t{1} << (n + 1)) - 1);
+  if (top) return detail::finish(f, code_base + static_cast<int64_t>(k - k_base), Fm, sticky, neg, mode, n, r);
   if (f.subnormals) {
     const int64_t code_lo = (static_cast<int64_t>(ee - f.emin) << f.M) + static_cast<int64_t>(k);
     return detail::finish(f, code_lo, Fm, sticky, neg, mode, n, r);

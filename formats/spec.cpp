@@ -77,7 +77,15 @@ bool parse_generic(std::string_view name, Format& f) {
   if (m == std::string_view::npos) return false;
   int E, M;
   if (!parse_int(s.substr(0, m), E) || !parse_int(s.substr(m + 1), M)) return false;
-  if (s.substr(0, m).front() == '+' || s.substr(m + 1).front() == '+') return false;
+  // Canonical digits only: no sign, no leading zeros. Otherwise "e4m03" would
+  // be a generic E4M3 (no NaN) beside the e4m3 preset, and format_name could
+  // not tell them apart.
+  auto canonical = [](std::string_view d) {
+    for (char c : d)
+      if (c < '0' || c > '9') return false;
+    return d.size() == 1 || d.front() != '0';
+  };
+  if (!canonical(s.substr(0, m)) || !canonical(s.substr(m + 1))) return false;
   if (E < 0 || E > 8 || M < 0 || M > 23) return false;
   // For E = 0 there is no exponent field; bias 0 makes the codes 0..2^M-1
   // the integers times 2^(1-M) (the subnormal formula with bias 0).
@@ -127,13 +135,15 @@ Format parse_format(std::string_view spec) {
         f.subnormals = false;
       } else if (opt == "inf") {
         f.has_inf = true;
+      } else if (opt == "noinf") {
+        f.has_inf = false;
       } else if (opt.substr(0, 5) == "nans=" && parse_int(opt.substr(5), v) && v >= 0) {
         f.nans = v;
       } else if (opt == "nonegzero") {
         f.negzero = false;
       } else {
         throw Error("unknown option '" + std::string(opt) + "' in format spec '" + std::string(spec) +
-                    "' (expected bias=<int>, nosub, inf, nans=<int>, nonegzero)");
+                    "' (expected bias=<int>, nosub, inf, noinf, nans=<int>, nonegzero)");
       }
       if (comma == std::string_view::npos) break;
       opts.remove_prefix(comma + 1);
@@ -154,13 +164,22 @@ std::string format_name(const Format& f) {
       return p.name;
   }
   std::string s = std::string(f.is_signed ? "" : "u") + "e" + std::to_string(f.E) + "m" + std::to_string(f.M);
+  // The options are relative to what the bare name parses to: a preset when
+  // the name is one (e4m3, e5m2, ue8m0, ...), else the generic defaults.
+  // Options switch subnormals and -0 off and Inf on or off, so a format with
+  // subnormals or -0 where its preset has none has no spec string; the name
+  // returned for it does not parse back to it.
+  Format base;
+  if (!parse_generic(s, base)) return s;  // E or M out of range: no usable format
+  for (const auto& p : presets())
+    if (s == p.name) base = p.f;
   std::vector<std::string> opts;
-  const int dbias = f.E > 0 ? (1 << (f.E - 1)) - 1 : 0;
-  if (f.bias != dbias) opts.push_back("bias=" + std::to_string(f.bias));
-  if (!f.subnormals) opts.push_back("nosub");
-  if (f.has_inf) opts.push_back("inf");
-  if (f.nans != 0) opts.push_back("nans=" + std::to_string(f.nans));
-  if (!f.negzero) opts.push_back("nonegzero");
+  if (f.bias != base.bias) opts.push_back("bias=" + std::to_string(f.bias));
+  if (!f.subnormals && base.subnormals) opts.push_back("nosub");
+  if (f.has_inf && !base.has_inf) opts.push_back("inf");
+  if (!f.has_inf && base.has_inf) opts.push_back("noinf");
+  if (f.nans != base.nans) opts.push_back("nans=" + std::to_string(f.nans));
+  if (!f.negzero && base.negzero) opts.push_back("nonegzero");
   for (size_t i = 0; i < opts.size(); ++i) s += (i == 0 ? ":" : ",") + opts[i];
   return s;
 }

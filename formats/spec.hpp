@@ -12,7 +12,8 @@
 namespace exmy {
 
 // Parses `NAME[:OPT,...]` where NAME is a preset, an ml_dtypes alias or
-// `[u]e<E>m<M>`, and OPT is bias=<int>, nosub, inf, nans=<int>, nonegzero.
+// `[u]e<E>m<M>`, and OPT is bias=<int>, nosub, inf, nans=<int>, nonegzero,
+// or exmy's addition noinf (for e.g. E5M2 without Inf).
 // Throws exmy::Error naming the bad token.
 Format parse_format(std::string_view spec);
 

@@ -14,5 +14,6 @@ int cmd_quantize(const Args& args);
 int cmd_formats(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_demo(const Args& args);
+int cmd_model_info(const Args& args);
 
 }  // namespace exmy::cli

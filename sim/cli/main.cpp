@@ -19,7 +19,8 @@ const char* kUsage =
     "  demo       quantize a built-in tensor with the UE5M3 recipe and compare formats (the default job)\n"
     "  quantize   block-scaled quantization of a float32 tensor file (CONTRACT section 6)\n"
     "  formats    table of format presets, or of the given format specs\n"
-    "  bench      throughput benchmarks (bench quantize)\n";
+    "  bench      throughput benchmarks (bench quantize)\n"
+    "  model-info parameters, FLOPs per token and training memory of a Nemotron-H model\n";
 
 }  // namespace
 
@@ -39,7 +40,8 @@ int main(int argc, char** argv) {
     if (cmd == "formats") return exmy::cli::cmd_formats(args);
     if (cmd == "bench") return exmy::cli::cmd_bench(args);
     if (cmd == "demo") return exmy::cli::cmd_demo(args);
-    std::fprintf(stderr, "exmy: error: unknown command '%s' (expected demo, quantize, formats or bench; see exmy --help)\n",
+    if (cmd == "model-info") return exmy::cli::cmd_model_info(args);
+    std::fprintf(stderr, "exmy: error: unknown command '%s' (expected demo, quantize, formats, bench or model-info; see exmy --help)\n",
                  cmd.c_str());
     return 2;
   } catch (const exmy::Error& e) {

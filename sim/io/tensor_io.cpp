@@ -3,6 +3,7 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,14 @@ namespace exmy::io {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The largest tensor exmy reads (the limit of `exmy quantize --shape`). It
+// keeps every element and byte count inside int64_t and size_t.
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+// Elements per HDF5 read: the reader's memory grows only with data that HDF5
+// actually delivers, so a small file claiming a huge dataset fails early.
+constexpr hsize_t kH5Piece = hsize_t{1} << 20;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -93,6 +102,8 @@ void parse_npy(const std::string& path, const std::vector<uint8_t>& buf, size_t&
   if (value_of("fortran_order") != "False")
     throw Error("'" + path + "' is stored in Fortran order; save it C-contiguous");
   const std::string shape = value_of("shape");
+  if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')')
+    throw Error("'" + path + "' has a malformed .npy shape " + shape);
   std::vector<int64_t> dims;
   std::string inner = shape.substr(1, shape.size() - 2);
   std::stringstream ss(inner);
@@ -110,7 +121,11 @@ void parse_npy(const std::string& path, const std::vector<uint8_t>& buf, size_t&
   }
   if (dims.size() > 2) throw Error("'" + path + "' has " + std::to_string(dims.size()) + " dimensions; exmy reads 1-D or 2-D arrays");
   count = 1;
-  for (auto d : dims) count *= d;
+  for (auto d : dims) {
+    if (d != 0 && count > kMaxElements / d)
+      throw Error("'" + path + "' has shape " + shape + ", more than 2^40 elements; exmy reads smaller tensors");
+    count *= d;
+  }
   is2d = dims.size() == 2;
   r = is2d ? dims[0] : 1;
   c = is2d ? dims[1] : count;
@@ -136,6 +151,66 @@ struct H5Id {
   H5Id& operator=(const H5Id&) = delete;
 };
 
+// Refuses datasets whose values are not stored in the file: unwritten ones,
+// chunked ones with missing chunks (both read back as fill values, for any
+// claimed size), and contiguous or compact ones with fewer bytes stored than
+// their shape needs.
+void check_h5_storage(hid_t d, int nd, const hsize_t* dims, int64_t count, const std::string& dset,
+                      const std::string& file) {
+  const std::string what = "dataset '" + dset + "' in '" + file + "'";
+  H5D_space_status_t status;
+  if (H5Dget_space_status(d, &status) < 0) throw Error("cannot read " + what + " (corrupt file?)");
+  if (status == H5D_SPACE_STATUS_NOT_ALLOCATED) throw Error(what + " holds no data (it was never written)");
+  H5Id dcpl(H5Dget_create_plist(d), H5Pclose);
+  if (dcpl.id < 0) throw Error("cannot read " + what + " (corrupt file?)");
+  if (H5Pget_layout(dcpl.id) == H5D_CHUNKED) {
+    hsize_t chunk[2] = {0, 0};
+    if (H5Pget_chunk(dcpl.id, nd, chunk) != nd) throw Error("cannot read the chunking of " + what + " (corrupt file?)");
+    hsize_t expected = 1;
+    for (int k = 0; k < nd; ++k) {
+      if (chunk[k] == 0) throw Error("cannot read the chunking of " + what + " (corrupt file?)");
+      expected *= (dims[k] + chunk[k] - 1) / chunk[k];
+    }
+    hsize_t stored = 0;
+    H5Id space(H5Dget_space(d), H5Sclose);
+    if (H5Dget_num_chunks(d, space.id, &stored) < 0) throw Error("cannot read the chunks of " + what + " (corrupt file?)");
+    if (stored != expected)
+      throw Error(what + " stores " + std::to_string(stored) + " of its " + std::to_string(expected) +
+                  " chunks; exmy reads fully written datasets");
+  } else {
+    const hsize_t stored = H5Dget_storage_size(d);
+    if (stored < static_cast<hsize_t>(count) * 4)
+      throw Error(what + " stores " + std::to_string(stored) + " bytes for " + std::to_string(count) +
+                  " float32 values (truncated file?)");
+  }
+}
+
+// Reads the whole dataset row-major into `data`, kH5Piece elements at a time.
+void read_h5_pieces(hid_t d, hid_t space, int nd, const hsize_t* dims, int64_t count, std::vector<float>& data,
+                    const std::string& dset, const std::string& file) {
+  const hsize_t R = nd == 2 ? dims[0] : 1, C = nd == 2 ? dims[1] : dims[0];
+  const hsize_t rows_per = C >= kH5Piece ? 1 : kH5Piece / C;
+  const hsize_t cols_per = C >= kH5Piece ? kH5Piece : C;
+  data.clear();
+  data.reserve(static_cast<size_t>(std::min<int64_t>(count, int64_t{1} << 24)));
+  for (hsize_t r = 0; r < R; r += rows_per) {
+    const hsize_t nr = std::min(rows_per, R - r);
+    for (hsize_t c = 0; c < C; c += cols_per) {
+      const hsize_t nc = std::min(cols_per, C - c);
+      const hsize_t start2[2] = {r, c}, count2[2] = {nr, nc};
+      const hsize_t* start = nd == 2 ? start2 : start2 + 1;
+      const hsize_t* cnt = nd == 2 ? count2 : count2 + 1;
+      const hsize_t n = nr * nc;
+      H5Id mem(H5Screate_simple(1, &n, nullptr), H5Sclose);
+      const size_t old = data.size();
+      data.resize(old + static_cast<size_t>(n));
+      if (mem.id < 0 || H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, cnt, nullptr) < 0 ||
+          H5Dread(d, H5T_NATIVE_FLOAT, mem.id, space, H5P_DEFAULT, data.data() + old) < 0)
+        throw Error("cannot read dataset '" + dset + "' in '" + file + "' (corrupt file?)");
+    }
+  }
+}
+
 Tensor read_h5(const std::string& spec, int64_t rows, int64_t cols) {
   static H5Silence silence;
   std::string file, dset;
@@ -153,16 +228,21 @@ Tensor read_h5(const std::string& spec, int64_t rows, int64_t cols) {
   const int nd = H5Sget_simple_extent_ndims(s.id);
   if (nd < 1 || nd > 2) throw Error("dataset '" + dset + "' has " + std::to_string(nd) + " dimensions; exmy reads 1-D or 2-D datasets");
   hsize_t dims[2] = {1, 1};
-  H5Sget_simple_extent_dims(s.id, dims, nullptr);
-  const int64_t count = static_cast<int64_t>(dims[0]) * (nd == 2 ? static_cast<int64_t>(dims[1]) : 1);
+  if (H5Sget_simple_extent_dims(s.id, dims, nullptr) != nd)
+    throw Error("cannot read the shape of dataset '" + dset + "' in '" + file + "' (corrupt file?)");
+  const hsize_t n0 = dims[0], n1 = nd == 2 ? dims[1] : 1;
+  if (n0 > static_cast<hsize_t>(kMaxElements) || (n0 != 0 && n1 > static_cast<hsize_t>(kMaxElements) / n0))
+    throw Error("dataset '" + dset + "' in '" + file + "' has more than 2^40 elements; exmy reads smaller tensors");
+  const int64_t count = static_cast<int64_t>(n0 * n1);
   Tensor out;
   check_shape(spec, count, rows, cols, nd == 2, static_cast<int64_t>(dims[0]), nd == 2 ? static_cast<int64_t>(dims[1]) : count);
   out.rows = rows;
   out.cols = cols;
   out.shape_known = nd == 2;
-  out.data.resize(static_cast<size_t>(count));
-  if (count > 0 && H5Dread(d.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data.data()) < 0)
-    throw Error("cannot read dataset '" + dset + "' in '" + file + "' (corrupt file?)");
+  if (count > 0) {
+    check_h5_storage(d.id, nd, dims, count, dset, file);
+    read_h5_pieces(d.id, s.id, nd, dims, count, out.data, dset, file);
+  }
   return out;
 }
 
@@ -211,6 +291,8 @@ void split_h5_path(const std::string& path, std::string& file, std::string& data
 
 Tensor read_tensor(const std::string& path, int64_t rows, int64_t cols) {
   if (rows < 0 || cols < 0) throw Error("shape must not be negative");
+  if (rows != 0 && cols > kMaxElements / rows)
+    throw Error("shape " + std::to_string(rows) + "," + std::to_string(cols) + " has more than 2^40 elements");
   const FileKind kind = file_kind(path);
   if (kind == FileKind::hdf5) return read_h5(path, rows, cols);
   const std::vector<uint8_t> buf = read_file(path);

@@ -1,0 +1,27 @@
+// Causal grouped-query attention without positional encoding (Nemotron-H's
+// attention blocks): per head, softmax(Q K^T / sqrt(head_dim)) V over the
+// keys at or before each query, the softmax in the working precision (FP32
+// for training). Query head h reads key/value head h / (Hq / Hkv).
+//
+// q (B,T,Hq*Dh), k and v (B,T,Hkv*Dh), out (B,T,Hq*Dh), lse (B,Hq,T): the
+// log-sum-exp of each softmax row, saved so backward recomputes the
+// probabilities instead of storing (T x T) per head.
+// Backward accumulates (+=) into dq, dk, dv.
+#pragma once
+
+#include <cstdint>
+
+namespace exmy::models {
+
+struct AttnDims {
+  int64_t batch = 1, seqlen = 1, q_heads = 1, kv_heads = 1, head_dim = 1;
+};
+
+template <class T>
+void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const AttnDims& d);
+
+template <class T>
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k,
+                        const T* v, const AttnDims& d);
+
+}  // namespace exmy::models

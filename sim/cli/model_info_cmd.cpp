@@ -1,0 +1,122 @@
+// `exmy model-info --model NAME|config.json [--set model.FIELD=VALUE ...]`:
+// parameter counts per component and in total, FLOPs per token and a
+// training-memory estimate of a Nemotron-H configuration.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "formats/error.hpp"
+#include "models/config.hpp"
+#include "sim/cli/commands.hpp"
+
+namespace po = boost::program_options;
+
+namespace exmy::cli {
+namespace {
+
+// 8100852736 -> "8,100,852,736"
+std::string grouped(int64_t v) {
+  std::string s = std::to_string(v), out;
+  const int n = static_cast<int>(s.size());
+  for (int i = 0; i < n; ++i) {
+    out += s[static_cast<size_t>(i)];
+    if ((n - i - 1) % 3 == 0 && i != n - 1) out += ',';
+  }
+  return out;
+}
+
+std::string human(double v, const char* unit) {
+  const char* prefixes[] = {"", "K", "M", "G", "T", "P"};
+  int i = 0;
+  while (v >= 1000 && i < 5) v /= 1000, ++i;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g %s%s", v, prefixes[i], unit);
+  return buf;
+}
+
+std::string gib(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+int cmd_model_info(const Args& args) {
+  po::options_description desc(
+      "exmy model-info: parameters, FLOPs per token and training memory of a Nemotron-H model\n\n"
+      "usage: exmy model-info --model NAME|config.json [--set model.FIELD=VALUE ...]\n\noptions");
+  desc.add_options()("help,h", "show this help")                                                  //
+      ("model", po::value<std::string>()->default_value("nemotron-h-8b"),
+       "a preset (nemotron-h-4b/8b/47b/56b, proxy-tiny/1m/10m/50m) or an HF config.json")  //
+      ("set", po::value<std::vector<std::string>>()->composing(), "override a field: model.FIELD=VALUE")  //
+      ("seq-len", po::value<int64_t>()->default_value(4096), "sequence length for FLOPs and memory")  //
+      ("batch", po::value<int64_t>()->default_value(1), "micro-batch (sequences) for the memory estimate")  //
+      ("fields", "also print every configuration field");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  models::NemotronHConfig cfg = models::resolve_config(vm["model"].as<std::string>());
+  if (vm.count("set"))
+    for (const auto& s : vm["set"].as<std::vector<std::string>>()) models::apply_override(cfg, s);
+  models::validate(cfg);
+  const int64_t seq = vm["seq-len"].as<int64_t>(), batch = vm["batch"].as<int64_t>();
+  if (seq <= 0 || batch <= 0) throw Error("--seq-len and --batch must be positive");
+
+  std::printf("model %s: %lld layers (%lld Mamba-2, %lld attention, %lld MLP), hidden %lld, vocab %lld\n",
+              cfg.name.c_str(), static_cast<long long>(cfg.num_hidden_layers),
+              static_cast<long long>(cfg.count_layers('M')), static_cast<long long>(cfg.count_layers('*')),
+              static_cast<long long>(cfg.count_layers('-')), static_cast<long long>(cfg.hidden_size),
+              static_cast<long long>(cfg.vocab_size));
+  std::printf("pattern %s\n", cfg.hybrid_override_pattern.c_str());
+  if (vm.count("fields")) std::printf("\n%s", models::describe(cfg).c_str());
+
+  std::printf("\n%-12s %-14s %16s %7s %18s\n", "parameters", "component", "per layer", "layers", "total");
+  const auto rows = models::parameter_breakdown(cfg);
+  std::string last;
+  int64_t total = 0;
+  for (const auto& r : rows) {
+    const bool per_block = r.block == "mamba" || r.block == "attention" || r.block == "mlp";
+    std::printf("%-12s %-14s %16s %7s %18s\n", r.block == last ? "" : r.block.c_str(), r.component.c_str(),
+                per_block ? grouped(r.per_layer).c_str() : "", per_block ? std::to_string(r.layers).c_str() : "",
+                grouped(r.total()).c_str());
+    last = r.block;
+    total += r.total();
+  }
+  for (const char* block : {"mamba", "attention", "mlp"}) {
+    int64_t per = 0, layers = 0;
+    for (const auto& r : rows)
+      if (r.block == block) per += r.per_layer, layers = r.layers;
+    if (layers)
+      std::printf("%-12s %-14s %16s %7lld %18s\n", block, "(block)", grouped(per).c_str(),
+                  static_cast<long long>(layers), grouped(per * layers).c_str());
+  }
+  std::printf("%-12s %-14s %16s %7s %18s  (%.3g %s)\n", "total", "", "", "", grouped(total).c_str(),
+              total >= 1e9 ? total / 1e9 : total >= 1e6 ? total / 1e6 : total / 1e3,
+              total >= 1e9 ? "billion" : total >= 1e6 ? "million" : "thousand");
+
+  const models::FlopCount f = models::flops_per_token(cfg, seq);
+  std::printf("\nFLOPs per token at sequence length %lld (2 per multiply-add):\n", static_cast<long long>(seq));
+  std::printf("  forward    %s  (linear %s, attention %s, SSD scan %s)\n", human(f.forward(), "FLOP").c_str(),
+              human(f.linear, "FLOP").c_str(), human(f.attention, "FLOP").c_str(), human(f.ssd, "FLOP").c_str());
+  std::printf("  training   %s  (forward + dgrad + wgrad = 3 x forward; 6N = %s)\n",
+              human(f.training(), "FLOP").c_str(), human(6.0 * static_cast<double>(total), "FLOP").c_str());
+
+  const models::MemoryEstimate m = models::training_memory(cfg, batch, seq);
+  std::printf("\ntraining memory, FP32, micro-batch %lld x %lld tokens:\n", static_cast<long long>(batch),
+              static_cast<long long>(seq));
+  std::printf("  weights %s, gradients %s, AdamW moments %s\n", gib(m.params).c_str(), gib(m.grads).c_str(),
+              gib(m.optimizer).c_str());
+  std::printf("  activations kept for backward %s, backward workspace %s\n", gib(m.activations).c_str(),
+              gib(m.workspace).c_str());
+  std::printf("  total %s\n", gib(m.total()).c_str());
+  return 0;
+}
+
+}  // namespace exmy::cli

@@ -1,0 +1,151 @@
+#include "sim/linear.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "formats/error.hpp"
+#include "formats/round.hpp"
+#include "formats/spec.hpp"
+#include "sim/gemm.hpp"
+#include "sim/parallel.hpp"
+
+namespace exmy::sim {
+
+std::string_view linear_kind_name(LinearKind kind) {
+  switch (kind) {
+    case LinearKind::mamba_in_proj: return "in_proj";
+    case LinearKind::mamba_out_proj: return "out_proj";
+    case LinearKind::attn_q: return "q_proj";
+    case LinearKind::attn_k: return "k_proj";
+    case LinearKind::attn_v: return "v_proj";
+    case LinearKind::attn_o: return "o_proj";
+    case LinearKind::mlp_up: return "up_proj";
+    case LinearKind::mlp_down: return "down_proj";
+    case LinearKind::lm_head: return "lm_head";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& linear_policy_names() {
+  static const std::vector<std::string> names = {"fp32", "bf16"};
+  return names;
+}
+
+// Adding half an ulp of bf16 (minus one when the kept last bit is 0) and
+// truncating is round-to-nearest-even on the 16 dropped bits; carries into
+// the exponent are the correct rounding up to the next binade or to Inf.
+// Subnormals need nothing special: float and bf16 share the exponent range,
+// so the same bit positions are dropped. Tested against exmy::encode_exact.
+float round_bf16(float x) {
+  uint32_t u = std::bit_cast<uint32_t>(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return std::bit_cast<float>((u | 0x00400000u) & 0xffff0000u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return std::bit_cast<float>(u & 0xffff0000u);
+}
+
+// Doubles only occur in gradient checks, so the exact rounding core does the
+// work (a double has more bits than the float bit trick can see).
+double round_bf16(double x) {
+  static const Format bf16 = parse_format("bf16");
+  if (std::isnan(x)) return x;
+  return bf16.decode(encode_exact(bf16, x, Round::rne, 0, 0, false).code);
+}
+
+template <class T>
+void round_bf16(T* out, const T* in, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= parallel_min_work())
+  for (int64_t i = 0; i < n; ++i) out[i] = round_bf16(in[i]);
+}
+template void round_bf16<float>(float*, const float*, int64_t);
+template void round_bf16<double>(double*, const double*, int64_t);
+
+namespace {
+
+// The three GEMMs of a linear layer on the operands as given.
+template <class T>
+void fprop(T* Y, const T* X, const T* W, int64_t tokens, int64_t in, int64_t out) {
+  gemm(Y, out, X, in, Op::N, W, in, Op::T, tokens, out, in, false);
+}
+template <class T>
+void dgrad(T* dX, const T* dY, const T* W, int64_t tokens, int64_t in, int64_t out) {
+  gemm(dX, in, dY, out, Op::N, W, in, Op::N, tokens, in, out, true);
+}
+template <class T>
+void wgrad(T* dW, const T* dY, const T* X, int64_t tokens, int64_t in, int64_t out) {
+  gemm(dW, in, dY, out, Op::T, X, in, Op::N, out, in, tokens, true);
+}
+
+template <class T>
+class PlainLinear final : public Linear<T> {
+ public:
+  using Linear<T>::Linear;
+  void forward(T* Y, const T* X, const T* W, int64_t tokens) override {
+    fprop(Y, X, W, tokens, this->info_.in_features, this->info_.out_features);
+  }
+  void backward(T* dX, T* dW, const T* dY, const T* X, const T* W, int64_t tokens) override {
+    const int64_t in = this->info_.in_features, out = this->info_.out_features;
+    if (dX) dgrad(dX, dY, W, tokens, in, out);
+    wgrad(dW, dY, X, tokens, in, out);
+  }
+};
+
+// Rounds each operand into scratch buffers owned by the layer, then runs the
+// plain GEMM: products of bf16 values are exact in float, so this is a BF16
+// tensor-core GEMM with FP32 accumulation up to the order of the sum.
+template <class T>
+class Bf16Linear final : public Linear<T> {
+ public:
+  using Linear<T>::Linear;
+  void forward(T* Y, const T* X, const T* W, int64_t tokens) override {
+    const int64_t in = this->info_.in_features, out = this->info_.out_features;
+    const T* xq = rounded(x_, X, tokens * in);
+    const T* wq = rounded(w_, W, out * in);
+    fprop(Y, xq, wq, tokens, in, out);
+  }
+  void backward(T* dX, T* dW, const T* dY, const T* X, const T* W, int64_t tokens) override {
+    const int64_t in = this->info_.in_features, out = this->info_.out_features;
+    const T* dyq = rounded(dy_, dY, tokens * out);
+    if (dX) dgrad(dX, dyq, rounded(w_, W, out * in), tokens, in, out);
+    wgrad(dW, dyq, rounded(x_, X, tokens * in), tokens, in, out);
+  }
+
+ private:
+  static const T* rounded(Buf<T>& buf, const T* src, int64_t n) {
+    if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+    round_bf16(buf.data(), src, n);
+    return buf.data();
+  }
+  Buf<T> x_, w_, dy_;
+};
+
+template <class T>
+class PlainFactory final : public LinearFactory<T> {
+ public:
+  std::string policy() const override { return "fp32"; }
+  std::unique_ptr<Linear<T>> make(const LinearInfo& info) const override {
+    return std::make_unique<PlainLinear<T>>(info);
+  }
+};
+
+template <class T>
+class Bf16Factory final : public LinearFactory<T> {
+ public:
+  std::string policy() const override { return "bf16"; }
+  std::unique_ptr<Linear<T>> make(const LinearInfo& info) const override {
+    return std::make_unique<Bf16Linear<T>>(info);
+  }
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<LinearFactory<T>> make_linear_factory(std::string_view policy) {
+  if (policy == "fp32") return std::make_unique<PlainFactory<T>>();
+  if (policy == "bf16") return std::make_unique<Bf16Factory<T>>();
+  throw Error("unknown precision policy '" + std::string(policy) + "' (expected fp32 or bf16)");
+}
+template std::unique_ptr<LinearFactory<float>> make_linear_factory<float>(std::string_view);
+template std::unique_ptr<LinearFactory<double>> make_linear_factory<double>(std::string_view);
+
+}  // namespace exmy::sim

@@ -1,0 +1,545 @@
+// The threaded path against the scalar reference, and the Hadamard transform.
+//
+// exmy::quantize with 1 and 2 threads must equal exmy::quantize_ref bit for
+// bit (values, element codes, scale codes, every statistic, the tensor-level
+// info, and the error message when one is thrown) over random tensors and
+// random specs: shapes that are and are not multiples of the block, 1xB, Bx1
+// and BxB blocks for B in {1, 2, 4, 16, 32}, every scale rule, both
+// arithmetics, every rounding mode and several random-bit widths, zero-scale
+// zero/one, tensor amax none/auto/given, scale targets, saturation off with
+// formats that have Inf/NaN, inputs with -0.0, zeros, float subnormals, huge
+// values, +-Inf and NaN, and the RHT on 1x16 and 16x1 blocks.
+//
+// hadamard16 must equal hadamard16_ref bit for bit (segments with a huge
+// exponent spread take the exact accumulator), and both must equal an
+// independent rational computation of (1/4) sum_i s_i x_i H_ij rounded once
+// to bf16. Errors: NaN without any NaN code, and overflow with saturation
+// off and neither Inf nor NaN, throw exmy::Error naming the element.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "exact_ref.hpp"
+#include "formats/error.hpp"
+#include "formats/pack.hpp"
+#include "formats/quantize.hpp"
+#include "formats/spec.hpp"
+#include "test_support.hpp"
+
+namespace exmy {
+namespace {
+
+using test::hex;
+
+// Everything one implementation produced for one call.
+struct Outcome {
+  bool threw = false;
+  std::string error;
+  std::vector<float> values;
+  std::vector<uint8_t> codes, scodes;
+  QuantStats stats;
+  QuantInfo info;
+};
+
+// impl 0: quantize_ref; impl k > 0: quantize with k threads.
+Outcome run(const QuantSpec& s, const std::vector<float>& x, int64_t rows, int64_t cols, int impl) {
+  Outcome r;
+  const int64_t n = rows * cols;
+  r.values.assign(static_cast<size_t>(n), float_of(0xdeadbeefu));
+  r.codes.assign(static_cast<size_t>(n * s.elem.code_bytes()), 0xa5);
+  const int64_t nb = block_count(s, rows, cols);
+  r.scodes.assign(static_cast<size_t>(nb * (s.scale ? s.scale->code_bytes() : 1)), 0xa5);
+  const QuantOutput out{r.values.data(), r.codes.data(), r.scodes.data(), &r.stats};
+  try {
+    r.info = impl == 0 ? quantize_ref(s, x.data(), rows, cols, out) : quantize(s, x.data(), rows, cols, out, impl);
+  } catch (const Error& e) {
+    r.threw = true;
+    r.error = e.what();
+  }
+  return r;
+}
+
+// The first difference between a run and the reference run, or "" if they
+// agree bit for bit.
+std::string difference(const Outcome& ref, const Outcome& got, const std::vector<float>& x) {
+  std::ostringstream d;
+  if (ref.threw || got.threw) {
+    if (got.threw != ref.threw || got.error != ref.error)
+      d << "reference " << (ref.threw ? "threw '" + ref.error + "'" : std::string("did not throw")) << ", got "
+        << (got.threw ? "'" + got.error + "'" : std::string("no error"));
+    return d.str();
+  }
+  for (size_t i = 0; i < ref.values.size(); ++i) {
+    if (bits_of(got.values[i]) != bits_of(ref.values[i])) {
+      d << "element " << i << " input " << hex(x[i]) << ": value " << hex(got.values[i]) << ", reference "
+        << hex(ref.values[i]);
+      return d.str();
+    }
+  }
+  for (size_t i = 0; i < ref.codes.size(); ++i) {
+    if (got.codes[i] != ref.codes[i]) {
+      d << "code byte " << i << " is " << test::hexcode(got.codes[i]) << ", reference " << test::hexcode(ref.codes[i]);
+      return d.str();
+    }
+  }
+  for (size_t i = 0; i < ref.scodes.size(); ++i) {
+    if (got.scodes[i] != ref.scodes[i]) {
+      d << "scale code byte " << i << " is " << test::hexcode(got.scodes[i]) << ", reference "
+        << test::hexcode(ref.scodes[i]);
+      return d.str();
+    }
+  }
+  const QuantStats &a = ref.stats, &b = got.stats;
+  const bool counts = a.elements == b.elements && a.nonzero == b.nonzero && a.underflow == b.underflow &&
+                      a.saturated == b.saturated && a.subnormal == b.subnormal && a.blocks == b.blocks &&
+                      a.scale_underflow == b.scale_underflow && a.scale_subnormal == b.scale_subnormal &&
+                      a.scale_saturated == b.scale_saturated;
+  // the sums by bits: NaN sums must be the same NaN, and -0 is not 0
+  const bool sums = bits_of(a.sum_sq) == bits_of(b.sum_sq) && bits_of(a.sum_sq_err) == bits_of(b.sum_sq_err) &&
+                    bits_of(a.sum_err) == bits_of(b.sum_err) && bits_of(a.sum_abs) == bits_of(b.sum_abs);
+  if (!counts || !sums) {
+    d << "statistics differ (got/reference): elements " << b.elements << "/" << a.elements << " nonzero "
+      << b.nonzero << "/" << a.nonzero << " underflow " << b.underflow << "/" << a.underflow << " saturated "
+      << b.saturated << "/" << a.saturated << " subnormal " << b.subnormal << "/" << a.subnormal << " blocks "
+      << b.blocks << "/" << a.blocks << " scale_underflow " << b.scale_underflow << "/" << a.scale_underflow
+      << " scale_subnormal " << b.scale_subnormal << "/" << a.scale_subnormal << " scale_saturated "
+      << b.scale_saturated << "/" << a.scale_saturated << " sum_sq " << hex(b.sum_sq) << "/" << hex(a.sum_sq)
+      << " sum_sq_err " << hex(b.sum_sq_err) << "/" << hex(a.sum_sq_err) << " sum_err " << hex(b.sum_err) << "/"
+      << hex(a.sum_err) << " sum_abs " << hex(b.sum_abs) << "/" << hex(a.sum_abs);
+    return d.str();
+  }
+  // QuantStats::operator== agrees with the field comparison where no sum is NaN
+  if (!std::isnan(a.sum_err) && !std::isnan(a.sum_sq_err) && !(a == b)) return "QuantStats::operator== is false";
+  if (bits_of(ref.info.amax) != bits_of(got.info.amax) || bits_of(ref.info.t) != bits_of(got.info.t) ||
+      ref.info.block_grid_rows != got.info.block_grid_rows || ref.info.block_grid_cols != got.info.block_grid_cols) {
+    d << "QuantInfo differs: amax " << hex(got.info.amax) << "/" << hex(ref.info.amax) << " t " << hex(got.info.t)
+      << "/" << hex(ref.info.t) << " grid " << got.info.block_grid_rows << "x" << got.info.block_grid_cols << "/"
+      << ref.info.block_grid_rows << "x" << ref.info.block_grid_cols;
+  }
+  return d.str();
+}
+
+// ---------------------------------------------------------------------------
+// Random specs and tensors
+// ---------------------------------------------------------------------------
+
+struct Config {
+  QuantSpec spec;
+  int64_t rows = 1, cols = 1;
+  std::vector<float> x;
+  std::string desc;
+  bool has_nan = false, has_inf = false;
+};
+
+const std::vector<std::string> kElems = {"e2m1", "e2m1", "e2m3", "e3m2", "e4m3", "e4m3", "e5m2", "fp16", "bf16",
+                                         "e3m2:nosub", "e2m1:inf", "e4m3:bias=8,nans=0,nonegzero", "ue4m3",
+                                         "e5m20", "e0m3"};
+const std::vector<std::string> kScales = {"none", "ue8m0", "ue8m0", "ue5m3", "ue5m3", "e4m3", "ue4m3", "bf16",
+                                          "ue5m3:nans=0", "e5m2", "e8m0"};
+const ScaleRule kRules[] = {ScaleRule::amax_rne, ScaleRule::amax_up,  ScaleRule::amax_down,
+                            ScaleRule::mx_floor, ScaleRule::mx_ceil, ScaleRule::mx_even};
+
+// A float of the tensor: mostly values spread over a few binades around a
+// centre, with zeros of both signs, float subnormals, huge values, and (if
+// allowed) Inf and NaN mixed in.
+float draw(test::Rng& rng, int centre, int spread, bool inf, bool nan) {
+  const double u = rng.uniform();
+  const float sign = rng.coin() ? -1.0f : 1.0f;
+  if (u < 0.04) return sign * 0.0f;
+  if (u < 0.06) return sign * float_of(static_cast<uint32_t>(rng.range(1, 0x7fffff)));  // subnormal
+  if (u < 0.07) return sign * FLT_MAX * static_cast<float>(rng.uniform());
+  if (inf && u < 0.08) return sign * std::numeric_limits<float>::infinity();
+  if (nan && u < 0.09) return std::numeric_limits<float>::quiet_NaN();
+  return sign * rng.float_in(centre - spread, centre + spread);
+}
+
+Config random_config(test::Rng& rng) {
+  Config c;
+  QuantSpec& s = c.spec;
+  const std::string elem = rng.pick(kElems), scale = rng.pick(kScales);
+  s.elem = parse_format(elem);
+  if (scale != "none") s.scale = parse_format(scale);
+  const int Bs[] = {1, 2, 4, 16, 32};
+  const int B = Bs[rng.range(0, 4)];
+  switch (rng.range(0, 2)) {
+    case 0: s.block_rows = 1, s.block_cols = B; break;
+    case 1: s.block_rows = B, s.block_cols = 1; break;
+    default: s.block_rows = B, s.block_cols = B; break;
+  }
+  // sizes around the block: exact multiples, partial edge blocks, single rows/columns
+  auto dim = [&](int b) -> int64_t {
+    switch (rng.range(0, 3)) {
+      case 0: return b * rng.range(1, 3);
+      case 1: return rng.range(1, 3 * b + 5);
+      case 2: return 1;
+      default: return rng.range(1, 70);
+    }
+  };
+  c.rows = dim(s.block_rows);
+  c.cols = dim(s.block_cols);
+  while (c.rows * c.cols > 6000) c.rows = (c.rows + 1) / 2;
+  if ((s.block_rows == 1 && s.block_cols == 16) || (s.block_rows == 16 && s.block_cols == 1)) {
+    if (rng.coin(0.7)) {
+      s.rht = true;
+      if (rng.coin(0.3)) s.rht_signs = static_cast<uint16_t>(rng.u32());
+      int64_t& len = s.block_cols == 16 ? c.cols : c.rows;
+      len = 16 * rng.range(1, 4);
+    }
+  }
+  s.rule = kRules[rng.range(0, 5)];
+  s.arith = rng.coin() ? Arith::exact : Arith::fp32;
+  s.round = test::kAllModes[rng.range(0, 8)];
+  const int bits[] = {1, 2, 4, 8, 8, 12, 16, 16, 23, 24, 32};
+  s.sr_bits = bits[rng.range(0, 10)];
+  s.seed = rng.u64();
+  s.stream = rng.coin() ? rng.u64() : static_cast<uint64_t>(rng.range(0, 10));
+  s.zero_scale = rng.coin(0.3) ? ZeroScale::one : ZeroScale::zero;
+  s.saturate = rng.coin(0.8);
+
+  const int centre = static_cast<int>(rng.range(-40, 40)), spread = static_cast<int>(rng.range(0, 30));
+  c.has_inf = rng.coin(0.15);
+  c.has_nan = rng.coin(0.1);
+  c.x.resize(static_cast<size_t>(c.rows * c.cols));
+  for (float& v : c.x) v = draw(rng, centre, spread, c.has_inf, c.has_nan);
+  // some all-zero or tiny rows: zero blocks and scale underflow
+  if (rng.coin(0.3))
+    for (int64_t j = 0; j < c.cols; ++j) c.x[static_cast<size_t>(j)] = rng.coin() ? 0.0f : 1e-40f;
+
+  switch (rng.range(0, 2)) {
+    case 0: s.amax_kind = AmaxKind::none; break;
+    case 1: s.amax_kind = AmaxKind::current; break;
+    default:
+      s.amax_kind = AmaxKind::given;
+      s.amax_value = static_cast<double>(rng.float_in(centre - 10, centre + 10));
+  }
+  if (rng.coin(0.4)) {
+    const double targets[] = {448.0, 2048.0, 1.0, 6.0, static_cast<double>(rng.float_in(-5, 20))};
+    s.scale_target = targets[rng.range(0, 4)];
+  }
+  std::ostringstream d;
+  d << c.rows << "x" << c.cols << " elem " << elem << " scale " << scale << " block " << s.block_rows << "x"
+    << s.block_cols << " rule " << scale_rule_name(s.rule) << " arith " << (s.arith == Arith::exact ? "exact" : "fp32")
+    << " round " << test::mode_name(s.round) << " bits " << s.sr_bits << " seed " << s.seed << " stream " << s.stream
+    << " zero-scale " << (s.zero_scale == ZeroScale::one ? "one" : "zero") << " amax "
+    << (s.amax_kind == AmaxKind::none ? "none" : s.amax_kind == AmaxKind::current ? "auto" : "given")
+    << (s.scale_target ? " target " + std::to_string(*s.scale_target) : std::string())
+    << (s.saturate ? "" : " no-saturate") << (s.rht ? " rht" : "");
+  c.desc = d.str();
+  return c;
+}
+
+TEST(QuantizeFast, RandomConfigsMatchReference) {
+  test::Rng rng(2024);
+  int ok = 0, threw = 0, with_nan = 0, with_inf = 0, rht = 0, stochastic = 0, fp32 = 0, saturated = 0,
+      scale_underflow = 0, unsaturated = 0, compared = 0;
+  int rules[6] = {};
+  int mismatches = 0;
+  for (int k = 0; k < 400; ++k) {
+    const Config c = random_config(rng);
+    const Outcome r = run(c.spec, c.x, c.rows, c.cols, 0);
+    bool good = true;
+    for (int threads : {1, 2}) {
+      const std::string diff = difference(r, run(c.spec, c.x, c.rows, c.cols, threads), c.x);
+      if (diff.empty()) continue;
+      good = false;
+      // the first few in full; the count at the end
+      if (++mismatches <= 10)
+        ADD_FAILURE() << "config " << k << " (" << c.desc << "), " << threads << " thread(s): " << diff;
+    }
+    ++compared;
+    if (!good) continue;
+    if (r.threw) {
+      ++threw;
+      continue;
+    }
+    ++ok;
+    with_nan += c.has_nan;
+    with_inf += c.has_inf;
+    rht += c.spec.rht;
+    stochastic += is_stochastic(c.spec.round);
+    fp32 += c.spec.arith == Arith::fp32;
+    saturated += r.stats.saturated > 0;
+    scale_underflow += r.stats.scale_underflow > 0;
+    unsaturated += !c.spec.saturate;
+    if (c.spec.scale) ++rules[static_cast<int>(c.spec.rule)];
+  }
+  EXPECT_EQ(mismatches, 0) << mismatches << " runs differ from the reference";
+  // Not vacuous: most configurations ran, and each feature was exercised.
+  EXPECT_GT(ok, compared / 2);
+  EXPECT_GT(threw, 5);
+  EXPECT_GT(with_nan, 10);
+  EXPECT_GT(with_inf, 20);
+  EXPECT_GT(rht, 20);
+  EXPECT_GT(stochastic, 100);
+  EXPECT_GT(fp32, 100);
+  EXPECT_GT(saturated, 50);
+  EXPECT_GT(scale_underflow, 10);
+  EXPECT_GT(unsaturated, 30);
+  for (int n : rules) EXPECT_GT(n, 20);
+}
+
+// The packed form decodes to the same values as the reference.
+TEST(QuantizeFast, PackedMatchesReference) {
+  test::Rng rng(77);
+  int checked = 0;
+  for (int k = 0; k < 150; ++k) {
+    Config c = random_config(rng);
+    const Outcome r = run(c.spec, c.x, c.rows, c.cols, 0);
+    if (r.threw) continue;
+    const PackedTensor p = quantize_packed(c.spec, c.x.data(), c.rows, c.cols, 2);
+    const std::vector<float> v = p.dequantize();
+    ASSERT_EQ(v.size(), r.values.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      ASSERT_EQ(bits_of(v[i]), bits_of(r.values[i])) << "config " << k << " (" << c.desc << ") element " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 80);
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+// Every implementation throws exmy::Error with the same message, containing
+// each of `tokens`.
+void expect_error(const QuantSpec& s, const std::vector<float>& x, int64_t rows, int64_t cols,
+                  const std::vector<std::string>& tokens, const std::string& what) {
+  const Outcome r = run(s, x, rows, cols, 0);
+  ASSERT_TRUE(r.threw) << what << ": the reference did not throw";
+  for (const auto& t : tokens) EXPECT_NE(r.error.find(t), std::string::npos) << what << ": '" << r.error << "' lacks '" << t << "'";
+  for (int threads : {1, 2}) {
+    const Outcome f = run(s, x, rows, cols, threads);
+    EXPECT_TRUE(f.threw) << what << ": " << threads << " thread(s) did not throw";
+    EXPECT_EQ(f.error, r.error) << what << ": " << threads << " thread(s)";
+  }
+}
+
+TEST(QuantizeErrors, NaNWithoutNaNCodes) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  QuantSpec s;
+  s.elem = parse_format("e2m1");
+  expect_error(s, {1.0f, nan, 2.0f}, 1, 3, {"NaN", "(0, 1)"}, "e2m1 without scale");
+  s.scale = parse_format("ue5m3:nans=0");
+  s.block_cols = 2;
+  expect_error(s, {1.0f, 2.0f, 3.0f, nan, 2.0f, nan}, 2, 3, {"NaN", "(1, 0)"}, "e2m1 / ue5m3:nans=0");
+  // With a NaN code somewhere the block becomes NaN instead.
+  s.scale = parse_format("ue8m0");
+  const Outcome r = run(s, {1.0f, 2.0f, nan, 4.0f}, 1, 4, 0);
+  ASSERT_FALSE(r.threw) << r.error;
+  EXPECT_EQ(r.scodes[1], 0xff);
+  EXPECT_TRUE(std::isnan(r.values[2]) && std::isnan(r.values[3]));
+  EXPECT_EQ(r.values[0], 1.0f);
+  s.elem = parse_format("e4m3");
+  s.scale.reset();
+  const Outcome q = run(s, {1.0f, nan}, 1, 2, 0);
+  ASSERT_FALSE(q.threw);
+  EXPECT_EQ(q.codes[1] & 0x7f, 0x7f);
+}
+
+TEST(QuantizeErrors, OverflowWithoutInfOrNaN) {
+  QuantSpec s;
+  s.elem = parse_format("e2m1");
+  s.saturate = false;
+  expect_error(s, {1.0f, 2.0f, 100.0f, 200.0f}, 2, 2, {"(1, 0)", "e2m1"}, "e2m1 no-saturate");
+  expect_error(s, {1.0f, std::numeric_limits<float>::infinity()}, 1, 2, {"(0, 1)"}, "e2m1 no-saturate Inf");
+  // with a block scale rounded down the scaled elements overflow too
+  s.scale = parse_format("ue8m0");
+  s.rule = ScaleRule::amax_down;
+  s.block_cols = 4;
+  expect_error(s, {7.0f, 1.0f, 1.0f, 1.0f}, 1, 4, {"(0, 0)"}, "e2m1/ue8m0 amax-down no-saturate");
+  // Inf and NaN codes absorb it; saturation clamps it
+  s.scale.reset();
+  for (const char* spec : {"e5m2", "e4m3", "e2m1:inf"}) {
+    s.elem = parse_format(spec);
+    const Outcome r = run(s, {1e6f, -1e6f}, 1, 2, 0);
+    ASSERT_FALSE(r.threw) << spec << ": " << r.error;
+    EXPECT_TRUE(std::isinf(r.values[0]) || std::isnan(r.values[0])) << spec;
+    EXPECT_EQ(r.stats.saturated, 2u) << spec;
+  }
+  s.elem = parse_format("e2m1");
+  s.saturate = true;
+  const Outcome r = run(s, {1e6f, -std::numeric_limits<float>::infinity()}, 1, 2, 0);
+  ASSERT_FALSE(r.threw);
+  EXPECT_EQ(r.values[0], 6.0f);
+  EXPECT_EQ(r.values[1], -6.0f);
+}
+
+// The first offending element is named the same way by every implementation,
+// whatever the block shape: the message must not depend on the walk order.
+TEST(QuantizeErrors, FirstOffendingElementIndependentOfBlockOrder) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int shape = 0; shape < 3; ++shape) {
+    QuantSpec s;
+    s.elem = parse_format("e2m1");
+    s.scale = parse_format("ue5m3:nans=0");
+    s.block_rows = shape == 0 ? 2 : shape == 1 ? 2 : 1;
+    s.block_cols = shape == 0 ? 2 : shape == 1 ? 1 : 2;
+    // 4x4: NaN at (0, 3) and (1, 0); (0, 3) is first in row-major order,
+    // (1, 0) lies in an earlier block for the 2x2 and 2x1 shapes.
+    std::vector<float> x(16, 1.0f);
+    x[3] = nan;
+    x[4] = nan;
+    const std::string what = "block " + std::to_string(s.block_rows) + "x" + std::to_string(s.block_cols);
+    expect_error(s, x, 4, 4, {"NaN"}, what + " NaN");
+    // the same with overflow: saturation off, an amax-down ue8m0 scale, so
+    // that a block holding 7 gets scale 1 and 7 overflows e2m1 (the 1.5s
+    // alone get scale 0.25 and encode exactly)
+    s.scale = parse_format("ue8m0");
+    s.rule = ScaleRule::amax_down;
+    s.saturate = false;
+    std::vector<float> y(16, 1.5f);
+    y[3] = 7.0f;
+    y[4] = 7.0f;
+    expect_error(s, y, 4, 4, {"overflows"}, what + " overflow");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Hadamard transform
+// ---------------------------------------------------------------------------
+
+// One 16-element segment of a given kind.
+void fill_segment(test::Rng& rng, float* seg, int kind) {
+  for (int i = 0; i < 16; ++i) {
+    switch (kind) {
+      case 0: seg[i] = (rng.coin() ? -1.0f : 1.0f) * rng.float_in(-3, 3); break;           // ordinary
+      case 1: seg[i] = (rng.coin() ? -1.0f : 1.0f) * rng.float_in(-100, 100); break;       // huge spread
+      case 2: seg[i] = rng.coin() ? -0.0f : 0.0f; break;                                    // zeros
+      case 3: seg[i] = (i % 2 ? 1e30f : -3e-38f) * (rng.coin() ? 1.0f : -1.0f); break;     // spread > 48 binades
+      case 4: seg[i] = float_of(static_cast<uint32_t>(rng.range(0, 0x7fffff)) | (rng.coin() ? 0x80000000u : 0u)); break;
+      case 5: seg[i] = (rng.coin() ? -1.0f : 1.0f) * rng.float_in(120, 127); break;        // near FLT_MAX: bf16 overflow
+      case 6: seg[i] = static_cast<float>(rng.range(-3, 3)); break;                         // cancellations to 0
+      default: seg[i] = i == 5 ? (rng.coin() ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN())
+                               : rng.float_in(-3, 3);
+    }
+  }
+}
+
+TEST(Hadamard, FastEqualsReference) {
+  test::Rng rng(5);
+  int segments = 0, exact_path = 0;
+  for (int t = 0; t < 60; ++t) {
+    const int axis = t % 2;
+    const int64_t rows = axis == 1 ? rng.range(1, 9) : 16 * rng.range(1, 3);
+    const int64_t cols = axis == 1 ? 16 * rng.range(1, 3) : rng.range(1, 9);
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    // fill segment by segment along the axis
+    const int64_t nseg = rows * cols / 16;
+    for (int64_t sidx = 0; sidx < nseg; ++sidx) {
+      float seg[16];
+      const int kind = static_cast<int>(rng.range(0, 7));
+      fill_segment(rng, seg, kind);
+      exact_path += kind == 1 || kind == 3;
+      for (int i = 0; i < 16; ++i) {
+        const int64_t idx = axis == 1 ? sidx * 16 + i : ((sidx / cols) * 16 + i) * cols + (sidx % cols);
+        x[static_cast<size_t>(idx)] = seg[i];
+      }
+      ++segments;
+    }
+    const uint16_t signs = t % 3 == 0 ? 0xD7E8 : static_cast<uint16_t>(rng.u32());
+    std::vector<float> a = x, b = x, c = x;
+    hadamard16_ref(a.data(), rows, cols, axis, signs);
+    hadamard16(b.data(), rows, cols, axis, signs, 1);
+    hadamard16(c.data(), rows, cols, axis, signs, 2);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const bool nan = std::isnan(a[i]);
+      // NaN results: any NaN, compared by class (NaN payloads are not specified)
+      EXPECT_TRUE(nan ? std::isnan(b[i]) : bits_of(b[i]) == bits_of(a[i]))
+          << "axis " << axis << " element " << i << ": fast " << hex(b[i]) << ", reference " << hex(a[i]);
+      EXPECT_TRUE(nan ? std::isnan(c[i]) : bits_of(c[i]) == bits_of(a[i]))
+          << "axis " << axis << " element " << i << " (2 threads): fast " << hex(c[i]) << ", reference " << hex(a[i]);
+    }
+  }
+  EXPECT_GT(segments, 300);
+  EXPECT_GT(exact_path, 40);
+}
+
+// The transform against exact rational arithmetic: x'_j = 1/4 sum_i s_i x_i
+// H_ij, rounded once to bf16 with rne (overflow to Inf: bf16 has it), by the
+// reference of exact_ref.hpp.
+TEST(Hadamard, MatchesRationalComputation) {
+  const Format bf16 = parse_format("bf16");
+  const ref::Table t(bf16);
+  test::Rng rng(8);
+  int checked = 0, nonzero = 0, inexact = 0;
+  for (int k = 0; k < 300; ++k) {
+    float seg[16];
+    const int kind = static_cast<int>(rng.range(0, 6));  // finite kinds only
+    fill_segment(rng, seg, kind);
+    const uint16_t signs = k % 2 ? 0xD7E8 : static_cast<uint16_t>(rng.u32());
+    float out[16], out_fast[16];
+    std::copy(seg, seg + 16, out);
+    std::copy(seg, seg + 16, out_fast);
+    hadamard16_ref(out, 1, 16, 1, signs);
+    hadamard16(out_fast, 1, 16, 1, signs, 1);
+    for (int j = 0; j < 16; ++j) {
+      ref::Rat sum = 0;
+      for (int i = 0; i < 16; ++i) {
+        const bool neg = (((signs >> i) & 1) != 0) != ((__builtin_popcount(static_cast<unsigned>(i & j)) & 1) != 0);
+        const ref::Rat term = ref::exact(static_cast<double>(seg[i]));
+        sum += neg ? ref::Rat(-term) : term;
+      }
+      sum /= 4;
+      const bool neg = sum < 0;
+      const ref::Located l(t, neg, neg ? ref::Rat(-sum) : sum);
+      const ref::Result want = ref::encode(t, l, ref::Mode::rne, 0, 0, /*saturate=*/false);
+      const uint32_t want_bits = want.code << 16;
+      for (const float* got : {out, out_fast}) {
+        const uint32_t gb = bits_of(got[j]);
+        // an exact zero sum has no sign of its own: either zero is accepted here
+        const bool ok = sum == 0 ? (gb & 0x7fffffffu) == 0 : gb == want_bits;
+        EXPECT_TRUE(ok) << "segment " << k << " (kind " << kind << ") output " << j << ": " << hex(got[j])
+                        << ", exact rounding " << hex(float_of(want_bits)) << " of " << ref::str(sum);
+      }
+      ++checked;
+      nonzero += sum != 0;
+      inexact += !l.past() && l.delta() != 0;
+    }
+  }
+  EXPECT_GT(checked, 4000);
+  EXPECT_GT(nonzero, 3000);
+  EXPECT_GT(inexact, 1000);
+}
+
+// Exact zero sums: the sign must at least be the same in both implementations
+// (CONTRACT: every backend produces the same bits).
+TEST(Hadamard, ZeroSegmentsSameSignInBothPaths) {
+  int checked = 0;
+  for (uint32_t signs : {0x0000u, 0xD7E8u, 0xFFFFu, 0x0001u}) {
+    for (float z : {0.0f, -0.0f}) {
+      float a[16], b[16];
+      for (int i = 0; i < 16; ++i) a[i] = b[i] = (i % 3 == 0) ? -z : z;
+      hadamard16_ref(a, 1, 16, 1, static_cast<uint16_t>(signs));
+      hadamard16(b, 1, 16, 1, static_cast<uint16_t>(signs), 1);
+      for (int j = 0; j < 16; ++j) {
+        EXPECT_EQ(bits_of(b[j]), bits_of(a[j])) << "signs " << test::hexcode(signs) << " zero " << hex(z)
+                                                << " output " << j;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 128);
+  // and through quantization with the RHT: zero inputs, zero outputs of the
+  // same sign in quantize and quantize_ref
+  QuantSpec s;
+  s.elem = parse_format("e2m1");
+  s.scale = parse_format("ue8m0");
+  s.rht = true;
+  for (uint16_t signs : {uint16_t{0}, uint16_t{0xD7E8}}) {
+    s.rht_signs = signs;
+    for (float z : {0.0f, -0.0f}) {
+      const std::vector<float> x(32, z);
+      const std::string diff = difference(run(s, x, 2, 16, 0), run(s, x, 2, 16, 1), x);
+      EXPECT_TRUE(diff.empty()) << "RHT signs " << test::hexcode(signs) << " of " << hex(z) << ": " << diff;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace exmy

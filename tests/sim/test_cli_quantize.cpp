@@ -1,0 +1,230 @@
+// `exmy quantize` end to end: every shared reference vector through the
+// command line (raw float32 in, values/codes/scales/stats out), the other
+// file formats, and the bad-input contract (non-zero exit, one line naming
+// the problem, no output file left behind).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CmdResult {
+  int status;
+  std::string err;  // stderr
+};
+
+// Runs `exmy <args>` through the shell, capturing stderr.
+CmdResult exmy(const std::string& args) {
+  const fs::path errf = fs::temp_directory_path() / ("exmy_cli_err_" + std::to_string(::getpid()));
+  const std::string cmd = std::string(EXMY_BINARY) + " " + args + " 2>" + errf.string() + " >/dev/null";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream f(errf);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  fs::remove(errf);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ss.str()};
+}
+
+std::vector<uint8_t> slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+void write_f32(const fs::path& p, const std::vector<uint32_t>& bits) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bits.data()), static_cast<std::streamsize>(bits.size() * 4));
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("exmy_cli_" + std::to_string(::getpid()) + "_" +
+                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  fs::path dir;
+  std::string P(const std::string& name) const { return (dir / name).string(); }
+};
+
+TEST_F(CliTest, AllReferenceVectors) {
+  std::ifstream f(EXMY_VECTORS);
+  ASSERT_TRUE(f.good());
+  std::string line;
+  int n_cases = 0;
+  while (std::getline(f, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    const auto& a = j["args"];
+    std::vector<uint32_t> in;
+    for (const auto& h : j["input"]) in.push_back(static_cast<uint32_t>(std::stoul(h.get<std::string>(), nullptr, 16)));
+    write_f32(dir / "x.f32", in);
+    std::ostringstream args;
+    args << "quantize --input " << P("x.f32") << " --shape " << j["shape"][0] << "," << j["shape"][1]
+         << " --elem " << a["elem"].get<std::string>() << " --scale " << a["scale"].get<std::string>() << " --block "
+         << a["block"].get<std::string>() << " --scale-rule " << a["scale_rule"].get<std::string>()
+         << " --tensor-amax " << a["tensor_amax"].get<std::string>() << " --round " << a["round"].get<std::string>()
+         << " --sr-bits " << a["sr_bits"] << " --seed " << a["seed"] << " --stream " << a["stream"] << " --arith "
+         << a["arith"].get<std::string>() << " --zero-scale " << a["zero_scale"].get<std::string>();
+    if (a.contains("scale_target")) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.17g", a["scale_target"].get<double>());
+      args << " --scale-target " << buf;
+    }
+    // Even case ids take the threaded path, odd ones the scalar reference.
+    if (j["id"].get<int>() % 2) args << " --reference";
+    args << " --output " << P("y.f32") << " --codes " << P("codes.bin") << " --scales " << P("scales.bin")
+         << " --stats " << P("stats.json");
+    const CmdResult r = exmy(args.str());
+    ASSERT_EQ(r.status, 0) << "case " << j["id"] << ": " << r.err;
+
+    const auto y = slurp(dir / "y.f32");
+    ASSERT_EQ(y.size(), 4 * j["values"].size()) << "case " << j["id"];
+    for (size_t i = 0; i < j["values"].size(); ++i) {
+      uint32_t b;
+      std::memcpy(&b, y.data() + 4 * i, 4);
+      ASSERT_EQ(b, std::stoul(j["values"][i].get<std::string>(), nullptr, 16)) << "case " << j["id"] << " element " << i;
+    }
+    const auto codes = slurp(dir / "codes.bin");
+    const size_t cw = codes.size() / j["codes"].size();
+    ASSERT_TRUE(cw == 1 || cw == 2) << "case " << j["id"];
+    for (size_t i = 0; i < j["codes"].size(); ++i) {
+      const uint32_t c = cw == 1 ? codes[i] : (codes[2 * i] | (codes[2 * i + 1] << 8));
+      ASSERT_EQ(c, j["codes"][i].get<uint32_t>()) << "case " << j["id"] << " element " << i;
+    }
+    const auto scales = slurp(dir / "scales.bin");
+    if (j["scales"].empty()) {
+      ASSERT_TRUE(scales.empty());
+    } else {
+      const size_t sw = scales.size() / j["scales"].size();
+      ASSERT_EQ(scales.size(), sw * j["scales"].size());
+      for (size_t i = 0; i < j["scales"].size(); ++i) {
+        const uint32_t c = sw == 1 ? scales[i] : (scales[2 * i] | (scales[2 * i + 1] << 8));
+        ASSERT_EQ(c, j["scales"][i].get<uint32_t>()) << "case " << j["id"] << " block " << i;
+      }
+    }
+    std::ifstream sf(dir / "stats.json");
+    const auto st = nlohmann::json::parse(sf);
+    ASSERT_EQ(st.size(), 13u) << "the stats file holds exactly the names of CONTRACT section 5";
+    for (const auto& [k, v] : j["stats"].items()) {
+      ASSERT_TRUE(st.contains(k)) << k;
+      if (v.is_number_float()) {
+        ASSERT_EQ(st[k].get<double>(), v.get<double>()) << "case " << j["id"] << " " << k;
+      } else {
+        ASSERT_EQ(st[k].get<uint64_t>(), v.get<uint64_t>()) << "case " << j["id"] << " " << k;
+      }
+    }
+    ++n_cases;
+  }
+  EXPECT_EQ(n_cases, 300);
+}
+
+// .npy and HDF5 in and out give the same bits as raw files.
+TEST_F(CliTest, NpyAndHdf5) {
+  std::vector<uint32_t> bits;
+  for (int i = 0; i < 64; ++i) {
+    float v = std::ldexp(static_cast<float>((i * 37) % 23) - 11.0f, (i % 7) - 3);
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    bits.push_back(b);
+  }
+  write_f32(dir / "x.f32", bits);
+  const std::string common = " --elem e2m1 --scale ue5m3 --block 1x16 --tensor-amax auto --scale-target 448";
+  ASSERT_EQ(exmy("quantize --input " + P("x.f32") + " --shape 4,16" + common + " --output " + P("a.f32")).status, 0);
+  // raw -> npy
+  ASSERT_EQ(exmy("quantize --input " + P("x.f32") + " --shape 4,16" + common + " --output " + P("a.npy")).status, 0);
+  // npy -> h5 (shape taken from the .npy header)
+  ASSERT_EQ(exmy("quantize --input " + P("a.npy") + common + " --output " + P("b.h5") + ":/q/y").status, 0);
+  // h5 -> raw, written into a second dataset of the same file, then read back
+  ASSERT_EQ(exmy("quantize --input " + P("b.h5") + ":/q/y" + common + " --output " + P("b.h5") + ":/q/z").status, 0);
+  ASSERT_EQ(exmy("quantize --input " + P("b.h5") + ":/q/z" + common + " --output " + P("c.f32")).status, 0);
+  const auto a = slurp(dir / "a.f32");
+  const auto npy = slurp(dir / "a.npy");
+  ASSERT_EQ(a.size(), 256u);
+  ASSERT_GT(npy.size(), a.size());
+  // the .npy payload equals the raw output
+  EXPECT_EQ(0, std::memcmp(npy.data() + npy.size() - a.size(), a.data(), a.size()));
+  // quantization is idempotent on its own output: a -> quantize -> a
+  EXPECT_EQ(slurp(dir / "c.f32"), a);
+}
+
+// Bad input: non-zero exit, one line naming the problem, no output written.
+TEST_F(CliTest, BadInputIsOneLineAndWritesNothing) {
+  write_f32(dir / "x.f32", std::vector<uint32_t>(32, 0x3f800000u));
+  write_f32(dir / "nan.f32", std::vector<uint32_t>(16, 0x7fc00000u));
+  std::ofstream(dir / "bad.npy") << "not a numpy file";
+  const std::string out = " --output " + P("y.f32") + " --codes " + P("c.bin") + " --stats " + P("s.json");
+  struct Bad {
+    std::string args, needle;
+  };
+  const std::vector<Bad> cases = {
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e9m1" + out, "e9m1"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1:foo" + out, "foo"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --scale nope" + out, "nope"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --round sideways" + out, "sideways"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --block 3x5" + out, "3x5"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --scale-rule magic" + out, "magic"},
+      {"quantize --input " + P("x.f32") + " --shape 5,8 --elem e2m1" + out, "5,8"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --frobnicate" + out, "frobnicate"},
+      {"quantize --input " + P("missing.f32") + " --shape 4,8 --elem e2m1" + out, "missing.f32"},
+      {"quantize --input " + P("bad.npy") + " --elem e2m1" + out, "bad.npy"},
+      {"quantize --input " + P("nan.f32") + " --shape 1,16 --elem e2m1 --scale ue8m0:nans=0" + out, "NaN"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --no-saturate --tensor-amax 1e-6" + out,
+       "overflows"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --tensor-amax -3" + out, "-3"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --rht --block 1x32" + out, "rht"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --sr-bits 40 --round stochastic" + out, "40"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --output " + P("nodir/y.f32"), "nodir"},
+  };
+  for (const auto& c : cases) {
+    const CmdResult r = exmy(c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << "message should name '" << c.needle << "': " << r.err;
+    EXPECT_FALSE(fs::exists(dir / "y.f32")) << c.args;
+    EXPECT_FALSE(fs::exists(dir / "c.bin")) << c.args;
+    EXPECT_FALSE(fs::exists(dir / "s.json")) << c.args;
+  }
+  // nothing else (no temporaries) was left in the directory
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left.size(), 3u);
+}
+
+// An error after a file of the same name existed keeps the old file.
+TEST_F(CliTest, FailedRunKeepsExistingOutput) {
+  write_f32(dir / "x.f32", std::vector<uint32_t>(32, 0x3f800000u));
+  std::ofstream(dir / "y.f32") << "previous result";
+  const CmdResult r = exmy("quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --no-saturate --tensor-amax 1e-6 --output " +
+                     P("y.f32"));
+  EXPECT_NE(r.status, 0);
+  std::ifstream f(dir / "y.f32");
+  std::string s;
+  std::getline(f, s);
+  EXPECT_EQ(s, "previous result");
+}
+
+TEST(Cli, HelpAndFormats) {
+  EXPECT_EQ(exmy("--help").status, 0);
+  EXPECT_EQ(exmy("quantize --help").status, 0);
+  EXPECT_EQ(exmy("formats").status, 0);
+  EXPECT_EQ(exmy("formats e2m1 ue5m3 e4m3:nonegzero,nans=0").status, 0);
+  const CmdResult r = exmy("formats e2m1 e77m1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("e77m1"), std::string::npos);
+  EXPECT_NE(exmy("nonsense").status, 0);
+}
+
+}  // namespace

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# CI: build exmy with AddressSanitizer + UndefinedBehaviorSanitizer and run the
+# unit tests (ctest -L unit) under them. Any sanitizer report fails the run.
+#
+#   tools/ci-sanitize.sh            # build dir: build-asan
+#   BUILD_DIR=... JOBS=... tools/ci-sanitize.sh
+#   tools/ci-sanitize.sh -R Vectors # extra arguments go to ctest
+#
+# Idempotent: reruns reuse the build directory and rebuild only what changed.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+BUILD_DIR=$(realpath -m "${BUILD_DIR:-build-asan}")
+JOBS=${JOBS:-$(nproc)}
+start=$(date +%s)
+
+step() { printf '\n==> %s\n' "$*"; }
+
+generator=()
+if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
+
+# RelWithDebInfo at -O1 -g1: the optimisation level ASan recommends, and
+# line tables for symbolized reports; it compiles about 2.5x faster than the
+# default -O2 -g (Eigen-heavy sim/gemm.cpp: 40 s instead of 105 s here).
+step "configure $BUILD_DIR (ASan + UBSan, RelWithDebInfo at -O1 -g1, no CUDA, no benchmarks)"
+cmake -S . -B "$BUILD_DIR" "${generator[@]}" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DEXMY_SANITIZE=ON \
+  -DEXMY_CUDA=OFF \
+  -DEXMY_BUILD_TESTS=ON \
+  -DEXMY_BUILD_BENCH=OFF
+
+step "build ($JOBS jobs)"
+cmake --build "$BUILD_DIR" -j "$JOBS"
+
+# halt_on_error / abort_on_error: the first report fails the test.
+# detect_leaks stays on: libgomp's thread pool is reachable at exit, so
+# OpenMP does not produce leak reports here (checked with GCC 12's libgomp).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
+step "ctest -L unit (ASAN_OPTIONS=$ASAN_OPTIONS UBSAN_OPTIONS=$UBSAN_OPTIONS)"
+ctest --test-dir "$BUILD_DIR" -L unit --output-on-failure --no-tests=error -j "$JOBS" "$@"
+
+step "ci-sanitize: passed in $(( $(date +%s) - start )) s"
