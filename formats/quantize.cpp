@@ -515,7 +515,8 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
   for (int64_t rr = 0; rr < nrows; ++rr) {
     const int64_t i0 = (r0 + rr) * cols;
     if (vec4) {
-      const detail::Row4 row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.vec4.data(), bs.use_vec.data()};
+      const detail::Row4 row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.vec4.data(), bs.use_vec.data(),
+                             out.stats != nullptr};
       detail::vec4_row(p, row, codes, values, rng, sc);
     }
     for (int64_t j = 0; j < gc; ++j) {

@@ -517,7 +517,7 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
     } else {
       __m256i r;
       const uint64_t i = static_cast<uint64_t>(i0 + j);
-      if (static_cast<int64_t>(i) % align == 0) {
+      if ((i & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
         r = random8(words.data(), wj0, i, h);
       } else {
         alignas(32) uint32_t rr[8];
@@ -552,14 +552,16 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
       if (cb == 1) _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0 + j), _mm_packus_epi16(p16, p16));
       else _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 2 * (i0 + j)), p16);
     }
-    // counts of the certain lanes, accumulated as -1 per lane
-    const __m256i oki = _mm256_castps_si256(_mm256_andnot_ps(unsure, _mm256_castsi256_ps(all_ones)));
-    const __m256i nzi = _mm256_castps_si256(_mm256_cmp_ps(x8, zero, _CMP_NEQ_UQ));
-    const __m256i zi = _mm256_castps_si256(_mm256_cmp_ps(xh, zero, _CMP_EQ_OQ));
-    acc_sat = _mm256_add_epi32(acc_sat, _mm256_and_si256(_mm256_castps_si256(above), oki));
-    acc_sub = _mm256_add_epi32(acc_sub, _mm256_and_si256(is_sub, oki));
-    acc_nz = _mm256_add_epi32(acc_nz, _mm256_and_si256(nzi, oki));
-    acc_uf = _mm256_add_epi32(acc_uf, _mm256_and_si256(_mm256_and_si256(nzi, zi), oki));
+    if (row.stats) {
+      // counts of the certain lanes, accumulated as -1 per lane
+      const __m256i oki = _mm256_castps_si256(_mm256_andnot_ps(unsure, _mm256_castsi256_ps(all_ones)));
+      const __m256i nzi = _mm256_castps_si256(_mm256_cmp_ps(x8, zero, _CMP_NEQ_UQ));
+      const __m256i zi = _mm256_castps_si256(_mm256_cmp_ps(xh, zero, _CMP_EQ_OQ));
+      acc_sat = _mm256_add_epi32(acc_sat, _mm256_and_si256(_mm256_castps_si256(above), oki));
+      acc_sub = _mm256_add_epi32(acc_sub, _mm256_and_si256(is_sub, oki));
+      acc_nz = _mm256_add_epi32(acc_nz, _mm256_and_si256(nzi, oki));
+      acc_uf = _mm256_add_epi32(acc_uf, _mm256_and_si256(_mm256_and_si256(nzi, zi), oki));
+    }
     const int um = _mm256_movemask_ps(unsure);
     if (um) {
       for (int l = 0; l < 8; ++l)

@@ -87,6 +87,7 @@ struct Row4 {
   const BlockConsts* consts;
   const Vec4Block* vb;
   const uint8_t* use;
+  bool stats = true;  // count nonzero/underflow/saturated/subnormal
 };
 void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt);
 

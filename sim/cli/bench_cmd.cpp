@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <thread>
@@ -70,6 +71,14 @@ double best_seconds(int repeat, F&& f) {
   return best;
 }
 
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
 void parallel_copy(float* dst, const float* src, int64_t n, int threads) {
 #pragma omp parallel num_threads(threads)
   {
@@ -122,9 +131,11 @@ int cmd_bench(const Args& args) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : x) v = nd(rng);
   }
-  std::printf("exmy bench quantize: %lld x %lld float32 (%.0f MiB), best of %d, %d hardware threads, stats %s\n",
+  std::printf("exmy bench quantize: %lld x %lld float32 (%.0f MiB), best of %d, stats %s\n",
               static_cast<long long>(rows), static_cast<long long>(cols), n * 4.0 / (1 << 20), repeat,
-              static_cast<int>(std::thread::hardware_concurrency()), with_stats ? "on" : "off");
+              with_stats ? "on" : "off");
+  std::printf("machine: %s, %d hardware threads\n", cpu_model().c_str(),
+              static_cast<int>(std::thread::hardware_concurrency()));
   const int thread_counts[2] = {1, all};
   double copy_s[2];
   for (int k = 0; k < 2; ++k) {
