@@ -23,18 +23,22 @@
 namespace exmy {
 namespace {
 
-const Format& bf16_format() {
-  static const Format f = parse_format("bf16");
-  return f;
-}
-
-// Round-to-odd double of a real held in round-to-odd form, then to bf16.
+// bf16 (rne) of 1/4 of a sum held in round-to-odd form. The quarter is exact
+// in double; the result is first rounded to odd at float precision (24 bits:
+// at least two more than bf16 in every binade, float subnormals included),
+// then to bf16 with round-to-nearest-even on the float's bits. Overflow gives
+// Inf, as bf16 rounding without saturation does.
 float to_bf16(double s_rto_times4) {
-  // s/4 is exact in double (a power-of-two scaling of a normal double).
   const double v = s_rto_times4 * 0.25;
   if (std::isnan(v)) return std::numeric_limits<float>::quiet_NaN();
-  const Encoded e = encode_exact(bf16_format(), v, Round::rne, 0, 0, false);
-  return float_of(e.code << 16);
+  const float f = static_cast<float>(v);
+  const double fd = f;
+  const uint32_t inexact = fd != v ? 1u : 0u;
+  const uint32_t away = std::fabs(fd) > std::fabs(v) ? 1u : 0u;  // truncate first (Inf -> FLT_MAX)
+  uint32_t u = (bits_of(f) - (inexact & away)) | inexact;
+  if ((u & 0x7fffffffu) >= 0x7f800000u) return f;  // an infinite input stays infinite
+  u += 0x7fffu + ((u >> 16) & 1u);  // carries reach the next binade, or Inf
+  return float_of(u & 0xffff0000u);
 }
 
 // Lowest binade touched by a float: exponent of its last significand bit.

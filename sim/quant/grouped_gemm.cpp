@@ -1,0 +1,492 @@
+#include "sim/quant/grouped_gemm.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "sim/gemm.hpp"
+#include "sim/parallel.hpp"
+
+namespace exmy::sim::quant {
+
+// ---------------------------------------------------------------------------
+// ExactSum
+// ---------------------------------------------------------------------------
+
+void ExactSum::clear() {
+  std::memset(pos_, 0, sizeof pos_);
+  std::memset(neg_, 0, sizeof neg_);
+  nan_ = pinf_ = ninf_ = false;
+}
+
+namespace {
+
+// |x| = m · 2^e with m a 53-bit integer (x finite, non-zero).
+void split_double(double x, uint64_t& m, int& e) {
+  const uint64_t b = std::bit_cast<uint64_t>(x);
+  const int ef = static_cast<int>((b >> 52) & 0x7ff);
+  const uint64_t frac = b & ((uint64_t{1} << 52) - 1);
+  if (ef == 0) {
+    m = frac;
+    e = -1074;
+  } else {
+    m = frac | (uint64_t{1} << 52);
+    e = ef - 1075;
+  }
+}
+
+void add_at(uint64_t* limbs, int n, int bitpos, unsigned __int128 v) {
+  const int limb = bitpos >> 6, sh = bitpos & 63;
+  const uint64_t lo = static_cast<uint64_t>(v), hi = static_cast<uint64_t>(v >> 64);
+  uint64_t w[3];
+  if (sh == 0) {
+    w[0] = lo;
+    w[1] = hi;
+    w[2] = 0;
+  } else {
+    w[0] = lo << sh;
+    w[1] = (lo >> (64 - sh)) | (hi << sh);
+    w[2] = hi >> (64 - sh);
+  }
+  uint64_t carry = 0;
+  for (int i = limb; i < n; ++i) {
+    const uint64_t add = i - limb < 3 ? w[i - limb] : 0;
+    if (i - limb >= 3 && carry == 0) break;
+    const unsigned __int128 s = static_cast<unsigned __int128>(limbs[i]) + add + carry;
+    limbs[i] = static_cast<uint64_t>(s);
+    carry = static_cast<uint64_t>(s >> 64);
+  }
+}
+
+bool bit_at(const uint64_t* limbs, int i) { return (limbs[i >> 6] >> (i & 63)) & 1u; }
+
+}  // namespace
+
+void ExactSum::add_product(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) {
+    nan_ = true;
+    return;
+  }
+  const bool neg = std::signbit(a) != std::signbit(b);
+  if (std::isinf(a) || std::isinf(b)) {
+    if (a == 0 || b == 0) nan_ = true;
+    else (neg ? ninf_ : pinf_) = true;
+    return;
+  }
+  if (a == 0 || b == 0) return;
+  uint64_t ma, mb;
+  int ea, eb;
+  split_double(a, ma, ea);
+  split_double(b, mb, eb);
+  const unsigned __int128 m = static_cast<unsigned __int128>(ma) * mb;
+  add_at(neg ? neg_ : pos_, kLimbs, ea + eb - kLsb, m);
+}
+
+float ExactSum::round(Round mode) const {
+  if (nan_ || (pinf_ && ninf_)) return std::numeric_limits<float>::quiet_NaN();
+  if (pinf_) return std::numeric_limits<float>::infinity();
+  if (ninf_) return -std::numeric_limits<float>::infinity();
+  // magnitude = |pos - neg|
+  bool negative = false;
+  int top = kLimbs - 1;
+  while (top >= 0 && pos_[top] == neg_[top]) --top;
+  if (top < 0) return 0.0f;
+  negative = neg_[top] > pos_[top];
+  const uint64_t* big = negative ? neg_ : pos_;
+  const uint64_t* small = negative ? pos_ : neg_;
+  uint64_t mag[kLimbs];
+  uint64_t borrow = 0;
+  for (int i = 0; i < kLimbs; ++i) {
+    const unsigned __int128 d =
+        static_cast<unsigned __int128>(big[i]) - small[i] - borrow;
+    mag[i] = static_cast<uint64_t>(d);
+    borrow = (d >> 127) ? 1 : 0;
+  }
+  int h = kLimbs * 64 - 1;
+  while (!bit_at(mag, h)) --h;
+  const int E = h + kLsb;  // floor(log2 |sum|)
+  const float sign = negative ? -1.0f : 1.0f;
+  if (E > 127) return mode == Round::rtz ? sign * FLT_MAX : sign * std::numeric_limits<float>::infinity();
+  const int L = std::max(E - 23, -149);  // weight of the float's last bit
+  const int bl = L - kLsb;
+  uint64_t k = 0;
+  for (int i = h; i >= bl; --i) k = (k << 1) | (bit_at(mag, i) ? 1u : 0u);
+  if (mode == Round::rne && bl >= 1 && bit_at(mag, bl - 1)) {
+    bool sticky = false;
+    for (int i = bl - 2; i >= 0 && !sticky; --i) sticky = bit_at(mag, i);
+    if (sticky || (k & 1)) ++k;
+  }
+  return sign * static_cast<float>(std::ldexp(static_cast<double>(k), L));
+}
+
+namespace {
+
+// Branch-free forms of the two roundings, so the tile loops vectorize.
+// RTZ from RNE: the RNE float of an exact double is one step too far from
+// zero exactly when its magnitude exceeds the value's (Inf -> FLT_MAX).
+template <bool kRtz>
+inline float round_exact(double v) {
+  const float f = static_cast<float>(v);
+  if constexpr (!kRtz) return f;
+  const uint32_t away = std::fabs(static_cast<double>(f)) > std::fabs(v) ? 1u : 0u;
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) - away);
+}
+
+// a + b rounded to float: RNE is the float addition; RTZ forms the double
+// sum s, its exact error (TwoSum: s + err == a + b), and steps the RNE
+// float of s one toward zero when it lies beyond a + b.
+template <bool kRtz>
+inline float add_exact(float a, float b) {
+  if constexpr (!kRtz) return a + b;
+  const double s = static_cast<double>(a) + static_cast<double>(b);
+  const double bb = s - a;
+  const double err = (a - (s - bb)) + (b - bb);
+  const float f = static_cast<float>(s);
+  const double fd = f;
+  const bool finite = std::fabs(s) <= DBL_MAX;
+  const bool beyond = std::fabs(fd) > std::fabs(s) || (fd == s && err != 0 && ((err < 0) != (s < 0)));
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) - ((finite && beyond) ? 1u : 0u));
+}
+
+#if defined(__AVX2__)
+// ac[j] = add_exact<kAccRtz>(ac[j], round_exact<kGroupRtz>(gs[j] + 0.0)) for
+// j < n, four lanes at a time (the same operations as the scalar forms).
+template <bool kGroupRtz, bool kAccRtz>
+inline void accumulate_row(float* ac, const double* gs, int64_t n) {
+  int64_t j = 0;
+  const __m256d zero = _mm256_setzero_pd();
+  const __m256d absmask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
+  const __m256d dmax = _mm256_set1_pd(DBL_MAX);
+  const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  // 64-bit lane masks -> 32-bit lane masks
+  auto narrow = [&](__m256d m) {
+    return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(m), pick));
+  };
+  for (; j + 4 <= n; j += 4) {
+    const __m256d gd = _mm256_add_pd(_mm256_loadu_pd(gs + j), zero);
+    __m128 g = _mm256_cvtpd_ps(gd);
+    if constexpr (kGroupRtz) {
+      const __m256d away = _mm256_cmp_pd(_mm256_and_pd(_mm256_cvtps_pd(g), absmask), _mm256_and_pd(gd, absmask), _CMP_GT_OQ);
+      g = _mm_castsi128_ps(_mm_add_epi32(_mm_castps_si128(g), narrow(away)));  // mask is -1: one step down
+    }
+    const __m128 acc = _mm_loadu_ps(ac + j);
+    if constexpr (!kAccRtz) {
+      _mm_storeu_ps(ac + j, _mm_add_ps(acc, g));
+      continue;
+    }
+    const __m256d a = _mm256_cvtps_pd(acc), b = _mm256_cvtps_pd(g);
+    const __m256d sum = _mm256_add_pd(a, b);
+    const __m256d bb = _mm256_sub_pd(sum, a);
+    const __m256d err = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(sum, bb)), _mm256_sub_pd(b, bb));
+    const __m128 f = _mm256_cvtpd_ps(sum);
+    const __m256d fd = _mm256_cvtps_pd(f);
+    const __m256d abs_s = _mm256_and_pd(sum, absmask);
+    const __m256d gt = _mm256_cmp_pd(_mm256_and_pd(fd, absmask), abs_s, _CMP_GT_OQ);
+    const __m256d eq = _mm256_cmp_pd(fd, sum, _CMP_EQ_OQ);
+    const __m256d nz = _mm256_cmp_pd(err, zero, _CMP_NEQ_OQ);
+    const __m256d opp = _mm256_castsi256_pd(
+        _mm256_cmpgt_epi64(_mm256_setzero_si256(), _mm256_castpd_si256(_mm256_xor_pd(err, sum))));
+    const __m256d finite = _mm256_cmp_pd(abs_s, dmax, _CMP_LE_OQ);
+    const __m256d beyond = _mm256_and_pd(finite, _mm256_or_pd(gt, _mm256_and_pd(eq, _mm256_and_pd(nz, opp))));
+    _mm_storeu_ps(ac + j, _mm_castsi128_ps(_mm_add_epi32(_mm_castps_si128(f), narrow(beyond))));
+  }
+  for (; j < n; ++j) ac[j] = add_exact<kAccRtz>(ac[j], round_exact<kGroupRtz>(gs[j] + 0.0));
+}
+#else
+template <bool kGroupRtz, bool kAccRtz>
+inline void accumulate_row(float* ac, const double* gs, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) ac[j] = add_exact<kAccRtz>(ac[j], round_exact<kGroupRtz>(gs[j] + 0.0));
+}
+#endif
+
+}  // namespace
+
+float round_to_float(double v, Round mode) {
+  return mode == Round::rtz ? round_exact<true>(v) : round_exact<false>(v);
+}
+
+float add_float(float a, float b, Round mode) { return mode == Round::rtz ? add_exact<true>(a, b) : add_exact<false>(a, b); }
+
+float tensor_decode_alpha(float t_a, float t_b) {
+  const float ga = fp32_rne_div(1.0, t_a), gb = fp32_rne_div(1.0, t_b);
+  return ga * gb;
+}
+
+namespace {
+
+// The epilogue of both implementations: grid, tensor scales, canonical NaN.
+// Branch-free (the signs of outputs are random: branches would mispredict).
+struct Epilogue {
+  bool grid = false, pow2 = false;
+  double d = 1, inv_d = 1;
+  float alpha = 1;
+  Epilogue(const GemmModel& m, float a) : grid(m.grid > 0), pow2((m.grid & (m.grid - 1)) == 0),
+                                          d(static_cast<double>(m.grid)), inv_d(1.0 / static_cast<double>(m.grid)),
+                                          alpha(a) {}
+  float operator()(float c) const {
+    if (grid) {
+      const double v = static_cast<double>(c) * d;  // exact: 24 + 31 bits
+      // Round half to even: below 2^52, adding and subtracting 2^52 leaves
+      // the nearest integer (IEEE addition rounds to nearest even); above,
+      // v is an integer already.
+      const double av = std::fabs(v);
+      const double t = (av + 0x1p52) - 0x1p52;
+      const double k = av < 0x1p52 ? t : av;
+      // k / d rounded once to float (exact division by a power of two)
+      const float r = pow2 ? static_cast<float>(k * inv_d) : fp32_rne_div(k, d);
+      const float g = std::copysign(r, c) + 0.0f;  // + 0: a zero is +0
+      c = std::fabs(c) <= FLT_MAX ? g : c;         // Inf and NaN pass through
+    }
+    const float y = c * alpha;
+    return y != y ? std::numeric_limits<float>::quiet_NaN() : y;
+  }
+};
+
+int ceil_log2(int64_t n) {
+  int c = 0;
+  while ((int64_t{1} << c) < n) ++c;
+  return c;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The slow exact reference
+// ---------------------------------------------------------------------------
+
+void grouped_gemm_ref(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                      const GemmModel& model, float alpha) {
+  const int64_t G = model.group;
+  ExactSum es;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = 0.0f;
+      for (int64_t k0 = 0; k0 < K; k0 += G) {
+        es.clear();
+        for (int64_t k = k0; k < std::min(K, k0 + G); ++k) es.add_product(A[i * K + k], B[j * K + k]);
+        const float g = es.round(model.group_round);
+        // The accumulator addition, also through the exact sum (IEEE special
+        // cases first).
+        if (!std::isfinite(acc) || !std::isfinite(g)) {
+          acc = acc + g;
+        } else {
+          ExactSum two;
+          two.add(acc);
+          two.add(g);
+          acc = two.round(model.accumulate);
+        }
+      }
+      C[i * N + j] = Epilogue(model, alpha)(acc);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The fast path
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// Exponent range of one operand row over one group.
+struct GroupRange {
+  int16_t lo;     // exponent of the lowest set bit over the non-zero elements (+big: none)
+  int16_t hi;     // floor(log2 |v|) of the largest element (-big: none)
+  int16_t span;   // hi - lo (negative for an all-zero row; +big with a special)
+  uint8_t flags;  // kAllZero, kSpecial
+};
+constexpr uint8_t kAllZero = 1, kSpecial = 2;
+constexpr int kBig = 1 << 13;
+
+void group_ranges(const double* V, int64_t rows, int64_t K, int64_t G, std::vector<GroupRange>& out) {
+  const int64_t ng = (K + G - 1) / G;
+  out.resize(static_cast<size_t>(rows * ng));
+#pragma omp parallel for schedule(static) if (rows * K >= parallel_min_work())
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < ng; ++g) {
+      int lo = kBig, hi = -kBig;
+      uint8_t flags = kAllZero;
+      for (int64_t k = g * G; k < std::min(K, (g + 1) * G); ++k) {
+        const uint64_t b = std::bit_cast<uint64_t>(V[r * K + k]) & 0x7fffffffffffffffull;
+        if (b == 0) continue;
+        flags &= static_cast<uint8_t>(~kAllZero);
+        const int ef = static_cast<int>(b >> 52);
+        if (ef == 0x7ff || ef == 0) {  // non-finite, or subnormal (no format makes one: be safe)
+          flags |= kSpecial;
+          continue;
+        }
+        const uint64_t m = (b & ((uint64_t{1} << 52) - 1)) | (uint64_t{1} << 52);
+        lo = std::min(lo, ef - 1075 + std::countr_zero(m));
+        hi = std::max(hi, ef - 1023);
+      }
+      const int span = (flags & kSpecial) ? kBig : hi - lo;
+      out[static_cast<size_t>(r * ng + g)] =
+          GroupRange{static_cast<int16_t>(lo), static_cast<int16_t>(hi), static_cast<int16_t>(span), flags};
+    }
+}
+
+// Every partial sum of products of a row pair is a multiple of 2^(lo_a +
+// lo_b) below 2^(hi_a + hi_b + 2 + ceil(log2 gk)), so the double GEMM of
+// the group is exact when that range fits 53 bits and stays inside the
+// normal range: the condition (hi - lo) = span_a + span_b + c <= 53 splits
+// over the two operands, which lets one test cover a whole tile.
+inline bool pair_exact(const GroupRange& a, const GroupRange& b, int c) {
+  if ((a.flags | b.flags) & kSpecial) return false;
+  if ((a.flags | b.flags) & kAllZero) return true;
+  return a.span + b.span + c <= 53 && a.lo + b.lo >= -1074 && a.hi + b.hi + c <= 1023;
+}
+
+constexpr int64_t kTile = 128;
+
+// The tile loop for one (group rounding, accumulator rounding) pair.
+template <bool kGroupRtz, bool kAccRtz>
+void grouped_tiles(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                   const GemmModel& model, float alpha, const std::vector<GroupRange>& ra,
+                   const std::vector<GroupRange>& rb) {
+  const int64_t G = model.group;
+  const int64_t ng = (K + G - 1) / G;
+  const int64_t tm = (M + kTile - 1) / kTile, tn = (N + kTile - 1) / kTile;
+  const int64_t tiles = tm * tn;
+#pragma omp parallel if (tiles > 1 && M * N * K >= parallel_min_work())
+  {
+    std::vector<double> gsum(static_cast<size_t>(kTile * kTile));
+    std::vector<float> acc(static_cast<size_t>(kTile * kTile));
+    ExactSum es;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t m0 = (t / tn) * kTile, n0 = (t % tn) * kTile;
+      const int64_t mb = std::min(kTile, M - m0), nb = std::min(kTile, N - n0);
+      std::fill(acc.begin(), acc.begin() + mb * nb, 0.0f);
+      for (int64_t g = 0; g < ng; ++g) {
+        const int64_t k0 = g * G, gk = std::min(G, K - k0);
+        const int c = ceil_log2(gk) + 2;
+        gemm_serial<double>(gsum.data(), nb, A + m0 * K + k0, K, Op::N, B + n0 * K + k0, K, Op::T, mb, nb, gk, false);
+        // The whole tile at once when its worst rows pass the test.
+        GroupRange wa{kBig, -kBig, -kBig, kAllZero}, wb{kBig, -kBig, -kBig, kAllZero};
+        auto widen = [](GroupRange& w, const GroupRange& r) {
+          if (r.flags & kAllZero) return;
+          w.flags = static_cast<uint8_t>((w.flags & r.flags & kAllZero) | ((w.flags | r.flags) & kSpecial));
+          w.lo = std::min(w.lo, r.lo);
+          w.hi = std::max(w.hi, r.hi);
+          w.span = std::max(w.span, r.span);
+        };
+        for (int64_t i = 0; i < mb; ++i) widen(wa, ra[static_cast<size_t>((m0 + i) * ng + g)]);
+        for (int64_t j = 0; j < nb; ++j) widen(wb, rb[static_cast<size_t>((n0 + j) * ng + g)]);
+        // (the tile test uses the smallest lo with the largest span: a
+        // sufficient condition)
+        const bool tile_exact = pair_exact(wa, wb, c);
+        for (int64_t i = 0; i < mb; ++i) {
+          float* ac = acc.data() + i * nb;
+          const double* gs = gsum.data() + i * nb;
+          if (tile_exact) {
+            accumulate_row<kGroupRtz, kAccRtz>(ac, gs, nb);  // (+ 0.0 inside: an exact zero sum is +0)
+            continue;
+          }
+          const GroupRange a = ra[static_cast<size_t>((m0 + i) * ng + g)];
+          for (int64_t j = 0; j < nb; ++j) {
+            float s;
+            if (pair_exact(a, rb[static_cast<size_t>((n0 + j) * ng + g)], c)) {
+              s = round_exact<kGroupRtz>(gs[j] + 0.0);
+            } else {
+              es.clear();
+              const double* pa = A + (m0 + i) * K + k0;
+              const double* pb = B + (n0 + j) * K + k0;
+              for (int64_t k = 0; k < gk; ++k) es.add_product(pa[k], pb[k]);
+              s = es.round(model.group_round);
+            }
+            ac[j] = add_exact<kAccRtz>(ac[j], s);
+          }
+        }
+      }
+      const Epilogue ep(model, alpha);
+      for (int64_t i = 0; i < mb; ++i)
+        for (int64_t j = 0; j < nb; ++j) C[(m0 + i) * N + n0 + j] = ep(acc[i * nb + j]);
+    }
+  }
+}
+
+}  // namespace
+
+void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K, const GemmModel& model,
+                  float alpha) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < M * N; ++i) C[i] = Epilogue(model, alpha)(0.0f);
+    return;
+  }
+  std::vector<GroupRange> ra, rb;
+  group_ranges(A, M, K, model.group, ra);
+  group_ranges(B, N, K, model.group, rb);
+  const bool grtz = model.group_round == Round::rtz, artz = model.accumulate == Round::rtz;
+  if (grtz && artz) grouped_tiles<true, true>(C, A, B, M, N, K, model, alpha, ra, rb);
+  else if (grtz) grouped_tiles<true, false>(C, A, B, M, N, K, model, alpha, ra, rb);
+  else if (artz) grouped_tiles<false, true>(C, A, B, M, N, K, model, alpha, ra, rb);
+  else grouped_tiles<false, false>(C, A, B, M, N, K, model, alpha, ra, rb);
+}
+
+// ---------------------------------------------------------------------------
+// Encoded operands
+// ---------------------------------------------------------------------------
+
+namespace {
+
+uint32_t load_code(const uint8_t* p, int bytes, int64_t i) {
+  uint32_t c = 0;
+  for (int k = 0; k < bytes; ++k) c |= static_cast<uint32_t>(p[i * bytes + k]) << (8 * k);
+  return c;
+}
+
+std::vector<double> value_table(const Format& f) {
+  std::vector<double> t;
+  if (f.bits > 16) return t;
+  t.resize(size_t{1} << f.bits);
+  for (uint32_t c = 0; c < t.size(); ++c) t[c] = f.decode(c);
+  return t;
+}
+
+}  // namespace
+
+void encode_operand(double* v, const QuantSpec& spec, const void* codes, const void* scale_codes, int64_t rows,
+                    int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  const Format& fe = spec.elem;
+  const std::vector<double> et = value_table(fe);
+  std::vector<double> st;
+  if (spec.scale) st = value_table(*spec.scale);
+  const auto* pc = static_cast<const uint8_t*>(codes);
+  const auto* ps = static_cast<const uint8_t*>(scale_codes);
+  const int cb = fe.code_bytes(), sb = spec.scale ? spec.scale->code_bytes() : 1;
+  const int64_t br = spec.scale ? spec.block_rows : 1, bc = spec.scale ? spec.block_cols : cols;
+  const int64_t gc = (cols + bc - 1) / bc;
+#pragma omp parallel for schedule(static) if (rows * cols >= parallel_min_work())
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i0 = r * cols;
+    for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+      const int64_t c1 = std::min(cols, c0 + bc);
+      double s = 1.0;
+      if (spec.scale) {
+        const uint32_t sc = load_code(ps, sb, (r / br) * gc + c0 / bc);
+        s = st.empty() ? spec.scale->decode(sc) : st[sc];
+      }
+      if (cb == 1 && !et.empty()) {
+        for (int64_t c = c0; c < c1; ++c) v[i0 + c] = et[pc[i0 + c]] * s;
+      } else {
+        for (int64_t c = c0; c < c1; ++c) {
+          const uint32_t code = load_code(pc, cb, i0 + c);
+          v[i0 + c] = (et.empty() ? fe.decode(code) : et[code]) * s;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace exmy::sim::quant

@@ -1,0 +1,70 @@
+// CONTRACT §8's `grouped` GEMM output model: a native block-scaled
+// tensor-core GEMM as the UE5M3 paper probes it.
+//
+//   C (M,N) = A (M,K) · B (N,K)^T, with A and B the *encoded* operands: each
+//   element is its payload times its block scale (tensor scales not applied),
+//   an exact double. K is split into groups of G products, starting at k = 0
+//   (the last group may be partial). Per output element:
+//     g_j  = round_fp32(exact Σ_{k in group j} a_k b_k)   group_round: rne | rtz
+//     c    = ((0 + g_0) + g_1) + ...                     float adds, accumulate: rne | rtz
+//     c    = fp32(RNE(d·c) / d)                          when the grid d is set
+//     C    = fl(c · alpha),  alpha = fl(ginv_a · ginv_b) the two tensor decode scales
+//   An exact zero sum is +0. A group holding a NaN (or Inf·0, or +Inf and
+//   -Inf products) sums to NaN, one holding ±Inf products to ±Inf; every
+//   NaN written to C is the canonical quiet NaN.
+//
+// grouped_gemm_ref adds every product into an exact fixed-point accumulator:
+// slow, obviously right. grouped_gemm runs each group of a tile as a double
+// GEMM (Eigen), which is exact whenever all partial sums fit in 53 bits —
+// checked per output element and group from the operands' exponent ranges;
+// the few groups that fail the check (and any with non-finite operands) are
+// recomputed with the exact accumulator. The two agree bit for bit.
+#pragma once
+
+#include <cstdint>
+
+#include "formats/quantize.hpp"
+#include "formats/round.hpp"
+#include "sim/quant/recipe.hpp"
+
+namespace exmy::sim::quant {
+
+// Exact Σ a_i·b_i of doubles (two's complement limbs over the whole range
+// of products of doubles), rounded once to float32.
+class ExactSum {
+ public:
+  ExactSum() { clear(); }
+  void clear();
+  void add_product(double a, double b);
+  void add(double a) { add_product(a, 1.0); }
+  // Rounds to float32 with Round::rne or Round::rtz (IEEE overflow: rne
+  // gives ±Inf, rtz ±FLT_MAX). An exact zero is +0.
+  float round(Round mode) const;
+
+ private:
+  static constexpr int kLimbs = 68;    // 4352 bits
+  static constexpr int kLsb = -2148;   // bit 0 weighs 2^kLsb (the smallest product of two doubles)
+  uint64_t pos_[kLimbs], neg_[kLimbs];
+  bool nan_ = false, pinf_ = false, ninf_ = false;
+};
+
+// float32 rounding of an exact double (rne or rtz).
+float round_to_float(double v, Round mode);
+// a + b rounded to float32 (rne or rtz), exactly.
+float add_float(float a, float b, Round mode);
+
+void grouped_gemm_ref(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                      const GemmModel& model, float alpha);
+void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K, const GemmModel& model,
+                  float alpha);
+
+// The encoded operand of a quantization call: v[i] = value(code_i) ·
+// s_b(block of i) (value(code_i) alone without a block scale), (rows, cols)
+// row-major, from exmy::quantize's codes and scale codes for `spec`.
+void encode_operand(double* v, const QuantSpec& spec, const void* codes, const void* scale_codes, int64_t rows,
+                    int64_t cols);
+
+// fl(fl(1/t_a) · fl(1/t_b)): the product of the two tensor decode scales.
+float tensor_decode_alpha(float t_a, float t_b);
+
+}  // namespace exmy::sim::quant

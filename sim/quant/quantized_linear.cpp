@@ -1,0 +1,270 @@
+#include "sim/quant/quantized_linear.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "formats/error.hpp"
+#include "sim/gemm.hpp"
+#include "sim/parallel.hpp"
+#include "sim/quant/grouped_gemm.hpp"
+#include "sim/quant/stream.hpp"
+
+namespace exmy::sim::quant {
+
+void QuantRuntime::begin(const StepContext& ctx) {
+  if (ctx.step < 1) throw Error("optimizer step " + std::to_string(ctx.step) + " (steps count from 1)");
+  if (ctx.micro_batch < 0) throw Error("micro-batch " + std::to_string(ctx.micro_batch) + " is negative");
+  ctx_ = ctx;
+}
+
+namespace {
+
+template <class V>
+auto* ensure(V& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+// Marks the shared scratch as in use for one call.
+struct ScratchGuard {
+  QuantRuntime::Scratch& s;
+  explicit ScratchGuard(QuantRuntime::Scratch& sc) : s(sc) {
+    if (s.busy) throw std::logic_error("quantized linears of one QuantRuntime were called concurrently");
+    s.busy = true;
+  }
+  ~ScratchGuard() { s.busy = false; }
+};
+
+}  // namespace
+
+QuantizedLinear::QuantizedLinear(const LinearInfo& info, const std::array<RoleSpec, kNumRoles>& specs,
+                                 const GemmModel& gemm, bool shared_dy_reference, std::shared_ptr<QuantRuntime> runtime)
+    : Linear<float>(info), specs_(specs), gemm_(gemm), rt_(std::move(runtime)) {
+  for (Role r : kRoles) {
+    const size_t i = static_cast<size_t>(r);
+    specs_[i].q.validate();
+    refs_[i] = &rt_->references().get(reference_key(info_.name, r, shared_dy_reference));
+    if (specs_[i].q.scale) scale_tables_[i] = ScaleCodeTable(*specs_[i].q.scale);
+  }
+}
+
+CallKey QuantizedLinear::key(Gemm g, Role r) const {
+  CallKey k;
+  k.layer = info_.name;
+  k.block = info_.layer;
+  k.kind = info_.kind;
+  k.gemm = g;
+  k.role = r;
+  k.step = rt_->context().step;
+  k.micro_batch = rt_->context().micro_batch;
+  return k;
+}
+
+QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const float* src, int64_t src_rows,
+                                                           int64_t src_cols, bool transpose_src,
+                                                           QuantRuntime::OperandBuffers& b) {
+  const size_t ri = static_cast<size_t>(role);
+  const RoleSpec& rs = specs_[ri];
+  const StepContext& ctx = rt_->context();
+  const int64_t rows = transpose_src ? src_cols : src_rows;
+  const int64_t cols = transpose_src ? src_rows : src_cols;  // K
+  const int64_t n = rows * cols;
+  if (rs.q.rht && cols % 16 != 0)
+    throw Error(info_.name + ", " + std::string(role_name(role)) + ": the random Hadamard transform runs along K = " +
+                std::to_string(cols) + ", which must be a multiple of 16");
+
+  const float* hp = src;
+  if (transpose_src) {
+    transpose(ensure(b.hp, n), src, src_rows, src_cols);
+    hp = b.hp.data();
+  }
+
+  // The tensor reference of this call.
+  ReferenceState& ref = *refs_[ri];
+  const ReferenceState::Use use = ref.begin_call(rs.reference, ctx.step);
+  QuantSpec q = rs.q;
+  q.seed = rt_->options().seed;
+  q.stream = quant_stream(ctx.step, ctx.micro_batch, info_.layer, info_.kind, role);
+  q.amax_kind = use.kind;
+  q.amax_value = use.value;
+  // A held reference of 0 or NaN means "no tensor scale" (t = 1 either
+  // way); say so in the spec, which `exmy quantize` can then replay.
+  if (use.kind == AmaxKind::given && !(use.value > 0 && std::isfinite(use.value))) {
+    q.amax_kind = AmaxKind::none;
+    q.amax_value = 0;
+  }
+
+  const Gemm g = role_gemm(role);
+  CaptureSink* cap = ctx.capture ? rt_->capture_sink() : nullptr;
+  if (cap) cap->capture(key(g, role), q, hp, rows, cols);
+
+  if (rs.q.rht) {
+    if (hp == src) {
+      std::memcpy(ensure(b.hp, n), src, sizeof(float) * static_cast<size_t>(n));
+      hp = b.hp.data();
+    }
+    hadamard16(b.hp.data(), rows, cols, 1, rs.q.rht_signs);
+  }
+
+  StatsSink* sink = ctx.stats ? rt_->stats_sink() : nullptr;
+  const bool grouped = gemm_.kind == GemmModel::Kind::grouped;
+  const bool want_codes = grouped || sink;
+  QuantSpec qc = q;
+  qc.rht = false;  // applied above
+  const int64_t blocks = block_count(qc, rows, cols);
+  QuantOutput out;
+  out.values = ensure(b.dq, n);
+  if (want_codes) {
+    out.codes = ensure(b.codes, n * qc.elem.code_bytes());
+    if (qc.scale) out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, blocks * qc.scale->code_bytes()));
+  }
+  QuantStats qs;
+  if (sink) out.stats = &qs;
+  const QuantInfo info = quantize(qc, hp, rows, cols, out);
+
+  double amax = info.amax;  // measured by `current` calls
+  if (use.kind != AmaxKind::current && (sink || ReferenceState::needs_amax(rs.reference))) amax = abs_max(hp, n);
+  ref.end_call(rs.reference, ctx.step, amax);
+
+  Operand op;
+  op.dq = b.dq.data();
+  op.t = info.t;
+  if (grouped) {
+    encode_operand(ensure(b.enc, n), qc, b.codes.data(), qc.scale ? b.scale_codes.data() : nullptr, rows, cols);
+    op.enc = b.enc.data();
+  }
+  if (sink) {
+    OperandStats os;
+    os.q = qs;
+    os.amax = amax;
+    os.reference = info.amax;
+    os.tensor_scale = info.t;
+    if (qc.scale) scale_tables_[ri].add(b.scale_codes.data(), blocks, os);
+    sink->record_operand(key(g, role), os);
+  }
+  return op;
+}
+
+void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, float* dst,
+                               bool accumulate, const float* X, const float* W, const float* dY, int64_t tokens) {
+  QuantRuntime::Scratch& s = rt_->scratch();
+  StatsSink* sink = rt_->context().stats ? rt_->stats_sink() : nullptr;
+  float* target = accumulate ? ensure(s.out, M * N) : dst;
+  if (gemm_.kind == GemmModel::Kind::grouped) {
+    grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, tensor_decode_alpha(a.t, b.t));
+  } else {
+    gemm(target, N, a.dq, K, Op::N, b.dq, K, Op::T, M, N, K, false);
+  }
+  if (sink) {
+    // The unquantized GEMM of the same high-precision operands, on all rows
+    // or on an even sample of them.
+    const int64_t cap = rt_->options().gemm_stats_rows;
+    const std::vector<int64_t> rows = sample_rows(M, cap == 0 ? 0 : std::min(cap, (M + 7) / 8));
+    const int64_t R = rows.empty() ? M : static_cast<int64_t>(rows.size());
+    const int64_t in = info_.in_features, out = info_.out_features;
+    float* ref = ensure(s.ref, R * N);
+    // The left operand's selected rows, gathered (or the whole tensor).
+    const float* left = nullptr;
+    int64_t ld = 0;
+    if (g == Gemm::wgrad) {  // rows of dY^T = columns of dY
+      float* ga = ensure(s.gather, R * tokens);
+      for (int64_t i = 0; i < R; ++i) {
+        const int64_t r = rows.empty() ? i : rows[static_cast<size_t>(i)];
+        for (int64_t t = 0; t < tokens; ++t) ga[i * tokens + t] = dY[t * out + r];
+      }
+      left = ga;
+      ld = tokens;
+    } else {
+      const float* full = g == Gemm::fprop ? X : dY;
+      ld = g == Gemm::fprop ? in : out;
+      if (rows.empty()) {
+        left = full;
+      } else {
+        float* ga = ensure(s.gather, R * ld);
+        for (int64_t i = 0; i < R; ++i)
+          std::memcpy(ga + i * ld, full + rows[static_cast<size_t>(i)] * ld, sizeof(float) * static_cast<size_t>(ld));
+        left = ga;
+      }
+    }
+    switch (g) {
+      case Gemm::fprop: gemm(ref, out, left, ld, Op::N, W, in, Op::T, R, out, in, false); break;
+      case Gemm::dgrad: gemm(ref, in, left, ld, Op::N, W, in, Op::N, R, in, out, false); break;
+      case Gemm::wgrad: gemm(ref, in, left, ld, Op::N, X, in, Op::N, R, in, tokens, false); break;
+    }
+    sink->record_gemm(key(g, gemm_roles(g)[0]), compare_gemm(target, ref, M, N, rows));
+  }
+  if (accumulate) {
+#pragma omp parallel for schedule(static) if (M * N >= parallel_min_work())
+    for (int64_t i = 0; i < M * N; ++i) dst[i] += target[i];
+  }
+}
+
+void QuantizedLinear::forward(float* Y, const float* X, const float* W, int64_t tokens) {
+  ScratchGuard guard(rt_->scratch());
+  auto& s = rt_->scratch();
+  const int64_t in = info_.in_features, out = info_.out_features;
+  // Y (tokens, out) = X (tokens, in) · W (out, in)^T
+  const Operand x = quantize_operand(Role::fprop_x, X, tokens, in, false, s.side[0]);
+  const Operand w = quantize_operand(Role::fprop_w, W, out, in, false, s.side[1]);
+  run_gemm(Gemm::fprop, x, w, tokens, out, in, Y, false, X, W, nullptr, tokens);
+}
+
+void QuantizedLinear::backward(float* dX, float* dW, const float* dY, const float* X, const float* W, int64_t tokens) {
+  ScratchGuard guard(rt_->scratch());
+  auto& s = rt_->scratch();
+  const int64_t in = info_.in_features, out = info_.out_features;
+  if (dX) {
+    // dX (tokens, in) += dY (tokens, out) · W (out, in): K = out, B = W^T (in, out)
+    const Operand dy = quantize_operand(Role::dgrad_dy, dY, tokens, out, false, s.side[0]);
+    const Operand wt = quantize_operand(Role::dgrad_w, W, out, in, true, s.side[1]);
+    run_gemm(Gemm::dgrad, dy, wt, tokens, in, out, dX, true, X, W, dY, tokens);
+  }
+  // dW (out, in) += dY^T (out, tokens) · X (tokens, in): K = tokens, A = dY^T, B = X^T (in, tokens)
+  const Operand dyt = quantize_operand(Role::wgrad_dy, dY, tokens, out, true, s.side[0]);
+  const Operand xt = quantize_operand(Role::wgrad_x, X, tokens, in, true, s.side[1]);
+  run_gemm(Gemm::wgrad, dyt, xt, out, in, tokens, dW, true, X, W, dY, tokens);
+}
+
+// ---------------------------------------------------------------------------
+// The factory
+// ---------------------------------------------------------------------------
+
+RecipeLinearFactory::RecipeLinearFactory(Recipe recipe, int64_t num_blocks, std::shared_ptr<QuantRuntime> runtime)
+    : recipe_(std::move(recipe)), num_blocks_(num_blocks), rt_(std::move(runtime)) {
+  if (!rt_) rt_ = std::make_shared<QuantRuntime>();
+  validate_recipe(recipe_);
+  unquantized_ = make_linear_factory<float>(recipe_.unquantized);
+}
+
+std::unique_ptr<Linear<float>> RecipeLinearFactory::make(const LinearInfo& info) const {
+  PlanEntry e;
+  e.info = info;
+  if (!recipe_.quantizes(info, num_blocks_)) {
+    plan_.push_back(e);
+    return unquantized_->make(info);
+  }
+  e.quantized = true;
+  e.specs = recipe_.resolve(info, num_blocks_);
+  plan_.push_back(e);
+  return std::make_unique<QuantizedLinear>(info, e.specs, recipe_.gemm, recipe_.shared_dy_reference, rt_);
+}
+
+std::string RecipeLinearFactory::plan_text() const {
+  std::string out;
+  for (const auto& e : plan_) {
+    out += e.info.name + ": ";
+    if (!e.quantized) {
+      out += recipe_.unquantized + "\n";
+      continue;
+    }
+    for (Role r : kRoles) {
+      out += std::string(role_name(r)) + "{" + role_spec_string(e.specs[role_index(r)]) + "}";
+      out += r == Role::wgrad_x ? "\n" : " ";
+    }
+  }
+  return out;
+}
+
+}  // namespace exmy::sim::quant

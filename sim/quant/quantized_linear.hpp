@@ -1,0 +1,166 @@
+// The quantized linear layer and the recipe's linear factory.
+//
+// QuantizedLinear runs the three GEMMs of CONTRACT §7 with both operands of
+// each quantized per role, along that GEMM's reduction dimension K. Every
+// operand is quantized from the high-precision tensor the model passes in
+// (never from another role's quantized copy), in the K-major layout the GEMM
+// consumes, C (M,N) = A (M,K) · B (N,K)^T:
+//
+//   GEMM   A (rows M)              B (rows N)              K
+//   fprop  fprop-x  X  (tokens,in)  fprop-w  W   (out,in)   in
+//   dgrad  dgrad-dy dY (tokens,out) dgrad-w  W^T (in,out)   out
+//   wgrad  wgrad-dy dY^T(out,tokens) wgrad-x X^T (in,tokens) tokens
+//
+// so a recipe's 1xB block runs along K, and a BxB weight tile of W^T is the
+// transposed tile of W (the 2D tiles are shared by both views). With the
+// RHT on, both operands of the GEMM are transformed along K (the transform
+// cancels in the product). Then the GEMM output model: `fp32` multiplies the
+// decoded operands with FP32 accumulation (sim::gemm); `grouped` runs
+// grouped_gemm on the encoded operands. backward() accumulates into dX and
+// dW like every layer (the GEMM result is formed first, then added).
+//
+// State shared by all linears of a model lives in a QuantRuntime: the step
+// context (optimizer step, micro-batch, whether to collect statistics or
+// capture operands), the tensor references, the sinks and the scratch
+// buffers. The training loop calls runtime.begin(...) before each
+// micro-batch's forward. Linears of one runtime must be called one at a
+// time (models/ does).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/linear.hpp"
+#include "sim/quant/recipe.hpp"
+#include "sim/quant/reference.hpp"
+#include "sim/quant/kernels.hpp"
+#include "sim/quant/stats.hpp"
+#include "sim/tensor.hpp"
+
+namespace exmy::sim::quant {
+
+struct RuntimeOptions {
+  uint64_t seed = 0;  // Philox seed of every stochastic rounding call (the run's seed)
+  // GEMM statistics compare R = min(gemm_stats_rows, ceil(M/8)) output rows
+  // (evenly spread: floor(i*M/R)) with the unquantized GEMM, so the
+  // reference GEMM costs at most 1/8 of the quantized one and statistics at
+  // every step stay cheap; 0 compares all M rows. Even 1/8 of the rows
+  // gives thousands of outputs, plenty for the four figures.
+  int64_t gemm_stats_rows = 128;
+};
+
+struct StepContext {
+  int64_t step = 1;         // 1-based optimizer step
+  int64_t micro_batch = 0;  // 0-based gradient-accumulation micro-batch
+  bool stats = false;       // record OperandStats / GemmStats to the stats sink
+  bool capture = false;     // hand every operand to the capture sink
+};
+
+class QuantRuntime {
+ public:
+  explicit QuantRuntime(RuntimeOptions opt = {}) : opt_(opt) {}
+
+  // Sets the context of the calls that follow. Throws exmy::Error for a step
+  // < 1 or a negative micro-batch.
+  void begin(const StepContext& ctx);
+  const StepContext& context() const { return ctx_; }
+  const RuntimeOptions& options() const { return opt_; }
+
+  ReferenceStore& references() { return refs_; }
+  void set_stats_sink(StatsSink* s) { stats_ = s; }
+  void set_capture_sink(CaptureSink* c) { capture_ = c; }
+  StatsSink* stats_sink() const { return stats_; }
+  CaptureSink* capture_sink() const { return capture_; }
+
+  // Scratch shared by the linears (implementation detail).
+  struct OperandBuffers {
+    Buf<float> hp;  // transposed and/or RHT'd high-precision operand
+    Buf<float> dq;  // decoded operand
+    std::vector<uint8_t> codes, scale_codes;
+    Buf<double> enc;  // encoded operand (grouped GEMM)
+  };
+  struct Scratch {
+    OperandBuffers side[2];
+    Buf<float> out, ref, gather;
+    bool busy = false;
+  };
+  Scratch& scratch() { return scratch_; }
+
+ private:
+  RuntimeOptions opt_;
+  StepContext ctx_;
+  ReferenceStore refs_;
+  StatsSink* stats_ = nullptr;
+  CaptureSink* capture_ = nullptr;
+  Scratch scratch_;
+};
+
+class QuantizedLinear final : public Linear<float> {
+ public:
+  QuantizedLinear(const LinearInfo& info, const std::array<RoleSpec, kNumRoles>& specs, const GemmModel& gemm,
+                  bool shared_dy_reference, std::shared_ptr<QuantRuntime> runtime);
+
+  void forward(float* Y, const float* X, const float* W, int64_t tokens) override;
+  void backward(float* dX, float* dW, const float* dY, const float* X, const float* W, int64_t tokens) override;
+
+  const RoleSpec& spec(Role r) const { return specs_[static_cast<size_t>(r)]; }
+  const GemmModel& gemm_model() const { return gemm_; }
+
+ private:
+  struct Operand {
+    const float* dq = nullptr;    // decoded (rows, K)
+    const double* enc = nullptr;  // encoded (grouped model)
+    float t = 1;                  // tensor encode scale
+  };
+  Operand quantize_operand(Role role, const float* src, int64_t src_rows, int64_t src_cols, bool transpose,
+                           QuantRuntime::OperandBuffers& b);
+  // One GEMM on two quantized operands into dst (overwrite, or add when
+  // `accumulate`), with its statistics.
+  void run_gemm(Gemm g, const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, float* dst,
+                bool accumulate, const float* X, const float* W, const float* dY, int64_t tokens);
+  CallKey key(Gemm g, Role r) const;
+
+  std::array<RoleSpec, kNumRoles> specs_;
+  GemmModel gemm_;
+  std::shared_ptr<QuantRuntime> rt_;
+  std::array<ReferenceState*, kNumRoles> refs_{};
+  std::array<ScaleCodeTable, kNumRoles> scale_tables_;
+};
+
+// The recipe as a precision policy: quantized linears where the recipe's
+// layer selection says so, the `unquantized` policy (bf16 or fp32)
+// elsewhere. num_blocks is the model's num_hidden_layers (for first/last
+// block selections).
+class RecipeLinearFactory final : public LinearFactory<float> {
+ public:
+  RecipeLinearFactory(Recipe recipe, int64_t num_blocks, std::shared_ptr<QuantRuntime> runtime);
+  std::string policy() const override { return "recipe:" + recipe_.name; }
+  std::unique_ptr<Linear<float>> make(const LinearInfo& info) const override;
+
+  const Recipe& recipe() const { return recipe_; }
+  QuantRuntime& runtime() const { return *rt_; }
+  const std::shared_ptr<QuantRuntime>& runtime_ptr() const { return rt_; }
+
+  // What make() decided for each linear, in the order they were made: the
+  // run's complete numeric plan, for logs and run files.
+  struct PlanEntry {
+    LinearInfo info;
+    bool quantized = false;
+    std::array<RoleSpec, kNumRoles> specs;  // when quantized
+  };
+  const std::vector<PlanEntry>& plan() const { return plan_; }
+  // One line per linear: "NAME: bf16" or "NAME: ROLE{knob=value ...} ...".
+  std::string plan_text() const;
+
+ private:
+  Recipe recipe_;
+  int64_t num_blocks_;
+  std::shared_ptr<QuantRuntime> rt_;
+  std::unique_ptr<LinearFactory<float>> unquantized_;
+  mutable std::vector<PlanEntry> plan_;
+};
+
+}  // namespace exmy::sim::quant

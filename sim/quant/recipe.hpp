@@ -1,0 +1,182 @@
+// Quantized training recipes (CONTRACT §7, §8): what happens to each of the
+// six GEMM operands of every linear layer.
+//
+// A recipe is a layered set of knob = value settings read from an INI file
+// (experiments/recipes/NAME.ini; docs/recipes.md describes every knob):
+//
+//   [recipe]            layer selection, the precision of unquantized layers,
+//                       the shared dY reference, an optional `base` recipe
+//   [gemm]              the GEMM output model (fp32 | grouped)
+//   [all]               role knobs for all six roles
+//   [activations]       ... for fprop-x and wgrad-x
+//   [weights]           ... for fprop-w and dgrad-w
+//   [gradients]         ... for dgrad-dy and wgrad-dy
+//   [fprop-x] ...       ... for one role
+//   [override.NAME]     role knobs for selected layers/kinds/roles
+//
+// A role's spec for a linear is resolved by applying, in this order: the
+// defaults, [all], the role's group, the role's own section, then every
+// override that selects the linear and the role, in file order. Every key
+// and value is validated when it is read; a bad one is an exmy::Error naming
+// the key.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "formats/quantize.hpp"
+#include "sim/linear.hpp"
+
+namespace exmy::sim::quant {
+
+// The three GEMMs of a linear layer and the six operand roles (CONTRACT §7).
+// The numeric values are part of the stream derivation (docs/recipes.md):
+// never reorder them.
+enum class Gemm : uint8_t { fprop = 0, dgrad = 1, wgrad = 2 };
+enum class Role : uint8_t { fprop_x = 0, fprop_w = 1, dgrad_dy = 2, dgrad_w = 3, wgrad_dy = 4, wgrad_x = 5 };
+inline constexpr int kNumRoles = 6;
+inline constexpr std::array<Role, kNumRoles> kRoles = {Role::fprop_x, Role::fprop_w,  Role::dgrad_dy,
+                                                       Role::dgrad_w, Role::wgrad_dy, Role::wgrad_x};
+
+std::string_view role_name(Role r);  // "fprop-x", ...
+std::string_view gemm_name(Gemm g);  // "fprop", "dgrad", "wgrad"
+Role parse_role(std::string_view s); // throws exmy::Error
+Gemm role_gemm(Role r);
+// The two roles of a GEMM: {left operand (rows M of the output), right operand (columns N)}.
+std::array<Role, 2> gemm_roles(Gemm g);
+inline int role_index(Role r) { return static_cast<int>(r); }
+
+// Tensor-reference policy of a role (CONTRACT §7).
+struct RefPolicy {
+  enum class Kind : uint8_t { current, periodic, delayed, none };
+  Kind kind = Kind::current;
+  int64_t n = 0;  // D of periodic:D, L of delayed:L
+  bool operator==(const RefPolicy&) const = default;
+};
+RefPolicy parse_ref_policy(std::string_view s);  // current | none | periodic:D | delayed:L
+std::string ref_policy_name(const RefPolicy& p);
+
+// The resolved settings of one role of one linear. `q` holds every
+// quantization knob; its amax_kind/amax_value (the tensor reference), seed
+// and stream are filled in per call by the quantized linear.
+struct RoleSpec {
+  QuantSpec q;
+  RefPolicy reference;
+};
+// "elem=e2m1 scale=ue4m3 block=1x16 ..." (every knob, canonical values).
+std::string role_spec_string(const RoleSpec& s);
+
+// CONTRACT §8's GEMM output model.
+struct GemmModel {
+  enum class Kind : uint8_t { fp32, grouped };
+  Kind kind = Kind::fp32;
+  int64_t group = 64;              // G: products per group
+  Round group_round = Round::rne;  // exact group sum -> FP32 (rne | rtz)
+  Round accumulate = Round::rne;   // FP32 accumulator additions (rne | rtz)
+  int64_t grid = 0;                // d of the output grid RNE(d*c)/d; 0 = no grid
+  bool operator==(const GemmModel&) const = default;
+};
+
+// Ordered knob = value settings of one section; every value is checked when
+// it is set. Setting a knob again replaces its value.
+class KnobLayer {
+ public:
+  // Throws exmy::Error "<knob>: <problem>" for an unknown knob or bad value.
+  void set(std::string_view knob, std::string_view value);
+  void apply(RoleSpec& spec) const;
+  const std::vector<std::pair<std::string, std::string>>& items() const { return items_; }
+  bool empty() const { return items_.empty(); }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> items_;
+};
+
+// The role knobs, in documentation order.
+const std::vector<std::string>& role_knob_names();
+
+// Which blocks (pattern layers) a setting applies to: all | first:N | last:N
+// | a list of indices and ranges "0,3,5-7". The LM head has index
+// num_blocks: only `all` or an explicit index selects it.
+struct BlockSelector {
+  enum class Kind : uint8_t { all, first, last, list };
+  Kind kind = Kind::all;
+  int64_t n = 0;
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // inclusive
+  bool matches(int64_t block, int64_t num_blocks) const;
+};
+BlockSelector parse_block_selector(std::string_view s);
+std::string block_selector_name(const BlockSelector& s);
+
+struct Override {
+  std::string name;
+  BlockSelector layers;                 // default all
+  std::vector<LinearKind> kinds;        // empty = all
+  std::array<bool, kNumRoles> roles{};  // default all
+  KnobLayer knobs;
+  bool selects(const LinearInfo& info, Role r, int64_t num_blocks) const;
+};
+
+struct Recipe {
+  std::string name;    // "te-nvfp4", or the file stem
+  std::string origin;  // where it was read from (file path, "text")
+  std::string description;
+
+  // Layer selection: which linears are quantized (the rest run in
+  // `unquantized` precision).
+  bool quantize = false;          // layers = all | none
+  int64_t keep_first_bf16 = 0;    // blocks [0, k) unquantized
+  int64_t keep_last_bf16 = 0;     // blocks [L-k, L) unquantized
+  bool lm_head = false;           // quantize the LM head
+  std::string unquantized = "bf16";  // bf16 | fp32
+  // One periodic/delayed dY reference per layer, used by dgrad-dy and
+  // wgrad-dy (UE5M3 paper), instead of one per role.
+  bool shared_dy_reference = false;
+
+  GemmModel gemm;
+
+  KnobLayer all, activations, weights, gradients;
+  std::array<KnobLayer, kNumRoles> role;
+  std::vector<Override> overrides;
+
+  // True when `info` runs quantized.
+  bool quantizes(const LinearInfo& info, int64_t num_blocks) const;
+  // The six resolved, validated role specs of a quantized linear; throws
+  // exmy::Error naming the recipe and the layer.
+  std::array<RoleSpec, kNumRoles> resolve(const LinearInfo& info, int64_t num_blocks) const;
+};
+
+// Parses recipe text (the INI format above). `name` names it in messages;
+// `base_dir` is where `base = NAME` is looked up (default: recipe_dir()).
+Recipe parse_recipe(std::string_view text, std::string_view name, std::string_view origin,
+                    const std::string& base_dir = "");
+
+// NAME (experiments/recipes/NAME.ini, or the folder set by
+// set_recipe_dir / $EXMY_RECIPE_DIR) or a path to an .ini file.
+Recipe load_recipe(const std::string& name_or_path);
+
+// The folder of named recipes: set_recipe_dir's value, else
+// $EXMY_RECIPE_DIR, else the source tree's experiments/recipes.
+std::string recipe_dir();
+void set_recipe_dir(const std::string& dir);  // "" restores the default
+std::vector<std::string> recipe_names();      // NAME of every .ini in recipe_dir(), sorted
+
+// `--set recipe.SECTION.KNOB=VALUE`: SECTION is recipe (also `recipe.KNOB`),
+// gemm, all, activations, weights, gradients, a role, or override.NAME (a
+// new override is appended). The recipe is validated again; throws
+// exmy::Error naming the key.
+void apply_recipe_override(Recipe& r, std::string_view key, std::string_view value);
+void apply_recipe_override(Recipe& r, std::string_view assignment);  // "recipe.all.round=rne"
+
+// The recipe as INI text (base recipes flattened in); parse_recipe of it
+// gives the same recipe. Written into run files.
+std::string recipe_to_ini(const Recipe& r);
+
+// Checks everything that does not depend on a particular layer (each role's
+// QuantSpec, cross-role rules, with each override applied on its own).
+void validate_recipe(const Recipe& r);
+
+}  // namespace exmy::sim::quant

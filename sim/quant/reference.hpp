@@ -1,0 +1,97 @@
+// Tensor-reference state (CONTRACT §7): the reference amax A each
+// quantization call of a (layer, role) uses, under the policies
+//
+//   current      A = max|x| of the tensor being quantized;
+//   periodic:D   sample-and-hold: A = max|x| sampled by the first call of
+//                optimizer step 1, D+1, 2D+1, ... and held unchanged in
+//                between (micro-batches of a step share the step's value);
+//   delayed:L    A = max over the amaxes recorded on the last L optimizer
+//                steps before this one (one record per step: the max over
+//                that step's calls); no history yet: no tensor scale;
+//   none         no tensor scale.
+//
+// The state is part of the training state: save() gives a flat
+// key -> numbers map a checkpoint stores, and load() restores it so that a
+// resumed run continues bit for bit. load(..., cold_restart = true)
+// emulates the reference implementation, whose references start empty
+// after a resume: a periodic reference then samples on its first call.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "formats/quant_core.hpp"
+#include "sim/quant/recipe.hpp"
+
+namespace exmy::sim::quant {
+
+class ReferenceState {
+ public:
+  // The tensor reference of one call.
+  struct Use {
+    AmaxKind kind = AmaxKind::none;  // current: the call measures A itself
+    double value = 0;                // A for AmaxKind::given
+  };
+
+  // Called before quantizing, with the 1-based optimizer step.
+  Use begin_call(const RefPolicy& p, int64_t step);
+  // Called after quantizing with max|x| of the quantized tensor (for
+  // `current` calls: the A the call measured). Periodic samples and delayed
+  // records are taken here.
+  void end_call(const RefPolicy& p, int64_t step, double amax);
+  // True when end_call needs max|x| of a call that did not measure it.
+  static bool needs_amax(const RefPolicy& p) { return p.kind == RefPolicy::Kind::delayed; }
+
+  std::vector<double> save() const;
+  void load(const std::vector<double>& v);  // throws exmy::Error when malformed
+
+  // Inspection (tests, statistics).
+  bool has_held() const { return has_held_; }
+  double held() const { return held_; }
+  int64_t sampled_step() const { return sampled_step_; }
+  const std::vector<double>& history() const { return history_; }
+  bool operator==(const ReferenceState&) const = default;
+
+ private:
+  // periodic
+  bool has_held_ = false;
+  double held_ = 0;
+  int64_t sampled_step_ = 0;
+  bool sampling_ = false;  // between begin_call and end_call of a sampling call
+  // delayed
+  std::vector<double> history_;  // oldest first, at most L entries
+  int64_t cur_step_ = 0;
+  bool have_cur_ = false;
+  double cur_max_ = 0;
+};
+
+// Flat representation a checkpoint stores: key "LAYER/SLOT" -> numbers.
+using FlatReferenceState = std::map<std::string, std::vector<double>>;
+
+// All references of a model, keyed by "LAYER/SLOT" where SLOT is a role name
+// ("fprop-x", ...) or "dy" for the dY reference shared by dgrad-dy and
+// wgrad-dy.
+class ReferenceStore {
+ public:
+  ReferenceState& get(const std::string& key) { return states_[key]; }
+  const std::map<std::string, ReferenceState>& states() const { return states_; }
+
+  FlatReferenceState save() const;
+  // Replaces the whole state with `flat` (every other reference starts
+  // empty). With cold_restart the saved values are ignored: every reference
+  // starts empty, as in the reference implementation after a resume.
+  // States keep their addresses (linears hold pointers to them).
+  void load(const FlatReferenceState& flat, bool cold_restart = false);
+  // Every reference back to empty.
+  void clear();
+
+ private:
+  std::map<std::string, ReferenceState> states_;
+};
+
+// The key of a (layer, role) reference.
+std::string reference_key(const std::string& layer, Role role, bool shared_dy);
+
+}  // namespace exmy::sim::quant

@@ -1,0 +1,245 @@
+#include "sim/quant/stats.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "formats/spec.hpp"
+#include "sim/parallel.hpp"
+
+namespace exmy::sim::quant {
+
+double GemmStats::relative_error() const { return std::sqrt(sum_err2 / sum_y2); }
+double GemmStats::cosine() const { return sum_y_yhat / std::sqrt(sum_y2 * sum_yhat2); }
+double GemmStats::gain() const { return sum_y_yhat / sum_y2; }
+double GemmStats::magnitude_bias() const { return (sum_abs_yhat - sum_abs_y) / sum_abs_y; }
+
+void MemoryStatsSink::record_operand(const CallKey& key, const OperandStats& stats) {
+  operands.push_back(Operand{std::string(key.layer), key, stats});
+  operands.back().key.layer = operands.back().layer;
+}
+
+void MemoryStatsSink::record_gemm(const CallKey& key, const GemmStats& stats) {
+  gemms.push_back(GemmRecord{std::string(key.layer), key, stats});
+  gemms.back().key.layer = gemms.back().layer;
+}
+
+const MemoryStatsSink::Operand* MemoryStatsSink::find(std::string_view layer, Role role) const {
+  for (auto it = operands.rbegin(); it != operands.rend(); ++it)
+    if (it->layer == layer && it->key.role == role) return &*it;
+  return nullptr;
+}
+
+const MemoryStatsSink::GemmRecord* MemoryStatsSink::find(std::string_view layer, Gemm gemm) const {
+  for (auto it = gemms.rbegin(); it != gemms.rend(); ++it)
+    if (it->layer == layer && it->key.gemm == gemm) return &*it;
+  return nullptr;
+}
+
+void MemoryCaptureSink::capture(const CallKey& key, const QuantSpec& spec, const float* x, int64_t rows,
+                                int64_t cols) {
+  Item it;
+  it.layer = std::string(key.layer);
+  it.key = key;
+  it.spec = spec;
+  it.rows = rows;
+  it.cols = cols;
+  it.x.assign(x, x + rows * cols);
+  items.push_back(std::move(it));
+  items.back().key.layer = items.back().layer;
+}
+
+const MemoryCaptureSink::Item* MemoryCaptureSink::find(std::string_view layer, Role role) const {
+  for (auto it = items.rbegin(); it != items.rend(); ++it)
+    if (it->layer == layer && it->key.role == role) return &*it;
+  return nullptr;
+}
+
+const std::vector<OperandField>& operand_fields() {
+  using S = OperandStats;
+  static const std::vector<OperandField> f = {
+      {"elements", true, [](const S& s) { return static_cast<double>(s.q.elements); }},
+      {"nonzero", true, [](const S& s) { return static_cast<double>(s.q.nonzero); }},
+      {"underflow", true, [](const S& s) { return static_cast<double>(s.q.underflow); }},
+      {"saturated", true, [](const S& s) { return static_cast<double>(s.q.saturated); }},
+      {"subnormal", true, [](const S& s) { return static_cast<double>(s.q.subnormal); }},
+      {"blocks", true, [](const S& s) { return static_cast<double>(s.q.blocks); }},
+      {"scale_underflow", true, [](const S& s) { return static_cast<double>(s.q.scale_underflow); }},
+      {"scale_subnormal", true, [](const S& s) { return static_cast<double>(s.q.scale_subnormal); }},
+      {"scale_saturated", true, [](const S& s) { return static_cast<double>(s.q.scale_saturated); }},
+      {"sum_sq", false, [](const S& s) { return s.q.sum_sq; }},
+      {"sum_sq_err", false, [](const S& s) { return s.q.sum_sq_err; }},
+      {"sum_err", false, [](const S& s) { return s.q.sum_err; }},
+      {"sum_abs", false, [](const S& s) { return s.q.sum_abs; }},
+      {"amax", false, [](const S& s) { return s.amax; }},
+      {"reference", false, [](const S& s) { return s.reference; }},
+      {"tensor_scale", false, [](const S& s) { return static_cast<double>(s.tensor_scale); }},
+      {"scale_zero", true, [](const S& s) { return static_cast<double>(s.scale_zero); }},
+      {"scale_nan", true, [](const S& s) { return static_cast<double>(s.scale_nan); }},
+      {"scale_at_max", true, [](const S& s) { return static_cast<double>(s.scale_at_max); }},
+      {"scale_at_min", true, [](const S& s) { return static_cast<double>(s.scale_at_min); }},
+      {"sqnr_db", false, [](const S& s) { return s.q.sqnr_db(); }},
+      {"relative_mse", false, [](const S& s) { return s.q.relative_mse(); }},
+      {"relative_bias", false, [](const S& s) { return s.q.relative_bias(); }},
+      {"underflow_fraction", false, [](const S& s) { return s.q.underflow_fraction(); }},
+      {"fraction_at_max", false, [](const S& s) { return s.fraction_at_max(); }},
+      {"fraction_at_min", false, [](const S& s) { return s.fraction_at_min(); }},
+  };
+  return f;
+}
+
+const std::vector<GemmField>& gemm_fields() {
+  using S = GemmStats;
+  static const std::vector<GemmField> f = {
+      {"count", true, [](const S& s) { return static_cast<double>(s.count); }},
+      {"rows", true, [](const S& s) { return static_cast<double>(s.rows); }},
+      {"sum_y2", false, [](const S& s) { return s.sum_y2; }},
+      {"sum_yhat2", false, [](const S& s) { return s.sum_yhat2; }},
+      {"sum_y_yhat", false, [](const S& s) { return s.sum_y_yhat; }},
+      {"sum_err2", false, [](const S& s) { return s.sum_err2; }},
+      {"sum_abs_y", false, [](const S& s) { return s.sum_abs_y; }},
+      {"sum_abs_yhat", false, [](const S& s) { return s.sum_abs_yhat; }},
+      {"relative_error", false, [](const S& s) { return s.relative_error(); }},
+      {"cosine", false, [](const S& s) { return s.cosine(); }},
+      {"gain", false, [](const S& s) { return s.gain(); }},
+      {"magnitude_bias", false, [](const S& s) { return s.magnitude_bias(); }},
+  };
+  return f;
+}
+
+std::string quantize_options(const QuantSpec& q) {
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);  // 9 digits: a float value survives the round trip
+    return std::string(buf);
+  };
+  std::string o = "--elem " + format_name(q.elem) + " --scale " + (q.scale ? format_name(*q.scale) : "none") +
+                  " --block " + std::to_string(q.block_rows) + "x" + std::to_string(q.block_cols) + " --scale-rule " +
+                  std::string(scale_rule_name(q.rule)) + " --tensor-amax " +
+                  (q.amax_kind == AmaxKind::none ? std::string("none")
+                   : q.amax_kind == AmaxKind::current ? std::string("auto")
+                                                      : num(q.amax_value));
+  if (q.scale_target) o += " --scale-target " + num(*q.scale_target);
+  o += " --round " + std::string(round_name(q.round));
+  if (is_stochastic(q.round)) o += " --sr-bits " + std::to_string(q.sr_bits);
+  o += " --seed " + std::to_string(q.seed) + " --stream " + std::to_string(q.stream);
+  o += std::string(" --arith ") + (q.arith == Arith::fp32 ? "fp32" : "exact");
+  o += std::string(" --zero-scale ") + (q.zero_scale == ZeroScale::one ? "one" : "zero");
+  if (!q.saturate) o += " --no-saturate";
+  if (q.rht) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%04X", q.rht_signs);
+    o += std::string(" --rht --rht-signs ") + buf;
+  }
+  return o;
+}
+
+double abs_max(const float* x, int64_t n) {
+  // The max of |x| as bits: NaN bits order above Inf, and max is
+  // associative, so chunking cannot change the result.
+  const int64_t chunk = 1 << 16;
+  const int64_t nchunks = (n + chunk - 1) / chunk;
+  uint32_t m = 0;
+#pragma omp parallel for reduction(max : m) schedule(static) if (n >= parallel_min_work())
+  for (int64_t c = 0; c < nchunks; ++c) {
+    const int64_t i0 = c * chunk, i1 = std::min(n, i0 + chunk);
+    uint32_t mm = 0;
+    for (int64_t i = i0; i < i1; ++i) {
+      uint32_t u;
+      std::memcpy(&u, x + i, 4);
+      mm = std::max(mm, u & 0x7fffffffu);
+    }
+    m = std::max(m, mm);
+  }
+  if (m > 0x7f800000u) return std::numeric_limits<double>::quiet_NaN();
+  return static_cast<double>(std::bit_cast<float>(m));
+}
+
+ScaleCodeTable::ScaleCodeTable(const Format& fs) : fs_(fs) {
+  if (fs.bits > 16) return;
+  info_.resize(size_t{1} << fs.bits);
+  for (uint32_t c = 0; c < info_.size(); ++c) info_[c] = info_of(c);
+}
+
+uint16_t ScaleCodeTable::info_of(uint32_t code) const {
+  const double s = fs_.decode(code);
+  uint16_t v;
+  if (std::isnan(s)) v = 129;
+  else if (s == 0) v = 128;
+  else if (std::isinf(s)) v = kScaleHistBins - 1;
+  else {
+    const int e = std::ilogb(std::fabs(s));
+    v = static_cast<uint16_t>(std::clamp(e - kScaleHistMinLog2, 0, kScaleHistBins - 1));
+  }
+  const uint32_t mag = code & fs_.mag_mask();
+  const bool neg = fs_.is_signed && (code & fs_.sign_bit);
+  const uint32_t min_code = fs_.has_zero ? 1u : 0u;
+  if (!neg && mag == fs_.max_mag) v |= 256;
+  if (!neg && mag == min_code && fs_.classify(code) != CodeClass::nan) v |= 512;
+  return v;
+}
+
+void ScaleCodeTable::add(const void* codes, int64_t blocks, OperandStats& st) const {
+  const auto* p = static_cast<const uint8_t*>(codes);
+  const int cb = fs_.code_bytes();
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint32_t code = 0;
+    for (int k = 0; k < cb; ++k) code |= static_cast<uint32_t>(p[b * cb + k]) << (8 * k);
+    const uint16_t v = info_.empty() ? info_of(code) : info_[code];
+    const uint16_t bin = v & 255;
+    if (bin == 128) ++st.scale_zero;
+    else if (bin == 129) ++st.scale_nan;
+    else ++st.scale_hist[bin];
+    st.scale_at_max += (v & 256) ? 1 : 0;
+    st.scale_at_min += (v & 512) ? 1 : 0;
+  }
+}
+
+std::vector<int64_t> sample_rows(int64_t M, int64_t R) {
+  std::vector<int64_t> rows;
+  if (R <= 0 || R >= M) return rows;
+  rows.resize(static_cast<size_t>(R));
+  for (int64_t i = 0; i < R; ++i) rows[static_cast<size_t>(i)] = i * M / R;
+  return rows;
+}
+
+GemmStats compare_gemm(const float* yhat, const float* y, int64_t M, int64_t N, const std::vector<int64_t>& rows_idx) {
+  const int64_t R = rows_idx.empty() ? M : static_cast<int64_t>(rows_idx.size());
+  // Per-row partial sums in parallel, added in row order: the same result
+  // for any thread count.
+  std::vector<std::array<double, 6>> part(static_cast<size_t>(R));
+#pragma omp parallel for schedule(static) if (R * N >= parallel_min_work())
+  for (int64_t i = 0; i < R; ++i) {
+    const int64_t r = rows_idx.empty() ? i : rows_idx[static_cast<size_t>(i)];
+    std::array<double, 6> s{};
+    for (int64_t j = 0; j < N; ++j) {
+      const double a = yhat[r * N + j], b = y[i * N + j], e = a - b;
+      s[0] += b * b;
+      s[1] += a * a;
+      s[2] += a * b;
+      s[3] += e * e;
+      s[4] += std::fabs(b);
+      s[5] += std::fabs(a);
+    }
+    part[static_cast<size_t>(i)] = s;
+  }
+  GemmStats g;
+  g.count = static_cast<uint64_t>(R * N);
+  g.rows = static_cast<uint64_t>(R);
+  for (const auto& s : part) {
+    g.sum_y2 += s[0];
+    g.sum_yhat2 += s[1];
+    g.sum_y_yhat += s[2];
+    g.sum_err2 += s[3];
+    g.sum_abs_y += s[4];
+    g.sum_abs_yhat += s[5];
+  }
+  return g;
+}
+
+}  // namespace exmy::sim::quant

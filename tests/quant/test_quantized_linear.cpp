@@ -1,0 +1,544 @@
+// The quantized linear layer: operands along the right axis, shared weight
+// tiles, the stream derivation, statistics and captures, gradient bias, and
+// every recipe training the tiny proxy model.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "formats/error.hpp"
+#include "formats/spec.hpp"
+#include "models/nemotron_h.hpp"
+#include "sim/gemm.hpp"
+#include "sim/parallel.hpp"
+#include "sim/quant/grouped_gemm.hpp"
+#include "sim/quant/quantized_linear.hpp"
+#include "sim/quant/stream.hpp"
+
+namespace exmy::sim::quant {
+namespace {
+
+std::vector<float> randn(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t cols) {
+  std::vector<float> t(a.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = a[static_cast<size_t>(r * cols + c)];
+  return t;
+}
+
+std::vector<float> decoded(const QuantSpec& spec, const std::vector<float>& x, int64_t rows, int64_t cols,
+                           QuantStats* st = nullptr, std::vector<uint8_t>* scodes = nullptr) {
+  std::vector<float> y(x.size());
+  QuantOutput out;
+  out.values = y.data();
+  out.stats = st;
+  if (scodes) {
+    scodes->resize(static_cast<size_t>(std::max<int64_t>(1, block_count(spec, rows, cols))) * 2);
+    out.scale_codes = scodes->data();
+  }
+  quantize(spec, x.data(), rows, cols, out);
+  return y;
+}
+
+void expect_bits_equal(const float* a, const float* b, int64_t n, const char* what) {
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(a[i]), std::bit_cast<uint32_t>(b[i])) << what << " [" << i << "] " << a[i] << " vs " << b[i];
+}
+
+LinearInfo info_of(const std::string& name, int layer, LinearKind kind, int64_t in, int64_t out) {
+  LinearInfo i;
+  i.name = name;
+  i.layer = layer;
+  i.kind = kind;
+  i.in_features = in;
+  i.out_features = out;
+  return i;
+}
+
+Recipe recipe_text(const std::string& body) { return parse_recipe("[recipe]\nlayers = all\n" + body, "test", "test"); }
+
+// One linear of a recipe, with its runtime.
+struct Rig {
+  std::shared_ptr<QuantRuntime> rt;
+  std::unique_ptr<RecipeLinearFactory> factory;
+  std::unique_ptr<Linear<float>> lin;
+  Rig(const Recipe& r, const LinearInfo& info, RuntimeOptions opt = {}) {
+    rt = std::make_shared<QuantRuntime>(opt);
+    factory = std::make_unique<RecipeLinearFactory>(r, 4, rt);
+    lin = factory->make(info);
+  }
+};
+
+struct Tensors {
+  int64_t T, in, out;
+  std::vector<float> X, W, dY, Y, dX, dW;
+  Tensors(int64_t T_, int64_t in_, int64_t out_, uint32_t seed) : T(T_), in(in_), out(out_) {
+    X = randn(T * in, seed);
+    W = randn(out * in, seed + 1, 0.1f);
+    dY = randn(T * out, seed + 2, 1e-3f);
+    Y.assign(static_cast<size_t>(T * out), 0);
+    dX.assign(static_cast<size_t>(T * in), 0);
+    dW.assign(static_cast<size_t>(out * in), 0);
+  }
+  void run(Linear<float>& l) {
+    l.forward(Y.data(), X.data(), W.data(), T);
+    l.backward(dX.data(), dW.data(), dY.data(), X.data(), W.data(), T);
+  }
+};
+
+const char* kExact = "[all]\nelem = fp32\nscale = none\nreference = none\n";
+
+TEST(QuantizedLinear, ExactFormatsEqualThePlainLinear) {
+  const LinearInfo info = info_of("layers.0.mixer.up_proj", 0, LinearKind::mlp_up, 40, 56);
+  MemoryStatsSink sink;
+  // All rows: a sample of rows is a GEMM of another shape, whose FP32 sums
+  // may be ordered differently (differences at FP32 rounding level).
+  RuntimeOptions opt;
+  opt.gemm_stats_rows = 0;
+  Rig q(recipe_text(kExact), info, opt);
+  ASSERT_NE(dynamic_cast<QuantizedLinear*>(q.lin.get()), nullptr);
+  q.rt->set_stats_sink(&sink);
+  q.rt->begin({1, 0, true, false});
+  auto plain = make_linear_factory<float>("fp32")->make(info);
+  Tensors a(48, 40, 56, 1), b(48, 40, 56, 1);
+  a.run(*q.lin);
+  b.run(*plain);
+  expect_bits_equal(a.Y.data(), b.Y.data(), a.T * a.out, "Y");
+  expect_bits_equal(a.dX.data(), b.dX.data(), a.T * a.in, "dX");
+  expect_bits_equal(a.dW.data(), b.dW.data(), a.out * a.in, "dW");
+  for (Gemm g : {Gemm::fprop, Gemm::dgrad, Gemm::wgrad}) {
+    const auto* r = sink.find(info.name, g);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->stats.sum_err2, 0.0);
+    EXPECT_EQ(r->stats.gain(), 1.0);
+    EXPECT_EQ(r->stats.magnitude_bias(), 0.0);
+  }
+  for (Role role : kRoles) {
+    const auto* r = sink.find(info.name, role);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->stats.q.sum_sq_err, 0.0);
+    EXPECT_GT(r->stats.q.sum_sq, 0.0);
+  }
+}
+
+// A recipe whose roles all differ, so a mix-up of roles or axes shows.
+const char* kMixed = R"(
+[all]
+elem = e2m1
+scale = ue4m3
+block = 1x16
+arith = fp32
+reference = current
+[fprop-w]
+scale_target = 300
+[dgrad-dy]
+round = stochastic-fastest
+[dgrad-w]
+scale_target = 200
+[wgrad-dy]
+round = stochastic-fast
+sr_bits = 5
+[wgrad-x]
+elem = e3m2
+)";
+
+TEST(QuantizedLinear, OperandsAreQuantizedAlongTheirGemmsK) {
+  const int64_t T = 40, in = 48, out = 36;
+  const LinearInfo info = info_of("layers.2.mixer.down_proj", 2, LinearKind::mlp_down, in, out);
+  MemoryCaptureSink cap;
+  RuntimeOptions opt;
+  opt.seed = 99;
+  Rig q(recipe_text(kMixed), info, opt);
+  q.rt->set_capture_sink(&cap);
+  q.rt->begin({5, 1, false, true});
+  Tensors a(T, in, out, 7);
+  a.run(*q.lin);
+
+  // The captured operand of each role is the GEMM's K-major view.
+  struct Want {
+    Role role;
+    std::vector<float> x;
+    int64_t rows, cols;
+  };
+  const std::vector<Want> want = {{Role::fprop_x, a.X, T, in},
+                                  {Role::fprop_w, a.W, out, in},
+                                  {Role::dgrad_dy, a.dY, T, out},
+                                  {Role::dgrad_w, transposed(a.W, out, in), in, out},
+                                  {Role::wgrad_dy, transposed(a.dY, T, out), out, T},
+                                  {Role::wgrad_x, transposed(a.X, T, in), in, T}};
+  std::vector<std::vector<float>> dq(kNumRoles);
+  for (const auto& w : want) {
+    SCOPED_TRACE(std::string(role_name(w.role)));
+    const auto* c = cap.find(info.name, w.role);
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->rows, w.rows);
+    EXPECT_EQ(c->cols, w.cols);
+    EXPECT_EQ(c->x, w.x);
+    EXPECT_EQ(c->spec.seed, 99u);
+    EXPECT_EQ(c->spec.stream, quant_stream(5, 1, 2, LinearKind::mlp_down, w.role));
+    EXPECT_EQ(c->key.gemm, role_gemm(w.role));
+    dq[role_index(w.role)] = decoded(c->spec, w.x, w.rows, w.cols);
+  }
+  // The axis matters: quantizing W^T is not the transpose of quantizing W.
+  const auto* cw = cap.find(info.name, Role::dgrad_w);
+  EXPECT_NE(transposed(decoded(cw->spec, a.W, out, in), out, in), dq[role_index(Role::dgrad_w)]);
+
+  // The GEMM outputs are the GEMMs of exactly those decoded operands.
+  std::vector<float> Y(T * out), dX(T * in), dW(out * in);
+  gemm(Y.data(), out, dq[0].data(), in, Op::N, dq[1].data(), in, Op::T, T, out, in, false);
+  gemm(dX.data(), in, dq[2].data(), out, Op::N, dq[3].data(), out, Op::T, T, in, out, false);
+  gemm(dW.data(), in, dq[4].data(), T, Op::N, dq[5].data(), T, Op::T, out, in, T, false);
+  expect_bits_equal(a.Y.data(), Y.data(), T * out, "Y");
+  expect_bits_equal(a.dX.data(), dX.data(), T * in, "dX");
+  expect_bits_equal(a.dW.data(), dW.data(), out * in, "dW");
+}
+
+TEST(QuantizedLinear, WeightTilesAreSharedByBothViews) {
+  const Recipe r = load_recipe("te-nvfp4");
+  const auto specs = r.resolve(info_of("l", 0, LinearKind::mlp_up, 80, 48), 20);
+  QuantSpec fw = specs[role_index(Role::fprop_w)].q, dw = specs[role_index(Role::dgrad_w)].q;
+  ASSERT_EQ(fw.block_rows, 16);
+  fw.amax_kind = dw.amax_kind = AmaxKind::current;
+  const int64_t out = 48, in = 80;
+  auto W = randn(out * in, 3);
+  for (size_t i = 0; i < W.size(); i += 37) W[i] *= 40;  // tiles with very different scales
+  std::vector<uint8_t> s1, s2;
+  const auto a = decoded(fw, W, out, in, nullptr, &s1);
+  const auto b = decoded(dw, transposed(W, out, in), in, out, nullptr, &s2);
+  EXPECT_EQ(transposed(a, out, in), b);
+  // Tile (i, j) of W carries the scale of tile (j, i) of W^T.
+  for (int64_t i = 0; i < out / 16; ++i)
+    for (int64_t j = 0; j < in / 16; ++j) EXPECT_EQ(s1[i * (in / 16) + j], s2[j * (out / 16) + i]);
+}
+
+TEST(QuantizedLinear, StreamDerivationIsPinned) {
+  static_assert(static_cast<int>(LinearKind::mamba_in_proj) == 0 && static_cast<int>(LinearKind::mlp_down) == 7 &&
+                static_cast<int>(LinearKind::lm_head) == 8);
+  static_assert(static_cast<int>(Role::fprop_x) == 0 && static_cast<int>(Role::wgrad_x) == 5);
+  EXPECT_EQ(quant_stream(1, 0, 0, LinearKind::mamba_in_proj, Role::fprop_x), 0x0000000100000000ull);
+  EXPECT_EQ(quant_stream(7, 3, 12, LinearKind::mlp_down, Role::wgrad_x), 0x0000000700300C75ull);
+  EXPECT_EQ(quant_stream(123456, 0, 52, LinearKind::lm_head, Role::dgrad_dy), 0x0001E24000003482ull);
+  EXPECT_EQ(quant_stream(4294967295, 4095, 4095, LinearKind::attn_v, Role::wgrad_dy), 0xFFFFFFFFFFFFFF44ull);
+  EXPECT_THROW(quant_stream(int64_t{1} << 32, 0, 0, LinearKind::attn_v, Role::fprop_x), Error);
+  EXPECT_THROW(quant_stream(1, 4096, 0, LinearKind::attn_v, Role::fprop_x), Error);
+}
+
+TEST(QuantizedLinear, RecordedStatisticsEqualQuantizeOnTheCapturedTensors) {
+  // TE settings with periodic references and RHT on wgrad: step 1 samples
+  // the references, steps 2-3 use the held values.
+  Recipe r = load_recipe("te-nvfp4");
+  apply_recipe_override(r, "recipe.all.reference", "periodic:2");
+  apply_recipe_override(r, "recipe.keep_last_bf16", "0");
+  const LinearInfo info = info_of("layers.1.mixer.in_proj", 1, LinearKind::mamba_in_proj, 32, 48);
+  MemoryStatsSink sink;
+  MemoryCaptureSink cap;
+  Rig q(r, info);
+  q.rt->set_stats_sink(&sink);
+  q.rt->set_capture_sink(&cap);
+  int compared = 0;
+  for (int64_t step = 1; step <= 3; ++step) {
+    q.rt->begin({step, 0, true, true});
+    Tensors a(64, 32, 48, static_cast<uint32_t>(10 * step));
+    a.run(*q.lin);
+    for (Role role : kRoles) {
+      SCOPED_TRACE(testing::Message() << role_name(role) << " step " << step);
+      const auto* c = cap.find(info.name, role);
+      const auto* s = sink.find(info.name, role);
+      ASSERT_TRUE(c && s);
+      ASSERT_EQ(c->key.step, step);
+      QuantStats st;
+      std::vector<float> y(c->x.size());
+      std::vector<uint8_t> sc(static_cast<size_t>(block_count(c->spec, c->rows, c->cols)));
+      QuantOutput out;
+      out.values = y.data();
+      out.stats = &st;
+      out.scale_codes = sc.data();
+      const QuantInfo qi = quantize(c->spec, c->x.data(), c->rows, c->cols, out);
+      EXPECT_EQ(st, s->stats.q);
+      EXPECT_EQ(std::bit_cast<uint64_t>(qi.amax), std::bit_cast<uint64_t>(s->stats.reference));
+      EXPECT_EQ(qi.t, s->stats.tensor_scale);
+      // amax of the tensor as quantized (after the RHT)
+      std::vector<float> h = c->x;
+      if (c->spec.rht) hadamard16(h.data(), c->rows, c->cols, 1, c->spec.rht_signs);
+      EXPECT_EQ(s->stats.amax, abs_max(h.data(), static_cast<int64_t>(h.size())));
+      // histogram and at-max/min from the scale codes
+      OperandStats os;
+      ScaleCodeTable(*c->spec.scale).add(sc.data(), static_cast<int64_t>(sc.size()), os);
+      EXPECT_EQ(os.scale_hist, s->stats.scale_hist);
+      EXPECT_EQ(os.scale_at_max, s->stats.scale_at_max);
+      uint64_t hist_total = os.scale_zero + os.scale_nan;
+      for (auto v : os.scale_hist) hist_total += v;
+      EXPECT_EQ(hist_total, s->stats.q.blocks);
+      EXPECT_EQ(c->spec.amax_kind, step == 2 ? AmaxKind::given : AmaxKind::current);
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 18);
+}
+
+TEST(QuantizedLinear, PeriodicReferencesAcrossStepsAndMicroBatches) {
+  const LinearInfo info = info_of("layers.0.mixer.o_proj", 0, LinearKind::attn_o, 32, 32);
+  Rig q(recipe_text("shared_dy_reference = true\n[all]\nelem = e2m1\nscale = ue5m3\narith = fp32\nzero_scale = one\n"
+                    "reference = periodic:2\n"),
+        info);
+  MemoryStatsSink sink;
+  q.rt->set_stats_sink(&sink);
+  std::vector<double> x_ref, dy_ref, x_amax, dy_amax;
+  for (int64_t step = 1; step <= 4; ++step)
+    for (int64_t mb = 0; mb < 2; ++mb) {
+      q.rt->begin({step, mb, true, false});
+      Tensors a(32, 32, 32, static_cast<uint32_t>(100 + 10 * step + mb));
+      a.X[5] = static_cast<float>(10 * step + mb);  // a distinct amax per call
+      a.dY[7] = static_cast<float>(step + 0.1 * mb);
+      a.run(*q.lin);
+      x_ref.push_back(sink.find(info.name, Role::fprop_x)->stats.reference);
+      x_amax.push_back(sink.find(info.name, Role::fprop_x)->stats.amax);
+      dy_ref.push_back(sink.find(info.name, Role::dgrad_dy)->stats.reference);
+      dy_amax.push_back(sink.find(info.name, Role::dgrad_dy)->stats.amax);
+      EXPECT_EQ(sink.find(info.name, Role::wgrad_dy)->stats.reference, dy_ref.back());  // one shared dY reference
+    }
+  // Sampled by the first micro-batch of steps 1 and 3, held otherwise.
+  const std::vector<double> want_x = {x_amax[0], x_amax[0], x_amax[0], x_amax[0],
+                                      x_amax[4], x_amax[4], x_amax[4], x_amax[4]};
+  EXPECT_EQ(x_ref, want_x);
+  EXPECT_EQ(x_amax[0], 10.0);
+  EXPECT_EQ(x_amax[4], 30.0);
+  EXPECT_EQ(dy_ref[3], dy_amax[0]);
+  EXPECT_EQ(dy_ref[5], dy_amax[4]);
+  // The state checkpoints and restores.
+  const auto flat = q.rt->references().save();
+  EXPECT_EQ(flat.count(info.name + "/dy"), 1u);
+  EXPECT_EQ(flat.count(info.name + "/fprop-x"), 1u);
+}
+
+TEST(QuantizedLinear, StochasticRoundingRemovesTheGradientBias) {
+  // wgrad: dW = dY^T X with X = 1 and dY blocks along tokens of [1, 0.41, ...]:
+  // every 0.41 lands at 2.46 on the e2m1 grid, which RNE rounds to 2 (a
+  // biased weight gradient) and SR to 2 or 3 with mean 2.46.
+  const int64_t T = 256, in = 16, out = 16;
+  std::vector<float> X(T * in, 1.0f), W(out * in, 0.01f), dY(T * out);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t o = 0; o < out; ++o) dY[t * out + o] = (t % 16 == 0) ? 1.0f : 0.41f;
+  const LinearInfo info = info_of("layers.0.mixer.up_proj", 0, LinearKind::mlp_up, in, out);
+  auto bias_of = [&](const char* round, int steps) {
+    RuntimeOptions opt;
+    opt.gemm_stats_rows = 0;  // every output
+    Rig q(recipe_text(std::string("[all]\nelem = e2m1\nscale = ue4m3\narith = fp32\n[wgrad-dy]\nround = ") + round +
+                      "\n"),
+          info, opt);
+    MemoryStatsSink sink;
+    q.rt->set_stats_sink(&sink);
+    double bias = 0;
+    for (int step = 1; step <= steps; ++step) {
+      q.rt->begin({step, 0, true, false});
+      std::vector<float> dW(out * in, 0.0f);
+      q.lin->backward(nullptr, dW.data(), dY.data(), X.data(), W.data(), T);
+      bias += sink.find(info.name, Gemm::wgrad)->stats.magnitude_bias();
+    }
+    return bias / steps;
+  };
+  const double rne = bias_of("rne", 1);
+  const double sr = bias_of("stochastic-fast", 40);
+  // RNE: (15*2/6*1 + 1) / (15*0.41 + 1) - 1 = -0.1608...
+  EXPECT_NEAR(rne, (15.0 * 2.0 / 6.0 + 1.0) / (15.0 * 0.41 + 1.0) - 1.0, 1e-5);
+  // SR: unbiased. 40 steps x 256 outputs x 240 rounded terms: the standard
+  // error of the mean bias is ~2e-4.
+  EXPECT_LT(std::fabs(sr), 2e-3) << sr;
+}
+
+TEST(QuantizedLinear, GroupedModelIsTheGroupedGemmOfTheEncodedOperands) {
+  const int64_t T = 32, in = 80, out = 24;
+  const LinearInfo info = info_of("layers.0.mixer.up_proj", 0, LinearKind::mlp_up, in, out);
+  Recipe r = load_recipe("ue5m3-b16");
+  MemoryCaptureSink cap;
+  Rig q(r, info);
+  q.rt->set_capture_sink(&cap);
+  q.rt->begin({1, 0, false, true});
+  Tensors a(T, in, out, 21);
+  a.run(*q.lin);
+  auto enc = [&](Role role, float& t) {
+    const auto* c = cap.find(info.name, role);
+    std::vector<uint8_t> codes(c->x.size()), sc(static_cast<size_t>(block_count(c->spec, c->rows, c->cols)));
+    std::vector<float> y(c->x.size());
+    QuantOutput o;
+    o.values = y.data();
+    o.codes = codes.data();
+    o.scale_codes = sc.data();
+    t = quantize(c->spec, c->x.data(), c->rows, c->cols, o).t;
+    std::vector<double> v(c->x.size());
+    encode_operand(v.data(), c->spec, codes.data(), sc.data(), c->rows, c->cols);
+    return v;
+  };
+  float tx, tw, tdy, twt;
+  const auto ex = enc(Role::fprop_x, tx), ew = enc(Role::fprop_w, tw);
+  const auto edy = enc(Role::dgrad_dy, tdy), ewt = enc(Role::dgrad_w, twt);
+  std::vector<float> Y(T * out), dX(T * in);
+  grouped_gemm_ref(Y.data(), ex.data(), ew.data(), T, out, in, r.gemm, tensor_decode_alpha(tx, tw));
+  grouped_gemm_ref(dX.data(), edy.data(), ewt.data(), T, in, out, r.gemm, tensor_decode_alpha(tdy, twt));
+  expect_bits_equal(a.Y.data(), Y.data(), T * out, "Y");
+  expect_bits_equal(a.dX.data(), dX.data(), T * in, "dX");  // dX was zero: 0 + GEMM
+}
+
+TEST(QuantizedLinear, ResultsDoNotDependOnThreadsOrStatistics) {
+  const LinearInfo info = info_of("layers.1.mixer.up_proj", 1, LinearKind::mlp_up, 64, 96);
+  auto run = [&](const std::string& recipe, int threads, bool stats) {
+    Recipe r = load_recipe(recipe);
+    apply_recipe_override(r, "recipe.keep_last_bf16", "0");
+    RuntimeOptions opt;
+    opt.gemm_stats_rows = 7;
+    Rig q(r, info, opt);
+    MemoryStatsSink sink;
+    q.rt->set_stats_sink(&sink);
+    q.rt->begin({3, 0, stats, false});
+    omp_set_num_threads(threads);
+    Tensors a(64, 64, 96, 5);
+    a.run(*q.lin);
+    omp_set_num_threads(omp_get_num_procs());
+    if (stats) {
+      EXPECT_EQ(sink.find(info.name, Gemm::wgrad)->stats.rows, 7u);
+    }
+    std::vector<float> all = a.Y;
+    all.insert(all.end(), a.dX.begin(), a.dX.end());
+    all.insert(all.end(), a.dW.begin(), a.dW.end());
+    return all;
+  };
+  parallel_min_work() = 0;
+  for (const char* recipe : {"te-nvfp4", "ue5m3-b16"}) {
+    SCOPED_TRACE(recipe);
+    const auto base = run(recipe, 1, false);
+    const auto threaded = run(recipe, 2, true);
+    expect_bits_equal(base.data(), threaded.data(), static_cast<int64_t>(base.size()), "1 thread vs 2 with stats");
+  }
+  parallel_min_work() = int64_t{1} << 15;
+}
+
+TEST(QuantizedLinear, RhtNeedsKMultipleOf16) {
+  Recipe r = load_recipe("te-nvfp4");
+  apply_recipe_override(r, "recipe.keep_last_bf16", "0");
+  const LinearInfo info = info_of("layers.0.mixer.up_proj", 0, LinearKind::mlp_up, 32, 32);
+  Rig q(r, info);
+  ASSERT_NE(dynamic_cast<QuantizedLinear*>(q.lin.get()), nullptr);
+  Tensors a(20, 32, 32, 1);
+  // the forward GEMM has K = 32, wgrad K = tokens = 20
+  EXPECT_NO_THROW(q.lin->forward(a.Y.data(), a.X.data(), a.W.data(), 20));
+  try {
+    q.lin->backward(a.dX.data(), a.dW.data(), a.dY.data(), a.X.data(), a.W.data(), 20);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.0.mixer.up_proj, wgrad-dy"), std::string::npos) << e.what();
+  }
+}
+
+TEST(QuantizedLinear, FactorySelectsLayers) {
+  const Recipe r = load_recipe("te-nvfp4");
+  auto rt = std::make_shared<QuantRuntime>();
+  RecipeLinearFactory f(r, 20, rt);
+  EXPECT_EQ(f.policy(), "recipe:te-nvfp4");
+  EXPECT_NE(dynamic_cast<QuantizedLinear*>(f.make(info_of("a", 11, LinearKind::mlp_up, 16, 16)).get()), nullptr);
+  EXPECT_EQ(dynamic_cast<QuantizedLinear*>(f.make(info_of("b", 12, LinearKind::mlp_up, 16, 16)).get()), nullptr);
+  EXPECT_EQ(dynamic_cast<QuantizedLinear*>(f.make(info_of("lm_head", 20, LinearKind::lm_head, 16, 16)).get()), nullptr);
+}
+
+TEST(QuantizedLinear, EveryRecipeTrainsProxyTiny) {
+  const models::NemotronHConfig cfg = models::preset_config("proxy-tiny");
+  const int64_t B = 2, T = 16;
+  std::mt19937 g(4);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (auto& t : tokens) t = static_cast<int32_t>(g() % cfg.vocab_size);
+  for (auto& t : targets) t = static_cast<int32_t>(g() % cfg.vocab_size);
+  for (const auto& name : recipe_names()) {
+    for (bool all_layers : {false, true}) {
+      Recipe r = load_recipe(name);
+      if (all_layers) {
+        if (!r.quantize || r.keep_last_bf16 == 0) continue;
+        apply_recipe_override(r, "recipe.keep_last_bf16", "1");
+      }
+      SCOPED_TRACE(name + (all_layers ? " (keep_last_bf16 = 1)" : ""));
+      auto rt = std::make_shared<QuantRuntime>();
+      MemoryStatsSink sink;
+      rt->set_stats_sink(&sink);
+      RecipeLinearFactory f(r, cfg.num_hidden_layers, rt);
+      models::NemotronH<float> m(cfg, f);
+      m.init_weights(1);
+      int quantized = 0;
+      for (const auto& l : m.linears()) quantized += dynamic_cast<QuantizedLinear*>(l.get()) != nullptr;
+      for (int64_t step = 1; step <= 2; ++step) {
+        rt->begin({step, 0, step == 2, false});
+        m.arena().zero_grad();
+        const double loss = m.forward(tokens.data(), targets.data(), B, T);
+        ASSERT_TRUE(std::isfinite(loss)) << loss;
+        EXPECT_GT(loss, 0.5 * std::log(static_cast<double>(cfg.vocab_size)));
+        m.backward();
+        for (float v : m.arena().grads()) ASSERT_TRUE(std::isfinite(v));
+      }
+      EXPECT_EQ(sink.operands.size(), static_cast<size_t>(6 * quantized));
+      EXPECT_EQ(sink.gemms.size(), static_cast<size_t>(3 * quantized));
+      if (name != "bf16" && name != "fp32" && (all_layers || r.keep_last_bf16 == 0)) {
+        EXPECT_GT(quantized, 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace exmy::sim::quant
+
+namespace exmy::sim::quant {
+namespace {
+
+TEST(QuantizedLinear, PlanFieldsAndQuantizeOptions) {
+  Recipe r = load_recipe("ue5m3-b16");
+  auto rt = std::make_shared<QuantRuntime>();
+  RecipeLinearFactory f(r, 4, rt);
+  f.make(info_of("layers.3.mixer.down_proj", 3, LinearKind::mlp_down, 32, 16));
+  f.make(info_of("lm_head", 4, LinearKind::lm_head, 16, 64));
+  ASSERT_EQ(f.plan().size(), 2u);
+  EXPECT_TRUE(f.plan()[0].quantized);
+  EXPECT_FALSE(f.plan()[1].quantized);
+  const std::string text = f.plan_text();
+  EXPECT_NE(text.find("layers.3.mixer.down_proj: fprop-x{elem=e2m1 scale=ue5m3 block=1x16"), std::string::npos) << text;
+  EXPECT_NE(text.find("wgrad-dy{elem=e2m1 scale=ue5m3 block=1x16 scale_rule=amax-rne arith=fp32 round=stochastic-fast "
+                      "sr_bits=8 scale_target=2048"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("lm_head: bf16"), std::string::npos);
+
+  QuantSpec q = f.plan()[0].specs[role_index(Role::wgrad_dy)].q;
+  q.amax_kind = AmaxKind::given;
+  q.amax_value = 0.123456789f;
+  q.seed = 7;
+  q.stream = quant_stream(3, 0, 3, LinearKind::mlp_down, Role::wgrad_dy);
+  EXPECT_EQ(quantize_options(q),
+            "--elem e2m1 --scale ue5m3 --block 1x16 --scale-rule amax-rne --tensor-amax 0.123456791 --scale-target 2048 "
+            "--round stochastic-fast --sr-bits 8 --seed 7 --stream 12884902772 --arith fp32 --zero-scale one");
+  // Every field has a distinct name, and the counts read back.
+  OperandStats os;
+  os.q.elements = 12;
+  os.scale_at_max = 3;
+  std::set<std::string> names;
+  for (const auto& fld : operand_fields()) {
+    names.insert(fld.name);
+    if (std::string(fld.name) == "elements") {
+      EXPECT_EQ(fld.get(os), 12.0);
+    }
+    if (std::string(fld.name) == "scale_at_max") {
+      EXPECT_EQ(fld.get(os), 3.0);
+    }
+  }
+  EXPECT_EQ(names.size(), operand_fields().size());
+  EXPECT_EQ(gemm_fields().size(), 12u);
+}
+
+}  // namespace
+}  // namespace exmy::sim::quant

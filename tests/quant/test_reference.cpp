@@ -1,0 +1,127 @@
+// Tensor-reference policies: current, periodic (sample-and-hold), delayed,
+// none; micro-batches; the shared dY reference; checkpoint round trips.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "formats/error.hpp"
+#include "sim/quant/reference.hpp"
+
+namespace exmy::sim::quant {
+namespace {
+
+// One call: what the state says, then the tensor's amax.
+ReferenceState::Use call(ReferenceState& s, const RefPolicy& p, int64_t step, double amax) {
+  const auto u = s.begin_call(p, step);
+  s.end_call(p, step, u.kind == AmaxKind::current ? amax : amax);
+  return u;
+}
+
+TEST(Reference, CurrentAndNone) {
+  ReferenceState s;
+  EXPECT_EQ(call(s, parse_ref_policy("current"), 1, 3.0).kind, AmaxKind::current);
+  EXPECT_EQ(call(s, parse_ref_policy("none"), 1, 3.0).kind, AmaxKind::none);
+}
+
+TEST(Reference, PeriodicSamplesAndHolds) {
+  const RefPolicy p = parse_ref_policy("periodic:3");
+  ReferenceState s;
+  // step 1, micro-batch 0 samples; the other micro-batches of step 1 hold it
+  EXPECT_EQ(call(s, p, 1, 2.0).kind, AmaxKind::current);
+  auto u = call(s, p, 1, 9.0);
+  EXPECT_EQ(u.kind, AmaxKind::given);
+  EXPECT_EQ(u.value, 2.0);
+  for (int step : {2, 3}) {
+    u = call(s, p, step, 100.0);  // held, not a max over the window
+    EXPECT_EQ(u.kind, AmaxKind::given);
+    EXPECT_EQ(u.value, 2.0);
+  }
+  EXPECT_EQ(call(s, p, 4, 7.0).kind, AmaxKind::current);  // steps 1, D+1, 2D+1, ...
+  EXPECT_EQ(s.held(), 7.0);
+  EXPECT_EQ(s.sampled_step(), 4);
+  EXPECT_EQ(call(s, p, 4, 1.0).value, 7.0);
+  EXPECT_EQ(call(s, p, 6, 1.0).value, 7.0);
+  EXPECT_EQ(call(s, p, 7, 5.0).kind, AmaxKind::current);
+  EXPECT_EQ(s.held(), 5.0);
+}
+
+TEST(Reference, SharedDyReference) {
+  // dgrad-dy and wgrad-dy share one state under the key LAYER/dy.
+  EXPECT_EQ(reference_key("layers.1.mixer.up_proj", Role::dgrad_dy, true), "layers.1.mixer.up_proj/dy");
+  EXPECT_EQ(reference_key("layers.1.mixer.up_proj", Role::wgrad_dy, true), "layers.1.mixer.up_proj/dy");
+  EXPECT_EQ(reference_key("layers.1.mixer.up_proj", Role::wgrad_dy, false), "layers.1.mixer.up_proj/wgrad-dy");
+  EXPECT_EQ(reference_key("layers.1.mixer.up_proj", Role::fprop_x, true), "layers.1.mixer.up_proj/fprop-x");
+  ReferenceStore store;
+  const RefPolicy p = parse_ref_policy("periodic:2");
+  ReferenceState& dgrad = store.get(reference_key("l", Role::dgrad_dy, true));
+  ReferenceState& wgrad = store.get(reference_key("l", Role::wgrad_dy, true));
+  EXPECT_EQ(&dgrad, &wgrad);
+  EXPECT_EQ(call(dgrad, p, 1, 4.0).kind, AmaxKind::current);  // dgrad samples
+  const auto u = call(wgrad, p, 1, 6.0);                      // wgrad of the same step uses it
+  EXPECT_EQ(u.kind, AmaxKind::given);
+  EXPECT_EQ(u.value, 4.0);
+}
+
+TEST(Reference, DelayedIsMaxOverLastSteps) {
+  const RefPolicy p = parse_ref_policy("delayed:2");
+  ReferenceState s;
+  EXPECT_EQ(call(s, p, 1, 3.0).kind, AmaxKind::none);  // no history yet: no tensor scale
+  EXPECT_EQ(call(s, p, 1, 5.0).kind, AmaxKind::none);  // second micro-batch of step 1
+  auto u = call(s, p, 2, 1.0);                        // history {5}
+  EXPECT_EQ(u.kind, AmaxKind::given);
+  EXPECT_EQ(u.value, 5.0);
+  EXPECT_EQ(call(s, p, 3, 2.0).value, 5.0);  // {5, 1}
+  EXPECT_EQ(call(s, p, 4, 0.5).value, 2.0);  // {1, 2}
+  EXPECT_EQ(call(s, p, 6, 0.5).value, 2.0);  // step 5 had no call: {2, 0.5}
+  EXPECT_EQ(s.history().size(), 2u);
+  ReferenceState n;
+  call(n, p, 1, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_TRUE(std::isnan(call(n, p, 2, 1.0).value));
+}
+
+TEST(Reference, CheckpointRoundTripAndColdRestart) {
+  const RefPolicy per = parse_ref_policy("periodic:4"), del = parse_ref_policy("delayed:3");
+  ReferenceStore a;
+  auto run = [&](ReferenceStore& st, int64_t from, int64_t to, std::vector<double>& log) {
+    for (int64_t step = from; step <= to; ++step)
+      for (int mb = 0; mb < 2; ++mb) {
+        const double amax = 1.0 + static_cast<double>((step * 7 + mb * 3) % 11);
+        auto u1 = call(st.get("x/fprop-x"), per, step, amax);
+        auto u2 = call(st.get("x/dy"), del, step, amax * 2);
+        log.push_back(u1.kind == AmaxKind::given ? u1.value : -1);
+        log.push_back(u2.kind == AmaxKind::given ? u2.value : -1);
+      }
+  };
+  std::vector<double> straight, resumed;
+  run(a, 1, 10, straight);
+  ReferenceStore b;
+  std::vector<double> first;
+  run(b, 1, 6, first);
+  const FlatReferenceState flat = b.save();
+  ReferenceStore c;
+  ReferenceState* addr = &c.get("x/fprop-x");
+  c.load(flat);
+  EXPECT_EQ(addr, &c.get("x/fprop-x"));  // linears hold pointers: addresses stay
+  EXPECT_EQ(c.states().at("x/dy"), b.states().at("x/dy"));
+  run(c, 7, 10, resumed);
+  first.insert(first.end(), resumed.begin(), resumed.end());
+  EXPECT_EQ(first, straight);
+
+  // Cold restart: references start empty; a periodic one samples at once.
+  ReferenceStore cold;
+  cold.load(flat, true);
+  EXPECT_FALSE(cold.get("x/fprop-x").has_held());
+  EXPECT_EQ(call(cold.get("x/fprop-x"), per, 7, 3.0).kind, AmaxKind::current);
+  EXPECT_EQ(call(cold.get("x/fprop-x"), per, 8, 5.0).value, 3.0);
+  EXPECT_EQ(call(cold.get("x/fprop-x"), per, 9, 5.0).kind, AmaxKind::current);  // schedule: 1, 5, 9, ...
+
+  // A malformed entry is refused and leaves the store as it was.
+  FlatReferenceState bad = flat;
+  bad["x/dy"].pop_back();
+  EXPECT_THROW(c.load(bad), Error);
+  EXPECT_EQ(c.save(), a.save());
+}
+
+}  // namespace
+}  // namespace exmy::sim::quant
