@@ -15,5 +15,8 @@ int cmd_formats(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_demo(const Args& args);
 int cmd_model_info(const Args& args);
+int cmd_train(const Args& args);
+int cmd_prepare_data(const Args& args);
+int cmd_bench_train(const Args& args);
 
 }  // namespace exmy::cli

@@ -16,10 +16,12 @@ const char* kUsage =
     "usage: exmy <command> [options]      (exmy <command> --help for its options)\n"
     "\n"
     "commands:\n"
-    "  demo       quantize a built-in tensor with the UE5M3 recipe and compare formats (the default job)\n"
+    "  train      train a Nemotron-H model on the CPU (no arguments: the default job)\n"
+    "  prepare-data  turn text files into token files for train\n"
+    "  demo       quantize a built-in tensor with the UE5M3 recipe and compare formats\n"
     "  quantize   block-scaled quantization of a float32 tensor file (CONTRACT section 6)\n"
     "  formats    table of format presets, or of the given format specs\n"
-    "  bench      throughput benchmarks (bench quantize)\n"
+    "  bench      throughput benchmarks (bench quantize, bench train)\n"
     "  model-info parameters, FLOPs per token and training memory of a Nemotron-H model\n";
 
 }  // namespace
@@ -38,10 +40,14 @@ int main(int argc, char** argv) {
     }
     if (cmd == "quantize") return exmy::cli::cmd_quantize(args);
     if (cmd == "formats") return exmy::cli::cmd_formats(args);
+    if (cmd == "bench" && !args.empty() && args[0] == "train")
+      return exmy::cli::cmd_bench_train(exmy::cli::Args(args.begin() + 1, args.end()));
     if (cmd == "bench") return exmy::cli::cmd_bench(args);
+    if (cmd == "train") return exmy::cli::cmd_train(args);
+    if (cmd == "prepare-data") return exmy::cli::cmd_prepare_data(args);
     if (cmd == "demo") return exmy::cli::cmd_demo(args);
     if (cmd == "model-info") return exmy::cli::cmd_model_info(args);
-    std::fprintf(stderr, "exmy: error: unknown command '%s' (expected demo, quantize, formats, bench or model-info; see exmy --help)\n",
+    std::fprintf(stderr, "exmy: error: unknown command '%s' (expected train, prepare-data, demo, quantize, formats, bench or model-info; see exmy --help)\n",
                  cmd.c_str());
     return 2;
   } catch (const exmy::Error& e) {

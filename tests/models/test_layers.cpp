@@ -159,6 +159,67 @@ TEST(GradCheck, CausalGqaAttention) {
   }
 }
 
+TEST(Attention, QueryBlocksMatchTheFullSoftmax) {
+  // attention_* work in blocks of 64 queries over the keys each block can
+  // see; 150 tokens give two full blocks and a partial one. Reference: the
+  // whole (T x T) causal softmax per head, straight from the definition.
+  AttnDims d;
+  d.batch = 1, d.seqlen = 150, d.q_heads = 4, d.kv_heads = 2, d.head_dim = 5;
+  const int64_t S = d.seqlen, Dh = d.head_dim, qd = d.q_heads * Dh, kvd = d.kv_heads * Dh;
+  V q = randn(S * qd, 31), k = randn(S * kvd, 32), v = randn(S * kvd, 33), dout = randn(S * qd, 34);
+  V out(S * qd), lse(d.q_heads * S), dq(S * qd, 0.0), dk(S * kvd, 0.0), dv(S * kvd, 0.0);
+  attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d);
+  attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(), k.data(),
+                     v.data(), d);
+  V rout(S * qd, 0.0), rdq(S * qd, 0.0), rdk(S * kvd, 0.0), rdv(S * kvd, 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(Dh));
+  for (int64_t h = 0; h < d.q_heads; ++h) {
+    const int64_t g = h / (d.q_heads / d.kv_heads);
+    auto Q = [&](int64_t t, int64_t e) { return q[t * qd + h * Dh + e]; };
+    auto K = [&](int64_t t, int64_t e) { return k[t * kvd + g * Dh + e]; };
+    auto Vv = [&](int64_t t, int64_t e) { return v[t * kvd + g * Dh + e]; };
+    for (int64_t i = 0; i < S; ++i) {
+      std::vector<double> p(static_cast<size_t>(i + 1));
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        double sc = 0;
+        for (int64_t e = 0; e < Dh; ++e) sc += Q(i, e) * K(j, e);
+        p[static_cast<size_t>(j)] = sc * scale;
+        mx = std::max(mx, p[static_cast<size_t>(j)]);
+      }
+      for (auto& x : p) sum += (x = std::exp(x - mx));
+      for (auto& x : p) x /= sum;
+      // out_i = sum_j p_j v_j; dp_j = dout_i . v_j; ds_j = p_j (dp_j - sum_k p_k dp_k)
+      std::vector<double> dp(p.size());
+      double pdp = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t e = 0; e < Dh; ++e) {
+          rout[i * qd + h * Dh + e] += p[static_cast<size_t>(j)] * Vv(j, e);
+          dp[static_cast<size_t>(j)] += dout[i * qd + h * Dh + e] * Vv(j, e);
+          rdv[j * kvd + g * Dh + e] += p[static_cast<size_t>(j)] * dout[i * qd + h * Dh + e];
+        }
+        pdp += p[static_cast<size_t>(j)] * dp[static_cast<size_t>(j)];
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        const double ds = p[static_cast<size_t>(j)] * (dp[static_cast<size_t>(j)] - pdp) * scale;
+        for (int64_t e = 0; e < Dh; ++e) {
+          rdq[i * qd + h * Dh + e] += ds * K(j, e);
+          rdk[j * kvd + g * Dh + e] += ds * Q(i, e);
+        }
+      }
+    }
+  }
+  auto max_diff = [](const V& a, const V& b) {
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+    return m;
+  };
+  EXPECT_LT(max_diff(out, rout), 1e-12);
+  EXPECT_LT(max_diff(dq, rdq), 1e-12);
+  EXPECT_LT(max_diff(dk, rdk), 1e-12);
+  EXPECT_LT(max_diff(dv, rdv), 1e-12);
+}
+
 TEST(GradCheck, MambaTimeStep) {
   const int64_t N = 6, H = 4, ld = 7;
   V raw = randn(N * ld, 23, 2.0), bias = randn(H, 24), wout = randn(N * H, 25);

@@ -123,6 +123,7 @@ void thread_independence(NemotronHConfig c, const std::string& policy, int64_t B
   for (int r = 0; r < 2; ++r) {
     omp_set_num_threads(r + 1);
     NemotronH<float> m(c, *f);
+    m.set_bf16_activations(policy == "bf16");  // the trainer's bf16 policy rounds activations too
     m.init_weights(11);
     m.arena().zero_grad();
     loss[r] = m.forward(tokens.data(), targets.data(), B, T);
@@ -167,6 +168,35 @@ TEST(Model, Bf16PolicyStaysCloseToFp32) {
   EXPECT_NE(loss[0], loss[1]);
   EXPECT_NEAR(loss[0], loss[1], 1e-2 * loss[0]);
   EXPECT_NEAR(loss[0], std::log(64.0), 0.1);  // near-uniform predictions at init
+}
+
+TEST(Model, Bf16ActivationsAreBf16AndTrackFp32) {
+  // With BF16 activations every logit (the LM head's output) holds a BF16
+  // value; the loss stays near the FP32 one, and the residual stream in
+  // FP32 (residual_in_fp32) changes the result.
+  NemotronHConfig c = preset_config("proxy-tiny");
+  const auto tokens = random_tokens(40, c.vocab_size, 8), targets = random_tokens(40, c.vocab_size, 9);
+  auto fp32 = sim::make_linear_factory<float>("fp32");
+  auto bf16 = sim::make_linear_factory<float>("bf16");
+  NemotronH<float> ref(c, *fp32);
+  ref.init_weights(1);
+  const double l32 = ref.forward(tokens.data(), targets.data(), 2, 20);
+  NemotronH<float> m(c, *bf16);
+  m.set_bf16_activations(true);
+  m.init_weights(1);
+  const double l16 = m.forward(tokens.data(), targets.data(), 2, 20);
+  for (int64_t i = 0; i < 40 * c.vocab_size; ++i) ASSERT_EQ(sim::round_bf16(m.logits()[i]), m.logits()[i]) << i;
+  EXPECT_NEAR(l16, l32, 2e-2 * l32);
+  m.arena().zero_grad();
+  m.backward();
+  double g = 0;
+  for (float x : m.arena().grads()) g += std::fabs(x);
+  EXPECT_GT(g, 0);
+  apply_override(c, "residual_in_fp32", "true");
+  NemotronH<float> r(c, *bf16);
+  r.set_bf16_activations(true);
+  r.init_weights(1);
+  EXPECT_NE(r.forward(tokens.data(), targets.data(), 2, 20), l16);
 }
 
 TEST(Model, InitIsDeterministicAndHfLike) {

@@ -1,0 +1,160 @@
+// `exmy bench train`: forward+backward throughput of a model next to the
+// machine's dense float32 GEMM rate measured in the same run. Their ratio is
+// the CPU's model FLOPs utilisation (MFU): the model's useful FLOPs (from
+// models::flops_per_token, causal attention counted as half of T x T) per
+// second over what sim::gemm reaches on a large square product.
+#include <omp.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "formats/error.hpp"
+#include "models/config.hpp"
+#include "models/nemotron_h.hpp"
+#include "sim/cli/commands.hpp"
+#include "sim/gemm.hpp"
+#include "sim/linear.hpp"
+#include "sim/tensor.hpp"
+
+namespace po = boost::program_options;
+
+namespace exmy::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// sim::gemm on an n x n x n float32 product: the machine's dense GEMM rate
+// as exmy computes it (the same tiles and Eigen kernels the model uses).
+struct DenseGemm {
+  int64_t n;
+  sim::Buf<float> a, b, c;
+  explicit DenseGemm(int64_t n_) : n(n_), a(static_cast<size_t>(n * n)), b(a.size()), c(a.size()) {
+    std::mt19937 g(1);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto& x : a) x = u(g);
+    for (auto& x : b) x = u(g);
+  }
+  double seconds_once() {
+    const auto t0 = Clock::now();
+    sim::gemm(c.data(), n, a.data(), n, sim::Op::N, b.data(), n, sim::Op::N, n, n, n, false);
+    return seconds(t0, Clock::now());
+  }
+  double gflops(double s) const { return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / s / 1e9; }
+};
+
+}  // namespace
+
+int cmd_bench_train(const Args& args) {
+  po::options_description desc(
+      "exmy bench train: forward+backward throughput of a Nemotron-H model and its ratio to the\n"
+      "machine's dense float32 GEMM rate (the CPU MFU)\n\n"
+      "usage: exmy bench train [--model proxy-50m] [--seq-len 512] [--batch 4] [--steps 3] [--threads T]\n\noptions");
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help")
+    ("model", po::value<std::string>()->default_value("proxy-50m"), "preset or config.json")
+    ("set", po::value<std::vector<std::string>>()->composing(), "override a model field: model.FIELD=VALUE")
+    ("seq-len", po::value<int64_t>()->default_value(512), "sequence length")
+    ("batch", po::value<int64_t>()->default_value(4), "sequences per forward/backward")
+    ("steps", po::value<int>()->default_value(3), "timed rounds (each: the reference GEMM once, every precision once)")
+    ("precision", po::value<std::string>()->default_value("fp32,bf16"), "comma-separated precision policies")
+    ("gemm-size", po::value<int64_t>()->default_value(2048), "edge of the reference square GEMM")
+    ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)");
+  // clang-format on
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  if (vm["threads"].as<int>() > 0) omp_set_num_threads(vm["threads"].as<int>());
+  models::NemotronHConfig cfg = models::resolve_config(vm["model"].as<std::string>());
+  if (vm.count("set"))
+    for (const auto& s : vm["set"].as<std::vector<std::string>>()) models::apply_override(cfg, s);
+  models::validate(cfg);
+  const int64_t T = vm["seq-len"].as<int64_t>(), B = vm["batch"].as<int64_t>();
+  const int steps = std::max(1, vm["steps"].as<int>());
+  if (T <= 0 || B <= 0) throw Error("--seq-len and --batch must be positive");
+  const int64_t n = vm["gemm-size"].as<int64_t>();
+  if (n <= 0) throw Error("--gemm-size must be positive");
+
+  const double flops_tok = models::flops_per_token(cfg, T).training();
+  std::printf("exmy bench train: %s (%.1fM parameters), batch %lld x seq %lld, %d threads (%u hardware)\n",
+              cfg.name.c_str(), static_cast<double>(models::parameter_count(cfg)) / 1e6, static_cast<long long>(B),
+              static_cast<long long>(T), omp_get_max_threads(), std::thread::hardware_concurrency());
+  std::printf("model FLOPs per token (forward + backward): %.3f MFLOP\n", flops_tok / 1e6);
+  std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
+  std::mt19937 g(7);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(g() % static_cast<uint32_t>(cfg.vocab_size));
+    targets[i] = static_cast<int32_t>(g() % static_cast<uint32_t>(cfg.vocab_size));
+  }
+  struct Run {
+    std::string policy;
+    std::unique_ptr<sim::LinearFactory<float>> factory;
+    std::unique_ptr<models::NemotronH<float>> model;
+    double best = 1e30, total = 0;
+  };
+  std::vector<Run> runs;
+  std::stringstream ss(vm["precision"].as<std::string>());
+  for (std::string p; std::getline(ss, p, ',');) {
+    Run r;
+    r.policy = p;
+    r.factory = sim::make_linear_factory<float>(p);
+    r.model = std::make_unique<models::NemotronH<float>>(cfg, *r.factory);
+    r.model->set_bf16_activations(p == "bf16");
+    r.model->init_weights(1);
+    runs.push_back(std::move(r));
+  }
+  auto pass = [&](models::NemotronH<float>& m) {
+    const auto t0 = Clock::now();
+    m.arena().zero_grad();
+    m.forward(tokens.data(), targets.data(), B, T);
+    m.backward();
+    return seconds(t0, Clock::now());
+  };
+  DenseGemm dense(n);
+  dense.seconds_once();  // warm-up: first touch of the matrices
+  for (auto& r : runs) pass(*r.model);  // warm-up: allocation and first touch
+  // Rounds interleave the reference GEMM with each policy's pass, so that a
+  // busy spell on a shared machine hits both sides of the ratio; the best
+  // time of each is the least disturbed one.
+  double gemm_best = 1e30, gemm_total = 0;
+  for (int s = 0; s < steps; ++s) {
+    const double gs = dense.seconds_once();
+    gemm_best = std::min(gemm_best, gs);
+    gemm_total += gs;
+    for (auto& r : runs) {
+      const double dt = pass(*r.model);
+      r.best = std::min(r.best, dt);
+      r.total += dt;
+    }
+  }
+  const double gemm = dense.gflops(gemm_best), gemm_mean = dense.gflops(gemm_total / steps);
+  std::printf("dense float32 GEMM (sim::gemm %lld^3): best %.1f GFLOP/s, mean %.1f GFLOP/s\n\n",
+              static_cast<long long>(n), gemm, gemm_mean);
+  std::printf("%-9s %10s %10s %10s %9s %11s\n", "precision", "best ms", "tokens/s", "GFLOP/s", "of GEMM",
+              "(mean: %)");
+  for (const auto& r : runs) {
+    const double tps = static_cast<double>(B * T) / r.best;
+    const double gf = flops_tok * tps / 1e9;
+    const double gf_mean = flops_tok * static_cast<double>(B * T) / (r.total / steps) / 1e9;
+    std::printf("%-9s %10.1f %10.0f %10.1f %8.1f%% %10.1f%%\n", r.policy.c_str(), r.best * 1e3, tps, gf,
+                100.0 * gf / gemm, 100.0 * gf_mean / gemm_mean);
+  }
+  std::printf("\n(a pass = forward + backward; %d rounds after a warm-up, each timing the GEMM once and every\n"
+              "policy once; best times give the main columns, means the last; GFLOP/s counts the model's FLOPs)\n",
+              steps);
+  return 0;
+}
+
+}  // namespace exmy::cli

@@ -1,0 +1,129 @@
+// `exmy train`: train a Nemotron-H model on the CPU (sim/train/trainer.hpp).
+//
+//   exmy train                                   the default job: experiments/proxy-default.ini
+//   exmy train --config FILE --out DIR [--steps N] [--set key=value ...]
+//   exmy train --resume DIR [--steps N] [--set key=value ...]
+//   exmy train --keys                            every configuration key with its default
+//
+// SIGINT/SIGTERM: the step in progress finishes, a checkpoint is written and
+// exmy exits with 128 + the signal number; a second signal kills at once.
+#include <boost/program_options.hpp>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "formats/error.hpp"
+#include "models/config.hpp"
+#include "sim/cli/commands.hpp"
+#include "sim/train/run_config.hpp"
+#include "sim/train/trainer.hpp"
+
+#ifndef EXMY_VERSION
+#define EXMY_VERSION "unknown"
+#endif
+#ifndef EXMY_GIT_COMMIT
+#define EXMY_GIT_COMMIT "unknown"
+#endif
+#ifndef EXMY_SOURCE_DIR
+#define EXMY_SOURCE_DIR "."
+#endif
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace exmy::cli {
+namespace {
+
+std::atomic<int> g_stop{0};
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop.store(sig);
+  // The next signal of either kind ends the process the default way.
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+// The default job's configuration: found from the working directory (the
+// README runs exmy from the repository root), else from the source tree
+// this binary was built from.
+std::string default_config() {
+  const std::string rel = "experiments/proxy-default.ini";
+  std::error_code ec;
+  if (fs::exists(rel, ec)) return rel;
+  const std::string abs = std::string(EXMY_SOURCE_DIR) + "/" + rel;
+  if (fs::exists(abs, ec)) return abs;
+  throw Error("cannot find " + rel + " (run exmy from the repository root, or give --config)");
+}
+
+}  // namespace
+
+int cmd_train(const Args& args) {
+  po::options_description desc(
+      "exmy train: train a Nemotron-H model on the CPU\n\n"
+      "usage: exmy train [--config FILE] [--out DIR] [--steps N] [--set section.key=value ...]\n"
+      "       exmy train --resume DIR [--steps N] [--set section.key=value ...]\n"
+      "With no arguments: the default job, experiments/proxy-default.ini into runs/proxy-default.\n\noptions");
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help")
+    ("config", po::value<std::string>(), "run configuration (INI); default experiments/proxy-default.ini")
+    ("out", po::value<std::string>(), "run directory (run.h5, config.ini, checkpoints/); default runs/<config name>")
+    ("resume", po::value<std::string>(), "continue the run in this directory from its newest checkpoint")
+    ("steps", po::value<int64_t>(), "total optimizer steps of the run (overrides train.steps)")
+    ("set", po::value<std::vector<std::string>>()->composing(), "override a key: section.key=value (repeatable)")
+    ("force", "replace a run already in --out")
+    ("keys", "list every configuration key with its default and exit");
+  // clang-format on
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  if (vm.count("keys")) {
+    for (const auto& k : train::config_keys())
+      std::printf("%-26s %-12s %s\n", k.name.c_str(), k.default_value.empty() ? "(empty)" : k.default_value.c_str(),
+                  k.help.c_str());
+    std::printf("%-26s %-12s %s\n", "model.FIELD", "(preset)", "any Nemotron-H field (exmy model-info --fields)");
+    return 0;
+  }
+  const std::vector<std::string> sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  std::optional<int64_t> steps;
+  if (vm.count("steps")) {
+    steps = vm["steps"].as<int64_t>();
+    if (*steps <= 0) throw Error("--steps must be positive");
+  }
+
+  train::TrainHooks hooks;
+  hooks.stop = &g_stop;
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  const train::BuildInfo build{EXMY_VERSION, EXMY_GIT_COMMIT};
+
+  train::TrainResult r;
+  if (vm.count("resume")) {
+    if (vm.count("config") || vm.count("out")) throw Error("--resume takes the configuration and directory of the run; drop --config/--out");
+    r = train::train_resume(vm["resume"].as<std::string>(), steps, sets, hooks, build);
+  } else {
+    // The bare command is the README's default job, which may be rerun.
+    const bool default_job = args.empty();
+    const std::string config = vm.count("config") ? vm["config"].as<std::string>() : default_config();
+    const std::string out =
+        vm.count("out") ? vm["out"].as<std::string>() : "runs/" + fs::path(config).stem().string();
+    std::vector<std::string> all = sets;
+    if (steps) all.push_back("train.steps=" + std::to_string(*steps));
+    const train::RunConfig cfg = train::load_run_config(config, all);
+    r = train::train_new(cfg, out, hooks, build, default_job || vm.count("force") > 0);
+  }
+  switch (r.status) {
+    case train::TrainStatus::completed: return 0;
+    case train::TrainStatus::interrupted: return 128 + g_stop.load();
+    case train::TrainStatus::diverged: throw Error(r.message);
+  }
+  return 1;
+}
+
+}  // namespace exmy::cli

@@ -1,0 +1,207 @@
+#include "sim/io/h5.hpp"
+
+#include <sstream>
+
+#include "formats/error.hpp"
+
+namespace exmy::io::h5 {
+
+void silence_errors() {
+  static const bool done = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+Handle latest_format_fapl() {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl.valid() || H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0)
+    throw Error("HDF5: cannot create a file access property list");
+  return fapl;
+}
+
+Handle intermediate_groups_lcpl() {
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  if (!lcpl.valid() || H5Pset_create_intermediate_group(lcpl.get(), 1) < 0)
+    throw Error("HDF5: cannot create a link creation property list");
+  return lcpl;
+}
+
+bool path_exists(hid_t loc, const std::string& path) {
+  // H5Lexists fails (rather than answering false) when an intermediate group
+  // is missing, so walk the path one component at a time.
+  std::string cur;
+  std::stringstream ss(path);
+  std::string part;
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += "/" + part;
+    if (H5Lexists(loc, cur.c_str(), H5P_DEFAULT) <= 0) return false;
+  }
+  return true;
+}
+
+namespace {
+
+Handle string_type() {
+  Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.get(), H5T_VARIABLE);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  return t;
+}
+
+void replace_attribute(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_type, const void* data) {
+  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle a(H5Acreate2(obj, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a.valid() || H5Awrite(a.get(), mem_type, data) < 0) throw Error("HDF5: cannot write attribute '" + name + "'");
+}
+
+Handle open_attribute(hid_t obj, const std::string& name) {
+  if (H5Aexists(obj, name.c_str()) <= 0) return {};
+  return Handle(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
+}
+
+}  // namespace
+
+void write_attribute(hid_t obj, const std::string& name, const std::string& value) {
+  Handle t = string_type();
+  const char* p = value.c_str();
+  replace_attribute(obj, name, t.get(), t.get(), &p);
+}
+
+void write_attribute(hid_t obj, const std::string& name, int64_t value) {
+  replace_attribute(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+
+void write_attribute(hid_t obj, const std::string& name, double value) {
+  replace_attribute(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+}
+
+std::optional<std::string> read_string_attribute(hid_t obj, const std::string& name) {
+  Handle a = open_attribute(obj, name);
+  if (!a.valid()) return std::nullopt;
+  Handle ft(H5Aget_type(a.get()), H5Tclose);
+  if (H5Tget_class(ft.get()) != H5T_STRING) return std::nullopt;
+  if (H5Tis_variable_str(ft.get()) > 0) {
+    Handle t = string_type();
+    char* p = nullptr;
+    if (H5Aread(a.get(), t.get(), &p) < 0 || !p) return std::nullopt;
+    std::string s(p);
+    H5free_memory(p);
+    return s;
+  }
+  const size_t n = H5Tget_size(ft.get());
+  std::string s(n, '\0');
+  Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.get(), n);
+  if (H5Aread(a.get(), t.get(), s.data()) < 0) return std::nullopt;
+  s.resize(s.find('\0') == std::string::npos ? n : s.find('\0'));
+  return s;
+}
+
+std::optional<int64_t> read_int_attribute(hid_t obj, const std::string& name) {
+  Handle a = open_attribute(obj, name);
+  if (!a.valid()) return std::nullopt;
+  Handle ft(H5Aget_type(a.get()), H5Tclose);
+  if (H5Tget_class(ft.get()) != H5T_INTEGER) return std::nullopt;
+  int64_t v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) return std::nullopt;
+  return v;
+}
+
+std::optional<double> read_double_attribute(hid_t obj, const std::string& name) {
+  Handle a = open_attribute(obj, name);
+  if (!a.valid()) return std::nullopt;
+  Handle ft(H5Aget_type(a.get()), H5Tclose);
+  const H5T_class_t c = H5Tget_class(ft.get());
+  if (c != H5T_FLOAT && c != H5T_INTEGER) return std::nullopt;
+  double v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) < 0) return std::nullopt;
+  return v;
+}
+
+void copy_attributes(hid_t from, hid_t to) {
+  H5O_info_t info;
+  if (H5Oget_info2(from, &info, H5O_INFO_NUM_ATTRS) < 0) return;
+  for (hsize_t i = 0; i < info.num_attrs; ++i) {
+    char name[1024];
+    if (H5Aget_name_by_idx(from, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0 &&
+        H5Aget_name_by_idx(from, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0)
+      continue;
+    Handle a(H5Aopen(from, name, H5P_DEFAULT), H5Aclose);
+    Handle ft(H5Aget_type(a.get()), H5Tclose);
+    switch (H5Tget_class(ft.get())) {
+      case H5T_STRING:
+        if (auto s = read_string_attribute(from, name)) write_attribute(to, name, *s);
+        break;
+      case H5T_INTEGER:
+        if (auto v = read_int_attribute(from, name)) write_attribute(to, name, *v);
+        break;
+      case H5T_FLOAT:
+        if (auto v = read_double_attribute(from, name)) write_attribute(to, name, *v);
+        break;
+      default: break;
+    }
+  }
+}
+
+namespace {
+
+template <class T>
+void write_array_impl(hid_t loc, const std::string& path, const T* data, const std::vector<int64_t>& shape,
+                      hid_t file_type, hid_t mem_type) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  Handle lcpl = intermediate_groups_lcpl();
+  Handle d(H5Dcreate2(loc, path.c_str(), file_type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  if (!d.valid() || H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw Error("HDF5: cannot write dataset '" + path + "' (disk full?)");
+}
+
+std::string shape_text(const std::vector<hsize_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+}  // namespace
+
+void write_array(hid_t loc, const std::string& path, const float* data, const std::vector<int64_t>& shape) {
+  write_array_impl(loc, path, data, shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT);
+}
+
+void write_array(hid_t loc, const std::string& path, const uint64_t* data, const std::vector<int64_t>& shape) {
+  write_array_impl(loc, path, data, shape, H5T_STD_U64LE, H5T_NATIVE_UINT64);
+}
+
+void read_array(hid_t loc, const std::string& path, float* data, const std::vector<int64_t>& shape,
+                const std::string& what) {
+  if (!path_exists(loc, path)) throw Error(what + " has no dataset '" + path + "'");
+  Handle d(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle s(H5Dget_space(d.get()), H5Sclose);
+  const int nd = H5Sget_simple_extent_ndims(s.get());
+  std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
+  if (!d.valid() || nd < 0 || H5Sget_simple_extent_dims(s.get(), dims.data(), nullptr) != nd)
+    throw Error(what + ": cannot read dataset '" + path + "' (corrupt file?)");
+  const std::vector<hsize_t> want(shape.begin(), shape.end());
+  if (dims != want)
+    throw Error(what + ": '" + path + "' has shape " + shape_text(dims) + ", the model expects " + shape_text(want));
+  if (H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw Error(what + ": cannot read dataset '" + path + "' (corrupt file?)");
+}
+
+std::vector<uint64_t> read_u64_array(hid_t loc, const std::string& path, const std::string& what) {
+  if (!path_exists(loc, path)) throw Error(what + " has no dataset '" + path + "'");
+  Handle d(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle s(H5Dget_space(d.get()), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(s.get());
+  if (!d.valid() || n < 0) throw Error(what + ": cannot read dataset '" + path + "' (corrupt file?)");
+  std::vector<uint64_t> v(static_cast<size_t>(n));
+  if (n > 0 && H5Dread(d.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+    throw Error(what + ": cannot read dataset '" + path + "' (corrupt file?)");
+  return v;
+}
+
+}  // namespace exmy::io::h5

@@ -1,0 +1,75 @@
+// Small helpers over the HDF5 C API shared by the run file and the
+// checkpoints: an owning handle, attributes, whole-array datasets. Every
+// failure becomes an exmy::Error naming the file and object; HDF5's own
+// error printing is switched off (it would print stacks to stderr).
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace exmy::io::h5 {
+
+// Owns one hid_t and closes it with the matching H5*close.
+class Handle {
+ public:
+  Handle() = default;
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      close_ = o.close_;
+      o.id_ = -1;
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = -1;
+  }
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+void silence_errors();  // idempotent
+
+// A file access property list asking for the newest file format (SWMR needs it).
+Handle latest_format_fapl();
+// A link creation property list that creates missing intermediate groups.
+Handle intermediate_groups_lcpl();
+
+// True when every component of the absolute `path` exists under `loc`.
+bool path_exists(hid_t loc, const std::string& path);
+
+// Root/group/dataset attributes; writing replaces an existing attribute.
+// Strings are variable-length UTF-8 (h5py reads them as str).
+void write_attribute(hid_t obj, const std::string& name, const std::string& value);
+void write_attribute(hid_t obj, const std::string& name, int64_t value);
+void write_attribute(hid_t obj, const std::string& name, double value);
+std::optional<std::string> read_string_attribute(hid_t obj, const std::string& name);
+std::optional<int64_t> read_int_attribute(hid_t obj, const std::string& name);
+std::optional<double> read_double_attribute(hid_t obj, const std::string& name);
+// Copies scalar string, integer and float attributes of `from` to `to`.
+void copy_attributes(hid_t from, hid_t to);
+
+// A whole dataset (contiguous) of float32 / int64 / uint64 with the given shape.
+void write_array(hid_t loc, const std::string& path, const float* data, const std::vector<int64_t>& shape);
+void write_array(hid_t loc, const std::string& path, const uint64_t* data, const std::vector<int64_t>& shape);
+// Reads a float32 dataset; throws exmy::Error (naming `what`) when it is missing or its shape differs.
+void read_array(hid_t loc, const std::string& path, float* data, const std::vector<int64_t>& shape,
+                const std::string& what);
+std::vector<uint64_t> read_u64_array(hid_t loc, const std::string& path, const std::string& what);
+
+}  // namespace exmy::io::h5

@@ -1,0 +1,135 @@
+#include "sim/optim.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "formats/error.hpp"
+#include "sim/parallel.hpp"
+
+namespace exmy::sim {
+
+double global_norm(std::span<const float> g, double scale) {
+  const int64_t n = static_cast<int64_t>(g.size());
+  const int64_t nb = (n + kNormBlock - 1) / kNormBlock;
+  std::vector<double> part(static_cast<size_t>(nb), 0.0);
+#pragma omp parallel for schedule(static) if (n >= parallel_min_work())
+  for (int64_t b = 0; b < nb; ++b) {
+    double s = 0;
+    for (int64_t i = b * kNormBlock; i < std::min(n, (b + 1) * kNormBlock); ++i) {
+      const double x = g[static_cast<size_t>(i)];
+      s += x * x;
+    }
+    part[static_cast<size_t>(b)] = s;
+  }
+  double total = 0;
+  for (double s : part) total += s;
+  return std::sqrt(total) * std::fabs(scale);
+}
+
+double clip_factor(double norm, double max_norm) {
+  if (max_norm <= 0 || !(norm > max_norm)) return 1.0;
+  return max_norm / (norm + 1e-6);
+}
+
+AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg) : cfg_(cfg) {
+  for (const auto& v : layout.views()) {
+    ranges_.emplace_back(v.offset, v.numel);
+    decay_.push_back(v.weight_decay);
+  }
+  resize_zero(m_, layout.size());
+  resize_zero(v_, layout.size());
+}
+
+void AdamW::step(std::span<float> params, std::span<const float> grads, double lr, double grad_scale) {
+  if (params.size() != m_.size() || grads.size() != m_.size())
+    throw Error("AdamW::step: arena size does not match the optimizer state");
+  ++t_;
+  const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(t_));
+  const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(t_));
+  const float b1 = static_cast<float>(cfg_.beta1), b2 = static_cast<float>(cfg_.beta2);
+  const float one_b1 = static_cast<float>(1.0 - cfg_.beta1), one_b2 = static_cast<float>(1.0 - cfg_.beta2);
+  const float step_size = static_cast<float>(lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float eps = static_cast<float>(cfg_.eps);
+  const float gs = static_cast<float>(grad_scale);
+  const float decay = static_cast<float>(1.0 - lr * cfg_.weight_decay);
+  float* p = params.data();
+  const float* g = grads.data();
+  float* m = m_.data();
+  float* v = v_.data();
+  // Views are the unit of work: each one is a contiguous range with one
+  // decay flag, so the inner loop is branch-free and vectorises.
+  const int64_t nv = static_cast<int64_t>(ranges_.size());
+#pragma omp parallel for schedule(dynamic, 1) if (static_cast<int64_t>(m_.size()) >= parallel_min_work())
+  for (int64_t k = 0; k < nv; ++k) {
+    const auto [off, n] = ranges_[static_cast<size_t>(k)];
+    const float dk = decay_[static_cast<size_t>(k)] ? decay : 1.0f;
+    for (int64_t i = off; i < off + n; ++i) {
+      const float gi = g[i] * gs;
+      p[i] *= dk;
+      m[i] = b1 * m[i] + one_b1 * gi;
+      v[i] = b2 * v[i] + one_b2 * (gi * gi);
+      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+      p[i] -= step_size * (m[i] / denom);
+    }
+  }
+}
+
+LrKind parse_lr_kind(std::string_view name) {
+  if (name == "constant") return LrKind::constant;
+  if (name == "cosine") return LrKind::cosine;
+  if (name == "wsd") return LrKind::wsd;
+  throw Error("optim.schedule: unknown schedule '" + std::string(name) + "' (expected constant, cosine or wsd)");
+}
+
+std::string_view lr_kind_name(LrKind kind) {
+  switch (kind) {
+    case LrKind::constant: return "constant";
+    case LrKind::cosine: return "cosine";
+    case LrKind::wsd: return "wsd";
+  }
+  return "?";
+}
+
+int64_t LrSchedule::decay_steps() const {
+  return static_cast<int64_t>(std::ceil(decay_fraction * static_cast<double>(total) - 1e-9));
+}
+
+void LrSchedule::validate() const {
+  if (!(peak >= 0) || !std::isfinite(peak)) throw Error("optim.lr must be a finite number >= 0");
+  if (total <= 0) throw Error("train.steps must be positive (got " + std::to_string(total) + ")");
+  if (warmup < 0) throw Error("optim.warmup_steps = " + std::to_string(warmup) + " must be >= 0");
+  if (!(min_ratio >= 0 && min_ratio <= 1)) throw Error("optim.min_lr_ratio must be in [0, 1]");
+  if (!(decay_fraction >= 0 && decay_fraction <= 1)) throw Error("optim.decay_fraction must be in [0, 1]");
+  if (!(final_ratio >= 0 && final_ratio <= 1)) throw Error("optim.final_lr_ratio must be in [0, 1]");
+}
+
+double LrSchedule::at(int64_t step) const {
+  const bool warming = warmup > 0 && step < warmup;
+  const double ramp = warming ? static_cast<double>(step + 1) / static_cast<double>(warmup) : 1.0;
+  if (warming && kind != LrKind::wsd) return peak * ramp;
+  switch (kind) {
+    case LrKind::constant: return peak;
+    case LrKind::cosine: {
+      // Megatron's form: the ratio runs from 0 right after warmup towards 1
+      // at `total`, so the last step sits just above the floor.
+      const double span = static_cast<double>(std::max<int64_t>(1, total - warmup));
+      const double r = std::clamp(static_cast<double>(step - warmup) / span, 0.0, 1.0);
+      const double lo = min_ratio * peak;
+      return lo + (peak - lo) * 0.5 * (1.0 + std::cos(std::numbers::pi * r));
+    }
+    case LrKind::wsd: {
+      // A run too short for both phases (a smoke test with --steps) gets
+      // the product of the warmup ramp and the decay.
+      const int64_t d = decay_steps();
+      const int64_t start = total - d;
+      if (d <= 0 || step < start) return peak * ramp;
+      const double frac = std::min(1.0, static_cast<double>(step - start + 1) / static_cast<double>(d));
+      return peak * ramp * (1.0 - (1.0 - final_ratio) * frac);
+    }
+  }
+  return peak;
+}
+
+}  // namespace exmy::sim

@@ -1,0 +1,100 @@
+// The optimizer side of a training step: the global gradient norm, clipping,
+// AdamW with FP32 master weights, and the learning-rate schedules.
+//
+// Everything works on the whole parameter arena at once (sim/arena.hpp): the
+// padding between views is zero in the parameters, the gradients and both
+// moments, and every update maps zero to zero there, so one loop over the
+// arena is exact. Elementwise updates are the same for any thread count; the
+// one reduction (the gradient norm) adds fixed blocks in block order.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sim/arena.hpp"
+#include "sim/tensor.hpp"
+
+namespace exmy::sim {
+
+// sqrt(sum g^2) of the arena times `scale`, summed in double over fixed
+// blocks of kNormBlock elements whose partial sums are added in block order.
+inline constexpr int64_t kNormBlock = 4096;
+double global_norm(std::span<const float> g, double scale = 1.0);
+
+// The factor that brings a gradient of norm `norm` down to `max_norm`
+// (PyTorch's clip_grad_norm_: max_norm / (norm + 1e-6), never above 1).
+// max_norm <= 0 switches clipping off.
+double clip_factor(double norm, double max_norm);
+
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // decoupled; only on views flagged weight_decay (the arena's no-decay set is exempt)
+};
+
+// AdamW exactly as PyTorch's single-tensor implementation orders it, in FP32:
+//   p *= 1 - lr*wd                      (decay views only)
+//   m  = b1 m + (1-b1) g
+//   v  = b2 v + (1-b2) g^2
+//   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),   bc_i = 1 - b_i^t
+// with g = grad * grad_scale (gradient-accumulation averaging and clipping
+// folded into one factor) and t the 1-based update count. The bias
+// corrections are formed in double and rounded to float once per step.
+class AdamW {
+ public:
+  AdamW(const ArenaLayout& layout, AdamWConfig cfg);
+
+  void step(std::span<float> params, std::span<const float> grads, double lr, double grad_scale);
+
+  const AdamWConfig& config() const { return cfg_; }
+  int64_t steps() const { return t_; }  // updates applied so far
+  // The moments, arena-shaped (for checkpoints); set_steps restores t.
+  std::span<float> exp_avg() { return {m_.data(), m_.size()}; }
+  std::span<float> exp_avg_sq() { return {v_.data(), v_.size()}; }
+  std::span<const float> exp_avg() const { return {m_.data(), m_.size()}; }
+  std::span<const float> exp_avg_sq() const { return {v_.data(), v_.size()}; }
+  void set_steps(int64_t t) { t_ = t; }
+
+ private:
+  AdamWConfig cfg_;
+  std::vector<std::pair<int64_t, int64_t>> ranges_;  // (offset, numel) of each view
+  std::vector<bool> decay_;                          // per view
+  Buf<float> m_, v_;
+  int64_t t_ = 0;
+};
+
+// Learning-rate schedules over `total` updates (step = 0-based update index).
+//   constant  peak after the warmup
+//   cosine    warmup, then half a cosine from peak down to min_ratio * peak at the last step
+//   wsd       warmup-stable-decay (the UE5M3 paper's): warmup, constant peak,
+//             then a linear decay over the last decay_fraction of the steps
+//             that reaches final_ratio * peak on the last step
+// Warmup is linear: peak * (step + 1) / warmup; a warmup longer than the
+// run simply never reaches the peak (and for wsd the ramp multiplies the
+// decay where the two overlap), so `--steps 10` smoke tests of any config work.
+enum class LrKind : uint8_t { constant, cosine, wsd };
+LrKind parse_lr_kind(std::string_view name);  // throws exmy::Error naming the accepted values
+std::string_view lr_kind_name(LrKind kind);
+
+struct LrSchedule {
+  LrKind kind = LrKind::cosine;
+  double peak = 1e-3;
+  int64_t warmup = 0;
+  int64_t total = 1;
+  double min_ratio = 0.1;        // cosine floor
+  double decay_fraction = 0.15;  // wsd
+  double final_ratio = 0.01;     // wsd
+
+  double at(int64_t step) const;
+  // Steps of the wsd decay phase: ceil(decay_fraction * total).
+  int64_t decay_steps() const;
+  // Throws exmy::Error for an inconsistent schedule (one line, naming the key).
+  void validate() const;
+};
+
+}  // namespace exmy::sim

@@ -1,0 +1,261 @@
+#include "sim/train/run_config.hpp"
+
+#include <boost/program_options.hpp>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "formats/error.hpp"
+#include "sim/linear.hpp"
+
+namespace po = boost::program_options;
+
+namespace exmy::train {
+namespace {
+
+// The one table of keys. Order is the order of text().
+const std::vector<ConfigKey> kKeys = {
+    {"model.name", "proxy-tiny", "model preset (proxy-tiny/1m/10m/50m, nemotron-h-4b/8b/47b/56b) or a config.json"},
+    {"train.steps", "200", "optimizer steps of the run (the LR schedule's length)"},
+    {"train.batch_size", "8", "sequences per micro-batch"},
+    {"train.seq_len", "128", "tokens per sequence"},
+    {"train.grad_accum", "1", "micro-batches accumulated per optimizer step"},
+    {"train.precision", "fp32", "precision policy: fp32 or bf16"},
+    {"train.seed", "1", "seed of the weight initialization and of the data order"},
+    {"train.threads", "0", "OpenMP threads (0: OpenMP's default); results do not depend on it"},
+    {"train.log_interval", "10", "steps between progress lines and /train rows"},
+    {"train.eval_interval", "100", "steps between validation losses (0: only at the end)"},
+    {"train.eval_batches", "4", "validation micro-batches per evaluation"},
+    {"train.checkpoint_interval", "0", "steps between checkpoints (0: only at the end and on interruption)"},
+    {"train.keep_checkpoints", "2", "checkpoints kept in DIR/checkpoints (the newest)"},
+    {"train.init_from", "", "HF checkpoint (directory or .safetensors) whose weights start a new run"},
+    {"train.export_hf", "none", "at the end, write DIR/hf/ as an HF checkpoint: none, fp32 or bf16"},
+    {"optim.lr", "3e-3", "peak learning rate"},
+    {"optim.schedule", "cosine", "LR schedule: constant, cosine or wsd (warmup-stable-decay)"},
+    {"optim.warmup_steps", "0", "linear warmup steps"},
+    {"optim.min_lr_ratio", "0.1", "cosine: final LR as a fraction of the peak"},
+    {"optim.decay_fraction", "0.15", "wsd: fraction of the steps spent in the linear decay"},
+    {"optim.final_lr_ratio", "0.01", "wsd: LR at the last step as a fraction of the peak"},
+    {"optim.beta1", "0.9", "AdamW beta1"},
+    {"optim.beta2", "0.95", "AdamW beta2"},
+    {"optim.eps", "1e-8", "AdamW epsilon"},
+    {"optim.weight_decay", "0.1", "AdamW decoupled weight decay (not on norms, biases, A_log, D, dt_bias)"},
+    {"optim.grad_clip", "1.0", "global gradient-norm clip (0: off)"},
+    {"data.path", "synthetic", "token file, Megatron prefix, prepare-data directory, or 'synthetic'"},
+    {"data.format", "auto", "auto, flat or megatron"},
+    {"data.prepare_from", "", "text file or directory turned into data.path (byte tokenizer) when it does not exist"},
+    {"data.val_fraction", "0.05", "fraction of the tokens (at the end) held out for validation"},
+    {"data.synthetic_tokens", "262144", "synthetic: tokens generated"},
+    {"data.synthetic_branching", "4", "synthetic: successors per state of the Markov chain"},
+    {"data.synthetic_seed", "7", "synthetic: seed of the chain and of its sample"},
+};
+
+const std::string kModelPrefix = "model.";
+
+bool is_model_field(const std::string& key) {
+  if (!key.starts_with(kModelPrefix)) return false;
+  const std::string f = key.substr(kModelPrefix.size());
+  for (const auto& n : models::field_names())
+    if (n == f) return true;
+  return false;
+}
+
+bool is_known(const std::string& key) {
+  for (const auto& k : kKeys)
+    if (k.name == key) return true;
+  return is_model_field(key);
+}
+
+std::string known_in_section(const std::string& key) {
+  const std::string section = key.substr(0, key.find('.') + 1);
+  std::string s;
+  for (const auto& k : kKeys)
+    if (k.name.starts_with(section)) s += (s.empty() ? "" : ", ") + k.name;
+  if (section == kModelPrefix) s += ", model.FIELD for any field of exmy model-info --fields";
+  if (s.empty()) {
+    std::set<std::string> sections;
+    for (const auto& k : kKeys) sections.insert(k.name.substr(0, k.name.find('.')));
+    for (const auto& x : sections) s += (s.empty() ? "sections: " : ", ") + x;
+  }
+  return s;
+}
+
+[[noreturn]] void unknown_key(const std::string& where, const std::string& key) {
+  throw Error(where + "unknown configuration key '" + key + "' (known: " + known_in_section(key) + ")");
+}
+
+[[noreturn]] void bad(const std::string& key, const std::string& v, const char* expected) {
+  throw Error(key + ": bad value '" + v + "' (expected " + expected + ")");
+}
+
+int64_t as_int(const std::map<std::string, std::string>& m, const std::string& key, int64_t lo) {
+  const std::string& v = m.at(key);
+  int64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size()) bad(key, v, "an integer");
+  if (x < lo) throw Error(key + " = " + v + " must be at least " + std::to_string(lo));
+  return x;
+}
+
+uint64_t as_uint(const std::map<std::string, std::string>& m, const std::string& key) {
+  const std::string& v = m.at(key);
+  uint64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size()) bad(key, v, "a non-negative integer");
+  return x;
+}
+
+double as_double(const std::map<std::string, std::string>& m, const std::string& key) {
+  const std::string& v = m.at(key);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x)) bad(key, v, "a finite number");
+  return x;
+}
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_keys() { return kKeys; }
+
+RunConfig parse_run_config(const std::string& ini_text, const std::string& origin,
+                           const std::vector<std::string>& overrides) {
+  std::map<std::string, std::string> v;
+  for (const auto& k : kKeys) v[k.name] = k.default_value;
+  std::vector<std::pair<std::string, std::string>> model_fields;  // in the order given
+  auto set = [&](const std::string& key, const std::string& value) {
+    if (is_model_field(key)) {
+      std::erase_if(model_fields, [&](const auto& kv) { return kv.first == key; });
+      model_fields.emplace_back(key, value);
+    } else {
+      v[key] = value;
+    }
+  };
+
+  // The INI file through Boost.Program_options: every known key is declared,
+  // so the parser itself rejects an unknown one.
+  po::options_description desc;
+  for (const auto& k : kKeys) desc.add_options()(k.name.c_str(), po::value<std::string>());
+  for (const auto& f : models::field_names()) desc.add_options()((kModelPrefix + f).c_str(), po::value<std::string>());
+  std::istringstream in(ini_text);
+  po::parsed_options parsed(&desc);
+  try {
+    parsed = po::parse_config_file(in, desc, false);
+  } catch (const po::unknown_option& e) {
+    unknown_key(origin + ": ", e.get_option_name());
+  } catch (const po::error& e) {
+    throw Error(origin + ": " + e.what());
+  }
+  for (const auto& o : parsed.options) set(o.string_key, o.value.empty() ? "" : trim(o.value.front()));
+
+  for (const auto& s : overrides) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos) throw Error("--set '" + s + "': expected section.key=value");
+    const std::string key = trim(s.substr(0, eq));
+    if (!is_known(key)) unknown_key("--set: ", key);
+    set(key, trim(s.substr(eq + 1)));
+  }
+
+  RunConfig c;
+  c.model_name = v["model.name"];
+  // A resolved configuration (text()) lists every field; it then does not
+  // need the preset or config.json it came from (which may have moved).
+  if (model_fields.size() == models::field_names().size()) {
+    c.model = models::NemotronHConfig{};
+    c.model.name = c.model_name;
+  } else {
+    c.model = models::resolve_config(c.model_name);
+  }
+  // The pattern first: it also sets num_hidden_layers, which an explicit
+  // value may then contradict (and validate() reports).
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& [key, value] : model_fields) {
+      const bool pattern = key == "model.hybrid_override_pattern";
+      if ((pass == 0) == pattern) models::apply_override(c.model, key, value);
+    }
+  models::validate(c.model);
+
+  c.steps = as_int(v, "train.steps", 1);
+  c.batch_size = as_int(v, "train.batch_size", 1);
+  c.seq_len = as_int(v, "train.seq_len", 1);
+  c.grad_accum = as_int(v, "train.grad_accum", 1);
+  c.precision = v["train.precision"];
+  sim::make_linear_factory<float>(c.precision);  // throws for an unknown policy
+  c.seed = as_uint(v, "train.seed");
+  c.threads = static_cast<int>(as_int(v, "train.threads", 0));
+  c.log_interval = as_int(v, "train.log_interval", 1);
+  c.eval_interval = as_int(v, "train.eval_interval", 0);
+  c.eval_batches = as_int(v, "train.eval_batches", 1);
+  c.checkpoint_interval = as_int(v, "train.checkpoint_interval", 0);
+  c.keep_checkpoints = as_int(v, "train.keep_checkpoints", 1);
+  c.init_from = v["train.init_from"];
+  c.export_hf = v["train.export_hf"];
+  if (c.export_hf != "none" && c.export_hf != "fp32" && c.export_hf != "bf16")
+    bad("train.export_hf", c.export_hf, "none, fp32 or bf16");
+
+  c.schedule.kind = sim::parse_lr_kind(v["optim.schedule"]);
+  c.schedule.peak = as_double(v, "optim.lr");
+  c.schedule.warmup = as_int(v, "optim.warmup_steps", 0);
+  c.schedule.total = c.steps;
+  c.schedule.min_ratio = as_double(v, "optim.min_lr_ratio");
+  c.schedule.decay_fraction = as_double(v, "optim.decay_fraction");
+  c.schedule.final_ratio = as_double(v, "optim.final_lr_ratio");
+  c.schedule.validate();
+  c.adamw.beta1 = as_double(v, "optim.beta1");
+  c.adamw.beta2 = as_double(v, "optim.beta2");
+  c.adamw.eps = as_double(v, "optim.eps");
+  c.adamw.weight_decay = as_double(v, "optim.weight_decay");
+  for (const char* k : {"optim.beta1", "optim.beta2"})
+    if (!(as_double(v, k) >= 0 && as_double(v, k) < 1)) throw Error(std::string(k) + " must be in [0, 1)");
+  if (!(c.adamw.eps > 0)) throw Error("optim.eps must be positive");
+  if (!(c.adamw.weight_decay >= 0)) throw Error("optim.weight_decay must be >= 0");
+  c.grad_clip = as_double(v, "optim.grad_clip");
+  if (!(c.grad_clip >= 0)) throw Error("optim.grad_clip must be >= 0 (0 switches clipping off)");
+
+  c.data_path = v["data.path"];
+  c.data_format = v["data.format"];
+  if (c.data_format != "auto" && c.data_format != "flat" && c.data_format != "megatron")
+    bad("data.format", c.data_format, "auto, flat or megatron");
+  if (c.data_path.empty()) throw Error("data.path is empty (a token file, a prepare-data directory or 'synthetic')");
+  c.prepare_from = v["data.prepare_from"];
+  c.val_fraction = as_double(v, "data.val_fraction");
+  if (!(c.val_fraction > 0 && c.val_fraction < 1)) throw Error("data.val_fraction must be in (0, 1)");
+  c.synthetic_tokens = as_int(v, "data.synthetic_tokens", 2);
+  c.synthetic_branching = as_int(v, "data.synthetic_branching", 1);
+  c.synthetic_seed = as_uint(v, "data.synthetic_seed");
+
+  c.values = v;
+  return c;
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  if (path.empty()) return parse_run_config("", "defaults", overrides);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot open configuration '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_run_config(ss.str(), path, overrides);
+}
+
+std::string RunConfig::text() const {
+  std::string s = "# exmy run configuration, fully resolved (every key, defaults included)\n";
+  std::string section;
+  for (const auto& k : kKeys) {
+    const std::string sec = k.name.substr(0, k.name.find('.'));
+    if (sec != section) {
+      s += "\n[" + sec + "]\n";
+      section = sec;
+    }
+    s += k.name.substr(sec.size() + 1) + " = " + values.at(k.name) + "\n";
+    if (k.name == "model.name") s += models::describe(model);
+  }
+  return s;
+}
+
+}  // namespace exmy::train

@@ -1,0 +1,83 @@
+// The run configuration: INI files (experiments/*.ini) read by
+// Boost.Program_options, `--set section.key=value` overrides, and the typed,
+// validated RunConfig the trainer reads. Nothing numeric about a run is
+// decided outside it; its resolved text (every key, defaults included, the
+// model fully expanded) is saved in the run file and the run directory, and
+// reading that text back gives the same RunConfig.
+//
+// Keys (section.key; config_keys() lists them with defaults and help):
+//   model.name           preset or config.json; model.FIELD overrides any HF field
+//   train.*              steps, batch, sequence length, accumulation, precision, seed, threads, intervals
+//   optim.*              AdamW, clipping, LR schedule
+//   data.*               token file, split, synthetic source, text to prepare on first use
+// An unknown key, in a file or in --set, is an error naming it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/config.hpp"
+#include "sim/optim.hpp"
+
+namespace exmy::train {
+
+struct ConfigKey {
+  std::string name;  // "train.steps"
+  std::string default_value;
+  std::string help;
+};
+// Every key except the model fields (model.FIELD for each HF field, see
+// models::field_names(), defaults from the preset).
+const std::vector<ConfigKey>& config_keys();
+
+struct RunConfig {
+  // [model]
+  std::string model_name = "proxy-tiny";
+  models::NemotronHConfig model;
+  // [train]
+  int64_t steps = 200;
+  int64_t batch_size = 8;  // sequences per micro-batch
+  int64_t seq_len = 128;
+  int64_t grad_accum = 1;  // micro-batches per optimizer step
+  std::string precision = "fp32";
+  uint64_t seed = 1;
+  int threads = 0;  // 0: OpenMP's default
+  int64_t log_interval = 10;
+  int64_t eval_interval = 100;  // 0: only at the end
+  int64_t eval_batches = 4;
+  int64_t checkpoint_interval = 0;  // 0: only at the end (and on interruption)
+  int64_t keep_checkpoints = 2;
+  std::string init_from;           // HF checkpoint to start a new run from (empty: init_weights(seed))
+  std::string export_hf = "none";  // none | fp32 | bf16: DIR/hf/ at the end of a completed run
+  // [optim]
+  sim::LrSchedule schedule;  // peak = optim.lr, total = train.steps
+  sim::AdamWConfig adamw;
+  double grad_clip = 1.0;
+  // [data]
+  std::string data_path = "synthetic";
+  std::string data_format = "auto";
+  std::string prepare_from;  // text to turn into data_path when it does not exist
+  double val_fraction = 0.05;
+  int64_t synthetic_tokens = 262144;
+  int64_t synthetic_branching = 4;
+  uint64_t synthetic_seed = 7;
+
+  // The resolved values of every key, as strings (what text() prints).
+  std::map<std::string, std::string> values;
+
+  int64_t tokens_per_step() const { return batch_size * seq_len * grad_accum; }
+  // The resolved configuration as an INI file.
+  std::string text() const;
+};
+
+// Parses INI text (`origin` names it in errors) and then the overrides
+// ("section.key=value"). Throws exmy::Error with one line for an unknown
+// key, a bad value or an inconsistent configuration.
+RunConfig parse_run_config(const std::string& ini_text, const std::string& origin,
+                           const std::vector<std::string>& overrides);
+// The same from a file; an empty path means the defaults.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+
+}  // namespace exmy::train

@@ -1,0 +1,466 @@
+#include "sim/train/trainer.hpp"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "formats/error.hpp"
+#include "models/hf_checkpoint.hpp"
+#include "sim/data/prepare.hpp"
+#include "sim/data/sampler.hpp"
+#include "sim/data/synthetic.hpp"
+#include "sim/data/token_file.hpp"
+#include "sim/io/run_file.hpp"
+#include "sim/linear.hpp"
+#include "sim/optim.hpp"
+#include "sim/train/checkpoint.hpp"
+
+namespace exmy::train {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kRunSchemaVersion = 1;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+std::string fmt_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long long t = std::llround(s);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%llds", t);
+  return buf;
+}
+
+std::string fmt_count(double n) {
+  char buf[32];
+  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", n / 1e9);
+  else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e4) std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", n);
+  return buf;
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) throw Error("cannot write '" + tmp + "'");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+}
+
+// The token source of a run: a file, a prepare-data directory (made on
+// first use from data.prepare_from), or the synthetic Markov source.
+struct RunData {
+  std::unique_ptr<data::TokenStream> stream;
+  double entropy_rate = -1;  // synthetic only: the loss floor, nats/token
+  data::Split split;
+};
+
+RunData open_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* out) {
+  RunData d;
+  const int64_t V = cfg.model.vocab_size;
+  if (cfg.data_path == "synthetic") {
+    const auto src = data::MarkovSource::random(V, cfg.synthetic_branching, cfg.synthetic_seed);
+    d.entropy_rate = src.entropy_rate();
+    char what[160];
+    std::snprintf(what, sizeof what, "synthetic Markov source (vocabulary %lld, branching %lld, entropy rate %.4f nats/token)",
+                  static_cast<long long>(V), static_cast<long long>(cfg.synthetic_branching), d.entropy_rate);
+    d.stream = std::make_unique<data::MemoryTokens>(src.generate(cfg.synthetic_tokens, cfg.synthetic_seed + 1), V, what);
+  } else {
+    std::error_code ec;
+    const bool missing = !fs::exists(cfg.data_path, ec) && !fs::exists(cfg.data_path + ".idx", ec);
+    if (missing && !cfg.prepare_from.empty()) {
+      if (!fs::exists(cfg.prepare_from, ec))
+        throw Error("data.prepare_from '" + cfg.prepare_from + "' does not exist (tools/setup.sh installs the corpus)");
+      if (out) std::fprintf(out, "preparing %s from %s (byte tokenizer) ...\n", cfg.data_path.c_str(), cfg.prepare_from.c_str());
+      data::PrepareOptions p;
+      p.inputs = {cfg.prepare_from};
+      p.out_dir = cfg.data_path;
+      p.version = build.version;
+      const auto r = data::prepare_data(p);
+      if (out)
+        std::fprintf(out, "prepared %lld files, %s tokens\n", static_cast<long long>(r.files),
+                     fmt_count(static_cast<double>(r.tokens)).c_str());
+    }
+    d.stream = data::open_tokens(cfg.data_path, cfg.data_format);
+    if (d.stream->vocab_size() > V)
+      throw Error(d.stream->describe() + " needs a vocabulary of " + std::to_string(d.stream->vocab_size()) +
+                  " but model.vocab_size is " + std::to_string(V) + " (set --set model.vocab_size=" +
+                  std::to_string(d.stream->vocab_size()) + ")");
+  }
+  d.split = data::split_stream(d.stream->size(), cfg.val_fraction, cfg.seq_len);
+  return d;
+}
+
+class Trainer {
+ public:
+  Trainer(RunConfig cfg, std::string dir, const TrainHooks& hooks, BuildInfo build)
+      : cfg_(std::move(cfg)), dir_(std::move(dir)), hooks_(hooks), build_(std::move(build)) {
+    if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
+    data_ = open_data(cfg_, build_, hooks_.out);
+    sampler_ = std::make_unique<data::SequenceSampler>(*data_.stream, data_.split.train_begin, data_.split.train_end,
+                                                       cfg_.seq_len, cfg_.seed);
+    const int64_t val_windows = data::window_count(data_.split.val_begin, data_.split.val_end, cfg_.seq_len);
+    eval_batches_ = std::min(cfg_.eval_batches, val_windows / cfg_.batch_size);
+    if (eval_batches_ <= 0)
+      throw Error("the validation region holds " + std::to_string(val_windows) + " windows of " +
+                  std::to_string(cfg_.seq_len + 1) + " tokens, fewer than one batch of train.batch_size = " +
+                  std::to_string(cfg_.batch_size) + " (raise data.val_fraction or lower train.batch_size)");
+    data::fixed_windows(*data_.stream, data_.split.val_begin, data_.split.val_end, cfg_.seq_len,
+                        eval_batches_ * cfg_.batch_size, val_tokens_, val_targets_);
+    factory_ = sim::make_linear_factory<float>(cfg_.precision);
+    model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_);
+    model_->set_bf16_activations(cfg_.precision == "bf16");
+    opt_ = std::make_unique<sim::AdamW>(model_->arena().layout(), cfg_.adamw);
+    const size_t n = static_cast<size_t>(cfg_.batch_size * cfg_.seq_len);
+    tokens_.resize(n);
+    targets_.resize(n);
+    state_.data_seed = cfg_.seed;
+  }
+
+  std::string checkpoint_dir() const { return (fs::path(dir_) / "checkpoints").string(); }
+  std::string run_path() const { return (fs::path(dir_) / "run.h5").string(); }
+
+  // A new run starts from the seed's initialization, or from the weights
+  // of an HF checkpoint (the optimizer state starts fresh either way).
+  bool finished() const { return state_.step >= cfg_.steps; }
+
+  void init_fresh() {
+    if (cfg_.init_from.empty()) {
+      model_->init_weights(cfg_.seed);
+    } else {
+      models::load_hf_weights(*model_, cfg_.init_from);
+      say("initialized from HF checkpoint %s\n", cfg_.init_from.c_str());
+    }
+  }
+
+  void init_from_checkpoint(const std::string& path) {
+    load_checkpoint(path, *model_, *opt_, state_);
+    if (state_.data_seed != cfg_.seed)
+      throw Error("checkpoint '" + path + "' was written with train.seed = " + std::to_string(state_.data_seed) +
+                  ", the configuration says " + std::to_string(cfg_.seed));
+    sampler_->set_position(state_.data_position);
+    last_checkpoint_ = path;
+  }
+
+  // A new run file, or (resume) the old one cut at the checkpoint's step.
+  void open_run_file(bool resume) {
+    const std::string path = run_path();
+    std::error_code ec;
+    if (resume && fs::exists(path, ec)) {
+      // The old file's rows up to the checkpoint's step, copied to a new
+      // file that replaces it; rows logged after the checkpoint are dropped
+      // (this run writes them again).
+      const std::string tmp = path + ".resume-" + std::to_string(::getpid());
+      io::RunFile::continue_from(path, tmp, state_.step)->close();
+      fs::rename(tmp, path, ec);
+      if (ec) throw Error("cannot replace '" + path + "': " + ec.message());
+      run_ = io::RunFile::open_append(path);
+      const auto prev = run_->string_attribute("resumed_at_steps");
+      run_->set_attribute("resumed_at_steps",
+                          (prev && !prev->empty() ? *prev + "," : std::string()) + std::to_string(state_.step));
+    } else {
+      run_ = std::make_unique<io::RunFile>(path);
+      run_->set_attribute("start_time", utc_now());
+    }
+    run_->set_attribute("schema_version", kRunSchemaVersion);
+    run_->set_attribute("exmy_version", build_.version);
+    run_->set_attribute("git_commit", build_.git_commit);
+    run_->set_attribute("config", cfg_.text());
+    run_->set_attribute("seed", static_cast<int64_t>(cfg_.seed));
+    run_->set_attribute("host", host_name());
+    run_->set_attribute("threads", static_cast<int64_t>(omp_get_max_threads()));
+    run_->set_attribute("model", cfg_.model_name);
+    run_->set_attribute("precision", cfg_.precision);
+    run_->set_attribute("parameters", model_->arena().layout().num_params());
+    run_->set_attribute("tokens_per_step", cfg_.tokens_per_step());
+    run_->set_attribute("data", data_.stream->describe());
+    if (data_.entropy_rate >= 0) run_->set_attribute("data_entropy_rate", data_.entropy_rate);
+    using io::ElemType;
+    for (const char* d : {"/train/step", "/train/tokens", "/eval/step"}) run_->declare(d, ElemType::i64);
+    for (const char* d : {"/train/loss", "/train/lr", "/train/grad_norm", "/train/tokens_per_s", "/train/elapsed_s",
+                          "/eval/loss"})
+      run_->declare(d, ElemType::f64);
+    run_->start_swmr();
+  }
+
+  TrainResult run();
+
+ private:
+  double evaluate() {
+    double sum = 0;
+    const int64_t n = cfg_.batch_size * cfg_.seq_len;
+    for (int64_t b = 0; b < eval_batches_; ++b)
+      sum += model_->forward(val_tokens_.data() + b * n, val_targets_.data() + b * n, cfg_.batch_size, cfg_.seq_len);
+    return sum / static_cast<double>(eval_batches_);
+  }
+
+  std::string write_checkpoint() {
+    fs::create_directories(checkpoint_dir());
+    const std::string path = (fs::path(checkpoint_dir()) / checkpoint_name(state_.step)).string();
+    save_checkpoint(path, *model_, *opt_, state_, {cfg_.text(), build_.version, build_.git_commit});
+    auto all = list_checkpoints(checkpoint_dir());
+    std::error_code ec;  // a checkpoint that cannot be removed is only clutter
+    for (size_t i = 0; i + static_cast<size_t>(cfg_.keep_checkpoints) < all.size(); ++i)
+      if (all[i] != path) fs::remove(all[i], ec);
+    last_checkpoint_ = path;
+    return path;
+  }
+
+  void say(const char* fmt, auto... args) {
+    if (!hooks_.out) return;
+    std::fprintf(hooks_.out, fmt, args...);
+    std::fflush(hooks_.out);
+  }
+
+  RunConfig cfg_;
+  std::string dir_;
+  TrainHooks hooks_;
+  BuildInfo build_;
+  RunData data_;
+  std::unique_ptr<data::SequenceSampler> sampler_;
+  int64_t eval_batches_ = 0;
+  std::vector<int32_t> val_tokens_, val_targets_, tokens_, targets_;
+  std::unique_ptr<sim::LinearFactory<float>> factory_;
+  std::unique_ptr<models::NemotronH<float>> model_;
+  std::unique_ptr<sim::AdamW> opt_;
+  std::unique_ptr<io::RunFile> run_;
+  TrainState state_;
+  std::string last_checkpoint_;
+};
+
+TrainResult Trainer::run() {
+  TrainResult res;
+  const int64_t total = cfg_.steps;
+  const int64_t first = state_.step;
+  const auto& mc = cfg_.model;
+  say("exmy train: model %s (%s parameters, %lld layers %s), precision %s, %d threads\n", cfg_.model_name.c_str(),
+      fmt_count(static_cast<double>(model_->arena().layout().num_params())).c_str(),
+      static_cast<long long>(mc.num_hidden_layers), mc.hybrid_override_pattern.c_str(), cfg_.precision.c_str(),
+      omp_get_max_threads());
+  say("data: %s; %s train / %s validation tokens\n", data_.stream->describe().c_str(),
+      fmt_count(static_cast<double>(data_.split.train_end - data_.split.train_begin)).c_str(),
+      fmt_count(static_cast<double>(data_.split.val_end - data_.split.val_begin)).c_str());
+  say("steps %lld x %lld tokens (%lld x %lld x %lld accumulated), AdamW lr %.3g %s warmup %lld, run dir %s\n",
+      static_cast<long long>(total), static_cast<long long>(cfg_.tokens_per_step()),
+      static_cast<long long>(cfg_.batch_size), static_cast<long long>(cfg_.seq_len),
+      static_cast<long long>(cfg_.grad_accum), cfg_.schedule.peak,
+      std::string(sim::lr_kind_name(cfg_.schedule.kind)).c_str(), static_cast<long long>(cfg_.schedule.warmup),
+      dir_.c_str());
+  if (first > 0) say("resuming at step %lld from %s\n", static_cast<long long>(first), last_checkpoint_.c_str());
+  if (first >= total) {
+    say("nothing to do: the run is at step %lld of %lld (give --steps N to extend it)\n", static_cast<long long>(first),
+        static_cast<long long>(total));
+    res.step = first;
+    res.checkpoint = last_checkpoint_;
+    return res;
+  }
+
+  const int width = static_cast<int>(std::to_string(total).size());
+  const auto session_start = Clock::now();
+  double train_s = 0, window_s = 0;  // step time this session / since the last log line
+  int64_t window_tokens = 0;
+  auto params = model_->arena().params();
+  auto grads = model_->arena().grads();
+
+  for (int64_t s = first; s < total; ++s) {
+    if (hooks_.stop && hooks_.stop->load() != 0) {
+      res.status = TrainStatus::interrupted;
+      break;
+    }
+    if (hooks_.before_step) hooks_.before_step(s, *model_);
+    const auto t0 = Clock::now();
+
+    // Forward and backward over the micro-batches; gradients add up.
+    model_->arena().zero_grad();
+    double loss = 0;
+    for (int64_t m = 0; m < cfg_.grad_accum; ++m) {
+      sampler_->next(tokens_.data(), targets_.data(), cfg_.batch_size);
+      loss += model_->forward(tokens_.data(), targets_.data(), cfg_.batch_size, cfg_.seq_len);
+      model_->backward();
+    }
+    loss /= static_cast<double>(cfg_.grad_accum);
+    const double inv_accum = 1.0 / static_cast<double>(cfg_.grad_accum);
+    const double grad_norm = sim::global_norm(grads, inv_accum);
+
+    // A non-finite loss or gradient stops the run before it touches the
+    // weights: the checkpoint below is the last good step.
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      res.status = TrainStatus::diverged;
+      const std::string ckpt = write_checkpoint();
+      char msg[512];
+      std::snprintf(msg, sizeof msg, "%s is %s at step %lld: stopped before the update; checkpoint of step %lld in %s",
+                    std::isfinite(loss) ? "gradient norm" : "loss",
+                    std::isnan(std::isfinite(loss) ? grad_norm : loss) ? "NaN" : "infinite",
+                    static_cast<long long>(s + 1), static_cast<long long>(state_.step), ckpt.c_str());
+      res.message = msg;
+      break;
+    }
+
+    // Update.
+    const double lr = cfg_.schedule.at(s);
+    const double clip = sim::clip_factor(grad_norm, cfg_.grad_clip);
+    opt_->step(params, grads, lr, clip * inv_accum);
+    state_.step = s + 1;
+    state_.data_position = sampler_->position();
+    state_.tokens_seen += cfg_.tokens_per_step();
+    res.losses.push_back(loss);
+    const double dt = seconds_since(t0);
+    train_s += dt;
+    window_s += dt;
+    window_tokens += cfg_.tokens_per_step();
+    const int64_t step = state_.step;
+    if (hooks_.after_step) hooks_.after_step(step, *model_, *run_);
+
+    // Log.
+    if (step % cfg_.log_interval == 0 || step == total || step == 1) {
+      const double tps = window_s > 0 ? static_cast<double>(window_tokens) / window_s : 0;
+      const double eta = train_s / static_cast<double>(step - first) * static_cast<double>(total - step);
+      say("step %*lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s | ETA %s\n", width,
+          static_cast<long long>(step), static_cast<long long>(total), loss, lr, grad_norm, fmt_count(tps).c_str(),
+          fmt_duration(eta).c_str());
+      run_->append("/train/step", step);
+      run_->append("/train/loss", loss);
+      run_->append("/train/lr", lr);
+      run_->append("/train/grad_norm", grad_norm);
+      run_->append("/train/tokens_per_s", tps);
+      run_->append("/train/tokens", state_.tokens_seen);
+      run_->append("/train/elapsed_s", state_.elapsed_s + seconds_since(session_start));
+      run_->flush();
+      window_s = 0;
+      window_tokens = 0;
+    }
+
+    // Evaluate.
+    if ((cfg_.eval_interval > 0 && step % cfg_.eval_interval == 0) || step == total) {
+      const double val = evaluate();
+      res.val_losses.push_back(val);
+      res.last_val_loss = val;
+      if (val < state_.best_val_loss) {
+        state_.best_val_loss = val;
+        state_.best_val_step = step;
+      }
+      if (data_.entropy_rate >= 0)
+        say("eval step %lld | val loss %.4f | entropy rate %.4f\n", static_cast<long long>(step), val, data_.entropy_rate);
+      else
+        say("eval step %lld | val loss %.4f | %.3f bits/token\n", static_cast<long long>(step), val, val / std::log(2.0));
+      run_->append("/eval/step", step);
+      run_->append("/eval/loss", val);
+      run_->flush();
+    }
+
+    // Checkpoint.
+    if ((cfg_.checkpoint_interval > 0 && step % cfg_.checkpoint_interval == 0) || step == total) {
+      state_.elapsed_s += seconds_since(session_start);
+      write_checkpoint();
+      state_.elapsed_s -= seconds_since(session_start);
+    }
+  }
+
+  const double session_s = seconds_since(session_start);
+  if (res.status == TrainStatus::interrupted) {
+    state_.elapsed_s += session_s;
+    const std::string ckpt = write_checkpoint();
+    say("interrupted at step %lld: checkpoint %s; continue with: exmy train --resume %s\n",
+        static_cast<long long>(state_.step), ckpt.c_str(), dir_.c_str());
+  } else if (res.status == TrainStatus::completed) {
+    const int64_t run_steps = state_.step - first;
+    const size_t tail = std::min<size_t>(res.losses.size(), static_cast<size_t>(cfg_.log_interval));
+    double tail_loss = 0;
+    for (size_t i = res.losses.size() - tail; i < res.losses.size(); ++i) tail_loss += res.losses[i];
+    tail_loss /= static_cast<double>(std::max<size_t>(tail, 1));
+    say("done: %lld steps, %s tokens in %s (%s tok/s)\n", static_cast<long long>(run_steps),
+        fmt_count(static_cast<double>(run_steps * cfg_.tokens_per_step())).c_str(), fmt_duration(session_s).c_str(),
+        fmt_count(train_s > 0 ? static_cast<double>(run_steps * cfg_.tokens_per_step()) / train_s : 0).c_str());
+    say("  train loss %.4f (mean of the last %zu steps) | val loss %.4f (%.3f bits/token; best %.4f at step %lld)\n",
+        tail_loss, tail, res.last_val_loss, res.last_val_loss / std::log(2.0), state_.best_val_loss,
+        static_cast<long long>(state_.best_val_step));
+    say("  run file %s | checkpoint %s\n", run_path().c_str(), last_checkpoint_.c_str());
+    if (cfg_.export_hf != "none") {
+      const std::string hf = (fs::path(dir_) / "hf").string();
+      models::save_hf_checkpoint(*model_, hf, cfg_.export_hf == "bf16" ? "BF16" : "F32");
+      say("  HF checkpoint (%s) %s\n", cfg_.export_hf.c_str(), hf.c_str());
+    }
+  }
+  if (run_) run_->close();
+  res.step = state_.step;
+  res.checkpoint = last_checkpoint_;
+  if (hooks_.keep_params) res.params.assign(params.begin(), params.end());
+  return res;
+}
+
+}  // namespace
+
+TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const TrainHooks& hooks,
+                      const BuildInfo& build, bool overwrite) {
+  if (out_dir.empty()) throw Error("--out DIR is required");
+  const fs::path dir(out_dir);
+  std::error_code ec;
+  if (fs::exists(dir / "run.h5", ec) || fs::exists(dir / "checkpoints", ec)) {
+    if (!overwrite)
+      throw Error("'" + out_dir + "' already holds a run (continue it with --resume " + out_dir +
+                  ", or choose another --out)");
+    fs::remove(dir / "run.h5", ec);
+    fs::remove_all(dir / "checkpoints", ec);
+  }
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("cannot create '" + out_dir + "': " + ec.message());
+  Trainer t(cfg, out_dir, hooks, build);
+  write_text_atomic((dir / "config.ini").string(), cfg.text());
+  t.init_fresh();
+  t.open_run_file(false);
+  return t.run();
+}
+
+TrainResult train_resume(const std::string& out_dir, std::optional<int64_t> steps,
+                         const std::vector<std::string>& overrides, const TrainHooks& hooks, const BuildInfo& build) {
+  const fs::path dir(out_dir);
+  const std::string cfg_path = (dir / "config.ini").string();
+  std::error_code ec;
+  if (!fs::exists(cfg_path, ec)) throw Error("'" + out_dir + "' holds no run to resume (no config.ini)");
+  std::vector<std::string> sets = overrides;
+  if (steps) sets.push_back("train.steps=" + std::to_string(*steps));
+  const RunConfig cfg = load_run_config(cfg_path, sets);
+  const auto ckpts = list_checkpoints((dir / "checkpoints").string());
+  if (ckpts.empty()) throw Error("'" + out_dir + "' has no checkpoint to resume from (checkpoints/ is empty)");
+  Trainer t(cfg, out_dir, hooks, build);
+  t.init_from_checkpoint(ckpts.back());
+  // A finished run is left as it is (run() says so); otherwise the new
+  // configuration and the run file cut at the checkpoint replace the old.
+  if (!t.finished()) {
+    write_text_atomic(cfg_path, cfg.text());
+    t.open_run_file(true);
+  }
+  return t.run();
+}
+
+}  // namespace exmy::train

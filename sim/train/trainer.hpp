@@ -1,0 +1,83 @@
+// The CPU training loop behind `exmy train`.
+//
+// A run directory holds
+//   config.ini                the resolved configuration (RunConfig::text())
+//   run.h5                    the run file (sim/io/run_file.hpp): /train rows every
+//                             log_interval steps, /eval rows every eval_interval steps
+//   checkpoints/step_N.h5     native checkpoints (sim/train/checkpoint.hpp)
+//
+// One step: zero the gradients; for each of grad_accum micro-batches,
+// forward and backward (gradients add up); the loss is the mean of the
+// micro-batch losses and the gradient their mean (a factor 1/grad_accum
+// folded into the update); global norm, clip, AdamW at the schedule's LR.
+// The whole run is a function of the configuration: the same config gives
+// bit-identical losses and weights for any thread count, and a run resumed
+// from a checkpoint continues exactly as the uninterrupted run would have.
+//
+// Stopping: when *hooks.stop becomes non-zero (the CLI's SIGINT/SIGTERM
+// handler sets it) the loop finishes the step in progress, writes a
+// checkpoint and returns `interrupted`. A loss or gradient norm that is not
+// finite stops the run before the update, with a checkpoint of the last good
+// step, and returns `diverged`.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/nemotron_h.hpp"
+#include "sim/io/run_file.hpp"
+#include "sim/train/run_config.hpp"
+
+namespace exmy::train {
+
+enum class TrainStatus { completed, interrupted, diverged };
+
+struct TrainHooks {
+  const std::atomic<int>* stop = nullptr;  // non-zero: checkpoint and return after the current step
+  // Called before each step with the 0-based step index (tests poison
+  // parameters or raise `stop` here).
+  std::function<void(int64_t step, models::NemotronH<float>& model)> before_step;
+  // Called after each update with the steps done, before that step's rows
+  // are flushed: where per-step statistics go into the run file (append
+  // rows to a group with its own `step` dataset; the loop flushes at every
+  // logging and evaluation step, and a hook may flush too).
+  std::function<void(int64_t step, models::NemotronH<float>& model, io::RunFile& run)> after_step;
+  std::FILE* out = stdout;  // progress lines; nullptr for silence
+  bool keep_params = false;  // copy the final parameters into TrainResult::params
+};
+
+struct TrainResult {
+  TrainStatus status = TrainStatus::completed;
+  int64_t step = 0;                // steps done when the run returned
+  std::vector<double> losses;      // training loss of every step run in this session
+  std::vector<double> val_losses;  // every evaluation of this session
+  double last_val_loss = 0;
+  std::string checkpoint;          // the last checkpoint written
+  std::string message;             // for diverged: the one-line reason
+  std::vector<float> params;       // with hooks.keep_params: the arena after the last step
+};
+
+// Identification written into run files and checkpoints.
+struct BuildInfo {
+  std::string version = "unknown";
+  std::string git_commit = "unknown";
+};
+
+// Starts a new run in `out_dir` (created if needed). Throws exmy::Error when
+// out_dir already holds a run, unless `overwrite`.
+TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const TrainHooks& hooks,
+                      const BuildInfo& build, bool overwrite = false);
+
+// Continues the run in `out_dir` from its newest checkpoint. `steps`
+// replaces train.steps (the run's total length, so the schedule stretches
+// accordingly); `overrides` are --set assignments applied on top of the
+// saved configuration.
+TrainResult train_resume(const std::string& out_dir, std::optional<int64_t> steps,
+                         const std::vector<std::string>& overrides, const TrainHooks& hooks, const BuildInfo& build);
+
+}  // namespace exmy::train

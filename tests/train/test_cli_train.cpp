@@ -1,0 +1,276 @@
+// `exmy train` and `exmy prepare-data` through the built binary: the run file
+// read by h5py (Debian's python3-h5py), a real SIGINT, a kill -9 with a SWMR
+// reader before and after, a Megatron data set made by prepare-data, and
+// one-line errors for bad input.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "sim/io/run_file.hpp"
+#include "sim/train/checkpoint.hpp"
+#include "tests/train/test_support.hpp"
+
+extern char** environ;
+
+namespace exmy::train {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+
+const std::string kExmy = EXMY_BINARY;
+const std::string kTinyIni = std::string(EXMY_SOURCE_DIR) + "/experiments/proxy-tiny.ini";
+const char* kPython = "/usr/bin/python3";
+
+struct Result {
+  int status = -1;  // exit code, or 128 + signal
+  std::string out;  // stdout and stderr together
+};
+
+// A child process with stdout and stderr on one pipe.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& argv) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(fds[1]);
+    fd_ = fds[0];
+    if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // Reads output until `count` lines containing `needle` have arrived (or
+  // EOF, or the timeout); returns whether they did.
+  bool wait_for(const std::string& needle, int count, int timeout_s = 60) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    for (;;) {
+      int seen = 0;
+      for (size_t p = out_.find(needle); p != std::string::npos; p = out_.find(needle, p + 1)) ++seen;
+      if (seen >= count) return true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !read_some(static_cast<int>(left.count()))) return false;
+    }
+  }
+  void signal(int sig) { ::kill(pid_, sig); }
+  Result finish(int timeout_s = 60) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (std::chrono::steady_clock::now() < end && read_some(1000)) {
+    }
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+    Result r;
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    r.out = out_;
+    return r;
+  }
+  const std::string& output() const { return out_; }
+
+ private:
+  // false at EOF or timeout
+  bool read_some(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return false;
+    char buf[4096];
+    const ssize_t n = ::read(fd_, buf, sizeof buf);
+    if (n <= 0) return false;
+    out_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string out_;
+};
+
+Result run(const std::vector<std::string>& argv) { return Child(argv).finish(); }
+
+std::vector<std::string> train_args(const std::string& out, std::vector<std::string> sets) {
+  std::vector<std::string> a = {kExmy, "train", "--config", kTinyIni, "--out", out};
+  for (const auto& s : sets) {
+    a.push_back("--set");
+    a.push_back(s);
+  }
+  return a;
+}
+
+bool have_h5py() {
+  return fs::exists(kPython) && run({kPython, "-c", "import h5py"}).status == 0;
+}
+
+// Checks a run file the way an analysis script reads it; prints
+// "<train rows> <eval rows>".
+const char* kCheckScript = R"(
+import sys, h5py
+path, swmr = sys.argv[1], sys.argv[2] == "1"
+f = h5py.File(path, "r", swmr=True) if swmr else h5py.File(path, "r")
+t = f["train"]
+n = t["step"].shape[0]
+# A row is complete once its step is there: other datasets of the group hold
+# at least as many rows (more only while a flush is under way or was cut).
+for k in ("loss", "lr", "grad_norm", "tokens_per_s", "tokens", "elapsed_s"):
+    assert t[k].shape[0] >= n and len(t[k].shape) == 1, k
+    if not swmr: assert t[k].shape == (n,), k
+assert t["loss"].dtype == "float64" and t["step"].dtype == "int64"
+steps = t["step"][:]
+assert all(steps[i] < steps[i + 1] for i in range(n - 1))
+for a in ("schema_version", "exmy_version", "git_commit", "config", "seed", "start_time", "host"):
+    assert a in f.attrs, a
+assert int(f.attrs["schema_version"]) == 1
+assert "[train]" in f.attrs["config"] and "[model]" in f.attrs["config"]
+e = f["eval"]["step"].shape[0] if "eval" in f else 0
+print(n, e)
+)";
+
+std::string check_run_file(const TempDir& d, const std::string& path, bool swmr) {
+  const std::string script = d / "check.py";
+  std::ofstream(script) << kCheckScript;
+  const Result r = run({kPython, script, path, swmr ? "1" : "0"});
+  EXPECT_EQ(r.status, 0) << r.out;
+  return r.out;
+}
+
+TEST(CliTrain, RunFileIsReadableByH5py) {
+  if (!have_h5py()) GTEST_SKIP() << "needs /usr/bin/python3 with h5py (Debian python3-h5py)";
+  TempDir d;
+  const Result r = run(train_args(d / "run", {"train.steps=20", "train.log_interval=5", "train.eval_interval=10",
+                                              "train.batch_size=2", "train.seq_len=16", "train.eval_batches=1"}));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("step 20/20 | loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("eval step 20 | val loss"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("done: 20 steps"), std::string::npos) << r.out;
+  EXPECT_EQ(check_run_file(d, d / "run/run.h5", false), "5 2\n");  // steps 1, 5, 10, 15, 20; evals 10, 20
+  EXPECT_TRUE(fs::exists(d / "run/config.ini"));
+  EXPECT_TRUE(fs::exists(d / "run/checkpoints/step_00000020.h5"));
+}
+
+TEST(CliTrain, SigintWritesACheckpointAndTheRunResumes) {
+  TempDir d;
+  Child c(train_args(d / "run", {"train.steps=100000", "train.log_interval=1", "train.eval_interval=0",
+                                 "train.batch_size=2", "train.seq_len=16", "train.eval_batches=1"}));
+  ASSERT_TRUE(c.wait_for("| loss ", 3)) << c.output();
+  c.signal(SIGINT);
+  const Result r = c.finish();
+  EXPECT_EQ(r.status, 128 + SIGINT) << r.out;
+  EXPECT_NE(r.out.find("interrupted at step"), std::string::npos) << r.out;
+  const auto ck = list_checkpoints(d / "run/checkpoints");
+  ASSERT_EQ(ck.size(), 1u) << r.out;
+  const int64_t step = std::stoll(fs::path(ck[0]).stem().string().substr(5));
+  EXPECT_GE(step, 3);
+  const Result r2 = run({kExmy, "train", "--resume", d / "run", "--steps", std::to_string(step + 3)});
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  EXPECT_NE(r2.out.find("resuming at step " + std::to_string(step)), std::string::npos) << r2.out;
+  EXPECT_TRUE(fs::exists(d / ("run/checkpoints/" + checkpoint_name(step + 3)))) << r2.out;
+  EXPECT_EQ(io::read_run_column(d / "run/run.h5", "/train/step").back(), static_cast<double>(step + 3));
+}
+
+TEST(CliTrain, RunFileIsReadableDuringTheRunAndAfterKill9) {
+  if (!have_h5py()) GTEST_SKIP() << "needs /usr/bin/python3 with h5py (Debian python3-h5py)";
+  TempDir d;
+  Child c(train_args(d / "run", {"train.steps=100000", "train.log_interval=1", "train.eval_interval=0",
+                                 "train.batch_size=2", "train.seq_len=16", "train.eval_batches=1",
+                                 "train.checkpoint_interval=3"}));
+  ASSERT_TRUE(c.wait_for("| loss ", 4)) << c.output();
+  const std::string during = check_run_file(d, d / "run/run.h5", true);  // SWMR read while writing
+  c.signal(SIGKILL);
+  const Result r = c.finish();
+  EXPECT_EQ(r.status, 128 + SIGKILL);
+  const std::string after = check_run_file(d, d / "run/run.h5", true);
+  const int rows_during = std::atoi(during.c_str()), rows_after = std::atoi(after.c_str());
+  EXPECT_GE(rows_during, 1) << during;
+  EXPECT_GE(rows_after, rows_during) << after;
+  // exmy's own reader sees the same rows (the loss column may hold one more,
+  // written just before the kill, whose step never made it).
+  EXPECT_EQ(static_cast<int>(io::read_run_column(d / "run/run.h5", "/train/step").size()), rows_after);
+  EXPECT_GE(static_cast<int>(io::read_run_column(d / "run/run.h5", "/train/loss").size()), rows_after);
+  // The killed run resumes from its newest checkpoint, its run file cut there.
+  const auto ck = list_checkpoints(d / "run/checkpoints");
+  ASSERT_FALSE(ck.empty());
+  const int64_t step = std::stoll(fs::path(ck.back()).stem().string().substr(5));
+  const Result r2 = run({kExmy, "train", "--resume", d / "run", "--steps", std::to_string(step + 2)});
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  const auto steps = io::read_run_column(d / "run/run.h5", "/train/step");
+  EXPECT_EQ(steps.back(), static_cast<double>(step + 2));
+  EXPECT_EQ(io::read_run_column(d / "run/run.h5", "/train/loss").size(), steps.size());
+  for (size_t i = 1; i < steps.size(); ++i) EXPECT_EQ(steps[i], steps[i - 1] + 1);
+}
+
+TEST(CliTrain, PrepareDataThenTrainOnTheMegatronFiles) {
+  TempDir d;
+  fs::create_directories(d / "text");
+  {
+    std::ofstream a(d / "text/a.txt"), b(d / "text/b.txt");
+    for (int i = 0; i < 40; ++i) a << "Line " << i << " of a small English text about training models.\n";
+    for (int i = 0; i < 40; ++i) b << "Another document, line " << i << ", with other words in it.\n";
+  }
+  const Result p = run({kExmy, "prepare-data", "--out", d / "data", "--format", "both", d / "text"});
+  ASSERT_EQ(p.status, 0) << p.out;
+  EXPECT_NE(p.out.find("2 files"), std::string::npos) << p.out;
+  const Result r = run(train_args(d / "run", {"data.path=" + (d / "data/tokens"), "data.format=megatron",
+                                              "model.vocab_size=256", "train.steps=3", "train.batch_size=2",
+                                              "train.seq_len=16", "train.eval_batches=1"}));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Megatron dataset"), std::string::npos) << r.out;
+  const Result bpe =
+      run({kExmy, "prepare-data", "--out", d / "bpe", "--tokenizer", "bpe", "--vocab-size", "300", d / "text"});
+  ASSERT_EQ(bpe.status, 0) << bpe.out;
+  EXPECT_NE(bpe.out.find("bpe tokenizer"), std::string::npos) << bpe.out;
+}
+
+// Bad input: exit status 1 and exactly one line, "exmy: error: ...".
+void expect_one_line_error(const std::vector<std::string>& argv, const std::string& needle) {
+  const Result r = run(argv);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out.rfind("exmy: error: ", 0), 0u) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
+}
+
+TEST(CliTrain, BadInputGetsOneLineErrors) {
+  TempDir d;
+  expect_one_line_error(train_args(d / "a", {"train.bogus=1"}), "unknown configuration key 'train.bogus'");
+  expect_one_line_error(train_args(d / "b", {"model.hybrid_override_pattern=M?M"}), "unknown layer letter '?'");
+  expect_one_line_error(train_args(d / "c", {"model.bogus_field=1"}), "unknown configuration key 'model.bogus_field'");
+  expect_one_line_error(train_args(d / "d", {"data.path=" + (d / "missing.tok")}), "does not exist");
+  expect_one_line_error({kExmy, "train", "--config", d / "nope.ini", "--out", d / "e"}, "cannot open configuration");
+  expect_one_line_error({kExmy, "train", "--resume", d / "nothing"}, "no run to resume");
+  expect_one_line_error({kExmy, "prepare-data", "--out", d / "f", d / "no-such-text"}, "does not exist");
+  // NaN: a learning rate no model survives. Progress lines come first; the
+  // last line is the error.
+  const Result r = run(train_args(d / "g", {"optim.lr=1e6", "optim.grad_clip=0", "optim.schedule=constant",
+                                            "optim.warmup_steps=0", "train.steps=50", "train.batch_size=2",
+                                            "train.seq_len=16", "train.eval_batches=1"}));
+  EXPECT_EQ(r.status, 1) << r.out;
+  const size_t last = r.out.rfind('\n', r.out.size() - 2);
+  const std::string tail = r.out.substr(last == std::string::npos ? 0 : last + 1);
+  EXPECT_EQ(tail.rfind("exmy: error: ", 0), 0u) << r.out;
+  EXPECT_NE(tail.find("stopped before the update; checkpoint of step"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace exmy::train

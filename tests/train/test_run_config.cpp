@@ -1,0 +1,109 @@
+// The run configuration: INI sections, --set overrides, model fields,
+// one-line errors for unknown keys and bad values, and the resolved text.
+#include <gtest/gtest.h>
+
+#include "sim/train/run_config.hpp"
+#include "tests/train/test_support.hpp"
+
+namespace exmy::train {
+namespace {
+
+using test::expect_error;
+
+const char* kIni = R"(# a comment
+[model]
+name = proxy-1m
+hidden_size = 64      # trailing comment
+
+[train]
+steps = 30
+batch_size = 4
+precision = bf16
+
+[optim]
+lr = 1e-3
+schedule = wsd
+warmup_steps = 3
+
+[data]
+path = synthetic
+)";
+
+TEST(RunConfig, DefaultsWithoutAFile) {
+  const RunConfig c = parse_run_config("", "defaults", {});
+  EXPECT_EQ(c.model_name, "proxy-tiny");
+  EXPECT_EQ(c.model.hidden_size, 32);
+  EXPECT_EQ(c.steps, 200);
+  EXPECT_EQ(c.precision, "fp32");
+  EXPECT_EQ(c.schedule.kind, sim::LrKind::cosine);
+  EXPECT_EQ(c.data_path, "synthetic");
+}
+
+TEST(RunConfig, IniSectionsAndModelFields) {
+  const RunConfig c = parse_run_config(kIni, "test.ini", {});
+  EXPECT_EQ(c.model_name, "proxy-1m");
+  EXPECT_EQ(c.model.hidden_size, 64);
+  EXPECT_EQ(c.model.intermediate_size, 512);  // from the preset
+  EXPECT_EQ(c.steps, 30);
+  EXPECT_EQ(c.schedule.total, 30);
+  EXPECT_EQ(c.batch_size, 4);
+  EXPECT_EQ(c.precision, "bf16");
+  EXPECT_DOUBLE_EQ(c.schedule.peak, 1e-3);
+  EXPECT_EQ(c.schedule.kind, sim::LrKind::wsd);
+  EXPECT_EQ(c.schedule.warmup, 3);
+  EXPECT_EQ(c.tokens_per_step(), 4 * 128);
+}
+
+TEST(RunConfig, SetOverridesTheFileAndTheLastSetWins) {
+  const RunConfig c = parse_run_config(
+      kIni, "test.ini",
+      {"train.steps=50", "model.hybrid_override_pattern=M-*", "optim.lr = 2e-3", "train.steps=60", "model.n_groups=1"});
+  EXPECT_EQ(c.steps, 60);
+  EXPECT_EQ(c.model.hybrid_override_pattern, "M-*");
+  EXPECT_EQ(c.model.num_hidden_layers, 3);
+  EXPECT_DOUBLE_EQ(c.schedule.peak, 2e-3);
+  EXPECT_EQ(c.model.n_groups, 1);
+}
+
+TEST(RunConfig, UnknownKeysAreRejectedByName) {
+  expect_error([] { parse_run_config("[train]\nstepz = 3\n", "f.ini", {}); }, "unknown configuration key 'train.stepz'");
+  expect_error([] { parse_run_config("[train]\nstepz = 3\n", "f.ini", {}); }, "f.ini");
+  expect_error([] { parse_run_config("[modle]\nname = x\n", "f.ini", {}); }, "'modle.name'");
+  expect_error([] { parse_run_config("steps = 3\n", "f.ini", {}); }, "'steps'");
+  expect_error([] { parse_run_config("", "f.ini", {"optim.momentum=0.9"}); }, "unknown configuration key 'optim.momentum'");
+  expect_error([] { parse_run_config("", "f.ini", {"model.hidden=8"}); }, "'model.hidden'");
+  expect_error([] { parse_run_config("", "f.ini", {"train.steps"}); }, "expected section.key=value");
+}
+
+TEST(RunConfig, BadValuesAndShapesAreOneLineErrors) {
+  expect_error([] { parse_run_config("", "f", {"train.steps=abc"}); }, "train.steps: bad value 'abc'");
+  expect_error([] { parse_run_config("", "f", {"train.steps=0"}); }, "train.steps = 0 must be at least 1");
+  expect_error([] { parse_run_config("", "f", {"train.precision=fp8"}); }, "unknown precision policy 'fp8'");
+  expect_error([] { parse_run_config("", "f", {"optim.schedule=step"}); }, "unknown schedule 'step'");
+  expect_error([] { parse_run_config("", "f", {"optim.lr=nan"}); }, "optim.lr");
+  expect_error([] { parse_run_config("", "f", {"model.hybrid_override_pattern=MXM"}); }, "unknown layer letter 'X'");
+  expect_error([] { parse_run_config("", "f", {"model.num_attention_heads=3"}); }, "not a multiple of num_key_value_heads");
+  expect_error([] { parse_run_config("", "f", {"model.mamba_num_heads=3"}); }, "not a multiple of n_groups");
+  expect_error([] { parse_run_config("", "f", {"model.name=nemotron-h-9b"}); }, "unknown model 'nemotron-h-9b'");
+  expect_error([] { parse_run_config("", "f", {"data.val_fraction=1"}); }, "data.val_fraction");
+  expect_error([] { parse_run_config("", "f", {"data.format=json"}); }, "data.format");
+  expect_error([] { load_run_config("/nonexistent/x.ini", {}); }, "cannot open configuration");
+}
+
+TEST(RunConfig, ResolvedTextReadsBackToTheSameConfiguration) {
+  const RunConfig a = parse_run_config(kIni, "test.ini", {"model.chunk_size=16", "optim.beta2=0.99"});
+  const std::string text = a.text();
+  for (const auto& k : config_keys()) {
+    const std::string key = k.name.substr(k.name.find('.') + 1);
+    EXPECT_NE(text.find("\n" + key + " = "), std::string::npos) << k.name;
+  }
+  EXPECT_NE(text.find("chunk_size = 16"), std::string::npos);
+  const RunConfig b = parse_run_config(text, "resolved", {});
+  EXPECT_EQ(b.text(), text);
+  EXPECT_EQ(models::describe(b.model), models::describe(a.model));
+  EXPECT_EQ(b.values, a.values);
+  EXPECT_DOUBLE_EQ(b.adamw.beta2, 0.99);
+}
+
+}  // namespace
+}  // namespace exmy::train

@@ -1,0 +1,237 @@
+// The training loop in process: learning on the synthetic source, bit
+// identity across thread counts and across a checkpoint/resume, the stop
+// flag (what SIGINT sets), NaN stops, gradient accumulation, and bad input.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <bit>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "sim/data/synthetic.hpp"
+#include "sim/data/token_file.hpp"
+#include "sim/io/run_file.hpp"
+#include "sim/parallel.hpp"
+#include "sim/train/checkpoint.hpp"
+#include "sim/train/trainer.hpp"
+#include "tests/train/test_support.hpp"
+
+namespace exmy::train {
+namespace {
+
+using test::expect_error;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+// proxy-tiny on the synthetic Markov source, small enough for milliseconds per step.
+RunConfig tiny(std::vector<std::string> sets) {
+  std::vector<std::string> base = {"train.steps=24",          "train.batch_size=4",   "train.seq_len=16",
+                                   "train.log_interval=5",    "train.eval_interval=8", "train.eval_batches=2",
+                                   "optim.lr=1e-2",           "optim.warmup_steps=3", "data.synthetic_tokens=16384",
+                                   "train.threads=1"};
+  base.insert(base.end(), sets.begin(), sets.end());
+  return parse_run_config("", "test", base);
+}
+
+TrainHooks quiet() {
+  TrainHooks h;
+  h.out = nullptr;
+  h.keep_params = true;
+  return h;
+}
+
+uint64_t bits(double x) { return std::bit_cast<uint64_t>(x); }
+
+void expect_same_bits(const std::vector<double>& a, const std::vector<double>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(bits(a[i]), bits(b[i])) << what << " " << i;
+}
+
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  size_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff += std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i]);
+  EXPECT_EQ(diff, 0u) << "parameters differ in " << diff << " of " << a.size() << " elements";
+}
+
+TEST(Trainer, LossFallsTowardsTheSyntheticEntropyRate) {
+  TempDir d;
+  const RunConfig c = tiny({"train.steps=150", "train.batch_size=8", "train.seq_len=32", "train.eval_interval=0",
+                            "train.eval_batches=4", "data.synthetic_tokens=65536"});
+  const double H = data::MarkovSource::random(c.model.vocab_size, c.synthetic_branching, c.synthetic_seed).entropy_rate();
+  const TrainResult r = train_new(c, d / "run", quiet(), {});
+  ASSERT_EQ(r.status, TrainStatus::completed);
+  ASSERT_EQ(r.losses.size(), 150u);
+  // From about ln(64) = 4.16 at the start to within 0.15 nats of the floor;
+  // the validation loss cannot beat the entropy rate by more than noise.
+  EXPECT_GT(r.losses.front(), H + 2.5);
+  EXPECT_LT(r.last_val_loss, H + 0.15) << "entropy rate " << H;
+  EXPECT_GT(r.last_val_loss, H - 0.1) << "entropy rate " << H;
+  const auto rows = io::read_run_column(d / "run/run.h5", "/train/step");
+  EXPECT_EQ(rows.front(), 1);
+  EXPECT_EQ(rows.back(), 150);
+  EXPECT_EQ(io::read_run_column(d / "run/run.h5", "/eval/loss").back(), r.last_val_loss);
+}
+
+void thread_identity(const std::string& precision) {
+  const int64_t saved = sim::parallel_min_work();
+  sim::parallel_min_work() = 0;  // every loop threaded, so two threads really split the work
+  TempDir d;
+  const TrainResult one = train_new(tiny({"train.threads=1", "train.precision=" + precision}), d / "a", quiet(), {});
+  const TrainResult two = train_new(tiny({"train.threads=2", "train.precision=" + precision}), d / "b", quiet(), {});
+  sim::parallel_min_work() = saved;
+  expect_same_bits(one.losses, two.losses, "loss");
+  expect_same_bits(one.val_losses, two.val_losses, "val loss");
+  expect_same_bits(one.params, two.params);
+  EXPECT_GT(one.losses.size(), 0u);
+}
+
+TEST(Trainer, BitIdenticalWithOneOrTwoThreadsFp32) { thread_identity("fp32"); }
+TEST(Trainer, BitIdenticalWithOneOrTwoThreadsBf16) { thread_identity("bf16"); }
+
+TEST(Trainer, ResumeContinuesBitIdentically) {
+  TempDir d;
+  const std::vector<std::string> sets = {"train.grad_accum=2", "train.checkpoint_interval=10"};
+  const TrainResult full = train_new(tiny(sets), d / "full", quiet(), {});
+  ASSERT_EQ(full.status, TrainStatus::completed);
+
+  // The same run stopped by the flag a signal handler would raise, after
+  // step 13 (between checkpoints and log rows), then resumed.
+  std::atomic<int> stop{0};
+  TrainHooks h = quiet();
+  h.stop = &stop;
+  h.before_step = [&](int64_t s, models::NemotronH<float>&) {
+    if (s == 12) stop = SIGINT;
+  };
+  const TrainResult first = train_new(tiny(sets), d / "cut", h, {});
+  ASSERT_EQ(first.status, TrainStatus::interrupted);
+  EXPECT_EQ(first.step, 13);
+  EXPECT_TRUE(fs::exists(d / "cut/checkpoints/step_00000013.h5"));
+  const TrainResult rest = train_resume(d / "cut", std::nullopt, {}, quiet(), {});
+  ASSERT_EQ(rest.status, TrainStatus::completed);
+  EXPECT_EQ(rest.step, 24);
+
+  std::vector<double> joined = first.losses;
+  joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
+  expect_same_bits(joined, full.losses, "loss");
+  expect_same_bits(rest.params, full.params);
+  // The run file of the resumed run holds the same rows as the
+  // uninterrupted one: rows after the checkpoint were cut, then rewritten.
+  for (const char* ds : {"/train/step", "/train/loss", "/train/lr", "/train/grad_norm", "/eval/step", "/eval/loss"})
+    expect_same_bits(io::read_run_column(d / "cut/run.h5", ds), io::read_run_column(d / "full/run.h5", ds), ds);
+  EXPECT_EQ(io::read_run_attribute(d / "cut/run.h5", "resumed_at_steps"), std::string("13"));
+  // keep_checkpoints = 2: the newest two remain.
+  EXPECT_EQ(list_checkpoints(d / "cut/checkpoints").size(), 2u);
+
+  // Extending a finished run: --steps 30 continues from step 24 with a
+  // schedule stretched to 30 steps.
+  const TrainResult more = train_resume(d / "cut", 30, {}, quiet(), {});
+  EXPECT_EQ(more.step, 30);
+  EXPECT_EQ(more.losses.size(), 6u);
+  // Resuming a finished run does nothing and leaves its files alone.
+  const TrainResult again = train_resume(d / "cut", std::nullopt, {}, quiet(), {});
+  EXPECT_EQ(again.status, TrainStatus::completed);
+  EXPECT_EQ(again.step, 30);
+  EXPECT_TRUE(again.losses.empty());
+  EXPECT_EQ(io::read_run_attribute(d / "cut/run.h5", "resumed_at_steps"), std::string("13,24"));
+}
+
+TEST(Trainer, NonFiniteLossStopsWithACheckpointOfTheLastGoodStep) {
+  TempDir d;
+  // A learning rate no model survives, without clipping: the weights blow
+  // up until the loss overflows.
+  const RunConfig c = tiny({"optim.lr=1e6", "optim.grad_clip=0", "optim.schedule=constant", "optim.warmup_steps=0",
+                            "optim.weight_decay=0", "train.steps=50"});
+  const TrainResult r = train_new(c, d / "run", quiet(), {});
+  ASSERT_EQ(r.status, TrainStatus::diverged);
+  EXPECT_LT(r.step, 50);
+  EXPECT_NE(r.message.find("at step " + std::to_string(r.step + 1)), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find(checkpoint_name(r.step)), std::string::npos) << r.message;
+  EXPECT_EQ(r.message.find('\n'), std::string::npos);
+  // The checkpoint holds the weights before the failing step: all finite.
+  auto f = sim::make_linear_factory<float>("fp32");
+  models::NemotronH<float> m(c.model, *f);
+  sim::AdamW opt(m.arena().layout(), c.adamw);
+  TrainState st;
+  load_checkpoint(d / ("run/checkpoints/" + checkpoint_name(r.step)), m, opt, st);
+  EXPECT_EQ(st.step, r.step);
+  for (float x : m.arena().params()) ASSERT_TRUE(std::isfinite(x));
+}
+
+TEST(Trainer, GradientAccumulationAveragesMicroBatches) {
+  // 2 x 4 sequences accumulated and 8 sequences at once see the same data
+  // and the same mean gradient; only the order of the sums differs.
+  TempDir d;
+  const TrainResult a = train_new(tiny({"train.batch_size=8", "train.steps=6"}), d / "a", quiet(), {});
+  const TrainResult b = train_new(tiny({"train.batch_size=4", "train.grad_accum=2", "train.steps=6"}), d / "b", quiet(), {});
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_NEAR(a.losses[i], b.losses[i], 2e-5 * a.losses[i]) << i;
+}
+
+TEST(Trainer, Bf16StaysCloseToFp32) {
+  TempDir d;
+  const TrainResult a = train_new(tiny({"train.steps=10"}), d / "a", quiet(), {});
+  const TrainResult b = train_new(tiny({"train.steps=10", "train.precision=bf16"}), d / "b", quiet(), {});
+  EXPECT_NE(bits(a.losses.back()), bits(b.losses.back()));  // BF16 really rounds
+  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_NEAR(a.losses[i], b.losses[i], 0.05) << i;
+}
+
+TEST(Trainer, AfterStepHookAppendsRowsToTheRunFile) {
+  // The extension point for per-step statistics: a group with its own `step`.
+  TempDir d;
+  TrainHooks h = quiet();
+  h.after_step = [](int64_t step, models::NemotronH<float>& m, io::RunFile& run) {
+    const std::vector<float> norms = {m.arena().params()[0], static_cast<float>(step)};
+    run.append("/stats/step", step);
+    run.append("/stats/row", std::span<const float>(norms));
+  };
+  const TrainResult r = train_new(tiny({"train.steps=6"}), d / "run", h, {});
+  ASSERT_EQ(r.status, TrainStatus::completed);
+  EXPECT_EQ(io::read_run_column(d / "run/run.h5", "/stats/step"), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(io::read_run_column(d / "run/run.h5", "/stats/row").size(), 12u);
+}
+
+TEST(Trainer, HandsOverToAndStartsFromHfCheckpoints) {
+  TempDir d;
+  const TrainResult a = train_new(tiny({"train.steps=30", "train.export_hf=fp32"}), d / "a", quiet(), {});
+  ASSERT_TRUE(fs::exists(d / "a/hf/config.json"));
+  ASSERT_TRUE(fs::exists(d / "a/hf/model.safetensors"));
+  // A new run from the exported weights starts where the first one ended,
+  // far below a fresh initialization.
+  const TrainResult b = train_new(tiny({"train.steps=2", "train.init_from=" + (d / "a/hf")}), d / "b", quiet(), {});
+  const TrainResult fresh = train_new(tiny({"train.steps=2"}), d / "c", quiet(), {});
+  EXPECT_LT(b.losses.front(), fresh.losses.front() - 1.0);
+  EXPECT_NEAR(b.losses.front(), a.losses.back(), 0.3);
+  expect_error([&] { train_new(tiny({"train.init_from=" + (d / "none")}), d / "e", quiet(), {}); }, "none");
+  expect_error([] { parse_run_config("", "f", {"train.export_hf=fp16"}); }, "train.export_hf");
+}
+
+TEST(Trainer, BadInputIsAOneLineError) {
+  TempDir d;
+  expect_error([&] { train_new(tiny({"data.path=" + (d / "none.tok")}), d / "r1", quiet(), {}); }, "does not exist");
+  expect_error([&] { train_new(tiny({"data.path=" + (d / "none"), "data.prepare_from=" + (d / "no-text")}), d / "r2", quiet(), {}); },
+               "data.prepare_from");
+  expect_error([&] { train_new(tiny({"train.seq_len=20000"}), d / "r3", quiet(), {}); }, "too few");
+  expect_error([&] { train_new(tiny({"train.batch_size=64"}), d / "r4", quiet(), {}); }, "fewer than one batch");
+  // A token file for a larger vocabulary than the model's.
+  data::write_flat_tokens(d / "big.tok", std::vector<int32_t>(5000, 100), 200);
+  expect_error([&] { train_new(tiny({"data.path=" + (d / "big.tok")}), d / "r5", quiet(), {}); }, "model.vocab_size");
+  // A second run into the same directory, and resuming what is not a run.
+  train_new(tiny({"train.steps=4"}), d / "r6", quiet(), {});
+  expect_error([&] { train_new(tiny({"train.steps=4"}), d / "r6", quiet(), {}); }, "already holds a run");
+  expect_error([&] { train_resume(d / "nowhere", std::nullopt, {}, quiet(), {}); }, "no run to resume");
+  // A corrupt newest checkpoint.
+  {
+    std::ofstream(d / "r6/checkpoints/step_00000004.h5", std::ios::trunc) << "not hdf5";
+  }
+  expect_error([&] { train_resume(d / "r6", 6, {}, quiet(), {}); }, "step_00000004.h5");
+  fs::remove(d / "r6/checkpoints/step_00000004.h5");
+  expect_error([&] { train_resume(d / "r6", 6, {}, quiet(), {}); }, "no checkpoint to resume from");
+  // A checkpoint of another model shape.
+  train_new(tiny({"train.steps=4"}), d / "r7", quiet(), {});
+  expect_error([&] { train_resume(d / "r7", 6, {"model.hidden_size=48"}, quiet(), {}); }, "has shape");
+}
+
+}  // namespace
+}  // namespace exmy::train
