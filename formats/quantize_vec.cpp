@@ -424,10 +424,10 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
   const __m256 tol_rel = _mm256_set1_ps(std::ldexp(1.0f, -20));
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 zero = _mm256_setzero_ps();
-  const __m256i emin = _mm256_set1_epi32(f.emin);
-  const __m256i e127 = _mm256_set1_epi32(127);
-  const __m256i ff = _mm256_set1_epi32(0xff);
-  const __m256i shift_w = _mm256_set1_epi32(h + 1 + f.M);
+  // in biased exponents: ee_b = max(exponent field, emin + 127) and
+  // Ws = v * 2^(h+1+M-ee) = v * 2^((h+1+M+254 - ee_b) - 127)
+  const __m256i emin_b = _mm256_set1_epi32(f.emin + 127);
+  const __m256i shift_b = _mm256_set1_epi32(h + 1 + f.M + 254);
   const __m128i cnt_h1 = _mm_cvtsi32_si128(h + 1);
   const __m128i cnt_M = _mm_cvtsi32_si128(f.M);
   const __m256i Fmask = _mm256_set1_epi32((1 << (h + 1)) - 1);
@@ -452,6 +452,17 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
     philox_words(p.seed, p.stream, first, static_cast<int64_t>(last - first + 1), words.data());
     wj0 = first;
   }
+
+  // Lanes the scalar core must redo, collected here and redone after the
+  // loop: a function call inside the loop would make the compiler keep the
+  // vector state in memory (every ymm register is caller-saved).
+  struct Pending {
+    int64_t block, j;
+    uint32_t mask;
+  };
+  thread_local std::vector<Pending> pending;
+  pending.resize(static_cast<size_t>(row.cols / 8 + 2 * row.nblocks + 2));
+  size_t np = 0;
 
   for (int64_t b = 0; b < row.nblocks; ++b) {
   if (!row.use[b]) continue;
@@ -482,9 +493,9 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
     unsure = _mm256_or_ps(unsure, _mm256_cmp_ps(v, inf, _CMP_NLT_UQ));
     if (!f.is_signed) unsure = _mm256_or_ps(unsure, _mm256_castsi256_ps(negi));
 
-    const __m256i e = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(v), 23), ff), e127);
-    const __m256i ee = _mm256_max_epi32(e, emin);
-    const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(shift_w, ee), e127), 23));
+    // biased exponents (v >= 0, so the shift leaves just the exponent field)
+    const __m256i ee = _mm256_max_epi32(_mm256_srli_epi32(_mm256_castps_si256(v), 23), emin_b);
+    const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(shift_b, ee), 23));
     const __m256 Ws = _mm256_mul_ps(v, p2);
     const __m256 Wf = _mm256_round_ps(Ws, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     const __m256 frac = _mm256_sub_ps(Ws, Wf);
@@ -537,10 +548,8 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
         away = _mm256_cmpgt_epi32(_mm256_add_epi32(_mm256_srli_epi32(F, 1), r), two_n_m1);
       }
     }
-    __m256i code = _mm256_add_epi32(_mm256_sll_epi32(_mm256_sub_epi32(ee, emin), cnt_M), _mm256_sub_epi32(k, away));
+    __m256i code = _mm256_add_epi32(_mm256_sll_epi32(_mm256_sub_epi32(ee, emin_b), cnt_M), _mm256_sub_epi32(k, away));
     code = _mm256_min_epi32(code, max_mag);
-    const __m256 above = _mm256_cmp_ps(v, vmax, _CMP_GT_OQ);
-    const __m256i is_sub = _mm256_and_si256(_mm256_cmpgt_epi32(sub_lim, code), _mm256_cmpgt_epi32(code, zero_i));
     __m256 xh = _mm256_permutevar8x32_ps(table, code);
     if (f.is_signed) {
       xh = _mm256_or_ps(xh, xs);
@@ -553,6 +562,9 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
       else _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 2 * (i0 + j)), p16);
     }
     if (row.stats) {
+      const __m256 above = _mm256_cmp_ps(v, vmax, _CMP_GT_OQ);
+      const __m256i mag = _mm256_andnot_si256(sign_bit, code);
+      const __m256i is_sub = _mm256_and_si256(_mm256_cmpgt_epi32(sub_lim, mag), _mm256_cmpgt_epi32(mag, zero_i));
       // counts of the certain lanes, accumulated as -1 per lane
       const __m256i oki = _mm256_castps_si256(_mm256_andnot_ps(unsure, _mm256_castsi256_ps(all_ones)));
       const __m256i nzi = _mm256_castps_si256(_mm256_cmp_ps(x8, zero, _CMP_NEQ_UQ));
@@ -563,12 +575,16 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
       acc_uf = _mm256_add_epi32(acc_uf, _mm256_and_si256(_mm256_and_si256(nzi, zi), oki));
     }
     const int um = _mm256_movemask_ps(unsure);
-    if (um) {
-      for (int l = 0; l < 8; ++l)
-        if (um & (1 << l)) scalar_element(p, c, x, i0 + j + l, j + l, codes, values, rng, cnt);
-    }
+    if (um) pending[np++] = Pending{b, j, static_cast<uint32_t>(um)};
   }
-  for (; j < n; ++j) scalar_element(p, c, x, i0 + j, j, codes, values, rng, cnt);
+  if (j < n) pending[np++] = Pending{b, j, (1u << (n - j)) - 1u};  // the tail (fewer than 8)
+  }
+  for (size_t k = 0; k < np; ++k) {
+    const Pending& q = pending[k];
+    const float* x = row.x + q.block * row.bc;
+    const int64_t i0 = row.i0 + q.block * row.bc;
+    for (int l = 0; l < 8; ++l)
+      if (q.mask & (1u << l)) scalar_element(p, row.consts[q.block], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
   }
   // lane sums stay below 2^31: a row is far shorter than 2^31 elements
   cnt.saturated += hsum_neg(acc_sat);
