@@ -110,7 +110,7 @@ void vec4_blocks(const QuantPlan& p, const Vec4Mags& m, const BlockConsts* c, in
       _mm_store_ps(rr, _mm256_cvtpd_ps(r));
     }
     // x-hat of each odd part, rounded to odd: rto(odd * s / t) (exact arithmetic)
-    __m256d y[8];
+    __m256d y[8] = {};
     for (int k = 0; k < m.nodd; ++k) {
       const __m256d num = _mm256_mul_pd(_mm256_set1_pd(m.odd[k]), s);
       if (exact || !p.has_scale) {
