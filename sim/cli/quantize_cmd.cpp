@@ -50,7 +50,7 @@ int cmd_quantize(const Args& args) {
       "usage: exmy quantize --input X [--shape R,C] --elem FMT [options] --output Y\n\n"
       "Files: raw little-endian float32 (any name), .npy (float32), or file.h5:/dataset.\n"
       "A format is a preset (e2m1 e2m3 e3m2 e4m3 e5m2 ue4m3 ue5m3 ue8m0 bf16 fp16 fp32),\n"
-      "an ml_dtypes name, or [u]e<E>m<M>[:bias=<int>,nosub,inf,nans=<int>,nonegzero].\n\noptions");
+      "an ml_dtypes name, or [u]e<E>m<M>[:bias=<int>,nosub,inf,noinf,nans=<int>,nonegzero].\n\noptions");
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
