@@ -56,6 +56,9 @@ bool vec4_supported(const QuantPlan& p) {
   const Format& f = p.fe;
   const int h = is_stochastic(p.round) ? p.sr_bits : 0;
   if (!vec_supported(p) || f.E + f.M > 3 || f.M + h + 2 > 22) return false;
+  // rne converts with the hardware's rounding, which matches the contract's
+  // tie rule only when M >= 1
+  if (p.round == Round::rne && f.M == 0) return false;
   // Ws = v * 2^(h+1+M-ee) and 2^(ee-M) must stay normal float32 powers of two.
   if (h + 1 + f.M - f.emin > 126 || f.emin - f.M < -126 || f.max_exp > 126) return false;
   // the block scale and tensor scale must be float32 values for fl(t / s)
@@ -428,6 +431,10 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
   // Ws = v * 2^(h+1+M-ee) = v * 2^((h+1+M+254 - ee_b) - 127)
   const __m256i emin_b = _mm256_set1_epi32(f.emin + 127);
   const __m256i shift_b = _mm256_set1_epi32(h + 1 + f.M + 254);
+  const __m256i shift_rne = _mm256_set1_epi32(f.M + 254);
+  // rne in fp32 arithmetic: v is exact, so the hardware's conversion rounds it
+  constexpr bool kCvtRne = MODE == Round::rne;
+  const __m256 half = _mm256_set1_ps(0.5f);
   const __m128i cnt_h1 = _mm_cvtsi32_si128(h + 1);
   const __m128i cnt_M = _mm_cvtsi32_si128(f.M);
   const __m256i Fmask = _mm256_set1_epi32((1 << (h + 1)) - 1);
@@ -496,59 +503,76 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
     // biased exponents (v >= 0, so the shift leaves just the exponent field)
     const __m256i ee = _mm256_max_epi32(_mm256_srli_epi32(_mm256_castps_si256(v), 23), emin_b);
     const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(shift_b, ee), 23));
-    const __m256 Ws = _mm256_mul_ps(v, p2);
-    const __m256 Wf = _mm256_round_ps(Ws, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    const __m256 frac = _mm256_sub_ps(Ws, Wf);
-    if constexpr (kExact) {
-      const __m256 tol = _mm256_mul_ps(Ws, tol_rel);
-      const __m256 near = _mm256_or_ps(_mm256_cmp_ps(frac, tol, _CMP_LE_OQ),
-                                       _mm256_cmp_ps(frac, _mm256_sub_ps(one, tol), _CMP_GE_OQ));
-      unsure = _mm256_or_ps(unsure, _mm256_and_ps(near, _mm256_cmp_ps(v, zero, _CMP_NEQ_UQ)));
-    }
-    const __m256i W = _mm256_cvttps_epi32(Wf);
-    const __m256i k = _mm256_srl_epi32(W, cnt_h1);
-    const __m256i F = _mm256_and_si256(W, Fmask);
-    const __m256i sticky = _mm256_castps_si256(_mm256_cmp_ps(frac, zero, _CMP_NEQ_UQ));
-    const __m256i Fnz = _mm256_cmpgt_epi32(F, zero_i);
-    const __m256i inexact = _mm256_or_si256(Fnz, sticky);
-    const __m256i lo_odd = _mm256_cmpeq_epi32(_mm256_and_si256(k, one_i), one_i);
-    __m256i away;
-    if constexpr (MODE == Round::rne) {
-      away = _mm256_and_si256(Fnz, _mm256_or_si256(sticky, lo_odd));
-    } else if constexpr (MODE == Round::rna) {
-      away = Fnz;
-    } else if constexpr (MODE == Round::rtz) {
-      away = zero_i;
-    } else if constexpr (MODE == Round::up) {
-      away = _mm256_andnot_si256(negi, inexact);
-    } else if constexpr (MODE == Round::down) {
-      away = _mm256_and_si256(negi, inexact);
-    } else if constexpr (MODE == Round::odd) {
-      away = _mm256_andnot_si256(lo_odd, inexact);
+    __m256i kk;  // index of the result inside the binade ee, may reach 2^(M+1)
+    if constexpr (kCvtRne) {
+      // The conversion rounds v * 2^(M-ee) once, to nearest even: with M >= 1
+      // the parity of the index is the parity of the code, so this is the
+      // contract's rne (exmy never changes MXCSR's rounding mode). In fp32
+      // arithmetic v is exact; in exact arithmetic the only decision points
+      // of rne are the ties, so lanes near a tie go to the scalar core.
+      const __m256 Wr = _mm256_mul_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(shift_rne, ee), 23)));
+      kk = _mm256_cvtps_epi32(Wr);
+      if constexpr (kExact) {
+        const __m256 d = _mm256_and_ps(_mm256_sub_ps(Wr, _mm256_cvtepi32_ps(kk)), abs_mask);
+        const __m256 off_tie = _mm256_and_ps(_mm256_sub_ps(d, half), abs_mask);
+        unsure = _mm256_or_ps(unsure, _mm256_cmp_ps(off_tie, _mm256_mul_ps(Wr, tol_rel), _CMP_LE_OQ));
+      }
     } else {
-      __m256i r;
-      const uint64_t i = static_cast<uint64_t>(i0 + j);
-      if ((i & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
-        r = random8(words.data(), wj0, i, h);
-      } else {
-        alignas(32) uint32_t rr[8];
-        for (int l = 0; l < 8; ++l) rr[l] = rng(i + l);
-        r = _mm256_load_si256(reinterpret_cast<const __m256i*>(rr));
+      const __m256 Ws = _mm256_mul_ps(v, p2);
+      const __m256 Wf = _mm256_round_ps(Ws, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+      const __m256 frac = _mm256_sub_ps(Ws, Wf);
+      if constexpr (kExact) {
+        const __m256 tol = _mm256_mul_ps(Ws, tol_rel);
+        const __m256 near = _mm256_or_ps(_mm256_cmp_ps(frac, tol, _CMP_LE_OQ),
+                                         _mm256_cmp_ps(frac, _mm256_sub_ps(one, tol), _CMP_GE_OQ));
+        unsure = _mm256_or_ps(unsure, _mm256_and_ps(near, _mm256_cmp_ps(v, zero, _CMP_NEQ_UQ)));
       }
-      if constexpr (MODE == Round::stochastic) {
-        const __m256i jj = _mm256_srli_epi32(F, 1);
-        const __m256i F_odd = _mm256_cmpeq_epi32(_mm256_and_si256(F, one_i), one_i);
-        const __m256i j_odd = _mm256_cmpeq_epi32(_mm256_and_si256(jj, one_i), one_i);
-        const __m256i rn = _mm256_sub_epi32(jj, _mm256_and_si256(F_odd, _mm256_or_si256(sticky, j_odd)));
-        // rn + r >= 2^n; r < 2^n <= 2^18, so no overflow in int32
-        away = _mm256_cmpgt_epi32(_mm256_add_epi32(rn, r), two_n_m1);
-      } else if constexpr (MODE == Round::stochastic_fast) {
-        away = _mm256_cmpgt_epi32(_mm256_add_epi32(_mm256_add_epi32(F, _mm256_add_epi32(r, r)), one_i), two_n1_m1);
+      const __m256i W = _mm256_cvttps_epi32(Wf);
+      const __m256i k = _mm256_srl_epi32(W, cnt_h1);
+      const __m256i F = _mm256_and_si256(W, Fmask);
+      const __m256i sticky = _mm256_castps_si256(_mm256_cmp_ps(frac, zero, _CMP_NEQ_UQ));
+      const __m256i Fnz = _mm256_cmpgt_epi32(F, zero_i);
+      const __m256i inexact = _mm256_or_si256(Fnz, sticky);
+      const __m256i lo_odd = _mm256_cmpeq_epi32(_mm256_and_si256(k, one_i), one_i);
+      __m256i away;
+      if constexpr (MODE == Round::rne) {
+        away = _mm256_and_si256(Fnz, _mm256_or_si256(sticky, lo_odd));
+      } else if constexpr (MODE == Round::rna) {
+        away = Fnz;
+      } else if constexpr (MODE == Round::rtz) {
+        away = zero_i;
+      } else if constexpr (MODE == Round::up) {
+        away = _mm256_andnot_si256(negi, inexact);
+      } else if constexpr (MODE == Round::down) {
+        away = _mm256_and_si256(negi, inexact);
+      } else if constexpr (MODE == Round::odd) {
+        away = _mm256_andnot_si256(lo_odd, inexact);
       } else {
-        away = _mm256_cmpgt_epi32(_mm256_add_epi32(_mm256_srli_epi32(F, 1), r), two_n_m1);
+        __m256i r;
+        const uint64_t i = static_cast<uint64_t>(i0 + j);
+        if ((i & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
+          r = random8(words.data(), wj0, i, h);
+        } else {
+          alignas(32) uint32_t rr[8];
+          for (int l = 0; l < 8; ++l) rr[l] = rng(i + l);
+          r = _mm256_load_si256(reinterpret_cast<const __m256i*>(rr));
+        }
+        if constexpr (MODE == Round::stochastic) {
+          const __m256i jj = _mm256_srli_epi32(F, 1);
+          const __m256i F_odd = _mm256_cmpeq_epi32(_mm256_and_si256(F, one_i), one_i);
+          const __m256i j_odd = _mm256_cmpeq_epi32(_mm256_and_si256(jj, one_i), one_i);
+          const __m256i rn = _mm256_sub_epi32(jj, _mm256_and_si256(F_odd, _mm256_or_si256(sticky, j_odd)));
+          // rn + r >= 2^n; r < 2^n <= 2^18, so no overflow in int32
+          away = _mm256_cmpgt_epi32(_mm256_add_epi32(rn, r), two_n_m1);
+        } else if constexpr (MODE == Round::stochastic_fast) {
+          away = _mm256_cmpgt_epi32(_mm256_add_epi32(_mm256_add_epi32(F, _mm256_add_epi32(r, r)), one_i), two_n1_m1);
+        } else {
+          away = _mm256_cmpgt_epi32(_mm256_add_epi32(_mm256_srli_epi32(F, 1), r), two_n_m1);
+        }
       }
+      kk = _mm256_sub_epi32(k, away);  // away lanes are -1
     }
-    __m256i code = _mm256_add_epi32(_mm256_sll_epi32(_mm256_sub_epi32(ee, emin_b), cnt_M), _mm256_sub_epi32(k, away));
+    __m256i code = _mm256_add_epi32(_mm256_sll_epi32(_mm256_sub_epi32(ee, emin_b), cnt_M), kk);
     code = _mm256_min_epi32(code, max_mag);
     __m256 xh = _mm256_permutevar8x32_ps(table, code);
     if (f.is_signed) {
@@ -562,6 +586,11 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
       else _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 2 * (i0 + j)), p16);
     }
     if (row.stats) {
+      if constexpr (kCvtRne && kExact) {
+        // the saturation count compares with max, itself no rne decision point
+        const __m256 dm = _mm256_and_ps(_mm256_sub_ps(v, vmax), abs_mask);
+        unsure = _mm256_or_ps(unsure, _mm256_cmp_ps(dm, _mm256_mul_ps(v, tol_rel), _CMP_LE_OQ));
+      }
       const __m256 above = _mm256_cmp_ps(v, vmax, _CMP_GT_OQ);
       const __m256i mag = _mm256_andnot_si256(sign_bit, code);
       const __m256i is_sub = _mm256_and_si256(_mm256_cmpgt_epi32(sub_lim, mag), _mm256_cmpgt_epi32(mag, zero_i));
