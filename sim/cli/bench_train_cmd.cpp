@@ -3,12 +3,20 @@
 // the CPU's model FLOPs utilisation (MFU): the model's useful FLOPs (from
 // models::flops_per_token, causal attention counted as half of T x T) per
 // second over what sim::gemm reaches on a large square product.
+//
+// With --recipe LIST it compares quantized recipes instead: the
+// forward+backward time of each recipe and its ratio to `bf16` measured in
+// the same interleaved rounds, and the cost of statistics collection at every
+// step (the same recipe with the run file's statistics sink on, rows flushed
+// after every pass, against statistics off).
 #include <omp.h>
 
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <unistd.h>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -19,8 +27,11 @@
 #include "models/nemotron_h.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/gemm.hpp"
+#include "sim/io/run_file.hpp"
 #include "sim/linear.hpp"
+#include "sim/quant/quantized_linear.hpp"
 #include "sim/tensor.hpp"
+#include "sim/train/quant_io.hpp"
 
 namespace po = boost::program_options;
 
@@ -50,13 +61,153 @@ struct DenseGemm {
   double gflops(double s) const { return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / s / 1e9; }
 };
 
+const char* const kDefaultRecipes = "bf16,te-nvfp4,nvfp4-no-rht-all,ue5m3-b16,ue5m3-b16-fp32gemm,mxfp4";
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string p; std::getline(ss, p, ',');)
+    if (!p.empty()) v.push_back(p);
+  return v;
+}
+
+// One model per (recipe, statistics on/off), all from the same weights.
+struct RecipeRun {
+  std::string label;  // recipe name, "+stats" for the statistics variant
+  sim::quant::Recipe recipe;
+  bool stats = false;
+  bool quantized = false;
+  std::shared_ptr<sim::quant::QuantRuntime> rt;
+  std::unique_ptr<sim::quant::RecipeLinearFactory> factory;
+  std::unique_ptr<models::NemotronH<float>> model;
+  std::unique_ptr<io::RunFile> file;  // statistics variant: a scratch run file
+  std::unique_ptr<train::RunFileStatsSink> sink;
+  std::vector<double> times, flush_times;  // forward+backward; the statistics variant's flush of its rows
+  double best() const { return *std::min_element(times.begin(), times.end()); }
+  double mean() const {
+    double s = 0;
+    for (double t : times) s += t;
+    return s / static_cast<double>(times.size());
+  }
+};
+
+int bench_recipes(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int steps, const std::string& list,
+                  const std::string& stats_list) {
+  const std::vector<std::string> names = split_list(list);
+  if (names.empty()) throw Error("--recipe: empty list");
+  if (std::find(names.begin(), names.end(), "bf16") == names.end())
+    throw Error("--recipe: the list must hold bf16 (the reference of the ratios)");
+  std::vector<std::string> with_stats;
+  if (stats_list == "all") {
+    with_stats = names;
+  } else if (stats_list != "none") {
+    with_stats = split_list(stats_list);
+    for (const auto& n : with_stats)
+      if (std::find(names.begin(), names.end(), n) == names.end())
+        throw Error("--stats: '" + n + "' is not in --recipe");
+  }
+  std::printf("exmy bench train --recipe: %s (%.1fM parameters), batch %lld x seq %lld, %d threads (%u hardware)\n",
+              cfg.name.c_str(), static_cast<double>(models::parameter_count(cfg)) / 1e6, static_cast<long long>(B),
+              static_cast<long long>(T), omp_get_max_threads(), std::thread::hardware_concurrency());
+  std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
+  std::mt19937 g(7);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(g() % static_cast<uint32_t>(cfg.vocab_size));
+    targets[i] = static_cast<int32_t>(g() % static_cast<uint32_t>(cfg.vocab_size));
+  }
+  namespace fs = std::filesystem;
+  const fs::path scratch = fs::temp_directory_path() / ("exmy-bench-stats-" + std::to_string(::getpid()));
+  std::vector<RecipeRun> runs;
+  auto add = [&](const std::string& name, bool stats) {
+    RecipeRun r;
+    r.recipe = sim::quant::load_recipe(name);
+    r.label = name + (stats ? " +stats" : "");
+    r.stats = stats;
+    r.rt = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{1, 128});
+    r.factory = std::make_unique<sim::quant::RecipeLinearFactory>(r.recipe, cfg.num_hidden_layers, r.rt);
+    r.model = std::make_unique<models::NemotronH<float>>(cfg, *r.factory);
+    r.model->init_weights(1);
+    for (const auto& e : r.factory->plan()) r.quantized |= e.quantized;
+    if (stats) {
+      if (!r.quantized) return;  // nothing to record
+      fs::create_directories(scratch);
+      r.file = std::make_unique<io::RunFile>((scratch / (name + ".h5")).string());
+      r.sink = std::make_unique<train::RunFileStatsSink>(*r.file);
+      r.sink->declare(r.factory->plan());
+      r.file->start_swmr();
+      r.rt->set_stats_sink(r.sink.get());
+    }
+    runs.push_back(std::move(r));
+  };
+  for (const auto& n : names) {
+    add(n, false);
+    if (std::find(with_stats.begin(), with_stats.end(), n) != with_stats.end()) add(n, true);
+  }
+  int64_t step = 1;
+  auto pass = [&](RecipeRun& r) {
+    const auto t0 = Clock::now();
+    r.rt->begin({step, 0, r.stats, false});
+    r.model->arena().zero_grad();
+    r.model->forward(tokens.data(), targets.data(), B, T);
+    r.model->backward();
+    const auto t1 = Clock::now();
+    // The trainer writes the rows at its logging steps (train.log_interval);
+    // here after every pass, timed apart.
+    if (r.file) {
+      r.file->flush();
+      r.flush_times.push_back(seconds(t1, Clock::now()));
+    }
+    return seconds(t0, t1);
+  };
+  // Warm-up (step 1: periodic references sample here), then rounds that
+  // interleave every configuration, so a busy spell hits all of them.
+  for (auto& r : runs) pass(r);
+  for (int s = 0; s < steps; ++s) {
+    ++step;
+    for (auto& r : runs) r.times.push_back(pass(r));
+  }
+  for (auto& r : runs)
+    if (r.file) r.file->close();
+  std::error_code ec;
+  fs::remove_all(scratch, ec);
+
+  const RecipeRun& ref = *std::find_if(runs.begin(), runs.end(), [](const RecipeRun& r) { return r.label == "bf16"; });
+  std::printf("\n%-28s %-8s %10s %10s %9s %9s %12s %9s %10s\n", "recipe", "GEMM", "best ms", "tokens/s", "x bf16",
+              "(mean)", "stats extra", "(mean)", "flush ms");
+  for (const auto& r : runs) {
+    const char* gemm = r.quantized ? (r.recipe.gemm.kind == sim::quant::GemmModel::Kind::grouped ? "grouped" : "fp32")
+                                   : "-";
+    char extra[32] = "", extra_mean[32] = "", flush[32] = "";
+    if (r.stats) {
+      double fb = 1e30;
+      for (size_t i = 1; i < r.flush_times.size(); ++i) fb = std::min(fb, r.flush_times[i]);  // not the warm-up's
+      std::snprintf(flush, sizeof flush, "%.1f", fb * 1e3);
+      const auto off = std::find_if(runs.begin(), runs.end(),
+                                    [&](const RecipeRun& o) { return !o.stats && o.recipe.name == r.recipe.name; });
+      std::snprintf(extra, sizeof extra, "%+.1f%%", 100.0 * (r.best() / off->best() - 1));
+      std::snprintf(extra_mean, sizeof extra_mean, "%+.1f%%", 100.0 * (r.mean() / off->mean() - 1));
+    }
+    std::printf("%-28s %-8s %10.1f %10.0f %8.2fx %8.2fx %12s %9s %10s\n", r.label.c_str(), gemm, r.best() * 1e3,
+                static_cast<double>(B * T) / r.best(), r.best() / ref.best(), r.mean() / ref.mean(), extra,
+                extra_mean, flush);
+  }
+  std::printf("\n(a pass = forward + backward with the recipe; %d rounds after a warm-up, each running every row\n"
+              "once; best times give the main columns, means the bracketed ones. +stats: statistics of every\n"
+              "operand and GEMM recorded as run-file rows; `flush ms` writes one pass's rows to the file (the\n"
+              "trainer flushes at each logging step), not counted in the pass. Targets (issue 4): FP4 recipes\n"
+              "<= 1.5x bf16 with fp32 GEMM output, <= 3x with grouped; statistics at every step <= +20%%.)\n",
+              steps);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench_train(const Args& args) {
   po::options_description desc(
       "exmy bench train: forward+backward throughput of a Nemotron-H model and its ratio to the\n"
       "machine's dense float32 GEMM rate (the CPU MFU)\n\n"
-      "usage: exmy bench train [--model proxy-50m] [--seq-len 512] [--batch 4] [--steps 3] [--threads T]\n\noptions");
+      "usage: exmy bench train [--model proxy-50m] [--seq-len 512] [--batch 4] [--steps 3] [--threads T]\n"
+      "       exmy bench train --recipe [LIST] [--stats LIST|all|none] [...]: quantized recipes against bf16\n\noptions");
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
@@ -67,6 +218,11 @@ int cmd_bench_train(const Args& args) {
     ("steps", po::value<int>()->default_value(3), "timed rounds (each: the reference GEMM once, every precision once)")
     ("precision", po::value<std::string>()->default_value("fp32,bf16"), "comma-separated precision policies")
     ("gemm-size", po::value<int64_t>()->default_value(2048), "edge of the reference square GEMM")
+    ("recipe", po::value<std::string>()->implicit_value(kDefaultRecipes),
+     "compare recipes (comma-separated names or .ini files, must include bf16) instead of the MFU; "
+     "alone: bf16,te-nvfp4,nvfp4-no-rht-all,ue5m3-b16,ue5m3-b16-fp32gemm,mxfp4")
+    ("stats", po::value<std::string>()->default_value("all"),
+     "with --recipe: recipes also timed with statistics at every step (comma-separated, all, none)")
     ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)");
   // clang-format on
   po::variables_map vm;
@@ -84,6 +240,7 @@ int cmd_bench_train(const Args& args) {
   const int64_t T = vm["seq-len"].as<int64_t>(), B = vm["batch"].as<int64_t>();
   const int steps = std::max(1, vm["steps"].as<int>());
   if (T <= 0 || B <= 0) throw Error("--seq-len and --batch must be positive");
+  if (vm.count("recipe")) return bench_recipes(cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>());
   const int64_t n = vm["gemm-size"].as<int64_t>();
   if (n <= 0) throw Error("--gemm-size must be positive");
 

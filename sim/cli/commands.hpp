@@ -18,5 +18,9 @@ int cmd_model_info(const Args& args);
 int cmd_train(const Args& args);
 int cmd_prepare_data(const Args& args);
 int cmd_bench_train(const Args& args);
+int cmd_sweep(const Args& args);
+int cmd_sweep_tensors(const Args& args);
+int cmd_eval(const Args& args);
+int cmd_inspect(const Args& args);
 
 }  // namespace exmy::cli

@@ -18,11 +18,15 @@ const char* kUsage =
     "commands:\n"
     "  train      train a Nemotron-H model on the CPU (no arguments: the default job)\n"
     "  prepare-data  turn text files into token files for train\n"
+    "  eval       validation loss of a checkpoint with the forward pass quantized by a recipe\n"
+    "  inspect    configuration, loss summary and worst per-layer statistics of a run file\n"
     "  demo       quantize a built-in tensor with the UE5M3 recipe and compare formats\n"
     "  quantize   block-scaled quantization of a float32 tensor file (CONTRACT section 6)\n"
     "  formats    table of format presets, or of the given format specs\n"
     "  bench      throughput benchmarks (bench quantize, bench train)\n"
-    "  model-info parameters, FLOPs per token and training memory of a Nemotron-H model\n";
+    "  model-info parameters, FLOPs per token and training memory of a Nemotron-H model\n"
+    "  sweep      run a grid of training runs (batch jobs) and summarize them\n"
+    "  sweep-tensors  statistics of captured tensors under a grid of formats, without training\n";
 
 }  // namespace
 
@@ -47,7 +51,11 @@ int main(int argc, char** argv) {
     if (cmd == "prepare-data") return exmy::cli::cmd_prepare_data(args);
     if (cmd == "demo") return exmy::cli::cmd_demo(args);
     if (cmd == "model-info") return exmy::cli::cmd_model_info(args);
-    std::fprintf(stderr, "exmy: error: unknown command '%s' (expected train, prepare-data, demo, quantize, formats, bench or model-info; see exmy --help)\n",
+    if (cmd == "sweep") return exmy::cli::cmd_sweep(args);
+    if (cmd == "sweep-tensors") return exmy::cli::cmd_sweep_tensors(args);
+    if (cmd == "eval") return exmy::cli::cmd_eval(args);
+    if (cmd == "inspect") return exmy::cli::cmd_inspect(args);
+    std::fprintf(stderr, "exmy: error: unknown command '%s' (expected train, prepare-data, eval, inspect, demo, quantize, formats, bench, model-info, sweep or sweep-tensors; see exmy --help)\n",
                  cmd.c_str());
     return 2;
   } catch (const exmy::Error& e) {

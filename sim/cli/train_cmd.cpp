@@ -3,7 +3,9 @@
 //   exmy train                                   the default job: experiments/proxy-default.ini
 //   exmy train --config FILE --out DIR [--steps N] [--set key=value ...]
 //   exmy train --resume DIR [--steps N] [--set key=value ...]
+//   exmy train ... --recipe NAME|FILE [--set recipe.SECTION.KNOB=VALUE] [--capture-step N]
 //   exmy train --keys                            every configuration key with its default
+//   exmy train --recipes                         the shipped recipes
 //
 // SIGINT/SIGTERM: the step in progress finishes, a checkpoint is written and
 // exmy exits with 128 + the signal number; a second signal kills at once.
@@ -17,6 +19,8 @@
 #include "formats/error.hpp"
 #include "models/config.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/eval/quant_eval.hpp"
+#include "sim/quant/recipe.hpp"
 #include "sim/train/run_config.hpp"
 #include "sim/train/trainer.hpp"
 
@@ -62,9 +66,10 @@ std::string default_config() {
 int cmd_train(const Args& args) {
   po::options_description desc(
       "exmy train: train a Nemotron-H model on the CPU\n\n"
-      "usage: exmy train [--config FILE] [--out DIR] [--steps N] [--set section.key=value ...]\n"
+      "usage: exmy train [--config FILE] [--out DIR] [--steps N] [--recipe NAME|FILE] [--set section.key=value ...]\n"
       "       exmy train --resume DIR [--steps N] [--set section.key=value ...]\n"
-      "With no arguments: the default job, experiments/proxy-default.ini into runs/proxy-default.\n\noptions");
+      "With no arguments: the default job, experiments/proxy-default.ini into runs/proxy-default.\n"
+      "Recipe knobs: --set recipe.SECTION.KNOB=VALUE (docs/recipes.md), e.g. recipe.keep_last_bf16=2.\n\noptions");
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
@@ -72,9 +77,12 @@ int cmd_train(const Args& args) {
     ("out", po::value<std::string>(), "run directory (run.h5, config.ini, checkpoints/); default runs/<config name>")
     ("resume", po::value<std::string>(), "continue the run in this directory from its newest checkpoint")
     ("steps", po::value<int64_t>(), "total optimizer steps of the run (overrides train.steps)")
+    ("recipe", po::value<std::string>(), "quantization recipe, a name or an .ini file (sets train.recipe; default fp32)")
+    ("capture-step", po::value<int64_t>(), "write the exact operands of step N to the run file's /capture (sets train.capture_step)")
     ("set", po::value<std::vector<std::string>>()->composing(), "override a key: section.key=value (repeatable)")
     ("force", "replace a run already in --out")
-    ("keys", "list every configuration key with its default and exit");
+    ("keys", "list every configuration key with its default and exit")
+    ("recipes", "list the recipes of experiments/recipes and exit");
   // clang-format on
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -88,9 +96,24 @@ int cmd_train(const Args& args) {
       std::printf("%-26s %-12s %s\n", k.name.c_str(), k.default_value.empty() ? "(empty)" : k.default_value.c_str(),
                   k.help.c_str());
     std::printf("%-26s %-12s %s\n", "model.FIELD", "(preset)", "any Nemotron-H field (exmy model-info --fields)");
+    std::printf("%-26s %-12s %s\n", "recipe.SECTION.KNOB", "(recipe)", "any recipe knob (docs/recipes.md), applied in order");
     return 0;
   }
-  const std::vector<std::string> sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  if (vm.count("recipes")) {
+    for (const auto& name : sim::quant::recipe_names())
+      std::printf("%-20s %s\n", name.c_str(), sim::quant::load_recipe(name).description.c_str());
+    return 0;
+  }
+  // --recipe and --capture-step are train.* keys; they come before --set,
+  // so a --set of the same key wins.
+  std::vector<std::string> sets;
+  if (vm.count("recipe")) sets.push_back("train.recipe=" + vm["recipe"].as<std::string>());
+  if (vm.count("capture-step")) {
+    if (vm["capture-step"].as<int64_t>() <= 0) throw Error("--capture-step must be positive");
+    sets.push_back("train.capture_step=" + std::to_string(vm["capture-step"].as<int64_t>()));
+  }
+  if (vm.count("set"))
+    for (const auto& s : vm["set"].as<std::vector<std::string>>()) sets.push_back(s);
   std::optional<int64_t> steps;
   if (vm.count("steps")) {
     steps = vm["steps"].as<int64_t>();
@@ -106,7 +129,18 @@ int cmd_train(const Args& args) {
   train::TrainResult r;
   if (vm.count("resume")) {
     if (vm.count("config") || vm.count("out")) throw Error("--resume takes the configuration and directory of the run; drop --config/--out");
-    r = train::train_resume(vm["resume"].as<std::string>(), steps, sets, hooks, build);
+    // The in-training quantized evaluation (eval.*) comes from the run's
+    // configuration with the overrides, as train_resume resolves it.
+    const std::string dir = vm["resume"].as<std::string>();
+    std::error_code ec;
+    if (fs::exists(fs::path(dir) / "config.ini", ec)) {
+      std::vector<std::string> all = sets;
+      if (steps) all.push_back("train.steps=" + std::to_string(*steps));
+      const train::RunConfig cfg = train::load_run_config((fs::path(dir) / "config.ini").string(), all);
+      if (auto spec = eval::training_eval_from_config(cfg))
+        hooks.after_step = eval::make_training_eval_hook(cfg, std::move(*spec), hooks.after_step);
+    }
+    r = train::train_resume(dir, steps, sets, hooks, build);
   } else {
     // The bare command is the README's default job, which may be rerun.
     const bool default_job = args.empty();
@@ -116,6 +150,8 @@ int cmd_train(const Args& args) {
     std::vector<std::string> all = sets;
     if (steps) all.push_back("train.steps=" + std::to_string(*steps));
     const train::RunConfig cfg = train::load_run_config(config, all);
+    if (auto spec = eval::training_eval_from_config(cfg))
+      hooks.after_step = eval::make_training_eval_hook(cfg, std::move(*spec), hooks.after_step);
     r = train::train_new(cfg, out, hooks, build, default_job || vm.count("force") > 0);
   }
   switch (r.status) {

@@ -36,7 +36,8 @@ bool path_exists(hid_t loc, const std::string& path) {
   std::string part;
   while (std::getline(ss, part, '/')) {
     if (part.empty()) continue;
-    cur += "/" + part;
+    // Relative paths (from a group) stay relative.
+    cur += (cur.empty() && !path.starts_with('/') ? "" : "/") + part;
     if (H5Lexists(loc, cur.c_str(), H5P_DEFAULT) <= 0) return false;
   }
   return true;
@@ -63,6 +64,20 @@ Handle open_attribute(hid_t obj, const std::string& name) {
   return Handle(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
 }
 
+// Elements of an attribute (1 for a scalar), or -1.
+hssize_t attribute_points(hid_t a) {
+  Handle space(H5Aget_space(a), H5Sclose);
+  return space.valid() ? H5Sget_simple_extent_npoints(space.get()) : -1;
+}
+
+// A scalar attribute of `name`, or an invalid handle (missing, or an array:
+// reading an array into one value would write past it).
+Handle open_scalar_attribute(hid_t obj, const std::string& name) {
+  Handle a = open_attribute(obj, name);
+  if (!a.valid() || attribute_points(a.get()) != 1) return {};
+  return a;
+}
+
 }  // namespace
 
 void write_attribute(hid_t obj, const std::string& name, const std::string& value) {
@@ -79,8 +94,24 @@ void write_attribute(hid_t obj, const std::string& name, double value) {
   replace_attribute(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
 }
 
+void write_u64_attribute(hid_t obj, const std::string& name, uint64_t value) {
+  replace_attribute(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
+}
+
+void write_attribute(hid_t obj, const std::string& name, const std::vector<std::string>& values) {
+  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
+  Handle t = string_type();
+  const hsize_t n = values.size();
+  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  std::vector<const char*> p;
+  for (const auto& v : values) p.push_back(v.c_str());
+  Handle a(H5Acreate2(obj, name.c_str(), t.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a.valid() || (n > 0 && H5Awrite(a.get(), t.get(), p.data()) < 0))
+    throw Error("HDF5: cannot write attribute '" + name + "'");
+}
+
 std::optional<std::string> read_string_attribute(hid_t obj, const std::string& name) {
-  Handle a = open_attribute(obj, name);
+  Handle a = open_scalar_attribute(obj, name);
   if (!a.valid()) return std::nullopt;
   Handle ft(H5Aget_type(a.get()), H5Tclose);
   if (H5Tget_class(ft.get()) != H5T_STRING) return std::nullopt;
@@ -101,8 +132,25 @@ std::optional<std::string> read_string_attribute(hid_t obj, const std::string& n
   return s;
 }
 
-std::optional<int64_t> read_int_attribute(hid_t obj, const std::string& name) {
+std::optional<std::vector<std::string>> read_string_list_attribute(hid_t obj, const std::string& name) {
   Handle a = open_attribute(obj, name);
+  if (!a.valid()) return std::nullopt;
+  Handle ft(H5Aget_type(a.get()), H5Tclose);
+  const hssize_t n = attribute_points(a.get());
+  if (H5Tget_class(ft.get()) != H5T_STRING || H5Tis_variable_str(ft.get()) <= 0 || n < 0) return std::nullopt;
+  std::vector<char*> p(static_cast<size_t>(n), nullptr);
+  Handle t = string_type();
+  if (n > 0 && H5Aread(a.get(), t.get(), p.data()) < 0) return std::nullopt;
+  std::vector<std::string> v;
+  for (char* c : p) {
+    v.emplace_back(c ? c : "");
+    if (c) H5free_memory(c);
+  }
+  return v;
+}
+
+std::optional<int64_t> read_int_attribute(hid_t obj, const std::string& name) {
+  Handle a = open_scalar_attribute(obj, name);
   if (!a.valid()) return std::nullopt;
   Handle ft(H5Aget_type(a.get()), H5Tclose);
   if (H5Tget_class(ft.get()) != H5T_INTEGER) return std::nullopt;
@@ -112,7 +160,7 @@ std::optional<int64_t> read_int_attribute(hid_t obj, const std::string& name) {
 }
 
 std::optional<double> read_double_attribute(hid_t obj, const std::string& name) {
-  Handle a = open_attribute(obj, name);
+  Handle a = open_scalar_attribute(obj, name);
   if (!a.valid()) return std::nullopt;
   Handle ft(H5Aget_type(a.get()), H5Tclose);
   const H5T_class_t c = H5Tget_class(ft.get());
@@ -134,10 +182,21 @@ void copy_attributes(hid_t from, hid_t to) {
     Handle ft(H5Aget_type(a.get()), H5Tclose);
     switch (H5Tget_class(ft.get())) {
       case H5T_STRING:
-        if (auto s = read_string_attribute(from, name)) write_attribute(to, name, *s);
+        if (attribute_points(a.get()) != 1) {
+          if (auto v = read_string_list_attribute(from, name)) write_attribute(to, name, *v);
+        } else if (auto s = read_string_attribute(from, name)) {
+          write_attribute(to, name, *s);
+        }
         break;
       case H5T_INTEGER:
-        if (auto v = read_int_attribute(from, name)) write_attribute(to, name, *v);
+        if (H5Tget_sign(ft.get()) == H5T_SGN_NONE && H5Tget_size(ft.get()) == 8) {
+          // uint64 stays uint64 (a Philox stream above 2^63 would not fit an int64)
+          uint64_t v = 0;
+          if (attribute_points(a.get()) == 1 && H5Aread(a.get(), H5T_NATIVE_UINT64, &v) >= 0)
+            write_u64_attribute(to, name, v);
+        } else if (auto v = read_int_attribute(from, name)) {
+          write_attribute(to, name, *v);
+        }
         break;
       case H5T_FLOAT:
         if (auto v = read_double_attribute(from, name)) write_attribute(to, name, *v);
@@ -176,6 +235,10 @@ void write_array(hid_t loc, const std::string& path, const uint64_t* data, const
   write_array_impl(loc, path, data, shape, H5T_STD_U64LE, H5T_NATIVE_UINT64);
 }
 
+void write_array(hid_t loc, const std::string& path, const double* data, const std::vector<int64_t>& shape) {
+  write_array_impl(loc, path, data, shape, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE);
+}
+
 void read_array(hid_t loc, const std::string& path, float* data, const std::vector<int64_t>& shape,
                 const std::string& what) {
   if (!path_exists(loc, path)) throw Error(what + " has no dataset '" + path + "'");
@@ -200,6 +263,18 @@ std::vector<uint64_t> read_u64_array(hid_t loc, const std::string& path, const s
   if (!d.valid() || n < 0) throw Error(what + ": cannot read dataset '" + path + "' (corrupt file?)");
   std::vector<uint64_t> v(static_cast<size_t>(n));
   if (n > 0 && H5Dread(d.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+    throw Error(what + ": cannot read dataset '" + path + "' (corrupt file?)");
+  return v;
+}
+
+std::vector<double> read_f64_array(hid_t loc, const std::string& path, const std::string& what) {
+  if (!path_exists(loc, path)) throw Error(what + " has no dataset '" + path + "'");
+  Handle d(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle s(H5Dget_space(d.get()), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(s.get());
+  if (!d.valid() || n < 0) throw Error(what + ": cannot read dataset '" + path + "' (corrupt file?)");
+  std::vector<double> v(static_cast<size_t>(n));
+  if (n > 0 && H5Dread(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
     throw Error(what + ": cannot read dataset '" + path + "' (corrupt file?)");
   return v;
 }

@@ -58,18 +58,25 @@ bool path_exists(hid_t loc, const std::string& path);
 void write_attribute(hid_t obj, const std::string& name, const std::string& value);
 void write_attribute(hid_t obj, const std::string& name, int64_t value);
 void write_attribute(hid_t obj, const std::string& name, double value);
+void write_u64_attribute(hid_t obj, const std::string& name, uint64_t value);
+// A one-dimensional array of variable-length UTF-8 strings (h5py: a list of str).
+void write_attribute(hid_t obj, const std::string& name, const std::vector<std::string>& values);
+// Scalar attributes (nullopt when missing, of another type, or an array).
 std::optional<std::string> read_string_attribute(hid_t obj, const std::string& name);
+std::optional<std::vector<std::string>> read_string_list_attribute(hid_t obj, const std::string& name);
 std::optional<int64_t> read_int_attribute(hid_t obj, const std::string& name);
 std::optional<double> read_double_attribute(hid_t obj, const std::string& name);
-// Copies scalar string, integer and float attributes of `from` to `to`.
+// Copies scalar string, integer and float attributes and string lists of `from` to `to`.
 void copy_attributes(hid_t from, hid_t to);
 
 // A whole dataset (contiguous) of float32 / int64 / uint64 with the given shape.
 void write_array(hid_t loc, const std::string& path, const float* data, const std::vector<int64_t>& shape);
 void write_array(hid_t loc, const std::string& path, const uint64_t* data, const std::vector<int64_t>& shape);
+void write_array(hid_t loc, const std::string& path, const double* data, const std::vector<int64_t>& shape);
 // Reads a float32 dataset; throws exmy::Error (naming `what`) when it is missing or its shape differs.
 void read_array(hid_t loc, const std::string& path, float* data, const std::vector<int64_t>& shape,
                 const std::string& what);
 std::vector<uint64_t> read_u64_array(hid_t loc, const std::string& path, const std::string& what);
+std::vector<double> read_f64_array(hid_t loc, const std::string& path, const std::string& what);
 
 }  // namespace exmy::io::h5

@@ -1,7 +1,9 @@
 #include "sim/io/run_file.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
+#include <type_traits>
 
 #include "formats/error.hpp"
 
@@ -58,6 +60,28 @@ bool elem_type_of_stored(hid_t dtype, ElemType& out) {
   return false;
 }
 
+// Row datasets are appended at their end, so each keeps at most one or two
+// chunks in its cache; a small hash table saves memory when a run file has
+// thousands of statistics datasets (HDF5's default is 521 slots each).
+Handle dataset_access() {
+  Handle dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+  H5Pset_chunk_cache(dapl.get(), 11, 1 << 20, H5D_CHUNK_CACHE_W0_DEFAULT);
+  return dapl;
+}
+
+bool is_capture(const std::string& path) { return path.starts_with("/capture/"); }
+
+// N of "/capture/step_<N>/...", or -1.
+int64_t capture_step(const std::string& path) {
+  const std::string prefix = "/capture/step_";
+  if (!path.starts_with(prefix)) return -1;
+  int64_t n = 0;
+  size_t i = prefix.size();
+  if (i >= path.size() || !std::isdigit(static_cast<unsigned char>(path[i]))) return -1;
+  for (; i < path.size() && std::isdigit(static_cast<unsigned char>(path[i])); ++i) n = n * 10 + (path[i] - '0');
+  return n;
+}
+
 Handle open_for_reading(const std::string& path) {
   h5::silence_errors();
   // SWMR read works for a file a writer holds open in SWMR mode, for one
@@ -109,6 +133,21 @@ RunFile::~RunFile() {
 
 void RunFile::open_file(bool create, bool swmr) {
   Handle fapl = h5::latest_format_fapl();
+  // A run file keeps thousands of datasets open (one per statistic of every
+  // quantized operand). HDF5's default metadata cache (2 MiB, adaptive) then
+  // has to evict entries while it writes, and in SWMR-write mode that
+  // eviction of flush-dependent entries fails inside the library (1.10).
+  // A cache large enough for every open object header and chunk index
+  // never evicts in the first place.
+  H5AC_cache_config_t mdc;
+  mdc.version = H5AC__CURR_CACHE_CONFIG_VERSION;
+  if (H5Pget_mdc_config(fapl.get(), &mdc) >= 0) {
+    mdc.set_initial_size = true;
+    mdc.initial_size = 64u << 20;
+    mdc.min_size = 64u << 20;
+    mdc.max_size = 128u << 20;  // HDF5's upper limit
+    if (H5Pset_mdc_config(fapl.get(), &mdc) < 0) throw Error("HDF5: cannot size the metadata cache");
+  }
   if (create) {
     file_ = Handle(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
     if (!file_.valid()) throw Error("cannot create run file '" + path_ + "'");
@@ -121,8 +160,9 @@ void RunFile::open_file(bool create, bool swmr) {
 }
 
 void RunFile::reopen_datasets() {
+  Handle dapl = dataset_access();
   for (auto& [name, d] : sets_) {
-    d.id = Handle(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    d.id = Handle(H5Dopen2(file_.get(), name.c_str(), dapl.get()), H5Dclose);
     if (!d.id.valid()) throw Error("run file '" + path_ + "': cannot reopen dataset '" + name + "'");
   }
 }
@@ -154,17 +194,29 @@ void RunFile::set_attribute(const std::string& name, int64_t value) {
 void RunFile::set_attribute(const std::string& name, double value) {
   structural([&] { h5::write_attribute(file_.get(), name, value); });
 }
+void RunFile::set_attribute(const std::string& object, const std::string& name,
+                            const std::vector<std::string>& values) {
+  structural([&] {
+    Handle o(H5Oopen(file_.get(), object.c_str(), H5P_DEFAULT), H5Oclose);
+    if (!o.valid()) throw Error("run file '" + path_ + "' has no object '" + object + "'");
+    h5::write_attribute(o.get(), name, values);
+  });
+}
 std::optional<std::string> RunFile::string_attribute(const std::string& name) {
   return h5::read_string_attribute(file_.get(), name);
 }
 
-RunFile::Dataset& RunFile::create(const std::string& dataset, ElemType type, int64_t width) {
+RunFile::Dataset& RunFile::create(const std::string& dataset, ElemType type, int64_t width, int64_t rows_per_chunk) {
   if (dataset.empty() || dataset[0] != '/') throw Error("run file dataset '" + dataset + "' must be an absolute path");
   if (width < 0) throw Error("run file dataset '" + dataset + "': negative row width");
+  if (is_capture(dataset)) throw Error("run file dataset '" + dataset + "': /capture/ holds tensors, not rows");
   structural([&] {
     const int rank = width > 0 ? 2 : 1;
-    // About 64 KiB per chunk: rows are small and appended one at a time.
-    const hsize_t chunk_rows = std::max<hsize_t>(1, 8192 / static_cast<hsize_t>(std::max<int64_t>(width, 1)));
+    // About 64 KiB per chunk unless asked otherwise: rows are small and
+    // appended one at a time.
+    const hsize_t chunk_rows =
+        rows_per_chunk > 0 ? static_cast<hsize_t>(rows_per_chunk)
+                           : std::max<hsize_t>(1, 8192 / static_cast<hsize_t>(std::max<int64_t>(width, 1)));
     const hsize_t dims[2] = {0, static_cast<hsize_t>(width)};
     const hsize_t maxdims[2] = {H5S_UNLIMITED, static_cast<hsize_t>(width)};
     const hsize_t chunk[2] = {chunk_rows, static_cast<hsize_t>(width)};
@@ -176,8 +228,9 @@ RunFile::Dataset& RunFile::create(const std::string& dataset, ElemType type, int
       H5Pset_deflate(dcpl.get(), static_cast<unsigned>(deflate_));
     }
     Handle lcpl = h5::intermediate_groups_lcpl();
+    Handle dapl = dataset_access();
     Handle d(H5Dcreate2(file_.get(), dataset.c_str(), file_type(type), space.get(), lcpl.get(), dcpl.get(),
-                        H5P_DEFAULT),
+                        dapl.get()),
              H5Dclose);
     if (!d.valid())
       throw Error("run file '" + path_ + "': cannot create dataset '" + dataset +
@@ -191,10 +244,10 @@ RunFile::Dataset& RunFile::create(const std::string& dataset, ElemType type, int
   return sets_.at(dataset);
 }
 
-void RunFile::declare(const std::string& dataset, ElemType type, int64_t width) {
+void RunFile::declare(const std::string& dataset, ElemType type, int64_t width, int64_t chunk_rows) {
   auto it = sets_.find(dataset);
   if (it == sets_.end()) {
-    create(dataset, type, width);
+    create(dataset, type, width, chunk_rows);
     return;
   }
   if (it->second.type != type || it->second.width != width)
@@ -221,13 +274,17 @@ void RunFile::write_pending(const std::string& dataset, Dataset& d) {
   const hsize_t count[2] = {static_cast<hsize_t>(n), static_cast<hsize_t>(width)};
   const hsize_t extent[2] = {static_cast<hsize_t>(d.rows + n), static_cast<hsize_t>(width)};
   const int rank = width > 0 ? 2 : 1;
-  if (H5Dset_extent(d.id.get(), extent) < 0)
+  if (H5Dset_extent(d.id.get(), extent) < 0) {
+    failed_ = true;
     throw Error("run file '" + path_ + "': cannot extend dataset '" + dataset + "'");
+  }
   Handle fspace(H5Dget_space(d.id.get()), H5Sclose);
   Handle mspace(H5Screate_simple(rank, count, nullptr), H5Sclose);
   if (H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
-      H5Dwrite(d.id.get(), mem_type(d.type), mspace.get(), fspace.get(), H5P_DEFAULT, d.pending.data()) < 0)
+      H5Dwrite(d.id.get(), mem_type(d.type), mspace.get(), fspace.get(), H5P_DEFAULT, d.pending.data()) < 0) {
+    failed_ = true;
     throw Error("run file '" + path_ + "': cannot write dataset '" + dataset + "' (disk full?)");
+  }
   d.rows += n;
   d.pending.clear();
   d.pending_rows = 0;
@@ -256,6 +313,38 @@ void RunFile::start_swmr() {
   reopen_datasets();
 }
 
+void RunFile::leave_swmr() {
+  if (!swmr_) return;
+  flush();
+  for (auto& [name, d] : sets_) d.id.reset();
+  file_.reset();
+  open_file(false, false);
+  reopen_datasets();
+}
+
+void RunFile::write_tensor(const std::string& path, const float* data, int64_t rows, int64_t cols,
+                           const std::vector<Attribute>& attributes) {
+  if (rows < 0 || cols < 0) throw Error("run file tensor '" + path + "': negative shape");
+  structural([&] {
+    if (h5::path_exists(file_.get(), path)) throw Error("run file '" + path_ + "' already holds '" + path + "'");
+    const hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)};
+    Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+    Handle lcpl = h5::intermediate_groups_lcpl();
+    Handle d(H5Dcreate2(file_.get(), path.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+             H5Dclose);
+    if (!d.valid() || (rows * cols > 0 && H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
+      throw Error("run file '" + path_ + "': cannot write tensor '" + path + "' (disk full?)");
+    for (const auto& a : attributes)
+      std::visit(
+          [&](const auto& v) {
+            using V = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<V, uint64_t>) h5::write_u64_attribute(d.get(), a.name, v);
+            else h5::write_attribute(d.get(), a.name, v);
+          },
+          a.value);
+  });
+}
+
 void RunFile::flush() {
   if (!file_.valid()) throw Error("run file '" + path_ + "' is closed");
   // Two phases, each ending in a flush to disk: first every dataset but the
@@ -270,7 +359,9 @@ void RunFile::flush() {
 
 void RunFile::close() {
   if (!file_.valid()) return;
-  flush();
+  // After a failed write HDF5's own state is suspect: writing again can
+  // crash inside the library. What was flushed before stays on disk.
+  if (!failed_) flush();
   for (auto& [name, d] : sets_) d.id.reset();
   file_.reset();
 }
@@ -291,6 +382,23 @@ std::unique_ptr<RunFile> RunFile::continue_from(const std::string& from, const s
     throw Error("cannot read run file '" + from + "' (corrupt?)");
   std::map<std::string, int64_t> keep;  // group -> rows to keep
   for (const auto& name : names) {
+    if (is_capture(name)) {
+      // Tensors of a capture step the resumed run has already done are
+      // kept as they are; later ones it will write again.
+      const int64_t step = capture_step(name);
+      if (step < 0 || step > max_step) continue;
+      // Read and written again rather than H5Ocopy'd: HDF5 1.10's H5Ocopy
+      // crashes on a dataset whose many string attributes are in dense
+      // attribute storage.
+      int64_t rows = 0, cols = 0;
+      const std::vector<float> x = read_run_tensor(from, name, rows, cols);
+      rf->write_tensor(name, x.data(), rows, cols, {});
+      Handle sd(H5Dopen2(src.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+      Handle dd(H5Dopen2(rf->file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+      if (!sd.valid() || !dd.valid()) throw Error("cannot copy '" + name + "' of run file '" + from + "'");
+      h5::copy_attributes(sd.get(), dd.get());
+      continue;
+    }
     Handle d(H5Dopen2(src.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
     Handle t(H5Dget_type(d.get()), H5Tclose);
     Handle s(H5Dget_space(d.get()), H5Sclose);
@@ -323,8 +431,18 @@ std::unique_ptr<RunFile> RunFile::continue_from(const std::string& from, const s
           H5Dread(d.get(), mem_type(type), ms.get(), s.get(), H5P_DEFAULT, buf.data()) < 0)
         throw Error("cannot read dataset '" + name + "' of run file '" + from + "' (corrupt?)");
     }
+    // The same chunking as the original.
+    int64_t chunk_rows = 0;
+    {
+      Handle dcpl(H5Dget_create_plist(d.get()), H5Pclose);
+      hsize_t chunk[2] = {0, 0};
+      if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED && H5Pget_chunk(dcpl.get(), rank, chunk) == rank)
+        chunk_rows = static_cast<int64_t>(chunk[0]);
+    }
+    rf->declare(name, type, width, chunk_rows);
     rf->append_rows(name, type, width, buf.data(), n);
     rf->write_pending(name, rf->sets_.at(name));  // one dataset in memory at a time
+    h5::copy_attributes(d.get(), rf->sets_.at(name).id.get());
   }
   return rf;
 }
@@ -337,9 +455,11 @@ std::unique_ptr<RunFile> RunFile::open_append(const std::string& path) {
   std::vector<std::string> names;
   if (H5Ovisit2(rf->file_.get(), H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names, H5O_INFO_BASIC) < 0)
     throw Error("cannot read run file '" + path + "' (corrupt?)");
+  Handle dapl = dataset_access();
   for (const auto& name : names) {
+    if (is_capture(name)) continue;  // tensors, not rows
     Dataset ds;
-    ds.id = Handle(H5Dopen2(rf->file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    ds.id = Handle(H5Dopen2(rf->file_.get(), name.c_str(), dapl.get()), H5Dclose);
     Handle t(H5Dget_type(ds.id.get()), H5Tclose);
     Handle s(H5Dget_space(ds.id.get()), H5Sclose);
     const int rank = H5Sget_simple_extent_ndims(s.get());
@@ -363,6 +483,31 @@ std::optional<std::string> read_run_attribute(const std::string& file, const std
   Handle f = open_for_reading(file);
   Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT), H5Gclose);
   return h5::read_string_attribute(root.get(), name);
+}
+
+std::vector<std::string> list_run_datasets(const std::string& file) {
+  Handle f = open_for_reading(file);
+  std::vector<std::string> names;
+  if (H5Ovisit2(f.get(), H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names, H5O_INFO_BASIC) < 0)
+    throw Error("cannot read run file '" + file + "' (corrupt?)");
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<float> read_run_tensor(const std::string& file, const std::string& dataset, int64_t& rows, int64_t& cols) {
+  Handle f = open_for_reading(file);
+  if (!h5::path_exists(f.get(), dataset)) throw Error("run file '" + file + "' has no dataset '" + dataset + "'");
+  Handle d(H5Dopen2(f.get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle s(H5Dget_space(d.get()), H5Sclose);
+  hsize_t dims[2] = {0, 0};
+  if (!d.valid() || H5Sget_simple_extent_ndims(s.get()) != 2 || H5Sget_simple_extent_dims(s.get(), dims, nullptr) != 2)
+    throw Error("run file '" + file + "': '" + dataset + "' is not a 2-D tensor");
+  rows = static_cast<int64_t>(dims[0]);
+  cols = static_cast<int64_t>(dims[1]);
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  if (!v.empty() && H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+    throw Error("cannot read '" + dataset + "' of run file '" + file + "'");
+  return v;
 }
 
 }  // namespace exmy::io

@@ -28,7 +28,12 @@
 // SWMR). HDF5 1.10 cannot create objects while in SWMR mode, so a dataset or
 // attribute first written after start_swmr() briefly closes the file,
 // creates it, and re-enters SWMR mode; declaring datasets before
-// start_swmr() (declare()) avoids that.
+// start_swmr() (declare()) avoids that; so does leave_swmr() ... start_swmr()
+// around a burst of new objects (the trainer's capture step).
+//
+// Besides rows, write_tensor() stores a whole float32 array with attributes
+// (the /capture tensors). continue_from() copies those of steps <= max_step
+// unchanged (the path holds the step: /capture/step_<N>/...).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +42,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "sim/io/h5.hpp"
@@ -80,9 +86,15 @@ class RunFile {
   void set_attribute(const std::string& name, double value);
   std::optional<std::string> string_attribute(const std::string& name);
 
+  // An attribute of a dataset or group (replacing an existing one); h5py
+  // reads a string list as a list of str.
+  void set_attribute(const std::string& object, const std::string& name, const std::vector<std::string>& values);
+
   // Creates an empty dataset for rows of `width` elements (0: scalar rows)
-  // unless it exists; checks type and width when it does.
-  void declare(const std::string& dataset, ElemType type, int64_t width = 0);
+  // unless it exists; checks type and width when it does. `chunk_rows`
+  // rows per chunk (0: about 64 KiB); the statistics use small chunks, as
+  // they have many datasets that grow by a row at a time.
+  void declare(const std::string& dataset, ElemType type, int64_t width = 0, int64_t chunk_rows = 0);
 
   template <class T>
   void append(const std::string& dataset, T value) {
@@ -99,8 +111,22 @@ class RunFile {
   int64_t rows(const std::string& dataset) const;
   std::vector<std::string> datasets() const;
 
+  // A scalar attribute of a tensor written by write_tensor.
+  struct Attribute {
+    std::string name;
+    std::variant<std::string, int64_t, uint64_t, double> value;
+  };
+  // A whole float32 array of shape (rows, cols), contiguous, with
+  // attributes; not a row dataset (append() refuses it). Fails when the
+  // path exists.
+  void write_tensor(const std::string& path, const float* data, int64_t rows, int64_t cols,
+                    const std::vector<Attribute>& attributes);
+
   // From here on, SWMR readers see every flushed row.
   void start_swmr();
+  // Flushes and leaves SWMR mode, so that many objects can be created
+  // without reopening the file for each; start_swmr() re-enters it.
+  void leave_swmr();
   bool swmr() const { return swmr_; }
   // Writes every appended row to the file (the `step`s last) and flushes it.
   void flush();
@@ -116,13 +142,13 @@ class RunFile {
     std::vector<uint8_t> pending;    // rows appended since the last flush
     int64_t pending_rows = 0;
   };
+  Dataset& create(const std::string& dataset, ElemType type, int64_t width, int64_t chunk_rows);
   void write_pending(const std::string& dataset, Dataset& d);
   RunFile() = default;
   void open_file(bool create, bool swmr);
   // Runs `fn` with the file out of SWMR mode (reopening around it when needed).
   template <class Fn>
   void structural(Fn&& fn);
-  Dataset& create(const std::string& dataset, ElemType type, int64_t width);
   void reopen_datasets();
 
   std::string path_;
@@ -130,11 +156,16 @@ class RunFile {
   h5::Handle file_;
   std::map<std::string, Dataset> sets_;
   bool swmr_ = false;
+  bool failed_ = false;  // a write failed: close() releases without flushing
 };
 
 // Reading helpers (tests, resume, inspection). They open the file with SWMR
 // read, so they also work while a run is writing it or after a kill.
 std::vector<double> read_run_column(const std::string& file, const std::string& dataset);
 std::optional<std::string> read_run_attribute(const std::string& file, const std::string& name);
+// Every dataset of the file (absolute paths, sorted).
+std::vector<std::string> list_run_datasets(const std::string& file);
+// A float32 tensor (write_tensor) with its shape; throws exmy::Error naming it when missing.
+std::vector<float> read_run_tensor(const std::string& file, const std::string& dataset, int64_t& rows, int64_t& cols);
 
 }  // namespace exmy::io

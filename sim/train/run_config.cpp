@@ -22,7 +22,8 @@ const std::vector<ConfigKey> kKeys = {
     {"train.batch_size", "8", "sequences per micro-batch"},
     {"train.seq_len", "128", "tokens per sequence"},
     {"train.grad_accum", "1", "micro-batches accumulated per optimizer step"},
-    {"train.precision", "fp32", "precision policy: fp32 or bf16"},
+    {"train.precision", "fp32", "fp32 or bf16: bf16 rounds activations and every linear the recipe leaves unquantized to BF16"},
+    {"train.recipe", "fp32", "quantization recipe: a name (exmy train --recipes lists them) or an .ini file; recipe.SECTION.KNOB=VALUE overrides a knob"},
     {"train.seed", "1", "seed of the weight initialization and of the data order"},
     {"train.threads", "0", "OpenMP threads (0: OpenMP's default); results do not depend on it"},
     {"train.log_interval", "10", "steps between progress lines and /train rows"},
@@ -30,6 +31,10 @@ const std::vector<ConfigKey> kKeys = {
     {"train.eval_batches", "4", "validation micro-batches per evaluation"},
     {"train.checkpoint_interval", "0", "steps between checkpoints (0: only at the end and on interruption)"},
     {"train.keep_checkpoints", "2", "checkpoints kept in DIR/checkpoints (the newest)"},
+    {"train.stats_interval", "1", "steps between statistics of quantized operands and GEMMs (/quant, /gemm, /hist; step 1 and the last too; 0: never)"},
+    {"train.capture_step", "0", "step whose quantized operands are written exactly to /capture (0: none)"},
+    {"train.gemm_stats_rows", "128", "GEMM statistics compare min(this, ceil(M/8)) output rows with the unquantized GEMM (0: all)"},
+    {"train.cold_restart_references", "false", "on --resume, start tensor references empty instead of restoring them (the reference implementation)"},
     {"train.init_from", "", "HF checkpoint (directory or .safetensors) whose weights start a new run"},
     {"train.export_hf", "none", "at the end, write DIR/hf/ as an HF checkpoint: none, fp32 or bf16"},
     {"optim.lr", "3e-3", "peak learning rate"},
@@ -50,9 +55,13 @@ const std::vector<ConfigKey> kKeys = {
     {"data.synthetic_tokens", "262144", "synthetic: tokens generated"},
     {"data.synthetic_branching", "4", "synthetic: successors per state of the Markov chain"},
     {"data.synthetic_seed", "7", "synthetic: seed of the chain and of its sample"},
+    {"eval.recipes", "", "recipes whose quantized forward is evaluated at every validation step, comma-separated names or files (empty: none; rows in /eval/RECIPE/POLICY, docs/eval.md)"},
+    {"eval.policies", "current", "activation-scale policies of eval.recipes, comma-separated: current, replay:D, calibrated:N"},
+    {"eval.batches", "0", "validation batches of each quantized evaluation (0: train.eval_batches)"},
 };
 
 const std::string kModelPrefix = "model.";
+const std::string kRecipePrefix = "recipe.";
 
 bool is_model_field(const std::string& key) {
   if (!key.starts_with(kModelPrefix)) return false;
@@ -75,7 +84,7 @@ std::string known_in_section(const std::string& key) {
     if (k.name.starts_with(section)) s += (s.empty() ? "" : ", ") + k.name;
   if (section == kModelPrefix) s += ", model.FIELD for any field of exmy model-info --fields";
   if (s.empty()) {
-    std::set<std::string> sections;
+    std::set<std::string> sections = {"recipe"};
     for (const auto& k : kKeys) sections.insert(k.name.substr(0, k.name.find('.')));
     for (const auto& x : sections) s += (s.empty() ? "sections: " : ", ") + x;
   }
@@ -107,6 +116,13 @@ uint64_t as_uint(const std::map<std::string, std::string>& m, const std::string&
   return x;
 }
 
+bool as_bool(const std::map<std::string, std::string>& m, const std::string& key) {
+  const std::string& v = m.at(key);
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  bad(key, v, "true or false");
+}
+
 double as_double(const std::map<std::string, std::string>& m, const std::string& key) {
   const std::string& v = m.at(key);
   char* end = nullptr;
@@ -129,8 +145,11 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
   std::map<std::string, std::string> v;
   for (const auto& k : kKeys) v[k.name] = k.default_value;
   std::vector<std::pair<std::string, std::string>> model_fields;  // in the order given
+  std::vector<std::pair<std::string, std::string>> recipe_sets;   // in the order given (file, then --set)
   auto set = [&](const std::string& key, const std::string& value) {
-    if (is_model_field(key)) {
+    if (key.starts_with(kRecipePrefix)) {
+      recipe_sets.emplace_back(key, value);
+    } else if (is_model_field(key)) {
       std::erase_if(model_fields, [&](const auto& kv) { return kv.first == key; });
       model_fields.emplace_back(key, value);
     } else {
@@ -138,27 +157,29 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
     }
   };
 
-  // The INI file through Boost.Program_options: every known key is declared,
-  // so the parser itself rejects an unknown one.
+  // The INI file through Boost.Program_options: every known key is declared;
+  // the only undeclared keys allowed are the recipe's (a [recipe] section,
+  // which may repeat a key: its overrides apply in order).
   po::options_description desc;
   for (const auto& k : kKeys) desc.add_options()(k.name.c_str(), po::value<std::string>());
   for (const auto& f : models::field_names()) desc.add_options()((kModelPrefix + f).c_str(), po::value<std::string>());
   std::istringstream in(ini_text);
   po::parsed_options parsed(&desc);
   try {
-    parsed = po::parse_config_file(in, desc, false);
-  } catch (const po::unknown_option& e) {
-    unknown_key(origin + ": ", e.get_option_name());
+    parsed = po::parse_config_file(in, desc, true);
   } catch (const po::error& e) {
     throw Error(origin + ": " + e.what());
   }
-  for (const auto& o : parsed.options) set(o.string_key, o.value.empty() ? "" : trim(o.value.front()));
+  for (const auto& o : parsed.options) {
+    if (o.unregistered && !o.string_key.starts_with(kRecipePrefix)) unknown_key(origin + ": ", o.string_key);
+    set(o.string_key, o.value.empty() ? "" : trim(o.value.front()));
+  }
 
   for (const auto& s : overrides) {
     const size_t eq = s.find('=');
     if (eq == std::string::npos) throw Error("--set '" + s + "': expected section.key=value");
     const std::string key = trim(s.substr(0, eq));
-    if (!is_known(key)) unknown_key("--set: ", key);
+    if (!is_known(key) && !key.starts_with(kRecipePrefix)) unknown_key("--set: ", key);
     set(key, trim(s.substr(eq + 1)));
   }
 
@@ -186,7 +207,20 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
   c.seq_len = as_int(v, "train.seq_len", 1);
   c.grad_accum = as_int(v, "train.grad_accum", 1);
   c.precision = v["train.precision"];
-  sim::make_linear_factory<float>(c.precision);  // throws for an unknown policy
+  if (c.precision != "fp32" && c.precision != "bf16") bad("train.precision", c.precision, "fp32 or bf16");
+  // The recipe: loaded, its overrides applied in order, validated; each
+  // step names the key at fault.
+  c.recipe_name = v["train.recipe"];
+  if (c.recipe_name.empty()) bad("train.recipe", "", "a recipe name or an .ini file");
+  try {
+    c.recipe = sim::quant::load_recipe(c.recipe_name);
+  } catch (const Error& e) {
+    throw Error(std::string("train.recipe: ") + e.what());
+  }
+  for (const auto& [key, value] : recipe_sets) sim::quant::apply_recipe_override(c.recipe, key, value);
+  c.recipe_sets = recipe_sets;
+  if (c.precision == "bf16" && c.recipe.unquantized != "bf16")
+    sim::quant::apply_recipe_override(c.recipe, "recipe.unquantized", "bf16");
   c.seed = as_uint(v, "train.seed");
   c.threads = static_cast<int>(as_int(v, "train.threads", 0));
   c.log_interval = as_int(v, "train.log_interval", 1);
@@ -194,6 +228,10 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
   c.eval_batches = as_int(v, "train.eval_batches", 1);
   c.checkpoint_interval = as_int(v, "train.checkpoint_interval", 0);
   c.keep_checkpoints = as_int(v, "train.keep_checkpoints", 1);
+  c.stats_interval = as_int(v, "train.stats_interval", 0);
+  c.capture_step = as_int(v, "train.capture_step", 0);
+  c.gemm_stats_rows = as_int(v, "train.gemm_stats_rows", 0);
+  c.cold_restart_references = as_bool(v, "train.cold_restart_references");
   c.init_from = v["train.init_from"];
   c.export_hf = v["train.export_hf"];
   if (c.export_hf != "none" && c.export_hf != "fp32" && c.export_hf != "bf16")
@@ -254,6 +292,12 @@ std::string RunConfig::text() const {
     }
     s += k.name.substr(sec.size() + 1) + " = " + values.at(k.name) + "\n";
     if (k.name == "model.name") s += models::describe(model);
+  }
+  // The recipe overrides, in the order they apply (train.recipe names the
+  // recipe; the run file holds the resolved recipe too).
+  if (!recipe_sets.empty()) {
+    s += "\n[recipe]\n";
+    for (const auto& [key, value] : recipe_sets) s += key.substr(kRecipePrefix.size()) + " = " + value + "\n";
   }
   return s;
 }

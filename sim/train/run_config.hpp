@@ -7,7 +7,10 @@
 //
 // Keys (section.key; config_keys() lists them with defaults and help):
 //   model.name           preset or config.json; model.FIELD overrides any HF field
-//   train.*              steps, batch, sequence length, accumulation, precision, seed, threads, intervals
+//   train.*              steps, batch, sequence length, accumulation, precision, recipe, seed, threads,
+//                        intervals, statistics and capture
+//   recipe.SECTION.KNOB  overrides of the recipe's knobs (docs/recipes.md), applied in order; in an INI
+//                        file, keys `SECTION.KNOB = value` of a [recipe] section
 //   optim.*              AdamW, clipping, LR schedule
 //   data.*               token file, split, synthetic source, text to prepare on first use
 // An unknown key, in a file or in --set, is an error naming it.
@@ -20,6 +23,7 @@
 
 #include "models/config.hpp"
 #include "sim/optim.hpp"
+#include "sim/quant/recipe.hpp"
 
 namespace exmy::train {
 
@@ -41,7 +45,15 @@ struct RunConfig {
   int64_t batch_size = 8;  // sequences per micro-batch
   int64_t seq_len = 128;
   int64_t grad_accum = 1;  // micro-batches per optimizer step
+  // fp32 | bf16: with bf16, activations are rounded to BF16 (docs/models.md)
+  // and every linear the recipe leaves unquantized runs in BF16 (the
+  // recipe's `unquantized` knob is set to bf16).
   std::string precision = "fp32";
+  // The quantization recipe of every linear layer: train.recipe (a name or
+  // an .ini file) with the recipe.* overrides applied, validated.
+  std::string recipe_name = "fp32";
+  std::vector<std::pair<std::string, std::string>> recipe_sets;  // "recipe.all.round" -> "rne", in order
+  sim::quant::Recipe recipe;
   uint64_t seed = 1;
   int threads = 0;  // 0: OpenMP's default
   int64_t log_interval = 10;
@@ -49,6 +61,15 @@ struct RunConfig {
   int64_t eval_batches = 4;
   int64_t checkpoint_interval = 0;  // 0: only at the end (and on interruption)
   int64_t keep_checkpoints = 2;
+  // Statistics of quantized operands and GEMMs on step 1, every
+  // stats_interval-th step and the last (0: never); the exact operands of
+  // capture_step go to /capture (0: none).
+  int64_t stats_interval = 1;
+  int64_t capture_step = 0;
+  int64_t gemm_stats_rows = 128;  // sim::quant::RuntimeOptions::gemm_stats_rows
+  // On resume, tensor references start empty instead of restored (the
+  // reference implementation's cold restart).
+  bool cold_restart_references = false;
   std::string init_from;           // HF checkpoint to start a new run from (empty: init_weights(seed))
   std::string export_hf = "none";  // none | fp32 | bf16: DIR/hf/ at the end of a completed run
   // [optim]
@@ -68,6 +89,10 @@ struct RunConfig {
   std::map<std::string, std::string> values;
 
   int64_t tokens_per_step() const { return batch_size * seq_len * grad_accum; }
+  // Whether optimizer step `step` (1-based) records statistics.
+  bool stats_step(int64_t step) const {
+    return stats_interval > 0 && (step == 1 || step % stats_interval == 0 || step == steps);
+  }
   // The resolved configuration as an INI file.
   std::string text() const;
 };

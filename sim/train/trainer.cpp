@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -19,7 +20,9 @@
 #include "sim/io/run_file.hpp"
 #include "sim/linear.hpp"
 #include "sim/optim.hpp"
+#include "sim/quant/quantized_linear.hpp"
 #include "sim/train/checkpoint.hpp"
+#include "sim/train/quant_io.hpp"
 
 namespace exmy::train {
 namespace fs = std::filesystem;
@@ -27,7 +30,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int64_t kRunSchemaVersion = 1;
+constexpr int64_t kRunSchemaVersion = 2;  // 2: recipes, statistics, captures, per-parameter norms
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -137,14 +140,46 @@ class Trainer {
                   std::to_string(cfg_.batch_size) + " (raise data.val_fraction or lower train.batch_size)");
     data::fixed_windows(*data_.stream, data_.split.val_begin, data_.split.val_end, cfg_.seq_len,
                         eval_batches_ * cfg_.batch_size, val_tokens_, val_targets_);
-    factory_ = sim::make_linear_factory<float>(cfg_.precision);
+    // Every linear through the recipe (fp32 and bf16 are recipes too); the
+    // runtime carries the step context, the tensor references and the sinks.
+    quant_ = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{cfg_.seed, cfg_.gemm_stats_rows});
+    factory_ = std::make_unique<TrainingLinearFactory>(cfg_.recipe, cfg_.model.num_hidden_layers, quant_,
+                                                       cfg_.cold_restart_references);
     model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_);
+    check_rht_lengths();
     model_->set_bf16_activations(cfg_.precision == "bf16");
     opt_ = std::make_unique<sim::AdamW>(model_->arena().layout(), cfg_.adamw);
     const size_t n = static_cast<size_t>(cfg_.batch_size * cfg_.seq_len);
     tokens_.resize(n);
     targets_.resize(n);
     state_.data_seed = cfg_.seed;
+  }
+
+  // The RHT runs along K in runs of 16: a recipe that turns it on for a GEMM
+  // whose K is not a multiple of 16 is refused here, before the run starts,
+  // not at its first call. K is in_features (fprop), out_features (dgrad)
+  // or the tokens of a micro-batch (wgrad).
+  void check_rht_lengths() const {
+    for (const auto& e : factory_->recipe_factory().plan()) {
+      if (!e.quantized) continue;
+      for (const sim::quant::Role r : sim::quant::kRoles) {
+        if (!e.specs[static_cast<size_t>(r)].q.rht) continue;
+        const sim::quant::Gemm g = sim::quant::role_gemm(r);
+        const int64_t K = g == sim::quant::Gemm::fprop   ? e.info.in_features
+                          : g == sim::quant::Gemm::dgrad ? e.info.out_features
+                                                         : cfg_.batch_size * cfg_.seq_len;
+        if (K % 16 == 0) continue;
+        const std::string what =
+            g == sim::quant::Gemm::wgrad
+                ? "train.batch_size x train.seq_len = " + std::to_string(K) + " tokens per micro-batch"
+                : std::string(g == sim::quant::Gemm::fprop ? "its input features" : "its output features") + ", " +
+                      std::to_string(K);
+        throw Error("recipe '" + cfg_.recipe.name + "': " + e.info.name + " " +
+                    std::string(sim::quant::role_name(r)) + " has rht = true, which needs K a multiple of 16, but K is " +
+                    what + " (set recipe." + std::string(sim::quant::role_name(r)) +
+                    ".rht=false for both operands of the GEMM, or change the shape)");
+      }
+    }
   }
 
   std::string checkpoint_dir() const { return (fs::path(dir_) / "checkpoints").string(); }
@@ -201,6 +236,11 @@ class Trainer {
     run_->set_attribute("threads", static_cast<int64_t>(omp_get_max_threads()));
     run_->set_attribute("model", cfg_.model_name);
     run_->set_attribute("precision", cfg_.precision);
+    run_->set_attribute("recipe_name", cfg_.recipe.name);
+    run_->set_attribute("recipe", sim::quant::recipe_to_ini(cfg_.recipe));
+    run_->set_attribute("plan", factory_->recipe_factory().plan_text());
+    run_->set_attribute("scale_hist_bins", static_cast<int64_t>(sim::quant::kScaleHistBins));
+    run_->set_attribute("scale_hist_min_log2", static_cast<int64_t>(sim::quant::kScaleHistMinLog2));
     run_->set_attribute("parameters", model_->arena().layout().num_params());
     run_->set_attribute("tokens_per_step", cfg_.tokens_per_step());
     run_->set_attribute("data", data_.stream->describe());
@@ -210,17 +250,37 @@ class Trainer {
     for (const char* d : {"/train/loss", "/train/lr", "/train/grad_norm", "/train/tokens_per_s", "/train/elapsed_s",
                           "/eval/loss"})
       run_->declare(d, ElemType::f64);
+    // Per-parameter norms: one column per arena view, named by `columns`.
+    std::vector<std::string> names;
+    for (const auto& v : model_->arena().layout().views()) names.push_back(v.name);
+    for (const char* d : {"/train/param_norm", "/train/param_grad_norm"}) {
+      run_->declare(d, ElemType::f64, static_cast<int64_t>(names.size()));
+      run_->set_attribute(d, "columns", names);
+    }
+    // The statistics datasets of every quantized linear, created now: later
+    // each would cost a reopen of the file.
+    stats_ = std::make_unique<RunFileStatsSink>(*run_);
+    if (cfg_.stats_interval > 0) stats_->declare(factory_->recipe_factory().plan());
+    capture_ = std::make_unique<RunFileCaptureSink>(*run_);
+    quant_->set_stats_sink(stats_.get());
+    quant_->set_capture_sink(capture_.get());
     run_->start_swmr();
   }
 
   TrainResult run();
 
  private:
+  // The validation forward runs the recipe with the tensor references as
+  // they stand after the step, and leaves them so: the training run must not
+  // depend on when it is evaluated.
   double evaluate() {
+    const sim::quant::FlatReferenceState refs = quant_->references().save();
+    quant_->begin({std::max<int64_t>(state_.step, 1), 0, /*stats=*/false, /*capture=*/false});
     double sum = 0;
     const int64_t n = cfg_.batch_size * cfg_.seq_len;
     for (int64_t b = 0; b < eval_batches_; ++b)
       sum += model_->forward(val_tokens_.data() + b * n, val_targets_.data() + b * n, cfg_.batch_size, cfg_.seq_len);
+    quant_->references().load(refs);
     return sum / static_cast<double>(eval_batches_);
   }
 
@@ -234,6 +294,30 @@ class Trainer {
       if (all[i] != path) fs::remove(all[i], ec);
     last_checkpoint_ = path;
     return path;
+  }
+
+  // /train/param_norm and /train/param_grad_norm: the norm of each
+  // parameter after the update and of its gradient (the micro-batch mean,
+  // before clipping), in double, each view summed in order.
+  void append_param_norms(double grad_scale) {
+    const auto& views = model_->arena().layout().views();
+    const int64_t n = static_cast<int64_t>(views.size());
+    std::vector<double> w(views.size()), g(views.size());
+    auto& arena = model_->arena();
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t i = 0; i < n; ++i) {
+      const float* p = arena.param(static_cast<int>(i));
+      const float* d = arena.grad(static_cast<int>(i));
+      double sw = 0, sg = 0;
+      for (int64_t k = 0; k < views[static_cast<size_t>(i)].numel; ++k) {
+        sw += static_cast<double>(p[k]) * p[k];
+        sg += static_cast<double>(d[k]) * d[k];
+      }
+      w[static_cast<size_t>(i)] = std::sqrt(sw);
+      g[static_cast<size_t>(i)] = std::sqrt(sg) * grad_scale;
+    }
+    run_->append("/train/param_norm", std::span<const double>(w));
+    run_->append("/train/param_grad_norm", std::span<const double>(g));
   }
 
   void say(const char* fmt, auto... args) {
@@ -250,10 +334,13 @@ class Trainer {
   std::unique_ptr<data::SequenceSampler> sampler_;
   int64_t eval_batches_ = 0;
   std::vector<int32_t> val_tokens_, val_targets_, tokens_, targets_;
-  std::unique_ptr<sim::LinearFactory<float>> factory_;
+  std::shared_ptr<sim::quant::QuantRuntime> quant_;
+  std::unique_ptr<TrainingLinearFactory> factory_;
   std::unique_ptr<models::NemotronH<float>> model_;
   std::unique_ptr<sim::AdamW> opt_;
   std::unique_ptr<io::RunFile> run_;
+  std::unique_ptr<RunFileStatsSink> stats_;
+  std::unique_ptr<RunFileCaptureSink> capture_;
   TrainState state_;
   std::string last_checkpoint_;
 };
@@ -267,6 +354,18 @@ TrainResult Trainer::run() {
       fmt_count(static_cast<double>(model_->arena().layout().num_params())).c_str(),
       static_cast<long long>(mc.num_hidden_layers), mc.hybrid_override_pattern.c_str(), cfg_.precision.c_str(),
       omp_get_max_threads());
+  {
+    const auto& plan = factory_->recipe_factory().plan();
+    const auto quantized = std::count_if(plan.begin(), plan.end(), [](const auto& e) { return e.quantized; });
+    std::string extra;
+    if (quantized > 0) {
+      extra = ", statistics " + (cfg_.stats_interval > 0 ? "every " + std::to_string(cfg_.stats_interval) + " steps"
+                                                          : std::string("off"));
+      if (cfg_.capture_step > 0) extra += ", capture at step " + std::to_string(cfg_.capture_step);
+    }
+    say("recipe %s: %lld of %zu linears quantized (others %s)%s\n", cfg_.recipe.name.c_str(),
+        static_cast<long long>(quantized), plan.size(), cfg_.recipe.unquantized.c_str(), extra.c_str());
+  }
   say("data: %s; %s train / %s validation tokens\n", data_.stream->describe().c_str(),
       fmt_count(static_cast<double>(data_.split.train_end - data_.split.train_begin)).c_str(),
       fmt_count(static_cast<double>(data_.split.val_end - data_.split.val_begin)).c_str());
@@ -300,13 +399,23 @@ TrainResult Trainer::run() {
     if (hooks_.before_step) hooks_.before_step(s, *model_);
     const auto t0 = Clock::now();
 
-    // Forward and backward over the micro-batches; gradients add up.
+    // Forward and backward over the micro-batches; gradients add up. The
+    // quantized linears learn the step and micro-batch (random streams,
+    // tensor references) and whether to record statistics or capture.
+    const bool stats = cfg_.stats_step(s + 1), capture = cfg_.capture_step == s + 1;
+    if (capture) run_->leave_swmr();  // many new tensors: out of SWMR mode for this step
     model_->arena().zero_grad();
     double loss = 0;
     for (int64_t m = 0; m < cfg_.grad_accum; ++m) {
+      quant_->begin({s + 1, m, stats, capture && m == 0});
       sampler_->next(tokens_.data(), targets_.data(), cfg_.batch_size);
       loss += model_->forward(tokens_.data(), targets_.data(), cfg_.batch_size, cfg_.seq_len);
       model_->backward();
+    }
+    if (capture) {
+      run_->start_swmr();
+      say("captured %lld operands of step %lld into %s:/capture/step_%lld\n", static_cast<long long>(capture_->tensors()),
+          static_cast<long long>(s + 1), run_path().c_str(), static_cast<long long>(s + 1));
     }
     loss /= static_cast<double>(cfg_.grad_accum);
     const double inv_accum = 1.0 / static_cast<double>(cfg_.grad_accum);
@@ -355,6 +464,7 @@ TrainResult Trainer::run() {
       run_->append("/train/tokens_per_s", tps);
       run_->append("/train/tokens", state_.tokens_seen);
       run_->append("/train/elapsed_s", state_.elapsed_s + seconds_since(session_start));
+      append_param_norms(inv_accum);
       run_->flush();
       window_s = 0;
       window_tokens = 0;

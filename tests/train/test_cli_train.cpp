@@ -80,8 +80,8 @@ class Child {
   void signal(int sig) { ::kill(pid_, sig); }
   Result finish(int timeout_s = 60) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    while (std::chrono::steady_clock::now() < end && read_some(1000)) {
-    }
+    // Until EOF (a quiet second is not the end: the child may be busy).
+    while (std::chrono::steady_clock::now() < end && !eof_) read_some(1000);
     int st = 0;
     ::waitpid(pid_, &st, 0);
     pid_ = -1;
@@ -99,12 +99,16 @@ class Child {
     if (::poll(&p, 1, timeout_ms) <= 0) return false;
     char buf[4096];
     const ssize_t n = ::read(fd_, buf, sizeof buf);
-    if (n <= 0) return false;
+    if (n <= 0) {
+      eof_ = true;
+      return false;
+    }
     out_.append(buf, static_cast<size_t>(n));
     return true;
   }
   pid_t pid_ = -1;
   int fd_ = -1;
+  bool eof_ = false;
   std::string out_;
 };
 
@@ -141,7 +145,7 @@ steps = t["step"][:]
 assert all(steps[i] < steps[i + 1] for i in range(n - 1))
 for a in ("schema_version", "exmy_version", "git_commit", "config", "seed", "start_time", "host"):
     assert a in f.attrs, a
-assert int(f.attrs["schema_version"]) == 1
+assert int(f.attrs["schema_version"]) == 2
 assert "[train]" in f.attrs["config"] and "[model]" in f.attrs["config"]
 e = f["eval"]["step"].shape[0] if "eval" in f else 0
 print(n, e)
@@ -167,6 +171,33 @@ TEST(CliTrain, RunFileIsReadableByH5py) {
   EXPECT_EQ(check_run_file(d, d / "run/run.h5", false), "5 2\n");  // steps 1, 5, 10, 15, 20; evals 10, 20
   EXPECT_TRUE(fs::exists(d / "run/config.ini"));
   EXPECT_TRUE(fs::exists(d / "run/checkpoints/step_00000020.h5"));
+}
+
+// docs/hdf5-schema.md against a real run file: a quantized run (ue5m3-b16,
+// the last block in BF16, two micro-batches) with statistics, a capture
+// step and a resume, checked by tests/train/check_schema.py, which parses
+// the document's tables and reads the file with h5py.
+TEST(CliTrain, RunFileMatchesTheSchemaDocument) {
+  if (!have_h5py()) GTEST_SKIP() << "needs /usr/bin/python3 with h5py (Debian python3-h5py)";
+  TempDir d;
+  std::vector<std::string> a =
+      train_args(d / "run", {"train.steps=3", "train.batch_size=2", "train.seq_len=16", "train.grad_accum=2",
+                             "train.eval_batches=1", "train.log_interval=2", "train.eval_interval=2",
+                             "train.checkpoint_interval=3", "recipe.keep_last_bf16=1"});
+  for (const char* x : {"--recipe", "ue5m3-b16", "--capture-step", "2"}) a.push_back(x);
+  const Result r = run(a);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("captured 60 operands of step 2"), std::string::npos) << r.out;  // 10 of 12 linears
+  const Result r2 = run({kExmy, "train", "--resume", d / "run", "--steps", "4"});
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  const Result c = run({kPython, std::string(EXMY_SOURCE_DIR) + "/tests/train/check_schema.py",
+                        std::string(EXMY_SOURCE_DIR) + "/docs/hdf5-schema.md", d / "run/run.h5",
+                        "always,quantized,capture,synthetic,resumed"});
+  EXPECT_EQ(c.status, 0) << c.out;
+  EXPECT_EQ(c.out.rfind("ok: ", 0), 0u) << c.out;
+  // Rows of every statistics step: 1, 2, 3 (the first session's last) and 4, two micro-batches each.
+  EXPECT_EQ(io::read_run_column(d / "run/run.h5", "/quant/layers.0.mixer.in_proj/wgrad/wgrad-dy/step"),
+            (std::vector<double>{1, 1, 2, 2, 3, 3, 4, 4}));
 }
 
 TEST(CliTrain, SigintWritesACheckpointAndTheRunResumes) {
@@ -260,6 +291,30 @@ TEST(CliTrain, BadInputGetsOneLineErrors) {
   expect_one_line_error({kExmy, "train", "--config", d / "nope.ini", "--out", d / "e"}, "cannot open configuration");
   expect_one_line_error({kExmy, "train", "--resume", d / "nothing"}, "no run to resume");
   expect_one_line_error({kExmy, "prepare-data", "--out", d / "f", d / "no-such-text"}, "does not exist");
+  // Bad recipes are refused at start, naming the key.
+  auto with = [&](const std::string& out, std::vector<std::string> extra, std::vector<std::string> sets = {}) {
+    std::vector<std::string> a = train_args(d / out, sets);
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  expect_one_line_error(with("r1", {"--recipe", "no-such-recipe"}), "train.recipe: unknown recipe 'no-such-recipe'");
+  expect_one_line_error(with("r2", {"--recipe", "te-nvfp4"}, {"recipe.all.round=sometimes"}),
+                        "recipe.all.round=sometimes: all.round: unknown rounding mode 'sometimes'");
+  expect_one_line_error(with("r3", {}, {"recipe.gemm.bogus=1"}), "gemm.bogus: unknown key");
+  expect_one_line_error(with("r4", {"--recipe", "nvfp4-no-rht-all"}, {"recipe.wgrad-x.rht=true"}),
+                        "recipe.wgrad-x.rht=true: recipe 'nvfp4-no-rht-all': wgrad");
+  {
+    std::ofstream(d / "bad.ini") << "[recipe]\nlayers = all\n[all]\nelem = e2m1\nbogus = 3\n";
+    expect_one_line_error(with("r5", {"--recipe", d / "bad.ini"}), "(" + (d / "bad.ini") + ":5): all.bogus: unknown knob");
+  }
+  // The RHT along K = 15 tokens (wgrad): refused before the run starts.
+  expect_one_line_error(with("r6", {"--recipe", "te-nvfp4"}, {"recipe.keep_last_bf16=0", "train.seq_len=15",
+                                                              "train.batch_size=1"}),
+                        "wgrad-dy has rht = true, which needs K a multiple of 16, but K is train.batch_size x "
+                        "train.seq_len = 15");
+  EXPECT_FALSE(fs::exists(d / "r6/run.h5"));
+  expect_one_line_error(with("r7", {"--capture-step", "0"}), "--capture-step must be positive");
+  expect_one_line_error(with("r8", {}, {"train.stats_interval=-1"}), "train.stats_interval");
   // NaN: a learning rate no model survives. Progress lines come first; the
   // last line is the error.
   const Result r = run(train_args(d / "g", {"optim.lr=1e6", "optim.grad_clip=0", "optim.schedule=constant",

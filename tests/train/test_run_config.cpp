@@ -78,7 +78,8 @@ TEST(RunConfig, UnknownKeysAreRejectedByName) {
 TEST(RunConfig, BadValuesAndShapesAreOneLineErrors) {
   expect_error([] { parse_run_config("", "f", {"train.steps=abc"}); }, "train.steps: bad value 'abc'");
   expect_error([] { parse_run_config("", "f", {"train.steps=0"}); }, "train.steps = 0 must be at least 1");
-  expect_error([] { parse_run_config("", "f", {"train.precision=fp8"}); }, "unknown precision policy 'fp8'");
+  expect_error([] { parse_run_config("", "f", {"train.precision=fp8"}); },
+               "train.precision: bad value 'fp8' (expected fp32 or bf16)");
   expect_error([] { parse_run_config("", "f", {"optim.schedule=step"}); }, "unknown schedule 'step'");
   expect_error([] { parse_run_config("", "f", {"optim.lr=nan"}); }, "optim.lr");
   expect_error([] { parse_run_config("", "f", {"model.hybrid_override_pattern=MXM"}); }, "unknown layer letter 'X'");

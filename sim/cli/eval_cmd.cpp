@@ -1,0 +1,210 @@
+// `exmy eval`: quantized-inference evaluation of a run's checkpoint
+// (sim/eval/quant_eval.hpp, docs/eval.md).
+//
+//   exmy eval CHECKPOINT|RUN_DIR --recipe R --policy P [--policy P2 ...] [--batches N]
+//             [--set key=value ...] [--name NAME] [--no-write]
+//
+// The validation loss with the forward pass quantized by recipe R under the
+// activation-scale policy P (current | replay:D | calibrated:N), one line per
+// policy, and one row per policy appended to the run file's
+// /eval/NAME/POLICY group (NAME: the recipe's name unless --name).
+#include <boost/program_options.hpp>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "formats/error.hpp"
+#include "sim/cli/commands.hpp"
+#include "sim/eval/quant_eval.hpp"
+#include "sim/io/h5.hpp"
+#include "sim/io/run_file.hpp"
+#include "sim/quant/recipe.hpp"
+#include "sim/train/checkpoint.hpp"
+#include "sim/train/run_config.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace exmy::cli {
+namespace {
+
+struct Target {
+  std::string checkpoint;
+  std::string run_file;  // empty: none found
+};
+
+// A run directory (its newest checkpoint and run.h5) or a checkpoint file
+// (and the run.h5 of the run directory it sits in, if any).
+Target resolve_target(const std::string& path) {
+  Target t;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error("'" + path + "' does not exist (expected a checkpoint or a run directory)");
+  fs::path run_dir;
+  if (fs::is_directory(path, ec)) {
+    const auto ckpts = train::list_checkpoints((fs::path(path) / "checkpoints").string());
+    if (ckpts.empty()) throw Error("run directory '" + path + "' has no checkpoint (checkpoints/ is empty or absent)");
+    t.checkpoint = ckpts.back();
+    run_dir = path;
+  } else {
+    t.checkpoint = path;
+    const fs::path parent = fs::path(path).parent_path();
+    if (parent.filename() == "checkpoints") run_dir = parent.parent_path();
+  }
+  if (!run_dir.empty() && fs::exists(run_dir / "run.h5", ec)) t.run_file = (run_dir / "run.h5").string();
+  return t;
+}
+
+// The trainer's validation loss at `step`, from the run file (NaN: none).
+double trainer_val_loss(const std::string& run_file, int64_t step) {
+  if (run_file.empty()) return NAN;
+  try {
+    const auto steps = io::read_run_column(run_file, "/eval/step");
+    const auto loss = io::read_run_column(run_file, "/eval/loss");
+    for (size_t i = 0; i < steps.size() && i < loss.size(); ++i)
+      if (static_cast<int64_t>(steps[i]) == step) return loss[i];
+  } catch (const Error&) {
+  }
+  return NAN;
+}
+
+}  // namespace
+
+int cmd_eval(const Args& args) {
+  po::options_description desc(
+      "exmy eval: validation loss of a checkpoint with the forward pass quantized by a recipe\n\n"
+      "usage: exmy eval CHECKPOINT|RUN_DIR --recipe R --policy P [--policy P2 ...] [--batches N]\n"
+      "                 [--set key=value ...] [--name NAME] [--no-write]\n\n"
+      "Policies (the activation tensor scale of every quantized linear; weight amaxes are\n"
+      "measured once at load and frozen):\n"
+      "  current        each call's own amax\n"
+      "  replay:D       sampled on evaluation batch 1, D+1, 2D+1, ... and held (cold start)\n"
+      "  calibrated:N   the largest amax over the first N training windows of the run's sampler,\n"
+      "                 run unquantized, then frozen\n"
+      "Rows go to the run file's /eval/NAME/POLICY group (docs/eval.md).\n\noptions");
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help")
+    ("target", po::value<std::string>(), "checkpoint file or run directory (its newest checkpoint)")
+    ("recipe", po::value<std::string>(), "recipe name (experiments/recipes/NAME.ini) or file")
+    ("policy", po::value<std::vector<std::string>>()->composing(), "activation-scale policy (repeatable); default current")
+    ("batches", po::value<int64_t>()->default_value(0), "validation batches of train.batch_size sequences (0: the run's train.eval_batches)")
+    ("set", po::value<std::vector<std::string>>()->composing(),
+     "override: recipe.SECTION.KNOB=VALUE for the recipe, section.key=value for the run configuration (repeatable)")
+    ("name", po::value<std::string>(), "name of the /eval subgroup (default: the recipe's name)")
+    ("no-write", "print only; append nothing to the run file");
+  // clang-format on
+  po::positional_options_description pos;
+  pos.add("target", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  if (!vm.count("target")) throw Error("exmy eval needs a checkpoint or a run directory (exmy eval --help)");
+  if (!vm.count("recipe")) throw Error("exmy eval needs --recipe NAME|FILE (the fp32 recipe gives the unquantized loss)");
+  const Target target = resolve_target(vm["target"].as<std::string>());
+
+  // --set: recipe.* keys go to the recipe, the rest to the run configuration.
+  std::vector<std::string> run_sets, recipe_sets;
+  if (vm.count("set"))
+    for (const auto& s : vm["set"].as<std::vector<std::string>>()) (s.starts_with("recipe.") ? recipe_sets : run_sets).push_back(s);
+  const train::RunConfig cfg =
+      train::parse_run_config(train::checkpoint_config(target.checkpoint), target.checkpoint, run_sets);
+  sim::quant::Recipe recipe = sim::quant::load_recipe(vm["recipe"].as<std::string>());
+  for (const auto& s : recipe_sets) sim::quant::apply_recipe_override(recipe, s);
+  recipe = eval::run_recipe(cfg, std::move(recipe));
+  std::vector<eval::ActPolicy> policies;
+  if (vm.count("policy"))
+    for (const auto& p : vm["policy"].as<std::vector<std::string>>()) policies.push_back(eval::parse_act_policy(p));
+  if (policies.empty()) policies.push_back(eval::ActPolicy{});
+  const std::string name = vm.count("name") ? vm["name"].as<std::string>() : recipe.name;
+  for (const auto& p : policies) eval::eval_group(name, p);  // checks the name
+  const bool write = !vm.count("no-write") && !target.run_file.empty();
+  const std::string recipe_text = sim::quant::recipe_to_ini(recipe);
+
+  // Rows of another recipe under the same name would be mixed up: refuse.
+  if (write) {
+    const auto prev = io::read_run_attribute(target.run_file, eval::eval_recipe_attribute(name));
+    if (prev && *prev != recipe_text)
+      throw Error("run file '" + target.run_file + "' already holds /eval/" + name +
+                  " rows of a different recipe text (give --name to file these apart)");
+  }
+
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  const eval::EvalData data = eval::open_eval_data(cfg);
+  const eval::EvalBatches vb = eval::validation_batches(cfg, data, vm["batches"].as<int64_t>());
+
+  // Everything that can fail on the user's input fails here, before the
+  // first line is printed (one-line errors): the calibration windows of each
+  // calibrated:N; the recipe against the model and the checkpoint (the
+  // first model below, before its header line).
+  std::vector<std::vector<int32_t>> calibration(policies.size());
+  for (size_t i = 0; i < policies.size(); ++i)
+    if (policies[i].kind == eval::ActPolicy::Kind::calibrated)
+      calibration[i] = eval::calibration_sequences(cfg, data, policies[i].n);
+
+  // The run file is opened before evaluating: a file a live run holds
+  // fails here, not after the results are printed.
+  std::unique_ptr<io::RunFile> run;
+  if (write) {
+    try {
+      run = io::RunFile::open_append(target.run_file);
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + " (is a training run writing it?)");
+    }
+  }
+
+  std::vector<eval::EvalResult> results;
+  for (size_t i = 0; i < policies.size(); ++i) {
+    const eval::ActPolicy& p = policies[i];
+    eval::QuantEvalModel m(cfg, recipe, p);
+    eval::EvalResult r;
+    r.step = m.load_checkpoint(target.checkpoint);
+    r.name = name;
+    r.policy = p;
+    if (results.empty()) {
+      std::printf("exmy eval: %s (step %lld), model %s, recipe %s (%lld linears quantized), %lld batches x %lld x %lld "
+                  "tokens, %d threads\n",
+                  target.checkpoint.c_str(), static_cast<long long>(r.step), cfg.model_name.c_str(), recipe.name.c_str(),
+                  static_cast<long long>(m.quantized_linears()), static_cast<long long>(vb.batches),
+                  static_cast<long long>(cfg.batch_size), static_cast<long long>(cfg.seq_len), omp_get_max_threads());
+      if (m.scaled_activations() < m.quantized_linears())
+        std::printf("  the policy acts on %lld of them (the others' activations have no tensor scale in this recipe)\n",
+                    static_cast<long long>(m.scaled_activations()));
+    }
+    if (p.kind == eval::ActPolicy::Kind::calibrated) {
+      m.calibrate(calibration[i], cfg.seq_len, cfg.batch_size);
+      r.calibration_sequences = p.n;
+    }
+    const auto res = m.evaluate(vb);
+    r.loss = res.loss;
+    r.batches = vb.batches;
+    r.tokens = res.tokens;
+    std::printf("  %-16s val loss %.6f nats/token (%.4f bits/token)", eval::act_policy_name(p).c_str(), r.loss,
+                r.loss / std::log(2.0));
+    const double base = trainer_val_loss(target.run_file, r.step);
+    if (std::isfinite(base) && vb.batches == std::min(cfg.eval_batches, data.val_windows / cfg.batch_size))
+      std::printf(" | training's validation loss %.6f (%+.6f)", base, r.loss - base);
+    std::printf("\n");
+    results.push_back(r);
+  }
+
+  if (!write) {
+    std::printf(target.run_file.empty() ? "no run file next to the checkpoint: nothing written\n"
+                                        : "--no-write: nothing written\n");
+    return 0;
+  }
+  run->set_attribute(eval::eval_recipe_attribute(name), recipe_text);
+  for (const auto& r : results) eval::append_eval_row(*run, r);
+  run->close();
+  std::printf("appended %zu row%s to %s:/eval/%s/\n", results.size(), results.size() == 1 ? "" : "s",
+              target.run_file.c_str(), name.c_str());
+  return 0;
+}
+
+}  // namespace exmy::cli

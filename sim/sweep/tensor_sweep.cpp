@@ -1,0 +1,552 @@
+#include "sim/sweep/tensor_sweep.hpp"
+
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "formats/error.hpp"
+#include "formats/spec.hpp"
+#include "sim/io/h5.hpp"
+#include "sim/io/tensor_io.hpp"
+#include "sim/quant/ini.hpp"
+#include "sim/sweep/runner.hpp"
+#include "sim/sweep/sweep.hpp"
+
+namespace exmy::sweep {
+namespace fs = std::filesystem;
+using io::h5::Handle;
+
+namespace {
+
+const std::vector<std::string>& knob_names() {
+  static const std::vector<std::string> k = {"format", "elem",  "scale", "block",      "scale-rule", "tensor-amax",
+                                             "scale-target", "round", "sr-bits", "seed", "stream", "arith",
+                                             "zero-scale", "saturate", "rht", "rht-signs"};
+  return k;
+}
+
+uint64_t parse_u64(const std::string& what, const std::string& s) {
+  uint64_t v = 0;
+  int base = 10;
+  std::string_view t = s;
+  if (t.size() > 2 && t[0] == '0' && (t[1] == 'x' || t[1] == 'X')) {
+    base = 16;
+    t.remove_prefix(2);
+  }
+  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v, base);
+  if (t.empty() || ec != std::errc() || p != t.data() + t.size())
+    throw Error("bad " + what + " '" + s + "' (expected an unsigned 64-bit integer)");
+  return v;
+}
+
+bool parse_on_off(const std::string& what, const std::string& s) {
+  if (s == "on" || s == "true" || s == "1" || s == "yes") return true;
+  if (s == "off" || s == "false" || s == "0" || s == "no") return false;
+  throw Error("bad " + what + " '" + s + "' (expected on or off)");
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string num(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string block_text(const QuantSpec& s) { return std::to_string(s.block_rows) + "x" + std::to_string(s.block_cols); }
+std::string amax_text(const QuantSpec& s) {
+  if (s.amax_kind == AmaxKind::none) return "none";
+  if (s.amax_kind == AmaxKind::current) return "auto";
+  return num(s.amax_value);
+}
+
+// The recorded QuantSpec of a captured tensor (capture_attributes in
+// sim/train/quant_io.cpp), when the dataset carries one.
+std::optional<QuantSpec> recorded_spec(hid_t ds) {
+  using namespace io::h5;
+  const auto elem = read_string_attribute(ds, "elem");
+  if (!elem) return std::nullopt;
+  try {
+    std::vector<std::pair<std::string, std::string>> k;
+    k.emplace_back("elem", *elem);
+    for (const char* name : {"scale", "block", "scale_rule", "arith", "round", "zero_scale", "rht_signs"})
+      if (auto v = read_string_attribute(ds, name)) k.emplace_back(name, *v);
+    if (auto v = read_int_attribute(ds, "sr_bits")) k.emplace_back("sr-bits", std::to_string(*v));
+    if (auto v = read_int_attribute(ds, "saturate")) k.emplace_back("saturate", *v ? "on" : "off");
+    if (auto v = read_int_attribute(ds, "rht")) k.emplace_back("rht", *v ? "on" : "off");
+    if (auto v = read_double_attribute(ds, "scale_target"); v && !std::isnan(*v)) k.emplace_back("scale-target", num(*v));
+    if (auto v = read_string_attribute(ds, "tensor_amax")) {
+      if (*v == "given") {
+        const auto a = read_double_attribute(ds, "tensor_amax_value");
+        if (!a) return std::nullopt;
+        k.emplace_back("tensor-amax", num(*a));
+      } else {
+        k.emplace_back("tensor-amax", *v);
+      }
+    }
+    QuantSpec s = spec_from_knobs(k);
+    // seed and stream are uint64 attributes
+    for (const char* name : {"seed", "stream"}) {
+      if (H5Aexists(ds, name) <= 0) continue;
+      Handle a(H5Aopen(ds, name, H5P_DEFAULT), H5Aclose);
+      uint64_t v = 0;
+      if (H5Aread(a.get(), H5T_NATIVE_UINT64, &v) < 0) return std::nullopt;
+      (std::string(name) == "seed" ? s.seed : s.stream) = v;
+    }
+    return s;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+struct Visit {
+  std::vector<std::string> datasets;
+};
+herr_t visit_cb(hid_t, const char* name, const H5O_info_t* info, void* self) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<Visit*>(self)->datasets.push_back(name);
+  return 0;
+}
+
+bool is_2d_f32(hid_t f, const std::string& path) {
+  Handle d(H5Dopen2(f, path.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d.valid()) return false;
+  Handle t(H5Dget_type(d.get()), H5Tclose);
+  Handle s(H5Dget_space(d.get()), H5Sclose);
+  return H5Tget_class(t.get()) == H5T_FLOAT && H5Tget_size(t.get()) == 4 &&
+         H5Sget_simple_extent_ndims(s.get()) == 2;
+}
+
+// Variable-length UTF-8 strings, one per element.
+void write_strings(hid_t loc, const std::string& path, const std::vector<std::string>& v, hid_t lcpl) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  const hsize_t n = v.size();
+  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Handle d(H5Dcreate2(loc, path.c_str(), type.get(), space.get(), lcpl, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  std::vector<const char*> p;
+  for (const auto& s : v) p.push_back(s.c_str());
+  if (!d.valid() || (n > 0 && H5Dwrite(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data()) < 0))
+    throw Error("cannot write dataset '" + path + "'");
+}
+template <class T>
+void write_column(hid_t loc, const std::string& path, const std::vector<T>& v, hid_t lcpl) {
+  const hid_t file_type = std::is_same_v<T, double> ? H5T_IEEE_F64LE
+                          : std::is_same_v<T, int64_t> ? H5T_STD_I64LE
+                                                      : H5T_STD_U64LE;
+  const hid_t mem_type = std::is_same_v<T, double> ? H5T_NATIVE_DOUBLE
+                         : std::is_same_v<T, int64_t> ? H5T_NATIVE_INT64
+                                                     : H5T_NATIVE_UINT64;
+  const hsize_t n = v.size();
+  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Handle d(H5Dcreate2(loc, path.c_str(), file_type, space.get(), lcpl, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  if (!d.valid() || (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0))
+    throw Error("cannot write dataset '" + path + "'");
+}
+
+}  // namespace
+
+std::string canonical_knob(const std::string& knob) {
+  std::string k = knob;
+  for (char& c : k)
+    if (c == '_') c = '-';
+  for (const auto& n : knob_names())
+    if (n == k) return k;
+  std::string all;
+  for (const auto& n : knob_names()) all += (all.empty() ? "" : ", ") + n;
+  throw Error("unknown knob '" + knob + "' (expected one of " + all + ")");
+}
+
+QuantSpec spec_from_knobs(const std::vector<std::pair<std::string, std::string>>& knobs) {
+  QuantSpec s;
+  bool have_elem = false;
+  for (const auto& [raw, v] : knobs) {
+    const std::string k = canonical_knob(raw);
+    if (k == "format") {
+      // ELEM[/SCALE[/BLOCK]]
+      std::vector<std::string> parts;
+      size_t a = 0;
+      for (;;) {
+        const size_t p = v.find('/', a);
+        parts.push_back(v.substr(a, p == std::string::npos ? std::string::npos : p - a));
+        if (p == std::string::npos) break;
+        a = p + 1;
+      }
+      if (parts.size() > 3 || parts[0].empty())
+        throw Error("bad format '" + v + "' (expected ELEM[/SCALE[/BLOCK]], e.g. e2m1/ue5m3/1x16)");
+      s.elem = parse_format(parts[0]);
+      have_elem = true;
+      if (parts.size() > 1) {
+        if (parts[1] == "none") s.scale.reset();
+        else s.scale = parse_format(parts[1]);
+      }
+      if (parts.size() > 2) parse_block(parts[2], s.block_rows, s.block_cols);
+    } else if (k == "elem") {
+      s.elem = parse_format(v);
+      have_elem = true;
+    } else if (k == "scale") {
+      if (v == "none") s.scale.reset();
+      else s.scale = parse_format(v);
+    } else if (k == "block") {
+      parse_block(v, s.block_rows, s.block_cols);
+    } else if (k == "scale-rule") {
+      s.rule = parse_scale_rule(v);
+    } else if (k == "tensor-amax") {
+      parse_tensor_amax(v, s.amax_kind, s.amax_value);
+    } else if (k == "scale-target") {
+      if (v == "default") s.scale_target.reset();
+      else {
+        try {
+          size_t used = 0;
+          s.scale_target = std::stod(v, &used);
+          if (used != v.size()) throw Error("");
+        } catch (const std::exception&) {
+          throw Error("bad scale-target '" + v + "' (expected a number or default)");
+        }
+      }
+    } else if (k == "round") {
+      s.round = parse_round(v);
+    } else if (k == "sr-bits") {
+      const uint64_t b = parse_u64("sr-bits", v);
+      if (b < 1 || b > 32) throw Error("bad sr-bits '" + v + "' (expected 1..32)");
+      s.sr_bits = static_cast<int>(b);
+    } else if (k == "seed") {
+      s.seed = parse_u64("seed", v);
+    } else if (k == "stream") {
+      s.stream = parse_u64("stream", v);
+    } else if (k == "arith") {
+      s.arith = parse_arith(v);
+    } else if (k == "zero-scale") {
+      s.zero_scale = parse_zero_scale(v);
+    } else if (k == "saturate") {
+      s.saturate = parse_on_off("saturate", v);
+    } else if (k == "rht") {
+      s.rht = parse_on_off("rht", v);
+    } else if (k == "rht-signs") {
+      const uint64_t m = parse_u64("rht-signs", v);
+      if (m > 0xffff) throw Error("bad rht-signs '" + v + "' (expected a 16-bit mask)");
+      s.rht_signs = static_cast<uint16_t>(m);
+    }
+  }
+  if (!have_elem) throw Error("a combination needs an element format (elem or format)");
+  s.validate();
+  return s;
+}
+
+std::vector<Combo> expand_families(const std::vector<std::pair<std::string, Family>>& families) {
+  std::vector<Combo> out;
+  std::set<std::string> names;
+  for (const auto& [fname, fam] : families) {
+    int64_t n = 1;
+    for (const auto& [k, vals] : fam) {
+      if (vals.empty()) throw Error("family '" + fname + "': no values for " + k);
+      n *= static_cast<int64_t>(vals.size());
+    }
+    if (n > 100000) throw Error("family '" + fname + "' has more than 100000 combinations");
+    for (int64_t i = 0; i < n; ++i) {
+      Combo c;
+      c.family = fname;
+      int64_t rest = i;
+      std::vector<size_t> pos(fam.size());
+      for (size_t a = fam.size(); a-- > 0;) {
+        pos[a] = static_cast<size_t>(rest % static_cast<int64_t>(fam[a].second.size()));
+        rest /= static_cast<int64_t>(fam[a].second.size());
+      }
+      std::string varying;
+      for (size_t a = 0; a < fam.size(); ++a) {
+        const std::string k = canonical_knob(fam[a].first);
+        const std::string& v = fam[a].second[pos[a]];
+        c.knobs.emplace_back(k, v);
+        if (fam[a].second.size() > 1) varying += (varying.empty() ? "" : ",") + k + "=" + v;
+      }
+      c.name = varying.empty() ? fname : fname + ":" + varying;
+      try {
+        c.spec = spec_from_knobs(c.knobs);
+      } catch (const Error& e) {
+        throw Error("combination '" + c.name + "': " + e.what());
+      }
+      if (!names.insert(c.name).second) throw Error("two combinations are named '" + c.name + "'");
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Family>> load_tensor_grid(const std::string& path) {
+  const auto ini = sim::quant::read_ini(path);
+  std::vector<std::pair<std::string, Family>> fams;
+  for (const auto& sec : ini.sections) fams.emplace_back(sec, Family{});
+  for (const auto& e : ini.entries) {
+    const std::string at = path + ":" + std::to_string(e.line);
+    if (e.section.empty()) throw Error(at + ": key '" + e.key + "' before the first [family] section");
+    try {
+      canonical_knob(e.key);
+    } catch (const Error& err) {
+      throw Error(at + ": " + err.what());
+    }
+    for (auto& [name, fam] : fams)
+      if (name == e.section) fam.emplace_back(e.key, split_values(e.value, at + ": " + e.key));
+  }
+  if (fams.empty()) throw Error(path + ": no [family] section");
+  return fams;
+}
+
+std::vector<TensorRef> list_tensors(const std::vector<std::string>& inputs, const std::string& group) {
+  std::vector<TensorRef> out;
+  io::h5::silence_errors();
+  for (const auto& in : inputs) {
+    // file.h5:/dataset, a whole HDF5 file (by its name or its signature), or .npy.
+    std::string file = in, dset;
+    if (io::file_kind(in) == io::FileKind::hdf5) {
+      io::split_h5_path(in, file, dset);
+    } else if (io::file_kind(in) == io::FileKind::npy) {
+      if (!fs::exists(in)) throw Error("'" + in + "' does not exist");
+      out.push_back(TensorRef{in, "", fs::path(in).filename().string()});
+      continue;
+    } else if (!in.ends_with(".h5") && !in.ends_with(".hdf5") &&
+               !(fs::is_regular_file(in) && H5Fis_hdf5(in.c_str()) > 0)) {
+      if (!fs::exists(in)) throw Error("'" + in + "' does not exist");
+      throw Error("'" + in + "' is neither an HDF5 file nor a .npy file");
+    }
+    if (!fs::exists(file)) throw Error("'" + file + "' does not exist");
+    if (!dset.empty()) {
+      out.push_back(TensorRef{file, dset, dset});
+      continue;
+    }
+    Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!f.valid()) throw Error("cannot open '" + file + "' as HDF5");
+    const std::string g = group.empty() || group == "/" ? "/" : (group.front() == '/' ? group : "/" + group);
+    if (g != "/" && H5Lexists(f.get(), g.c_str(), H5P_DEFAULT) <= 0)
+      throw Error("'" + file + "' has no group '" + g + "' (tensors are captured with --set train.capture_step=N; "
+                  "or give --group)");
+    Handle grp(H5Oopen(f.get(), g.c_str(), H5P_DEFAULT), H5Oclose);
+    Visit v;
+    H5Ovisit2(grp.get(), H5_INDEX_NAME, H5_ITER_INC, &visit_cb, &v, H5O_INFO_BASIC);
+    size_t found = 0;
+    for (const auto& rel : v.datasets) {
+      const std::string path = (g == "/" ? "/" : g + "/") + rel;
+      if (!is_2d_f32(f.get(), path)) continue;
+      out.push_back(TensorRef{file, path, inputs.size() > 1 ? file + ":" + path : path});
+      ++found;
+    }
+    if (found == 0) throw Error("'" + file + "' holds no 2-D float32 dataset under '" + g + "'");
+  }
+  return out;
+}
+
+LoadedTensor load_tensor(const TensorRef& t) {
+  LoadedTensor out;
+  io::Tensor x = io::read_tensor(t.dataset.empty() ? t.file : t.file + ":" + t.dataset, 0, 0);
+  if (!x.shape_known || x.rows < 1 || x.cols < 1)
+    throw Error("'" + t.name + "' is not a 2-D tensor");
+  out.data = std::move(x.data);
+  out.rows = x.rows;
+  out.cols = x.cols;
+  if (!t.dataset.empty()) {
+    Handle f(H5Fopen(t.file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    Handle d(H5Dopen2(f.get(), t.dataset.c_str(), H5P_DEFAULT), H5Dclose);
+    if (d.valid()) out.recorded = recorded_spec(d.get());
+  }
+  return out;
+}
+
+TensorSweep run_tensor_sweep(const std::vector<TensorRef>& tensors, const std::vector<Combo>& combos, bool recorded,
+                             int threads) {
+  TensorSweep s;
+  s.tensors = tensors;
+  s.combos = combos;
+  for (size_t ti = 0; ti < tensors.size(); ++ti) {
+    const LoadedTensor x = load_tensor(tensors[ti]);
+    s.shapes.emplace_back(x.rows, x.cols);
+    // threads 0: one thread per 64k elements, at most the cores this process
+    // may use (a pool of threads on a small tensor costs more than it gives;
+    // the results do not depend on the count).
+    const int nthreads =
+        threads > 0 ? threads
+                    : static_cast<int>(std::clamp<int64_t>(x.rows * x.cols / 65536, 1, available_cores()));
+    auto one = [&](size_t ci, const QuantSpec& spec) {
+      TensorResult r;
+      r.tensor = ti;
+      r.combo = ci;
+      r.spec = spec;
+      try {
+        r.info = quantize(spec, x.data.data(), x.rows, x.cols, QuantOutput{nullptr, nullptr, nullptr, &r.stats}, nthreads);
+      } catch (const Error& e) {
+        r.error = e.what();
+        r.stats = QuantStats{};
+      }
+      s.results.push_back(std::move(r));
+    };
+    if (recorded && x.recorded) one(SIZE_MAX, *x.recorded);
+    for (size_t ci = 0; ci < combos.size(); ++ci) one(ci, combos[ci].spec);
+  }
+  return s;
+}
+
+void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const std::string& h5_path) {
+  const std::string pid = std::to_string(::getpid());
+  const std::string csv_tmp = csv_path.empty() ? "" : csv_path + ".tmp-" + pid;
+  const std::string h5_tmp = h5_path.empty() ? "" : h5_path + ".tmp-" + pid;
+  struct Cleanup {
+    std::vector<std::string> files;
+    ~Cleanup() {
+      std::error_code ec;
+      for (const auto& f : files) fs::remove(f, ec);
+    }
+  } cleanup;
+  auto combo_name = [&](const TensorResult& r) { return r.combo == SIZE_MAX ? std::string("recorded") : s.combos[r.combo].name; };
+  auto family = [&](const TensorResult& r) { return r.combo == SIZE_MAX ? std::string("recorded") : s.combos[r.combo].family; };
+
+  if (!csv_path.empty()) {
+    cleanup.files.push_back(csv_tmp);
+    std::ofstream o(csv_tmp, std::ios::binary | std::ios::trunc);
+    o << "tensor,rows,cols,combo,family,elem,scale,block,scale_rule,tensor_amax,scale_target,round,sr_bits,seed,stream,"
+         "arith,zero_scale,saturate,rht,amax,t,elements,nonzero,underflow,saturated,subnormal,blocks,scale_underflow,"
+         "scale_subnormal,scale_saturated,sum_sq,sum_sq_err,sum_err,sum_abs,sqnr_db,relative_mse,relative_bias,"
+         "underflow_fraction,error\n";
+    for (const auto& r : s.results) {
+      const QuantSpec& q = r.spec;
+      const QuantStats& st = r.stats;
+      o << csv_field(s.tensors[r.tensor].name) << "," << s.shapes[r.tensor].first << "," << s.shapes[r.tensor].second
+        << "," << csv_field(combo_name(r)) << "," << csv_field(family(r)) << "," << format_name(q.elem) << ","
+        << (q.scale ? format_name(*q.scale) : "none") << "," << block_text(q) << "," << scale_rule_name(q.rule) << ","
+        << amax_text(q) << "," << (q.scale_target ? num(*q.scale_target) : "") << "," << round_name(q.round) << ","
+        << q.sr_bits << "," << q.seed << "," << q.stream << "," << (q.arith == Arith::fp32 ? "fp32" : "exact") << ","
+        << (q.zero_scale == ZeroScale::one ? "one" : "zero") << "," << (q.saturate ? "on" : "off") << ","
+        << (q.rht ? "on" : "off") << "," << (r.error.empty() ? num(r.info.amax) : "") << ","
+        << (r.error.empty() ? num(r.info.t) : "") << ",";
+      if (r.error.empty()) {
+        o << st.elements << "," << st.nonzero << "," << st.underflow << "," << st.saturated << "," << st.subnormal << ","
+          << st.blocks << "," << st.scale_underflow << "," << st.scale_subnormal << "," << st.scale_saturated << ","
+          << num(st.sum_sq) << "," << num(st.sum_sq_err) << "," << num(st.sum_err) << "," << num(st.sum_abs) << ","
+          << num(st.sqnr_db()) << "," << num(st.relative_mse()) << "," << num(st.relative_bias()) << ","
+          << num(st.underflow_fraction()) << ",\n";
+      } else {
+        o << ",,,,,,,,,,,,,,,,," << csv_field(r.error) << "\n";
+      }
+    }
+    o.close();
+    if (!o) throw Error("cannot write '" + csv_tmp + "'");
+  }
+
+  if (!h5_path.empty()) {
+    io::h5::silence_errors();
+    cleanup.files.push_back(h5_tmp);
+    {
+      Handle f(H5Fcreate(h5_tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+      if (!f.valid()) throw Error("cannot create '" + h5_tmp + "'");
+      Handle lcpl = io::h5::intermediate_groups_lcpl();
+      const hid_t L = lcpl.get();
+      std::vector<std::string> tnames;
+      std::vector<int64_t> trows, tcols;
+      for (size_t i = 0; i < s.tensors.size(); ++i) {
+        tnames.push_back(s.tensors[i].name);
+        trows.push_back(s.shapes[i].first);
+        tcols.push_back(s.shapes[i].second);
+      }
+      write_strings(f.get(), "/tensors/name", tnames, L);
+      write_column(f.get(), "/tensors/rows", trows, L);
+      write_column(f.get(), "/tensors/cols", tcols, L);
+      std::vector<std::string> cnames, cfam;
+      for (const auto& c : s.combos) {
+        cnames.push_back(c.name);
+        cfam.push_back(c.family);
+      }
+      write_strings(f.get(), "/combos/name", cnames, L);
+      write_strings(f.get(), "/combos/family", cfam, L);
+
+      std::vector<int64_t> tensor, combo;
+      std::vector<std::string> cname, elem, scale, block, rule, amax, round, arith, zero, error;
+      std::vector<double> target, amax_used, t;
+      std::vector<int64_t> sr_bits, saturate, rht;
+      std::vector<uint64_t> seed, stream;
+      std::vector<uint64_t> counts[9];
+      std::vector<double> sums[4], derived[4];
+      for (const auto& r : s.results) {
+        const QuantSpec& q = r.spec;
+        const QuantStats& st = r.stats;
+        tensor.push_back(static_cast<int64_t>(r.tensor));
+        combo.push_back(r.combo == SIZE_MAX ? -1 : static_cast<int64_t>(r.combo));
+        cname.push_back(combo_name(r));
+        elem.push_back(format_name(q.elem));
+        scale.push_back(q.scale ? format_name(*q.scale) : "none");
+        block.push_back(block_text(q));
+        rule.push_back(std::string(scale_rule_name(q.rule)));
+        amax.push_back(amax_text(q));
+        target.push_back(q.scale_target ? *q.scale_target : NAN);
+        round.push_back(std::string(round_name(q.round)));
+        sr_bits.push_back(q.sr_bits);
+        seed.push_back(q.seed);
+        stream.push_back(q.stream);
+        arith.push_back(q.arith == Arith::fp32 ? "fp32" : "exact");
+        zero.push_back(q.zero_scale == ZeroScale::one ? "one" : "zero");
+        saturate.push_back(q.saturate ? 1 : 0);
+        rht.push_back(q.rht ? 1 : 0);
+        error.push_back(r.error);
+        amax_used.push_back(r.error.empty() ? r.info.amax : NAN);
+        t.push_back(r.error.empty() ? static_cast<double>(r.info.t) : NAN);
+        const uint64_t c[9] = {st.elements, st.nonzero,         st.underflow,       st.saturated,      st.subnormal,
+                               st.blocks,   st.scale_underflow, st.scale_subnormal, st.scale_saturated};
+        for (int i = 0; i < 9; ++i) counts[i].push_back(c[i]);
+        const double d[4] = {st.sum_sq, st.sum_sq_err, st.sum_err, st.sum_abs};
+        for (int i = 0; i < 4; ++i) sums[i].push_back(r.error.empty() ? d[i] : NAN);
+        const double e[4] = {st.sqnr_db(), st.relative_mse(), st.relative_bias(), st.underflow_fraction()};
+        for (int i = 0; i < 4; ++i) derived[i].push_back(r.error.empty() ? e[i] : NAN);
+      }
+      const hid_t F = f.get();
+      write_column(F, "/results/tensor", tensor, L);
+      write_column(F, "/results/combo", combo, L);
+      write_strings(F, "/results/combo_name", cname, L);
+      write_strings(F, "/results/elem", elem, L);
+      write_strings(F, "/results/scale", scale, L);
+      write_strings(F, "/results/block", block, L);
+      write_strings(F, "/results/scale_rule", rule, L);
+      write_strings(F, "/results/tensor_amax", amax, L);
+      write_column(F, "/results/scale_target", target, L);
+      write_strings(F, "/results/round", round, L);
+      write_column(F, "/results/sr_bits", sr_bits, L);
+      write_column(F, "/results/seed", seed, L);
+      write_column(F, "/results/stream", stream, L);
+      write_strings(F, "/results/arith", arith, L);
+      write_strings(F, "/results/zero_scale", zero, L);
+      write_column(F, "/results/saturate", saturate, L);
+      write_column(F, "/results/rht", rht, L);
+      write_strings(F, "/results/error", error, L);
+      write_column(F, "/results/amax", amax_used, L);
+      write_column(F, "/results/t", t, L);
+      const char* cn[9] = {"elements", "nonzero", "underflow", "saturated", "subnormal",
+                           "blocks", "scale_underflow", "scale_subnormal", "scale_saturated"};
+      for (int i = 0; i < 9; ++i) write_column(F, std::string("/results/") + cn[i], counts[i], L);
+      const char* sn[4] = {"sum_sq", "sum_sq_err", "sum_err", "sum_abs"};
+      for (int i = 0; i < 4; ++i) write_column(F, std::string("/results/") + sn[i], sums[i], L);
+      const char* dn[4] = {"sqnr_db", "relative_mse", "relative_bias", "underflow_fraction"};
+      for (int i = 0; i < 4; ++i) write_column(F, std::string("/results/") + dn[i], derived[i], L);
+      Handle root(H5Gopen2(F, "/", H5P_DEFAULT), H5Gclose);
+      io::h5::write_attribute(root.get(), "schema", std::string("exmy sweep-tensors 1"));
+    }
+  }
+  std::error_code ec;
+  if (!csv_path.empty()) {
+    fs::rename(csv_tmp, csv_path, ec);
+    if (ec) throw Error("cannot write '" + csv_path + "': " + ec.message());
+  }
+  if (!h5_path.empty()) {
+    fs::rename(h5_tmp, h5_path, ec);
+    if (ec) throw Error("cannot write '" + h5_path + "': " + ec.message());
+  }
+  cleanup.files.clear();
+}
+
+}  // namespace exmy::sweep

@@ -1,0 +1,206 @@
+#include "sim/train/quant_io.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "formats/error.hpp"
+#include "formats/spec.hpp"
+#include "sim/io/h5.hpp"
+
+namespace exmy::train {
+
+using io::ElemType;
+using sim::quant::CallKey;
+using sim::quant::Gemm;
+using sim::quant::Role;
+
+// ---------------------------------------------------------------------------
+// Statistics
+// ---------------------------------------------------------------------------
+
+RunFileStatsSink::LayerPaths& RunFileStatsSink::paths(std::string_view layer) {
+  auto it = layers_.find(layer);
+  if (it != layers_.end()) return it->second;
+  LayerPaths p;
+  const std::string name(layer);
+  for (Role r : sim::quant::kRoles) {
+    const std::string tail = name + "/" + std::string(sim::quant::gemm_name(sim::quant::role_gemm(r))) + "/" +
+                             std::string(sim::quant::role_name(r));
+    Group& q = p.operand[static_cast<size_t>(r)];
+    q.step = "/quant/" + tail + "/step";
+    q.micro_batch = "/quant/" + tail + "/micro_batch";
+    for (const auto& f : sim::quant::operand_fields()) q.fields.push_back("/quant/" + tail + "/" + f.name);
+    Group& h = p.hist[static_cast<size_t>(r)];
+    h.step = "/hist/" + tail + "/step";
+    h.micro_batch = "/hist/" + tail + "/micro_batch";
+    h.fields = {"/hist/" + tail + "/counts"};
+  }
+  for (Gemm g : {Gemm::fprop, Gemm::dgrad, Gemm::wgrad}) {
+    const std::string tail = name + "/" + std::string(sim::quant::gemm_name(g));
+    Group& m = p.gemm[static_cast<size_t>(g)];
+    m.step = "/gemm/" + tail + "/step";
+    m.micro_batch = "/gemm/" + tail + "/micro_batch";
+    for (const auto& f : sim::quant::gemm_fields()) m.fields.push_back("/gemm/" + tail + "/" + f.name);
+  }
+  return layers_.emplace(name, std::move(p)).first->second;
+}
+
+void RunFileStatsSink::declare_layer(const LayerPaths& p) {
+  auto group = [&](const Group& g) {
+    run_.declare(g.step, ElemType::i64, 0, kStatsChunkRows);
+    run_.declare(g.micro_batch, ElemType::i64, 0, kStatsChunkRows);
+  };
+  for (size_t r = 0; r < p.operand.size(); ++r) {
+    group(p.operand[r]);
+    const auto& fields = sim::quant::operand_fields();
+    for (size_t i = 0; i < fields.size(); ++i)
+      run_.declare(p.operand[r].fields[i], fields[i].integer ? ElemType::u64 : ElemType::f64, 0, kStatsChunkRows);
+    group(p.hist[r]);
+    run_.declare(p.hist[r].fields[0], ElemType::u64, sim::quant::kScaleHistBins, kHistChunkRows);
+  }
+  for (const Group& g : p.gemm) {
+    group(g);
+    const auto& fields = sim::quant::gemm_fields();
+    for (size_t i = 0; i < fields.size(); ++i)
+      run_.declare(g.fields[i], fields[i].integer ? ElemType::u64 : ElemType::f64, 0, kStatsChunkRows);
+  }
+}
+
+void RunFileStatsSink::declare(const std::vector<sim::quant::RecipeLinearFactory::PlanEntry>& plan) {
+  for (const auto& e : plan)
+    if (e.quantized) declare_layer(paths(e.info.name));
+}
+
+void RunFileStatsSink::record_operand(const CallKey& key, const sim::quant::OperandStats& s) {
+  LayerPaths& p = paths(key.layer);
+  const size_t r = static_cast<size_t>(key.role);
+  const Group& q = p.operand[r];
+  const auto& fields = sim::quant::operand_fields();
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const double v = fields[i].get(s);
+    if (fields[i].integer) run_.append(q.fields[i], static_cast<uint64_t>(v));
+    else run_.append(q.fields[i], v);
+  }
+  run_.append(q.micro_batch, key.micro_batch);
+  run_.append(q.step, key.step);
+  const Group& h = p.hist[r];
+  run_.append(h.fields[0], std::span<const uint64_t>(s.scale_hist.data(), s.scale_hist.size()));
+  run_.append(h.micro_batch, key.micro_batch);
+  run_.append(h.step, key.step);
+}
+
+void RunFileStatsSink::record_gemm(const CallKey& key, const sim::quant::GemmStats& s) {
+  const Group& g = paths(key.layer).gemm[static_cast<size_t>(key.gemm)];
+  const auto& fields = sim::quant::gemm_fields();
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const double v = fields[i].get(s);
+    if (fields[i].integer) run_.append(g.fields[i], static_cast<uint64_t>(v));
+    else run_.append(g.fields[i], v);
+  }
+  run_.append(g.micro_batch, key.micro_batch);
+  run_.append(g.step, key.step);
+}
+
+// ---------------------------------------------------------------------------
+// Capture
+// ---------------------------------------------------------------------------
+
+std::string capture_path(const CallKey& key) {
+  return "/capture/step_" + std::to_string(key.step) + "/" + std::string(key.layer) + "/" +
+         std::string(sim::quant::gemm_name(key.gemm)) + "/" + std::string(sim::quant::role_name(key.role));
+}
+
+std::vector<io::RunFile::Attribute> capture_attributes(const CallKey& key, const QuantSpec& q) {
+  using A = io::RunFile::Attribute;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  char signs[16];
+  std::snprintf(signs, sizeof signs, "0x%04X", q.rht_signs);
+  return {
+      A{"step", key.step},
+      A{"micro_batch", key.micro_batch},
+      A{"layer", std::string(key.layer)},
+      A{"block_index", static_cast<int64_t>(key.block)},
+      A{"kind", std::string(sim::linear_kind_name(key.kind))},
+      A{"gemm", std::string(sim::quant::gemm_name(key.gemm))},
+      A{"operand", std::string(sim::quant::role_name(key.role))},
+      A{"elem", format_name(q.elem)},
+      A{"scale", q.scale ? format_name(*q.scale) : std::string("none")},
+      A{"block", std::to_string(q.block_rows) + "x" + std::to_string(q.block_cols)},
+      A{"scale_rule", std::string(scale_rule_name(q.rule))},
+      A{"arith", std::string(q.arith == Arith::fp32 ? "fp32" : "exact")},
+      A{"round", std::string(round_name(q.round))},
+      A{"sr_bits", static_cast<int64_t>(q.sr_bits)},
+      A{"scale_target", q.scale_target ? *q.scale_target : nan},
+      A{"zero_scale", std::string(q.zero_scale == ZeroScale::one ? "one" : "zero")},
+      A{"saturate", static_cast<int64_t>(q.saturate ? 1 : 0)},
+      A{"rht", static_cast<int64_t>(q.rht ? 1 : 0)},
+      A{"rht_signs", std::string(signs)},
+      A{"tensor_amax", std::string(q.amax_kind == AmaxKind::none      ? "none"
+                                   : q.amax_kind == AmaxKind::current ? "auto"
+                                                                      : "given")},
+      A{"tensor_amax_value", q.amax_kind == AmaxKind::given ? q.amax_value : nan},
+      A{"seed", q.seed},
+      A{"stream", q.stream},
+      A{"quantize_options", sim::quant::quantize_options(q)},
+  };
+}
+
+void RunFileCaptureSink::capture(const CallKey& key, const QuantSpec& spec, const float* x, int64_t rows,
+                                 int64_t cols) {
+  if (key.micro_batch != 0) return;
+  run_.write_tensor(capture_path(key), x, rows, cols, capture_attributes(key, spec));
+  ++tensors_;
+}
+
+// ---------------------------------------------------------------------------
+// Tensor references in checkpoints
+// ---------------------------------------------------------------------------
+
+ReferenceStateLinear::ReferenceStateLinear(std::unique_ptr<sim::Linear<float>> inner,
+                                           std::shared_ptr<sim::quant::QuantRuntime> rt, bool cold_restart)
+    : sim::Linear<float>(inner->info()), inner_(std::move(inner)), rt_(std::move(rt)), cold_restart_(cold_restart) {}
+
+std::vector<std::pair<std::string, std::string>> ReferenceStateLinear::slots() const {
+  std::vector<std::pair<std::string, std::string>> v;
+  const std::string prefix = info_.name + "/";
+  const auto& states = rt_->references().states();
+  for (auto it = states.lower_bound(prefix); it != states.end() && it->first.starts_with(prefix); ++it)
+    v.emplace_back(it->first.substr(prefix.size()), it->first);
+  return v;
+}
+
+void ReferenceStateLinear::save_state(hid_t group) const {
+  for (const auto& [slot, key] : slots()) {
+    const std::vector<double> v = rt_->references().get(key).save();
+    io::h5::write_array(group, slot, v.data(), {static_cast<int64_t>(v.size())});
+  }
+}
+
+void ReferenceStateLinear::load_state(hid_t group) {
+  for (const auto& [slot, key] : slots()) {
+    sim::quant::ReferenceState& st = rt_->references().get(key);
+    if (cold_restart_) {
+      st = sim::quant::ReferenceState{};
+      continue;
+    }
+    const std::vector<double> v = io::h5::read_f64_array(group, slot, "layer state of '" + info_.name + "'");
+    try {
+      st.load(v);
+    } catch (const Error& e) {
+      throw Error("tensor reference '" + key + "': " + e.what());
+    }
+  }
+}
+
+TrainingLinearFactory::TrainingLinearFactory(const sim::quant::Recipe& recipe, int64_t num_blocks,
+                                             std::shared_ptr<sim::quant::QuantRuntime> rt, bool cold_restart)
+    : recipe_(recipe, num_blocks, rt), rt_(std::move(rt)), cold_restart_(cold_restart) {}
+
+std::unique_ptr<sim::Linear<float>> TrainingLinearFactory::make(const sim::LinearInfo& info) const {
+  auto lin = recipe_.make(info);
+  if (!recipe_.plan().back().quantized) return lin;
+  return std::make_unique<ReferenceStateLinear>(std::move(lin), rt_, cold_restart_);
+}
+
+}  // namespace exmy::train

@@ -1,0 +1,346 @@
+// `exmy eval`, `exmy inspect` and analysis/plot_runs.py end to end, on two
+// proxy-tiny runs trained once with `exmy train --config
+// experiments/proxy-tiny.ini` (an fp32 run, and one with a quantized recipe
+// and per-tensor statistics).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/io/run_file.hpp"
+#include "tests/train/test_support.hpp"
+
+namespace exmy::eval {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+
+const std::string kExmy = EXMY_BINARY;
+const std::string kSource = EXMY_SOURCE_DIR;
+const std::string kTinyIni = kSource + "/experiments/proxy-tiny.ini";
+const std::string kPython = "/usr/bin/python3";
+
+struct Result {
+  int status = -1;
+  std::string out;  // stdout and stderr
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Result run(const std::vector<std::string>& argv) {
+  std::string cmd;
+  for (const auto& a : argv) cmd += quote(a) + " ";
+  cmd += "2>&1";
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Two runs of 4 steps, trained once for the whole suite.
+class Runs : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const std::vector<std::string> small = {"--steps",  "4", "--set", "train.batch_size=4", "--set", "train.seq_len=16",
+                                            "--set",    "train.eval_batches=2", "--set", "data.synthetic_tokens=8192",
+                                            "--set",    "train.log_interval=2", "--set", "train.eval_interval=2"};
+    std::vector<std::string> a = {kExmy, "train", "--config", kTinyIni, "--out", fp32_dir()};
+    a.insert(a.end(), small.begin(), small.end());
+    const Result r1 = run(a);
+    ASSERT_EQ(r1.status, 0) << r1.out;
+    std::vector<std::string> b = {kExmy, "train", "--config", kTinyIni, "--out", quant_dir(), "--recipe",
+                                  "nvfp4-no-rht-all", "--set", "train.stats_interval=2"};
+    b.insert(b.end(), small.begin(), small.end());
+    const Result r2 = run(b);
+    ASSERT_EQ(r2.status, 0) << r2.out;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string fp32_dir() { return *dir_ / "fp32"; }
+  static std::string quant_dir() { return *dir_ / "quant"; }
+  static TempDir* dir_;
+};
+TempDir* Runs::dir_ = nullptr;
+
+void expect_one_line_error(const Result& r, const std::string& needle) {
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(count_lines(r.out), 1u) << r.out;
+  EXPECT_NE(r.out.find("exmy: error: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
+}
+
+TEST_F(Runs, EvalAppendsOneRowPerPolicy) {
+  // A copy, so that the other tests see the run file as training left it.
+  TempDir d;
+  fs::copy(fp32_dir(), d / "run", fs::copy_options::recursive);
+  const std::string file = d / "run/run.h5";
+  Result r = run({kExmy, "eval", d / "run", "--recipe", "nvfp4-no-rht-all", "--policy", "current", "--policy",
+                  "replay:2", "--policy", "calibrated:4"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("(step 4)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("12 linears quantized"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("calibrated:4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("appended 3 rows"), std::string::npos) << r.out;
+  for (const char* p : {"current", "replay:2", "calibrated:4"}) {
+    const std::string g = std::string("/eval/nvfp4-no-rht-all/") + p;
+    EXPECT_EQ(io::read_run_column(file, g + "/step"), std::vector<double>{4}) << g;
+    const auto loss = io::read_run_column(file, g + "/loss");
+    ASSERT_EQ(loss.size(), 1u);
+    EXPECT_TRUE(std::isfinite(loss[0]) && loss[0] > 0);
+    EXPECT_EQ(io::read_run_column(file, g + "/tokens"), std::vector<double>{2 * 4 * 16}) << g;
+  }
+  EXPECT_TRUE(io::read_run_attribute(file, "eval_recipe:nvfp4-no-rht-all").has_value());
+  // The trainer's rows are untouched; a second evaluation adds a row.
+  EXPECT_EQ(io::read_run_column(file, "/eval/step"), (std::vector<double>{2, 4}));
+  r = run({kExmy, "eval", d / "run/checkpoints/step_00000004.h5", "--recipe", "nvfp4-no-rht-all"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(io::read_run_column(file, "/eval/nvfp4-no-rht-all/current/step"), (std::vector<double>{4, 4}));
+
+  // The fp32 recipe reproduces the training's validation loss.
+  r = run({kExmy, "eval", d / "run", "--recipe", "fp32"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("(+0.000000)"), std::string::npos) << r.out;
+  EXPECT_EQ(io::read_run_column(file, "/eval/fp32/current/loss").back(), io::read_run_column(file, "/eval/loss").back());
+
+  // Another recipe text under the same name is refused; --name files it apart.
+  r = run({kExmy, "eval", d / "run", "--recipe", "nvfp4-no-rht-all", "--set", "recipe.keep_first_bf16=1"});
+  expect_one_line_error(r, "different recipe text");
+  r = run({kExmy, "eval", d / "run", "--recipe", "nvfp4-no-rht-all", "--set", "recipe.keep_first_bf16=1", "--name",
+           "nvfp4-first-bf16", "--batches", "1"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("10 linears quantized"), std::string::npos) << r.out;
+  EXPECT_EQ(io::read_run_column(file, "/eval/nvfp4-first-bf16/current/batches"), std::vector<double>{1});
+
+  // exmy inspect lists the evaluations with their last row.
+  {
+    const Result ins = run({kExmy, "inspect", file, "--no-config"});
+    ASSERT_EQ(ins.status, 0) << ins.out;
+    char want[160];
+    std::snprintf(want, sizeof want, "  eval nvfp4-no-rht-all/replay:2: %.4f (step 4)\n",
+                  io::read_run_column(file, "/eval/nvfp4-no-rht-all/replay:2/loss").back());
+    EXPECT_NE(ins.out.find(want), std::string::npos) << want << ins.out;
+    EXPECT_NE(ins.out.find("  eval nvfp4-no-rht-all/current: "), std::string::npos) << ins.out;
+  }
+
+  // --no-write leaves the file alone.
+  r = run({kExmy, "eval", d / "run", "--recipe", "mxfp4", "--no-write"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("no tensor scale"), std::string::npos) << r.out;
+  const auto sets = io::list_run_datasets(file);
+  EXPECT_EQ(std::count_if(sets.begin(), sets.end(), [](const std::string& s) { return s.starts_with("/eval/mxfp4"); }), 0);
+}
+
+// eval.recipes / eval.policies switch the quantized evaluation on inside
+// `exmy train`: its rows at a validation step equal a standalone `exmy eval`
+// of the checkpoint of that step, bit for bit; a bad recipe stops the run
+// before it starts.
+TEST(CliTrainEval, ConfigKeysRunTheEvaluationAtValidationSteps) {
+  TempDir d;
+  const std::string dir = d / "run";
+  const std::vector<std::string> base = {kExmy, "train", "--config", kTinyIni, "--steps", "4", "--set",
+                                         "train.batch_size=4", "--set", "train.seq_len=16", "--set",
+                                         "train.eval_batches=2", "--set", "data.synthetic_tokens=8192", "--set",
+                                         "train.eval_interval=2", "--set", "train.checkpoint_interval=2", "--set",
+                                         "train.keep_checkpoints=4"};
+  std::vector<std::string> a = base;
+  for (const char* x : {"--out", "", "--set", "eval.recipes=mxfp4", "--set", "eval.policies=current,replay:2"})
+    a.push_back(x);
+  a[a.size() - 5] = dir;
+  Result r = run(a);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string file = dir + "/run.h5";
+  for (const char* p : {"current", "replay:2"})
+    EXPECT_EQ(io::read_run_column(file, std::string("/eval/mxfp4/") + p + "/step"), (std::vector<double>{2, 4})) << p;
+  const auto in_training = io::read_run_column(file, "/eval/mxfp4/replay:2/loss");
+  // The standalone evaluation of the step-2 checkpoint, into a copy.
+  fs::copy(dir, d / "copy", fs::copy_options::recursive);
+  r = run({kExmy, "eval", d / "copy/checkpoints/step_00000002.h5", "--recipe", "mxfp4", "--policy", "replay:2",
+           "--name", "again"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto standalone = io::read_run_column(d / "copy/run.h5", "/eval/again/replay:2/loss");
+  ASSERT_EQ(standalone.size(), 1u);
+  ASSERT_EQ(in_training.size(), 2u);
+  EXPECT_EQ(std::bit_cast<uint64_t>(standalone[0]), std::bit_cast<uint64_t>(in_training[0]));
+
+  std::vector<std::string> b = base;
+  for (const char* x : {"--out", "", "--set", "eval.recipes=nosuch"}) b.push_back(x);
+  b[b.size() - 3] = std::string(d / "bad");
+  r = run(b);
+  expect_one_line_error(r, "unknown recipe 'nosuch'");
+  EXPECT_FALSE(fs::exists(d / "bad/run.h5"));
+}
+
+TEST_F(Runs, EvalErrorsAreOneLine) {
+  expect_one_line_error(run({kExmy, "eval", *dir_ / "nothing", "--recipe", "fp32"}), "does not exist");
+  expect_one_line_error(run({kExmy, "eval", fp32_dir(), "--recipe", "fp32", "--policy", "replay:0"}),
+                        "activation-scale policy");
+  expect_one_line_error(run({kExmy, "eval", fp32_dir(), "--recipe", "no-such-recipe"}), "no-such-recipe");
+  expect_one_line_error(run({kExmy, "eval", fp32_dir()}), "--recipe");
+  expect_one_line_error(run({kExmy, "eval", fp32_dir(), "--recipe", "fp32", "--batches", "1000", "--no-write"}),
+                        "validation region");
+  expect_one_line_error(run({kExmy, "eval", fp32_dir(), "--recipe", "fp32", "--policy", "calibrated:100000", "--no-write"}),
+                        "disjoint training windows");
+  expect_one_line_error(run({kExmy, "eval", *dir_ / "fp32/run.h5", "--recipe", "fp32"}), "not an exmy checkpoint");
+}
+
+TEST_F(Runs, InspectPrintsTablesAndWritesCsv) {
+  TempDir d;
+  const Result r = run({kExmy, "inspect", quant_dir() + "/run.h5", "--csv", d / "t.csv"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* needle : {"configuration (resolved)", "recipe = nvfp4-no-rht-all", "train loss: first",
+                             "validation loss: final", "steps 4", "worst figures over 3 sampled steps",
+                             "layers.0.mixer.in_proj", "fprop-x", "wgrad-dy", "magnitude bias", "lm_head" /* plan */})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
+  const std::string csv = read_text(d / "t.csv");
+  // 12 quantized linears: 6 operands x 5 figures, 3 GEMMs x 3 figures.
+  EXPECT_EQ(count_lines(csv), 1u + 12 * 6 * 5 + 12 * 3 * 3) << csv.substr(0, 400);
+  EXPECT_TRUE(csv.starts_with("table,layer,gemm,operand,statistic,worst,step,last,rows\n"));
+
+  // One figure checked against the run file: the worst underflow fraction of
+  // an operand is the largest of its rows.
+  const std::string g = "/quant/layers.1.mixer.up_proj/fprop/fprop-x";
+  const auto uf = io::read_run_column(quant_dir() + "/run.h5", g + "/underflow_fraction");
+  ASSERT_FALSE(uf.empty());
+  const double worst = *std::max_element(uf.begin(), uf.end());
+  const std::string prefix = "operand,layers.1.mixer.up_proj,fprop,fprop-x,underflow_fraction,";
+  const size_t at = csv.find(prefix);
+  ASSERT_NE(at, std::string::npos) << csv.substr(0, 400);
+  EXPECT_EQ(std::stod(csv.substr(at + prefix.size())), worst);
+  EXPECT_GT(worst, 0);  // not vacuous
+
+  // --top keeps the N worst rows of each table.
+  const Result top = run({kExmy, "inspect", quant_dir(), "--top", "2", "--no-config"});
+  ASSERT_EQ(top.status, 0) << top.out;
+  EXPECT_EQ(top.out.find("configuration (resolved)"), std::string::npos);
+  EXPECT_LT(count_lines(top.out), 40u) << top.out;
+}
+
+TEST_F(Runs, InspectRunWithoutStatistics) {
+  TempDir d;
+  const Result r = run({kExmy, "inspect", fp32_dir(), "--csv", d / "t.csv"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("no per-tensor statistics (no /quant or /gemm group)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("validation loss: final"), std::string::npos) << r.out;
+  EXPECT_EQ(read_text(d / "t.csv"), "table,layer,gemm,operand,statistic,worst,step,last,rows\n");
+}
+
+TEST_F(Runs, InspectErrorsAreOneLine) {
+  expect_one_line_error(run({kExmy, "inspect", *dir_ / "missing.h5"}), "does not exist");
+  expect_one_line_error(run({kExmy, "inspect", fp32_dir() + "/checkpoints/step_00000004.h5"}), "checkpoint, not a run file");
+  expect_one_line_error(run({kExmy, "inspect", kTinyIni}), "not an HDF5 file");
+  // An HDF5 file that is not a run file.
+  TempDir d;
+  {
+    io::RunFile f(d / "other.h5");
+    f.append("/x/step", int64_t{1});
+    f.close();
+  }
+  expect_one_line_error(run({kExmy, "inspect", d / "other.h5"}), "not an exmy run file");
+  EXPECT_EQ(run({kExmy, "inspect"}).status, 1);
+}
+
+bool have_plotting() {
+  return fs::exists(kPython) && run({kPython, "-c", "import h5py, matplotlib"}).status == 0;
+}
+
+TEST_F(Runs, PlotScriptWritesPngs) {
+  if (!have_plotting())
+    GTEST_SKIP() << "needs /usr/bin/python3 with h5py and matplotlib (Debian python3-h5py, python3-matplotlib; "
+                    "tools/setup.sh installs them)";
+  TempDir d;
+  const Result r = run({kPython, kSource + "/analysis/plot_runs.py", quant_dir() + "/run.h5", fp32_dir(), "--out",
+                        d / "png"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("fp32 (fp32): no per-tensor statistics"), std::string::npos) << r.out;
+  std::vector<std::string> pngs;
+  for (const auto& e : fs::directory_iterator(d / "png")) pngs.push_back(e.path().filename().string());
+  std::sort(pngs.begin(), pngs.end());
+  EXPECT_EQ(pngs, (std::vector<std::string>{"loss.png", "quant_nvfp4-no-rht-all_saturation.png",
+                                            "quant_nvfp4-no-rht-all_scale_hist.png",
+                                            "quant_nvfp4-no-rht-all_underflow.png"}));
+  for (const auto& p : pngs) {
+    const std::string bytes = read_text(d / "png/" + p);
+    EXPECT_GT(bytes.size(), 10000u) << p;
+    EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << p;
+  }
+  // The printed summary describes what was drawn: the heatmaps' largest
+  // values are the largest rows of the run file, the histograms count every
+  // block of the sampled steps.
+  const std::string file = quant_dir() + "/run.h5";
+  double uf_max = -1, sat_max = -1;
+  size_t operands = 0;
+  for (const auto& ds : io::list_run_datasets(file)) {
+    if (!ds.starts_with("/quant/") || !ds.ends_with("/underflow_fraction")) continue;
+    ++operands;
+    const std::string g = ds.substr(0, ds.size() - std::string("/underflow_fraction").size());
+    for (double v : io::read_run_column(file, ds)) uf_max = std::max(uf_max, v);
+    const auto sat = io::read_run_column(file, g + "/saturated"), el = io::read_run_column(file, g + "/elements");
+    for (size_t i = 0; i < sat.size(); ++i) sat_max = std::max(sat_max, sat[i] / el[i]);
+  }
+  ASSERT_EQ(operands, 12u * 6u);
+  ASSERT_GT(uf_max, 0);
+  ASSERT_GT(sat_max, 0);
+  char want[200];
+  std::snprintf(want, sizeof want, "underflow heatmaps of 12 layers x 3 steps x 6 operands, max %.6g%%", 100 * uf_max);
+  EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  std::snprintf(want, sizeof want, "saturation heatmaps of 12 layers x 3 steps x 6 operands, max %.6g%%", 100 * sat_max);
+  EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  EXPECT_NE(r.out.find("block-scale histograms, fprop-x step 1: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fp32 (fp32): 3 training rows"), std::string::npos) << r.out;
+
+  // Bad input: one line.
+  const Result bad = run({kPython, kSource + "/analysis/plot_runs.py", *dir_ / "missing.h5", "--out", d / "x"});
+  EXPECT_NE(bad.status, 0);
+  EXPECT_EQ(count_lines(bad.out), 1u) << bad.out;
+  EXPECT_NE(bad.out.find("does not exist"), std::string::npos) << bad.out;
+  // A file that is not HDF5, and a truncated run file.
+  const Result notrun = run({kPython, kSource + "/analysis/plot_runs.py", kTinyIni, "--out", d / "x"});
+  EXPECT_NE(notrun.status, 0);
+  EXPECT_EQ(count_lines(notrun.out), 1u) << notrun.out;
+  EXPECT_NE(notrun.out.find("not an HDF5 file"), std::string::npos) << notrun.out;
+  {
+    const std::string bytes = read_text(file);
+    std::ofstream(d / "cut.h5", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  }
+  const Result cut = run({kPython, kSource + "/analysis/plot_runs.py", d / "cut.h5", "--out", d / "x"});
+  EXPECT_NE(cut.status, 0);
+  EXPECT_EQ(count_lines(cut.out), 1u) << cut.out;
+  EXPECT_NE(cut.out.find("plot_runs.py: error: "), std::string::npos) << cut.out;
+  // --help
+  const Result help = run({kPython, kSource + "/analysis/plot_runs.py", "--help"});
+  EXPECT_EQ(help.status, 0) << help.out;
+  EXPECT_NE(help.out.find("--out"), std::string::npos) << help.out;
+}
+
+}  // namespace
+}  // namespace exmy::eval

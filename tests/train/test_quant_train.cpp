@@ -1,0 +1,291 @@
+// Quantized training through the trainer: the recipe in the configuration,
+// tensor references across a checkpoint/resume (bit identity, and the cold
+// restart), statistics rows in the run file, and the captured operands
+// replayed with exmy::quantize (every recorded statistic bit for bit).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <filesystem>
+
+#include "formats/spec.hpp"
+#include "sim/io/h5.hpp"
+#include "sim/io/run_file.hpp"
+#include "sim/quant/stats.hpp"
+#include "sim/train/checkpoint.hpp"
+#include "sim/train/quant_io.hpp"
+#include "sim/train/trainer.hpp"
+#include "tests/train/test_support.hpp"
+
+namespace exmy::train {
+namespace {
+
+using test::expect_error;
+using test::TempDir;
+namespace fs = std::filesystem;
+namespace q = sim::quant;
+
+// proxy-tiny on the synthetic source, 2 micro-batches of 2 x 16 tokens
+// (K = 32 tokens for wgrad): milliseconds per step even with the grouped
+// GEMM model and statistics at every step.
+RunConfig tiny(std::vector<std::string> sets) {
+  std::vector<std::string> base = {"train.steps=16",        "train.batch_size=2",    "train.seq_len=16",
+                                   "train.grad_accum=2",    "train.log_interval=4",  "train.eval_interval=6",
+                                   "train.eval_batches=1",  "optim.lr=1e-2",         "optim.warmup_steps=2",
+                                   "data.synthetic_tokens=8192", "train.threads=1"};
+  base.insert(base.end(), sets.begin(), sets.end());
+  return parse_run_config("", "test", base);
+}
+
+TrainHooks quiet() {
+  TrainHooks h;
+  h.out = nullptr;
+  h.keep_params = true;
+  return h;
+}
+
+uint64_t bits(double x) { return std::bit_cast<uint64_t>(x); }
+
+// Columns whose values are wall-clock measurements.
+bool timing(const std::string& ds) { return ds == "/train/tokens_per_s" || ds == "/train/elapsed_s"; }
+
+TEST(QuantTrain, RecipeInTheConfiguration) {
+  const RunConfig a = tiny({"train.recipe=ue5m3-b16", "recipe.keep_last_bf16=2", "recipe.all.round=rtz"});
+  EXPECT_EQ(a.recipe.name, "ue5m3-b16");
+  EXPECT_EQ(a.recipe.keep_last_bf16, 2);
+  // The resolved text lists the overrides; reading it back gives the same recipe.
+  const std::string text = a.text();
+  EXPECT_NE(text.find("recipe = ue5m3-b16"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n[recipe]\nkeep_last_bf16 = 2\nall.round = rtz\n"), std::string::npos) << text;
+  const RunConfig b = parse_run_config(text, "resolved", {});
+  EXPECT_EQ(q::recipe_to_ini(a.recipe), q::recipe_to_ini(b.recipe));
+  // An INI [recipe] section may repeat a key: the overrides apply in order.
+  const RunConfig c = parse_run_config("[train]\nrecipe = te-nvfp4\n[recipe]\nkeep_last_bf16 = 1\nkeep_last_bf16 = 3\n",
+                                       "c.ini", {});
+  EXPECT_EQ(c.recipe.keep_last_bf16, 3);
+  // precision = bf16 runs the linears the recipe leaves unquantized in BF16.
+  EXPECT_EQ(tiny({}).recipe.unquantized, "fp32");
+  EXPECT_EQ(tiny({"train.precision=bf16"}).recipe.unquantized, "bf16");
+  // Bad recipes: one line naming the key.
+  expect_error([] { tiny({"train.recipe=no-such-recipe"}); }, "train.recipe: unknown recipe 'no-such-recipe'");
+  expect_error([] { tiny({"train.recipe=te-nvfp4", "recipe.all.round=sometimes"}); }, "recipe.all.round");
+  expect_error([] { tiny({"recipe.gemm.bogus=1"}); }, "bogus");
+  expect_error([] { parse_run_config("[recipe]\nall.elem = e9m9x\n", "d.ini", {}); }, "all.elem");
+  expect_error([] { tiny({"train.stats_interval=-1"}); }, "train.stats_interval");
+  expect_error([] { tiny({"train.cold_restart_references=maybe"}); }, "train.cold_restart_references");
+}
+
+// Every dataset of a run file, as doubles (counts are exact below 2^53).
+std::map<std::string, std::vector<double>> all_columns(const std::string& file) {
+  std::map<std::string, std::vector<double>> m;
+  for (const auto& ds : io::list_run_datasets(file))
+    if (!ds.starts_with("/capture/") && !timing(ds)) m[ds] = io::read_run_column(file, ds);
+  return m;
+}
+
+TEST(QuantTrain, ResumeWithPeriodicReferencesIsBitIdentical) {
+  // ue5m3-b16: periodic:50 references sampled at step 1 and held, one dY
+  // reference per layer, stochastic rounding on dY, the grouped GEMM.
+  // Interrupted after step 7 and resumed, the run must use the held
+  // references of step 1 and give the same losses, weights and rows.
+  TempDir d;
+  const std::vector<std::string> sets = {"train.recipe=ue5m3-b16", "train.checkpoint_interval=5",
+                                         "train.stats_interval=3"};
+  const TrainResult full = train_new(tiny(sets), d / "full", quiet(), {});
+  ASSERT_EQ(full.status, TrainStatus::completed);
+
+  std::atomic<int> stop{0};
+  TrainHooks h = quiet();
+  h.stop = &stop;
+  h.before_step = [&](int64_t s, models::NemotronH<float>&) {
+    if (s == 6) stop = SIGINT;
+  };
+  const TrainResult first = train_new(tiny(sets), d / "cut", h, {});
+  ASSERT_EQ(first.status, TrainStatus::interrupted);
+  ASSERT_EQ(first.step, 7);
+  // The checkpoint of the interruption holds each reference under /layer_state/<layer>/<slot>.
+  {
+    io::h5::silence_errors();
+    io::h5::Handle f(H5Fopen((d / "cut/checkpoints/step_00000007.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    ASSERT_TRUE(f.valid());
+    const auto v = io::h5::read_f64_array(f.get(), "/layer_state/layers.0.mixer.in_proj/fprop-x", "checkpoint");
+    ASSERT_GE(v.size(), 8u);
+    EXPECT_EQ(v[1], 1.0);  // has a held value
+    EXPECT_EQ(v[3], 1.0);  // sampled at step 1
+    EXPECT_TRUE(io::h5::path_exists(f.get(), "/layer_state/layers.0.mixer.in_proj/dy"));  // the shared dY reference
+  }
+
+  const TrainResult rest = train_resume(d / "cut", std::nullopt, {}, quiet(), {});
+  ASSERT_EQ(rest.status, TrainStatus::completed);
+
+  std::vector<double> joined = first.losses;
+  joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
+  ASSERT_EQ(joined.size(), full.losses.size());
+  for (size_t i = 0; i < joined.size(); ++i) EXPECT_EQ(bits(joined[i]), bits(full.losses[i])) << "loss of step " << i + 1;
+  ASSERT_EQ(rest.params.size(), full.params.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < full.params.size(); ++i)
+    differ += std::bit_cast<uint32_t>(rest.params[i]) != std::bit_cast<uint32_t>(full.params[i]);
+  EXPECT_EQ(differ, 0u);
+
+  // The run files hold the same rows, statistics included.
+  const auto a = all_columns(d / "full/run.h5"), b = all_columns(d / "cut/run.h5");
+  ASSERT_EQ(a.size(), b.size());
+  size_t quant_sets = 0;
+  for (const auto& [name, col] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    const auto& other = b.at(name);
+    ASSERT_EQ(col.size(), other.size()) << name;
+    for (size_t i = 0; i < col.size(); ++i) ASSERT_EQ(bits(col[i]), bits(other[i])) << name << " row " << i;
+    quant_sets += name.starts_with("/quant/");
+  }
+  EXPECT_GT(quant_sets, 100u);
+  // Statistics on steps 1, 3, 6, 9, 12, 15, 16, two micro-batches each.
+  EXPECT_EQ(io::read_run_column(d / "full/run.h5", "/quant/layers.0.mixer.in_proj/fprop/fprop-x/step"),
+            (std::vector<double>{1, 1, 3, 3, 6, 6, 9, 9, 12, 12, 15, 15, 16, 16}));
+
+  // The reference implementation's cold restart: references sampled again
+  // at the first step after the resume, so the run leaves the
+  // uninterrupted one there.
+  stop = 0;
+  const TrainResult cold_first = train_new(tiny(sets), d / "cold", h, {});
+  ASSERT_EQ(cold_first.step, 7);
+  const TrainResult cold =
+      train_resume(d / "cold", std::nullopt, {"train.cold_restart_references=true"}, quiet(), {});
+  ASSERT_EQ(cold.status, TrainStatus::completed);
+  ASSERT_EQ(cold.losses.size(), rest.losses.size());
+  EXPECT_NE(bits(cold.losses[0]), bits(rest.losses[0]));
+  // The fprop-x reference of layer 0: the uninterrupted run holds step 1's
+  // first amax throughout; the cold restart samples anew at step 8, so its
+  // rows of steps 9.. hold another value.
+  const std::string ref = "/quant/layers.0.mixer.in_proj/fprop/fprop-x/reference";
+  const std::string amax = "/quant/layers.0.mixer.in_proj/fprop/fprop-x/amax";
+  const std::string step = "/quant/layers.0.mixer.in_proj/fprop/fprop-x/step";
+  const auto full_ref = io::read_run_column(d / "full/run.h5", ref);
+  const auto cold_ref = io::read_run_column(d / "cold/run.h5", ref);
+  const auto cold_step = io::read_run_column(d / "cold/run.h5", step);
+  EXPECT_EQ(full_ref.front(), io::read_run_column(d / "full/run.h5", amax).front());  // step 1 sampled
+  ASSERT_EQ(cold_ref.size(), full_ref.size());
+  for (size_t i = 0; i < full_ref.size(); ++i) {
+    EXPECT_EQ(full_ref[i], full_ref[0]) << "row " << i;
+    if (cold_step[i] <= 7) EXPECT_EQ(cold_ref[i], full_ref[i]) << "row " << i;
+    else EXPECT_NE(cold_ref[i], full_ref[i]) << "row " << i;
+  }
+}
+
+TEST(QuantTrain, StatisticsEqualQuantizeOnTheCapturedTensors) {
+  // te-nvfp4 with every block quantized: RHT on wgrad, stochastic rounding
+  // on dY, current references; captured at step 3 (micro-batch 0).
+  TempDir d;
+  const TrainResult r = train_new(
+      tiny({"train.recipe=te-nvfp4", "recipe.keep_last_bf16=0", "train.capture_step=3", "train.steps=4"}), d / "run",
+      quiet(), {});
+  ASSERT_EQ(r.status, TrainStatus::completed);
+  const std::string file = d / "run/run.h5";
+  io::h5::silence_errors();
+  io::h5::Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  ASSERT_TRUE(f.valid());
+  int compared = 0;
+  for (const auto& ds : io::list_run_datasets(file)) {
+    if (!ds.starts_with("/capture/step_3/")) continue;
+    SCOPED_TRACE(ds);
+    io::h5::Handle t(H5Dopen2(f.get(), ds.c_str(), H5P_DEFAULT), H5Dclose);
+    auto str = [&](const char* a) { return io::h5::read_string_attribute(t.get(), a).value(); };
+    auto num = [&](const char* a) { return io::h5::read_double_attribute(t.get(), a).value(); };
+    // The spec from the attributes.
+    QuantSpec s;
+    s.elem = parse_format(str("elem"));
+    if (str("scale") != "none") s.scale = parse_format(str("scale"));
+    const std::string block = str("block");
+    s.block_rows = std::stoi(block.substr(0, block.find('x')));
+    s.block_cols = std::stoi(block.substr(block.find('x') + 1));
+    s.rule = parse_scale_rule(str("scale_rule"));
+    s.arith = str("arith") == "fp32" ? Arith::fp32 : Arith::exact;
+    s.round = parse_round(str("round"));
+    s.sr_bits = static_cast<int>(num("sr_bits"));
+    if (!std::isnan(num("scale_target"))) s.scale_target = num("scale_target");
+    s.zero_scale = str("zero_scale") == "one" ? ZeroScale::one : ZeroScale::zero;
+    s.saturate = num("saturate") != 0;
+    s.rht = num("rht") != 0;
+    s.rht_signs = static_cast<uint16_t>(std::stoul(str("rht_signs"), nullptr, 16));
+    const std::string amax = str("tensor_amax");
+    s.amax_kind = amax == "none" ? AmaxKind::none : amax == "auto" ? AmaxKind::current : AmaxKind::given;
+    if (amax == "given") s.amax_value = num("tensor_amax_value");
+    uint64_t seed = 0, stream = 0;
+    {
+      io::h5::Handle a(H5Aopen(t.get(), "seed", H5P_DEFAULT), H5Aclose);
+      io::h5::Handle b(H5Aopen(t.get(), "stream", H5P_DEFAULT), H5Aclose);
+      ASSERT_GE(H5Aread(a.get(), H5T_NATIVE_UINT64, &seed), 0);
+      ASSERT_GE(H5Aread(b.get(), H5T_NATIVE_UINT64, &stream), 0);
+    }
+    s.seed = seed;
+    s.stream = stream;
+    EXPECT_EQ(q::quantize_options(s), str("quantize_options"));
+
+    int64_t rows = 0, cols = 0;
+    const std::vector<float> x = io::read_run_tensor(file, ds, rows, cols);
+    std::vector<float> y(x.size());
+    QuantStats st;
+    QuantOutput out;
+    out.values = y.data();
+    out.stats = &st;
+    const QuantInfo info = quantize(s, x.data(), rows, cols, out);
+
+    // The row of /quant/<layer>/<gemm>/<operand> for step 3, micro-batch 0.
+    const std::string group = "/quant/" + ds.substr(std::string("/capture/step_3/").size());
+    const auto steps = io::read_run_column(file, group + "/step");
+    const auto mbs = io::read_run_column(file, group + "/micro_batch");
+    size_t row = steps.size();
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (steps[i] == 3 && mbs[i] == 0) row = i;
+    ASSERT_LT(row, steps.size());
+    auto stat = [&](const char* name) { return io::read_run_column(file, group + "/" + name).at(row); };
+    EXPECT_EQ(stat("elements"), static_cast<double>(st.elements));
+    EXPECT_EQ(stat("nonzero"), static_cast<double>(st.nonzero));
+    EXPECT_EQ(stat("underflow"), static_cast<double>(st.underflow));
+    EXPECT_EQ(stat("saturated"), static_cast<double>(st.saturated));
+    EXPECT_EQ(stat("subnormal"), static_cast<double>(st.subnormal));
+    EXPECT_EQ(stat("blocks"), static_cast<double>(st.blocks));
+    EXPECT_EQ(stat("scale_underflow"), static_cast<double>(st.scale_underflow));
+    EXPECT_EQ(stat("scale_subnormal"), static_cast<double>(st.scale_subnormal));
+    EXPECT_EQ(stat("scale_saturated"), static_cast<double>(st.scale_saturated));
+    EXPECT_EQ(bits(stat("sum_sq")), bits(st.sum_sq));
+    EXPECT_EQ(bits(stat("sum_sq_err")), bits(st.sum_sq_err));
+    EXPECT_EQ(bits(stat("sum_err")), bits(st.sum_err));
+    EXPECT_EQ(bits(stat("sum_abs")), bits(st.sum_abs));
+    EXPECT_EQ(bits(stat("reference")), bits(info.amax));
+    EXPECT_EQ(stat("tensor_scale"), static_cast<double>(info.t));
+    EXPECT_GT(st.nonzero, 0u);
+    ++compared;
+  }
+  // 5 blocks of proxy-tiny: 2 x (in_proj, out_proj) + 4 attention + 2 x (up, down) = 12 linears, 6 operands each.
+  EXPECT_EQ(compared, 72);
+}
+
+TEST(QuantTrain, ParameterNormsPerLoggedStep) {
+  TempDir d;
+  const TrainResult r = train_new(tiny({"train.steps=8", "train.recipe=mxfp4"}), d / "run", quiet(), {});
+  ASSERT_EQ(r.status, TrainStatus::completed);
+  const std::string file = d / "run/run.h5";
+  const auto steps = io::read_run_column(file, "/train/step");  // 1, 4, 8
+  const auto w = io::read_run_column(file, "/train/param_norm");
+  const auto g = io::read_run_column(file, "/train/param_grad_norm");
+  ASSERT_EQ(steps.size(), 3u);
+  ASSERT_EQ(w.size() % steps.size(), 0u);
+  const size_t P = w.size() / steps.size();
+  EXPECT_EQ(g.size(), w.size());
+  // The per-parameter gradient norms add up (in squares) to the global norm.
+  const auto gn = io::read_run_column(file, "/train/grad_norm");
+  for (size_t s = 0; s < steps.size(); ++s) {
+    double sq = 0;
+    for (size_t i = 0; i < P; ++i) sq += g[s * P + i] * g[s * P + i];
+    EXPECT_NEAR(std::sqrt(sq), gn[s], 1e-9 * gn[s]);
+    for (size_t i = 0; i < P; ++i) EXPECT_GT(w[s * P + i], 0) << i;
+  }
+  EXPECT_EQ(*io::read_run_attribute(file, "recipe_name"), "mxfp4");
+  EXPECT_NE(io::read_run_attribute(file, "plan")->find("layers.0.mixer.in_proj: fprop-x{elem=e2m1"), std::string::npos);
+  EXPECT_NE(io::read_run_attribute(file, "recipe")->find("[gemm]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace exmy::train
