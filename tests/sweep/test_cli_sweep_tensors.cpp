@@ -20,6 +20,7 @@
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
 #include "sim/io/run_file.hpp"
+#include "tests/cli_support.hpp"
 #include "tests/train/test_support.hpp"
 
 namespace exmy::sweep {
@@ -32,31 +33,8 @@ const std::string kExmy = EXMY_BINARY;
 const std::string kSource = EXMY_SOURCE_DIR;
 const std::string kTinyIni = kSource + "/experiments/proxy-tiny.ini";
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-Result run(const std::vector<std::string>& argv) {
-  std::string cmd;
-  for (const auto& a : argv) cmd += quote(a) + " ";
-  cmd += "2>&1";
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using Result = test::CliResult;
+inline Result run(const std::vector<std::string>& argv) { return test::run_cli(argv); }
 
 std::vector<std::map<std::string, std::string>> read_csv(const fs::path& path) {
   std::ifstream in(path);
