@@ -20,28 +20,17 @@
 #include <iostream>
 
 #include "formats/error.hpp"
+#include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/sweep/runner.hpp"
 #include "sim/sweep/summary.hpp"
 #include "sim/sweep/sweep.hpp"
-
-#ifndef EXMY_SOURCE_DIR
-#define EXMY_SOURCE_DIR "."
-#endif
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
 
 namespace exmy::cli {
 namespace {
-
-std::atomic<int> g_sweep_stop{0};
-
-extern "C" void on_sweep_signal(int sig) {
-  g_sweep_stop.store(sig);
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-}
 
 std::string self_exe() {
   std::error_code ec;
@@ -54,9 +43,8 @@ std::string self_exe() {
 // source tree this binary was built from.
 std::string plot_script() {
   const std::string rel = "analysis/sweep_plots.py";
-  std::error_code ec;
-  if (fs::exists(rel, ec)) return rel;
-  return std::string(EXMY_SOURCE_DIR) + "/" + rel;
+  const std::string path = find_in_checkout(rel);
+  return path.empty() ? std::string(EXMY_SOURCE_DIR) + "/" + rel : path;
 }
 
 }  // namespace
@@ -149,9 +137,7 @@ int cmd_sweep(const Args& args) {
   if (ropt.jobs < 1) throw Error("--jobs must be at least 1");
   if (ropt.threads < 0) throw Error("--threads must be 0 (cores / jobs) or more");
   if (vm.count("run")) ropt.only = vm["run"].as<int64_t>();
-  ropt.stop = &g_sweep_stop;
-  std::signal(SIGINT, on_sweep_signal);
-  std::signal(SIGTERM, on_sweep_signal);
+  ropt.stop = &install_stop_signals();
   const sweep::SweepOutcome o = sweep::run_sweep(spec, runs, out, ropt);
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
@@ -170,7 +156,7 @@ int cmd_sweep(const Args& args) {
                 static_cast<long long>(unfinished), runs.size());
   }
   std::fflush(stdout);  // the progress before the one-line error on stderr
-  if (o.stopped) return 128 + g_sweep_stop.load();
+  if (o.stopped) return 128 + g_stop_signal.load();
   if (o.failed > 0)
     throw Error(std::to_string(o.failed) + " of " + std::to_string(o.selected) +
                 " runs failed (their errors: DIR/<run>/FAILED, exmy sweep " + vm["file"].as<std::string>() +

@@ -18,6 +18,7 @@
 
 #include "formats/error.hpp"
 #include "models/config.hpp"
+#include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/eval/quant_eval.hpp"
 #include "sim/quant/recipe.hpp"
@@ -30,35 +31,20 @@
 #ifndef EXMY_GIT_COMMIT
 #define EXMY_GIT_COMMIT "unknown"
 #endif
-#ifndef EXMY_SOURCE_DIR
-#define EXMY_SOURCE_DIR "."
-#endif
-
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
 
 namespace exmy::cli {
 namespace {
 
-std::atomic<int> g_stop{0};
-
-extern "C" void on_stop_signal(int sig) {
-  g_stop.store(sig);
-  // The next signal of either kind ends the process the default way.
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-}
-
 // The default job's configuration: found from the working directory (the
 // README runs exmy from the repository root), else from the source tree
 // this binary was built from.
 std::string default_config() {
   const std::string rel = "experiments/proxy-default.ini";
-  std::error_code ec;
-  if (fs::exists(rel, ec)) return rel;
-  const std::string abs = std::string(EXMY_SOURCE_DIR) + "/" + rel;
-  if (fs::exists(abs, ec)) return abs;
-  throw Error("cannot find " + rel + " (run exmy from the repository root, or give --config)");
+  const std::string path = find_in_checkout(rel);
+  if (path.empty()) throw Error("cannot find " + rel + " (run exmy from the repository root, or give --config)");
+  return path;
 }
 
 }  // namespace
@@ -121,9 +107,7 @@ int cmd_train(const Args& args) {
   }
 
   train::TrainHooks hooks;
-  hooks.stop = &g_stop;
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  hooks.stop = &install_stop_signals();
   const train::BuildInfo build{EXMY_VERSION, EXMY_GIT_COMMIT};
 
   train::TrainResult r;
@@ -156,7 +140,7 @@ int cmd_train(const Args& args) {
   }
   switch (r.status) {
     case train::TrainStatus::completed: return 0;
-    case train::TrainStatus::interrupted: return 128 + g_stop.load();
+    case train::TrainStatus::interrupted: return 128 + g_stop_signal.load();
     case train::TrainStatus::diverged: throw Error(r.message);
   }
   return 1;
