@@ -5,6 +5,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "formats/parse_number.hpp"
 #include "formats/error.hpp"
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
@@ -26,20 +27,6 @@ void parse_shape(const std::string& s, int64_t& rows, int64_t& cols) {
   if (comma == std::string::npos || !num(std::string_view(s).substr(0, comma), rows) ||
       !num(std::string_view(s).substr(comma + 1), cols) || rows > (int64_t{1} << 40) / cols)
     throw Error("bad --shape '" + s + "' (expected R,C with positive integers, e.g. 128,4096)");
-}
-
-uint64_t parse_u64(const std::string& name, const std::string& s) {
-  uint64_t v = 0;
-  int base = 10;
-  std::string_view t = s;
-  if (t.size() > 2 && t[0] == '0' && (t[1] == 'x' || t[1] == 'X')) {
-    base = 16;
-    t.remove_prefix(2);
-  }
-  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v, base);
-  if (t.empty() || ec != std::errc() || p != t.data() + t.size())
-    throw Error("bad " + name + " '" + s + "' (expected an unsigned 64-bit integer)");
-  return v;
 }
 
 }  // namespace

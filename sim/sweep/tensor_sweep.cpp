@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 
+#include "formats/parse_number.hpp"
 #include "formats/error.hpp"
 #include "formats/spec.hpp"
 #include "sim/io/h5.hpp"
@@ -30,20 +31,6 @@ const std::vector<std::string>& knob_names() {
                                              "scale-target", "round", "sr-bits", "seed", "stream", "arith",
                                              "zero-scale", "saturate", "rht", "rht-signs"};
   return k;
-}
-
-uint64_t parse_u64(const std::string& what, const std::string& s) {
-  uint64_t v = 0;
-  int base = 10;
-  std::string_view t = s;
-  if (t.size() > 2 && t[0] == '0' && (t[1] == 'x' || t[1] == 'X')) {
-    base = 16;
-    t.remove_prefix(2);
-  }
-  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v, base);
-  if (t.empty() || ec != std::errc() || p != t.data() + t.size())
-    throw Error("bad " + what + " '" + s + "' (expected an unsigned 64-bit integer)");
-  return v;
 }
 
 bool parse_on_off(const std::string& what, const std::string& s) {

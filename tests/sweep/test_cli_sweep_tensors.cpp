@@ -36,43 +36,7 @@ const std::string kTinyIni = kSource + "/experiments/proxy-tiny.ini";
 using Result = test::CliResult;
 inline Result run(const std::vector<std::string>& argv) { return test::run_cli(argv); }
 
-std::vector<std::map<std::string, std::string>> read_csv(const fs::path& path) {
-  std::ifstream in(path);
-  std::string line;
-  auto split = [](const std::string& l) {
-    std::vector<std::string> f;
-    std::string cur;
-    bool q = false;
-    for (size_t i = 0; i < l.size(); ++i) {
-      const char c = l[i];
-      if (c == '"') {
-        if (q && i + 1 < l.size() && l[i + 1] == '"') {
-          cur += '"';
-          ++i;
-        } else {
-          q = !q;
-        }
-      } else if (c == ',' && !q) {
-        f.push_back(cur);
-        cur.clear();
-      } else {
-        cur += c;
-      }
-    }
-    f.push_back(cur);
-    return f;
-  };
-  std::vector<std::map<std::string, std::string>> rows;
-  if (!std::getline(in, line)) return rows;
-  const auto header = split(line);
-  while (std::getline(in, line)) {
-    const auto f = split(line);
-    std::map<std::string, std::string> row;
-    for (size_t i = 0; i < header.size() && i < f.size(); ++i) row[header[i]] = f[i];
-    rows.push_back(row);
-  }
-  return rows;
-}
+using test::read_csv;
 
 bool same_double(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
