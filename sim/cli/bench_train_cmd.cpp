@@ -25,6 +25,7 @@
 #include "formats/error.hpp"
 #include "models/config.hpp"
 #include "models/nemotron_h.hpp"
+#include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/gemm.hpp"
 #include "sim/io/run_file.hpp"
@@ -226,12 +227,7 @@ int cmd_bench_train(const Args& args) {
     ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)");
   // clang-format on
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (parse_or_help(args, desc, {}, vm)) return 0;
   if (vm["threads"].as<int>() > 0) omp_set_num_threads(vm["threads"].as<int>());
   models::NemotronHConfig cfg = models::resolve_config(vm["model"].as<std::string>());
   if (vm.count("set"))

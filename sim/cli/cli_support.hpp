@@ -1,17 +1,34 @@
-// Pieces the long-running `exmy` subcommands share: the stop flag raised by
-// SIGINT/SIGTERM, and files found in the checkout or the source tree.
+// Pieces the `exmy` subcommands share: parsing with --help, the stop flag
+// raised by SIGINT/SIGTERM, and files found in the checkout or the source
+// tree.
 #pragma once
 
 #include <atomic>
+#include <boost/program_options.hpp>
 #include <csignal>
 #include <filesystem>
+#include <iostream>
 #include <string>
+#include <vector>
 
 #ifndef EXMY_SOURCE_DIR
 #define EXMY_SOURCE_DIR "."
 #endif
 
 namespace exmy::cli {
+
+// Parses a subcommand's arguments into vm; with --help prints the options
+// and returns true (the command then exits 0).
+inline bool parse_or_help(const std::vector<std::string>& args, const boost::program_options::options_description& desc,
+                          const boost::program_options::positional_options_description& pos,
+                          boost::program_options::variables_map& vm) {
+  namespace po = boost::program_options;
+  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+  po::notify(vm);
+  if (!vm.count("help")) return false;
+  std::cout << desc << "\n";
+  return true;
+}
 
 // The first SIGINT/SIGTERM stores its number here; the command finishes what
 // it is doing, saves and returns 128 + the number. A second signal of

@@ -11,6 +11,7 @@
 #include "formats/philox.hpp"
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
+#include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 
 namespace po = boost::program_options;
@@ -58,12 +59,7 @@ int cmd_demo(const Args& args) {
       "cols", po::value<int64_t>()->default_value(4096), "columns")("seed", po::value<uint64_t>()->default_value(1),
                                                                    "seed of the built-in tensor");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (parse_or_help(args, desc, {}, vm)) return 0;
   const int64_t rows = vm["rows"].as<int64_t>(), cols = vm["cols"].as<int64_t>();
   if (rows <= 0 || cols <= 0 || cols % 16 != 0) throw Error("--rows must be positive and --cols a positive multiple of 16");
   const std::vector<float> x = builtin_tensor(rows, cols, vm["seed"].as<uint64_t>());

@@ -17,6 +17,7 @@
 #include <iostream>
 
 #include "formats/error.hpp"
+#include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/eval/quant_eval.hpp"
 #include "sim/io/h5.hpp"
@@ -99,12 +100,7 @@ int cmd_eval(const Args& args) {
   po::positional_options_description pos;
   pos.add("target", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (parse_or_help(args, desc, pos, vm)) return 0;
   if (!vm.count("target")) throw Error("exmy eval needs a checkpoint or a run directory (exmy eval --help)");
   if (!vm.count("recipe")) throw Error("exmy eval needs --recipe NAME|FILE (the fp32 recipe gives the unquantized loss)");
   const Target target = resolve_target(vm["target"].as<std::string>());

@@ -6,6 +6,7 @@
 
 #include "formats/error.hpp"
 #include "formats/spec.hpp"
+#include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 
 namespace po = boost::program_options;
@@ -37,12 +38,7 @@ int cmd_formats(const Args& args) {
   po::positional_options_description pos;
   pos.add("spec", -1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (parse_or_help(args, desc, pos, vm)) return 0;
   std::vector<std::string> specs = vm.count("spec") ? vm["spec"].as<std::vector<std::string>>() : preset_names();
   std::vector<Format> fmts;
   for (const auto& s : specs) fmts.push_back(parse_format(s));

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "formats/error.hpp"
+#include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/eval/inspect.hpp"
 #include "sim/io/tensor_io.hpp"
@@ -31,12 +32,7 @@ int cmd_inspect(const Args& args) {
   po::positional_options_description pos;
   pos.add("run", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (parse_or_help(args, desc, pos, vm)) return 0;
   if (!vm.count("run")) throw Error("exmy inspect needs a run file (exmy inspect --help)");
   if (vm["top"].as<int64_t>() < 0) throw Error("--top must be 0 or positive");
   const eval::RunSummary s = eval::read_run_summary(vm["run"].as<std::string>());

@@ -9,6 +9,7 @@
 
 #include "formats/error.hpp"
 #include "models/config.hpp"
+#include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 
 namespace po = boost::program_options;
@@ -56,12 +57,7 @@ int cmd_model_info(const Args& args) {
       ("batch", po::value<int64_t>()->default_value(1), "micro-batch (sequences) for the memory estimate")  //
       ("fields", "also print every configuration field");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (parse_or_help(args, desc, {}, vm)) return 0;
   models::NemotronHConfig cfg = models::resolve_config(vm["model"].as<std::string>());
   if (vm.count("set"))
     for (const auto& s : vm["set"].as<std::vector<std::string>>()) models::apply_override(cfg, s);

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "formats/error.hpp"
+#include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/data/prepare.hpp"
 
@@ -36,12 +37,7 @@ int cmd_prepare_data(const Args& args) {
   po::positional_options_description pos;
   pos.add("input", -1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (parse_or_help(args, desc, pos, vm)) return 0;
   if (!vm.count("input")) throw Error("prepare-data: give at least one input file or directory");
   if (!vm.count("out")) throw Error("prepare-data: --out DIR is required");
   data::PrepareOptions o;

@@ -9,6 +9,7 @@
 #include "formats/error.hpp"
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
+#include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/cli/stats_json.hpp"
 #include "sim/io/tensor_io.hpp"
@@ -68,12 +69,7 @@ int cmd_quantize(const Args& args) {
     ("reference", "use the scalar reference implementation");
   // clang-format on
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (parse_or_help(args, desc, {}, vm)) return 0;
   for (const char* req : {"input", "elem", "output"})
     if (!vm.count(req)) throw Error(std::string("missing --") + req + " (see exmy quantize --help)");
 

@@ -77,12 +77,7 @@ int cmd_sweep(const Args& args) {
   po::positional_options_description pos;
   pos.add("file", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (parse_or_help(args, desc, pos, vm)) return 0;
   if (!vm.count("file")) throw Error("missing the sweep file (usage: exmy sweep FILE --out DIR; see --help)");
   sweep::SweepSpec spec = sweep::load_sweep(vm["file"].as<std::string>());
   if (vm.count("set"))

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "formats/error.hpp"
+#include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/sweep/sweep.hpp"
 #include "sim/sweep/tensor_sweep.hpp"
@@ -56,12 +57,7 @@ int cmd_sweep_tensors(const Args& args) {
   po::positional_options_description pos;
   pos.add("input", -1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (parse_or_help(args, desc, pos, vm)) return 0;
   if (!vm.count("input")) throw Error("no input tensors (see exmy sweep-tensors --help)");
 
   std::vector<std::pair<std::string, sweep::Family>> families;

@@ -71,12 +71,7 @@ int cmd_train(const Args& args) {
     ("recipes", "list the recipes of experiments/recipes and exit");
   // clang-format on
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (parse_or_help(args, desc, {}, vm)) return 0;
   if (vm.count("keys")) {
     for (const auto& k : train::config_keys())
       std::printf("%-26s %-12s %s\n", k.name.c_str(), k.default_value.empty() ? "(empty)" : k.default_value.c_str(),
