@@ -25,7 +25,7 @@ using sim::quant::Role;
 using test::expect_error;
 using test::TempDir;
 
-uint64_t bits(double x) { return std::bit_cast<uint64_t>(x); }
+using test::bits;
 
 // proxy-tiny on a small synthetic source: 3 validation batches of 4 x 16.
 train::RunConfig tiny(std::vector<std::string> sets = {}) {

@@ -37,14 +37,8 @@ RunConfig tiny(std::vector<std::string> sets) {
   return parse_run_config("", "test", base);
 }
 
-TrainHooks quiet() {
-  TrainHooks h;
-  h.out = nullptr;
-  h.keep_params = true;
-  return h;
-}
-
-uint64_t bits(double x) { return std::bit_cast<uint64_t>(x); }
+using test::bits;
+using test::quiet;
 
 // Columns whose values are wall-clock measurements.
 bool timing(const std::string& ds) { return ds == "/train/tokens_per_s" || ds == "/train/elapsed_s"; }

@@ -1,5 +1,5 @@
-// Helpers shared by the training tests: temporary directories and checks on
-// one-line error messages.
+// Helpers shared by the training tests: temporary directories, quiet hooks,
+// bit patterns and checks on one-line error messages.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,11 +7,25 @@
 
 #include <filesystem>
 #include <functional>
+#include <bit>
+#include <cstdint>
 #include <string>
 
 #include "formats/error.hpp"
+#include "sim/train/trainer.hpp"
 
 namespace exmy::test {
+
+// The bit pattern of a double, for bit-for-bit comparisons.
+inline uint64_t bits(double x) { return std::bit_cast<uint64_t>(x); }
+
+// Training hooks for tests: no progress lines, final parameters kept.
+inline train::TrainHooks quiet() {
+  train::TrainHooks h;
+  h.out = nullptr;
+  h.keep_params = true;
+  return h;
+}
 
 // A fresh directory under TMPDIR (or /tmp), removed with everything in it.
 class TempDir {

@@ -34,14 +34,8 @@ RunConfig tiny(std::vector<std::string> sets) {
   return parse_run_config("", "test", base);
 }
 
-TrainHooks quiet() {
-  TrainHooks h;
-  h.out = nullptr;
-  h.keep_params = true;
-  return h;
-}
-
-uint64_t bits(double x) { return std::bit_cast<uint64_t>(x); }
+using test::bits;
+using test::quiet;
 
 void expect_same_bits(const std::vector<double>& a, const std::vector<double>& b, const char* what) {
   ASSERT_EQ(a.size(), b.size()) << what;
