@@ -12,11 +12,10 @@
 
 #include "formats/error.hpp"
 #include "formats/quantize.hpp"
-#include "sim/data/prepare.hpp"
-#include "sim/data/synthetic.hpp"
 #include "sim/optim.hpp"
 #include "sim/quant/stats.hpp"
 #include "sim/train/checkpoint.hpp"
+#include "sim/train/trainer.hpp"
 
 namespace exmy::eval {
 namespace fs = std::filesystem;
@@ -89,30 +88,11 @@ std::string act_policy_name(const ActPolicy& p) {
 // ---------------------------------------------------------------------------
 
 EvalData open_eval_data(const train::RunConfig& cfg) {
+  // The trainer's own data: the same source, tokens and split.
+  train::RunData r = train::open_run_data(cfg, {}, nullptr);
   EvalData d;
-  const int64_t V = cfg.model.vocab_size;
-  if (cfg.data_path == "synthetic") {
-    // The trainer's synthetic source (sim/train/trainer.cpp, open_data).
-    const auto src = data::MarkovSource::random(V, cfg.synthetic_branching, cfg.synthetic_seed);
-    d.stream = std::make_unique<data::MemoryTokens>(src.generate(cfg.synthetic_tokens, cfg.synthetic_seed + 1), V,
-                                                    "synthetic Markov source");
-  } else {
-    std::error_code ec;
-    const bool missing = !fs::exists(cfg.data_path, ec) && !fs::exists(cfg.data_path + ".idx", ec);
-    if (missing && !cfg.prepare_from.empty()) {
-      if (!fs::exists(cfg.prepare_from, ec))
-        throw Error("data.prepare_from '" + cfg.prepare_from + "' does not exist (tools/setup.sh installs the corpus)");
-      data::PrepareOptions p;
-      p.inputs = {cfg.prepare_from};
-      p.out_dir = cfg.data_path;
-      data::prepare_data(p);
-    }
-    d.stream = data::open_tokens(cfg.data_path, cfg.data_format);
-    if (d.stream->vocab_size() > V)
-      throw Error(d.stream->describe() + " needs a vocabulary of " + std::to_string(d.stream->vocab_size()) +
-                  " but model.vocab_size is " + std::to_string(V));
-  }
-  d.split = data::split_stream(d.stream->size(), cfg.val_fraction, cfg.seq_len);
+  d.stream = std::move(r.stream);
+  d.split = r.split;
   d.val_windows = data::window_count(d.split.val_begin, d.split.val_end, cfg.seq_len);
   return d;
 }

@@ -80,15 +80,9 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
 }
 
-// The token source of a run: a file, a prepare-data directory (made on
-// first use from data.prepare_from), or the synthetic Markov source.
-struct RunData {
-  std::unique_ptr<data::TokenStream> stream;
-  double entropy_rate = -1;  // synthetic only: the loss floor, nats/token
-  data::Split split;
-};
+}  // namespace
 
-RunData open_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* out) {
+RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* out) {
   RunData d;
   const int64_t V = cfg.model.vocab_size;
   if (cfg.data_path == "synthetic") {
@@ -124,12 +118,14 @@ RunData open_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* out) 
   return d;
 }
 
+namespace {
+
 class Trainer {
  public:
   Trainer(RunConfig cfg, std::string dir, const TrainHooks& hooks, BuildInfo build)
       : cfg_(std::move(cfg)), dir_(std::move(dir)), hooks_(hooks), build_(std::move(build)) {
     if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
-    data_ = open_data(cfg_, build_, hooks_.out);
+    data_ = open_run_data(cfg_, build_, hooks_.out);
     sampler_ = std::make_unique<data::SequenceSampler>(*data_.stream, data_.split.train_begin, data_.split.train_end,
                                                        cfg_.seq_len, cfg_.seed);
     const int64_t val_windows = data::window_count(data_.split.val_begin, data_.split.val_end, cfg_.seq_len);

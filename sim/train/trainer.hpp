@@ -25,11 +25,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "models/nemotron_h.hpp"
+#include "sim/data/sampler.hpp"
+#include "sim/data/token_file.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/train/run_config.hpp"
 
@@ -67,6 +70,16 @@ struct BuildInfo {
   std::string version = "unknown";
   std::string git_commit = "unknown";
 };
+
+// The token source of a run: a file, a prepare-data directory (made on
+// first use from data.prepare_from, progress to `out` unless null), or the
+// synthetic Markov source; and its train/validation split.
+struct RunData {
+  std::unique_ptr<data::TokenStream> stream;
+  double entropy_rate = -1;  // synthetic only: the loss floor, nats/token
+  data::Split split;
+};
+RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* out);
 
 // Starts a new run in `out_dir` (created if needed). Throws exmy::Error when
 // out_dir already holds a run, unless `overwrite`.
