@@ -18,7 +18,6 @@
 #include "sim/train/trainer.hpp"
 
 namespace exmy::eval {
-namespace fs = std::filesystem;
 using sim::quant::RefPolicy;
 using sim::quant::Role;
 

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "formats/error.hpp"
+#include "sim/io/text_file.hpp"
 #include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/train/checkpoint.hpp"
@@ -38,19 +39,7 @@ std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
-// Written to a temporary name and renamed: readers (and concurrent array
-// tasks writing the same index) never see half a file.
-void write_text_atomic(const fs::path& p, const std::string& text) {
-  const fs::path tmp = p.string() + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-    o << text;
-    if (!o) throw Error("cannot write '" + tmp.string() + "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, p, ec);
-  if (ec) throw Error("cannot rename '" + tmp.string() + "' to '" + p.string() + "': " + ec.message());
-}
+using io::write_text_atomic;
 
 std::string first_line(std::string s) {
   const size_t nl = s.find('\n');

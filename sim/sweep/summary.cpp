@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "formats/error.hpp"
+#include "sim/io/text_file.hpp"
 #include "sim/io/h5.hpp"
 
 extern char** environ;
@@ -118,17 +119,7 @@ std::string percent(double v) {
   return fmt("%.3g%%", 100 * v);
 }
 
-void write_text_atomic(const fs::path& p, const std::string& text) {
-  const fs::path tmp = p.string() + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-    o << text;
-    if (!o) throw Error("cannot write '" + tmp.string() + "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, p, ec);
-  if (ec) throw Error("cannot rename '" + tmp.string() + "' to '" + p.string() + "': " + ec.message());
-}
+using io::write_text_atomic;
 
 void update_worst(Figure& f, const std::vector<double>& v, const std::vector<double>& step, const std::string& where,
                   bool by_magnitude) {

@@ -13,6 +13,7 @@
 
 #include "formats/error.hpp"
 #include "models/hf_checkpoint.hpp"
+#include "sim/io/text_file.hpp"
 #include "sim/data/prepare.hpp"
 #include "sim/data/sampler.hpp"
 #include "sim/data/synthetic.hpp"
@@ -68,17 +69,7 @@ std::string fmt_count(double n) {
   return buf;
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) throw Error("cannot write '" + tmp + "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
-}
+using io::write_text_atomic;
 
 }  // namespace
 
