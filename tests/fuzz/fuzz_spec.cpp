@@ -87,8 +87,11 @@ void check_value(const Format& f, double v, uint32_t r) {
   REQUIRE(!lo.unrepresentable);
   const double vlo = std::fabs(f.decode(lo.code));
   // rtz never moves away from zero, except that a format without zero rounds
-  // everything below its smallest value up to it.
-  REQUIRE(vlo <= a || (!f.has_zero && vlo == f.min_pos));
+  // everything below its smallest value of that sign up to it. That value is
+  // min_pos, but on the negative side of a format without -0 (whose
+  // sign=1/magnitude-0 code is NaN) it is the value of magnitude code 1.
+  const double smallest = neg && !f.negzero ? f.mag_value(1) : f.min_pos;
+  REQUIRE(vlo <= a || (!f.has_zero && vlo == smallest));
   REQUIRE(vlo <= f.max);
   for (Round mode : {Round::rne, Round::rna, Round::up, Round::down, Round::odd, Round::stochastic,
                      Round::stochastic_fast, Round::stochastic_fastest}) {
@@ -160,8 +163,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Values from the bytes after the NUL: doubles, floats and scaled extremes.
   const uint8_t* rest = nul ? static_cast<const uint8_t*>(nul) + 1 : data + size;
   size_t left = static_cast<size_t>(data + size - rest);
-  for (double v : {0.0, -0.0, f.max, -f.max, f.min_pos, f.min_pos / 2, f.max * 1.5, f.min_pos * 0.75,
-                   f.max + f.min_pos, 1.0, -1.0})
+  for (double v : {0.0, -0.0, f.max, -f.max, f.min_pos, -f.min_pos, f.min_pos / 2, -f.min_pos / 2, f.max * 1.5,
+                   f.min_pos * 0.75, -f.min_pos * 0.75, f.max + f.min_pos, 1.0, -1.0})
     check_value(f, v, 0x12345678u);
   while (left >= 8) {
     uint64_t bits;
