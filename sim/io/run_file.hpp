@@ -139,6 +139,7 @@ class RunFile {
     ElemType type = ElemType::f64;
     int64_t width = 0;
     int64_t rows = 0;                // rows in the file
+    int64_t chunk_rows = 1;          // rows per chunk
     std::vector<uint8_t> pending;    // rows appended since the last flush
     int64_t pending_rows = 0;
   };

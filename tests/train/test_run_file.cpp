@@ -93,5 +93,66 @@ TEST(RunFile, ContinueFromKeepsEachGroupsRowsUpToTheStep) {
   expect_error([&] { RunFile::continue_from(d / "none.h5", d / "x.h5", 1); }, "cannot open run file");
 }
 
+// Thousands of datasets whose rows cross chunk boundaries in the same flush
+// (the statistics' pattern): flush() syncs the file part-way through such
+// flushes, and appends go to an uncompressed last chunk that is compressed
+// once full. Every row must read back, while the writer is still open and
+// after it closed, and full chunks must still be compressed.
+TEST(RunFile, ManyDatasetsCrossingChunkBoundariesReadBackAndFullChunksAreCompressed) {
+  TempDir d;
+  const std::string p = d / "run.h5";
+  constexpr int kGroups = 1100;  // > the flush's batch of 1024 chunk writes
+  constexpr int kFlushes = 7;
+  auto path = [](int g, const char* name) { return "/quant/g" + std::to_string(g) + "/" + name; };
+  auto value = [](int g, int k) { return 1000.0 * g + k + 0.25; };
+  {
+    RunFile f(p);
+    for (int g = 0; g < kGroups; ++g) {
+      f.declare(path(g, "step"), ElemType::i64, 0, 3);
+      f.declare(path(g, "v"), ElemType::f64, 0, 3);
+    }
+    f.declare("/flat/c", ElemType::f64, 0, 64);
+    f.start_swmr();
+    for (int k = 0; k < kFlushes; ++k) {
+      for (int g = 0; g < kGroups; ++g) {
+        f.append(path(g, "v"), value(g, k));
+        if (k % 3 == 1) f.append(path(g, "v"), value(g, k) + 0.5);  // two rows: may cross a boundary
+        f.append(path(g, "step"), int64_t{k});
+        if (k % 3 == 1) f.append(path(g, "step"), int64_t{k});
+      }
+      for (int i = 0; i < 100; ++i) f.append("/flat/c", 3.0);
+      f.flush();
+      if (k == kFlushes - 1) {
+        // A SWMR reader of the live file sees every flushed row.
+        const auto v = read_run_column(p, path(kGroups - 1, "v"));
+        ASSERT_FALSE(v.empty());
+        EXPECT_EQ(v.back(), value(kGroups - 1, k));
+      }
+    }
+  }
+  for (int g : {0, 1, 517, 1023, 1024, kGroups - 1}) {
+    std::vector<double> want, steps;
+    for (int k = 0; k < kFlushes; ++k) {
+      want.push_back(value(g, k));
+      steps.push_back(k);
+      if (k % 3 == 1) {
+        want.push_back(value(g, k) + 0.5);
+        steps.push_back(k);
+      }
+    }
+    EXPECT_EQ(read_run_column(p, path(g, "v")), want) << "group " << g;
+    EXPECT_EQ(read_run_column(p, path(g, "step")), steps) << "group " << g;
+  }
+  // 700 rows of one value: ten full chunks of 64 rows compress to far less
+  // than their 5 KiB of raw bytes each; the partial last chunk is stored raw.
+  EXPECT_EQ(read_run_column(p, "/flat/c"), std::vector<double>(700, 3.0));
+  h5::Handle file(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  h5::Handle set(H5Dopen2(file.get(), "/flat/c", H5P_DEFAULT), H5Dclose);
+  ASSERT_TRUE(set.valid());
+  const hsize_t stored = H5Dget_storage_size(set.get());
+  EXPECT_LT(stored, 64u * 8u + 10u * 64u * 8u / 4u);
+  EXPECT_GE(stored, 64u * 8u);
+}
+
 }  // namespace
 }  // namespace exmy::io
