@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cfloat>
 #include <climits>
@@ -203,10 +204,49 @@ inline void accumulate_row(float* ac, const double* gs, int64_t n) {
   }
   for (; j < n; ++j) ac[j] = add_exact<kAccRtz>(ac[j], round_exact<kGroupRtz>(gs[j] + 0.0));
 }
+
+// The same for group sums that are exact floats (the group rounding leaves
+// them unchanged), eight lanes at a time: the float sum s = fl(a + b), its
+// exact error by TwoSum (s + err == a + b while s is finite), and for RTZ
+// the step of s one toward zero when err points back to zero; an overflow
+// of finite inputs to ±Inf steps back to ±FLT_MAX the same way.
+template <bool kAccRtz>
+inline void accumulate_row_f32(float* ac, const float* gs, int64_t n) {
+  int64_t j = 0;
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 fmax = _mm256_set1_ps(FLT_MAX);
+  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  for (; j + 8 <= n; j += 8) {
+    const __m256 a = _mm256_loadu_ps(ac + j);
+    const __m256 b = _mm256_add_ps(_mm256_loadu_ps(gs + j), zero);  // an exact zero sum is +0
+    const __m256 s = _mm256_add_ps(a, b);
+    if constexpr (!kAccRtz) {
+      _mm256_storeu_ps(ac + j, s);
+      continue;
+    }
+    const __m256 bb = _mm256_sub_ps(s, a);
+    const __m256 err = _mm256_add_ps(_mm256_sub_ps(a, _mm256_sub_ps(s, bb)), _mm256_sub_ps(b, bb));
+    const __m256 finite = _mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(a, absmask), fmax, _CMP_LE_OQ),
+                                        _mm256_cmp_ps(_mm256_and_ps(b, absmask), fmax, _CMP_LE_OQ));
+    const __m256 overflow = _mm256_cmp_ps(_mm256_and_ps(s, absmask), inf, _CMP_EQ_OQ);
+    const __m256 inexact = _mm256_cmp_ps(err, zero, _CMP_NEQ_OQ);
+    const __m256 opposite = _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_setzero_si256(), _mm256_castps_si256(_mm256_xor_ps(err, s))));
+    const __m256 beyond = _mm256_and_ps(finite, _mm256_or_ps(overflow, _mm256_and_ps(inexact, opposite)));
+    // beyond is -1 in the lanes to step: one unit less of magnitude
+    _mm256_storeu_ps(ac + j, _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(s), _mm256_castps_si256(beyond))));
+  }
+  for (; j < n; ++j) ac[j] = add_exact<kAccRtz>(ac[j], gs[j] + 0.0f);
+}
 #else
 template <bool kGroupRtz, bool kAccRtz>
 inline void accumulate_row(float* ac, const double* gs, int64_t n) {
   for (int64_t j = 0; j < n; ++j) ac[j] = add_exact<kAccRtz>(ac[j], round_exact<kGroupRtz>(gs[j] + 0.0));
+}
+template <bool kAccRtz>
+inline void accumulate_row_f32(float* ac, const float* gs, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) ac[j] = add_exact<kAccRtz>(ac[j], gs[j] + 0.0f);
 }
 #endif
 
@@ -307,31 +347,67 @@ struct GroupRange {
 constexpr uint8_t kAllZero = 1, kSpecial = 2;
 constexpr int kBig = 1 << 13;
 
-void group_ranges(const double* V, int64_t rows, int64_t K, int64_t G, std::vector<GroupRange>& out) {
-  const int64_t ng = (K + G - 1) / G;
-  out.resize(static_cast<size_t>(rows * ng));
+// The range of n consecutive elements.
+GroupRange range_of(const double* p, int64_t n) {
+  int lo = kBig, hi = -kBig;
+  uint8_t flags = kAllZero;
+  for (int64_t k = 0; k < n; ++k) {
+    const uint64_t b = std::bit_cast<uint64_t>(p[k]) & 0x7fffffffffffffffull;
+    if (b == 0) continue;
+    flags &= static_cast<uint8_t>(~kAllZero);
+    const int ef = static_cast<int>(b >> 52);
+    if (ef == 0x7ff || ef == 0) {  // non-finite, or subnormal (no format makes one: be safe)
+      flags |= kSpecial;
+      continue;
+    }
+    const uint64_t m = (b & ((uint64_t{1} << 52) - 1)) | (uint64_t{1} << 52);
+    lo = std::min(lo, ef - 1075 + std::countr_zero(m));
+    hi = std::max(hi, ef - 1023);
+  }
+  const int span = (flags & kSpecial) ? kBig : hi - lo;
+  return GroupRange{static_cast<int16_t>(lo), static_cast<int16_t>(hi), static_cast<int16_t>(span), flags};
+}
+
+// Ranges of sub-blocks of `sub` columns inside each group of G columns:
+// rows x (ceil(G / sub) per group, in K order; sub-blocks past K are
+// all-zero). sub == G gives the groups' own ranges.
+void sub_ranges(const double* V, int64_t rows, int64_t K, int64_t G, int64_t sub, std::vector<GroupRange>& out) {
+  const int64_t ng = (K + G - 1) / G, per = (G + sub - 1) / sub;
+  out.assign(static_cast<size_t>(rows * ng * per), GroupRange{kBig, -kBig, -kBig, kAllZero});
 #pragma omp parallel for schedule(static) if (rows * K >= parallel_min_work())
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < ng; ++g) {
-      int lo = kBig, hi = -kBig;
-      uint8_t flags = kAllZero;
-      for (int64_t k = g * G; k < std::min(K, (g + 1) * G); ++k) {
-        const uint64_t b = std::bit_cast<uint64_t>(V[r * K + k]) & 0x7fffffffffffffffull;
-        if (b == 0) continue;
-        flags &= static_cast<uint8_t>(~kAllZero);
-        const int ef = static_cast<int>(b >> 52);
-        if (ef == 0x7ff || ef == 0) {  // non-finite, or subnormal (no format makes one: be safe)
-          flags |= kSpecial;
-          continue;
-        }
-        const uint64_t m = (b & ((uint64_t{1} << 52) - 1)) | (uint64_t{1} << 52);
-        lo = std::min(lo, ef - 1075 + std::countr_zero(m));
-        hi = std::max(hi, ef - 1023);
+      const int64_t end = std::min(K, (g + 1) * G);
+      for (int64_t s = 0; s < per; ++s) {
+        const int64_t c0 = g * G + s * sub;
+        if (c0 >= end) break;
+        out[static_cast<size_t>(r * ng * per + g * per + s)] = range_of(V + r * K + c0, std::min(sub, end - c0));
       }
-      const int span = (flags & kSpecial) ? kBig : hi - lo;
-      out[static_cast<size_t>(r * ng + g)] =
-          GroupRange{static_cast<int16_t>(lo), static_cast<int16_t>(hi), static_cast<int16_t>(span), flags};
     }
+}
+
+// The ranges of whole groups from those of their `per` sub-blocks.
+void merge_ranges(const std::vector<GroupRange>& sub, int64_t per, std::vector<GroupRange>& out) {
+  const size_t n = sub.size() / static_cast<size_t>(per);
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    GroupRange w{kBig, -kBig, -kBig, kAllZero};
+    for (int64_t s = 0; s < per; ++s) {
+      const GroupRange& r = sub[i * static_cast<size_t>(per) + static_cast<size_t>(s)];
+      if (r.flags & kAllZero) continue;
+      w.flags = static_cast<uint8_t>((w.flags | r.flags) & kSpecial);  // not all-zero; special if any is
+      w.lo = std::min(w.lo, r.lo);
+      w.hi = std::max(w.hi, r.hi);
+    }
+    // A group's span is its own hi - lo, not the widest sub-block's.
+    w.span = static_cast<int16_t>((w.flags & kSpecial) ? kBig : (w.flags & kAllZero) ? -kBig : w.hi - w.lo);
+    out[i] = w;
+  }
+}
+
+void to_float(const double* v, int64_t n, float* out) {
+#pragma omp parallel for schedule(static) if (n >= parallel_min_work())
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(v[i]);
 }
 
 // Every partial sum of products of a row pair is a multiple of 2^(lo_a +
@@ -345,13 +421,72 @@ inline bool pair_exact(const GroupRange& a, const GroupRange& b, int c) {
   return a.span + b.span + c <= 53 && a.lo + b.lo >= -1074 && a.hi + b.hi + c <= 1023;
 }
 
+// The float32 analogue for a sub-block of a group: every partial sum of
+// products is a multiple of 2^(lo_a + lo_b) below 2^(hi_a + hi_b + c), so a
+// float32 GEMM of the sub-block is exact when that range fits 24 bits, the
+// products' lowest bits stay at or above float32's 2^-149 and the sums below
+// 2^128 (the operands then convert to float32 exactly, too).
+inline bool pair_exact_f32(const GroupRange& a, const GroupRange& b, int c) {
+  if ((a.flags | b.flags) & kSpecial) return false;
+  if ((a.flags | b.flags) & kAllZero) return true;
+  return a.span + b.span + c <= 24 && a.lo + b.lo >= -149 && a.hi + b.hi + c <= 127 && a.lo >= -149 &&
+         b.lo >= -149 && a.hi <= 127 && b.hi <= 127;
+}
+
 constexpr int64_t kTile = 128;
+// Products per float32 sub-block of a group (path 2 of grouped_tiles).
+constexpr int64_t kSubBlock = 16;
+
+// Widest range over a set of rows (all-zero rows do not widen it).
+inline void widen(GroupRange& w, const GroupRange& r) {
+  if (r.flags & kAllZero) return;
+  w.flags = static_cast<uint8_t>((w.flags & r.flags & kAllZero) | ((w.flags | r.flags) & kSpecial));
+  w.lo = std::min(w.lo, r.lo);
+  w.hi = std::max(w.hi, r.hi);
+  w.span = std::max(w.span, r.span);
+}
+
+// The ranges of a group of products split into sub-blocks: rows x
+// (sub-blocks of every group, in K order), each sub-block of `sub` columns
+// (the last of a group may be shorter).
+struct SubRanges {
+  int64_t sub = 0, per_group = 0;
+  std::vector<GroupRange> a, b;
+};
+
+// Operands and ranges shared by the tiles.
+struct GroupedInputs {
+  const double* A;
+  const double* B;
+  // float32 copies of A and B (exact wherever the float path uses them)
+  std::vector<float> fa, fb;
+  SubRanges whole;  // the groups' ranges (one sub-block per group)
+  SubRanges split;  // ranges of sub-blocks of kSubBlock
+};
 
 // The tile loop for one (group rounding, accumulator rounding) pair.
+//
+// Per 128 x 128 tile and group, three ways to the exact group sums, the
+// first that is exact for every row pair of the tile (checked on the tile's
+// widest ranges):
+//   1. one float32 GEMM of the group (exact when all its partial sums fit
+//      24 bits: narrow formats with close block scales);
+//   2. float32 GEMMs of sub-blocks of kSubBlock products (a sub-block holds
+//      one or two block scales per row, so E2M1 payloads with 4-bit scales
+//      always fit), added into the double group sums (exact when the whole
+//      group fits 53 bits);
+//   3. a double GEMM of the group, with the exact accumulator for the row
+//      pairs it cannot hold.
+// A float32 GEMM costs half a double one on AVX2, so 1 and 2 carry the
+// common recipes.
 template <bool kGroupRtz, bool kAccRtz>
-void grouped_tiles(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
-                   const GemmModel& model, float alpha, const std::vector<GroupRange>& ra,
-                   const std::vector<GroupRange>& rb) {
+void grouped_tiles(float* C, int64_t M, int64_t N, int64_t K, const GemmModel& model, float alpha,
+                   const GroupedInputs& in) {
+  GroupedGemmPaths& paths = grouped_gemm_paths();
+  const double* A = in.A;
+  const double* B = in.B;
+  const std::vector<GroupRange>& ra = in.whole.a;
+  const std::vector<GroupRange>& rb = in.whole.b;
   const int64_t G = model.group;
   const int64_t ng = (K + G - 1) / G;
   const int64_t tm = (M + kTile - 1) / kTile, tn = (N + kTile - 1) / kTile;
@@ -359,8 +494,43 @@ void grouped_tiles(float* C, const double* A, const double* B, int64_t M, int64_
 #pragma omp parallel if (tiles > 1 && M * N * K >= parallel_min_work())
   {
     std::vector<double> gsum(static_cast<size_t>(kTile * kTile));
+    std::vector<float> part(static_cast<size_t>(kTile * kTile));
     std::vector<float> acc(static_cast<size_t>(kTile * kTile));
     ExactSum es;
+    // True when every sub-block of group g passes the float32 test over the tile.
+    auto float_ok = [&](const SubRanges& sr, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t g, int64_t gk) {
+      const int64_t nsub = (gk + sr.sub - 1) / sr.sub;
+      for (int64_t s = 0; s < nsub; ++s) {
+        const int64_t sk = std::min(sr.sub, gk - s * sr.sub);
+        GroupRange wa{kBig, -kBig, -kBig, kAllZero}, wb{kBig, -kBig, -kBig, kAllZero};
+        const size_t col = static_cast<size_t>(g * sr.per_group + s);
+        const size_t stride = static_cast<size_t>(ng * sr.per_group);
+        for (int64_t i = 0; i < mb; ++i) widen(wa, sr.a[static_cast<size_t>(m0 + i) * stride + col]);
+        for (int64_t j = 0; j < nb; ++j) widen(wb, sr.b[static_cast<size_t>(n0 + j) * stride + col]);
+        if (!pair_exact_f32(wa, wb, ceil_log2(sk) + 2)) return false;
+      }
+      return true;
+    };
+    // The group's sums from float32 GEMMs of its sub-blocks: in `part`
+    // when one sub-block covers the group, else added up in gsum.
+    auto float_sums = [&](int64_t sub, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t k0, int64_t gk) {
+      if (sub >= gk) {
+        gemm_serial<float>(part.data(), nb, in.fa.data() + m0 * K + k0, K, Op::N, in.fb.data() + n0 * K + k0, K, Op::T,
+                           mb, nb, gk, false);
+        return;
+      }
+      for (int64_t s0 = 0; s0 < gk; s0 += sub) {
+        const int64_t sk = std::min(sub, gk - s0);
+        gemm_serial<float>(part.data(), nb, in.fa.data() + m0 * K + k0 + s0, K, Op::N, in.fb.data() + n0 * K + k0 + s0,
+                           K, Op::T, mb, nb, sk, false);
+        const int64_t n = mb * nb;
+        if (s0 == 0) {
+          for (int64_t i = 0; i < n; ++i) gsum[static_cast<size_t>(i)] = part[static_cast<size_t>(i)];
+        } else {
+          for (int64_t i = 0; i < n; ++i) gsum[static_cast<size_t>(i)] += part[static_cast<size_t>(i)];
+        }
+      }
+    };
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t m0 = (t / tn) * kTile, n0 = (t % tn) * kTile;
@@ -369,21 +539,25 @@ void grouped_tiles(float* C, const double* A, const double* B, int64_t M, int64_
       for (int64_t g = 0; g < ng; ++g) {
         const int64_t k0 = g * G, gk = std::min(G, K - k0);
         const int c = ceil_log2(gk) + 2;
-        gemm_serial<double>(gsum.data(), nb, A + m0 * K + k0, K, Op::N, B + n0 * K + k0, K, Op::T, mb, nb, gk, false);
         // The whole tile at once when its worst rows pass the test.
         GroupRange wa{kBig, -kBig, -kBig, kAllZero}, wb{kBig, -kBig, -kBig, kAllZero};
-        auto widen = [](GroupRange& w, const GroupRange& r) {
-          if (r.flags & kAllZero) return;
-          w.flags = static_cast<uint8_t>((w.flags & r.flags & kAllZero) | ((w.flags | r.flags) & kSpecial));
-          w.lo = std::min(w.lo, r.lo);
-          w.hi = std::max(w.hi, r.hi);
-          w.span = std::max(w.span, r.span);
-        };
         for (int64_t i = 0; i < mb; ++i) widen(wa, ra[static_cast<size_t>((m0 + i) * ng + g)]);
         for (int64_t j = 0; j < nb; ++j) widen(wb, rb[static_cast<size_t>((n0 + j) * ng + g)]);
         // (the tile test uses the smallest lo with the largest span: a
         // sufficient condition)
         const bool tile_exact = pair_exact(wa, wb, c);
+        if (tile_exact && float_ok(in.whole, m0, mb, n0, nb, g, gk)) {
+          float_sums(G, m0, mb, n0, nb, k0, gk);
+          paths.f32_group.fetch_add(1, std::memory_order_relaxed);
+          for (int64_t i = 0; i < mb; ++i) accumulate_row_f32<kAccRtz>(acc.data() + i * nb, part.data() + i * nb, nb);
+          continue;
+        } else if (tile_exact && in.split.sub < G && float_ok(in.split, m0, mb, n0, nb, g, gk)) {
+          float_sums(in.split.sub, m0, mb, n0, nb, k0, gk);
+          paths.f32_split.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          gemm_serial<double>(gsum.data(), nb, A + m0 * K + k0, K, Op::N, B + n0 * K + k0, K, Op::T, mb, nb, gk, false);
+          paths.f64.fetch_add(1, std::memory_order_relaxed);
+        }
         for (int64_t i = 0; i < mb; ++i) {
           float* ac = acc.data() + i * nb;
           const double* gs = gsum.data() + i * nb;
@@ -416,6 +590,11 @@ void grouped_tiles(float* C, const double* A, const double* B, int64_t M, int64_
 
 }  // namespace
 
+GroupedGemmPaths& grouped_gemm_paths() {
+  static GroupedGemmPaths p;
+  return p;
+}
+
 void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K, const GemmModel& model,
                   float alpha) {
   if (M <= 0 || N <= 0) return;
@@ -423,14 +602,32 @@ void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t
     for (int64_t i = 0; i < M * N; ++i) C[i] = Epilogue(model, alpha)(0.0f);
     return;
   }
-  std::vector<GroupRange> ra, rb;
-  group_ranges(A, M, K, model.group, ra);
-  group_ranges(B, N, K, model.group, rb);
+  const int64_t G = model.group;
+  GroupedInputs in;
+  in.A = A;
+  in.B = B;
+  in.fa.resize(static_cast<size_t>(M * K));
+  in.fb.resize(static_cast<size_t>(N * K));
+  to_float(A, M * K, in.fa.data());
+  to_float(B, N * K, in.fb.data());
+  in.whole.sub = G;
+  in.whole.per_group = 1;
+  in.split.sub = std::min(G, kSubBlock);
+  if (in.split.sub < G) {
+    in.split.per_group = (G + in.split.sub - 1) / in.split.sub;
+    sub_ranges(A, M, K, G, in.split.sub, in.split.a);
+    sub_ranges(B, N, K, G, in.split.sub, in.split.b);
+    merge_ranges(in.split.a, in.split.per_group, in.whole.a);
+    merge_ranges(in.split.b, in.split.per_group, in.whole.b);
+  } else {
+    sub_ranges(A, M, K, G, G, in.whole.a);
+    sub_ranges(B, N, K, G, G, in.whole.b);
+  }
   const bool grtz = model.group_round == Round::rtz, artz = model.accumulate == Round::rtz;
-  if (grtz && artz) grouped_tiles<true, true>(C, A, B, M, N, K, model, alpha, ra, rb);
-  else if (grtz) grouped_tiles<true, false>(C, A, B, M, N, K, model, alpha, ra, rb);
-  else if (artz) grouped_tiles<false, true>(C, A, B, M, N, K, model, alpha, ra, rb);
-  else grouped_tiles<false, false>(C, A, B, M, N, K, model, alpha, ra, rb);
+  if (grtz && artz) grouped_tiles<true, true>(C, M, N, K, model, alpha, in);
+  else if (grtz) grouped_tiles<true, false>(C, M, N, K, model, alpha, in);
+  else if (artz) grouped_tiles<false, true>(C, M, N, K, model, alpha, in);
+  else grouped_tiles<false, false>(C, M, N, K, model, alpha, in);
 }
 
 // ---------------------------------------------------------------------------

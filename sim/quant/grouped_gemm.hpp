@@ -14,13 +14,16 @@
 //   NaN written to C is the canonical quiet NaN.
 //
 // grouped_gemm_ref adds every product into an exact fixed-point accumulator:
-// slow, obviously right. grouped_gemm runs each group of a tile as a double
-// GEMM (Eigen), which is exact whenever all partial sums fit in 53 bits —
-// checked per output element and group from the operands' exponent ranges;
-// the few groups that fail the check (and any with non-finite operands) are
-// recomputed with the exact accumulator. The two agree bit for bit.
+// slow, obviously right. grouped_gemm computes each group of a tile with
+// float32 GEMMs (of the group, or of 16-product sub-blocks added in double)
+// or a double GEMM (Eigen), whichever is exact for every row pair of the
+// tile — checked from the operands' exponent ranges: all partial sums must
+// fit 24 (float32) or 53 (double) bits; the few groups that fail even the
+// double check (and any with non-finite operands) are recomputed with the
+// exact accumulator. The two agree bit for bit.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "formats/quantize.hpp"
@@ -57,6 +60,16 @@ void grouped_gemm_ref(float* C, const double* A, const double* B, int64_t M, int
                       const GemmModel& model, float alpha);
 void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K, const GemmModel& model,
                   float alpha);
+
+// How many (128 x 128 tile, group) pieces grouped_gemm computed on each of
+// its three paths since the process started (or the counters were zeroed):
+// one float32 GEMM of the group, float32 GEMMs of 16-product sub-blocks, or
+// the double GEMM with the exact fallback. For tests and benchmarks.
+struct GroupedGemmPaths {
+  std::atomic<uint64_t> f32_group{0}, f32_split{0}, f64{0};
+  void zero() { f32_group = 0, f32_split = 0, f64 = 0; }
+};
+GroupedGemmPaths& grouped_gemm_paths();
 
 // The encoded operand of a quantization call: v[i] = value(code_i) ·
 // s_b(block of i) (value(code_i) alone without a block scale), (rows, cols)

@@ -224,8 +224,11 @@ TEST(GroupedGemm, FastMatchesReferenceBitForBit) {
       {24, 19, 160, {GemmModel::Kind::grouped, 16, Round::rtz, Round::rtz, 1024}, 1e30, "ue8m0"},
       {17, 31, 150, {GemmModel::Kind::grouped, 5, Round::rne, Round::rtz, 7}, 1e6, "ue8m0"},
   };
+  GroupedGemmPaths& paths = grouped_gemm_paths();
+  uint64_t f32_group = 0, f32_split = 0, f64 = 0;
   for (const auto& c : cases) {
     SCOPED_TRACE(testing::Message() << c.M << "x" << c.N << "x" << c.K << " G=" << c.m.group << " " << c.scale);
+    paths.zero();
     float ta = 1, tb = 1;
     QuantSpec sa = nvfp4_like(1, 16, c.scale), sb = nvfp4_like(16, 16, c.scale);
     if (std::string(c.scale) == "ue8m0") {
@@ -243,7 +246,16 @@ TEST(GroupedGemm, FastMatchesReferenceBitForBit) {
     grouped_gemm(fast1.data(), A.data(), B.data(), c.M, c.N, c.K, c.m, alpha);
     omp_set_num_threads(omp_get_num_procs());
     expect_same(fast1, ref, "one thread vs ref");
+    std::printf("paths: f32 group %llu, f32 sub-blocks %llu, f64 %llu\n", static_cast<unsigned long long>(paths.f32_group.load()),
+                static_cast<unsigned long long>(paths.f32_split.load()), static_cast<unsigned long long>(paths.f64.load()));
+    f32_group += paths.f32_group;
+    f32_split += paths.f32_split;
+    f64 += paths.f64;
   }
+  // The cases drive every path of the fast implementation.
+  EXPECT_GT(f32_group, 0u);
+  EXPECT_GT(f32_split, 0u);
+  EXPECT_GT(f64, 0u);
   parallel_min_work() = int64_t{1} << 15;
 }
 
@@ -273,6 +285,37 @@ TEST(GroupedGemm, ExtremeSpreadsAndSpecialsTakeTheExactPath) {
     EXPECT_TRUE(std::isnan(ref[3 * N + 0]));
     EXPECT_TRUE(std::isnan(ref[2 * N + 3]));  // Inf x 0
     EXPECT_EQ(std::bit_cast<uint32_t>(ref[4 * N + 0]), 0u);  // +0
+  }
+}
+
+TEST(GroupedGemm, FloatPathAccumulatorOverflowAndCancellation) {
+  // Narrow operands near 2^60: every group fits the float32 path, the group
+  // sums reach ~2^124 and their accumulation overflows (RTZ: ±FLT_MAX,
+  // RNE: ±Inf) or cancels, in vector lanes and the scalar tail (N = 13).
+  const int64_t M = 5, N = 13, K = 256;
+  std::vector<double> A(M * K), B(N * K);
+  std::mt19937 g(9);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) A[i * K + k] = std::ldexp((g() & 1) ? 1.5 : 1.0, 60) * (i == 1 ? -1 : 1);
+  for (int64_t j = 0; j < N; ++j)
+    for (int64_t k = 0; k < K; ++k) {
+      const double sign = j % 3 == 2 ? ((k / 16) % 2 ? -1.0 : 1.0) : 1.0;  // every third column cancels group by group
+      B[j * K + k] = sign * std::ldexp((g() & 1) ? 1.25 : 1.0, 60 - (j % 5));
+    }
+  for (const Round acc : {Round::rtz, Round::rne}) {
+    const GemmModel m{GemmModel::Kind::grouped, 16, Round::rne, acc, 0};
+    std::vector<float> ref(M * N), fast(M * N);
+    grouped_gemm_paths().zero();
+    grouped_gemm_ref(ref.data(), A.data(), B.data(), M, N, K, m, 1.0f);
+    grouped_gemm(fast.data(), A.data(), B.data(), M, N, K, m, 1.0f);
+    EXPECT_EQ(grouped_gemm_paths().f32_group, static_cast<uint64_t>(K / 16));
+    for (size_t i = 0; i < ref.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(fast[i]), std::bit_cast<uint32_t>(ref[i])) << i << ": " << fast[i] << " vs " << ref[i];
+    // Overflow in a vector lane (column 0) and in the scalar tail (column 10).
+    const float top = acc == Round::rtz ? FLT_MAX : INFINITY;
+    EXPECT_EQ(ref[0], top);
+    EXPECT_EQ(ref[10], top);
+    EXPECT_EQ(ref[1 * N + 0], -top);
   }
 }
 
