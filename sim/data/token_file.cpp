@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "formats/error.hpp"
+#include "sim/io/atomic_file.hpp"
 
 namespace exmy::data {
 namespace fs = std::filesystem;
@@ -230,24 +231,6 @@ std::string strip_suffix(const std::string& p) {
   return p;
 }
 
-// Writes `bytes` to a temporary next to `path`, then renames it into place.
-void write_atomic(const std::string& path, const std::vector<uint8_t>& bytes) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot write '" + tmp + "'");
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error("cannot write '" + tmp + "' (disk full?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error("cannot rename '" + tmp + "' to '" + path + "'");
-  }
-}
-
 template <class T>
 void put(std::vector<uint8_t>& b, T v) {
   const size_t o = b.size();
@@ -313,7 +296,7 @@ void write_flat_tokens(const std::string& path, std::span<const int32_t> tokens,
     if (width == 2) put<uint16_t>(b, static_cast<uint16_t>(t));
     else put<uint32_t>(b, static_cast<uint32_t>(t));
   }
-  write_atomic(path, b);
+  io::write_bytes_atomic(path, b.data(), b.size());
 }
 
 void write_megatron_tokens(const std::string& prefix, std::span<const int32_t> tokens,
@@ -348,8 +331,8 @@ void write_megatron_tokens(const std::string& prefix, std::span<const int32_t> t
     ptr += l * es;
   }
   for (uint64_t d = 0; d <= S; ++d) put<int64_t>(idx, static_cast<int64_t>(d));
-  write_atomic(prefix + ".bin", bin);
-  write_atomic(prefix + ".idx", idx);
+  io::write_bytes_atomic(prefix + ".bin", bin.data(), bin.size());
+  io::write_bytes_atomic(prefix + ".idx", idx.data(), idx.size());
 }
 
 }  // namespace exmy::data

@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "formats/error.hpp"
-#include "sim/io/text_file.hpp"
+#include "sim/io/atomic_file.hpp"
 #include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/train/checkpoint.hpp"

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "formats/error.hpp"
-#include "sim/io/text_file.hpp"
+#include "sim/io/atomic_file.hpp"
 #include "sim/io/h5.hpp"
 
 extern char** environ;

@@ -13,7 +13,7 @@
 
 #include "formats/error.hpp"
 #include "models/hf_checkpoint.hpp"
-#include "sim/io/text_file.hpp"
+#include "sim/io/atomic_file.hpp"
 #include "sim/data/prepare.hpp"
 #include "sim/data/sampler.hpp"
 #include "sim/data/synthetic.hpp"
