@@ -111,15 +111,10 @@ int cmd_train(const Args& args) {
     // The in-training quantized evaluation (eval.*) comes from the run's
     // configuration with the overrides, as train_resume resolves it.
     const std::string dir = vm["resume"].as<std::string>();
-    std::error_code ec;
-    if (fs::exists(fs::path(dir) / "config.ini", ec)) {
-      std::vector<std::string> all = sets;
-      if (steps) all.push_back("train.steps=" + std::to_string(*steps));
-      const train::RunConfig cfg = train::load_run_config((fs::path(dir) / "config.ini").string(), all);
-      if (auto spec = eval::training_eval_from_config(cfg))
-        hooks.after_step = eval::make_training_eval_hook(cfg, std::move(*spec), hooks.after_step);
-    }
-    r = train::train_resume(dir, steps, sets, hooks, build);
+    const train::RunConfig cfg = train::resume_config(dir, steps, sets);
+    if (auto spec = eval::training_eval_from_config(cfg))
+      hooks.after_step = eval::make_training_eval_hook(cfg, std::move(*spec), hooks.after_step);
+    r = train::train_resume(dir, cfg, hooks, build);
   } else {
     // The bare command is the README's default job, which may be rerun.
     const bool default_job = args.empty();

@@ -538,15 +538,25 @@ TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const Tr
   return t.run();
 }
 
-TrainResult train_resume(const std::string& out_dir, std::optional<int64_t> steps,
-                         const std::vector<std::string>& overrides, const TrainHooks& hooks, const BuildInfo& build) {
-  const fs::path dir(out_dir);
-  const std::string cfg_path = (dir / "config.ini").string();
+RunConfig resume_config(const std::string& out_dir, std::optional<int64_t> steps,
+                        const std::vector<std::string>& overrides) {
+  const std::string cfg_path = (fs::path(out_dir) / "config.ini").string();
   std::error_code ec;
   if (!fs::exists(cfg_path, ec)) throw Error("'" + out_dir + "' holds no run to resume (no config.ini)");
   std::vector<std::string> sets = overrides;
   if (steps) sets.push_back("train.steps=" + std::to_string(*steps));
-  const RunConfig cfg = load_run_config(cfg_path, sets);
+  return load_run_config(cfg_path, sets);
+}
+
+TrainResult train_resume(const std::string& out_dir, std::optional<int64_t> steps,
+                         const std::vector<std::string>& overrides, const TrainHooks& hooks, const BuildInfo& build) {
+  return train_resume(out_dir, resume_config(out_dir, steps, overrides), hooks, build);
+}
+
+TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const TrainHooks& hooks,
+                         const BuildInfo& build) {
+  const fs::path dir(out_dir);
+  const std::string cfg_path = (dir / "config.ini").string();
   const auto ckpts = list_checkpoints((dir / "checkpoints").string());
   if (ckpts.empty()) throw Error("'" + out_dir + "' has no checkpoint to resume from (checkpoints/ is empty)");
   Trainer t(cfg, out_dir, hooks, build);

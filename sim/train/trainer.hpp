@@ -93,4 +93,13 @@ TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const Tr
 TrainResult train_resume(const std::string& out_dir, std::optional<int64_t> steps,
                          const std::vector<std::string>& overrides, const TrainHooks& hooks, const BuildInfo& build);
 
+// The configuration train_resume continues with: the run's config.ini with
+// `steps` and `overrides` applied (an error naming the problem when out_dir
+// holds no run). Callers that need it before training (the CLI's
+// evaluation hook) resolve it once and pass it to the overload below.
+RunConfig resume_config(const std::string& out_dir, std::optional<int64_t> steps,
+                        const std::vector<std::string>& overrides);
+TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const TrainHooks& hooks,
+                         const BuildInfo& build);
+
 }  // namespace exmy::train
