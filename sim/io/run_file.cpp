@@ -69,6 +69,15 @@ Handle dataset_access() {
   return dapl;
 }
 
+// Rows per chunk of a stored dataset of rank `rank` (0: not chunked).
+int64_t chunk_rows_of(hid_t dataset, int rank) {
+  Handle dcpl(H5Dget_create_plist(dataset), H5Pclose);
+  hsize_t chunk[2] = {0, 0};
+  if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED && H5Pget_chunk(dcpl.get(), rank, chunk) == rank)
+    return static_cast<int64_t>(chunk[0]);
+  return 0;
+}
+
 bool is_capture(const std::string& path) { return path.starts_with("/capture/"); }
 
 // N of "/capture/step_<N>/...", or -1.
@@ -455,15 +464,7 @@ std::unique_ptr<RunFile> RunFile::continue_from(const std::string& from, const s
           H5Dread(d.get(), mem_type(type), ms.get(), s.get(), H5P_DEFAULT, buf.data()) < 0)
         throw Error("cannot read dataset '" + name + "' of run file '" + from + "' (corrupt?)");
     }
-    // The same chunking as the original.
-    int64_t chunk_rows = 0;
-    {
-      Handle dcpl(H5Dget_create_plist(d.get()), H5Pclose);
-      hsize_t chunk[2] = {0, 0};
-      if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED && H5Pget_chunk(dcpl.get(), rank, chunk) == rank)
-        chunk_rows = static_cast<int64_t>(chunk[0]);
-    }
-    rf->declare(name, type, width, chunk_rows);
+    rf->declare(name, type, width, chunk_rows_of(d.get(), rank));  // the same chunking as the original
     rf->append_rows(name, type, width, buf.data(), n);
     rf->write_pending(name, rf->sets_.at(name));  // one dataset in memory at a time
     h5::copy_attributes(d.get(), rf->sets_.at(name).id.get());
@@ -493,12 +494,7 @@ std::unique_ptr<RunFile> RunFile::open_append(const std::string& path) {
       throw Error("run file '" + path + "': dataset '" + name + "' is not a row dataset exmy wrote");
     ds.width = rank == 2 ? static_cast<int64_t>(dims[1]) : 0;
     ds.rows = static_cast<int64_t>(dims[0]);
-    {
-      Handle dcpl(H5Dget_create_plist(ds.id.get()), H5Pclose);
-      hsize_t chunk[2] = {0, 0};
-      if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED && H5Pget_chunk(dcpl.get(), rank, chunk) == rank)
-        ds.chunk_rows = static_cast<int64_t>(chunk[0]);
-    }
+    ds.chunk_rows = std::max<int64_t>(chunk_rows_of(ds.id.get(), rank), 1);
     rf->sets_.emplace(name, std::move(ds));
   }
   return rf;

@@ -446,22 +446,18 @@ inline void widen(GroupRange& w, const GroupRange& r) {
   w.span = std::max(w.span, r.span);
 }
 
-// The ranges of a group of products split into sub-blocks: rows x
-// (sub-blocks of every group, in K order), each sub-block of `sub` columns
-// (the last of a group may be shorter).
-struct SubRanges {
-  int64_t sub = 0, per_group = 0;
-  std::vector<GroupRange> a, b;
-};
-
 // Operands and ranges shared by the tiles.
 struct GroupedInputs {
   const double* A;
   const double* B;
-  // float32 copies of A and B (exact wherever the float path uses them)
+  // float32 copies of A and B (exact wherever the float paths use them)
   std::vector<float> fa, fb;
-  SubRanges whole;  // the groups' ranges (one sub-block per group)
-  SubRanges split;  // ranges of sub-blocks of kSubBlock
+  std::vector<GroupRange> ra, rb;  // rows x groups
+  // Sub-blocks of `sub` products: rows x (per_group per group, in K order;
+  // the last of a group may be shorter). sub == G when G <= kSubBlock
+  // (path 2 does not apply).
+  int64_t sub = 0, per_group = 0;
+  std::vector<GroupRange> sa, sb;
 };
 
 // The tile loop for one (group rounding, accumulator rounding) pair.
@@ -471,10 +467,10 @@ struct GroupedInputs {
 // widest ranges):
 //   1. one float32 GEMM of the group (exact when all its partial sums fit
 //      24 bits: narrow formats with close block scales);
-//   2. float32 GEMMs of sub-blocks of kSubBlock products (a sub-block holds
-//      one or two block scales per row, so E2M1 payloads with 4-bit scales
-//      always fit), added into the double group sums (exact when the whole
-//      group fits 53 bits);
+//   2. float32 GEMMs of sub-blocks of kSubBlock products (with blocks of 16
+//      or 32 along K a sub-block row has one block scale, and E2M1 payloads
+//      with 4-bit scales need at most 18 bits), added into the double group
+//      sums (exact when the whole group fits 53 bits);
 //   3. a double GEMM of the group, with the exact accumulator for the row
 //      pairs it cannot hold.
 // A float32 GEMM costs half a double one on AVX2, so 1 and 2 carry the
@@ -485,8 +481,8 @@ void grouped_tiles(float* C, int64_t M, int64_t N, int64_t K, const GemmModel& m
   GroupedGemmPaths& paths = grouped_gemm_paths();
   const double* A = in.A;
   const double* B = in.B;
-  const std::vector<GroupRange>& ra = in.whole.a;
-  const std::vector<GroupRange>& rb = in.whole.b;
+  const std::vector<GroupRange>& ra = in.ra;
+  const std::vector<GroupRange>& rb = in.rb;
   const int64_t G = model.group;
   const int64_t ng = (K + G - 1) / G;
   const int64_t tm = (M + kTile - 1) / kTile, tn = (N + kTile - 1) / kTile;
@@ -498,29 +494,23 @@ void grouped_tiles(float* C, int64_t M, int64_t N, int64_t K, const GemmModel& m
     std::vector<float> acc(static_cast<size_t>(kTile * kTile));
     ExactSum es;
     // True when every sub-block of group g passes the float32 test over the tile.
-    auto float_ok = [&](const SubRanges& sr, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t g, int64_t gk) {
-      const int64_t nsub = (gk + sr.sub - 1) / sr.sub;
+    auto sub_blocks_ok = [&](int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t g, int64_t gk) {
+      const int64_t nsub = (gk + in.sub - 1) / in.sub;
+      const size_t stride = static_cast<size_t>(ng * in.per_group);
       for (int64_t s = 0; s < nsub; ++s) {
-        const int64_t sk = std::min(sr.sub, gk - s * sr.sub);
+        const int64_t sk = std::min(in.sub, gk - s * in.sub);
         GroupRange wa{kBig, -kBig, -kBig, kAllZero}, wb{kBig, -kBig, -kBig, kAllZero};
-        const size_t col = static_cast<size_t>(g * sr.per_group + s);
-        const size_t stride = static_cast<size_t>(ng * sr.per_group);
-        for (int64_t i = 0; i < mb; ++i) widen(wa, sr.a[static_cast<size_t>(m0 + i) * stride + col]);
-        for (int64_t j = 0; j < nb; ++j) widen(wb, sr.b[static_cast<size_t>(n0 + j) * stride + col]);
+        const size_t col = static_cast<size_t>(g * in.per_group + s);
+        for (int64_t i = 0; i < mb; ++i) widen(wa, in.sa[static_cast<size_t>(m0 + i) * stride + col]);
+        for (int64_t j = 0; j < nb; ++j) widen(wb, in.sb[static_cast<size_t>(n0 + j) * stride + col]);
         if (!pair_exact_f32(wa, wb, ceil_log2(sk) + 2)) return false;
       }
       return true;
     };
-    // The group's sums from float32 GEMMs of its sub-blocks: in `part`
-    // when one sub-block covers the group, else added up in gsum.
-    auto float_sums = [&](int64_t sub, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t k0, int64_t gk) {
-      if (sub >= gk) {
-        gemm_serial<float>(part.data(), nb, in.fa.data() + m0 * K + k0, K, Op::N, in.fb.data() + n0 * K + k0, K, Op::T,
-                           mb, nb, gk, false);
-        return;
-      }
-      for (int64_t s0 = 0; s0 < gk; s0 += sub) {
-        const int64_t sk = std::min(sub, gk - s0);
+    // gsum = the group's sums from float32 GEMMs of its sub-blocks.
+    auto sub_block_sums = [&](int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t k0, int64_t gk) {
+      for (int64_t s0 = 0; s0 < gk; s0 += in.sub) {
+        const int64_t sk = std::min(in.sub, gk - s0);
         gemm_serial<float>(part.data(), nb, in.fa.data() + m0 * K + k0 + s0, K, Op::N, in.fb.data() + n0 * K + k0 + s0,
                            K, Op::T, mb, nb, sk, false);
         const int64_t n = mb * nb;
@@ -546,13 +536,16 @@ void grouped_tiles(float* C, int64_t M, int64_t N, int64_t K, const GemmModel& m
         // (the tile test uses the smallest lo with the largest span: a
         // sufficient condition)
         const bool tile_exact = pair_exact(wa, wb, c);
-        if (tile_exact && float_ok(in.whole, m0, mb, n0, nb, g, gk)) {
-          float_sums(G, m0, mb, n0, nb, k0, gk);
+        if (tile_exact && pair_exact_f32(wa, wb, c)) {
+          // Path 1: the float32 sums are the exact group sums.
+          gemm_serial<float>(part.data(), nb, in.fa.data() + m0 * K + k0, K, Op::N, in.fb.data() + n0 * K + k0, K,
+                             Op::T, mb, nb, gk, false);
           paths.f32_group.fetch_add(1, std::memory_order_relaxed);
           for (int64_t i = 0; i < mb; ++i) accumulate_row_f32<kAccRtz>(acc.data() + i * nb, part.data() + i * nb, nb);
           continue;
-        } else if (tile_exact && in.split.sub < G && float_ok(in.split, m0, mb, n0, nb, g, gk)) {
-          float_sums(in.split.sub, m0, mb, n0, nb, k0, gk);
+        }
+        if (tile_exact && in.sub < G && sub_blocks_ok(m0, mb, n0, nb, g, gk)) {
+          sub_block_sums(m0, mb, n0, nb, k0, gk);
           paths.f32_split.fetch_add(1, std::memory_order_relaxed);
         } else {
           gemm_serial<double>(gsum.data(), nb, A + m0 * K + k0, K, Op::N, B + n0 * K + k0, K, Op::T, mb, nb, gk, false);
@@ -610,18 +603,17 @@ void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t
   in.fb.resize(static_cast<size_t>(N * K));
   to_float(A, M * K, in.fa.data());
   to_float(B, N * K, in.fb.data());
-  in.whole.sub = G;
-  in.whole.per_group = 1;
-  in.split.sub = std::min(G, kSubBlock);
-  if (in.split.sub < G) {
-    in.split.per_group = (G + in.split.sub - 1) / in.split.sub;
-    sub_ranges(A, M, K, G, in.split.sub, in.split.a);
-    sub_ranges(B, N, K, G, in.split.sub, in.split.b);
-    merge_ranges(in.split.a, in.split.per_group, in.whole.a);
-    merge_ranges(in.split.b, in.split.per_group, in.whole.b);
+  in.sub = std::min(G, kSubBlock);
+  if (in.sub < G) {
+    // The groups' ranges from their sub-blocks' (one pass over the operands).
+    in.per_group = (G + in.sub - 1) / in.sub;
+    sub_ranges(A, M, K, G, in.sub, in.sa);
+    sub_ranges(B, N, K, G, in.sub, in.sb);
+    merge_ranges(in.sa, in.per_group, in.ra);
+    merge_ranges(in.sb, in.per_group, in.rb);
   } else {
-    sub_ranges(A, M, K, G, G, in.whole.a);
-    sub_ranges(B, N, K, G, G, in.whole.b);
+    sub_ranges(A, M, K, G, G, in.ra);
+    sub_ranges(B, N, K, G, G, in.rb);
   }
   const bool grtz = model.group_round == Round::rtz, artz = model.accumulate == Round::rtz;
   if (grtz && artz) grouped_tiles<true, true>(C, M, N, K, model, alpha, in);
