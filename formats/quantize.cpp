@@ -374,8 +374,11 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
 // the input, the outputs and the Philox counter stream are all walked
 // sequentially whatever the block shape. Threads take whole bands, so a
 // band's result does not depend on which thread ran it; integer statistics
-// are reduced at the end, the double sums are accumulated afterwards in the
-// contract's fixed order.
+// are reduced at the end. The double sums add one element after another in
+// block order (the order the reference vectors were made with): with
+// statistics, threads take groups of bands in turn and add a group's
+// elements in an ordered region right after quantizing it, so the sequential
+// chain runs while the other threads quantize the next groups.
 
 namespace exmy {
 namespace {
@@ -536,20 +539,28 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
   cnt.subnormal += sc.subnormal;
 }
 
-// The double sums in block order (see Sums).
-void ordered_sums(const QuantPlan& p, const float* x, const float* xh, int64_t rows, int64_t cols, Sums& s) {
+// The double sums in block order (see Sums) over rows [r0, r1), which start
+// a band: the sums continue from s. The accumulators live in locals so the
+// four dependency chains stay in registers.
+void ordered_sums(const QuantPlan& p, const float* x, const float* xh, int64_t r0, int64_t r1, int64_t cols,
+                  Sums& s) {
+  Sums l = s;
   if (!p.has_scale || p.br == 1) {
-    for (int64_t i = 0; i < rows * cols; ++i) s.add(x[i], xh[i]);
-    return;
-  }
-  for (int64_t r0 = 0; r0 < rows; r0 += p.br) {
-    const int64_t r1 = std::min(rows, r0 + p.br);
-    for (int64_t c0 = 0; c0 < cols; c0 += p.bc) {
-      const int64_t c1 = std::min(cols, c0 + p.bc);
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c) s.add(x[r * cols + c], xh[r * cols + c]);
+    for (int64_t i = r0 * cols; i < r1 * cols; ++i) l.add(x[i], xh[i]);
+  } else {
+    for (int64_t b0 = r0; b0 < r1; b0 += p.br) {
+      const int64_t b1 = std::min(r1, b0 + p.br);
+      for (int64_t c0 = 0; c0 < cols; c0 += p.bc) {
+        const int64_t c1 = std::min(cols, c0 + p.bc);
+        for (int64_t r = b0; r < b1; ++r) {
+          const float* xr = x + r * cols;
+          const float* hr = xh + r * cols;
+          for (int64_t c = c0; c < c1; ++c) l.add(xr[c], hr[c]);
+        }
+      }
     }
   }
+  s = l;
 }
 
 }  // namespace
@@ -581,17 +592,49 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   const int64_t gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 0;
   Counts total;
   FirstError err;
-#pragma omp parallel num_threads(nt)
-  {
-    Counts cnt;
-    BandState bs;
+  uint32_t amax_bits = 0;  // max of the block maxima, |x| bits (NaN above Inf)
+  Sums sums;
+  if (!out.stats) {
+#pragma omp parallel num_threads(nt) reduction(max : amax_bits)
+    {
+      Counts cnt;
+      BandState bs;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t b = 0; b < nbands; ++b) {
-      const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
-      quantize_band(p, x, cols, r0, r1, b * gc, out, values, bs, cnt, err);
-    }
+      for (int64_t b = 0; b < nbands; ++b) {
+        const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
+        quantize_band(p, x, cols, r0, r1, b * gc, out, values, bs, cnt, err);
+        for (const uint32_t m : bs.bmax_bits) amax_bits = std::max(amax_bits, m);
+      }
 #pragma omp critical
-    total.add(cnt);
+      total.add(cnt);
+    }
+  } else {
+    // With statistics the double sums must run in block order, one element
+    // after another (a dependency chain of about 3 cycles per element). They
+    // run band group by band group in an ordered region, right after the
+    // thread quantized that group, so the chain overlaps the quantization of
+    // the next groups on the other threads. Groups hold at least 32 Ki
+    // elements so that the hand-over between threads stays rare.
+    const int64_t per = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, band * cols));
+    const int64_t ngroups = (nbands + per - 1) / per;
+#pragma omp parallel num_threads(nt) reduction(max : amax_bits)
+    {
+      Counts cnt;
+      BandState bs;
+#pragma omp for schedule(static, 1) ordered
+      for (int64_t g = 0; g < ngroups; ++g) {
+        const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
+          quantize_band(p, x, cols, r0, r1, b * gc, out, values, bs, cnt, err);
+          for (const uint32_t m : bs.bmax_bits) amax_bits = std::max(amax_bits, m);
+        }
+#pragma omp ordered
+        ordered_sums(p, x, values, b0 * band, std::min(rows, b1 * band), cols, sums);
+      }
+#pragma omp critical
+      total.add(cnt);
+    }
   }
   const int64_t bad = err.index.load();
   if (bad != std::numeric_limits<int64_t>::max()) detail::throw_element_error(p, x, bad, cols);
@@ -599,6 +642,8 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   QuantInfo info;
   info.amax = p.amax;
   info.t = p.t;
+  info.abs_max = amax_bits > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN()
+                                         : static_cast<double>(float_of(amax_bits));
   if (p.has_scale) {
     info.block_grid_rows = nbands;
     info.block_grid_cols = gc;
@@ -614,7 +659,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
     st.scale_underflow = total.scale_underflow;
     st.scale_subnormal = total.scale_subnormal;
     st.scale_saturated = total.scale_saturated;
-    detail::block_order_sums(p, x, values, rows, cols, st);
+    sums.store(st);
     *out.stats = st;
   }
   return info;
@@ -632,7 +677,7 @@ void throw_element_error(const QuantPlan& p, const float* x, int64_t i, int64_t 
 void block_order_sums(const QuantPlan& p, const float* x, const float* xh, int64_t rows, int64_t cols,
                       QuantStats& st) {
   Sums s;
-  ordered_sums(p, x, xh, rows, cols, s);
+  ordered_sums(p, x, xh, 0, rows, cols, s);
   s.store(st);
 }
 

@@ -75,6 +75,11 @@ struct QuantInfo {
   double amax = 0;   // reference amax A used (NaN: none)
   float t = 1;       // tensor encode scale t (G in fp32 arithmetic)
   int64_t block_grid_rows = 0, block_grid_cols = 0;
+  // max |x| of the tensor that was quantized (after the RHT), NaN if it holds
+  // a NaN, when the call measured it: the fast CPU path always does (its
+  // block-amax pass sees every element), so callers that need the amax of a
+  // tensor quantized against a given reference need not read it again.
+  std::optional<double> abs_max;
 };
 
 int64_t block_count(const QuantSpec& spec, int64_t rows, int64_t cols);

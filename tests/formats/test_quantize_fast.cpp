@@ -284,6 +284,60 @@ TEST(QuantizeFast, RandomConfigsMatchReference) {
   for (int n : rules) EXPECT_GT(n, 20);
 }
 
+// Tensors of a few hundred thousand elements: with statistics the fast path
+// hands the double sums from thread to thread group of bands by group of
+// bands (32 Ki elements or more each), so these cover many groups, a last
+// group shorter than the others, and more threads than cores. The sums must
+// still be the reference's, which adds one element after another in block
+// order; abs_max must be max |x| (NaN when x holds a NaN).
+TEST(QuantizeFast, LargeTensorsMatchReferenceOverManyBandGroups) {
+  test::Rng rng(4242);
+  struct Shape {
+    const char* elem;
+    const char* scale;
+    int br, bc;
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {
+      {"e2m1", "ue5m3", 1, 16, 301, 1000},    // 1x16 blocks, partial edge block in every row
+      {"e2m1", "ue4m3", 16, 16, 333, 1030},   // 16x16 tiles, partial tiles on both edges
+      {"e4m3", "ue8m0", 32, 1, 1000, 290},    // Bx1 blocks: bands of 32 rows
+      {"e5m2", "none", 1, 16, 1111, 257},     // no block scale: bands of 64 rows
+      {"e2m1", "ue5m3", 1, 16, 3, 70001},     // rows longer than a group
+  };
+  for (const Shape& sh : shapes) {
+    for (int variant = 0; variant < 3; ++variant) {
+      QuantSpec s;
+      s.elem = parse_format(sh.elem);
+      if (std::string(sh.scale) != "none") s.scale = parse_format(sh.scale);
+      s.block_rows = sh.br;
+      s.block_cols = sh.bc;
+      s.arith = variant == 1 ? Arith::exact : Arith::fp32;
+      s.round = variant == 2 ? Round::stochastic_fast : Round::rne;
+      s.seed = 9;
+      s.amax_kind = variant == 0 ? AmaxKind::given : AmaxKind::current;
+      s.amax_value = 3.0;
+      std::vector<float> x(static_cast<size_t>(sh.rows * sh.cols));
+      for (float& v : x) v = draw(rng, 0, 6, false, false);
+      if (variant == 2) x[x.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+      float m = 0;
+      for (float v : x) m = std::max(m, std::fabs(v));
+      const Outcome r = run(s, x, sh.rows, sh.cols, 0);
+      ASSERT_FALSE(r.threw) << r.error;
+      for (int threads : {1, 2, 3}) {
+        const Outcome f = run(s, x, sh.rows, sh.cols, threads);
+        const std::string what = std::string(sh.elem) + "/" + sh.scale + " " + std::to_string(sh.rows) + "x" +
+                                 std::to_string(sh.cols) + " variant " + std::to_string(variant) + ", " +
+                                 std::to_string(threads) + " thread(s)";
+        EXPECT_EQ(difference(r, f, x), "") << what;
+        ASSERT_TRUE(f.info.abs_max.has_value()) << what;
+        if (variant == 2) EXPECT_TRUE(std::isnan(*f.info.abs_max)) << what;
+        else EXPECT_EQ(*f.info.abs_max, static_cast<double>(m)) << what;
+      }
+    }
+  }
+}
+
 // The packed form decodes to the same values as the reference.
 TEST(QuantizeFast, PackedMatchesReference) {
   test::Rng rng(77);
