@@ -110,22 +110,26 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
 
   StatsSink* sink = ctx.stats ? rt_->stats_sink() : nullptr;
   const bool grouped = gemm_.kind == GemmModel::Kind::grouped;
-  const bool want_codes = grouped || sink;
   QuantSpec qc = q;
   qc.rht = false;  // applied above
   const int64_t blocks = block_count(qc, rows, cols);
   QuantOutput out;
   out.values = ensure(b.dq, n);
-  if (want_codes) {
-    out.codes = ensure(b.codes, n * qc.elem.code_bytes());
-    if (qc.scale) out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, blocks * qc.scale->code_bytes()));
-  }
+  // Element codes feed the grouped GEMM; scale codes also feed the
+  // statistics' scale histograms.
+  if (grouped) out.codes = ensure(b.codes, n * qc.elem.code_bytes());
+  if ((grouped || sink) && qc.scale)
+    out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, blocks * qc.scale->code_bytes()));
   QuantStats qs;
   if (sink) out.stats = &qs;
   const QuantInfo info = quantize(qc, hp, rows, cols, out);
 
-  double amax = info.amax;  // measured by `current` calls
-  if (use.kind != AmaxKind::current && (sink || ReferenceState::needs_amax(rs.reference))) amax = abs_max(hp, n);
+  // The operand's amax: `current` calls measured it as their reference; the
+  // others need it for the statistics or a delayed history, and the CPU
+  // path measures it anyway in its block-amax pass.
+  double amax = info.amax;
+  if (use.kind != AmaxKind::current && (sink || ReferenceState::needs_amax(rs.reference)))
+    amax = info.abs_max ? *info.abs_max : abs_max(hp, n);
   ref.end_call(rs.reference, ctx.step, amax);
 
   Operand op;
@@ -160,8 +164,8 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
   if (sink) {
     // The unquantized GEMM of the same high-precision operands, on all rows
     // or on an even sample of them.
-    const int64_t cap = rt_->options().gemm_stats_rows;
-    const std::vector<int64_t> rows = sample_rows(M, cap == 0 ? 0 : std::min(cap, (M + 7) / 8));
+    const int64_t cap = rt_->options().gemm_stats_rows, every = std::max<int64_t>(1, rt_->options().gemm_stats_sample);
+    const std::vector<int64_t> rows = sample_rows(M, cap == 0 ? 0 : std::min(cap, (M + every - 1) / every));
     const int64_t R = rows.empty() ? M : static_cast<int64_t>(rows.size());
     const int64_t in = info_.in_features, out = info_.out_features;
     float* ref = ensure(s.ref, R * N);

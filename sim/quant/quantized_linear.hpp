@@ -44,12 +44,15 @@ namespace exmy::sim::quant {
 
 struct RuntimeOptions {
   uint64_t seed = 0;  // Philox seed of every stochastic rounding call (the run's seed)
-  // GEMM statistics compare R = min(gemm_stats_rows, ceil(M/8)) output rows
-  // (evenly spread: floor(i*M/R)) with the unquantized GEMM, so the
-  // reference GEMM costs at most 1/8 of the quantized one and statistics at
-  // every step stay cheap; 0 compares all M rows. Even 1/8 of the rows
-  // gives thousands of outputs, plenty for the four figures.
+  // GEMM statistics compare R = min(gemm_stats_rows, ceil(M/gemm_stats_sample))
+  // output rows (evenly spread: floor(i*M/R)) with the unquantized GEMM, so
+  // the reference GEMM costs at most 1/gemm_stats_sample of the quantized one
+  // and statistics at every step stay cheap; gemm_stats_rows = 0 compares all
+  // M rows. One row in 16 (at least 16 tokens or features of a 256-row GEMM,
+  // each with all N outputs) is thousands of outputs, plenty for the four
+  // figures.
   int64_t gemm_stats_rows = 128;
+  int64_t gemm_stats_sample = 16;
 };
 
 struct StepContext {

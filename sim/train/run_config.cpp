@@ -33,7 +33,8 @@ const std::vector<ConfigKey> kKeys = {
     {"train.keep_checkpoints", "2", "checkpoints kept in DIR/checkpoints (the newest)"},
     {"train.stats_interval", "1", "steps between statistics of quantized operands and GEMMs (/quant, /gemm, /hist; step 1 and the last too; 0: never)"},
     {"train.capture_step", "0", "step whose quantized operands are written exactly to /capture (0: none)"},
-    {"train.gemm_stats_rows", "128", "GEMM statistics compare min(this, ceil(M/8)) output rows with the unquantized GEMM (0: all)"},
+    {"train.gemm_stats_rows", "128", "GEMM statistics compare min(this, ceil(M/gemm_stats_sample)) output rows with the unquantized GEMM (0: all)"},
+    {"train.gemm_stats_sample", "16", "GEMM statistics compare one output row in this many (at most gemm_stats_rows)"},
     {"train.cold_restart_references", "false", "on --resume, start tensor references empty instead of restoring them (the reference implementation)"},
     {"train.init_from", "", "HF checkpoint (directory or .safetensors) whose weights start a new run"},
     {"train.export_hf", "none", "at the end, write DIR/hf/ as an HF checkpoint: none, fp32 or bf16"},
@@ -231,6 +232,7 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
   c.stats_interval = as_int(v, "train.stats_interval", 0);
   c.capture_step = as_int(v, "train.capture_step", 0);
   c.gemm_stats_rows = as_int(v, "train.gemm_stats_rows", 0);
+  c.gemm_stats_sample = as_int(v, "train.gemm_stats_sample", 1);
   c.cold_restart_references = as_bool(v, "train.cold_restart_references");
   c.init_from = v["train.init_from"];
   c.export_hf = v["train.export_hf"];

@@ -129,7 +129,7 @@ class Trainer {
                         eval_batches_ * cfg_.batch_size, val_tokens_, val_targets_);
     // Every linear through the recipe (fp32 and bf16 are recipes too); the
     // runtime carries the step context, the tensor references and the sinks.
-    quant_ = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{cfg_.seed, cfg_.gemm_stats_rows});
+    quant_ = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{cfg_.seed, cfg_.gemm_stats_rows, cfg_.gemm_stats_sample});
     factory_ = std::make_unique<TrainingLinearFactory>(cfg_.recipe, cfg_.model.num_hidden_layers, quant_,
                                                        cfg_.cold_restart_references);
     model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_);
