@@ -192,6 +192,63 @@ inline __m256d pow2_vec(__m256i e) {  // 2^e for int64 lanes in [-1022, 1023]
 
 inline __m256i max_epi64(__m256i a, __m256i b) { return _mm256_blendv_epi8(b, a, _mm256_cmpgt_epi64(a, b)); }
 
+// The integer lane operations the rounding decision needs, for 4 int64 lanes
+// (the double loop) and 8 int32 lanes (the float loop of FP4 formats).
+struct Lanes64 {
+  static __m256i set1(int64_t v) { return _mm256_set1_epi64x(v); }
+  static __m256i add(__m256i a, __m256i b) { return _mm256_add_epi64(a, b); }
+  static __m256i sub(__m256i a, __m256i b) { return _mm256_sub_epi64(a, b); }
+  static __m256i gt(__m256i a, __m256i b) { return _mm256_cmpgt_epi64(a, b); }
+  static __m256i eq(__m256i a, __m256i b) { return _mm256_cmpeq_epi64(a, b); }
+  static __m256i half(__m256i a) { return _mm256_srli_epi64(a, 1); }
+};
+struct Lanes32 {
+  static __m256i set1(int64_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
+  static __m256i add(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
+  static __m256i sub(__m256i a, __m256i b) { return _mm256_sub_epi32(a, b); }
+  static __m256i gt(__m256i a, __m256i b) { return _mm256_cmpgt_epi32(a, b); }
+  static __m256i eq(__m256i a, __m256i b) { return _mm256_cmpeq_epi32(a, b); }
+  static __m256i half(__m256i a) { return _mm256_srli_epi32(a, 1); }
+};
+
+// CONTRACT §2's decision to round a magnitude away from zero, per lane (all
+// ones: away). W = floor(|v| / ulp * 2^(h+1)) splits into the index k of the
+// lower neighbour (W >> (h+1)) and the h+1 bits F below it; `sticky` marks
+// bits lost below F, `negi` negative inputs, r the lane's h random bits
+// (stochastic modes only). Bounds: 2^h - 1 and 2^(h+1) - 1 as lanes.
+template <Round MODE, class L>
+inline __m256i away_from_zero(__m256i k, __m256i F, __m256i sticky, __m256i negi, __m256i r, __m256i two_n_m1,
+                              __m256i two_n1_m1) {
+  const __m256i zero = _mm256_setzero_si256(), one = L::set1(1);
+  const __m256i Fnz = L::gt(F, zero);
+  const __m256i inexact = _mm256_or_si256(Fnz, sticky);
+  const __m256i lo_odd = L::eq(_mm256_and_si256(k, one), one);
+  if constexpr (MODE == Round::rne) {
+    return _mm256_and_si256(Fnz, _mm256_or_si256(sticky, lo_odd));
+  } else if constexpr (MODE == Round::rna) {
+    return Fnz;
+  } else if constexpr (MODE == Round::rtz) {
+    return zero;
+  } else if constexpr (MODE == Round::up) {
+    return _mm256_andnot_si256(negi, inexact);
+  } else if constexpr (MODE == Round::down) {
+    return _mm256_and_si256(negi, inexact);
+  } else if constexpr (MODE == Round::odd) {
+    return _mm256_andnot_si256(lo_odd, inexact);
+  } else if constexpr (MODE == Round::stochastic) {
+    // round F/2 to nearest even, then away when that plus r reaches 2^h
+    const __m256i jj = L::half(F);
+    const __m256i F_odd = L::eq(_mm256_and_si256(F, one), one);
+    const __m256i j_odd = L::eq(_mm256_and_si256(jj, one), one);
+    const __m256i rn = L::sub(jj, _mm256_and_si256(F_odd, _mm256_or_si256(sticky, j_odd)));  // -1 where set
+    return L::gt(L::add(rn, r), two_n_m1);
+  } else if constexpr (MODE == Round::stochastic_fast) {
+    return L::gt(L::add(L::add(F, L::add(r, r)), one), two_n1_m1);
+  } else {
+    return L::gt(L::add(L::half(F), r), two_n_m1);
+  }
+}
+
 template <Round MODE, Arith ARITH>
 void span_impl(const QuantPlan& p, const BlockConsts& c, const VecBlock& vb, const float* x, int64_t i0, int64_t n,
                uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
@@ -225,19 +282,16 @@ void span_impl(const QuantPlan& p, const BlockConsts& c, const VecBlock& vb, con
   const __m128i cnt_M = _mm_cvtsi32_si128(f.M);
   const __m256i Fmask = _mm256_set1_epi64x((int64_t{1} << (h + 1)) - 1);
   const __m256i zero_i = _mm256_setzero_si256();
-  const __m256i one_i = _mm256_set1_epi64x(1);
   const __m256i max_mag = _mm256_set1_epi64x(f.max_mag);
   const __m256i sub_lim = _mm256_set1_epi64x(int64_t{1} << f.M);  // mag codes below are subnormal or zero
   const __m256i sign_bit = _mm256_set1_epi64x(f.sign_bit);
-  const __m256i two_n = _mm256_set1_epi64x(int64_t{1} << h);
-  const __m256i two_n1 = _mm256_set1_epi64x(int64_t{1} << (h + 1));
+  const __m256i two_n_m1 = _mm256_set1_epi64x((int64_t{1} << h) - 1);
+  const __m256i two_n1_m1 = _mm256_set1_epi64x((int64_t{1} << (h + 1)) - 1);
   const __m256i low29 = _mm256_set1_epi64x((int64_t{1} << 29) - 1);
   const __m256i mid29 = _mm256_set1_epi64x(int64_t{1} << 28);
   const __m256i tol29 = _mm256_set1_epi64x(16);
   const __m256d flt_min = _mm256_set1_pd(std::ldexp(1.0, -126));
   const __m256d flt_top = _mm256_set1_pd(std::ldexp(1.0, 127));
-  (void)two_n;
-  (void)two_n1;
 
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
@@ -273,42 +327,14 @@ void span_impl(const QuantPlan& p, const BlockConsts& c, const VecBlock& vb, con
     const __m256i k = _mm256_srl_epi64(W, cnt_h1);
     const __m256i F = _mm256_and_si256(W, Fmask);
     const __m256i sticky = _mm256_castpd_si256(_mm256_cmp_pd(frac, _mm256_setzero_pd(), _CMP_NEQ_UQ));
-    const __m256i Fnz = _mm256_cmpgt_epi64(F, zero_i);
-    const __m256i inexact = _mm256_or_si256(Fnz, sticky);
-    const __m256i lo_odd = _mm256_cmpeq_epi64(_mm256_and_si256(k, one_i), one_i);
     const __m256i negi = _mm256_castpd_si256(neg);
-    __m256i away;
-    if constexpr (MODE == Round::rne) {
-      away = _mm256_and_si256(Fnz, _mm256_or_si256(sticky, lo_odd));
-    } else if constexpr (MODE == Round::rna) {
-      away = Fnz;
-    } else if constexpr (MODE == Round::rtz) {
-      away = zero_i;
-    } else if constexpr (MODE == Round::up) {
-      away = _mm256_andnot_si256(negi, inexact);
-    } else if constexpr (MODE == Round::down) {
-      away = _mm256_and_si256(negi, inexact);
-    } else if constexpr (MODE == Round::odd) {
-      away = _mm256_andnot_si256(lo_odd, inexact);
-    } else {
+    __m256i r = zero_i;
+    if constexpr (kSR) {
       alignas(32) int64_t rr[4];
       for (int l = 0; l < 4; ++l) rr[l] = rng(static_cast<uint64_t>(i0 + j + l));
-      const __m256i r = _mm256_load_si256(reinterpret_cast<const __m256i*>(rr));
-      if constexpr (MODE == Round::stochastic) {
-        const __m256i jj = _mm256_srli_epi64(F, 1);
-        const __m256i F_odd = _mm256_cmpeq_epi64(_mm256_and_si256(F, one_i), one_i);
-        const __m256i j_odd = _mm256_cmpeq_epi64(_mm256_and_si256(jj, one_i), one_i);
-        const __m256i up1 = _mm256_and_si256(F_odd, _mm256_or_si256(sticky, j_odd));
-        const __m256i rn = _mm256_sub_epi64(jj, up1);  // up1 is -1 where set
-        away = _mm256_cmpgt_epi64(_mm256_add_epi64(rn, r), _mm256_sub_epi64(two_n, one_i));
-      } else if constexpr (MODE == Round::stochastic_fast) {
-        const __m256i lhs = _mm256_add_epi64(_mm256_add_epi64(F, _mm256_add_epi64(r, r)), one_i);
-        away = _mm256_cmpgt_epi64(lhs, _mm256_sub_epi64(two_n1, one_i));
-      } else {
-        const __m256i lhs = _mm256_add_epi64(_mm256_srli_epi64(F, 1), r);
-        away = _mm256_cmpgt_epi64(lhs, _mm256_sub_epi64(two_n, one_i));
-      }
+      r = _mm256_load_si256(reinterpret_cast<const __m256i*>(rr));
     }
+    const __m256i away = away_from_zero<MODE, Lanes64>(k, F, sticky, negi, r, two_n_m1, two_n1_m1);
     const __m256i kk = _mm256_sub_epi64(k, away);  // away lanes are -1
     __m256i code = _mm256_add_epi64(_mm256_sll_epi64(_mm256_sub_epi64(ee, emin), cnt_M), kk);
     const __m256i over = _mm256_cmpgt_epi64(code, max_mag);
@@ -439,7 +465,6 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
   const __m128i cnt_M = _mm_cvtsi32_si128(f.M);
   const __m256i Fmask = _mm256_set1_epi32((1 << (h + 1)) - 1);
   const __m256i zero_i = _mm256_setzero_si256();
-  const __m256i one_i = _mm256_set1_epi32(1);
   const __m256i max_mag = _mm256_set1_epi32(static_cast<int>(f.max_mag));
   const __m256i sub_lim = _mm256_set1_epi32(1 << f.M);
   const __m256i sign_bit = _mm256_set1_epi32(static_cast<int>(f.sign_bit));
@@ -531,24 +556,8 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
       const __m256i k = _mm256_srl_epi32(W, cnt_h1);
       const __m256i F = _mm256_and_si256(W, Fmask);
       const __m256i sticky = _mm256_castps_si256(_mm256_cmp_ps(frac, zero, _CMP_NEQ_UQ));
-      const __m256i Fnz = _mm256_cmpgt_epi32(F, zero_i);
-      const __m256i inexact = _mm256_or_si256(Fnz, sticky);
-      const __m256i lo_odd = _mm256_cmpeq_epi32(_mm256_and_si256(k, one_i), one_i);
-      __m256i away;
-      if constexpr (MODE == Round::rne) {
-        away = _mm256_and_si256(Fnz, _mm256_or_si256(sticky, lo_odd));
-      } else if constexpr (MODE == Round::rna) {
-        away = Fnz;
-      } else if constexpr (MODE == Round::rtz) {
-        away = zero_i;
-      } else if constexpr (MODE == Round::up) {
-        away = _mm256_andnot_si256(negi, inexact);
-      } else if constexpr (MODE == Round::down) {
-        away = _mm256_and_si256(negi, inexact);
-      } else if constexpr (MODE == Round::odd) {
-        away = _mm256_andnot_si256(lo_odd, inexact);
-      } else {
-        __m256i r;
+      __m256i r = zero_i;
+      if constexpr (kSR) {
         const uint64_t i = static_cast<uint64_t>(i0 + j);
         if ((i & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
           r = random8(words.data(), wj0, i, h);
@@ -557,19 +566,8 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
           for (int l = 0; l < 8; ++l) rr[l] = rng(i + l);
           r = _mm256_load_si256(reinterpret_cast<const __m256i*>(rr));
         }
-        if constexpr (MODE == Round::stochastic) {
-          const __m256i jj = _mm256_srli_epi32(F, 1);
-          const __m256i F_odd = _mm256_cmpeq_epi32(_mm256_and_si256(F, one_i), one_i);
-          const __m256i j_odd = _mm256_cmpeq_epi32(_mm256_and_si256(jj, one_i), one_i);
-          const __m256i rn = _mm256_sub_epi32(jj, _mm256_and_si256(F_odd, _mm256_or_si256(sticky, j_odd)));
-          // rn + r >= 2^n; r < 2^n <= 2^18, so no overflow in int32
-          away = _mm256_cmpgt_epi32(_mm256_add_epi32(rn, r), two_n_m1);
-        } else if constexpr (MODE == Round::stochastic_fast) {
-          away = _mm256_cmpgt_epi32(_mm256_add_epi32(_mm256_add_epi32(F, _mm256_add_epi32(r, r)), one_i), two_n1_m1);
-        } else {
-          away = _mm256_cmpgt_epi32(_mm256_add_epi32(_mm256_srli_epi32(F, 1), r), two_n_m1);
-        }
       }
+      const __m256i away = away_from_zero<MODE, Lanes32>(k, F, sticky, negi, r, two_n_m1, two_n1_m1);
       kk = _mm256_sub_epi32(k, away);  // away lanes are -1
     }
     __m256i code = _mm256_add_epi32(_mm256_sll_epi32(_mm256_sub_epi32(ee, emin_b), cnt_M), kk);
