@@ -449,7 +449,8 @@ inline void scalar_element(const QuantPlan& p, const BlockConsts& c, const float
 // Quantizes rows [r0, r1) (one band) of x. `blk0` is the index of the band's
 // first block. Without a block scale the band is one block-free run.
 void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0, int64_t r1, int64_t blk0,
-                   const QuantOutput& out, float* values, BandState& bs, Counts& cnt, FirstError& err) {
+                   const uint32_t* bmax, const QuantOutput& out, float* values, BandState& bs, Counts& cnt,
+                   FirstError& err) {
   RandomBits rng(p.seed, p.stream, p.sr_bits > 0 ? p.sr_bits : 8);
   const bool nan_ok = nan_representable(p);
   const bool vec4 = detail::vec4_supported(p);
@@ -472,8 +473,11 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
     bs.mag4 = detail::vec4_magnitudes(p);
   }
 
-  // Pass 1: block amax (NaN detection too).
-  if (p.has_scale) {
+  // Pass 1: block amax (NaN detection too), unless the tensor-amax pass
+  // already measured it.
+  if (bmax) {
+    std::copy(bmax, bmax + gc, bs.bmax_bits.begin());
+  } else if (p.has_scale) {
     for (int64_t r = r0; r < r1; ++r) detail::row_block_max_bits(x + r * cols, cols, p.bc, bs.bmax_bits.data());
   } else {
     bs.bmax_bits[0] = detail::abs_max_bits(x + r0 * cols, (r1 - r0) * cols);
@@ -578,7 +582,29 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
     hadamard16(transformed.data(), rows, cols, rht_axis(spec), spec.rht_signs, nt);
     x = transformed.data();
   }
-  set_tensor_amax(p, reference_amax(spec, x, n, nt));
+  const int64_t band = p.has_scale ? p.br : 64;
+  const int64_t nbands = (rows + band - 1) / band;
+  const int64_t gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 0;
+  // With a block scale and the current amax, one pass measures every
+  // block's amax and the tensor amax is their maximum: the bands then do not
+  // read their input a second time before quantizing it.
+  std::vector<uint32_t> block_max;
+  const uint32_t* bmax = nullptr;
+  if (p.has_scale && spec.amax_kind == AmaxKind::current) {
+    block_max.assign(static_cast<size_t>(nbands * gc), 0u);
+    uint32_t m = 0;
+#pragma omp parallel for num_threads(nt) reduction(max : m) schedule(static)
+    for (int64_t b = 0; b < nbands; ++b) {
+      uint32_t* acc = block_max.data() + b * gc;
+      for (int64_t r = b * band; r < std::min(rows, (b + 1) * band); ++r)
+        detail::row_block_max_bits(x + r * cols, cols, p.bc, acc);
+      for (int64_t j = 0; j < gc; ++j) m = std::max(m, acc[j]);
+    }
+    set_tensor_amax(p, m > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(float_of(m)));
+    bmax = block_max.data();
+  } else {
+    set_tensor_amax(p, reference_amax(spec, x, n, nt));
+  }
 
   std::vector<float> own_values;
   float* values = out.values;
@@ -587,9 +613,6 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
     values = own_values.data();
   }
 
-  const int64_t band = p.has_scale ? p.br : 64;
-  const int64_t nbands = (rows + band - 1) / band;
-  const int64_t gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 0;
   Counts total;
   FirstError err;
   uint32_t amax_bits = 0;  // max of the block maxima, |x| bits (NaN above Inf)
@@ -602,7 +625,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
 #pragma omp for schedule(dynamic, 1)
       for (int64_t b = 0; b < nbands; ++b) {
         const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
-        quantize_band(p, x, cols, r0, r1, b * gc, out, values, bs, cnt, err);
+        quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);
         for (const uint32_t m : bs.bmax_bits) amax_bits = std::max(amax_bits, m);
       }
 #pragma omp critical
@@ -626,7 +649,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
         const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);
         for (int64_t b = b0; b < b1; ++b) {
           const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
-          quantize_band(p, x, cols, r0, r1, b * gc, out, values, bs, cnt, err);
+          quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);
           for (const uint32_t m : bs.bmax_bits) amax_bits = std::max(amax_bits, m);
         }
 #pragma omp ordered
