@@ -75,6 +75,7 @@ Vec4Mags vec4_magnitudes(const QuantPlan& p) {
     m.idx[q] = -1;
     if (q > p.fe.max_mag) continue;
     double v = p.fe.mag_value(q);
+    m.mag[q] = static_cast<float>(v);  // at most 4 significant bits: exact
     if (v == 0.0) continue;
     double pw = 1.0;
     // split v = odd * 2^k with an odd integer part
@@ -102,6 +103,24 @@ void vec4_blocks(const QuantPlan& p, const Vec4Mags& m, const BlockConsts* c, in
   const __m256d lo = _mm256_set1_pd(std::ldexp(1.0, -126)), hi = _mm256_set1_pd(std::ldexp(1.0, 126));
   const __m128 ginv = _mm_set1_ps(p.ginv);
   int64_t j = 0;
+  if (!exact && p.has_scale) {
+    // fp32 arithmetic: table[q] = fl(fl(q * s) * Ginv). When s is a float,
+    // the float product q * s rounds the exact product once, as the double
+    // product (exact) converted to float does: eight lanes, two multiplies.
+    const __m256 mags = _mm256_loadu_ps(m.mag), g8 = _mm256_set1_ps(p.ginv);
+    for (; j < n; ++j) {
+      Vec4Block& o = out[j];
+      o.r = 1.0f;
+      o.ok = true;
+      const float sf = static_cast<float>(c[j].s);
+      if (static_cast<double>(sf) == c[j].s) {
+        _mm256_storeu_ps(o.table, _mm256_mul_ps(_mm256_mul_ps(mags, _mm256_set1_ps(sf)), g8));
+      } else {
+        for (uint32_t q = 0; q < 8; ++q) o.table[q] = q <= p.fe.max_mag ? dequant(p, c[j], q) : 0.0f;
+      }
+    }
+    return;
+  }
   for (; j + 4 <= n; j += 4) {
     const __m256d s = p.has_scale ? _mm256_set_pd(c[j + 3].s, c[j + 2].s, c[j + 1].s, c[j].s) : _mm256_set1_pd(1.0);
     alignas(16) float rr[4] = {0, 0, 0, 0};

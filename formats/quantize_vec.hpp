@@ -72,6 +72,7 @@ struct Vec4Mags {
   double odd[8] = {};    // the odd parts
   int idx[8] = {};       // code q: its odd part is odd[idx[q]] (-1: zero or past max)
   double pw[8] = {};     // code q: magnitude = odd[idx[q]] * pw[q]
+  float mag[8] = {};     // code q: its magnitude as a float (0 past max)
 };
 Vec4Mags vec4_magnitudes(const QuantPlan& p);
 // The vector-loop constants of n blocks (4 at a time): r, ok and the
