@@ -413,6 +413,7 @@ struct BandState {
   std::vector<BlockScale> scale;
   std::vector<BlockConsts> consts;
   std::vector<uint8_t> nan, use_vec;
+  std::vector<int64_t> scalar;  // with the 8-lane loop: the blocks it leaves to the scalar core
   std::vector<detail::VecBlock> vec;
   std::vector<detail::Vec4Block> vec4;
   detail::Vec4Mags mag4;
@@ -511,7 +512,11 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
   }
   if (vec4) {
     detail::vec4_blocks(p, bs.mag4, bs.consts.data(), gc, bs.vec4.data());
-    for (int64_t j = 0; j < gc; ++j) bs.use_vec[j] = bs.use_vec[j] && bs.vec4[j].ok;
+    bs.scalar.clear();
+    for (int64_t j = 0; j < gc; ++j) {
+      bs.use_vec[j] = bs.use_vec[j] && bs.vec4[j].ok;
+      if (!bs.use_vec[j]) bs.scalar.push_back(j);
+    }
   }
 
   // Pass 3: elements, row-major. The vector loops take the blocks marked in
@@ -526,15 +531,23 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
                              out.stats != nullptr};
       detail::vec4_row(p, row, codes, values, rng, sc);
     }
-    for (int64_t j = 0; j < gc; ++j) {
+    auto scalar_block = [&](int64_t j) {
       const int64_t c0 = j * bc, c1 = std::min(rcols, c0 + bc);
-      if (bs.use_vec[j]) {
-        if (vec) detail::vec_span(p, bs.consts[j], bs.vec[j], x + i0 + c0, i0 + c0, c1 - c0, codes, values, rng, sc);
-        continue;
-      }
       const bool zero = p.has_scale && !bs.nan[j] && bs.scale[j].zero;
       for (int64_t c = c0; c < c1; ++c)
         scalar_element(p, bs.consts[j], x, i0 + c, bs.nan[j], zero, nan_ok, out, values, rng, cnt, err);
+    };
+    if (vec4) {  // vec4_row did the others
+      for (const int64_t j : bs.scalar) scalar_block(j);
+      continue;
+    }
+    for (int64_t j = 0; j < gc; ++j) {
+      if (!bs.use_vec[j]) {
+        scalar_block(j);
+      } else if (vec) {
+        const int64_t c0 = j * bc, c1 = std::min(rcols, c0 + bc);
+        detail::vec_span(p, bs.consts[j], bs.vec[j], x + i0 + c0, i0 + c0, c1 - c0, codes, values, rng, sc);
+      }
     }
   }
   cnt.nonzero += sc.nonzero;
