@@ -38,15 +38,7 @@ Operand make_operand(int64_t rows, int64_t cols, int block_rows, uint32_t seed) 
   std::normal_distribution<float> n(0.0f, 1.0f);
   o.x.resize(static_cast<size_t>(rows * cols));
   for (auto& v : o.x) v = n(g);
-  std::vector<uint8_t> codes(o.x.size()), scales(static_cast<size_t>(block_count(s, rows, cols)));
-  std::vector<float> values(o.x.size());
-  QuantOutput out;
-  out.values = values.data();
-  out.codes = codes.data();
-  out.scale_codes = scales.data();
-  quantize(s, o.x.data(), rows, cols, out);
-  o.enc.resize(o.x.size());
-  sim::quant::encode_operand(o.enc.data(), s, codes.data(), scales.data(), rows, cols);
+  o.enc = sim::quant::quantize_encoded(s, o.x.data(), rows, cols);
   return o;
 }
 

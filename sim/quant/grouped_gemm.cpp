@@ -678,4 +678,24 @@ void encode_operand(double* v, const QuantSpec& spec, const void* codes, const v
   }
 }
 
+std::vector<double> quantize_encoded(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
+                                     QuantInfo* info, std::vector<float>* values) {
+  const size_t n = static_cast<size_t>(rows * cols);
+  std::vector<uint8_t> codes(n * static_cast<size_t>(spec.elem.code_bytes()));
+  std::vector<uint8_t> scale_codes(
+      static_cast<size_t>(std::max<int64_t>(1, block_count(spec, rows, cols) * (spec.scale ? spec.scale->code_bytes() : 1))));
+  std::vector<float> own;
+  std::vector<float>& dq = values ? *values : own;
+  dq.resize(n);
+  QuantOutput out;
+  out.values = dq.data();
+  out.codes = codes.data();
+  out.scale_codes = scale_codes.data();
+  const QuantInfo qi = quantize(spec, x, rows, cols, out);
+  if (info) *info = qi;
+  std::vector<double> v(n);
+  encode_operand(v.data(), spec, codes.data(), scale_codes.data(), rows, cols);
+  return v;
+}
+
 }  // namespace exmy::sim::quant

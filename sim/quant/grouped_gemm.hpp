@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "formats/quantize.hpp"
 #include "formats/round.hpp"
@@ -76,6 +77,12 @@ GroupedGemmPaths& grouped_gemm_paths();
 // row-major, from exmy::quantize's codes and scale codes for `spec`.
 void encode_operand(double* v, const QuantSpec& spec, const void* codes, const void* scale_codes, int64_t rows,
                     int64_t cols);
+
+// Quantizes x (rows, cols) with `spec` and returns its encoded operand; the
+// call's QuantInfo and dequantized values go to `info` and `values` when
+// given. For tests and benchmarks (training reuses its own buffers).
+std::vector<double> quantize_encoded(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
+                                     QuantInfo* info = nullptr, std::vector<float>* values = nullptr);
 
 // fl(fl(1/t_a) · fl(1/t_b)): the product of the two tensor decode scales.
 float tensor_decode_alpha(float t_a, float t_b);

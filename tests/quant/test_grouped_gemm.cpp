@@ -129,17 +129,10 @@ std::vector<double> encoded(const QuantSpec& spec, int64_t rows, int64_t K, uint
   std::vector<float> x(static_cast<size_t>(rows * K));
   for (auto& v : x) v = n(g);
   for (size_t i = 0; i < x.size(); i += 97) x[i] *= static_cast<float>(outlier);  // spread the block scales
-  std::vector<uint8_t> codes(x.size() * static_cast<size_t>(spec.elem.code_bytes()));
-  std::vector<uint8_t> scodes(static_cast<size_t>(std::max<int64_t>(1, block_count(spec, rows, K) * 2)));
-  std::vector<float> dq(x.size());
-  QuantOutput out;
-  out.values = dq.data();
-  out.codes = codes.data();
-  out.scale_codes = scodes.data();
-  const QuantInfo info = quantize(spec, x.data(), rows, K, out);
+  QuantInfo info;
+  std::vector<float> dq;
+  const std::vector<double> v = quantize_encoded(spec, x.data(), rows, K, &info, &dq);
   if (t) *t = info.t;
-  std::vector<double> v(x.size());
-  encode_operand(v.data(), spec, codes.data(), scodes.data(), rows, K);
   // encode_operand agrees with the decoded values up to the tensor scale
   for (size_t i = 0; i < v.size(); i += 13)
     if (std::isfinite(v[i]) && spec.arith == Arith::exact) {
