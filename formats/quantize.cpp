@@ -414,6 +414,8 @@ struct BandState {
   std::vector<BlockConsts> consts;
   std::vector<uint8_t> nan, use_vec;
   std::vector<int64_t> scalar;  // with the 8-lane loop: the blocks it leaves to the scalar core
+  bool scale_sub_ready = false;  // scale_sub holds the plan's scale format (one-byte codes)
+  uint8_t scale_sub[256] = {};   // 1 where a scale code is a non-zero subnormal
   std::vector<detail::VecBlock> vec;
   std::vector<detail::Vec4Block> vec4;
   detail::Vec4Mags mag4;
@@ -487,6 +489,32 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
   // Pass 2: block scales and the constants of each block's element loop.
   const int sb = p.has_scale ? p.fs.code_bytes() : 1;
   const bool scales_done = p.has_scale && detail::block_scales_vec(p, bs.bmax_bits.data(), gc, bs.scale.data());
+  uint32_t band_max = 0;
+  for (int64_t j = 0; j < gc; ++j) band_max = std::max(band_max, bs.bmax_bits[static_cast<size_t>(j)]);
+  if (scales_done && vec4 && sb == 1 && band_max <= 0x7f800000u) {
+    // The common case in one branch-free loop: vectorised scales, the 8-lane
+    // element loop, one-byte scale codes, no NaN in the band.
+    if (!bs.scale_sub_ready) {
+      for (uint32_t code = 0; code < 256; ++code)
+        bs.scale_sub[code] = code < (1u << p.fs.bits) && p.fs.classify(code) == CodeClass::subnormal;
+      bs.scale_sub_ready = true;
+    }
+    auto* sc = static_cast<uint8_t*>(out.scale_codes);
+    const bool fp32 = p.arith == Arith::fp32;
+    uint64_t saturated = 0, underflow = 0, subnormal = 0;
+    for (int64_t j = 0; j < gc; ++j) {
+      const BlockScale& s = bs.scale[static_cast<size_t>(j)];
+      saturated += s.saturated;
+      underflow += s.underflow;
+      subnormal += bs.scale_sub[s.code & 0xffu];
+      bs.consts[static_cast<size_t>(j)] = fp32 ? block_consts(p, s.s) : BlockConsts{s.s, 0.0f};
+      if (sc) sc[blk0 + j] = static_cast<uint8_t>(s.code);
+      bs.use_vec[static_cast<size_t>(j)] = !s.zero;
+    }
+    cnt.scale_saturated += saturated;
+    cnt.scale_underflow += underflow;
+    cnt.scale_subnormal += subnormal;
+  } else {
   for (int64_t j = 0; j < gc; ++j) {
     // A NaN poisons its block; without a block scale it stays an element
     // matter for the scalar loop (the band then skips the vector loops).
@@ -509,6 +537,7 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
     if (has_nan || zero) continue;
     bs.use_vec[j] = vec4 || vec;
     if (vec) bs.vec[j] = detail::vec_block(p, bs.consts[j]);
+  }
   }
   if (vec4) {
     detail::vec4_blocks(p, bs.mag4, bs.consts.data(), gc, bs.vec4.data());
