@@ -416,6 +416,8 @@ struct BandState {
   std::vector<int64_t> scalar;  // with the 8-lane loop: the blocks it leaves to the scalar core
   bool scale_sub_ready = false;  // scale_sub holds the plan's scale format (one-byte codes)
   uint8_t scale_sub[256] = {};   // 1 where a scale code is a non-zero subnormal
+  uint8_t vec4_known[256] = {};  // vec4_by_code[code] is made (for this call's plan)
+  detail::Vec4Block vec4_by_code[256];
   std::vector<detail::VecBlock> vec;
   std::vector<detail::Vec4Block> vec4;
   detail::Vec4Mags mag4;
@@ -491,6 +493,7 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
   const bool scales_done = p.has_scale && detail::block_scales_vec(p, bs.bmax_bits.data(), gc, bs.scale.data());
   uint32_t band_max = 0;
   for (int64_t j = 0; j < gc; ++j) band_max = std::max(band_max, bs.bmax_bits[static_cast<size_t>(j)]);
+  bool vec4_done = false;
   if (scales_done && vec4 && sb == 1 && band_max <= 0x7f800000u) {
     // The common case in one branch-free loop: vectorised scales, the 8-lane
     // element loop, one-byte scale codes, no NaN in the band.
@@ -504,13 +507,22 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
     uint64_t saturated = 0, underflow = 0, subnormal = 0;
     for (int64_t j = 0; j < gc; ++j) {
       const BlockScale& s = bs.scale[static_cast<size_t>(j)];
+      const uint32_t code = s.code & 0xffu;
       saturated += s.saturated;
       underflow += s.underflow;
-      subnormal += bs.scale_sub[s.code & 0xffu];
+      subnormal += bs.scale_sub[code];
       bs.consts[static_cast<size_t>(j)] = fp32 ? block_consts(p, s.s) : BlockConsts{s.s, 0.0f};
       if (sc) sc[blk0 + j] = static_cast<uint8_t>(s.code);
       bs.use_vec[static_cast<size_t>(j)] = !s.zero;
+      // A block's 8-lane constants depend only on its scale (a function of
+      // the scale code within a call): made once per code, then copied.
+      if (!bs.vec4_known[code]) {
+        detail::vec4_blocks(p, bs.mag4, &bs.consts[static_cast<size_t>(j)], 1, &bs.vec4_by_code[code]);
+        bs.vec4_known[code] = 1;
+      }
+      bs.vec4[static_cast<size_t>(j)] = bs.vec4_by_code[code];
     }
+    vec4_done = true;
     cnt.scale_saturated += saturated;
     cnt.scale_underflow += underflow;
     cnt.scale_subnormal += subnormal;
@@ -540,7 +552,7 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
   }
   }
   if (vec4) {
-    detail::vec4_blocks(p, bs.mag4, bs.consts.data(), gc, bs.vec4.data());
+    if (!vec4_done) detail::vec4_blocks(p, bs.mag4, bs.consts.data(), gc, bs.vec4.data());
     bs.scalar.clear();
     for (int64_t j = 0; j < gc; ++j) {
       bs.use_vec[j] = bs.use_vec[j] && bs.vec4[j].ok;
