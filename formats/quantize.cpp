@@ -196,6 +196,11 @@ double tensor_amax_ref(const float* x, int64_t n) {
   return m;
 }
 
+// max |x| from its bits as abs_max_bits orders them (NaN bits above Inf).
+double amax_of_bits(uint32_t m) {
+  return m > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(float_of(m));
+}
+
 double reference_amax(const QuantSpec& spec, const float* x, int64_t n, int threads) {
   switch (spec.amax_kind) {
     case AmaxKind::none: return std::numeric_limits<double>::quiet_NaN();
@@ -208,7 +213,7 @@ double reference_amax(const QuantSpec& spec, const float* x, int64_t n, int thre
   const int64_t chunk = 1 << 16;
 #pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(max : m) schedule(static)
   for (int64_t c = 0; c < n; c += chunk) m = std::max(m, detail::abs_max_bits(x + c, std::min(chunk, n - c)));
-  return m > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(float_of(m));
+  return amax_of_bits(m);
 }
 
 // The sums of CONTRACT §5 accumulate in double, element by element, in row-major
@@ -452,8 +457,10 @@ inline void scalar_element(const QuantPlan& p, const BlockConsts& c, const float
 }
 
 // Quantizes rows [r0, r1) (one band) of x. `blk0` is the index of the band's
-// first block. Without a block scale the band is one block-free run.
-void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0, int64_t r1, int64_t blk0,
+// first block; `bmax` its blocks' amax bits when already measured. Without a
+// block scale the band is one block-free run. Returns max |x| of the band as
+// bits (NaN above Inf).
+uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0, int64_t r1, int64_t blk0,
                    const uint32_t* bmax, const QuantOutput& out, float* values, BandState& bs, Counts& cnt,
                    FirstError& err) {
   RandomBits rng(p.seed, p.stream, p.sr_bits > 0 ? p.sr_bits : 8);
@@ -527,29 +534,29 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
     cnt.scale_underflow += underflow;
     cnt.scale_subnormal += subnormal;
   } else {
-  for (int64_t j = 0; j < gc; ++j) {
-    // A NaN poisons its block; without a block scale it stays an element
-    // matter for the scalar loop (the band then skips the vector loops).
-    const bool has_nan = bs.bmax_bits[j] > 0x7f800000u;
-    bs.nan[j] = p.has_scale && has_nan;
-    bool zero = false;
-    if (p.has_scale) {
-      if (bs.nan[j]) {
-        bs.scale[j] = BlockScale{p.fs.has_nan ? p.fs.nan_code : 0u, 0.0, false, false, false};
-      } else {
-        if (!scales_done) bs.scale[j] = block_scale(p, float_of(bs.bmax_bits[j]));
-        cnt.scale_saturated += bs.scale[j].saturated;
-        cnt.scale_underflow += bs.scale[j].underflow;
-        cnt.scale_subnormal += p.fs.classify(bs.scale[j].code) == CodeClass::subnormal;
-        bs.consts[j] = block_consts(p, bs.scale[j].s);
-        zero = bs.scale[j].zero;
+    for (int64_t j = 0; j < gc; ++j) {
+      // A NaN poisons its block; without a block scale it stays an element
+      // matter for the scalar loop (the band then skips the vector loops).
+      const bool has_nan = bs.bmax_bits[j] > 0x7f800000u;
+      bs.nan[j] = p.has_scale && has_nan;
+      bool zero = false;
+      if (p.has_scale) {
+        if (bs.nan[j]) {
+          bs.scale[j] = BlockScale{p.fs.has_nan ? p.fs.nan_code : 0u, 0.0, false, false, false};
+        } else {
+          if (!scales_done) bs.scale[j] = block_scale(p, float_of(bs.bmax_bits[j]));
+          cnt.scale_saturated += bs.scale[j].saturated;
+          cnt.scale_underflow += bs.scale[j].underflow;
+          cnt.scale_subnormal += p.fs.classify(bs.scale[j].code) == CodeClass::subnormal;
+          bs.consts[j] = block_consts(p, bs.scale[j].s);
+          zero = bs.scale[j].zero;
+        }
+        store_code(out.scale_codes, sb, blk0 + j, bs.scale[j].code);
       }
-      store_code(out.scale_codes, sb, blk0 + j, bs.scale[j].code);
+      if (has_nan || zero) continue;
+      bs.use_vec[j] = vec4 || vec;
+      if (vec) bs.vec[j] = detail::vec_block(p, bs.consts[j]);
     }
-    if (has_nan || zero) continue;
-    bs.use_vec[j] = vec4 || vec;
-    if (vec) bs.vec[j] = detail::vec_block(p, bs.consts[j]);
-  }
   }
   if (vec4) {
     if (!vec4_done) detail::vec4_blocks(p, bs.mag4, bs.consts.data(), gc, bs.vec4.data());
@@ -595,6 +602,7 @@ void quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0,
   cnt.underflow += sc.underflow;
   cnt.saturated += sc.saturated;
   cnt.subnormal += sc.subnormal;
+  return band_max;
 }
 
 // The double sums in block order (see Sums) over rows [r0, r1), which start
@@ -654,7 +662,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
         detail::row_block_max_bits(x + r * cols, cols, p.bc, acc);
       for (int64_t j = 0; j < gc; ++j) m = std::max(m, acc[j]);
     }
-    set_tensor_amax(p, m > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(float_of(m)));
+    set_tensor_amax(p, amax_of_bits(m));
     bmax = block_max.data();
   } else {
     set_tensor_amax(p, reference_amax(spec, x, n, nt));
@@ -679,8 +687,8 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
 #pragma omp for schedule(dynamic, 1)
       for (int64_t b = 0; b < nbands; ++b) {
         const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
-        quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);
-        for (const uint32_t m : bs.bmax_bits) amax_bits = std::max(amax_bits, m);
+        amax_bits = std::max(
+            amax_bits, quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err));
       }
 #pragma omp critical
       total.add(cnt);
@@ -703,8 +711,8 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
         const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);
         for (int64_t b = b0; b < b1; ++b) {
           const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
-          quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);
-          for (const uint32_t m : bs.bmax_bits) amax_bits = std::max(amax_bits, m);
+          amax_bits = std::max(amax_bits, quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr,
+                                                        out, values, bs, cnt, err));
         }
 #pragma omp ordered
         ordered_sums(p, x, values, b0 * band, std::min(rows, b1 * band), cols, sums);
@@ -719,8 +727,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   QuantInfo info;
   info.amax = p.amax;
   info.t = p.t;
-  info.abs_max = amax_bits > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN()
-                                         : static_cast<double>(float_of(amax_bits));
+  info.abs_max = amax_of_bits(amax_bits);
   if (p.has_scale) {
     info.block_grid_rows = nbands;
     info.block_grid_cols = gc;
