@@ -101,7 +101,6 @@ void vec4_blocks(const QuantPlan& p, const Vec4Mags& m, const BlockConsts* c, in
   const bool exact = p.arith == Arith::exact;
   const __m256d t = _mm256_set1_pd(p.t);
   const __m256d lo = _mm256_set1_pd(std::ldexp(1.0, -126)), hi = _mm256_set1_pd(std::ldexp(1.0, 126));
-  const __m128 ginv = _mm_set1_ps(p.ginv);
   int64_t j = 0;
   if (!exact && p.has_scale) {
     // fp32 arithmetic: table[q] = fl(fl(q * s) * Ginv). When s is a float,
@@ -121,6 +120,8 @@ void vec4_blocks(const QuantPlan& p, const Vec4Mags& m, const BlockConsts* c, in
     }
     return;
   }
+  // Below: exact arithmetic, or no block scale (then q / t is the table in
+  // both arithmetics).
   for (; j + 4 <= n; j += 4) {
     const __m256d s = p.has_scale ? _mm256_set_pd(c[j + 3].s, c[j + 2].s, c[j + 1].s, c[j].s) : _mm256_set1_pd(1.0);
     alignas(16) float rr[4] = {0, 0, 0, 0};
@@ -131,21 +132,17 @@ void vec4_blocks(const QuantPlan& p, const Vec4Mags& m, const BlockConsts* c, in
       okm = _mm256_movemask_pd(_mm256_and_pd(_mm256_cmp_pd(r, lo, _CMP_GE_OQ), _mm256_cmp_pd(r, hi, _CMP_LE_OQ)));
       _mm_store_ps(rr, _mm256_cvtpd_ps(r));
     }
-    // x-hat of each odd part, rounded to odd: rto(odd * s / t) (exact arithmetic)
+    // x-hat of each odd part, rounded to odd: rto(odd * s / t)
     __m256d y[8] = {};
     for (int k = 0; k < m.nodd; ++k) {
       const __m256d num = _mm256_mul_pd(_mm256_set1_pd(m.odd[k]), s);
-      if (exact || !p.has_scale) {
-        const __m256d q = _mm256_div_pd(num, t);
-        const __m256d rem = _mm256_fnmadd_pd(q, t, num);
-        __m256i b = _mm256_castpd_si256(q);
-        b = _mm256_add_epi64(b, _mm256_castpd_si256(_mm256_cmp_pd(rem, _mm256_setzero_pd(), _CMP_LT_OQ)));
-        b = _mm256_or_si256(b, _mm256_and_si256(_mm256_castpd_si256(_mm256_cmp_pd(rem, _mm256_setzero_pd(), _CMP_NEQ_UQ)),
-                                                _mm256_set1_epi64x(1)));
-        y[k] = _mm256_castsi256_pd(b);
-      } else {
-        y[k] = num;  // fp32 arithmetic: q * s is exact in double
-      }
+      const __m256d q = _mm256_div_pd(num, t);
+      const __m256d rem = _mm256_fnmadd_pd(q, t, num);
+      __m256i b = _mm256_castpd_si256(q);
+      b = _mm256_add_epi64(b, _mm256_castpd_si256(_mm256_cmp_pd(rem, _mm256_setzero_pd(), _CMP_LT_OQ)));
+      b = _mm256_or_si256(b, _mm256_and_si256(_mm256_castpd_si256(_mm256_cmp_pd(rem, _mm256_setzero_pd(), _CMP_NEQ_UQ)),
+                                              _mm256_set1_epi64x(1)));
+      y[k] = _mm256_castsi256_pd(b);
     }
     alignas(16) float tab[8][4];
     for (int q = 0; q < 8; ++q) {
@@ -155,9 +152,7 @@ void vec4_blocks(const QuantPlan& p, const Vec4Mags& m, const BlockConsts* c, in
       }
       // scaling a rounded-to-odd double by a power of two keeps it rounded to odd
       const __m256d v = _mm256_mul_pd(y[m.idx[q]], _mm256_set1_pd(m.pw[q]));
-      __m128 f = _mm256_cvtpd_ps(v);
-      if (!exact && p.has_scale) f = _mm_mul_ps(f, ginv);  // fl(fl(q * s) * Ginv)
-      _mm_store_ps(tab[q], f);
+      _mm_store_ps(tab[q], _mm256_cvtpd_ps(v));
     }
     for (int l = 0; l < 4; ++l) {
       Vec4Block& o = out[j + l];
