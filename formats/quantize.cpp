@@ -423,6 +423,9 @@ struct BandState {
   uint8_t scale_sub[256] = {};   // 1 where a scale code is a non-zero subnormal
   uint8_t vec4_known[256] = {};  // vec4_by_code[code] is made (for this call's plan)
   detail::Vec4Block vec4_by_code[256];
+  uint8_t thr_known[256] = {};  // thr_by_code[code] is made (for this call's plan)
+  detail::Vec4Thr thr_by_code[256];
+  std::vector<uint8_t> code_of;  // with the threshold loop: each block's scale code
   std::vector<detail::VecBlock> vec;
   std::vector<detail::Vec4Block> vec4;
   detail::Vec4Mags mag4;
@@ -501,6 +504,10 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   uint32_t band_max = 0;
   for (int64_t j = 0; j < gc; ++j) band_max = std::max(band_max, bs.bmax_bits[static_cast<size_t>(j)]);
   bool vec4_done = false;
+  // The threshold loop (exact for every finite input) where the mode allows
+  // it and the band holds no Inf or NaN.
+  const bool thr = scales_done && sb == 1 && band_max < 0x7f800000u && detail::vec4_thr_supported(p);
+  if (thr) bs.code_of.resize(static_cast<size_t>(gc));
   if (scales_done && vec4 && sb == 1 && band_max <= 0x7f800000u) {
     // The common case in one branch-free loop: vectorised scales, the 8-lane
     // element loop, one-byte scale codes, no NaN in the band.
@@ -522,12 +529,21 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
       if (sc) sc[blk0 + j] = static_cast<uint8_t>(s.code);
       bs.use_vec[static_cast<size_t>(j)] = !s.zero;
       // A block's 8-lane constants depend only on its scale (a function of
-      // the scale code within a call): made once per code, then copied.
+      // the scale code within a call): made once per code, then copied (or,
+      // for the threshold loop, looked up by code).
       if (!bs.vec4_known[code]) {
         detail::vec4_blocks(p, bs.mag4, &bs.consts[static_cast<size_t>(j)], 1, &bs.vec4_by_code[code]);
         bs.vec4_known[code] = 1;
       }
-      bs.vec4[static_cast<size_t>(j)] = bs.vec4_by_code[code];
+      if (thr) {
+        if (!bs.thr_known[code] && !s.zero) {
+          detail::vec4_thresholds(p, bs.consts[static_cast<size_t>(j)], bs.vec4_by_code[code], bs.thr_by_code[code]);
+          bs.thr_known[code] = 1;
+        }
+        bs.code_of[static_cast<size_t>(j)] = static_cast<uint8_t>(code);
+      } else {
+        bs.vec4[static_cast<size_t>(j)] = bs.vec4_by_code[code];
+      }
     }
     vec4_done = true;
     cnt.scale_saturated += saturated;
@@ -558,11 +574,12 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
       if (vec) bs.vec[j] = detail::vec_block(p, bs.consts[j]);
     }
   }
+  const bool use_thr = thr && vec4_done;
   if (vec4) {
     if (!vec4_done) detail::vec4_blocks(p, bs.mag4, bs.consts.data(), gc, bs.vec4.data());
     bs.scalar.clear();
     for (int64_t j = 0; j < gc; ++j) {
-      bs.use_vec[j] = bs.use_vec[j] && bs.vec4[j].ok;
+      if (!use_thr) bs.use_vec[j] = bs.use_vec[j] && bs.vec4[j].ok;
       if (!bs.use_vec[j]) bs.scalar.push_back(j);
     }
   }
@@ -574,7 +591,11 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   const int64_t rcols = p.has_scale ? cols : (r1 - r0) * cols;
   for (int64_t rr = 0; rr < nrows; ++rr) {
     const int64_t i0 = (r0 + rr) * cols;
-    if (vec4) {
+    if (use_thr) {
+      const detail::Row4T row{x + i0,           i0,          rcols, bc, gc, bs.consts.data(), bs.code_of.data(),
+                              bs.thr_by_code, bs.use_vec.data(), out.stats != nullptr};
+      detail::vec4_row_thr(p, row, codes, values, sc);
+    } else if (vec4) {
       const detail::Row4 row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.vec4.data(), bs.use_vec.data(),
                              out.stats != nullptr};
       detail::vec4_row(p, row, codes, values, rng, sc);

@@ -43,6 +43,10 @@ bool vec_supported(const QuantPlan& p) {
   const Format& f = p.fe;
   const int h = is_stochastic(p.round) ? p.sr_bits : 0;
   // (a subnormal max changes the spacing above max: left to the scalar core)
+  // The loops take the parity of the index inside a binade for the parity
+  // of the code, which holds only when M >= 1: with M = 0 the two differ in
+  // every other binade, so rne and odd are left to the scalar core.
+  if (f.M == 0 && (p.round == Round::rne || p.round == Round::odd)) return false;
   return p.saturate && f.subnormals && f.has_zero && (f.negzero || !f.is_signed) && f.bits <= 16 && f.M + h <= 40 &&
          f.max >= f.min_normal;
 #else
@@ -56,9 +60,6 @@ bool vec4_supported(const QuantPlan& p) {
   const Format& f = p.fe;
   const int h = is_stochastic(p.round) ? p.sr_bits : 0;
   if (!vec_supported(p) || f.E + f.M > 3 || f.M + h + 2 > 22) return false;
-  // rne converts with the hardware's rounding, which matches the contract's
-  // tie rule only when M >= 1
-  if (p.round == Round::rne && f.M == 0) return false;
   // Ws = v * 2^(h+1+M-ee) and 2^(ee-M) must stay normal float32 powers of two.
   if (h + 1 + f.M - f.emin > 126 || f.emin - f.M < -126 || f.max_exp > 126) return false;
   // the block scale and tensor scale must be float32 values for fl(t / s)
@@ -94,6 +95,80 @@ Vec4Mags vec4_magnitudes(const QuantPlan& p) {
     m.pw[q] = pw;
   }
   return m;
+}
+
+bool vec4_thr_supported(const QuantPlan& p) {
+  const bool symmetric = p.round == Round::rne || p.round == Round::rna || p.round == Round::rtz || p.round == Round::odd;
+  return p.has_scale && symmetric && p.fe.is_signed && p.fe.code_bytes() == 1 && vec4_supported(p);
+}
+
+namespace {
+
+// Least float32 bit pattern b in [0, 0x7f800000] with pred(b), for a pred
+// that is false at 0, monotone in b, and taken as true at Inf; the search
+// starts at `guess` and gallops outwards, so a close guess costs a few calls.
+template <class Pred>
+uint32_t least_bits(uint32_t guess, Pred pred) {
+  constexpr uint32_t kInf = 0x7f800000u;
+  uint32_t lo, hi;  // pred(lo) is false, pred(hi) true
+  const uint32_t g = std::clamp<uint32_t>(guess, 1u, kInf - 1);
+  if (pred(g)) {
+    hi = g;
+    lo = 0;
+    for (uint32_t d = 1; d <= g; d <<= 1) {
+      if (!pred(g - d)) {
+        lo = g - d;
+        break;
+      }
+      hi = g - d;
+      if (d > (1u << 30)) break;
+    }
+  } else {
+    lo = g;
+    hi = kInf;
+    for (uint64_t d = 1; g + d < kInf; d <<= 1) {
+      const uint32_t c = static_cast<uint32_t>(g + d);
+      if (pred(c)) {
+        hi = c;
+        break;
+      }
+      lo = c;
+    }
+  }
+  while (hi - lo > 1) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (pred(mid)) hi = mid;
+    else lo = mid;
+  }
+  return hi;
+}
+
+}  // namespace
+
+void vec4_thresholds(const QuantPlan& p, const BlockConsts& c, const Vec4Block& vb, Vec4Thr& out) {
+  const Format& f = p.fe;
+  std::copy(vb.table, vb.table + 8, out.table);
+  // |x| of a point v of the element grid: v * s / t (exact) or v / m_b (fp32)
+  auto x_of = [&](double v) {
+    const double x = p.arith == Arith::exact ? v * c.s / p.t : v / static_cast<double>(c.mb);
+    const float xf = static_cast<float>(std::min(x, 3.0e38));
+    return bits_of(xf);
+  };
+  auto enc = [&](uint32_t b) { return encode_element(p, c, float_of(b), 0u); };
+  for (uint32_t k = 1; k <= 7; ++k) {
+    if (k > f.max_mag) {
+      out.t[k - 1] = 0x7f7fffff;
+      continue;
+    }
+    const double lo = f.mag_value(k - 1), hi = f.mag_value(k);
+    // where the code becomes k: the midpoint (nearest modes), the upper
+    // value (toward zero) or just past the lower one (to odd)
+    const double v = p.round == Round::rtz ? hi : p.round == Round::odd ? lo : (lo + hi) / 2;
+    const uint32_t b = least_bits(x_of(v), [&](uint32_t bb) { return (enc(bb).code & f.mag_mask()) >= k; });
+    out.t[k - 1] = static_cast<int32_t>(b - 1);
+  }
+  const uint32_t bs = least_bits(x_of(f.max), [&](uint32_t bb) { return (enc(bb).flags & kSaturated) != 0; });
+  out.sat = static_cast<int32_t>(bs - 1);
 }
 
 void vec4_blocks(const QuantPlan& p, const Vec4Mags& m, const BlockConsts* c, int64_t n, Vec4Block* out) {
@@ -642,6 +717,86 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
   cnt.underflow += hsum_neg(acc_uf);
 }
 
+// The threshold loop (see Vec4Thr): the magnitude code is the count of
+// thresholds |x| reaches, exact for every finite x.
+void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt) {
+  const Format& f = p.fe;
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i sign_mask = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m128i sign_shift = _mm_cvtsi32_si128(31 - __builtin_ctz(f.sign_bit));
+  const __m256i zero_i = _mm256_setzero_si256();
+  const __m256i sub_lim = _mm256_set1_epi32(1 << f.M);
+  const __m256 zero = _mm256_setzero_ps();
+  __m256i acc_sat = zero_i, acc_sub = zero_i, acc_nz = zero_i, acc_uf = zero_i;
+  // tails of partial blocks go to the scalar core after the loop
+  struct Pending {
+    int64_t block, j, n;
+  };
+  thread_local std::vector<Pending> pending;
+  pending.clear();
+  RandomBits rng(p.seed, p.stream, 8);  // unused: deterministic modes only
+  for (int64_t b = 0; b < row.nblocks; ++b) {
+    if (!row.use[b]) continue;
+    const Vec4Thr& th = row.thr[row.code[b]];
+    const __m256i t1 = _mm256_set1_epi32(th.t[0]), t2 = _mm256_set1_epi32(th.t[1]);
+    const __m256i t3 = _mm256_set1_epi32(th.t[2]), t4 = _mm256_set1_epi32(th.t[3]);
+    const __m256i t5 = _mm256_set1_epi32(th.t[4]), t6 = _mm256_set1_epi32(th.t[5]);
+    const __m256i t7 = _mm256_set1_epi32(th.t[6]);
+    const __m256 table = _mm256_loadu_ps(th.table);
+    const int64_t i0 = row.i0 + b * row.bc;
+    const int64_t n = std::min(row.bc, row.cols - b * row.bc);
+    const float* x = row.x + b * row.bc;
+    auto step = [&](int64_t j) __attribute__((always_inline)) {
+      const __m256i xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j));
+      const __m256i ax = _mm256_and_si256(xi, abs_mask);
+      const __m256i m1 = _mm256_cmpgt_epi32(ax, t1);
+      __m256i code = _mm256_sub_epi32(zero_i, m1);
+      code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(ax, t2));
+      code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(ax, t3));
+      code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(ax, t4));
+      code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(ax, t5));
+      code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(ax, t6));
+      code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(ax, t7));
+      const __m256i xs = _mm256_and_si256(xi, sign_mask);
+      const __m256 xh = _mm256_or_ps(_mm256_permutevar8x32_ps(table, code), _mm256_castsi256_ps(xs));
+      _mm256_storeu_ps(values + i0 + j, xh);
+      if (codes) {
+        const __m256i sc = _mm256_or_si256(code, _mm256_srl_epi32(xs, sign_shift));
+        const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(sc), _mm256_extracti128_si256(sc, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0 + j), _mm_packus_epi16(p16, p16));
+      }
+      if (row.stats) {
+        const __m256i nz = _mm256_cmpgt_epi32(ax, zero_i);
+        const __m256i zi = _mm256_castps_si256(_mm256_cmp_ps(xh, zero, _CMP_EQ_OQ));
+        const __m256i is_sub = _mm256_and_si256(_mm256_cmpgt_epi32(sub_lim, code), m1);
+        acc_sat = _mm256_add_epi32(acc_sat, _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(th.sat)));
+        acc_sub = _mm256_add_epi32(acc_sub, is_sub);
+        acc_nz = _mm256_add_epi32(acc_nz, nz);
+        acc_uf = _mm256_add_epi32(acc_uf, _mm256_and_si256(nz, zi));
+      }
+    };
+    int64_t j = 0;
+    if (n == 16) {
+      step(0);
+      step(8);
+      j = 16;
+    } else {
+      for (; j + 8 <= n; j += 8) step(j);
+    }
+    if (j < n) pending.push_back(Pending{b, j, n - j});
+  }
+  for (const Pending& q : pending) {
+    const float* x = row.x + q.block * row.bc;
+    const int64_t i0 = row.i0 + q.block * row.bc;
+    for (int64_t l = 0; l < q.n; ++l)
+      scalar_element(p, row.consts[q.block], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
+  }
+  cnt.saturated += hsum_neg(acc_sat);
+  cnt.subnormal += hsum_neg(acc_sub);
+  cnt.nonzero += hsum_neg(acc_nz);
+  cnt.underflow += hsum_neg(acc_uf);
+}
+
 template <Arith A>
 void span4_dispatch(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng,
                     SpanCounts& cnt) {
@@ -689,6 +844,10 @@ void vec_span(const QuantPlan& p, const BlockConsts& c, const VecBlock& vb, cons
 void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
   if (p.arith == Arith::exact) span4_dispatch<Arith::exact>(p, row, codes, values, rng, cnt);
   else span4_dispatch<Arith::fp32>(p, row, codes, values, rng, cnt);
+}
+
+void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt) {
+  row_thr_impl(p, row, codes, values, cnt);
 }
 
 bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, BlockScale* out) {
@@ -876,6 +1035,16 @@ void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* ac
 bool block_scales_vec(const QuantPlan&, const uint32_t*, int64_t, BlockScale*) { return false; }
 
 void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
+  for (int64_t b = 0; b < row.nblocks; ++b) {
+    if (!row.use[b]) continue;
+    const int64_t n = std::min(row.bc, row.cols - b * row.bc);
+    for (int64_t j = 0; j < n; ++j)
+      scalar_element(p, row.consts[b], row.x + b * row.bc, row.i0 + b * row.bc + j, j, codes, values, rng, cnt);
+  }
+}
+
+void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt) {
+  RandomBits rng(p.seed, p.stream, 8);
   for (int64_t b = 0; b < row.nblocks; ++b) {
     if (!row.use[b]) continue;
     const int64_t n = std::min(row.bc, row.cols - b * row.bc);

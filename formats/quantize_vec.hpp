@@ -92,6 +92,36 @@ struct Row4 {
 };
 void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt);
 
+// The threshold form of the 8-lane loop, for deterministic modes that treat
+// x and -x alike (rne, rna, rtz, odd). Within one block the magnitude code
+// of an element never decreases as |x| grows, in either arithmetic, so it is
+// the number of thresholds t_k (the least |x| whose code is >= k) that |x|
+// reaches; comparing float32 bit patterns as integers orders them like the
+// magnitudes. The thresholds are found with the scalar core itself (a
+// search over float32 bit patterns around the point the format predicts),
+// so the loop agrees with it for every finite input, in `exact` arithmetic
+// too, without the uncertainty rule. They depend only on the block's scale
+// code within a call, so they are made once per scale code.
+struct Vec4Thr {
+  int32_t t[7] = {};  // (least |x| bits with magnitude code >= k+1) - 1; 0x7f7fffff if none is finite
+  int32_t sat = 0;    // (least |x| bits the scalar core counts as saturated) - 1
+  float table[8] = {};  // x-hat of magnitude codes 0..7
+};
+bool vec4_thr_supported(const QuantPlan& p);
+// Thresholds of a block with constants c, and its table (from vb).
+void vec4_thresholds(const QuantPlan& p, const BlockConsts& c, const Vec4Block& vb, Vec4Thr& out);
+// One row of a band for the threshold loop: block b uses thr[code[b]].
+struct Row4T {
+  const float* x;
+  int64_t i0, cols, bc, nblocks;
+  const BlockConsts* consts;
+  const uint8_t* code;
+  const Vec4Thr* thr;
+  const uint8_t* use;
+  bool stats = true;
+};
+void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt);
+
 // Block decode scales of n blocks from their amax bits (as abs_max_bits
 // gives them), 4 at a time, for the amax-* rules and scale formats with zero
 // and subnormals; identical to block_scale(). NaN blocks are left to the

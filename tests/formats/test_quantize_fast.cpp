@@ -139,7 +139,7 @@ struct Config {
 
 const std::vector<std::string> kElems = {"e2m1", "e2m1", "e2m3", "e3m2", "e4m3", "e4m3", "e5m2", "fp16", "bf16",
                                          "e3m2:nosub", "e2m1:inf", "e4m3:bias=8,nans=0,nonegzero", "ue4m3",
-                                         "e5m20", "e0m3"};
+                                         "e5m20", "e0m3", "e2m0", "e3m0"};
 const std::vector<std::string> kScales = {"none", "ue8m0", "ue8m0", "ue5m3", "ue5m3", "e4m3", "ue4m3", "bf16",
                                           "ue5m3:nans=0", "e5m2", "e8m0"};
 const ScaleRule kRules[] = {ScaleRule::amax_rne, ScaleRule::amax_up,  ScaleRule::amax_down,
@@ -336,6 +336,127 @@ TEST(QuantizeFast, LargeTensorsMatchReferenceOverManyBandGroups) {
       }
     }
   }
+}
+
+// FP4-class payloads take a loop that counts the thresholds |x| reaches
+// (found per scale code with the scalar core) instead of computing v = |x| t
+// / s. These inputs sit on and within a few float32 ulps of every decision
+// point of every block: grid values, midpoints and max, as |x| = v s / t
+// from the block's own decode scale (taken from the reference run). Each
+// block keeps its largest element, so its scale and the tensor amax do not
+// move. Every symmetric mode, both arithmetics, several scale formats,
+// targets and block shapes (with partial edge blocks), with statistics.
+TEST(QuantizeFast, FP4ThresholdLoopAtDecisionPoints) {
+  test::Rng rng(5150);
+  struct Case {
+    const char* elem;
+    const char* scale;
+    int br, bc;
+    int64_t rows, cols;
+    double target;  // 0: none
+  };
+  const Case cases[] = {
+      {"e2m1", "ue5m3", 1, 16, 24, 200, 448.0},  {"e2m1", "e4m3", 1, 16, 20, 96, 0.0},
+      {"e2m1", "ue8m0", 1, 32, 16, 100, 0.0},    {"e2m1", "e4m3", 16, 16, 40, 72, 0.0},
+      {"e1m2", "ue5m3", 1, 16, 12, 64, 2048.0},  {"e2m1", "ue4m3", 1, 8, 16, 60, 6.0},
+      {"e2m0", "ue5m3", 1, 16, 10, 48, 0.0},     {"e2m1", "ue5m3", 1, 24, 16, 100, 1.0},
+  };
+  const Round modes[] = {Round::rne, Round::rna, Round::rtz, Round::odd};
+  int compared = 0, at_points = 0;
+  for (const Case& cs : cases) {
+    for (const Round mode : modes) {
+      for (const Arith arith : {Arith::exact, Arith::fp32}) {
+        QuantSpec s;
+        s.elem = parse_format(cs.elem);
+        s.scale = parse_format(cs.scale);
+        s.block_rows = cs.br;
+        s.block_cols = cs.bc;
+        s.arith = arith;
+        s.round = mode;
+        s.amax_kind = AmaxKind::current;
+        if (cs.target > 0) s.scale_target = cs.target;
+        const std::string what = std::string(cs.elem) + "/" + cs.scale + " " + std::to_string(cs.br) + "x" +
+                                 std::to_string(cs.bc) + " " + test::mode_name(mode) +
+                                 (arith == Arith::exact ? " exact" : " fp32");
+        // block amaxes spread over many binades, so the scale codes vary
+        std::vector<float> x(static_cast<size_t>(cs.rows * cs.cols));
+        for (float& v : x) v = draw(rng, 0, 12, false, false);
+        const Outcome first = run(s, x, cs.rows, cs.cols, 0);
+        ASSERT_FALSE(first.threw) << what << ": " << first.error;
+        // the decision points of the element format, in v = |x| t / s
+        std::vector<double> pts;
+        const Format& fe = s.elem;
+        for (uint32_t q = 0; q <= fe.max_mag; ++q) {
+          pts.push_back(fe.mag_value(q));
+          if (q > 0) pts.push_back((fe.mag_value(q - 1) + fe.mag_value(q)) / 2);
+        }
+        const int64_t gc = (cs.cols + cs.bc - 1) / cs.bc;
+        for (int64_t r = 0; r < cs.rows; ++r) {
+          for (int64_t c = 0; c < cs.cols; ++c) {
+            const int64_t bi = r / cs.br, bj = c / cs.bc;
+            const double sc = s.scale->decode(first.scodes[static_cast<size_t>(bi * gc + bj)]);
+            if (!(sc > 0)) continue;
+            // keep each block's largest element
+            float bmax = 0;
+            for (int64_t rr = bi * cs.br; rr < std::min(cs.rows, (bi + 1) * cs.br); ++rr)
+              for (int64_t cc = bj * cs.bc; cc < std::min(cs.cols, (bj + 1) * cs.bc); ++cc)
+                bmax = std::max(bmax, std::fabs(x[static_cast<size_t>(rr * cs.cols + cc)]));
+            float& e = x[static_cast<size_t>(r * cs.cols + c)];
+            if (std::fabs(e) == bmax) continue;
+            const double v = pts[static_cast<size_t>(rng.range(0, static_cast<int64_t>(pts.size()) - 1))];
+            const float at = static_cast<float>(v * sc / first.info.t);
+            const int32_t off = static_cast<int32_t>(rng.range(-3, 3));
+            const float y = float_of(static_cast<uint32_t>(static_cast<int32_t>(bits_of(at)) + off));
+            if (!(y < bmax)) continue;
+            e = rng.coin() ? -y : y;
+            ++at_points;
+          }
+        }
+        const Outcome r = run(s, x, cs.rows, cs.cols, 0);
+        ASSERT_FALSE(r.threw) << what << ": " << r.error;
+        ASSERT_EQ(r.scodes, first.scodes) << what << ": moving elements changed a block scale";
+        for (int threads : {1, 2}) EXPECT_EQ(difference(r, run(s, x, cs.rows, cs.cols, threads), x), "") << what;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 64);
+  EXPECT_GT(at_points, 30000);
+}
+
+// With M = 0 the parity of a code is not the parity of its index inside the
+// binade, so ties (rne) and round-to-odd must follow the code: values on
+// every tie and between every pair of neighbours, without a block scale and
+// in blocks that also hold an Inf (so no FP4 threshold loop takes them).
+TEST(QuantizeFast, M0FormatsFollowTheCodeParity) {
+  int compared = 0;
+  for (const char* elem : {"e2m0", "e3m0", "e4m0"}) {
+    for (const Round mode : {Round::rne, Round::odd}) {
+      for (const bool scaled : {false, true}) {
+        QuantSpec s;
+        s.elem = parse_format(elem);
+        if (scaled) s.scale = parse_format("ue8m0");
+        s.block_rows = 1;
+        s.block_cols = 32;
+        s.round = mode;
+        std::vector<float> x;
+        for (int e = -12; e <= 12; ++e)
+          for (const float f : {1.0f, 1.25f, 1.5f, 1.75f})
+            for (const float sg : {1.0f, -1.0f}) x.push_back(sg * std::ldexp(f, e));
+        while (x.size() % 32 != 0) x.push_back(0.5f);
+        if (scaled)
+          for (size_t b = 0; b < x.size(); b += 32) x[b + 31] = std::numeric_limits<float>::infinity();
+        const int64_t cols = 32, rows = static_cast<int64_t>(x.size()) / cols;
+        const Outcome r = run(s, x, rows, cols, 0);
+        ASSERT_FALSE(r.threw) << r.error;
+        for (int threads : {1, 2})
+          EXPECT_EQ(difference(r, run(s, x, rows, cols, threads), x), "")
+              << elem << " " << test::mode_name(mode) << (scaled ? " ue8m0 1x32" : " no scale");
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 12);
 }
 
 // The packed form decodes to the same values as the reference.
