@@ -423,12 +423,18 @@ struct BandState {
   uint8_t scale_sub[256] = {};   // 1 where a scale code is a non-zero subnormal
   uint8_t vec4_known[256] = {};  // vec4_by_code[code] is made (for this call's plan)
   detail::Vec4Block vec4_by_code[256];
-  uint8_t thr_known[256] = {};  // thr_by_code[code] is made (for this call's plan)
+  // The threshold loop's constants by scale code, made for this call's plan
+  // the first time a block has that code: known, whether the loop takes
+  // such blocks (not zero-scale ones), the thresholds, the block constants.
+  uint8_t thr_known[256] = {};
+  uint8_t thr_use[256] = {};
   detail::Vec4Thr thr_by_code[256];
+  BlockConsts consts_by_code[256];
   std::vector<uint8_t> code_of;  // with the threshold loop: each block's scale code
   std::vector<detail::VecBlock> vec;
   std::vector<detail::Vec4Block> vec4;
   detail::Vec4Mags mag4;
+  bool mag4_ready = false;
 };
 
 // One element on the scalar path (the reference's per-element code).
@@ -485,7 +491,8 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   if (vec) bs.vec.resize(static_cast<size_t>(gc));
   if (vec4) {
     bs.vec4.resize(static_cast<size_t>(gc));
-    bs.mag4 = detail::vec4_magnitudes(p);
+    if (!bs.mag4_ready) bs.mag4 = detail::vec4_magnitudes(p);
+    bs.mag4_ready = true;
   }
 
   // Pass 1: block amax (NaN detection too), unless the tensor-amax pass
@@ -500,23 +507,56 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
 
   // Pass 2: block scales and the constants of each block's element loop.
   const int sb = p.has_scale ? p.fs.code_bytes() : 1;
-  const bool scales_done = p.has_scale && detail::block_scales_vec(p, bs.bmax_bits.data(), gc, bs.scale.data());
   uint32_t band_max = 0;
   for (int64_t j = 0; j < gc; ++j) band_max = std::max(band_max, bs.bmax_bits[static_cast<size_t>(j)]);
+  auto* scodes = static_cast<uint8_t*>(out.scale_codes);
+  if (p.has_scale && sb == 1 && !bs.scale_sub_ready) {
+    for (uint32_t code = 0; code < 256; ++code)
+      bs.scale_sub[code] = code < (1u << p.fs.bits) && p.fs.classify(code) == CodeClass::subnormal;
+    bs.scale_sub_ready = true;
+  }
+  // The threshold loop, exact for every finite input, where the mode allows
+  // it and the band holds no Inf or NaN: blocks need only their scale code.
+  bool use_thr = false;
+  if (p.has_scale && sb == 1 && band_max < 0x7f800000u && detail::vec4_thr_supported(p)) {
+    bs.code_of.resize(static_cast<size_t>(gc));
+    uint64_t saturated = 0, underflow = 0;
+    if (detail::block_scale_codes(p, bs.bmax_bits.data(), gc, bs.code_of.data(), saturated, underflow)) {
+      use_thr = true;
+      uint64_t subnormal = 0;
+      bs.scalar.clear();
+      for (int64_t j = 0; j < gc; ++j) {
+        const uint8_t code = bs.code_of[static_cast<size_t>(j)];
+        subnormal += bs.scale_sub[code];
+        if (!bs.thr_known[code]) {
+          const double s = p.fs.decode(code);
+          bs.thr_use[code] = s != 0.0;  // s = 0 only for zero-scale blocks (policy zero)
+          if (s != 0.0) {
+            bs.consts_by_code[code] = block_consts(p, s);
+            detail::vec4_blocks(p, bs.mag4, &bs.consts_by_code[code], 1, &bs.vec4_by_code[code]);
+            detail::vec4_thresholds(p, bs.consts_by_code[code], bs.vec4_by_code[code], bs.thr_by_code[code]);
+          }
+          bs.thr_known[code] = 1;
+        }
+        if (!bs.thr_use[code]) {  // the scalar core encodes the zero-scale block
+          bs.scale[static_cast<size_t>(j)].zero = true;
+          bs.scalar.push_back(j);
+        }
+      }
+      if (scodes) std::memcpy(scodes + blk0, bs.code_of.data(), static_cast<size_t>(gc));
+      cnt.scale_saturated += saturated;
+      cnt.scale_underflow += underflow;
+      cnt.scale_subnormal += subnormal;
+    }
+  }
+  const bool scales_done =
+      !use_thr && p.has_scale && detail::block_scales_vec(p, bs.bmax_bits.data(), gc, bs.scale.data());
   bool vec4_done = false;
-  // The threshold loop (exact for every finite input) where the mode allows
-  // it and the band holds no Inf or NaN.
-  const bool thr = scales_done && sb == 1 && band_max < 0x7f800000u && detail::vec4_thr_supported(p);
-  if (thr) bs.code_of.resize(static_cast<size_t>(gc));
-  if (scales_done && vec4 && sb == 1 && band_max <= 0x7f800000u) {
+  if (use_thr) {
+    // done above
+  } else if (scales_done && vec4 && sb == 1 && band_max <= 0x7f800000u) {
     // The common case in one branch-free loop: vectorised scales, the 8-lane
     // element loop, one-byte scale codes, no NaN in the band.
-    if (!bs.scale_sub_ready) {
-      for (uint32_t code = 0; code < 256; ++code)
-        bs.scale_sub[code] = code < (1u << p.fs.bits) && p.fs.classify(code) == CodeClass::subnormal;
-      bs.scale_sub_ready = true;
-    }
-    auto* sc = static_cast<uint8_t*>(out.scale_codes);
     const bool fp32 = p.arith == Arith::fp32;
     uint64_t saturated = 0, underflow = 0, subnormal = 0;
     for (int64_t j = 0; j < gc; ++j) {
@@ -526,24 +566,15 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
       underflow += s.underflow;
       subnormal += bs.scale_sub[code];
       bs.consts[static_cast<size_t>(j)] = fp32 ? block_consts(p, s.s) : BlockConsts{s.s, 0.0f};
-      if (sc) sc[blk0 + j] = static_cast<uint8_t>(s.code);
+      if (scodes) scodes[blk0 + j] = static_cast<uint8_t>(s.code);
       bs.use_vec[static_cast<size_t>(j)] = !s.zero;
       // A block's 8-lane constants depend only on its scale (a function of
-      // the scale code within a call): made once per code, then copied (or,
-      // for the threshold loop, looked up by code).
+      // the scale code within a call): made once per code, then copied.
       if (!bs.vec4_known[code]) {
         detail::vec4_blocks(p, bs.mag4, &bs.consts[static_cast<size_t>(j)], 1, &bs.vec4_by_code[code]);
         bs.vec4_known[code] = 1;
       }
-      if (thr) {
-        if (!bs.thr_known[code] && !s.zero) {
-          detail::vec4_thresholds(p, bs.consts[static_cast<size_t>(j)], bs.vec4_by_code[code], bs.thr_by_code[code]);
-          bs.thr_known[code] = 1;
-        }
-        bs.code_of[static_cast<size_t>(j)] = static_cast<uint8_t>(code);
-      } else {
-        bs.vec4[static_cast<size_t>(j)] = bs.vec4_by_code[code];
-      }
+      bs.vec4[static_cast<size_t>(j)] = bs.vec4_by_code[code];
     }
     vec4_done = true;
     cnt.scale_saturated += saturated;
@@ -574,12 +605,11 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
       if (vec) bs.vec[j] = detail::vec_block(p, bs.consts[j]);
     }
   }
-  const bool use_thr = thr && vec4_done;
-  if (vec4) {
+  if (vec4 && !use_thr) {
     if (!vec4_done) detail::vec4_blocks(p, bs.mag4, bs.consts.data(), gc, bs.vec4.data());
     bs.scalar.clear();
     for (int64_t j = 0; j < gc; ++j) {
-      if (!use_thr) bs.use_vec[j] = bs.use_vec[j] && bs.vec4[j].ok;
+      bs.use_vec[j] = bs.use_vec[j] && bs.vec4[j].ok;
       if (!bs.use_vec[j]) bs.scalar.push_back(j);
     }
   }
@@ -592,8 +622,8 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   for (int64_t rr = 0; rr < nrows; ++rr) {
     const int64_t i0 = (r0 + rr) * cols;
     if (use_thr) {
-      const detail::Row4T row{x + i0,           i0,          rcols, bc, gc, bs.consts.data(), bs.code_of.data(),
-                              bs.thr_by_code, bs.use_vec.data(), out.stats != nullptr};
+      const detail::Row4T row{x + i0,          i0,       rcols,         bc,   gc, bs.code_of.data(), bs.consts_by_code,
+                              bs.thr_by_code, bs.thr_use, out.stats != nullptr};
       detail::vec4_row_thr(p, row, codes, values, sc);
     } else if (vec4) {
       const detail::Row4 row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.vec4.data(), bs.use_vec.data(),
@@ -606,7 +636,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
       for (int64_t c = c0; c < c1; ++c)
         scalar_element(p, bs.consts[j], x, i0 + c, bs.nan[j], zero, nan_ok, out, values, rng, cnt, err);
     };
-    if (vec4) {  // vec4_row did the others
+    if (vec4 || use_thr) {  // vec4_row or vec4_row_thr did the others
       for (const int64_t j : bs.scalar) scalar_block(j);
       continue;
     }

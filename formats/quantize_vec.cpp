@@ -736,8 +736,9 @@ void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
   pending.clear();
   RandomBits rng(p.seed, p.stream, 8);  // unused: deterministic modes only
   for (int64_t b = 0; b < row.nblocks; ++b) {
-    if (!row.use[b]) continue;
-    const Vec4Thr& th = row.thr[row.code[b]];
+    const uint8_t sc = row.code[b];
+    if (!row.use[sc]) continue;
+    const Vec4Thr& th = row.thr[sc];
     const __m256i t1 = _mm256_set1_epi32(th.t[0]), t2 = _mm256_set1_epi32(th.t[1]);
     const __m256i t3 = _mm256_set1_epi32(th.t[2]), t4 = _mm256_set1_epi32(th.t[3]);
     const __m256i t5 = _mm256_set1_epi32(th.t[4]), t6 = _mm256_set1_epi32(th.t[5]);
@@ -789,7 +790,7 @@ void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
     const float* x = row.x + q.block * row.bc;
     const int64_t i0 = row.i0 + q.block * row.bc;
     for (int64_t l = 0; l < q.n; ++l)
-      scalar_element(p, row.consts[q.block], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
+      scalar_element(p, row.consts[row.code[q.block]], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
   }
   cnt.saturated += hsum_neg(acc_sat);
   cnt.subnormal += hsum_neg(acc_sub);
@@ -850,76 +851,82 @@ void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
   row_thr_impl(p, row, codes, values, cnt);
 }
 
-bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, BlockScale* out) {
-  const Format& f = p.fs;
-  // Scale formats with zero and subnormals, or power-of-two formats without
-  // zero (E8M0 style).
-  const bool pow2_fmt = !f.subnormals && f.M == 0;
-  if (!p.has_scale || !((f.subnormals && f.has_zero) || pow2_fmt) || f.M > 40 || f.max < f.min_normal) return false;
-  const bool mx = p.rule == ScaleRule::mx_floor || p.rule == ScaleRule::mx_ceil || p.rule == ScaleRule::mx_even;
-  const bool exact = p.arith == Arith::exact;
-  const __m256d emax = _mm256_set1_pd(p.fe.max);
-  const __m256d t = _mm256_set1_pd(p.t);
-  const __m128 g = _mm_set1_ps(p.g_over_emax);
-  const __m128 tf = _mm_set1_ps(p.t);
-  const __m256d fmax = _mm256_set1_pd(f.max);
-  const __m256d two52 = _mm256_set1_pd(4503599627370496.0);
-  const __m256i two52_bits = _mm256_castpd_si256(two52);
-  const __m256i one_i = _mm256_set1_epi64x(1);
-  const __m256i zero_i = _mm256_setzero_si256();
-  const __m256i emin = _mm256_set1_epi64x(f.emin);
-  const __m256i max_mag = _mm256_set1_epi64x(f.max_mag);
-  const __m256i e1023 = _mm256_set1_epi64x(1023);
-  const __m256i exp_mask = _mm256_set1_epi64x(0x7ff);
-  const __m128i cnt_M = _mm_cvtsi32_si128(f.M);
-  const Round mode = mx ? Round::rne
-                     : p.rule == ScaleRule::amax_rne ? Round::rne
-                     : p.rule == ScaleRule::amax_up  ? Round::up
-                                                     : Round::down;
-  int64_t j = 0;
-  for (; j + 4 <= n; j += 4) {
-    const __m128 b4 = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bmax_bits + j)));
-    if (_mm_movemask_ps(_mm_cmp_ps(b4, _mm_set1_ps(INFINITY), _CMP_NLT_UQ))) {  // Inf or NaN: scalar
-      for (int l = 0; l < 4; ++l) out[j + l] = block_scale(p, float_of(bmax_bits[j + l]));
-      continue;
-    }
+namespace {
+
+// The vectorised block-scale computation of block_scale(), four blocks at a
+// time, for the amax-* rules and scale formats with zero and subnormals, and
+// the MX rules with power-of-two formats.
+class ScaleVec {
+ public:
+  explicit ScaleVec(const QuantPlan& p) : p_(p), f_(p.fs) {
+    const Format& f = p.fs;
+    pow2_fmt_ = !f.subnormals && f.M == 0;
+    ok_ = p.has_scale && ((f.subnormals && f.has_zero) || pow2_fmt_) && f.M <= 40 && f.max >= f.min_normal;
+    mx_ = p.rule == ScaleRule::mx_floor || p.rule == ScaleRule::mx_ceil || p.rule == ScaleRule::mx_even;
+    exact_ = p.arith == Arith::exact;
+    mode_ = mx_ ? Round::rne
+            : p.rule == ScaleRule::amax_rne ? Round::rne
+            : p.rule == ScaleRule::amax_up  ? Round::up
+                                            : Round::down;
+    emax_ = _mm256_set1_pd(p.fe.max);
+    t_ = _mm256_set1_pd(p.t);
+    g_ = _mm_set1_ps(p.g_over_emax);
+    tf_ = _mm_set1_ps(p.t);
+    fmax_ = _mm256_set1_pd(f.max);
+    emin_ = _mm256_set1_epi64x(f.emin);
+    max_mag_ = _mm256_set1_epi64x(f.max_mag);
+    cnt_M_ = _mm_cvtsi32_si128(f.M);
+  }
+  bool ok() const { return ok_; }
+
+  // Scale codes (int64 lanes, before the zero-scale guard) and decoded
+  // scales z of four finite block maxima b4; `above`: the lanes whose
+  // unrounded scale exceeded Fs.max.
+  void run(__m128 b4, __m256i& code_out, __m256d& z, int& above) const {
+    const Format& f = f_;
+    const __m256d two52 = _mm256_set1_pd(4503599627370496.0);
+    const __m256i two52_bits = _mm256_castpd_si256(two52);
+    const __m256i one_i = _mm256_set1_epi64x(1);
+    const __m256i zero_i = _mm256_setzero_si256();
+    const __m256i e1023 = _mm256_set1_epi64x(1023);
+    const __m256i exp_mask = _mm256_set1_epi64x(0x7ff);
     // y: the unrounded scale, rounded to odd (exact in fp32 arithmetic)
     __m256d y;
-    if (mx) {
+    if (mx_) {
       // 2^(floor/ceil/even log2(b t) - floor(log2 Fe.max)); b t is exact (fp32: fl(b G))
-      const __m256d bt = exact ? _mm256_mul_pd(_mm256_cvtps_pd(b4), t) : _mm256_cvtps_pd(_mm_mul_ps(b4, tf));
+      const __m256d bt = exact_ ? _mm256_mul_pd(_mm256_cvtps_pd(b4), t_) : _mm256_cvtps_pd(_mm_mul_ps(b4, tf_));
       __m256i bits = _mm256_castpd_si256(bt);
-      if (p.rule == ScaleRule::mx_ceil) {
+      if (p_.rule == ScaleRule::mx_ceil) {
         // any mantissa bit set: the next power of two
         const __m256i mant = _mm256_and_si256(bits, _mm256_set1_epi64x((int64_t{1} << 52) - 1));
         const __m256i up = _mm256_andnot_si256(_mm256_cmpeq_epi64(mant, zero_i), _mm256_set1_epi64x(int64_t{1} << 52));
         bits = _mm256_add_epi64(bits, up);
-      } else if (p.rule == ScaleRule::mx_even) {
+      } else if (p_.rule == ScaleRule::mx_even) {
         // round to M_e + 1 significant bits (rne) on the bit pattern; a carry bumps the exponent
-        const int drop = 52 - p.fe.M;
+        const int drop = 52 - p_.fe.M;
         const __m256i lsb = _mm256_and_si256(_mm256_srli_epi64(bits, drop), one_i);
         bits = _mm256_add_epi64(bits, _mm256_add_epi64(_mm256_set1_epi64x((int64_t{1} << (drop - 1)) - 1), lsb));
       }
       const __m256i e = _mm256_sub_epi64(_mm256_and_si256(_mm256_srli_epi64(bits, 52), exp_mask), e1023);
-      const __m256i k = _mm256_sub_epi64(e, _mm256_set1_epi64x(p.fe.max_exp));
+      const __m256i k = _mm256_sub_epi64(e, _mm256_set1_epi64x(p_.fe.max_exp));
       y = pow2_vec(k);
       // b = 0: no power of two; the scale is Fs's encoding of 0
       y = _mm256_and_pd(y, _mm256_cmp_pd(bt, _mm256_setzero_pd(), _CMP_NEQ_UQ));
-    } else if (exact) {
-      const __m256d num = _mm256_mul_pd(_mm256_cvtps_pd(b4), t);
-      const __m256d q = _mm256_div_pd(num, emax);
-      const __m256d rem = _mm256_fnmadd_pd(q, emax, num);
+    } else if (exact_) {
+      const __m256d num = _mm256_mul_pd(_mm256_cvtps_pd(b4), t_);
+      const __m256d q = _mm256_div_pd(num, emax_);
+      const __m256d rem = _mm256_fnmadd_pd(q, emax_, num);
       __m256i bq = _mm256_castpd_si256(q);
       bq = _mm256_add_epi64(bq, _mm256_castpd_si256(_mm256_cmp_pd(rem, _mm256_setzero_pd(), _CMP_LT_OQ)));
       bq = _mm256_or_si256(bq, _mm256_and_si256(_mm256_castpd_si256(_mm256_cmp_pd(rem, _mm256_setzero_pd(), _CMP_NEQ_UQ)), one_i));
       y = _mm256_castsi256_pd(bq);
     } else {
-      y = _mm256_cvtps_pd(_mm_mul_ps(b4, g));
+      y = _mm256_cvtps_pd(_mm_mul_ps(b4, g_));
     }
     // Round y to Fs: W = floor(2 y / ulp), k = W >> 1, F = W & 1.
     const __m256i e = _mm256_sub_epi64(_mm256_and_si256(_mm256_srli_epi64(_mm256_castpd_si256(y), 52), exp_mask), e1023);
-    const __m256i below = _mm256_cmpgt_epi64(emin, e);  // below 2^emin (or zero)
-    const __m256i ee = _mm256_blendv_epi8(e, emin, below);
+    const __m256i below = _mm256_cmpgt_epi64(emin_, e);  // below 2^emin (or zero)
+    const __m256i ee = _mm256_blendv_epi8(e, emin_, below);
     const __m256d Ws = _mm256_mul_pd(y, pow2_vec(_mm256_sub_epi64(_mm256_set1_epi64x(1 + f.M), ee)));
     const __m256d Wf = _mm256_round_pd(Ws, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     const __m256i sticky = _mm256_castpd_si256(_mm256_cmp_pd(_mm256_sub_pd(Ws, Wf), _mm256_setzero_pd(), _CMP_NEQ_UQ));
@@ -927,30 +934,65 @@ bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, 
     const __m256i k = _mm256_srli_epi64(W, 1);
     const __m256i F = _mm256_cmpeq_epi64(_mm256_and_si256(W, one_i), one_i);
     __m256i away;
-    if (mode == Round::rne)
+    if (mode_ == Round::rne)
       away = _mm256_and_si256(F, _mm256_or_si256(sticky, _mm256_cmpeq_epi64(_mm256_and_si256(k, one_i), one_i)));
-    else if (mode == Round::up)
+    else if (mode_ == Round::up)
       away = _mm256_or_si256(F, sticky);
     else
       away = zero_i;
     const __m256i kk = _mm256_sub_epi64(k, away);
-    __m256i code = _mm256_add_epi64(_mm256_sll_epi64(_mm256_sub_epi64(ee, emin), cnt_M), kk);
-    if (pow2_fmt) {
+    __m256i code = _mm256_add_epi64(_mm256_sll_epi64(_mm256_sub_epi64(ee, emin_), cnt_M_), kk);
+    if (pow2_fmt_) {
       // codes count binades from 2^emin; below it is the smallest value, code 0
       code = _mm256_sub_epi64(code, one_i);
       code = _mm256_andnot_si256(below, code);
     }
-    const __m256i over = _mm256_cmpgt_epi64(code, max_mag);
-    code = _mm256_blendv_epi8(code, max_mag, over);
-    __m256d z;
-    if (pow2_fmt) {
-      z = pow2_vec(_mm256_add_epi64(code, emin));
+    const __m256i over = _mm256_cmpgt_epi64(code, max_mag_);
+    code = _mm256_blendv_epi8(code, max_mag_, over);
+    if (pow2_fmt_) {
+      z = pow2_vec(_mm256_add_epi64(code, emin_));
     } else {
       const __m256d kkd = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(kk, two52_bits)), two52);
       z = _mm256_mul_pd(kkd, pow2_vec(_mm256_sub_epi64(ee, _mm256_set1_epi64x(f.M))));
-      z = _mm256_blendv_pd(z, fmax, _mm256_castsi256_pd(over));
+      z = _mm256_blendv_pd(z, fmax_, _mm256_castsi256_pd(over));
     }
-    const int above = _mm256_movemask_pd(_mm256_cmp_pd(y, fmax, _CMP_GT_OQ));
+    above = _mm256_movemask_pd(_mm256_cmp_pd(y, fmax_, _CMP_GT_OQ));
+    code_out = code;
+  }
+
+ private:
+  const QuantPlan& p_;
+  const Format& f_;
+  bool ok_ = false, pow2_fmt_ = false, mx_ = false, exact_ = false;
+  Round mode_ = Round::rne;
+  __m256d emax_, t_, fmax_;
+  __m128 g_, tf_;
+  __m256i emin_, max_mag_;
+  __m128i cnt_M_;
+};
+
+inline __m128 load4(const uint32_t* b) {
+  return _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+}
+
+inline bool any_non_finite(__m128 b4) { return _mm_movemask_ps(_mm_cmp_ps(b4, _mm_set1_ps(INFINITY), _CMP_NLT_UQ)) != 0; }
+
+}  // namespace
+
+bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, BlockScale* out) {
+  const ScaleVec sv(p);
+  if (!sv.ok()) return false;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const __m128 b4 = load4(bmax_bits + j);
+    if (any_non_finite(b4)) {  // Inf or NaN: scalar
+      for (int l = 0; l < 4; ++l) out[j + l] = block_scale(p, float_of(bmax_bits[j + l]));
+      continue;
+    }
+    __m256i code;
+    __m256d z;
+    int above;
+    sv.run(b4, code, z, above);
     alignas(32) int64_t cc[4];
     alignas(32) double zz[4];
     _mm256_store_si256(reinterpret_cast<__m256i*>(cc), code);
@@ -973,6 +1015,50 @@ bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, 
     }
   }
   for (; j < n; ++j) out[j] = block_scale(p, float_of(bmax_bits[j]));
+  return true;
+}
+
+bool block_scale_codes(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, uint8_t* codes,
+                       uint64_t& saturated, uint64_t& underflow) {
+  const ScaleVec sv(p);
+  if (!sv.ok() || p.fs.code_bytes() != 1) return false;
+  const __m256i one_code = _mm256_set1_epi64x(p.one_code);
+  const bool guard_one = p.zero_scale == ZeroScale::one;
+  uint64_t sat = 0, uf = 0;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const __m128 b4 = load4(bmax_bits + j);
+    if (any_non_finite(b4)) return false;
+    __m256i code;
+    __m256d z;
+    int above;
+    sv.run(b4, code, z, above);
+    const __m256d zero_s = _mm256_cmp_pd(z, _mm256_setzero_pd(), _CMP_EQ_OQ);
+    if (guard_one) code = _mm256_blendv_epi8(code, one_code, _mm256_castpd_si256(zero_s));
+    const int zm = _mm256_movemask_pd(zero_s);
+    const int nzb = _mm_movemask_ps(_mm_castsi128_ps(
+        _mm_xor_si128(_mm_cmpeq_epi32(_mm_castps_si128(b4), _mm_setzero_si128()), _mm_set1_epi32(-1))));
+    sat += static_cast<uint64_t>(__builtin_popcount(above));
+    uf += static_cast<uint64_t>(__builtin_popcount(zm & nzb));
+    // the low byte of each 64-bit lane
+    const __m256i packed = _mm256_shuffle_epi8(code, _mm256_setr_epi8(0, 8, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                      -1, -1, -1, 0, 8, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                      -1, -1, -1, -1, -1, -1));
+    const uint32_t lo = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(packed)));
+    const uint32_t hi = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(packed, 1)));
+    const uint32_t four = (lo & 0xffffu) | (hi << 16);
+    std::memcpy(codes + j, &four, 4);
+  }
+  for (; j < n; ++j) {
+    const float b = float_of(bmax_bits[j]);
+    if (!(b < INFINITY)) return false;
+    const BlockScale bs = block_scale(p, b);
+    codes[j] = static_cast<uint8_t>(bs.code);
+    sat += bs.saturated;
+    uf += bs.underflow;
+  }
+  saturated += sat;
+  underflow += uf;
   return true;
 }
 
@@ -1033,6 +1119,7 @@ void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* ac
 }
 
 bool block_scales_vec(const QuantPlan&, const uint32_t*, int64_t, BlockScale*) { return false; }
+bool block_scale_codes(const QuantPlan&, const uint32_t*, int64_t, uint8_t*, uint64_t&, uint64_t&) { return false; }
 
 void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
   for (int64_t b = 0; b < row.nblocks; ++b) {
@@ -1046,10 +1133,11 @@ void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values
 void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt) {
   RandomBits rng(p.seed, p.stream, 8);
   for (int64_t b = 0; b < row.nblocks; ++b) {
-    if (!row.use[b]) continue;
+    if (!row.use[row.code[b]]) continue;
     const int64_t n = std::min(row.bc, row.cols - b * row.bc);
     for (int64_t j = 0; j < n; ++j)
-      scalar_element(p, row.consts[b], row.x + b * row.bc, row.i0 + b * row.bc + j, j, codes, values, rng, cnt);
+      scalar_element(p, row.consts[row.code[b]], row.x + b * row.bc, row.i0 + b * row.bc + j, j, codes, values, rng,
+                     cnt);
   }
 }
 

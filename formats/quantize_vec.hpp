@@ -110,14 +110,16 @@ struct Vec4Thr {
 bool vec4_thr_supported(const QuantPlan& p);
 // Thresholds of a block with constants c, and its table (from vb).
 void vec4_thresholds(const QuantPlan& p, const BlockConsts& c, const Vec4Block& vb, Vec4Thr& out);
-// One row of a band for the threshold loop: block b uses thr[code[b]].
+// One row of a band for the threshold loop. Block b has scale code
+// code[b]; the loop takes it when use[code[b]], with thresholds
+// thr[code[b]] (consts[code[b]] for the scalar core's tails).
 struct Row4T {
   const float* x;
   int64_t i0, cols, bc, nblocks;
-  const BlockConsts* consts;
   const uint8_t* code;
-  const Vec4Thr* thr;
-  const uint8_t* use;
+  const BlockConsts* consts;  // by scale code
+  const Vec4Thr* thr;         // by scale code
+  const uint8_t* use;         // by scale code
   bool stats = true;
 };
 void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt);
@@ -127,6 +129,14 @@ void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
 // and subnormals; identical to block_scale(). NaN blocks are left to the
 // caller. Returns false (and does nothing) when the plan is not covered.
 bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, BlockScale* out);
+
+// The common case of block_scales_vec for one-byte scale codes: the scale
+// code of each block (after the zero-scale guard) into codes[0..n), and the
+// saturated and underflowed scales added to the counts. Returns false
+// (leaving the counts alone) when the plan is not covered or a maximum is
+// Inf or NaN.
+bool block_scale_codes(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, uint8_t* codes, uint64_t& saturated,
+                       uint64_t& underflow);
 
 // For one row of `cols` elements cut into blocks of bc columns:
 // acc[j] = max(acc[j], abs_max_bits(block j's part of the row)).
