@@ -435,6 +435,7 @@ struct BandState {
   std::vector<detail::Vec4Block> vec4;
   detail::Vec4Mags mag4;
   bool mag4_ready = false;
+  bool stream = false;  // the outputs are large and aligned: non-temporal stores
 };
 
 // One element on the scalar path (the reference's per-element code).
@@ -623,7 +624,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
     const int64_t i0 = (r0 + rr) * cols;
     if (use_thr) {
       const detail::Row4T row{x + i0,          i0,       rcols,         bc,   gc, bs.code_of.data(), bs.consts_by_code,
-                              bs.thr_by_code, bs.thr_use, out.stats != nullptr};
+                              bs.thr_by_code, bs.thr_use, out.stats != nullptr, bs.stream};
       detail::vec4_row_thr(p, row, codes, values, sc);
     } else if (vec4) {
       const detail::Row4 row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.vec4.data(), bs.use_vec.data(),
@@ -726,6 +727,12 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
     values = own_values.data();
   }
 
+  // Outputs much larger than the last-level cache go past it with
+  // non-temporal stores, as memcpy does: they would only evict the input.
+  // (Not with statistics: the ordered sums read the values right back.)
+  constexpr int64_t kStreamBytes = int64_t{64} << 20;
+  const bool stream = !out.stats && n * 5 >= kStreamBytes && reinterpret_cast<uintptr_t>(values) % 16 == 0 &&
+                      cols % 4 == 0 && (!p.has_scale || p.bc % 4 == 0);
   Counts total;
   FirstError err;
   uint32_t amax_bits = 0;  // max of the block maxima, |x| bits (NaN above Inf)
@@ -735,6 +742,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
     {
       Counts cnt;
       BandState bs;
+      bs.stream = stream;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t b = 0; b < nbands; ++b) {
         const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
@@ -757,6 +765,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
     {
       Counts cnt;
       BandState bs;
+      bs.stream = stream;
 #pragma omp for schedule(static, 1) ordered
       for (int64_t g = 0; g < ngroups; ++g) {
         const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);

@@ -719,6 +719,7 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
 
 // The threshold loop (see Vec4Thr): the magnitude code is the count of
 // thresholds |x| reaches, exact for every finite x.
+template <bool kStream>
 void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt) {
   const Format& f = p.fe;
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
@@ -760,11 +761,18 @@ void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
       code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(ax, t7));
       const __m256i xs = _mm256_and_si256(xi, sign_mask);
       const __m256 xh = _mm256_or_ps(_mm256_permutevar8x32_ps(table, code), _mm256_castsi256_ps(xs));
-      _mm256_storeu_ps(values + i0 + j, xh);
+      if constexpr (kStream) {
+        _mm_stream_ps(values + i0 + j, _mm256_castps256_ps128(xh));
+        _mm_stream_ps(values + i0 + j + 4, _mm256_extractf128_ps(xh, 1));
+      } else {
+        _mm256_storeu_ps(values + i0 + j, xh);
+      }
       if (codes) {
         const __m256i sc = _mm256_or_si256(code, _mm256_srl_epi32(xs, sign_shift));
         const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(sc), _mm256_extracti128_si256(sc, 1));
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0 + j), _mm_packus_epi16(p16, p16));
+        const __m128i p8 = _mm_packus_epi16(p16, p16);
+        if constexpr (kStream) _mm_stream_si64(reinterpret_cast<long long*>(codes + i0 + j), _mm_cvtsi128_si64(p8));
+        else _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0 + j), p8);
       }
       if (row.stats) {
         const __m256i nz = _mm256_cmpgt_epi32(ax, zero_i);
@@ -792,6 +800,7 @@ void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
     for (int64_t l = 0; l < q.n; ++l)
       scalar_element(p, row.consts[row.code[q.block]], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
   }
+  if constexpr (kStream) _mm_sfence();
   cnt.saturated += hsum_neg(acc_sat);
   cnt.subnormal += hsum_neg(acc_sub);
   cnt.nonzero += hsum_neg(acc_nz);
@@ -848,7 +857,8 @@ void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values
 }
 
 void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt) {
-  row_thr_impl(p, row, codes, values, cnt);
+  if (row.stream) row_thr_impl<true>(p, row, codes, values, cnt);
+  else row_thr_impl<false>(p, row, codes, values, cnt);
 }
 
 namespace {

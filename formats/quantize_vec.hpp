@@ -121,6 +121,9 @@ struct Row4T {
   const Vec4Thr* thr;         // by scale code
   const uint8_t* use;         // by scale code
   bool stats = true;
+  // Write values and codes with non-temporal stores (past the caches);
+  // needs values + i0 16-byte aligned and bc a multiple of 4.
+  bool stream = false;
 };
 void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt);
 

@@ -20,6 +20,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -457,6 +458,48 @@ TEST(QuantizeFast, M0FormatsFollowTheCodeParity) {
     }
   }
   EXPECT_EQ(compared, 12);
+}
+
+// Outputs of 64 MiB or more (counting 5 bytes per element) are written with
+// non-temporal stores when the values are 16-byte aligned; the result must
+// not change. Also a misaligned value buffer (regular stores) and a row
+// length that is not a multiple of 4.
+TEST(QuantizeFast, StreamedOutputsMatchReference) {
+  test::Rng rng(31337);
+  QuantSpec s;
+  s.elem = parse_format("e2m1");
+  s.scale = parse_format("ue5m3");
+  s.block_rows = 1;
+  s.block_cols = 16;
+  s.amax_kind = AmaxKind::current;
+  s.scale_target = 448.0;
+  struct Shape {
+    int64_t rows, cols;
+    size_t offset;  // floats the value buffer starts past a 64-byte boundary
+  };
+  for (const Shape sh : {Shape{3300, 4096, 0}, Shape{3300, 4096, 1}, Shape{2690, 5001, 0}}) {
+    const int64_t n = sh.rows * sh.cols;
+    ASSERT_GE(n * 5, int64_t{64} << 20);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = draw(rng, 0, 6, false, false);
+    std::vector<float> want(static_cast<size_t>(n));
+    std::vector<uint8_t> want_codes(static_cast<size_t>(n)), want_sc(static_cast<size_t>(block_count(s, sh.rows, sh.cols)));
+    quantize_ref(s, x.data(), sh.rows, sh.cols, QuantOutput{want.data(), want_codes.data(), want_sc.data(), nullptr});
+    std::vector<float> buf(static_cast<size_t>(n) + 32);
+    float* got = buf.data();
+    while (reinterpret_cast<uintptr_t>(got) % 64 != 0) ++got;
+    got += sh.offset;
+    for (int threads : {1, 2}) {
+      std::vector<uint8_t> codes(static_cast<size_t>(n), 0xa5), sc(want_sc.size(), 0xa5);
+      std::fill(got, got + n, float_of(0xdeadbeefu));
+      quantize(s, x.data(), sh.rows, sh.cols, QuantOutput{got, codes.data(), sc.data(), nullptr}, threads);
+      const std::string what = std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " offset " +
+                               std::to_string(sh.offset) + ", " + std::to_string(threads) + " thread(s)";
+      EXPECT_EQ(std::memcmp(got, want.data(), sizeof(float) * static_cast<size_t>(n)), 0) << what;
+      EXPECT_EQ(codes, want_codes) << what;
+      EXPECT_EQ(sc, want_sc) << what;
+    }
+  }
 }
 
 // The packed form decodes to the same values as the reference.
