@@ -484,32 +484,30 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   // whole band without a scale).
   const int64_t bc = p.has_scale ? p.bc : (r1 - r0) * cols;
   const int64_t gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 1;
-  bs.bmax_bits.assign(static_cast<size_t>(gc), 0u);
   bs.scale.resize(static_cast<size_t>(gc));
-  bs.consts.assign(static_cast<size_t>(gc), BlockConsts{1.0, 0.0f});
-  bs.nan.assign(static_cast<size_t>(gc), 0);
-  bs.use_vec.assign(static_cast<size_t>(gc), 0);
-  if (vec) bs.vec.resize(static_cast<size_t>(gc));
-  if (vec4) {
-    bs.vec4.resize(static_cast<size_t>(gc));
-    if (!bs.mag4_ready) bs.mag4 = detail::vec4_magnitudes(p);
+  bs.nan.resize(static_cast<size_t>(gc));
+  if (vec4 && !bs.mag4_ready) {
+    bs.mag4 = detail::vec4_magnitudes(p);
     bs.mag4_ready = true;
   }
 
   // Pass 1: block amax (NaN detection too), unless the tensor-amax pass
   // already measured it.
-  if (bmax) {
-    std::copy(bmax, bmax + gc, bs.bmax_bits.begin());
-  } else if (p.has_scale) {
-    for (int64_t r = r0; r < r1; ++r) detail::row_block_max_bits(x + r * cols, cols, p.bc, bs.bmax_bits.data());
-  } else {
-    bs.bmax_bits[0] = detail::abs_max_bits(x + r0 * cols, (r1 - r0) * cols);
+  const uint32_t* bm = bmax;
+  if (!bm) {
+    bs.bmax_bits.assign(static_cast<size_t>(gc), 0u);
+    if (p.has_scale) {
+      for (int64_t r = r0; r < r1; ++r) detail::row_block_max_bits(x + r * cols, cols, p.bc, bs.bmax_bits.data());
+    } else {
+      bs.bmax_bits[0] = detail::abs_max_bits(x + r0 * cols, (r1 - r0) * cols);
+    }
+    bm = bs.bmax_bits.data();
   }
 
   // Pass 2: block scales and the constants of each block's element loop.
   const int sb = p.has_scale ? p.fs.code_bytes() : 1;
   uint32_t band_max = 0;
-  for (int64_t j = 0; j < gc; ++j) band_max = std::max(band_max, bs.bmax_bits[static_cast<size_t>(j)]);
+  for (int64_t j = 0; j < gc; ++j) band_max = std::max(band_max, bm[j]);
   auto* scodes = static_cast<uint8_t*>(out.scale_codes);
   if (p.has_scale && sb == 1 && !bs.scale_sub_ready) {
     for (uint32_t code = 0; code < 256; ++code)
@@ -522,7 +520,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   if (p.has_scale && sb == 1 && band_max < 0x7f800000u && detail::vec4_thr_supported(p)) {
     bs.code_of.resize(static_cast<size_t>(gc));
     uint64_t saturated = 0, underflow = 0;
-    if (detail::block_scale_codes(p, bs.bmax_bits.data(), gc, bs.code_of.data(), saturated, underflow)) {
+    if (detail::block_scale_codes(p, bm, gc, bs.code_of.data(), saturated, underflow)) {
       use_thr = true;
       uint64_t subnormal = 0;
       bs.scalar.clear();
@@ -541,6 +539,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
         }
         if (!bs.thr_use[code]) {  // the scalar core encodes the zero-scale block
           bs.scale[static_cast<size_t>(j)].zero = true;
+          bs.nan[static_cast<size_t>(j)] = 0;
           bs.scalar.push_back(j);
         }
       }
@@ -550,8 +549,14 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
       cnt.scale_subnormal += subnormal;
     }
   }
-  const bool scales_done =
-      !use_thr && p.has_scale && detail::block_scales_vec(p, bs.bmax_bits.data(), gc, bs.scale.data());
+  if (!use_thr) {
+    bs.consts.assign(static_cast<size_t>(gc), BlockConsts{1.0, 0.0f});
+    bs.nan.assign(static_cast<size_t>(gc), 0);
+    bs.use_vec.assign(static_cast<size_t>(gc), 0);
+    if (vec) bs.vec.resize(static_cast<size_t>(gc));
+    if (vec4) bs.vec4.resize(static_cast<size_t>(gc));
+  }
+  const bool scales_done = !use_thr && p.has_scale && detail::block_scales_vec(p, bm, gc, bs.scale.data());
   bool vec4_done = false;
   if (use_thr) {
     // done above
@@ -585,14 +590,14 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
     for (int64_t j = 0; j < gc; ++j) {
       // A NaN poisons its block; without a block scale it stays an element
       // matter for the scalar loop (the band then skips the vector loops).
-      const bool has_nan = bs.bmax_bits[j] > 0x7f800000u;
+      const bool has_nan = bm[j] > 0x7f800000u;
       bs.nan[j] = p.has_scale && has_nan;
       bool zero = false;
       if (p.has_scale) {
         if (bs.nan[j]) {
           bs.scale[j] = BlockScale{p.fs.has_nan ? p.fs.nan_code : 0u, 0.0, false, false, false};
         } else {
-          if (!scales_done) bs.scale[j] = block_scale(p, float_of(bs.bmax_bits[j]));
+          if (!scales_done) bs.scale[j] = block_scale(p, float_of(bm[j]));
           cnt.scale_saturated += bs.scale[j].saturated;
           cnt.scale_underflow += bs.scale[j].underflow;
           cnt.scale_subnormal += p.fs.classify(bs.scale[j].code) == CodeClass::subnormal;
