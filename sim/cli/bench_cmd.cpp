@@ -2,6 +2,10 @@
 // float32 copy measured in the same run.
 #include <omp.h>
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -88,6 +92,59 @@ void parallel_copy(float* dst, const float* src, int64_t n, int threads) {
   }
 }
 
+// What the memory system alone allows a quantizer: the traffic of a
+// one-pass quantize+dequantize (read x; write values and one-byte codes)
+// with next to no arithmetic, written the way exmy::quantize writes large
+// outputs (non-temporal stores unless statistics are on), and the same after
+// a read-only pass over x, as the current tensor amax needs.
+void memory_floor(const float* x, float* y, uint8_t* codes, int64_t n, int threads, bool amax_pass, bool stream) {
+  const int64_t chunk = 1 << 14;  // multiple of 8
+  uint32_t m = 0;
+  if (amax_pass) {
+#pragma omp parallel for num_threads(threads) reduction(max : m) schedule(static)
+    for (int64_t c = 0; c < n; c += chunk) {
+      uint32_t l = 0;
+      int64_t i = c;
+#ifdef __AVX2__
+      __m256i v = _mm256_setzero_si256();
+      for (; i + 8 <= std::min(n, c + chunk); i += 8)
+        v = _mm256_max_epu32(v, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)),
+                                                 _mm256_set1_epi32(0x7fffffff)));
+      alignas(32) uint32_t lanes[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
+      for (const uint32_t b : lanes) l = std::max(l, b);
+#endif
+      for (; i < std::min(n, c + chunk); ++i) {
+        uint32_t b;
+        std::memcpy(&b, x + i, 4);
+        l = std::max(l, b & 0x7fffffffu);
+      }
+      m = std::max(m, l);
+    }
+  }
+  const float k = m == 0xffffffffu ? 0.0f : 1.0f;  // keeps the amax pass from being optimised away
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t c = 0; c < n; c += chunk) {
+    const int64_t e = std::min(n, c + chunk);
+    int64_t i = c;
+#ifdef __AVX2__
+    if (stream && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+      for (; i + 8 <= e; i += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(k));
+        _mm_stream_ps(y + i, _mm256_castps256_ps128(v));
+        _mm_stream_ps(y + i + 4, _mm256_extractf128_ps(v, 1));
+        _mm_stream_si64(reinterpret_cast<long long*>(codes + i), static_cast<long long>(i));
+      }
+      _mm_sfence();
+    }
+#endif
+    for (; i < e; ++i) {
+      y[i] = x[i] * k;
+      codes[i] = static_cast<uint8_t>(i);
+    }
+  }
+}
+
 }  // namespace
 
 int cmd_bench(const Args& args) {
@@ -145,6 +202,17 @@ int cmd_bench(const Args& args) {
   std::printf("%-28s %14s %8s %14s %8s\n", "", "1 thread", "ratio", (std::to_string(all) + " threads").c_str(), "ratio");
   std::printf("%-28s %10.1f Me/s %8s %10.1f Me/s %8s\n", "float32 copy", n / copy_s[0] / 1e6, "1.00", n / copy_s[1] / 1e6,
               "1.00");
+  // the memory floors (see memory_floor), streamed as quantize would stream
+  const bool stream = !with_stats && n * 5 >= (int64_t{64} << 20);
+  for (const bool amax_pass : {false, true}) {
+    double s[2];
+    for (int k = 0; k < 2; ++k) {
+      memory_floor(x.data(), y.data(), codes.data(), n, thread_counts[k], amax_pass, stream);
+      s[k] = best_seconds(repeat, [&] { memory_floor(x.data(), y.data(), codes.data(), n, thread_counts[k], amax_pass, stream); });
+    }
+    std::printf("%-28s %10.1f Me/s %8.2f %10.1f Me/s %8.2f\n", amax_pass ? "memory floor, 2 passes" : "memory floor, 1 pass",
+                n / s[0] / 1e6, copy_s[0] / s[0], n / s[1] / 1e6, copy_s[1] / s[1]);
+  }
   for (const auto& v : variants()) {
     double s[2];
     for (int k = 0; k < 2; ++k) {
@@ -156,7 +224,8 @@ int cmd_bench(const Args& args) {
     std::printf("%-28s %10.1f Me/s %8.2f %10.1f Me/s %8.2f\n", v.name, n / s[0] / 1e6, copy_s[0] / s[0],
                 n / s[1] / 1e6, copy_s[1] / s[1]);
   }
-  std::printf("(ratio = copy time / quantize+dequantize time, in the same thread setting)\n");
+  std::printf("(ratio = copy time / quantize+dequantize time, in the same thread setting; the memory floors move\n"
+              " what a one-pass quantizer, and one after a tensor-amax pass, must move, with next to no arithmetic)\n");
   return 0;
 }
 
