@@ -889,9 +889,10 @@ class ScaleVec {
   }
   bool ok() const { return ok_; }
 
-  // Scale codes (int64 lanes, before the zero-scale guard) and decoded
-  // scales z of four finite block maxima b4; `above`: the lanes whose
-  // unrounded scale exceeded Fs.max.
+  // Scale codes (int64 lanes, before the zero-scale guard) and (kZ)
+  // decoded scales z of four finite block maxima b4; `above`: the lanes
+  // whose unrounded scale exceeded Fs.max.
+  template <bool kZ = true>
   void run(__m128 b4, __m256i& code_out, __m256d& z, int& above) const {
     const Format& f = f_;
     const __m256d two52 = _mm256_set1_pd(4503599627370496.0);
@@ -959,7 +960,9 @@ class ScaleVec {
     }
     const __m256i over = _mm256_cmpgt_epi64(code, max_mag_);
     code = _mm256_blendv_epi8(code, max_mag_, over);
-    if (pow2_fmt_) {
+    if (!kZ) {
+      z = _mm256_setzero_pd();
+    } else if (pow2_fmt_) {
       z = pow2_vec(_mm256_add_epi64(code, emin_));
     } else {
       const __m256d kkd = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(kk, two52_bits)), two52);
@@ -1034,18 +1037,14 @@ bool block_scale_codes(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n,
   if (!sv.ok() || p.fs.code_bytes() != 1) return false;
   const __m256i one_code = _mm256_set1_epi64x(p.one_code);
   const bool guard_one = p.zero_scale == ZeroScale::one;
+  const bool pow2 = !p.fs.subnormals && p.fs.M == 0;
   uint64_t sat = 0, uf = 0;
-  int64_t j = 0;
-  for (; j + 4 <= n; j += 4) {
-    const __m128 b4 = load4(bmax_bits + j);
-    if (any_non_finite(b4)) return false;
-    __m256i code;
-    __m256d z;
-    int above;
-    sv.run(b4, code, z, above);
-    const __m256d zero_s = _mm256_cmp_pd(z, _mm256_setzero_pd(), _CMP_EQ_OQ);
-    if (guard_one) code = _mm256_blendv_epi8(code, one_code, _mm256_castpd_si256(zero_s));
-    const int zm = _mm256_movemask_pd(zero_s);
+  // the codes, counts and low bytes of four blocks
+  auto finish = [&](int64_t j, __m128 b4, __m256i code, int above) __attribute__((always_inline)) {
+    // a zero scale is code 0 (formats with zero; power-of-two formats have none)
+    const __m256i zero_s = pow2 ? _mm256_setzero_si256() : _mm256_cmpeq_epi64(code, _mm256_setzero_si256());
+    if (guard_one) code = _mm256_blendv_epi8(code, one_code, zero_s);
+    const int zm = _mm256_movemask_pd(_mm256_castsi256_pd(zero_s));
     const int nzb = _mm_movemask_ps(_mm_castsi128_ps(
         _mm_xor_si128(_mm_cmpeq_epi32(_mm_castps_si128(b4), _mm_setzero_si128()), _mm_set1_epi32(-1))));
     sat += static_cast<uint64_t>(__builtin_popcount(above));
@@ -1058,6 +1057,29 @@ bool block_scale_codes(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n,
     const uint32_t hi = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(packed, 1)));
     const uint32_t four = (lo & 0xffffu) | (hi << 16);
     std::memcpy(codes + j, &four, 4);
+  };
+  int64_t j = 0;
+  // eight blocks per step: two independent dependency chains (the scale
+  // computation is a long chain; one alone leaves the core waiting)
+  for (; j + 8 <= n; j += 8) {
+    const __m128 b4 = load4(bmax_bits + j), c4 = load4(bmax_bits + j + 4);
+    if (any_non_finite(_mm_max_ps(b4, c4))) return false;
+    __m256i code0, code1;
+    __m256d z;
+    int above0, above1;
+    sv.run<false>(b4, code0, z, above0);
+    sv.run<false>(c4, code1, z, above1);
+    finish(j, b4, code0, above0);
+    finish(j + 4, c4, code1, above1);
+  }
+  for (; j + 4 <= n; j += 4) {
+    const __m128 b4 = load4(bmax_bits + j);
+    if (any_non_finite(b4)) return false;
+    __m256i code;
+    __m256d z;
+    int above;
+    sv.run<false>(b4, code, z, above);
+    finish(j, b4, code, above);
   }
   for (; j < n; ++j) {
     const float b = float_of(bmax_bits[j]);
