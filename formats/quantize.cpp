@@ -436,6 +436,7 @@ struct BandState {
   detail::Vec4Mags mag4;
   bool mag4_ready = false;
   bool stream = false;  // the outputs are large and aligned: non-temporal stores
+  bool thr_ok = false;  // the tensor is large enough for the threshold loop
 };
 
 // One element on the scalar path (the reference's per-element code).
@@ -517,7 +518,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   // The threshold loop, exact for every finite input, where the mode allows
   // it and the band holds no Inf or NaN: blocks need only their scale code.
   bool use_thr = false;
-  if (p.has_scale && sb == 1 && band_max < 0x7f800000u && detail::vec4_thr_supported(p)) {
+  if (bs.thr_ok && p.has_scale && sb == 1 && band_max < 0x7f800000u && detail::vec4_thr_supported(p)) {
     bs.code_of.resize(static_cast<size_t>(gc));
     uint64_t saturated = 0, underflow = 0;
     if (detail::block_scale_codes(p, bm, gc, bs.code_of.data(), saturated, underflow)) {
@@ -738,6 +739,10 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   constexpr int64_t kStreamBytes = int64_t{64} << 20;
   const bool stream = !out.stats && n * 5 >= kStreamBytes && reinterpret_cast<uintptr_t>(values) % 16 == 0 &&
                       cols % 4 == 0 && (!p.has_scale || p.bc % 4 == 0);
+  // The threshold loop's constants cost about ten times the others per scale
+  // code (a search with the scalar core), which small tensors do not win back.
+  constexpr int64_t kThresholdMinElements = int64_t{1} << 15;
+  const bool thr_ok = n >= kThresholdMinElements;
   Counts total;
   FirstError err;
   uint32_t amax_bits = 0;  // max of the block maxima, |x| bits (NaN above Inf)
@@ -748,6 +753,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
       Counts cnt;
       BandState bs;
       bs.stream = stream;
+      bs.thr_ok = thr_ok;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t b = 0; b < nbands; ++b) {
         const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
@@ -771,6 +777,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
       Counts cnt;
       BandState bs;
       bs.stream = stream;
+      bs.thr_ok = thr_ok;
 #pragma omp for schedule(static, 1) ordered
       for (int64_t g = 0; g < ngroups; ++g) {
         const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);

@@ -346,7 +346,9 @@ TEST(QuantizeFast, LargeTensorsMatchReferenceOverManyBandGroups) {
 // from the block's own decode scale (taken from the reference run). Each
 // block keeps its largest element, so its scale and the tensor amax do not
 // move. Every symmetric mode, both arithmetics, several scale formats,
-// targets and block shapes (with partial edge blocks), with statistics.
+// targets and block shapes (with partial edge blocks), with statistics; each
+// at its own size (below 32 Ki elements: the multiply-and-convert loop) and
+// with enough rows to take the threshold loop.
 TEST(QuantizeFast, FP4ThresholdLoopAtDecisionPoints) {
   test::Rng rng(5150);
   struct Case {
@@ -364,7 +366,10 @@ TEST(QuantizeFast, FP4ThresholdLoopAtDecisionPoints) {
   };
   const Round modes[] = {Round::rne, Round::rna, Round::rtz, Round::odd};
   int compared = 0, at_points = 0;
-  for (const Case& cs : cases) {
+  for (const Case& base : cases) {
+   for (const bool large : {false, true}) {
+    Case cs = base;
+    if (large) cs.rows *= (40000 + cs.rows * cs.cols - 1) / (cs.rows * cs.cols);
     for (const Round mode : modes) {
       for (const Arith arith : {Arith::exact, Arith::fp32}) {
         QuantSpec s;
@@ -378,7 +383,8 @@ TEST(QuantizeFast, FP4ThresholdLoopAtDecisionPoints) {
         if (cs.target > 0) s.scale_target = cs.target;
         const std::string what = std::string(cs.elem) + "/" + cs.scale + " " + std::to_string(cs.br) + "x" +
                                  std::to_string(cs.bc) + " " + test::mode_name(mode) +
-                                 (arith == Arith::exact ? " exact" : " fp32");
+                                 (arith == Arith::exact ? " exact" : " fp32") + " " + std::to_string(cs.rows) + "x" +
+                                 std::to_string(cs.cols);
         // block amaxes spread over many binades, so the scale codes vary
         std::vector<float> x(static_cast<size_t>(cs.rows * cs.cols));
         for (float& v : x) v = draw(rng, 0, 12, false, false);
@@ -420,9 +426,10 @@ TEST(QuantizeFast, FP4ThresholdLoopAtDecisionPoints) {
         ++compared;
       }
     }
+   }
   }
-  EXPECT_EQ(compared, 64);
-  EXPECT_GT(at_points, 30000);
+  EXPECT_EQ(compared, 128);
+  EXPECT_GT(at_points, 500000);
 }
 
 // With M = 0 the parity of a code is not the parity of its index inside the
