@@ -534,6 +534,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
           if (s != 0.0) {
             bs.consts_by_code[code] = block_consts(p, s);
             detail::vec4_blocks(p, bs.mag4, &bs.consts_by_code[code], 1, &bs.vec4_by_code[code]);
+            bs.vec4_known[code] = 1;
             detail::vec4_thresholds(p, bs.consts_by_code[code], bs.vec4_by_code[code], bs.thr_by_code[code]);
           }
           bs.thr_known[code] = 1;
@@ -543,6 +544,10 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
           bs.nan[static_cast<size_t>(j)] = 0;
           bs.scalar.push_back(j);
         }
+      }
+      if (!bs.scalar.empty()) {  // the scalar blocks take their constants from here (unused when zero)
+        bs.consts.resize(static_cast<size_t>(gc));
+        for (const int64_t j : bs.scalar) bs.consts[static_cast<size_t>(j)] = BlockConsts{0.0, 0.0f};
       }
       if (scodes) std::memcpy(scodes + blk0, bs.code_of.data(), static_cast<size_t>(gc));
       cnt.scale_saturated += saturated;

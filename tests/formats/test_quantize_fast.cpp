@@ -432,6 +432,52 @@ TEST(QuantizeFast, FP4ThresholdLoopAtDecisionPoints) {
   EXPECT_GT(at_points, 500000);
 }
 
+// Tensors big enough for the threshold loop with blocks it leaves to the
+// scalar core: all-zero blocks, and blocks so small next to the tensor amax
+// that their scale rounds to zero (zero-scale policy zero: encoded as zero
+// blocks; one: scale 1), next to ordinary ones, with statistics.
+TEST(QuantizeFast, ThresholdLoopWithZeroScaleBlocks) {
+  test::Rng rng(8080);
+  int compared = 0, zero_blocks = 0;
+  for (const ZeroScale zs : {ZeroScale::zero, ZeroScale::one}) {
+    for (const Arith arith : {Arith::exact, Arith::fp32}) {
+      for (const Round mode : {Round::rne, Round::rtz}) {
+        QuantSpec s;
+        s.elem = parse_format("e2m1");
+        s.scale = parse_format("ue5m3");
+        s.block_rows = 1;
+        s.block_cols = 16;
+        s.amax_kind = AmaxKind::current;
+        s.scale_target = 448.0;
+        s.zero_scale = zs;
+        s.arith = arith;
+        s.round = mode;
+        const int64_t rows = 40, cols = 1024;
+        std::vector<float> x(static_cast<size_t>(rows * cols));
+        for (float& v : x) v = draw(rng, 0, 8, false, false);
+        for (int64_t b = 0; b < rows * cols / 16; ++b) {
+          const double u = rng.uniform();
+          for (int64_t k = 0; k < 16; ++k) {
+            float& v = x[static_cast<size_t>(b * 16 + k)];
+            if (u < 0.05) v = rng.coin() ? 0.0f : -0.0f;                      // all zero
+            else if (u < 0.10) v = (rng.coin() ? -1.0f : 1.0f) * 1e-30f * static_cast<float>(rng.uniform());  // scale underflow
+          }
+        }
+        const Outcome r = run(s, x, rows, cols, 0);
+        ASSERT_FALSE(r.threw) << r.error;
+        zero_blocks += static_cast<int>(r.stats.scale_underflow);
+        for (int threads : {1, 2})
+          EXPECT_EQ(difference(r, run(s, x, rows, cols, threads), x), "")
+              << (zs == ZeroScale::one ? "zero-scale one " : "zero-scale zero ")
+              << (arith == Arith::exact ? "exact " : "fp32 ") << test::mode_name(mode);
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 8);
+  EXPECT_GT(zero_blocks, 8 * 50);
+}
+
 // With M = 0 the parity of a code is not the parity of its index inside the
 // binade, so ties (rne) and round-to-odd must follow the code: values on
 // every tie and between every pair of neighbours, without a block scale and
