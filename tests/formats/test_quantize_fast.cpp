@@ -432,6 +432,19 @@ TEST(QuantizeFast, FP4ThresholdLoopAtDecisionPoints) {
   EXPECT_GT(at_points, 500000);
 }
 
+// The UE5M3 paper's element and block format: e2m1 with ue5m3 1x16 scales,
+// current tensor amax, scale target 448, rne, exact arithmetic.
+QuantSpec ue5m3_1x16() {
+  QuantSpec s;
+  s.elem = parse_format("e2m1");
+  s.scale = parse_format("ue5m3");
+  s.block_rows = 1;
+  s.block_cols = 16;
+  s.amax_kind = AmaxKind::current;
+  s.scale_target = 448.0;
+  return s;
+}
+
 // Tensors big enough for the threshold loop with blocks it leaves to the
 // scalar core: all-zero blocks, and blocks so small next to the tensor amax
 // that their scale rounds to zero (zero-scale policy zero: encoded as zero
@@ -442,13 +455,7 @@ TEST(QuantizeFast, ThresholdLoopWithZeroScaleBlocks) {
   for (const ZeroScale zs : {ZeroScale::zero, ZeroScale::one}) {
     for (const Arith arith : {Arith::exact, Arith::fp32}) {
       for (const Round mode : {Round::rne, Round::rtz}) {
-        QuantSpec s;
-        s.elem = parse_format("e2m1");
-        s.scale = parse_format("ue5m3");
-        s.block_rows = 1;
-        s.block_cols = 16;
-        s.amax_kind = AmaxKind::current;
-        s.scale_target = 448.0;
+        QuantSpec s = ue5m3_1x16();
         s.zero_scale = zs;
         s.arith = arith;
         s.round = mode;
@@ -519,13 +526,7 @@ TEST(QuantizeFast, M0FormatsFollowTheCodeParity) {
 // length that is not a multiple of 4.
 TEST(QuantizeFast, StreamedOutputsMatchReference) {
   test::Rng rng(31337);
-  QuantSpec s;
-  s.elem = parse_format("e2m1");
-  s.scale = parse_format("ue5m3");
-  s.block_rows = 1;
-  s.block_cols = 16;
-  s.amax_kind = AmaxKind::current;
-  s.scale_target = 448.0;
+  const QuantSpec s = ue5m3_1x16();
   struct Shape {
     int64_t rows, cols;
     size_t offset;  // floats the value buffer starts past a 64-byte boundary
