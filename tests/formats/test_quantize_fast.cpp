@@ -485,6 +485,51 @@ TEST(QuantizeFast, ThresholdLoopWithZeroScaleBlocks) {
   EXPECT_GT(zero_blocks, 8 * 50);
 }
 
+// The threshold loop's search must find thresholds anywhere in float32: in
+// the subnormal range (tiny tensors, or a given amax far above them) and up
+// to FLT_MAX, where the saturation threshold can lie past every finite |x|.
+TEST(QuantizeFast, ThresholdLoopAtExtremeMagnitudes) {
+  test::Rng rng(2718);
+  int compared = 0;
+  struct Case {
+    int lo, hi;   // binades of the elements
+    double amax;  // given tensor amax (0: current)
+    const char* scale;
+  };
+  const Case cases[] = {
+      {-149, -120, 0.0, "ue5m3"},  {-149, -126, 1.0, "ue5m3"},   {-140, -110, 0.0, "e4m3"},
+      {100, 127, 0.0, "ue5m3"},    {110, 127, 1e-10, "ue5m3"},   {-30, 127, 0.0, "e4m3"},
+      {-149, 127, 0.0, "ue8m0"},   {120, 127, 0.0, "e4m3"},
+  };
+  for (const Case& c : cases) {
+    for (const Arith arith : {Arith::exact, Arith::fp32}) {
+      QuantSpec s = ue5m3_1x16();
+      s.scale = parse_format(c.scale);
+      s.arith = arith;
+      if (c.amax > 0) {
+        s.amax_kind = AmaxKind::given;
+        s.amax_value = static_cast<double>(static_cast<float>(c.amax));
+      }
+      const int64_t rows = 36, cols = 1024;
+      std::vector<float> x(static_cast<size_t>(rows * cols));
+      for (float& v : x) {
+        const int e = static_cast<int>(rng.range(c.lo, c.hi));
+        const float m = e < -126 ? float_of(static_cast<uint32_t>(rng.range(1, 0x7fffff)))  // float subnormal
+                                 : rng.float_in(e, e);
+        v = (rng.coin() ? -1.0f : 1.0f) * std::min(m, FLT_MAX);
+      }
+      const Outcome r = run(s, x, rows, cols, 0);
+      ASSERT_FALSE(r.threw) << r.error;
+      for (int threads : {1, 2})
+        EXPECT_EQ(difference(r, run(s, x, rows, cols, threads), x), "")
+            << "binades " << c.lo << ".." << c.hi << " scale " << c.scale << " amax " << c.amax
+            << (arith == Arith::exact ? " exact" : " fp32");
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 16);
+}
+
 // With M = 0 the parity of a code is not the parity of its index inside the
 // binade, so ties (rne) and round-to-odd must follow the code: values on
 // every tie and between every pair of neighbours, without a block scale and
