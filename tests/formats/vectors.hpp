@@ -3,12 +3,15 @@
 // one implementation's outputs with a case's expected outputs. Included by
 // every test that checks an implementation against the vectors (CPU paths in
 // test_vectors.cpp, the CUDA path in test_cuda.cpp). The including target
-// defines EXMY_VECTORS, the path of the .jsonl file.
+// defines EXMY_VECTORS, the path of the .jsonl file; the environment variable
+// EXMY_VECTORS_FILE overrides it (a binary run from another checkout, as
+// tools/gpu-check.sh does on a lent device machine).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -36,9 +39,15 @@ struct Case {
 
 inline uint32_t hexbits(const std::string& s) { return static_cast<uint32_t>(std::stoul(s, nullptr, 16)); }
 
+inline std::string vectors_file() {
+  const char* e = std::getenv("EXMY_VECTORS_FILE");
+  return e && *e ? std::string(e) : std::string(EXMY_VECTORS);
+}
+
 inline std::vector<Case> load_cases() {
-  std::ifstream f(EXMY_VECTORS);
-  EXPECT_TRUE(f.good()) << "cannot open " << EXMY_VECTORS;
+  const std::string path = vectors_file();
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << "cannot open " << path;
   std::vector<Case> cases;
   std::string line;
   while (std::getline(f, line)) {

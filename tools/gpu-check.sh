@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU checks in one short run: the CUDA kernels against the CPU, bit for
+# bit (tests/formats/test_cuda.cpp, the tests labelled "gpu").
+#
+#   tools/gpu-check.sh            # on a machine with a CUDA device
+#   tools/gpu-check.sh --build    # only build build-cuda/ (portable, no -march=native)
+#
+# Prepared for a lent device machine: build here with --build, carry
+# build-cuda/tests/formats/test_cuda there and run this script; logs and the
+# gtest XML go to $OUT when it is set (the device tool brings $OUT back),
+# else to build-cuda/gpu-check/. Without the carried binary it builds
+# test_cuda itself (needs cmake, nvcc, GoogleTest). Exit status: 0 when every
+# test ran and passed, 3 when any was skipped (no device seen), else the
+# tests' own failure status.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+bin=build-cuda/tests/formats/test_cuda
+
+build() {
+  # portable code: the binary may run on another CPU than the one that built it
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DEXMY_CUDA=ON -DEXMY_NATIVE=OFF >/dev/null
+  cmake --build build-cuda -j"$(nproc 2>/dev/null || echo 2)" --target test_cuda test_cuda_emulated
+}
+
+if [ "${1:-}" = "--build" ]; then
+  build
+  echo "gpu-check: built $bin"
+  exit 0
+fi
+
+out=${OUT:-build-cuda/gpu-check}
+mkdir -p "$out"
+{ nvidia-smi || echo "nvidia-smi: not available"; } >"$out/nvidia-smi.txt" 2>&1
+if ! { [ -x "$bin" ] && "$bin" --gtest_list_tests >/dev/null 2>&1; }; then
+  echo "gpu-check: no runnable $bin; building it"
+  build >"$out/build.log" 2>&1 || { echo "gpu-check: build failed (see $out/build.log)"; exit 2; }
+fi
+status=0
+# the reference vectors of this checkout, wherever the binary was built
+export EXMY_VECTORS_FILE="$PWD/tests/reference/quantize.jsonl"
+"$bin" --gtest_output=xml:"$out/test_cuda.xml" >"$out/test_cuda.log" 2>&1 || status=$?
+tail -n 30 "$out/test_cuda.log"
+if [ "$status" -ne 0 ]; then
+  echo "gpu-check: FAILED (status $status)"
+  exit "$status"
+fi
+if grep -q "SKIPPED" "$out/test_cuda.log"; then
+  echo "gpu-check: tests were skipped (no CUDA device seen): nothing was checked"
+  exit 3
+fi
+echo "gpu-check: passed"
