@@ -208,12 +208,7 @@ double reference_amax(const QuantSpec& spec, const float* x, int64_t n, int thre
     case AmaxKind::current: break;
   }
   if (threads < 0) return tensor_amax_ref(x, n);
-  // max of |x| bits over chunks; NaN bits order above Inf
-  uint32_t m = 0;
-  const int64_t chunk = 1 << 16;
-#pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(max : m) schedule(static)
-  for (int64_t c = 0; c < n; c += chunk) m = std::max(m, detail::abs_max_bits(x + c, std::min(chunk, n - c)));
-  return amax_of_bits(m);
+  return tensor_abs_max(x, n, threads);
 }
 
 // The sums of CONTRACT §5 accumulate in double, element by element, in row-major
@@ -243,6 +238,16 @@ struct Sums {
 int rht_axis(const QuantSpec& spec) { return spec.block_rows == 1 ? 1 : 0; }
 
 }  // namespace
+
+double tensor_abs_max(const float* x, int64_t n, int threads) {
+  // max of |x| bits over chunks; NaN bits order above Inf, and max is
+  // associative, so the chunking cannot change the result
+  uint32_t m = 0;
+  const int64_t chunk = 1 << 16;
+#pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(max : m) schedule(static)
+  for (int64_t c = 0; c < n; c += chunk) m = std::max(m, detail::abs_max_bits(x + c, std::min(chunk, n - c)));
+  return amax_of_bits(m);
+}
 
 // ---------------------------------------------------------------------------
 // The scalar reference
@@ -634,8 +639,8 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   for (int64_t rr = 0; rr < nrows; ++rr) {
     const int64_t i0 = (r0 + rr) * cols;
     if (use_thr) {
-      const detail::Row4T row{x + i0,          i0,       rcols,         bc,   gc, bs.code_of.data(), bs.consts_by_code,
-                              bs.thr_by_code, bs.thr_use, out.stats != nullptr, bs.stream};
+      const detail::Row4T row{x + i0, i0, rcols, bc, gc, bs.code_of.data(), bs.consts_by_code, bs.thr_by_code,
+                              bs.thr_use, out.stats != nullptr, bs.stream};
       detail::vec4_row_thr(p, row, codes, values, sc);
     } else if (vec4) {
       const detail::Row4 row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.vec4.data(), bs.use_vec.data(),
@@ -752,19 +757,20 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   FirstError err;
   uint32_t amax_bits = 0;  // max of the block maxima, |x| bits (NaN above Inf)
   Sums sums;
+  // Band b on a thread's state; returns its max |x| bits.
+  auto run_band = [&](int64_t b, BandState& bs, Counts& cnt) {
+    bs.stream = stream;
+    bs.thr_ok = thr_ok;
+    const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
+    return quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);
+  };
   if (!out.stats) {
 #pragma omp parallel num_threads(nt) reduction(max : amax_bits)
     {
       Counts cnt;
       BandState bs;
-      bs.stream = stream;
-      bs.thr_ok = thr_ok;
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t b = 0; b < nbands; ++b) {
-        const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
-        amax_bits = std::max(
-            amax_bits, quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err));
-      }
+      for (int64_t b = 0; b < nbands; ++b) amax_bits = std::max(amax_bits, run_band(b, bs, cnt));
 #pragma omp critical
       total.add(cnt);
     }
@@ -781,16 +787,10 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
     {
       Counts cnt;
       BandState bs;
-      bs.stream = stream;
-      bs.thr_ok = thr_ok;
 #pragma omp for schedule(static, 1) ordered
       for (int64_t g = 0; g < ngroups; ++g) {
         const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
-          amax_bits = std::max(amax_bits, quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr,
-                                                        out, values, bs, cnt, err));
-        }
+        for (int64_t b = b0; b < b1; ++b) amax_bits = std::max(amax_bits, run_band(b, bs, cnt));
 #pragma omp ordered
         ordered_sums(p, x, values, b0 * band, std::min(rows, b1 * band), cols, sums);
       }

@@ -93,6 +93,11 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x, int64_t rows, int6
 QuantInfo quantize(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
                    int threads = 0);
 
+// max |x| over x[0..n), NaN if any element is NaN (the current tensor amax),
+// on `threads` OpenMP threads (0: OpenMP's default); the same for any thread
+// count.
+double tensor_abs_max(const float* x, int64_t n, int threads = 0);
+
 // Random Hadamard transform of CONTRACT §3 along rows (axis = 1: each run of
 // 16 consecutive elements of a row) or columns (axis = 0), in place; the
 // result is rounded once to bf16 (rne). The axis length must be a multiple

@@ -735,7 +735,7 @@ void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
   };
   thread_local std::vector<Pending> pending;
   pending.clear();
-  RandomBits rng(p.seed, p.stream, 8);  // unused: deterministic modes only
+  RandomBits rng(p.seed, p.stream, 8);  // for scalar_element; these modes draw no bits
   for (int64_t b = 0; b < row.nblocks; ++b) {
     const uint8_t sc = row.code[b];
     if (!row.use[sc]) continue;
@@ -888,6 +888,7 @@ class ScaleVec {
     cnt_M_ = _mm_cvtsi32_si128(f.M);
   }
   bool ok() const { return ok_; }
+  bool pow2_fmt() const { return pow2_fmt_; }  // a power-of-two format without zero (E8M0 style)
 
   // Scale codes (int64 lanes, before the zero-scale guard) and (kZ)
   // decoded scales z of four finite block maxima b4; `above`: the lanes
@@ -1037,7 +1038,7 @@ bool block_scale_codes(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n,
   if (!sv.ok() || p.fs.code_bytes() != 1) return false;
   const __m256i one_code = _mm256_set1_epi64x(p.one_code);
   const bool guard_one = p.zero_scale == ZeroScale::one;
-  const bool pow2 = !p.fs.subnormals && p.fs.M == 0;
+  const bool pow2 = sv.pow2_fmt();
   uint64_t sat = 0, uf = 0;
   // the codes, counts and low bytes of four blocks
   auto finish = [&](int64_t j, __m128 b4, __m256i code, int above) __attribute__((always_inline)) {

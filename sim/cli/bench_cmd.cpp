@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -99,30 +100,8 @@ void parallel_copy(float* dst, const float* src, int64_t n, int threads) {
 // a read-only pass over x, as the current tensor amax needs.
 void memory_floor(const float* x, float* y, uint8_t* codes, int64_t n, int threads, bool amax_pass, bool stream) {
   const int64_t chunk = 1 << 14;  // multiple of 8
-  uint32_t m = 0;
-  if (amax_pass) {
-#pragma omp parallel for num_threads(threads) reduction(max : m) schedule(static)
-    for (int64_t c = 0; c < n; c += chunk) {
-      uint32_t l = 0;
-      int64_t i = c;
-#ifdef __AVX2__
-      __m256i v = _mm256_setzero_si256();
-      for (; i + 8 <= std::min(n, c + chunk); i += 8)
-        v = _mm256_max_epu32(v, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)),
-                                                 _mm256_set1_epi32(0x7fffffff)));
-      alignas(32) uint32_t lanes[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
-      for (const uint32_t b : lanes) l = std::max(l, b);
-#endif
-      for (; i < std::min(n, c + chunk); ++i) {
-        uint32_t b;
-        std::memcpy(&b, x + i, 4);
-        l = std::max(l, b & 0x7fffffffu);
-      }
-      m = std::max(m, l);
-    }
-  }
-  const float k = m == 0xffffffffu ? 0.0f : 1.0f;  // keeps the amax pass from being optimised away
+  const double amax = amax_pass ? tensor_abs_max(x, n, threads) : 1.0;
+  const float k = std::isnan(amax) ? 0.0f : 1.0f;  // keeps the amax pass from being optimised away
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t c = 0; c < n; c += chunk) {
     const int64_t e = std::min(n, c + chunk);

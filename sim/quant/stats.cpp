@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 
+#include "formats/quantize.hpp"
 #include "formats/spec.hpp"
 #include "sim/parallel.hpp"
 
@@ -140,24 +141,8 @@ std::string quantize_options(const QuantSpec& q) {
 }
 
 double abs_max(const float* x, int64_t n) {
-  // The max of |x| as bits: NaN bits order above Inf, and max is
-  // associative, so chunking cannot change the result.
-  const int64_t chunk = 1 << 16;
-  const int64_t nchunks = (n + chunk - 1) / chunk;
-  uint32_t m = 0;
-#pragma omp parallel for reduction(max : m) schedule(static) if (n >= parallel_min_work())
-  for (int64_t c = 0; c < nchunks; ++c) {
-    const int64_t i0 = c * chunk, i1 = std::min(n, i0 + chunk);
-    uint32_t mm = 0;
-    for (int64_t i = i0; i < i1; ++i) {
-      uint32_t u;
-      std::memcpy(&u, x + i, 4);
-      mm = std::max(mm, u & 0x7fffffffu);
-    }
-    m = std::max(m, mm);
-  }
-  if (m > 0x7f800000u) return std::numeric_limits<double>::quiet_NaN();
-  return static_cast<double>(std::bit_cast<float>(m));
+  // small tensors on the calling thread alone
+  return tensor_abs_max(x, n, n >= parallel_min_work() ? 0 : 1);
 }
 
 ScaleCodeTable::ScaleCodeTable(const Format& fs) : fs_(fs) {
