@@ -442,6 +442,7 @@ struct BandState {
   bool mag4_ready = false;
   bool stream = false;  // the outputs are large and aligned: non-temporal stores
   bool thr_ok = false;  // the tensor is large enough for the threshold loop
+  const detail::ScaleThr* sthr = nullptr;  // the call's scale-code thresholds (threshold loop)
 };
 
 // One element on the scalar path (the reference's per-element code).
@@ -503,7 +504,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   if (!bm) {
     bs.bmax_bits.assign(static_cast<size_t>(gc), 0u);
     if (p.has_scale) {
-      for (int64_t r = r0; r < r1; ++r) detail::row_block_max_bits(x + r * cols, cols, p.bc, bs.bmax_bits.data());
+      detail::band_block_max_bits(x + r0 * cols, r1 - r0, cols, p.bc, bs.bmax_bits.data());
     } else {
       bs.bmax_bits[0] = detail::abs_max_bits(x + r0 * cols, (r1 - r0) * cols);
     }
@@ -512,27 +513,21 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
 
   // Pass 2: block scales and the constants of each block's element loop.
   const int sb = p.has_scale ? p.fs.code_bytes() : 1;
-  uint32_t band_max = 0;
-  for (int64_t j = 0; j < gc; ++j) band_max = std::max(band_max, bm[j]);
   auto* scodes = static_cast<uint8_t*>(out.scale_codes);
-  if (p.has_scale && sb == 1 && !bs.scale_sub_ready) {
-    for (uint32_t code = 0; code < 256; ++code)
-      bs.scale_sub[code] = code < (1u << p.fs.bits) && p.fs.classify(code) == CodeClass::subnormal;
-    bs.scale_sub_ready = true;
-  }
   // The threshold loop, exact for every finite input, where the mode allows
   // it and the band holds no Inf or NaN: blocks need only their scale code.
   bool use_thr = false;
-  if (bs.thr_ok && p.has_scale && sb == 1 && band_max < 0x7f800000u && detail::vec4_thr_supported(p)) {
+  uint32_t band_max = 0;
+  if (bs.thr_ok && p.has_scale && sb == 1 && detail::vec4_thr_supported(p)) {
     bs.code_of.resize(static_cast<size_t>(gc));
-    uint64_t saturated = 0, underflow = 0;
-    if (detail::block_scale_codes(p, bm, gc, bs.code_of.data(), saturated, underflow)) {
+    detail::ScaleCodeOut so;
+    if (detail::block_scale_codes(p, bs.sthr, bm, gc, bs.code_of.data(), so)) {
       use_thr = true;
-      uint64_t subnormal = 0;
-      bs.scalar.clear();
-      for (int64_t j = 0; j < gc; ++j) {
-        const uint8_t code = bs.code_of[static_cast<size_t>(j)];
-        subnormal += bs.scale_sub[code];
+      band_max = so.max_bits;
+      // the loop's constants for every code in the band's range (made once
+      // per code and call)
+      bool zero_scales = false;
+      for (uint32_t code = so.code_min; code <= so.code_max; ++code) {
         if (!bs.thr_known[code]) {
           const double s = p.fs.decode(code);
           bs.thr_use[code] = s != 0.0;  // s = 0 only for zero-scale blocks (policy zero)
@@ -544,21 +539,31 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
           }
           bs.thr_known[code] = 1;
         }
-        if (!bs.thr_use[code]) {  // the scalar core encodes the zero-scale block
+        zero_scales = zero_scales || !bs.thr_use[code];
+      }
+      bs.scalar.clear();
+      if (zero_scales) {  // the scalar core encodes the zero-scale blocks
+        for (int64_t j = 0; j < gc; ++j) {
+          if (bs.thr_use[bs.code_of[static_cast<size_t>(j)]]) continue;
           bs.scale[static_cast<size_t>(j)].zero = true;
           bs.nan[static_cast<size_t>(j)] = 0;
           bs.scalar.push_back(j);
         }
-      }
-      if (!bs.scalar.empty()) {  // the scalar blocks take their constants from here (unused when zero)
-        bs.consts.resize(static_cast<size_t>(gc));
+        bs.consts.resize(static_cast<size_t>(gc));  // the scalar blocks' constants (unused when zero)
         for (const int64_t j : bs.scalar) bs.consts[static_cast<size_t>(j)] = BlockConsts{0.0, 0.0f};
       }
       if (scodes) std::memcpy(scodes + blk0, bs.code_of.data(), static_cast<size_t>(gc));
-      cnt.scale_saturated += saturated;
-      cnt.scale_underflow += underflow;
-      cnt.scale_subnormal += subnormal;
+      cnt.scale_saturated += so.saturated;
+      cnt.scale_underflow += so.underflow;
+      cnt.scale_subnormal += so.subnormal;
     }
+  }
+  if (!use_thr)
+    for (int64_t j = 0; j < gc; ++j) band_max = std::max(band_max, bm[j]);
+  if (p.has_scale && sb == 1 && !use_thr && !bs.scale_sub_ready) {
+    for (uint32_t code = 0; code < 256; ++code)
+      bs.scale_sub[code] = code < (1u << p.fs.bits) && p.fs.classify(code) == CodeClass::subnormal;
+    bs.scale_sub_ready = true;
   }
   if (!use_thr) {
     bs.consts.assign(static_cast<size_t>(gc), BlockConsts{1.0, 0.0f});
@@ -726,8 +731,8 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
 #pragma omp parallel for num_threads(nt) reduction(max : m) schedule(static)
     for (int64_t b = 0; b < nbands; ++b) {
       uint32_t* acc = block_max.data() + b * gc;
-      for (int64_t r = b * band; r < std::min(rows, (b + 1) * band); ++r)
-        detail::row_block_max_bits(x + r * cols, cols, p.bc, acc);
+      const int64_t r0 = b * band;
+      detail::band_block_max_bits(x + r0 * cols, std::min(rows, r0 + band) - r0, cols, p.bc, acc);
       for (int64_t j = 0; j < gc; ++j) m = std::max(m, acc[j]);
     }
     set_tensor_amax(p, amax_of_bits(m));
@@ -753,6 +758,8 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   // code (a search with the scalar core), which small tensors do not win back.
   constexpr int64_t kThresholdMinElements = int64_t{1} << 15;
   const bool thr_ok = n >= kThresholdMinElements;
+  detail::ScaleThr sthr;
+  if (thr_ok && detail::vec4_thr_supported(p)) sthr = detail::scale_code_thresholds(p);
   Counts total;
   FirstError err;
   uint32_t amax_bits = 0;  // max of the block maxima, |x| bits (NaN above Inf)
@@ -761,6 +768,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   auto run_band = [&](int64_t b, BandState& bs, Counts& cnt) {
     bs.stream = stream;
     bs.thr_ok = thr_ok;
+    bs.sthr = &sthr;
     const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
     return quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);
   };

@@ -2,6 +2,7 @@
 
 #include "formats/philox_cpu.hpp"
 
+#include <cfloat>
 #include <cmath>
 #include <algorithm>
 #include <cstring>
@@ -169,6 +170,73 @@ void vec4_thresholds(const QuantPlan& p, const BlockConsts& c, const Vec4Block& 
   }
   const uint32_t bs = least_bits(x_of(f.max), [&](uint32_t bb) { return (enc(bb).flags & kSaturated) != 0; });
   out.sat = static_cast<int32_t>(bs - 1);
+}
+
+ScaleThr scale_code_thresholds(const QuantPlan& p) {
+  ScaleThr out;
+  const Format& f = p.fs;
+  const bool pow2_fmt = !f.subnormals && f.M == 0;
+  if (!p.has_scale || f.M > 3 || f.code_bytes() != 1 || !((f.subnormals && f.has_zero) || pow2_fmt)) return out;
+  // c_lo: the first code whose lower neighbour is normal too (the boundary
+  // between the largest subnormal and the smallest normal is not periodic)
+  const uint32_t P = 1u << f.M;
+  uint32_t c_lo = P + 1;
+  // ... and no lower than the code above the one at the least normal float
+  // b (float32 subnormals do not double by adding to the exponent field)
+  {
+    const BlockScale s = block_scale(p, FLT_MIN);
+    if (!s.underflow && !s.zero) c_lo = std::max(c_lo, s.code + 1);
+  }
+  if (f.max_mag < c_lo + P + 1) return out;
+  const bool mx = p.rule == ScaleRule::mx_floor || p.rule == ScaleRule::mx_ceil || p.rule == ScaleRule::mx_even;
+  const bool fp32 = p.arith == Arith::fp32;
+  // fp32 products (from the boundary into c_lo up) must be normal floats
+  // for the doubling argument
+  const double lo_product = mx ? std::ldexp(f.decode(c_lo - 1), p.fe.max_exp) : f.decode(c_lo - 1);
+  if (fp32 && lo_product < std::ldexp(1.0, -126)) return out;
+  // b at which the rule's unrounded scale y meets the boundary into code c
+  // (a guess: the search settles it)
+  auto guess = [&](uint32_t c) {
+    const double v = f.decode(c), vp = f.decode(c - 1);
+    const double y = p.rule == ScaleRule::amax_up || p.rule == ScaleRule::mx_ceil      ? vp
+                     : p.rule == ScaleRule::amax_down || p.rule == ScaleRule::mx_floor ? v
+                                                                                       : 0.5 * (v + vp);
+    const double b = mx ? std::ldexp(y, p.fe.max_exp) / p.t : fp32 ? y / p.g_over_emax : y * p.fe.max / p.t;
+    return bits_of(static_cast<float>(std::clamp(b, 0.0, 3.0e38)));
+  };
+  // least b (bits) whose code before the zero-scale guard is >= c
+  auto least = [&](uint32_t c) {
+    return least_bits(guess(c), [&](uint32_t bb) {
+      const BlockScale s = block_scale(p, float_of(bb));
+      return bb != 0 && !s.underflow && !s.zero && s.code >= c;
+    });
+  };
+  const uint32_t t0 = least(c_lo);
+  if (t0 < 0x00800000u || t0 >= 0x7f000000u) return out;
+  // the code at t0: c_lo, or above it where the rule skips codes (the MX
+  // rules give powers of two only)
+  const uint32_t c0 = block_scale(p, float_of(t0)).code;
+  if (c0 < c_lo || c0 + P >= f.max_mag) return out;
+  for (int j = 0; j < 7; ++j) out.d1[j] = INT32_MAX;
+  uint32_t prev = t0;
+  for (uint32_t j = 1; j < P; ++j) {
+    // a code the octave never reaches has its threshold in the next one:
+    // D_j = 2^23, which r never reaches
+    const uint32_t tj = std::min(least(c0 + j), t0 + (1u << 23));
+    if (tj < prev) return out;
+    out.d1[j - 1] = static_cast<int32_t>(tj - t0 - 1);
+    prev = tj;
+  }
+  // the doubling, checked once: code c0 + P starts at 2 t0
+  if (least(c0 + P) != t0 + (1u << 23)) return out;
+  const uint32_t hi = least(f.max_mag);
+  if (hi <= t0 + (1u << 23)) return out;
+  out.t0 = t0;
+  out.span = hi - t0;
+  out.c_lo = c0;
+  out.m = static_cast<uint32_t>(f.M);
+  out.ok = true;
+  return out;
 }
 
 void vec4_blocks(const QuantPlan& p, const Vec4Mags& m, const BlockConsts* c, int64_t n, Vec4Block* out) {
@@ -1032,14 +1100,22 @@ bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, 
   return true;
 }
 
-bool block_scale_codes(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, uint8_t* codes,
-                       uint64_t& saturated, uint64_t& underflow) {
+bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* bmax_bits, int64_t n, uint8_t* codes,
+                       ScaleCodeOut& out) {
   const ScaleVec sv(p);
   if (!sv.ok() || p.fs.code_bytes() != 1) return false;
   const __m256i one_code = _mm256_set1_epi64x(p.one_code);
   const bool guard_one = p.zero_scale == ZeroScale::one;
   const bool pow2 = sv.pow2_fmt();
-  uint64_t sat = 0, uf = 0;
+  // scale codes 1 .. P-1 are the subnormal ones (none without subnormals)
+  const uint32_t sub_hi = p.fs.subnormals ? (1u << p.fs.M) - 1u : 0u;
+  uint64_t sat = 0, uf = 0, sub = 0, fast = 0;
+  uint32_t cmin = out.code_min, cmax = out.code_max, bmax = out.max_bits;
+  auto note_code = [&](uint32_t c) {
+    sub += c - 1u < sub_hi;
+    cmin = std::min(cmin, c);
+    cmax = std::max(cmax, c);
+  };
   // the codes, counts and low bytes of four blocks
   auto finish = [&](int64_t j, __m128 b4, __m256i code, int above) __attribute__((always_inline)) {
     // a zero scale is code 0 (formats with zero; power-of-two formats have none)
@@ -1058,13 +1134,41 @@ bool block_scale_codes(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n,
     const uint32_t hi = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(packed, 1)));
     const uint32_t four = (lo & 0xffffu) | (hi << 16);
     std::memcpy(codes + j, &four, 4);
+    for (int l = 0; l < 4; ++l) note_code(codes[j + l]);
   };
+  // The threshold form (ScaleThr), eight blocks per step: in range, the
+  // codes are normal and unsaturated, so they add nothing to the counts.
+  const bool use_thr = thr && thr->ok;
+  const __m256i t0 = _mm256_set1_epi32(use_thr ? static_cast<int>(thr->t0) : 0);
+  const __m256i lim = _mm256_set1_epi32(use_thr ? static_cast<int>(thr->span - 1) : 0);
+  const __m256i mant = _mm256_set1_epi32(0x7fffff);
+  const __m256i c_lo = _mm256_set1_epi32(use_thr ? static_cast<int>(thr->c_lo) : 0);
+  const __m128i m_shift = _mm_cvtsi32_si128(use_thr ? static_cast<int>(thr->m) : 0);
+  __m256i d1[7];
+  for (int k = 0; k < 7; ++k) d1[k] = _mm256_set1_epi32(use_thr ? thr->d1[k] : 0);
+  __m256i vmax = _mm256_setzero_si256(), vcmin = _mm256_set1_epi32(0xff), vcmax = _mm256_setzero_si256();
   int64_t j = 0;
-  // eight blocks per step: two independent dependency chains (the scale
-  // computation is a long chain; one alone leaves the core waiting)
   for (; j + 8 <= n; j += 8) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bmax_bits + j));
+    vmax = _mm256_max_epu32(vmax, a);
+    if (use_thr) {
+      const __m256i d = _mm256_sub_epi32(a, t0);
+      if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_max_epu32(d, lim), lim)) == -1) {
+        const __m256i r = _mm256_and_si256(d, mant);
+        __m256i code = _mm256_add_epi32(c_lo, _mm256_sll_epi32(_mm256_srli_epi32(d, 23), m_shift));
+        for (int k = 0; k < 7; ++k) code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(r, d1[k]));
+        vcmin = _mm256_min_epu32(vcmin, code);
+        vcmax = _mm256_max_epu32(vcmax, code);
+        const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + j), _mm_packus_epi16(p16, p16));
+        fast += 8;
+        continue;
+      }
+    }
+    // eight blocks by arithmetic: two independent dependency chains (the
+    // scale computation is a long chain; one alone leaves the core waiting)
     const __m128 b4 = load4(bmax_bits + j), c4 = load4(bmax_bits + j + 4);
-    if (any_non_finite(_mm_max_ps(b4, c4))) return false;
+    if (any_non_finite(b4) || any_non_finite(c4)) return false;  // (max_ps would drop a NaN in b4)
     __m256i code0, code1;
     __m256d z;
     int above0, above1;
@@ -1076,6 +1180,7 @@ bool block_scale_codes(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n,
   for (; j + 4 <= n; j += 4) {
     const __m128 b4 = load4(bmax_bits + j);
     if (any_non_finite(b4)) return false;
+    for (int l = 0; l < 4; ++l) bmax = std::max(bmax, bmax_bits[j + l]);
     __m256i code;
     __m256d z;
     int above;
@@ -1085,15 +1190,58 @@ bool block_scale_codes(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n,
   for (; j < n; ++j) {
     const float b = float_of(bmax_bits[j]);
     if (!(b < INFINITY)) return false;
+    bmax = std::max(bmax, bmax_bits[j]);
     const BlockScale bs = block_scale(p, b);
     codes[j] = static_cast<uint8_t>(bs.code);
+    note_code(codes[j]);
     sat += bs.saturated;
     uf += bs.underflow;
   }
-  saturated += sat;
-  underflow += uf;
+  auto hreduce = [](__m256i v, bool take_max) {
+    alignas(32) uint32_t l[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(l), v);
+    uint32_t r = l[0];
+    for (int k = 1; k < 8; ++k) r = take_max ? std::max(r, l[k]) : std::min(r, l[k]);
+    return r;
+  };
+  out.max_bits = std::max(bmax, hreduce(vmax, true));
+  out.code_min = std::min(cmin, hreduce(vcmin, false));
+  out.code_max = std::max(cmax, hreduce(vcmax, true));
+  out.saturated += sat;
+  out.underflow += uf;
+  out.subnormal += sub;
+  out.by_threshold += fast;
   return true;
 }
+
+namespace {
+
+inline __m256i abs8(const float* p) {
+  return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi32(0x7fffffff));
+}
+
+// max |x| bits of the bc (a multiple of 8) elements at p, lane-wise.
+inline __m256i lane_max(const float* p, int64_t bc) {
+  __m256i m = abs8(p);
+  for (int64_t c = 8; c < bc; c += 8) m = _mm256_max_epu32(m, abs8(p + c));
+  return m;
+}
+
+// The lane maxima of eight blocks reduced to one vector of their eight
+// maxima, in block order: a transpose in three steps, max instead of move.
+inline __m256i reduce8(const __m256i m[8]) {
+  auto pair32 = [](__m256i a, __m256i b) {  // per half: [a02 b02 a13 b13]
+    return _mm256_max_epu32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+  };
+  auto pair64 = [](__m256i ab, __m256i cd) {  // per half: [a b c d]
+    return _mm256_max_epu32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+  };
+  const __m256i abcd = pair64(pair32(m[0], m[1]), pair32(m[2], m[3]));
+  const __m256i efgh = pair64(pair32(m[4], m[5]), pair32(m[6], m[7]));
+  return _mm256_max_epu32(_mm256_permute2x128_si256(abcd, efgh, 0x20), _mm256_permute2x128_si256(abcd, efgh, 0x31));
+}
+
+}  // namespace
 
 void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* acc) {
   const int64_t gc = (cols + bc - 1) / bc;
@@ -1105,13 +1253,18 @@ void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* ac
     }
     return;
   }
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   const int64_t full = cols / bc;
-  for (int64_t j = 0; j < full; ++j) {
+  int64_t j = 0;
+  // eight blocks per step, one horizontal reduction for all eight
+  for (; j + 8 <= full; j += 8) {
     const float* p = row + j * bc;
-    __m256i m = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), abs_mask);
-    for (int64_t c = 8; c < bc; c += 8)
-      m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + c)), abs_mask));
+    __m256i m[8];
+    for (int k = 0; k < 8; ++k) m[k] = lane_max(p + k * bc, bc);
+    __m256i* a = reinterpret_cast<__m256i*>(acc + j);
+    _mm256_storeu_si256(a, _mm256_max_epu32(_mm256_loadu_si256(a), reduce8(m)));
+  }
+  for (; j < full; ++j) {
+    const __m256i m = lane_max(row + j * bc, bc);
     __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
     h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
     h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
@@ -1122,6 +1275,38 @@ void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* ac
     const uint32_t v = abs_max_bits(row + full * bc, cols - full * bc);
     acc[full] = v > acc[full] ? v : acc[full];
   }
+}
+
+void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* acc) {
+  if (rows == 1 || bc % 8 != 0 || cols % 8 != 0) {
+    for (int64_t r = 0; r < rows; ++r) row_block_max_bits(x + r * cols, cols, bc, acc);
+    return;
+  }
+  // B x B blocks: |x| maxima down the columns first (vertical, no shuffles),
+  // two rows per pass over the column maxima, then one row reduction.
+  thread_local std::vector<uint32_t> colmax;
+  colmax.resize(static_cast<size_t>(cols));
+  uint32_t* cm = colmax.data();
+  for (int64_t c = 0; c < cols; c += 8)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(cm + c), _mm256_max_epu32(abs8(x + c), abs8(x + cols + c)));
+  int64_t r = 2;
+  for (; r + 2 <= rows; r += 2) {
+    const float* a = x + r * cols;
+    const float* b = a + cols;
+    for (int64_t c = 0; c < cols; c += 8) {
+      __m256i* q = reinterpret_cast<__m256i*>(cm + c);
+      const __m256i m = _mm256_max_epu32(abs8(a + c), abs8(b + c));
+      _mm256_storeu_si256(q, _mm256_max_epu32(_mm256_loadu_si256(q), m));
+    }
+  }
+  for (; r < rows; ++r) {
+    const float* a = x + r * cols;
+    for (int64_t c = 0; c < cols; c += 8) {
+      __m256i* q = reinterpret_cast<__m256i*>(cm + c);
+      _mm256_storeu_si256(q, _mm256_max_epu32(_mm256_loadu_si256(q), abs8(a + c)));
+    }
+  }
+  row_block_max_bits(reinterpret_cast<const float*>(cm), cols, bc, acc);
 }
 
 uint32_t abs_max_bits(const float* x, int64_t n) {
@@ -1151,8 +1336,14 @@ void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* ac
   }
 }
 
+void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* acc) {
+  for (int64_t r = 0; r < rows; ++r) row_block_max_bits(x + r * cols, cols, bc, acc);
+}
+
 bool block_scales_vec(const QuantPlan&, const uint32_t*, int64_t, BlockScale*) { return false; }
-bool block_scale_codes(const QuantPlan&, const uint32_t*, int64_t, uint8_t*, uint64_t&, uint64_t&) { return false; }
+bool block_scale_codes(const QuantPlan&, const ScaleThr*, const uint32_t*, int64_t, uint8_t*, ScaleCodeOut&) {
+  return false;
+}
 
 void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
   for (int64_t b = 0; b < row.nblocks; ++b) {

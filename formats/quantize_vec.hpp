@@ -133,17 +133,55 @@ void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
 // caller. Returns false (and does nothing) when the plan is not covered.
 bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, BlockScale* out);
 
+// Block scale codes by thresholds. With the tensor scale fixed (one call),
+// a block's scale code never decreases as its amax b grows, and doubling b
+// adds P = 2^M (scale format Fs = eMm) to every normal, unsaturated code:
+// each rule computes from b t (or fl(b G)) with operations that commute with
+// powers of two while nothing leaves the normal ranges. So for b in
+// [t0, t0 + span) (as float32 bits) the code is
+//   c_lo + P n + #{j >= 1 : r >= D_j},   d = bits(b) - t0, n = d >> 23,
+//   r = d & (2^23 - 1),
+// where t0 = the least b whose code is c_lo = P + 1 (the first code whose
+// lower neighbour is normal too: the step from the largest subnormal to the
+// smallest normal is not repeated), D_j = (least b with code c_lo + j) - t0, and span ends where the code would
+// reach Fs's largest magnitude. The thresholds come from the scalar
+// block_scale() (searches on float32 bit patterns), so the codes are its own.
+struct ScaleThr {
+  bool ok = false;
+  uint32_t t0 = 0, span = 0;
+  uint32_t c_lo = 0, m = 0;  // P + 1, log2 P
+  int32_t d1[7] = {};        // D_j - 1 for j = 1 .. P-1; INT32_MAX when j >= P
+};
+// Thresholds for plan p (its tensor scale set); ok false when Fs has more
+// than 3 mantissa bits, codes wider than a byte, or ranges the derivation
+// does not cover.
+ScaleThr scale_code_thresholds(const QuantPlan& p);
+
+// What block_scale_codes adds up besides the codes.
+struct ScaleCodeOut {
+  uint64_t saturated = 0, underflow = 0, subnormal = 0;  // scales, as CONTRACT section 5 counts them
+  uint32_t max_bits = 0;                                 // max of the block maxima
+  uint32_t code_min = 0xff, code_max = 0;                // range of the codes written
+  uint64_t by_threshold = 0;                             // blocks coded by the threshold form
+};
+
 // The common case of block_scales_vec for one-byte scale codes: the scale
-// code of each block (after the zero-scale guard) into codes[0..n), and the
-// saturated and underflowed scales added to the counts. Returns false
-// (leaving the counts alone) when the plan is not covered or a maximum is
-// Inf or NaN.
-bool block_scale_codes(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, uint8_t* codes, uint64_t& saturated,
-                       uint64_t& underflow);
+// code of each block (after the zero-scale guard) into codes[0..n), with the
+// counts, maximum and code range in `out` (accumulated). Blocks whose amax
+// the thresholds thr cover (when given and ok) take them, eight at a time;
+// the others take the vector arithmetic of block_scales_vec. Returns false
+// (out then undefined) when the plan is not covered or a maximum is Inf or
+// NaN.
+bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* bmax_bits, int64_t n, uint8_t* codes,
+                       ScaleCodeOut& out);
 
 // For one row of `cols` elements cut into blocks of bc columns:
 // acc[j] = max(acc[j], abs_max_bits(block j's part of the row)).
 void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* acc);
+
+// The same for `rows` consecutive rows (a band of B x B blocks, or 1): acc[j]
+// becomes the max over all of them. Row-major x, `cols` per row.
+void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* acc);
 
 // max|x| over x[0..n) as float32 bits, NaN bits (> 0x7f800000) if any NaN.
 uint32_t abs_max_bits(const float* x, int64_t n);
