@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <memory>
 #include <vector>
 
 #include "formats/error.hpp"
@@ -502,7 +503,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   // already measured it.
   const uint32_t* bm = bmax;
   if (!bm) {
-    bs.bmax_bits.assign(static_cast<size_t>(gc), 0u);
+    bs.bmax_bits.resize(static_cast<size_t>(gc));
     if (p.has_scale) {
       detail::band_block_max_bits(x + r0 * cols, r1 - r0, cols, p.bc, bs.bmax_bits.data());
     } else {
@@ -723,20 +724,20 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   // With a block scale and the current amax, one pass measures every
   // block's amax and the tensor amax is their maximum: the bands then do not
   // read their input a second time before quantizing it.
-  std::vector<uint32_t> block_max;
+  std::unique_ptr<uint32_t[]> block_max;  // written whole by the pass below: not zeroed first
   const uint32_t* bmax = nullptr;
   if (p.has_scale && spec.amax_kind == AmaxKind::current) {
-    block_max.assign(static_cast<size_t>(nbands * gc), 0u);
+    block_max.reset(new uint32_t[static_cast<size_t>(nbands * gc)]);
     uint32_t m = 0;
 #pragma omp parallel for num_threads(nt) reduction(max : m) schedule(static)
     for (int64_t b = 0; b < nbands; ++b) {
-      uint32_t* acc = block_max.data() + b * gc;
+      uint32_t* acc = block_max.get() + b * gc;
       const int64_t r0 = b * band;
       detail::band_block_max_bits(x + r0 * cols, std::min(rows, r0 + band) - r0, cols, p.bc, acc);
       for (int64_t j = 0; j < gc; ++j) m = std::max(m, acc[j]);
     }
     set_tensor_amax(p, amax_of_bits(m));
-    bmax = block_max.data();
+    bmax = block_max.get();
   } else {
     set_tensor_amax(p, reference_amax(spec, x, n, nt));
   }

@@ -1243,13 +1243,17 @@ inline __m256i reduce8(const __m256i m[8]) {
 
 }  // namespace
 
-void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* acc) {
+namespace {
+
+// acc[j] = (kAssign ? v : max(acc[j], v)) for block j's max |x| bits v
+template <bool kAssign>
+void row_block_max_impl(const float* row, int64_t cols, int64_t bc, uint32_t* acc) {
+  auto put = [acc](int64_t j, uint32_t v) { acc[j] = kAssign || v > acc[j] ? v : acc[j]; };
   const int64_t gc = (cols + bc - 1) / bc;
   if (bc % 8 != 0) {
     for (int64_t j = 0; j < gc; ++j) {
       const int64_t c0 = j * bc;
-      const uint32_t m = abs_max_bits(row + c0, std::min(cols, c0 + bc) - c0);
-      acc[j] = m > acc[j] ? m : acc[j];
+      put(j, abs_max_bits(row + c0, std::min(cols, c0 + bc) - c0));
     }
     return;
   }
@@ -1261,25 +1265,30 @@ void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* ac
     __m256i m[8];
     for (int k = 0; k < 8; ++k) m[k] = lane_max(p + k * bc, bc);
     __m256i* a = reinterpret_cast<__m256i*>(acc + j);
-    _mm256_storeu_si256(a, _mm256_max_epu32(_mm256_loadu_si256(a), reduce8(m)));
+    _mm256_storeu_si256(a, kAssign ? reduce8(m) : _mm256_max_epu32(_mm256_loadu_si256(a), reduce8(m)));
   }
   for (; j < full; ++j) {
     const __m256i m = lane_max(row + j * bc, bc);
     __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
     h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
     h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
-    const uint32_t v = static_cast<uint32_t>(_mm_cvtsi128_si32(h));
-    acc[j] = v > acc[j] ? v : acc[j];
+    put(j, static_cast<uint32_t>(_mm_cvtsi128_si32(h)));
   }
   if (full < gc) {
-    const uint32_t v = abs_max_bits(row + full * bc, cols - full * bc);
-    acc[full] = v > acc[full] ? v : acc[full];
+    put(full, abs_max_bits(row + full * bc, cols - full * bc));
   }
 }
 
-void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* acc) {
+}  // namespace
+
+void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* acc) {
+  row_block_max_impl<false>(row, cols, bc, acc);
+}
+
+void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
   if (rows == 1 || bc % 8 != 0 || cols % 8 != 0) {
-    for (int64_t r = 0; r < rows; ++r) row_block_max_bits(x + r * cols, cols, bc, acc);
+    row_block_max_impl<true>(x, cols, bc, out);
+    for (int64_t r = 1; r < rows; ++r) row_block_max_impl<false>(x + r * cols, cols, bc, out);
     return;
   }
   // B x B blocks: |x| maxima down the columns first (vertical, no shuffles),
@@ -1306,7 +1315,7 @@ void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc,
       _mm256_storeu_si256(q, _mm256_max_epu32(_mm256_loadu_si256(q), abs8(a + c)));
     }
   }
-  row_block_max_bits(reinterpret_cast<const float*>(cm), cols, bc, acc);
+  row_block_max_impl<true>(reinterpret_cast<const float*>(cm), cols, bc, out);
 }
 
 uint32_t abs_max_bits(const float* x, int64_t n) {
@@ -1336,8 +1345,9 @@ void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* ac
   }
 }
 
-void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* acc) {
-  for (int64_t r = 0; r < rows; ++r) row_block_max_bits(x + r * cols, cols, bc, acc);
+void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
+  std::fill(out, out + (cols + bc - 1) / bc, 0u);
+  for (int64_t r = 0; r < rows; ++r) row_block_max_bits(x + r * cols, cols, bc, out);
 }
 
 bool block_scales_vec(const QuantPlan&, const uint32_t*, int64_t, BlockScale*) { return false; }

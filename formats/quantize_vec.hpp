@@ -179,9 +179,10 @@ bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* 
 // acc[j] = max(acc[j], abs_max_bits(block j's part of the row)).
 void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* acc);
 
-// The same for `rows` consecutive rows (a band of B x B blocks, or 1): acc[j]
-// becomes the max over all of them. Row-major x, `cols` per row.
-void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* acc);
+// The block maxima of `rows` consecutive rows (a band of B x B blocks, or
+// one row): out[j] = max over the band of |x| bits in block column j (what
+// out held before is ignored). Row-major x, `cols` per row.
+void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out);
 
 // max|x| over x[0..n) as float32 bits, NaN bits (> 0x7f800000) if any NaN.
 uint32_t abs_max_bits(const float* x, int64_t n);
