@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -228,3 +229,31 @@ TEST(Cli, HelpAndFormats) {
 }
 
 }  // namespace
+
+// `exmy bench quantize` on a small tensor: every row is printed with a
+// throughput and a ratio; an unknown benchmark is a one-line error.
+TEST_F(CliTest, BenchQuantizeSmallRun) {
+  const std::string outp = P("bench.txt");
+  const std::string cmd = std::string(EXMY_BINARY) + " bench quantize --elements 65536 --cols 1024 --repeat 1 --threads 2 >" +
+                          outp + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream f(outp);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  for (const char* row : {"float32 copy", "memory floor, 1 pass", "memory floor, 2 passes", "e2m1/ue5m3 1x16 rne exact",
+                          "e2m1/ue5m3 1x16 exact, held", "e2m1/e4m3 16x16 rne fp32", "e2m1/ue8m0 1x32 mx-floor",
+                          "e2m1/ue5m3 1x16 sr-fast8"}) {
+    const size_t at = text.find(std::string(row) + " ");
+    ASSERT_NE(at, std::string::npos) << row << "\n" << text;
+    const std::string line = text.substr(at, text.find('\n', at) - at);
+    // two throughputs and two ratios
+    size_t me = 0, count = 0;
+    while ((me = line.find(" Me/s", me + 1)) != std::string::npos) ++count;
+    EXPECT_EQ(count, 2u) << line;
+  }
+  const CmdResult bad = exmy("bench nonsense");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("unknown benchmark 'nonsense'"), std::string::npos) << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+}
