@@ -22,7 +22,12 @@ struct Tensor {
 
 // Reads a float32 tensor. `rows`/`cols` of 0 mean "take them from the file"
 // (possible for .npy and HDF5 with a 1-D or 2-D shape). Throws exmy::Error.
+// HDF5 datasets are read in a child process, so that a crash of libhdf5 on
+// a corrupt file (it has some) is an exmy::Error like any other bad input.
 Tensor read_tensor(const std::string& path, int64_t rows, int64_t cols);
+// The same with HDF5 read in this process (the fuzz target, which follows
+// libhdf5's crashes and coverage in-process).
+Tensor read_tensor_in_process(const std::string& path, int64_t rows, int64_t cols);
 
 // Kind of a path by its name.
 enum class FileKind { raw, npy, hdf5 };

@@ -12,8 +12,12 @@
 // EXMY_FUZZ_READERS (default "npy,raw,h5") enables a subset of the readers.
 // tools/ci-fuzz.sh runs npy,raw and h5 as separate jobs, because libhdf5
 // 1.10 itself crashes on some malformed files (e.g. a NULL memcpy in
-// H5F__accum_read after an unchecked huge malloc in H5C_protect), which
-// exmy cannot prevent; those are reported apart from exmy's own failures.
+// H5F__accum_read after an unchecked huge malloc in H5C_protect); those are
+// reported apart from exmy's own failures. The target calls
+// read_tensor_in_process, so that libhdf5 runs (and crashes) in the fuzzed
+// process; exmy's read_tensor reads HDF5 in a child process and turns such a
+// crash into an exmy::Error (tests/sim/test_tensor_io.cpp checks it on the
+// inputs of tests/fuzz/upstream).
 //
 // HDF5 is not instrumented (a system library), so its inputs only cover
 // exmy's side of the reader; its cost per input is bounded by -max_len. The
@@ -106,7 +110,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   write_file(file, body, body_size);
 
   try {
-    const exmy::io::Tensor t = exmy::io::read_tensor(path, rows, cols);
+    const exmy::io::Tensor t = exmy::io::read_tensor_in_process(path, rows, cols);
     if (t.rows < 0 || t.cols < 0 || static_cast<uint64_t>(t.rows) * static_cast<uint64_t>(t.cols) != t.data.size()) {
       std::fprintf(stderr, "fuzz_readers: tensor of shape %lld x %lld holds %zu values\n",
                    static_cast<long long>(t.rows), static_cast<long long>(t.cols), t.data.size());

@@ -147,3 +147,47 @@ TEST_F(TensorIo, NotHdf5IsAnError) {
 
 }  // namespace
 }  // namespace exmy::io
+
+namespace exmy::io {
+namespace {
+
+// The inputs of tests/fuzz/upstream crash libhdf5 itself (a SEGV inside
+// the library, on a malformed file). read_tensor reads HDF5 in a child
+// process, so each must come back as a one-line exmy::Error naming the
+// file, and the process must go on. Each file is a fuzz input: byte 0 the
+// reader (bit 7: shape from the file), bytes 1-2 the shape, byte 3 the
+// dataset, then the file itself (see tests/fuzz/fuzz_readers.cpp).
+TEST_F(TensorIo, CrashOfTheHdf5LibraryIsAnError) {
+  const char* const datasets[] = {"/x", "/data", "/a/b", "x", "/", "/missing"};
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(EXMY_UPSTREAM_DIR)) {
+    if (e.path().extension() == ".md") continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    const std::vector<uint8_t> in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    ASSERT_GE(in.size(), 4u) << e.path();
+    write("bad.h5", std::vector<uint8_t>(in.begin() + 4, in.end()));
+    const bool from_file = (in[0] & 0x80) != 0;
+    const int64_t rows = from_file ? 0 : static_cast<int8_t>(in[1]), cols = from_file ? 0 : static_cast<int8_t>(in[2]);
+    const std::string spec = path("bad.h5") + ":" + datasets[in[3] % 6];
+    try {
+      (void)read_tensor(spec, rows, cols);
+      ADD_FAILURE() << e.path() << ": read without an error";
+    } catch (const Error& err) {
+      const std::string m = err.what();
+      EXPECT_NE(m.find(path("bad.h5")), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+    ++files;
+  }
+  EXPECT_GE(files, 1);
+  // errors found by the reader itself come through the child unchanged
+  try {
+    (void)read_tensor(path("absent.h5") + ":/x", 0, 0);
+    ADD_FAILURE() << "absent file read";
+  } catch (const Error& err) {
+    EXPECT_EQ(std::string(err.what()), "cannot read '" + path("absent.h5") + "': no such file");
+  }
+}
+
+}  // namespace
+}  // namespace exmy::io
