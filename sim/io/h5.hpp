@@ -7,6 +7,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,18 @@ class Handle {
 };
 
 void silence_errors();  // idempotent
+
+// libhdf5 1.10 crashes (SEGV) on some malformed files instead of returning
+// an error (tests/fuzz/upstream). run_isolated runs fn, which reads `file`
+// with libhdf5, in a child process and returns the string fn returns; an
+// exmy::Error fn throws is thrown here with the same message, and a child
+// that dies becomes an exmy::Error naming `file`. The child writes nothing
+// to stderr and leaves with _exit.
+std::string run_isolated(const std::string& file, const std::function<std::string()>& fn);
+// The pipe plumbing of run_isolated (also used by io::read_tensor): whole
+// buffers, retried on EINTR; false on EOF or error.
+bool write_all(int fd, const void* p, size_t n);
+bool read_all(int fd, void* p, size_t n);
 
 // A file access property list asking for the newest file format (SWMR needs it).
 Handle latest_format_fapl();

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "formats/error.hpp"
+#include "sim/io/h5.hpp"
 
 namespace exmy::io {
 namespace fs = std::filesystem;
@@ -257,30 +258,6 @@ Tensor read_h5(const std::string& spec, int64_t rows, int64_t cols) {
 // naming the file. The child's stderr goes to /dev/null (libhdf5's own
 // diagnostics are silenced anyway) and it leaves with _exit, running no exit
 // handler of the parent's.
-bool write_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t k = ::write(fd, c, std::min<size_t>(n, size_t{1} << 30));
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    const ssize_t k = ::read(fd, c, std::min<size_t>(n, size_t{1} << 30));
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
-
 [[noreturn]] void h5_child(int fd, const std::string& spec, int64_t rows, int64_t cols) {
   const int null = ::open("/dev/null", O_WRONLY);
   if (null >= 0) ::dup2(null, 2);
@@ -290,13 +267,13 @@ bool read_all(int fd, void* p, size_t n) {
     ok = 1;
     const int64_t head[3] = {t.rows, t.cols, static_cast<int64_t>(t.data.size())};
     const uint8_t known = t.shape_known ? 1 : 0;
-    if (write_all(fd, &ok, 1) && write_all(fd, head, sizeof head) && write_all(fd, &known, 1))
-      write_all(fd, t.data.data(), t.data.size() * sizeof(float));
+    if (h5::write_all(fd, &ok, 1) && h5::write_all(fd, head, sizeof head) && h5::write_all(fd, &known, 1))
+      h5::write_all(fd, t.data.data(), t.data.size() * sizeof(float));
   } catch (const std::exception& e) {
     if (!ok) {
       const std::string m = dynamic_cast<const Error*>(&e) ? e.what() : std::string("cannot read '") + spec + "': " + e.what();
       const uint64_t len = m.size();
-      if (write_all(fd, &ok, 1) && write_all(fd, &len, sizeof len)) write_all(fd, m.data(), m.size());
+      if (h5::write_all(fd, &ok, 1) && h5::write_all(fd, &len, sizeof len)) h5::write_all(fd, m.data(), m.size());
     }
   }
   ::_exit(0);
@@ -324,24 +301,24 @@ Tensor read_h5_isolated(const std::string& spec, int64_t rows, int64_t cols) {
   std::string message;
   bool complete = false, ok = false;
   uint8_t status = 0;
-  if (read_all(fds[0], &status, 1)) {
+  if (h5::read_all(fds[0], &status, 1)) {
     if (status == 1) {
       int64_t head[3];
       uint8_t known = 0;
-      if (read_all(fds[0], head, sizeof head) && read_all(fds[0], &known, 1) && head[2] >= 0 &&
+      if (h5::read_all(fds[0], head, sizeof head) && h5::read_all(fds[0], &known, 1) && head[2] >= 0 &&
           head[2] <= kMaxElements) {
         out.rows = head[0];
         out.cols = head[1];
         out.shape_known = known != 0;
         out.data.resize(static_cast<size_t>(head[2]));
-        complete = read_all(fds[0], out.data.data(), out.data.size() * sizeof(float));
+        complete = h5::read_all(fds[0], out.data.data(), out.data.size() * sizeof(float));
         ok = complete;
       }
     } else {
       uint64_t len = 0;
-      if (read_all(fds[0], &len, sizeof len) && len < (uint64_t{1} << 20)) {
+      if (h5::read_all(fds[0], &len, sizeof len) && len < (uint64_t{1} << 20)) {
         message.resize(static_cast<size_t>(len));
-        complete = read_all(fds[0], message.data(), message.size());
+        complete = h5::read_all(fds[0], message.data(), message.size());
       }
     }
   }

@@ -312,19 +312,30 @@ std::vector<TensorRef> list_tensors(const std::vector<std::string>& inputs, cons
       out.push_back(TensorRef{file, dset, dset});
       continue;
     }
-    Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (!f.valid()) throw Error("cannot open '" + file + "' as HDF5");
     const std::string g = group.empty() || group == "/" ? "/" : (group.front() == '/' ? group : "/" + group);
-    if (g != "/" && H5Lexists(f.get(), g.c_str(), H5P_DEFAULT) <= 0)
-      throw Error("'" + file + "' has no group '" + g + "' (tensors are captured with --set train.capture_step=N; "
-                  "or give --group)");
-    Handle grp(H5Oopen(f.get(), g.c_str(), H5P_DEFAULT), H5Oclose);
-    Visit v;
-    H5Ovisit2(grp.get(), H5_INDEX_NAME, H5_ITER_INC, &visit_cb, &v, H5O_INFO_BASIC);
+    // The 2-D float32 datasets under g, one path per line, listed in a child
+    // process: libhdf5 crashes on some corrupt files (io::h5::run_isolated).
+    const std::string listed = io::h5::run_isolated(file, [&] {
+      Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+      if (!f.valid()) throw Error("cannot open '" + file + "' as HDF5");
+      if (g != "/" && H5Lexists(f.get(), g.c_str(), H5P_DEFAULT) <= 0)
+        throw Error("'" + file + "' has no group '" + g + "' (tensors are captured with --set train.capture_step=N; "
+                    "or give --group)");
+      Handle grp(H5Oopen(f.get(), g.c_str(), H5P_DEFAULT), H5Oclose);
+      Visit v;
+      H5Ovisit2(grp.get(), H5_INDEX_NAME, H5_ITER_INC, &visit_cb, &v, H5O_INFO_BASIC);
+      std::string paths;
+      for (const auto& rel : v.datasets) {
+        const std::string path = (g == "/" ? "/" : g + "/") + rel;
+        if (is_2d_f32(f.get(), path)) paths += path + "\n";
+      }
+      return paths;
+    });
     size_t found = 0;
-    for (const auto& rel : v.datasets) {
-      const std::string path = (g == "/" ? "/" : g + "/") + rel;
-      if (!is_2d_f32(f.get(), path)) continue;
+    for (size_t at = 0; at < listed.size();) {
+      const size_t nl = listed.find('\n', at);
+      const std::string path = listed.substr(at, nl - at);
+      at = nl + 1;
       out.push_back(TensorRef{file, path, inputs.size() > 1 ? file + ":" + path : path});
       ++found;
     }

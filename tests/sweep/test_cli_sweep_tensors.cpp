@@ -252,6 +252,22 @@ TEST(SweepTensors, GridFileNpyInputAndErrors) {
   one_line(run({kExmy, "sweep-tensors", empty, "--formats", "e2m1", "--csv", bad}), "has no group '/capture'");
   one_line(run({kExmy, "sweep-tensors", empty, "--group", "/", "--formats", "e2m1", "--csv", bad}),
            "holds no 2-D float32 dataset");
+  // A file libhdf5 itself crashes on (tests/fuzz/upstream; a fuzz input:
+  // the file starts after 4 bytes): an error naming it, in both the listing
+  // and the reading path, not a crash.
+  const std::string crash = tmp / "crash.h5";
+  {
+    std::ifstream in(kSource + "/tests/fuzz/upstream/libhdf5-1.10.8-null-memcpy-H5F__accum_read", std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 4u);
+    std::ofstream o(crash, std::ios::binary);
+    o << bytes.substr(4);
+  }
+  for (const std::string& in : {crash, crash + ":/x"}) {
+    one_line(run({kExmy, "sweep-tensors", in, "--group", "/", "--formats", "e2m1", "--csv", bad}),
+             "cannot read '" + crash + "': the HDF5 library crashed on it");
+    EXPECT_FALSE(fs::exists(bad)) << in;
+  }
   one_line(run({kExmy, "sweep-tensors", npy, "--formats", "e2m1"}), "no output");
   {
     std::ofstream o(grid);
