@@ -90,8 +90,7 @@ class Reader {
     if (fs::is_directory(path, ec)) throw Error("'" + path + "' is a directory without a run.h5");
     if (H5Fis_hdf5(path.c_str()) <= 0) throw Error("'" + path + "' is not an HDF5 file");
     // SWMR read also works on a file a run is writing, or one a killed run left.
-    f_ = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT), H5Fclose);
-    if (!f_.valid()) f_ = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    f_ = io::h5::open_read(path);
     if (!f_.valid()) throw Error("cannot open '" + path + "' (a run killed while writing? try h5clear -s)");
     root_ = Handle(H5Gopen2(f_.get(), "/", H5P_DEFAULT), H5Gclose);
     H5Ovisit2(f_.get(), H5_INDEX_NAME, H5_ITER_INC, &Reader::visit, this, H5O_INFO_BASIC);

@@ -96,6 +96,15 @@ std::string run_isolated(const std::string& file, const std::function<std::strin
   throw Error("cannot read '" + file + "': the HDF5 reader stopped without an answer (corrupt file?)");
 }
 
+Handle open_read(const std::string& path) {
+  silence_errors();
+  Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (f.valid()) return f;
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl.valid() || H5Pset_metadata_read_attempts(fapl.get(), 25) < 0) return f;
+  return Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()), H5Fclose);
+}
+
 Handle latest_format_fapl() {
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (!fapl.valid() || H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0)

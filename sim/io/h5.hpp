@@ -58,6 +58,13 @@ std::string run_isolated(const std::string& file, const std::function<std::strin
 bool write_all(int fd, const void* p, size_t n);
 bool read_all(int fd, void* p, size_t n);
 
+// Opens an existing file read-only for reading a run file: plainly first (a
+// closed file: a corrupt checksum fails at once), then as an SWMR reader (a
+// file a run is writing, or one a killed run left open) with 25 metadata read
+// attempts instead of libhdf5's 100, whose doubling back-off would spend
+// hours on a corrupt block. Returns an invalid handle when neither works.
+Handle open_read(const std::string& path);
+
 // A file access property list asking for the newest file format (SWMR needs it).
 Handle latest_format_fapl();
 // A link creation property list that creates missing intermediate groups.

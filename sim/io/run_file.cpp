@@ -95,8 +95,7 @@ Handle open_for_reading(const std::string& path) {
   h5::silence_errors();
   // SWMR read works for a file a writer holds open in SWMR mode, for one
   // left behind by a killed writer, and for a cleanly closed one.
-  Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT), H5Fclose);
-  if (!f.valid()) f = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  Handle f = h5::open_read(path);
   if (!f.valid()) throw Error("cannot open run file '" + path + "' (missing, or not an HDF5 file)");
   return f;
 }

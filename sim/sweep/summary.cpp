@@ -32,8 +32,7 @@ class RunReader {
  public:
   explicit RunReader(const std::string& path) : path_(path) {
     io::h5::silence_errors();
-    f_ = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT), H5Fclose);
-    if (!f_.valid()) f_ = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    f_ = io::h5::open_read(path);
     if (!f_.valid()) throw Error("cannot open run file '" + path + "'");
     H5Ovisit2(f_.get(), H5_INDEX_NAME, H5_ITER_INC, &RunReader::visit, this, H5O_INFO_BASIC);
   }

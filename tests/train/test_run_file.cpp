@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "sim/io/run_file.hpp"
 #include "tests/train/test_support.hpp"
@@ -47,6 +49,35 @@ TEST(RunFile, AppendsScalarAndVectorRowsCreatingDatasetsOnFirstUse) {
   EXPECT_EQ(read_run_attribute(p, "config"), std::string("[train]\nsteps = 3\n"));
   expect_error([&] { read_run_column(p, "/train/nope"); }, "has no dataset '/train/nope'");
   expect_error([&] { read_run_column(d / "missing.h5", "/train/loss"); }, "cannot open run file");
+}
+
+// A run file whose metadata checksums no longer match (every object header
+// altered): reading it is an error, at once. (Opened as an SWMR reader with
+// libhdf5's default 100 metadata read attempts and their doubling back-off,
+// it used to stall for hours.)
+TEST(RunFile, CorruptMetadataIsAnErrorNotAStall) {
+  TempDir d;
+  const std::string p = d / "run.h5";
+  {
+    RunFile f(p);
+    f.append("/train/loss", 2.5);
+  }
+  std::string bytes;
+  {
+    std::ifstream in(p, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  int headers = 0;
+  for (size_t at = bytes.find("OHDR"); at != std::string::npos; at = bytes.find("OHDR", at + 4)) {
+    bytes[at + 24] = static_cast<char>(bytes[at + 24] ^ 0x40);  // inside the header: its checksum no longer matches
+    ++headers;
+  }
+  ASSERT_GT(headers, 0);
+  {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  expect_error([&] { read_run_column(p, "/train/loss"); }, p);
 }
 
 TEST(RunFile, ContinueFromKeepsEachGroupsRowsUpToTheStep) {
