@@ -1281,10 +1281,6 @@ void row_block_max_impl(const float* row, int64_t cols, int64_t bc, uint32_t* ac
 
 }  // namespace
 
-void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* acc) {
-  row_block_max_impl<false>(row, cols, bc, acc);
-}
-
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
   if (rows == 1 || bc % 8 != 0 || cols % 8 != 0) {
     row_block_max_impl<true>(x, cols, bc, out);
@@ -1338,16 +1334,13 @@ uint32_t abs_max_bits(const float* x, int64_t n) {
 
 #else
 
-void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* acc) {
-  for (int64_t c = 0; c < cols; ++c) {
-    const uint32_t b = bits_of(row[c]) & 0x7fffffffu;
-    acc[c / bc] = b > acc[c / bc] ? b : acc[c / bc];
-  }
-}
-
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
   std::fill(out, out + (cols + bc - 1) / bc, 0u);
-  for (int64_t r = 0; r < rows; ++r) row_block_max_bits(x + r * cols, cols, bc, out);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const uint32_t b = bits_of(x[i]) & 0x7fffffffu;
+    uint32_t& m = out[(i % cols) / bc];
+    m = b > m ? b : m;
+  }
 }
 
 bool block_scales_vec(const QuantPlan&, const uint32_t*, int64_t, BlockScale*) { return false; }

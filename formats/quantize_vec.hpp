@@ -175,10 +175,6 @@ struct ScaleCodeOut {
 bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* bmax_bits, int64_t n, uint8_t* codes,
                        ScaleCodeOut& out);
 
-// For one row of `cols` elements cut into blocks of bc columns:
-// acc[j] = max(acc[j], abs_max_bits(block j's part of the row)).
-void row_block_max_bits(const float* row, int64_t cols, int64_t bc, uint32_t* acc);
-
 // The block maxima of `rows` consecutive rows (a band of B x B blocks, or
 // one row): out[j] = max over the band of |x| bits in block column j (what
 // out held before is ignored). Row-major x, `cols` per row.
