@@ -22,6 +22,8 @@ void silence_errors() {
   (void)done;
 }
 
+namespace {
+
 bool write_all(int fd, const void* p, size_t n) {
   const char* c = static_cast<const char*>(p);
   while (n > 0) {
@@ -33,6 +35,8 @@ bool write_all(int fd, const void* p, size_t n) {
   }
   return true;
 }
+
+}  // namespace
 
 bool read_all(int fd, void* p, size_t n) {
   char* c = static_cast<char*>(p);
@@ -46,54 +50,87 @@ bool read_all(int fd, void* p, size_t n) {
   return true;
 }
 
-std::string run_isolated(const std::string& file, const std::function<std::string()>& fn) {
+void run_isolated(const std::string& file, const std::function<void(const Send& send)>& child,
+                  const std::function<bool(int fd)>& receive, const std::function<void()>& in_process) {
+  // The reply: status 1 and the child's result; or status 0, length, message.
   int fds[2];
-  if (::pipe(fds) != 0) return fn();  // no pipe: run here
-  std::fflush(nullptr);                // nothing buffered is written twice
+  if (::pipe(fds) != 0) return in_process();  // no pipe: run here
+  std::fflush(nullptr);                        // nothing buffered is written twice
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
     ::close(fds[1]);
-    return fn();  // no child: run here
+    return in_process();  // no child: run here
   }
   if (pid == 0) {
     ::close(fds[0]);
     const int null = ::open("/dev/null", O_WRONLY);
     if (null >= 0) ::dup2(null, 2);
-    // the reply: status (1 result, 0 error), length, bytes
-    uint8_t status = 0;
-    std::string out;
+    bool sent = false;
+    const Send send = [&](const void* p, size_t n) {
+      const uint8_t ok = 1;
+      if (!sent && !write_all(fds[1], &ok, 1)) return false;
+      sent = true;
+      return write_all(fds[1], p, n);
+    };
+    std::string message;
     try {
-      out = fn();
-      status = 1;
+      child(send);
     } catch (const Error& e) {
-      out = e.what();
+      message = e.what();
     } catch (const std::exception& e) {
-      out = "cannot read '" + file + "': " + e.what();
+      message = "cannot read '" + file + "': " + e.what();
     }
-    const uint64_t len = out.size();
-    if (write_all(fds[1], &status, 1) && write_all(fds[1], &len, sizeof len)) write_all(fds[1], out.data(), out.size());
+    if (!sent) {
+      const uint8_t ok = 0;
+      const uint64_t len = message.size();
+      if (write_all(fds[1], &ok, 1) && write_all(fds[1], &len, sizeof len)) write_all(fds[1], message.data(), len);
+    }
     ::_exit(0);
   }
   ::close(fds[1]);
   uint8_t status = 0;
   uint64_t len = 0;
-  std::string out;
-  bool complete = read_all(fds[0], &status, 1) && read_all(fds[0], &len, sizeof len) && len < (uint64_t{1} << 40);
-  if (complete) {
-    out.resize(static_cast<size_t>(len));
-    complete = read_all(fds[0], out.data(), out.size());
+  std::string message;
+  bool complete = read_all(fds[0], &status, 1);
+  if (complete && status == 1) {
+    complete = receive(fds[0]);
+  } else if (complete) {
+    complete = read_all(fds[0], &len, sizeof len) && len < (uint64_t{1} << 20);
+    if (complete) {
+      message.resize(static_cast<size_t>(len));
+      complete = read_all(fds[0], message.data(), message.size());
+    }
   }
   ::close(fds[0]);
   int st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-  if (complete && status == 1) return out;
-  if (complete) throw Error(out);
+  if (complete && status == 1) return;
+  if (complete) throw Error(message);
   if (WIFSIGNALED(st))
     throw Error("cannot read '" + file + "': the HDF5 library crashed on it (" + strsignal(WTERMSIG(st)) +
                 "; corrupt file?)");
   throw Error("cannot read '" + file + "': the HDF5 reader stopped without an answer (corrupt file?)");
+}
+
+std::string run_isolated(const std::string& file, const std::function<std::string()>& fn) {
+  std::string out;
+  run_isolated(
+      file,
+      [&](const Send& send) {
+        const std::string r = fn();
+        const uint64_t len = r.size();
+        if (send(&len, sizeof len)) send(r.data(), r.size());
+      },
+      [&](int fd) {
+        uint64_t len = 0;
+        if (!read_all(fd, &len, sizeof len) || len >= (uint64_t{1} << 40)) return false;
+        out.resize(static_cast<size_t>(len));
+        return read_all(fd, out.data(), out.size());
+      },
+      [&] { out = fn(); });
+  return out;
 }
 
 Handle open_read(const std::string& path) {

@@ -47,15 +47,21 @@ class Handle {
 void silence_errors();  // idempotent
 
 // libhdf5 1.10 crashes (SEGV) on some malformed files instead of returning
-// an error (tests/fuzz/upstream). run_isolated runs fn, which reads `file`
-// with libhdf5, in a child process and returns the string fn returns; an
-// exmy::Error fn throws is thrown here with the same message, and a child
-// that dies becomes an exmy::Error naming `file`. The child writes nothing
-// to stderr and leaves with _exit.
+// an error (tests/fuzz/upstream). run_isolated runs `child`, which reads
+// `file` with libhdf5, in a child process: it sends its result through
+// `send` (only once it has it: whatever it throws before is the answer
+// instead), and `receive` reads that result in this process from the pipe
+// (with read_all), returning false when it is incomplete. An exmy::Error
+// `child` throws is thrown here with the same message; a child that dies or
+// stops short becomes an exmy::Error naming `file`. The child writes nothing
+// to stderr and leaves with _exit. Where no pipe or child process can be
+// had, `in_process` does the work here instead.
+using Send = std::function<bool(const void* p, size_t n)>;
+void run_isolated(const std::string& file, const std::function<void(const Send& send)>& child,
+                  const std::function<bool(int fd)>& receive, const std::function<void()>& in_process);
+// The common case: a string result.
 std::string run_isolated(const std::string& file, const std::function<std::string()>& fn);
-// The pipe plumbing of run_isolated (also used by io::read_tensor): whole
-// buffers, retried on EINTR; false on EOF or error.
-bool write_all(int fd, const void* p, size_t n);
+// Reads exactly n bytes, retried on EINTR; false on EOF or error.
 bool read_all(int fd, void* p, size_t n);
 
 // Opens an existing file read-only for reading a run file: plainly first (a

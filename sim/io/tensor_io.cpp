@@ -1,9 +1,6 @@
 #include "sim/io/tensor_io.hpp"
 
-#include <fcntl.h>
 #include <hdf5.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -250,88 +247,42 @@ Tensor read_h5(const std::string& spec, int64_t rows, int64_t cols) {
   return out;
 }
 
-// libhdf5 1.10 crashes (SEGV) on some malformed files before it returns an
-// error, e.g. a NULL memcpy after an unchecked malloc of a size read from the
-// file (tests/fuzz/upstream). So a user's HDF5 input is read in a child
-// process: the child runs read_h5 and sends the tensor, or its error message,
-// back through a pipe; a child that dies instead becomes an exmy::Error
-// naming the file. The child's stderr goes to /dev/null (libhdf5's own
-// diagnostics are silenced anyway) and it leaves with _exit, running no exit
-// handler of the parent's.
-[[noreturn]] void h5_child(int fd, const std::string& spec, int64_t rows, int64_t cols) {
-  const int null = ::open("/dev/null", O_WRONLY);
-  if (null >= 0) ::dup2(null, 2);
-  uint8_t ok = 0;
-  try {
-    const Tensor t = read_h5(spec, rows, cols);
-    ok = 1;
-    const int64_t head[3] = {t.rows, t.cols, static_cast<int64_t>(t.data.size())};
-    const uint8_t known = t.shape_known ? 1 : 0;
-    if (h5::write_all(fd, &ok, 1) && h5::write_all(fd, head, sizeof head) && h5::write_all(fd, &known, 1))
-      h5::write_all(fd, t.data.data(), t.data.size() * sizeof(float));
-  } catch (const std::exception& e) {
-    if (!ok) {
-      const std::string m = dynamic_cast<const Error*>(&e) ? e.what() : std::string("cannot read '") + spec + "': " + e.what();
-      const uint64_t len = m.size();
-      if (h5::write_all(fd, &ok, 1) && h5::write_all(fd, &len, sizeof len)) h5::write_all(fd, m.data(), m.size());
-    }
-  }
-  ::_exit(0);
+// The shape a caller asks for: 0 (from the file) or positive, at most 2^40 elements.
+void check_requested_shape(int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0) throw Error("shape must not be negative");
+  if (rows != 0 && cols > kMaxElements / rows)
+    throw Error("shape " + std::to_string(rows) + "," + std::to_string(cols) + " has more than 2^40 elements");
 }
 
+// A user's HDF5 input is read in a child process (io::h5::run_isolated):
+// libhdf5 1.10 crashes on some malformed files before it returns an error.
+// The reply: rows, cols, count, shape_known, then count floats.
 Tensor read_h5_isolated(const std::string& spec, int64_t rows, int64_t cols) {
   std::string file, dset;
   split_h5_path(spec, file, dset);
-  int fds[2];
-  if (::pipe(fds) != 0) return read_h5(spec, rows, cols);  // no pipe: read here
-  std::fflush(nullptr);  // nothing buffered is written twice
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return read_h5(spec, rows, cols);  // no child: read here
-  }
-  if (pid == 0) {
-    ::close(fds[0]);
-    h5_child(fds[1], spec, rows, cols);
-  }
-  ::close(fds[1]);
-  // The reply: 1, rows, cols, count, shape_known, count floats; or 0, length, message.
   Tensor out;
-  std::string message;
-  bool complete = false, ok = false;
-  uint8_t status = 0;
-  if (h5::read_all(fds[0], &status, 1)) {
-    if (status == 1) {
-      int64_t head[3];
-      uint8_t known = 0;
-      if (h5::read_all(fds[0], head, sizeof head) && h5::read_all(fds[0], &known, 1) && head[2] >= 0 &&
-          head[2] <= kMaxElements) {
+  h5::run_isolated(
+      file,
+      [&](const h5::Send& send) {
+        const Tensor t = read_h5(spec, rows, cols);
+        const int64_t head[3] = {t.rows, t.cols, static_cast<int64_t>(t.data.size())};
+        const uint8_t known = t.shape_known ? 1 : 0;
+        if (send(head, sizeof head) && send(&known, 1)) send(t.data.data(), t.data.size() * sizeof(float));
+      },
+      [&](int fd) {
+        int64_t head[3];
+        uint8_t known = 0;
+        if (!h5::read_all(fd, head, sizeof head) || !h5::read_all(fd, &known, 1) || head[2] < 0 ||
+            head[2] > kMaxElements)
+          return false;
         out.rows = head[0];
         out.cols = head[1];
         out.shape_known = known != 0;
         out.data.resize(static_cast<size_t>(head[2]));
-        complete = h5::read_all(fds[0], out.data.data(), out.data.size() * sizeof(float));
-        ok = complete;
-      }
-    } else {
-      uint64_t len = 0;
-      if (h5::read_all(fds[0], &len, sizeof len) && len < (uint64_t{1} << 20)) {
-        message.resize(static_cast<size_t>(len));
-        complete = h5::read_all(fds[0], message.data(), message.size());
-      }
-    }
-  }
-  ::close(fds[0]);
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (complete && ok) return out;
-  if (complete) throw Error(message);
-  if (WIFSIGNALED(st))
-    throw Error("cannot read '" + file + "': the HDF5 library crashed on it (" + strsignal(WTERMSIG(st)) +
-                "; corrupt file?)");
-  throw Error("cannot read '" + file + "': the HDF5 reader stopped without an answer (corrupt file?)");
+        return h5::read_all(fd, out.data.data(), out.data.size() * sizeof(float));
+      },
+      [&] { out = read_h5(spec, rows, cols); });
+  return out;
 }
 
 void write_h5(const std::string& file, const std::string& dset, const float* data, int64_t rows, int64_t cols) {
@@ -378,18 +329,13 @@ void split_h5_path(const std::string& path, std::string& file, std::string& data
 }
 
 Tensor read_tensor(const std::string& path, int64_t rows, int64_t cols) {
-  if (rows < 0 || cols < 0) throw Error("shape must not be negative");
-  if (rows != 0 && cols > kMaxElements / rows)
-    throw Error("shape " + std::to_string(rows) + "," + std::to_string(cols) + " has more than 2^40 elements");
-  const FileKind kind = file_kind(path);
-  if (kind == FileKind::hdf5) return read_h5_isolated(path, rows, cols);
-  return read_tensor_in_process(path, rows, cols);
+  if (file_kind(path) != FileKind::hdf5) return read_tensor_in_process(path, rows, cols);
+  check_requested_shape(rows, cols);
+  return read_h5_isolated(path, rows, cols);
 }
 
 Tensor read_tensor_in_process(const std::string& path, int64_t rows, int64_t cols) {
-  if (rows < 0 || cols < 0) throw Error("shape must not be negative");
-  if (rows != 0 && cols > kMaxElements / rows)
-    throw Error("shape " + std::to_string(rows) + "," + std::to_string(cols) + " has more than 2^40 elements");
+  check_requested_shape(rows, cols);
   const FileKind kind = file_kind(path);
   if (kind == FileKind::hdf5) return read_h5(path, rows, cols);
   const std::vector<uint8_t> buf = read_file(path);
