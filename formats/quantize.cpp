@@ -444,6 +444,10 @@ struct BandState {
   bool stream = false;  // the outputs are large and aligned: non-temporal stores
   bool thr_ok = false;  // the tensor is large enough for the threshold loop
   const detail::ScaleThr* sthr = nullptr;  // the call's scale-code thresholds (threshold loop)
+  // The band this thread quantizes next (its first row and row count), if
+  // known: the element loop prefetches it.
+  const float* next = nullptr;
+  int64_t next_rows = 0;
 };
 
 // One element on the scalar path (the reference's per-element code).
@@ -645,8 +649,9 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   for (int64_t rr = 0; rr < nrows; ++rr) {
     const int64_t i0 = (r0 + rr) * cols;
     if (use_thr) {
-      const detail::Row4T row{x + i0, i0, rcols, bc, gc, bs.code_of.data(), bs.consts_by_code, bs.thr_by_code,
-                              bs.thr_use, out.stats != nullptr, bs.stream};
+      const float* pf = rr < bs.next_rows ? bs.next + rr * cols : nullptr;  // the same row of the next band
+      const detail::Row4T row{x + i0, i0, rcols, bc, gc, bs.code_of.data(), bs.consts_by_code,
+                              bs.thr_by_code, bs.thr_use, out.stats != nullptr, bs.stream, pf};
       detail::vec4_row_thr(p, row, codes, values, sc);
     } else if (vec4) {
       const detail::Row4 row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.vec4.data(), bs.use_vec.data(),
@@ -765,21 +770,38 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   FirstError err;
   uint32_t amax_bits = 0;  // max of the block maxima, |x| bits (NaN above Inf)
   Sums sums;
-  // Band b on a thread's state; returns its max |x| bits.
-  auto run_band = [&](int64_t b, BandState& bs, Counts& cnt) {
+  // Band b on a thread's state; returns its max |x| bits. `next`: the band
+  // the thread takes after it (prefetched while b computes), or -1.
+  auto run_band = [&](int64_t b, int64_t next, BandState& bs, Counts& cnt) {
     bs.stream = stream;
     bs.thr_ok = thr_ok;
     bs.sthr = &sthr;
     const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
+    // Prefetch only where the band reads its input twice (block maxima,
+    // then elements): with the maxima measured beforehand (current amax) the
+    // one pass streams from memory and the hardware prefetcher suffices.
+    if (bmax) next = -1;
+    bs.next = next >= 0 ? x + next * band * cols : nullptr;
+    bs.next_rows = next >= 0 ? std::min(rows, (next + 1) * band) - next * band : 0;
     return quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);
   };
   if (!out.stats) {
+    // Threads take runs of consecutive bands (at most about 1 MiB of input,
+    // and at least four runs per thread), so that within a run each band
+    // knows the next and each thread reads one sequential stream.
+    const int64_t per = std::max<int64_t>(
+        1, std::min<int64_t>((int64_t{1} << 18) / std::max<int64_t>(1, band * cols), nbands / (4 * nt)));
+    const int64_t nruns = (nbands + per - 1) / per;
 #pragma omp parallel num_threads(nt) reduction(max : amax_bits)
     {
       Counts cnt;
       BandState bs;
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t b = 0; b < nbands; ++b) amax_bits = std::max(amax_bits, run_band(b, bs, cnt));
+      for (int64_t g = 0; g < nruns; ++g) {
+        const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);
+        for (int64_t b = b0; b < b1; ++b)
+          amax_bits = std::max(amax_bits, run_band(b, b + 1 < b1 ? b + 1 : -1, bs, cnt));
+      }
 #pragma omp critical
       total.add(cnt);
     }
@@ -799,7 +821,8 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
 #pragma omp for schedule(static, 1) ordered
       for (int64_t g = 0; g < ngroups; ++g) {
         const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);
-        for (int64_t b = b0; b < b1; ++b) amax_bits = std::max(amax_bits, run_band(b, bs, cnt));
+        for (int64_t b = b0; b < b1; ++b)
+          amax_bits = std::max(amax_bits, run_band(b, b + 1 < b1 ? b + 1 : -1, bs, cnt));
 #pragma omp ordered
         ordered_sums(p, x, values, b0 * band, std::min(rows, b1 * band), cols, sums);
       }

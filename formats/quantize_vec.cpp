@@ -816,6 +816,10 @@ void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
     const int64_t i0 = row.i0 + b * row.bc;
     const int64_t n = std::min(row.bc, row.cols - b * row.bc);
     const float* x = row.x + b * row.bc;
+    if (row.prefetch) {
+      const float* pf = row.prefetch + b * row.bc;
+      for (int64_t j = 0; j < n; j += 16) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
+    }
     auto step = [&](int64_t j) __attribute__((always_inline)) {
       const __m256i xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j));
       const __m256i ax = _mm256_and_si256(xi, abs_mask);

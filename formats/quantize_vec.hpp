@@ -124,6 +124,10 @@ struct Row4T {
   // Write values and codes with non-temporal stores (past the caches);
   // needs values + i0 16-byte aligned and bc a multiple of 4.
   bool stream = false;
+  // Where this thread reads next, row-aligned with x (the same row of the
+  // next band), or null: one cache line of it is prefetched per 16 elements
+  // quantized, so the next band arrives while this one computes.
+  const float* prefetch = nullptr;
 };
 void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt);
 

@@ -339,6 +339,58 @@ TEST(QuantizeFast, LargeTensorsMatchReferenceOverManyBandGroups) {
   }
 }
 
+// Without statistics, threads take runs of consecutive bands, and where a
+// band measures its own block maxima (a given tensor amax) the element loop
+// prefetches the next band of its run. Runs of several bands, a last run and
+// a last band shorter than the others, 1-3 threads: values, codes and scale
+// codes must still be the reference's.
+TEST(QuantizeFast, RunsOfBandsWithoutStatisticsMatchReference) {
+  test::Rng rng(777);
+  struct Shape {
+    const char* scale;
+    int br, bc;
+    int64_t rows, cols;
+    Arith arith;
+  };
+  const Shape shapes[] = {
+      {"ue5m3", 1, 16, 701, 1000, Arith::exact},   // 1x16, partial edge block in every row
+      {"ue8m0", 1, 32, 555, 992, Arith::exact},    // mx-style 1x32
+      {"e4m3", 16, 16, 333, 1030, Arith::fp32},    // 16x16 tiles, partial tiles on both edges
+      {"ue5m3", 16, 1, 1000, 130, Arith::exact},   // Bx1 blocks: bands of 16 rows
+  };
+  for (const Shape& sh : shapes) {
+    for (const AmaxKind amax : {AmaxKind::given, AmaxKind::current}) {
+      QuantSpec s;
+      s.elem = parse_format("e2m1");
+      s.scale = parse_format(sh.scale);
+      s.block_rows = sh.br;
+      s.block_cols = sh.bc;
+      s.arith = sh.arith;
+      s.amax_kind = amax;
+      s.amax_value = 5.5;
+      if (std::string(sh.scale) == "ue8m0") s.rule = ScaleRule::mx_floor;
+      const int64_t n = sh.rows * sh.cols;
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = draw(rng, 0, 6, false, false);
+      const int64_t nb = block_count(s, sh.rows, sh.cols);
+      std::vector<float> want(static_cast<size_t>(n));
+      std::vector<uint8_t> want_codes(static_cast<size_t>(n)), want_sc(static_cast<size_t>(nb));
+      quantize_ref(s, x.data(), sh.rows, sh.cols, QuantOutput{want.data(), want_codes.data(), want_sc.data(), nullptr});
+      for (int threads : {1, 2, 3}) {
+        std::vector<float> got(static_cast<size_t>(n), float_of(0xdeadbeefu));
+        std::vector<uint8_t> codes(static_cast<size_t>(n), 0xa5), sc(static_cast<size_t>(nb), 0xa5);
+        quantize(s, x.data(), sh.rows, sh.cols, QuantOutput{got.data(), codes.data(), sc.data(), nullptr}, threads);
+        const std::string what = std::string(sh.scale) + " " + std::to_string(sh.br) + "x" + std::to_string(sh.bc) +
+                                 ", " + (amax == AmaxKind::given ? "given" : "current") + " amax, " +
+                                 std::to_string(threads) + " thread(s)";
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * static_cast<size_t>(n)), 0) << what;
+        EXPECT_EQ(codes, want_codes) << what;
+        EXPECT_EQ(sc, want_sc) << what;
+      }
+    }
+  }
+}
+
 // FP4-class payloads take a loop that counts the thresholds |x| reaches
 // (found per scale code with the scalar core) instead of computing v = |x| t
 // / s. These inputs sit on and within a few float32 ulps of every decision
