@@ -383,8 +383,9 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
 // Work is split into bands of block rows (br rows each; without a block
 // scale, bands of 64 rows). Inside a band the element loop runs row-major, so
 // the input, the outputs and the Philox counter stream are all walked
-// sequentially whatever the block shape. Threads take whole bands, so a
-// band's result does not depend on which thread ran it; integer statistics
+// sequentially whatever the block shape. Threads take whole bands (runs of
+// consecutive bands), so a band's result does not depend on which thread ran
+// it; integer statistics
 // are reduced at the end. The double sums add one element after another in
 // block order (the order the reference vectors were made with): with
 // statistics, threads take groups of bands in turn and add a group's
