@@ -22,7 +22,7 @@ ROOT=$PWD
 BUILD_DIR=$(realpath -m "${BUILD_DIR:-build-fuzz}")
 JOBS=${JOBS:-$(nproc)}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
-TARGETS=(fuzz_spec fuzz_readers)
+TARGETS=(fuzz_spec fuzz_readers fuzz_configs)
 start=$(date +%s)
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -70,6 +70,7 @@ JOBS_LIST=(
   "fuzz_spec       fuzz_spec    -       512"
   "fuzz_readers    fuzz_readers npy,raw 8192"
   "fuzz_readers_h5 fuzz_readers h5      8192"
+  "fuzz_configs    fuzz_configs -       4096"
 )
 
 # A failure of the HDF5 job whose crashing stack is inside libhdf5, and
