@@ -336,13 +336,37 @@ void copy_attributes(hid_t from, hid_t to) {
 
 namespace {
 
+// Chunked with the Fletcher-32 checksum filter, so that a flipped bit in the
+// data is a read error instead of a silently different number (HDF5 checks
+// the checksum of every chunk it reads). Chunks of at most 16 MiB, cut along
+// the leading dimensions; empty and scalar datasets stay contiguous (HDF5
+// cannot chunk them).
+Handle checksummed_dcpl(const std::vector<hsize_t>& dims, size_t elem_bytes) {
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (!dcpl.valid()) throw Error("HDF5: cannot create a dataset creation property list");
+  if (dims.empty() || std::find(dims.begin(), dims.end(), hsize_t{0}) != dims.end()) return dcpl;
+  std::vector<hsize_t> chunk = dims;
+  constexpr uint64_t kMaxChunkBytes = uint64_t{16} << 20;
+  auto bytes = [&] {
+    uint64_t b = elem_bytes;
+    for (hsize_t c : chunk) b *= c;
+    return b;
+  };
+  for (size_t k = 0; k < chunk.size() && bytes() > kMaxChunkBytes; ++k)
+    while (chunk[k] > 1 && bytes() > kMaxChunkBytes) chunk[k] = (chunk[k] + 1) / 2;
+  if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0 || H5Pset_fletcher32(dcpl.get()) < 0)
+    throw Error("HDF5: cannot set up a checksummed dataset");
+  return dcpl;
+}
+
 template <class T>
 void write_array_impl(hid_t loc, const std::string& path, const T* data, const std::vector<int64_t>& shape,
                       hid_t file_type, hid_t mem_type) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
   Handle lcpl = intermediate_groups_lcpl();
-  Handle d(H5Dcreate2(loc, path.c_str(), file_type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  Handle dcpl = checksummed_dcpl(dims, sizeof(T));
+  Handle d(H5Dcreate2(loc, path.c_str(), file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT), H5Dclose);
   if (!d.valid() || H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     throw Error("HDF5: cannot write dataset '" + path + "' (disk full?)");
 }

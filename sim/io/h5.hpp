@@ -95,7 +95,8 @@ std::optional<double> read_double_attribute(hid_t obj, const std::string& name);
 // Copies scalar string, integer and float attributes and string lists of `from` to `to`.
 void copy_attributes(hid_t from, hid_t to);
 
-// A whole dataset (contiguous) of float32 / int64 / uint64 with the given shape.
+// A whole dataset of float32 / uint64 / float64 with the given shape,
+// chunked with HDF5's Fletcher-32 checksum (a corrupt chunk fails the read).
 void write_array(hid_t loc, const std::string& path, const float* data, const std::vector<int64_t>& shape);
 void write_array(hid_t loc, const std::string& path, const uint64_t* data, const std::vector<int64_t>& shape);
 void write_array(hid_t loc, const std::string& path, const double* data, const std::vector<int64_t>& shape);

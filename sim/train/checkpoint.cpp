@@ -55,7 +55,10 @@ void save_checkpoint(const std::string& path, const models::NemotronH<float>& mo
                      const TrainState& state, const CheckpointInfo& info) {
   io::h5::silence_errors();
   io::write_file_atomic(path, [&](const std::string& tmp) {
-    Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    // The latest file format checksums the metadata (object headers, the
+    // attributes in them); write_array checksums the data.
+    Handle fapl = io::h5::latest_format_fapl();
+    Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
     if (!f.valid()) throw Error("cannot create checkpoint '" + tmp + "'");
     Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT), H5Gclose);
     using io::h5::write_attribute;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include "sim/data/synthetic.hpp"
 #include "sim/data/token_file.hpp"
+#include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/parallel.hpp"
 #include "sim/train/checkpoint.hpp"
@@ -225,6 +227,58 @@ TEST(Trainer, BadInputIsAOneLineError) {
   // A checkpoint of another model shape.
   train_new(tiny({"train.steps=4"}), d / "r7", quiet(), {});
   expect_error([&] { train_resume(d / "r7", 6, {"model.hidden_size=48"}, quiet(), {}); }, "has shape");
+}
+
+// Checkpoint data carries checksums: one flipped bit inside a parameter's
+// stored floats makes the resume fail with a one-line error, instead of
+// continuing from silently different weights.
+TEST(Trainer, CorruptCheckpointDataIsAnErrorNotASilentResume) {
+  TempDir d;
+  const RunConfig c = tiny({"train.steps=4"});
+  train_new(c, d / "r", quiet(), {});
+  const std::string ck = d / ("r/checkpoints/" + checkpoint_name(4));
+  // The stored bytes of a parameter tensor (float32 little-endian, as loaded).
+  auto f = sim::make_linear_factory<float>("fp32");
+  models::NemotronH<float> m(c.model, *f);
+  sim::AdamW opt(m.arena().layout(), c.adamw);
+  TrainState st;
+  load_checkpoint(ck, m, opt, st);
+  const auto& views = m.arena().layout().views();
+  const auto v = std::find_if(views.begin(), views.end(), [](const sim::ParamView& p) { return p.numel >= 64; });
+  ASSERT_NE(v, views.end());
+  const float* p = m.arena().params().data() + v->offset;
+  const std::string needle(reinterpret_cast<const char*>(p), 64 * sizeof(float));
+  std::string file;
+  {
+    std::ifstream in(ck, std::ios::binary);
+    file.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = file.find(needle);
+  ASSERT_NE(at, std::string::npos) << "the bytes of " << v->name << " are not in the checkpoint";
+  ASSERT_EQ(file.find(needle, at + 1), std::string::npos);
+  file[at + 100] ^= 0x10;  // one bit of one float in the middle
+  std::ofstream(ck, std::ios::binary | std::ios::trunc) << file;
+  expect_error([&] { train_resume(d / "r", 6, {}, quiet(), {}); }, "corrupt");
+}
+
+// Checkpoints written before the checksums (contiguous datasets, HDF5's
+// earliest file format) still load: read_array takes both layouts.
+TEST(Trainer, ArraysWithoutChecksumsStillRead) {
+  TempDir d;
+  const std::string path = d / "old.h5";
+  const std::vector<float> want = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -0.5f};
+  {
+    io::h5::Handle f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    const hsize_t dims[2] = {2, 3};
+    io::h5::Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+    io::h5::Handle ds(H5Dcreate2(f.get(), "a", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                      H5Dclose);
+    ASSERT_GE(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, want.data()), 0);
+  }
+  io::h5::Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  std::vector<float> got(6);
+  io::h5::read_array(f.get(), "a", got.data(), {2, 3}, "old file");
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace
