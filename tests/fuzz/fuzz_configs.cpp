@@ -16,8 +16,6 @@
 // them give the same text again, a sweep expands into exactly run_count()
 // runs, and a token stream reads back size() tokens, each below its
 // vocabulary size.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -32,32 +30,13 @@
 #include "sim/quant/recipe.hpp"
 #include "sim/sweep/sweep.hpp"
 #include "sim/train/run_config.hpp"
+#include "tests/fuzz/fuzz_support.hpp"
 
 namespace {
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "fuzz_configs: %s\n", what.c_str());
   std::abort();
-}
-
-// A private directory for this process's input files, removed at exit.
-const std::string& work_dir() {
-  static const std::string* dir = [] {
-    auto* d = new std::string((std::filesystem::temp_directory_path() / "exmy_fuzz_configs_XXXXXX").string());
-    if (!mkdtemp(d->data())) fail("mkdtemp failed");
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(*dir, ec);
-    });
-    return d;
-  }();
-  return *dir;
-}
-
-void write_file(const std::string& path, const uint8_t* data, size_t size) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f || (size > 0 && std::fwrite(data, 1, size, f) != size) || std::fclose(f) != 0)
-    fail("cannot write " + path);
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -133,19 +112,21 @@ void grammars(const std::string& text) {
 void tokens(const uint8_t* data, size_t size) {
   if (size < 3) return;
   const int format = data[0] % 3;
-  const std::string dir = work_dir();
+  const std::string& dir = exmy::fuzz::work_dir("exmy_fuzz_configs");
+  // each input starts from an empty directory, also after one that threw
+  for (const char* f : {"/in.tok", "/in.idx", "/in.bin"}) std::filesystem::remove(dir + f);
   std::string path;
   const char* fmt = "auto";
   if (format == 0) {  // a flat file
     path = dir + "/in.tok";
-    write_file(path, data + 3, size - 3);
+    exmy::fuzz::write_file(path, data + 3, size - 3);
     fmt = data[1] & 1 ? "flat" : "auto";
   } else {  // a Megatron set: .idx then .bin
     const size_t body = size - 3;
     const size_t split = std::min<size_t>(body, static_cast<size_t>(data[1]) | static_cast<size_t>(data[2]) << 8);
     path = dir + "/in";
-    write_file(path + ".idx", data + 3, split);
-    write_file(path + ".bin", data + 3 + split, body - split);
+    exmy::fuzz::write_file(path + ".idx", data + 3, split);
+    exmy::fuzz::write_file(path + ".bin", data + 3 + split, body - split);
     fmt = format == 1 ? "megatron" : "auto";
     if (format == 2) path += ".bin";
   }
@@ -167,9 +148,6 @@ void tokens(const uint8_t* data, size_t size) {
     fail("reading past the end of the token stream did not throw");
   } catch (const exmy::Error&) {
   }
-  std::filesystem::remove(dir + "/in.tok");
-  std::filesystem::remove(dir + "/in.idx");
-  std::filesystem::remove(dir + "/in.bin");
 }
 
 }  // namespace

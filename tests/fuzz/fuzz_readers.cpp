@@ -25,45 +25,18 @@
 // libhdf5 itself loses on malformed files is not exmy's and is suppressed
 // (tests/fuzz/lsan.supp).
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "formats/error.hpp"
 #include "sim/io/tensor_io.hpp"
+#include "tests/fuzz/fuzz_support.hpp"
 
 namespace {
-
-// A private directory for this process's input file, removed at exit.
-// (Never destroyed, so that the exit handler can still read it.)
-const std::string& work_dir() {
-  static const std::string* dir = [] {
-    auto* d = new std::string((std::filesystem::temp_directory_path() / "exmy_fuzz_readers_XXXXXX").string());
-    if (!mkdtemp(d->data())) {
-      std::perror("fuzz_readers: mkdtemp");
-      std::abort();
-    }
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(*dir, ec);
-    });
-    return d;
-  }();
-  return *dir;
-}
-
-void write_file(const std::string& path, const uint8_t* data, size_t size) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f || (size > 0 && std::fwrite(data, 1, size, f) != size) || std::fclose(f) != 0) {
-    std::perror("fuzz_readers: cannot write the input file");
-    std::abort();
-  }
-}
 
 const char* const kDatasets[] = {"/x", "/data", "/a/b", "x", "/", "/missing"};
 
@@ -98,16 +71,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* body = data + 4;
   const size_t body_size = size - 4;
 
+  const std::string& dir = exmy::fuzz::work_dir("exmy_fuzz_readers");
   std::string file, path;
   switch (kind) {
-    case kNpy: file = path = work_dir() + "/in.npy"; break;
-    case kRaw: file = path = work_dir() + "/in.f32"; break;
+    case kNpy: file = path = dir + "/in.npy"; break;
+    case kRaw: file = path = dir + "/in.f32"; break;
     case kH5:
-      file = work_dir() + "/in.h5";
+      file = dir + "/in.h5";
       path = file + ":" + kDatasets[data[3] % (sizeof kDatasets / sizeof kDatasets[0])];
       break;
   }
-  write_file(file, body, body_size);
+  exmy::fuzz::write_file(file, body, body_size);
 
   try {
     const exmy::io::Tensor t = exmy::io::read_tensor_in_process(path, rows, cols);
