@@ -385,8 +385,8 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
 // the input, the outputs and the Philox counter stream are all walked
 // sequentially whatever the block shape. Threads take whole bands (runs of
 // consecutive bands), so a band's result does not depend on which thread ran
-// it; integer statistics
-// are reduced at the end. The double sums add one element after another in
+// it; integer statistics are reduced at the end. The double sums add one
+// element after another in
 // block order (the order the reference vectors were made with): with
 // statistics, threads take groups of bands in turn and add a group's
 // elements in an ordered region right after quantizing it, so the sequential
@@ -771,19 +771,21 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   FirstError err;
   uint32_t amax_bits = 0;  // max of the block maxima, |x| bits (NaN above Inf)
   Sums sums;
-  // Band b on a thread's state; returns its max |x| bits. `next`: the band
-  // the thread takes after it (prefetched while b computes), or -1.
-  auto run_band = [&](int64_t b, int64_t next, BandState& bs, Counts& cnt) {
+  // Band b on a thread's state, in a run of bands that ends before band
+  // `end` (the thread takes b + 1 next, if it is in the run); returns the
+  // band's max |x| bits.
+  auto run_band = [&](int64_t b, int64_t end, BandState& bs, Counts& cnt) {
     bs.stream = stream;
     bs.thr_ok = thr_ok;
     bs.sthr = &sthr;
     const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
-    // Prefetch only where the band reads its input twice (block maxima,
-    // then elements): with the maxima measured beforehand (current amax) the
-    // one pass streams from memory and the hardware prefetcher suffices.
-    if (bmax) next = -1;
-    bs.next = next >= 0 ? x + next * band * cols : nullptr;
-    bs.next_rows = next >= 0 ? std::min(rows, (next + 1) * band) - next * band : 0;
+    // The next band is prefetched while b computes, where a band reads its
+    // input twice (block maxima, then elements): with the maxima measured
+    // beforehand (current amax) the one pass streams from memory and the
+    // hardware prefetcher suffices.
+    const bool prefetch = !bmax && b + 1 < end;
+    bs.next = prefetch ? x + r1 * cols : nullptr;
+    bs.next_rows = prefetch ? std::min(rows, r1 + band) - r1 : 0;
     return quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);
   };
   if (!out.stats) {
@@ -800,8 +802,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
 #pragma omp for schedule(dynamic, 1)
       for (int64_t g = 0; g < nruns; ++g) {
         const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);
-        for (int64_t b = b0; b < b1; ++b)
-          amax_bits = std::max(amax_bits, run_band(b, b + 1 < b1 ? b + 1 : -1, bs, cnt));
+        for (int64_t b = b0; b < b1; ++b) amax_bits = std::max(amax_bits, run_band(b, b1, bs, cnt));
       }
 #pragma omp critical
       total.add(cnt);
@@ -822,8 +823,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
 #pragma omp for schedule(static, 1) ordered
       for (int64_t g = 0; g < ngroups; ++g) {
         const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);
-        for (int64_t b = b0; b < b1; ++b)
-          amax_bits = std::max(amax_bits, run_band(b, b + 1 < b1 ? b + 1 : -1, bs, cnt));
+        for (int64_t b = b0; b < b1; ++b) amax_bits = std::max(amax_bits, run_band(b, b1, bs, cnt));
 #pragma omp ordered
         ordered_sums(p, x, values, b0 * band, std::min(rows, b1 * band), cols, sums);
       }
