@@ -6,6 +6,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -879,6 +880,135 @@ void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
   cnt.underflow += hsum_neg(acc_uf);
 }
 
+// 8x8 transpose of int32: row k of the result is lane k of every input.
+inline void transpose8x8(__m256i r[8]) {
+  __m256i t[8], u[8];
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm256_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm256_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+  for (int k = 0; k < 2; ++k) {
+    u[4 * k] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+    u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+    r[k + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+  }
+}
+
+// The threshold loop with a block per lane (see vec4_band_thr_lanes). The
+// band goes in chunks of columns: each chunk's constants are laid out column
+// by column (the Vec4Thr of eight columns' blocks transposed), small enough
+// to stay in L1 while every row of the band runs through the chunk.
+template <bool kStream>
+void band_thr_lanes_impl(const QuantPlan& p, const Row4T& band, uint8_t* codes, float* values, SpanCounts& cnt) {
+  static_assert(sizeof(Vec4Thr) == 16 * sizeof(int32_t), "Vec4Thr: t[7], sat, table[8]");
+  const Format& f = p.fe;
+  const int64_t cols = band.cols, c8 = cols & ~int64_t{7};
+  // The layout of a chunk: arrays of kChunk int32, thresholds 1..7, the
+  // saturation threshold, the bits of x-hat for magnitude codes 0..7, and
+  // -1 where the column's block is the loop's (0 where the scalar core
+  // encodes it: those lanes take `unused`, thresholds no |x| exceeds, and
+  // count in no statistic).
+  constexpr int64_t kChunk = 256;
+  constexpr int kT = 0, kSat = 7, kTab = 8, kUse = 16, kArrays = 17;
+  alignas(32) int32_t lay[kArrays * kChunk];
+  Vec4Thr unused;
+  for (int k = 0; k < 7; ++k) unused.t[k] = std::numeric_limits<int32_t>::max();
+  unused.sat = std::numeric_limits<int32_t>::max();
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i sign_mask = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m128i sign_shift = _mm_cvtsi32_si128(31 - __builtin_ctz(f.sign_bit));
+  const __m256i zero_i = _mm256_setzero_si256();
+  const __m256i sub_lim = _mm256_set1_epi32(1 << f.M);
+  const __m256 zero = _mm256_setzero_ps();
+  __m256i acc_sat = zero_i, acc_sub = zero_i, acc_nz = zero_i, acc_uf = zero_i;
+  for (int64_t c0 = 0; c0 < c8; c0 += kChunk) {
+    const int64_t w = std::min(kChunk, c8 - c0);
+    for (int64_t c = 0; c < w; c += 8) {
+      __m256i lo[8], hi[8];
+      alignas(32) int32_t use[8];
+      for (int l = 0; l < 8; ++l) {
+        const uint8_t sc = band.code[(c0 + c + l) / band.bc];
+        const Vec4Thr* th = band.use[sc] ? &band.thr[sc] : &unused;
+        use[l] = band.use[sc] ? -1 : 0;
+        lo[l] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(th->t));
+        hi[l] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(th->table));
+      }
+      transpose8x8(lo);
+      transpose8x8(hi);
+      for (int k = 0; k < 8; ++k) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lay + (kT + k) * kChunk + c), lo[k]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lay + (kTab + k) * kChunk + c), hi[k]);
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lay + kUse * kChunk + c), _mm256_load_si256(reinterpret_cast<const __m256i*>(use)));
+    }
+    for (int64_t r = 0; r < band.rows; ++r) {
+      const float* x = band.x + r * cols + c0;
+      float* vo = values + band.i0 + r * cols + c0;
+      uint8_t* co = codes ? codes + band.i0 + r * cols + c0 : nullptr;
+      for (int64_t c = 0; c < w; c += 8) {
+        const int32_t* l = lay + c;
+        auto at = [l](int k) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(l + k * kChunk)); };
+        auto atf = [l](int k) { return _mm256_load_ps(reinterpret_cast<const float*>(l + k * kChunk)); };
+        const __m256i xi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c));
+        const __m256i ax = _mm256_and_si256(xi, abs_mask);
+        // the code counts the thresholds |x| exceeds; x-hat follows the same
+        // masks up the table (they are nested: each implies the one before)
+        const __m256i m1 = _mm256_cmpgt_epi32(ax, at(kT));
+        __m256i code = _mm256_sub_epi32(zero_i, m1);
+        __m256 xh = _mm256_blendv_ps(atf(kTab), atf(kTab + 1), _mm256_castsi256_ps(m1));
+        for (int k = 1; k < 7; ++k) {
+          const __m256i m = _mm256_cmpgt_epi32(ax, at(kT + k));
+          code = _mm256_sub_epi32(code, m);
+          xh = _mm256_blendv_ps(xh, atf(kTab + k + 1), _mm256_castsi256_ps(m));
+        }
+        const __m256i xs = _mm256_and_si256(xi, sign_mask);
+        xh = _mm256_or_ps(xh, _mm256_castsi256_ps(xs));
+        if constexpr (kStream) {
+          _mm_stream_ps(vo + c, _mm256_castps256_ps128(xh));
+          _mm_stream_ps(vo + c + 4, _mm256_extractf128_ps(xh, 1));
+        } else {
+          _mm256_storeu_ps(vo + c, xh);
+        }
+        if (co) {
+          const __m256i scode = _mm256_or_si256(code, _mm256_srl_epi32(xs, sign_shift));
+          const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(scode), _mm256_extracti128_si256(scode, 1));
+          const __m128i p8 = _mm_packus_epi16(p16, p16);
+          if constexpr (kStream) _mm_stream_si64(reinterpret_cast<long long*>(co + c), _mm_cvtsi128_si64(p8));
+          else _mm_storel_epi64(reinterpret_cast<__m128i*>(co + c), p8);
+        }
+        if (band.stats) {
+          const __m256i nz = _mm256_and_si256(_mm256_cmpgt_epi32(ax, zero_i), at(kUse));
+          const __m256i zi = _mm256_castps_si256(_mm256_cmp_ps(xh, zero, _CMP_EQ_OQ));
+          const __m256i is_sub = _mm256_and_si256(_mm256_cmpgt_epi32(sub_lim, code), m1);
+          acc_sat = _mm256_add_epi32(acc_sat, _mm256_cmpgt_epi32(ax, at(kSat)));
+          acc_sub = _mm256_add_epi32(acc_sub, is_sub);
+          acc_nz = _mm256_add_epi32(acc_nz, nz);
+          acc_uf = _mm256_add_epi32(acc_uf, _mm256_and_si256(nz, zi));
+        }
+      }
+    }
+  }
+  if constexpr (kStream) _mm_sfence();
+  // the last columns (fewer than 8) through the scalar core
+  RandomBits rng(p.seed, p.stream, 8);  // for scalar_element; these modes draw no bits
+  for (int64_t r = 0; r < band.rows; ++r) {
+    for (int64_t c = c8; c < cols; ++c) {
+      const uint8_t sc = band.code[c / band.bc];
+      if (!band.use[sc]) continue;
+      scalar_element(p, band.consts[sc], band.x + r * cols, band.i0 + r * cols + c, c, codes, values, rng, cnt);
+    }
+  }
+  cnt.saturated += hsum_neg(acc_sat);
+  cnt.subnormal += hsum_neg(acc_sub);
+  cnt.nonzero += hsum_neg(acc_nz);
+  cnt.underflow += hsum_neg(acc_uf);
+}
+
 template <Arith A>
 void span4_dispatch(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng,
                     SpanCounts& cnt) {
@@ -931,6 +1061,11 @@ void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values
 void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt) {
   if (row.stream) row_thr_impl<true>(p, row, codes, values, cnt);
   else row_thr_impl<false>(p, row, codes, values, cnt);
+}
+
+void vec4_band_thr_lanes(const QuantPlan& p, const Row4T& band, uint8_t* codes, float* values, SpanCounts& cnt) {
+  if (band.stream) band_thr_lanes_impl<true>(p, band, codes, values, cnt);
+  else band_thr_lanes_impl<false>(p, band, codes, values, cnt);
 }
 
 namespace {
@@ -1286,12 +1421,12 @@ void row_block_max_impl(const float* row, int64_t cols, int64_t bc, uint32_t* ac
 }  // namespace
 
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
-  if (rows == 1 || bc % 8 != 0 || cols % 8 != 0) {
+  if (rows == 1 || cols % 8 != 0) {
     row_block_max_impl<true>(x, cols, bc, out);
     for (int64_t r = 1; r < rows; ++r) row_block_max_impl<false>(x + r * cols, cols, bc, out);
     return;
   }
-  // B x B blocks: |x| maxima down the columns first (vertical, no shuffles),
+  // B x B and B x 1 blocks: |x| maxima down the columns first (vertical, no shuffles),
   // two rows per pass over the column maxima, then one row reduction.
   thread_local std::vector<uint32_t> colmax;
   colmax.resize(static_cast<size_t>(cols));
@@ -1315,7 +1450,8 @@ void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc,
       _mm256_storeu_si256(q, _mm256_max_epu32(_mm256_loadu_si256(q), abs8(a + c)));
     }
   }
-  row_block_max_impl<true>(reinterpret_cast<const float*>(cm), cols, bc, out);
+  if (bc == 1) std::memcpy(out, cm, sizeof(uint32_t) * static_cast<size_t>(cols));  // Bx1: one block per column
+  else row_block_max_impl<true>(reinterpret_cast<const float*>(cm), cols, bc, out);
 }
 
 uint32_t abs_max_bits(const float* x, int64_t n) {
@@ -1369,6 +1505,16 @@ void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
     for (int64_t j = 0; j < n; ++j)
       scalar_element(p, row.consts[row.code[b]], row.x + b * row.bc, row.i0 + b * row.bc + j, j, codes, values, rng,
                      cnt);
+  }
+}
+
+void vec4_band_thr_lanes(const QuantPlan& p, const Row4T& band, uint8_t* codes, float* values, SpanCounts& cnt) {
+  for (int64_t r = 0; r < band.rows; ++r) {
+    Row4T row = band;
+    row.x = band.x + r * band.cols;
+    row.i0 = band.i0 + r * band.cols;
+    row.rows = 1;
+    vec4_row_thr(p, row, codes, values, cnt);
   }
 }
 

@@ -128,8 +128,20 @@ struct Row4T {
   // next band), or null: one cache line of it is prefetched per 16 elements
   // quantized, so the next band arrives while this one computes.
   const float* prefetch = nullptr;
+  // Rows of x (cols elements apart) that share the blocks: vec4_band_thr_lanes
+  // only; vec4_row_thr takes one row.
+  int64_t rows = 1;
 };
 void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt);
+// The threshold loop for blocks whose width is not a multiple of 8 (Bx1
+// columns, 1x4, 4x4, 1x12 ...), which the per-block loop would leave partly
+// or wholly to the scalar core: every lane takes the thresholds and table of
+// its own column's block, laid out column by column once for the `rows` rows
+// of a band, so the eight lanes of a step may belong to eight blocks; x-hat
+// follows the nested compare masks up the table. Streaming needs values + i0
+// 16-byte aligned and cols a multiple of 4. The last cols % 8 columns go to
+// the scalar core.
+void vec4_band_thr_lanes(const QuantPlan& p, const Row4T& band, uint8_t* codes, float* values, SpanCounts& cnt);
 
 // Block decode scales of n blocks from their amax bits (as abs_max_bits
 // gives them), 4 at a time, for the amax-* rules and scale formats with zero

@@ -415,6 +415,9 @@ TEST(QuantizeFast, FP4ThresholdLoopAtDecisionPoints) {
       {"e2m1", "ue8m0", 1, 32, 16, 100, 0.0},    {"e2m1", "e4m3", 16, 16, 40, 72, 0.0},
       {"e1m2", "ue5m3", 1, 16, 12, 64, 2048.0},  {"e2m1", "ue4m3", 1, 8, 16, 60, 6.0},
       {"e2m0", "ue5m3", 1, 16, 10, 48, 0.0},     {"e2m1", "ue5m3", 1, 24, 16, 100, 1.0},
+      // widths that are not a multiple of 8: the loop with a block per lane
+      {"e2m1", "ue5m3", 16, 1, 48, 83, 448.0},   {"e2m1", "e4m3", 4, 4, 20, 100, 0.0},
+      {"e2m1", "ue5m3", 1, 12, 16, 100, 0.0},    {"e1m2", "ue8m0", 32, 1, 40, 64, 0.0},
   };
   const Round modes[] = {Round::rne, Round::rna, Round::rtz, Round::odd};
   int compared = 0, at_points = 0;
@@ -480,8 +483,8 @@ TEST(QuantizeFast, FP4ThresholdLoopAtDecisionPoints) {
     }
    }
   }
-  EXPECT_EQ(compared, 128);
-  EXPECT_GT(at_points, 500000);
+  EXPECT_EQ(compared, 192);
+  EXPECT_GT(at_points, 750000);
 }
 
 // The UE5M3 paper's element and block format: e2m1 with ue5m3 1x16 scales,
@@ -500,26 +503,35 @@ QuantSpec ue5m3_1x16() {
 // Tensors big enough for the threshold loop with blocks it leaves to the
 // scalar core: all-zero blocks, and blocks so small next to the tensor amax
 // that their scale rounds to zero (zero-scale policy zero: encoded as zero
-// blocks; one: scale 1), next to ordinary ones, with statistics.
+// blocks; one: scale 1), next to ordinary ones, with statistics. 1x16
+// blocks, and 16x1 blocks (the loop with a block per lane, where such blocks
+// sit in lanes next to ordinary ones).
 TEST(QuantizeFast, ThresholdLoopWithZeroScaleBlocks) {
   test::Rng rng(8080);
   int compared = 0, zero_blocks = 0;
+  for (const int br : {1, 16}) {
   for (const ZeroScale zs : {ZeroScale::zero, ZeroScale::one}) {
     for (const Arith arith : {Arith::exact, Arith::fp32}) {
       for (const Round mode : {Round::rne, Round::rtz}) {
         QuantSpec s = ue5m3_1x16();
+        s.block_rows = br;
+        s.block_cols = br == 1 ? 16 : 1;
         s.zero_scale = zs;
         s.arith = arith;
         s.round = mode;
         const int64_t rows = 40, cols = 1024;
         std::vector<float> x(static_cast<size_t>(rows * cols));
         for (float& v : x) v = draw(rng, 0, 8, false, false);
-        for (int64_t b = 0; b < rows * cols / 16; ++b) {
-          const double u = rng.uniform();
-          for (int64_t k = 0; k < 16; ++k) {
-            float& v = x[static_cast<size_t>(b * 16 + k)];
-            if (u < 0.05) v = rng.coin() ? 0.0f : -0.0f;                      // all zero
-            else if (u < 0.10) v = (rng.coin() ? -1.0f : 1.0f) * 1e-30f * static_cast<float>(rng.uniform());  // scale underflow
+        // what becomes of each block: u < 0.05 all zero, u < 0.10 scale underflow
+        const int64_t gr = (rows + s.block_rows - 1) / s.block_rows, gc = cols / s.block_cols;
+        std::vector<double> u(static_cast<size_t>(gr * gc));
+        for (double& v : u) v = rng.uniform();
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const double ub = u[static_cast<size_t>((r / s.block_rows) * gc + c / s.block_cols)];
+            float& v = x[static_cast<size_t>(r * cols + c)];
+            if (ub < 0.05) v = rng.coin() ? 0.0f : -0.0f;
+            else if (ub < 0.10) v = (rng.coin() ? -1.0f : 1.0f) * 1e-30f * static_cast<float>(rng.uniform());
           }
         }
         const Outcome r = run(s, x, rows, cols, 0);
@@ -527,14 +539,15 @@ TEST(QuantizeFast, ThresholdLoopWithZeroScaleBlocks) {
         zero_blocks += static_cast<int>(r.stats.scale_underflow);
         for (int threads : {1, 2})
           EXPECT_EQ(difference(r, run(s, x, rows, cols, threads), x), "")
-              << (zs == ZeroScale::one ? "zero-scale one " : "zero-scale zero ")
+              << br << (br == 1 ? "x16 " : "x1 ") << (zs == ZeroScale::one ? "zero-scale one " : "zero-scale zero ")
               << (arith == Arith::exact ? "exact " : "fp32 ") << test::mode_name(mode);
         ++compared;
       }
     }
   }
-  EXPECT_EQ(compared, 8);
-  EXPECT_GT(zero_blocks, 8 * 50);
+  }
+  EXPECT_EQ(compared, 16);
+  EXPECT_GT(zero_blocks, 16 * 50);
 }
 
 // The threshold loop's search must find thresholds anywhere in float32: in
@@ -619,16 +632,21 @@ TEST(QuantizeFast, M0FormatsFollowTheCodeParity) {
 
 // Outputs of 64 MiB or more (counting 5 bytes per element) are written with
 // non-temporal stores when the values are 16-byte aligned; the result must
-// not change. Also a misaligned value buffer (regular stores) and a row
-// length that is not a multiple of 4.
+// not change. Also a misaligned value buffer (regular stores), a row
+// length that is not a multiple of 4, and 16x1 blocks (the loop with a block
+// per lane, rows a multiple of 4 but not of 8).
 TEST(QuantizeFast, StreamedOutputsMatchReference) {
   test::Rng rng(31337);
-  const QuantSpec s = ue5m3_1x16();
   struct Shape {
     int64_t rows, cols;
     size_t offset;  // floats the value buffer starts past a 64-byte boundary
+    int br, bc;
   };
-  for (const Shape sh : {Shape{3300, 4096, 0}, Shape{3300, 4096, 1}, Shape{2690, 5001, 0}}) {
+  for (const Shape sh : {Shape{3300, 4096, 0, 1, 16}, Shape{3300, 4096, 1, 1, 16}, Shape{2690, 5001, 0, 1, 16},
+                         Shape{3300, 4092, 0, 16, 1}}) {
+    QuantSpec s = ue5m3_1x16();
+    s.block_rows = sh.br;
+    s.block_cols = sh.bc;
     const int64_t n = sh.rows * sh.cols;
     ASSERT_GE(n * 5, int64_t{64} << 20);
     std::vector<float> x(static_cast<size_t>(n));
@@ -644,7 +662,8 @@ TEST(QuantizeFast, StreamedOutputsMatchReference) {
       std::vector<uint8_t> codes(static_cast<size_t>(n), 0xa5), sc(want_sc.size(), 0xa5);
       std::fill(got, got + n, float_of(0xdeadbeefu));
       quantize(s, x.data(), sh.rows, sh.cols, QuantOutput{got, codes.data(), sc.data(), nullptr}, threads);
-      const std::string what = std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " offset " +
+      const std::string what = std::to_string(sh.br) + "x" + std::to_string(sh.bc) + " blocks, " +
+                               std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " offset " +
                                std::to_string(sh.offset) + ", " + std::to_string(threads) + " thread(s)";
       EXPECT_EQ(std::memcmp(got, want.data(), sizeof(float) * static_cast<size_t>(n)), 0) << what;
       EXPECT_EQ(codes, want_codes) << what;
