@@ -50,6 +50,11 @@ std::vector<Variant> variants(double held_amax) {
   h.amax_kind = AmaxKind::given;
   h.amax_value = held_amax;
   v.push_back({"e2m1/ue5m3 1x16 exact, held", h});
+  // column blocks (the loop with a block per lane)
+  QuantSpec col = a;
+  col.block_rows = 16;
+  col.block_cols = 1;
+  v.push_back({"e2m1/ue5m3 16x1 rne exact", col});
   QuantSpec b = a;
   b.scale = parse_format("e4m3");
   b.block_rows = b.block_cols = 16;
