@@ -136,8 +136,9 @@ void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
 // The threshold loop for blocks whose width is not a multiple of 8 (Bx1
 // columns, 1x4, 4x4, 1x12 ...), which the per-block loop would leave partly
 // or wholly to the scalar core: every lane takes the thresholds and table of
-// its own column's block, laid out column by column once for the `rows` rows
-// of a band, so the eight lanes of a step may belong to eight blocks; x-hat
+// its own column's block, laid out column by column (a chunk of 256 columns
+// at a time, which all `rows` rows of the band then run through), so the
+// eight lanes of a step may belong to eight blocks; x-hat
 // follows the nested compare masks up the table. Streaming needs values + i0
 // 16-byte aligned and cols a multiple of 4. The last cols % 8 columns go to
 // the scalar core.
