@@ -442,8 +442,9 @@ struct BandState {
   std::vector<detail::Vec4Block> vec4;
   detail::Vec4Mags mag4;
   bool mag4_ready = false;
-  bool stream = false;  // the outputs are large and aligned: non-temporal stores
-  bool stream_lanes = false;  // the same for vec4_band_thr_lanes (any block width)
+  // The outputs are large, aligned and rows a multiple of 4 long:
+  // non-temporal stores (the per-block threshold loop also needs bc % 4 == 0).
+  bool stream = false;
   bool thr_ok = false;  // the tensor is large enough for the threshold loop
   const detail::ScaleThr* sthr = nullptr;  // the call's scale-code thresholds (threshold loop)
   // The band this thread quantizes next (its first row and row count), if
@@ -653,28 +654,28 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   const bool thr_lanes = use_thr && bc % 8 != 0;
   for (int64_t rr = 0; rr < nrows; ++rr) {
     const int64_t i0 = (r0 + rr) * cols;
-    if (thr_lanes) {
-      if (rr == 0) {
-        const detail::Row4T band{.x = x + i0,
-                                 .i0 = i0,
-                                 .cols = rcols,
-                                 .bc = bc,
-                                 .nblocks = gc,
-                                 .code = bs.code_of.data(),
-                                 .consts = bs.consts_by_code,
-                                 .thr = bs.thr_by_code,
-                                 .use = bs.thr_use,
-                                 .stats = out.stats != nullptr,
-                                 .stream = bs.stream_lanes,
-                                 .rows = nrows};
-        detail::vec4_band_thr_lanes(p, band, codes, values, sc);
+    // (vec4_band_thr_lanes takes the band's rows with its first)
+    if (use_thr && (!thr_lanes || rr == 0)) {
+      detail::Row4T row{.x = x + i0,
+                        .i0 = i0,
+                        .cols = rcols,
+                        .bc = bc,
+                        .nblocks = gc,
+                        .code = bs.code_of.data(),
+                        .consts = bs.consts_by_code,
+                        .thr = bs.thr_by_code,
+                        .use = bs.thr_use,
+                        .stats = out.stats != nullptr,
+                        .stream = bs.stream};
+      if (thr_lanes) {
+        row.rows = nrows;
+        detail::vec4_band_thr_lanes(p, row, codes, values, sc);
+      } else {
+        row.stream = bs.stream && bc % 4 == 0;
+        row.prefetch = rr < bs.next_rows ? bs.next + rr * cols : nullptr;  // the same row of the next band
+        detail::vec4_row_thr(p, row, codes, values, sc);
       }
-    } else if (use_thr) {
-      const float* pf = rr < bs.next_rows ? bs.next + rr * cols : nullptr;  // the same row of the next band
-      const detail::Row4T row{x + i0, i0, rcols, bc, gc, bs.code_of.data(), bs.consts_by_code,
-                              bs.thr_by_code, bs.thr_use, out.stats != nullptr, bs.stream, pf};
-      detail::vec4_row_thr(p, row, codes, values, sc);
-    } else if (vec4) {
+    } else if (vec4 && !use_thr) {
       const detail::Row4 row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.vec4.data(), bs.use_vec.data(),
                              out.stats != nullptr};
       detail::vec4_row(p, row, codes, values, rng, sc);
@@ -779,9 +780,8 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   // non-temporal stores, as memcpy does: they would only evict the input.
   // (Not with statistics: the ordered sums read the values right back.)
   constexpr int64_t kStreamBytes = int64_t{64} << 20;
-  const bool stream_lanes =
+  const bool stream =
       !out.stats && n * 5 >= kStreamBytes && reinterpret_cast<uintptr_t>(values) % 16 == 0 && cols % 4 == 0;
-  const bool stream = stream_lanes && (!p.has_scale || p.bc % 4 == 0);
   // The threshold loop's constants cost about ten times the others per scale
   // code (a search with the scalar core), which small tensors do not win back.
   constexpr int64_t kThresholdMinElements = int64_t{1} << 15;
@@ -797,7 +797,6 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   // band's max |x| bits.
   auto run_band = [&](int64_t b, int64_t end, BandState& bs, Counts& cnt) {
     bs.stream = stream;
-    bs.stream_lanes = stream_lanes;
     bs.thr_ok = thr_ok;
     bs.sthr = &sthr;
     const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);

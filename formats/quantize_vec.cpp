@@ -786,18 +786,67 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
   cnt.underflow += hsum_neg(acc_uf);
 }
 
+// The end of an 8-lane step of the threshold loops, once the magnitude codes
+// and x-hat's magnitudes are known: x-hat and the codes take x's sign and are
+// stored (non-temporally with kStream), and the lanes' statistics are
+// accumulated as -1 per lane until add_to.
+template <bool kStream>
+struct ThrStep {
+  const __m256i sign_mask = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i sub_lim;
+  const __m128i sign_shift;
+  __m256i acc_sat = _mm256_setzero_si256(), acc_sub = acc_sat, acc_nz = acc_sat, acc_uf = acc_sat;
+
+  explicit ThrStep(const Format& f)
+      : sub_lim(_mm256_set1_epi32(1 << f.M)), sign_shift(_mm_cvtsi32_si128(31 - __builtin_ctz(f.sign_bit))) {}
+
+  // xi: the input bits; returns x-hat. co is null when no codes are wanted.
+  __attribute__((always_inline)) __m256 store(__m256i xi, __m256i code, __m256 mag, float* vo, uint8_t* co) const {
+    const __m256i xs = _mm256_and_si256(xi, sign_mask);
+    const __m256 xh = _mm256_or_ps(mag, _mm256_castsi256_ps(xs));
+    if constexpr (kStream) {
+      _mm_stream_ps(vo, _mm256_castps256_ps128(xh));
+      _mm_stream_ps(vo + 4, _mm256_extractf128_ps(xh, 1));
+    } else {
+      _mm256_storeu_ps(vo, xh);
+    }
+    if (co) {
+      const __m256i sc = _mm256_or_si256(code, _mm256_srl_epi32(xs, sign_shift));
+      const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(sc), _mm256_extracti128_si256(sc, 1));
+      const __m128i p8 = _mm_packus_epi16(p16, p16);
+      if constexpr (kStream) _mm_stream_si64(reinterpret_cast<long long*>(co), _mm_cvtsi128_si64(p8));
+      else _mm_storel_epi64(reinterpret_cast<__m128i*>(co), p8);
+    }
+    return xh;
+  }
+
+  // nz: the lanes that count and hold x != 0; m1: code >= 1; sat: the lanes
+  // counted as saturated.
+  __attribute__((always_inline)) void count(__m256i nz, __m256i code, __m256i m1, __m256 xh, __m256i sat) {
+    const __m256i zi = _mm256_castps_si256(_mm256_cmp_ps(xh, _mm256_setzero_ps(), _CMP_EQ_OQ));
+    const __m256i is_sub = _mm256_and_si256(_mm256_cmpgt_epi32(sub_lim, code), m1);
+    acc_sat = _mm256_add_epi32(acc_sat, sat);
+    acc_sub = _mm256_add_epi32(acc_sub, is_sub);
+    acc_nz = _mm256_add_epi32(acc_nz, nz);
+    acc_uf = _mm256_add_epi32(acc_uf, _mm256_and_si256(nz, zi));
+  }
+
+  // lane sums stay below 2^31: a call covers far fewer elements
+  void add_to(SpanCounts& cnt) const {
+    cnt.saturated += hsum_neg(acc_sat);
+    cnt.subnormal += hsum_neg(acc_sub);
+    cnt.nonzero += hsum_neg(acc_nz);
+    cnt.underflow += hsum_neg(acc_uf);
+  }
+};
+
 // The threshold loop (see Vec4Thr): the magnitude code is the count of
 // thresholds |x| reaches, exact for every finite x.
 template <bool kStream>
 void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt) {
-  const Format& f = p.fe;
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-  const __m256i sign_mask = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  const __m128i sign_shift = _mm_cvtsi32_si128(31 - __builtin_ctz(f.sign_bit));
   const __m256i zero_i = _mm256_setzero_si256();
-  const __m256i sub_lim = _mm256_set1_epi32(1 << f.M);
-  const __m256 zero = _mm256_setzero_ps();
-  __m256i acc_sat = zero_i, acc_sub = zero_i, acc_nz = zero_i, acc_uf = zero_i;
+  ThrStep<kStream> out(p.fe);
   // tails of partial blocks go to the scalar core after the loop
   struct Pending {
     int64_t block, j, n;
@@ -832,30 +881,10 @@ void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
       code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(ax, t5));
       code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(ax, t6));
       code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(ax, t7));
-      const __m256i xs = _mm256_and_si256(xi, sign_mask);
-      const __m256 xh = _mm256_or_ps(_mm256_permutevar8x32_ps(table, code), _mm256_castsi256_ps(xs));
-      if constexpr (kStream) {
-        _mm_stream_ps(values + i0 + j, _mm256_castps256_ps128(xh));
-        _mm_stream_ps(values + i0 + j + 4, _mm256_extractf128_ps(xh, 1));
-      } else {
-        _mm256_storeu_ps(values + i0 + j, xh);
-      }
-      if (codes) {
-        const __m256i sc = _mm256_or_si256(code, _mm256_srl_epi32(xs, sign_shift));
-        const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(sc), _mm256_extracti128_si256(sc, 1));
-        const __m128i p8 = _mm_packus_epi16(p16, p16);
-        if constexpr (kStream) _mm_stream_si64(reinterpret_cast<long long*>(codes + i0 + j), _mm_cvtsi128_si64(p8));
-        else _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i0 + j), p8);
-      }
-      if (row.stats) {
-        const __m256i nz = _mm256_cmpgt_epi32(ax, zero_i);
-        const __m256i zi = _mm256_castps_si256(_mm256_cmp_ps(xh, zero, _CMP_EQ_OQ));
-        const __m256i is_sub = _mm256_and_si256(_mm256_cmpgt_epi32(sub_lim, code), m1);
-        acc_sat = _mm256_add_epi32(acc_sat, _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(th.sat)));
-        acc_sub = _mm256_add_epi32(acc_sub, is_sub);
-        acc_nz = _mm256_add_epi32(acc_nz, nz);
-        acc_uf = _mm256_add_epi32(acc_uf, _mm256_and_si256(nz, zi));
-      }
+      const __m256 xh = out.store(xi, code, _mm256_permutevar8x32_ps(table, code), values + i0 + j,
+                                  codes ? codes + i0 + j : nullptr);
+      if (row.stats)
+        out.count(_mm256_cmpgt_epi32(ax, zero_i), code, m1, xh, _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(th.sat)));
     };
     int64_t j = 0;
     if (n == 16) {
@@ -874,10 +903,7 @@ void row_thr_impl(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* v
       scalar_element(p, row.consts[row.code[q.block]], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
   }
   if constexpr (kStream) _mm_sfence();
-  cnt.saturated += hsum_neg(acc_sat);
-  cnt.subnormal += hsum_neg(acc_sub);
-  cnt.nonzero += hsum_neg(acc_nz);
-  cnt.underflow += hsum_neg(acc_uf);
+  out.add_to(cnt);
 }
 
 // 8x8 transpose of int32: row k of the result is lane k of every input.
@@ -906,7 +932,6 @@ inline void transpose8x8(__m256i r[8]) {
 template <bool kStream>
 void band_thr_lanes_impl(const QuantPlan& p, const Row4T& band, uint8_t* codes, float* values, SpanCounts& cnt) {
   static_assert(sizeof(Vec4Thr) == 16 * sizeof(int32_t), "Vec4Thr: t[7], sat, table[8]");
-  const Format& f = p.fe;
   const int64_t cols = band.cols, c8 = cols & ~int64_t{7};
   // The layout of a chunk: arrays of kChunk int32, thresholds 1..7, the
   // saturation threshold, the bits of x-hat for magnitude codes 0..7, and
@@ -920,12 +945,8 @@ void band_thr_lanes_impl(const QuantPlan& p, const Row4T& band, uint8_t* codes, 
   for (int k = 0; k < 7; ++k) unused.t[k] = std::numeric_limits<int32_t>::max();
   unused.sat = std::numeric_limits<int32_t>::max();
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-  const __m256i sign_mask = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  const __m128i sign_shift = _mm_cvtsi32_si128(31 - __builtin_ctz(f.sign_bit));
   const __m256i zero_i = _mm256_setzero_si256();
-  const __m256i sub_lim = _mm256_set1_epi32(1 << f.M);
-  const __m256 zero = _mm256_setzero_ps();
-  __m256i acc_sat = zero_i, acc_sub = zero_i, acc_nz = zero_i, acc_uf = zero_i;
+  ThrStep<kStream> out(p.fe);
   for (int64_t c0 = 0; c0 < c8; c0 += kChunk) {
     const int64_t w = std::min(kChunk, c8 - c0);
     for (int64_t c = 0; c < w; c += 8) {
@@ -966,30 +987,10 @@ void band_thr_lanes_impl(const QuantPlan& p, const Row4T& band, uint8_t* codes, 
           code = _mm256_sub_epi32(code, m);
           xh = _mm256_blendv_ps(xh, atf(kTab + k + 1), _mm256_castsi256_ps(m));
         }
-        const __m256i xs = _mm256_and_si256(xi, sign_mask);
-        xh = _mm256_or_ps(xh, _mm256_castsi256_ps(xs));
-        if constexpr (kStream) {
-          _mm_stream_ps(vo + c, _mm256_castps256_ps128(xh));
-          _mm_stream_ps(vo + c + 4, _mm256_extractf128_ps(xh, 1));
-        } else {
-          _mm256_storeu_ps(vo + c, xh);
-        }
-        if (co) {
-          const __m256i scode = _mm256_or_si256(code, _mm256_srl_epi32(xs, sign_shift));
-          const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(scode), _mm256_extracti128_si256(scode, 1));
-          const __m128i p8 = _mm_packus_epi16(p16, p16);
-          if constexpr (kStream) _mm_stream_si64(reinterpret_cast<long long*>(co + c), _mm_cvtsi128_si64(p8));
-          else _mm_storel_epi64(reinterpret_cast<__m128i*>(co + c), p8);
-        }
-        if (band.stats) {
-          const __m256i nz = _mm256_and_si256(_mm256_cmpgt_epi32(ax, zero_i), at(kUse));
-          const __m256i zi = _mm256_castps_si256(_mm256_cmp_ps(xh, zero, _CMP_EQ_OQ));
-          const __m256i is_sub = _mm256_and_si256(_mm256_cmpgt_epi32(sub_lim, code), m1);
-          acc_sat = _mm256_add_epi32(acc_sat, _mm256_cmpgt_epi32(ax, at(kSat)));
-          acc_sub = _mm256_add_epi32(acc_sub, is_sub);
-          acc_nz = _mm256_add_epi32(acc_nz, nz);
-          acc_uf = _mm256_add_epi32(acc_uf, _mm256_and_si256(nz, zi));
-        }
+        xh = out.store(xi, code, xh, vo + c, co ? co + c : nullptr);
+        if (band.stats)
+          out.count(_mm256_and_si256(_mm256_cmpgt_epi32(ax, zero_i), at(kUse)), code, m1, xh,
+                    _mm256_cmpgt_epi32(ax, at(kSat)));
       }
     }
   }
@@ -1003,10 +1004,7 @@ void band_thr_lanes_impl(const QuantPlan& p, const Row4T& band, uint8_t* codes, 
       scalar_element(p, band.consts[sc], band.x + r * cols, band.i0 + r * cols + c, c, codes, values, rng, cnt);
     }
   }
-  cnt.saturated += hsum_neg(acc_sat);
-  cnt.subnormal += hsum_neg(acc_sub);
-  cnt.nonzero += hsum_neg(acc_nz);
-  cnt.underflow += hsum_neg(acc_uf);
+  out.add_to(cnt);
 }
 
 template <Arith A>
