@@ -50,6 +50,19 @@ bool read_all(int fd, void* p, size_t n) {
   return true;
 }
 
+namespace {
+
+// A string sent as its length (uint64) and bytes; false when incomplete or
+// not shorter than `limit`.
+bool read_sized(int fd, std::string& out, uint64_t limit) {
+  uint64_t len = 0;
+  if (!read_all(fd, &len, sizeof len) || len >= limit) return false;
+  out.resize(static_cast<size_t>(len));
+  return read_all(fd, out.data(), out.size());
+}
+
+}  // namespace
+
 void run_isolated(const std::string& file, const std::function<void(const Send& send)>& child,
                   const std::function<bool(int fd)>& receive, const std::function<void()>& in_process) {
   // The reply: status 1 and the child's result; or status 0, length, message.
@@ -90,18 +103,9 @@ void run_isolated(const std::string& file, const std::function<void(const Send& 
   }
   ::close(fds[1]);
   uint8_t status = 0;
-  uint64_t len = 0;
   std::string message;
   bool complete = read_all(fds[0], &status, 1);
-  if (complete && status == 1) {
-    complete = receive(fds[0]);
-  } else if (complete) {
-    complete = read_all(fds[0], &len, sizeof len) && len < (uint64_t{1} << 20);
-    if (complete) {
-      message.resize(static_cast<size_t>(len));
-      complete = read_all(fds[0], message.data(), message.size());
-    }
-  }
+  if (complete) complete = status == 1 ? receive(fds[0]) : read_sized(fds[0], message, uint64_t{1} << 20);
   ::close(fds[0]);
   int st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
@@ -123,12 +127,7 @@ std::string run_isolated(const std::string& file, const std::function<std::strin
         const uint64_t len = r.size();
         if (send(&len, sizeof len)) send(r.data(), r.size());
       },
-      [&](int fd) {
-        uint64_t len = 0;
-        if (!read_all(fd, &len, sizeof len) || len >= (uint64_t{1} << 40)) return false;
-        out.resize(static_cast<size_t>(len));
-        return read_all(fd, out.data(), out.size());
-      },
+      [&](int fd) { return read_sized(fd, out, uint64_t{1} << 40); },
       [&] { out = fn(); });
   return out;
 }
