@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -592,7 +593,22 @@ inline uint64_t hsum_neg(__m256i v) {
   return static_cast<uint64_t>(-t);
 }
 
-template <Round MODE, Arith ARITH>
+// Strides and offsets, in floats, of the per-block constants that
+// span4_impl's block-per-lane form gathers.
+constexpr int kVbStride = sizeof(Vec4Block) / sizeof(float);
+constexpr int kVbTable = offsetof(Vec4Block, table) / sizeof(float);
+constexpr int kBcStride = sizeof(BlockConsts) / sizeof(float);
+constexpr int kBcMb = offsetof(BlockConsts, mb) / sizeof(float);
+static_assert(sizeof(Vec4Block) % sizeof(float) == 0 && offsetof(Vec4Block, r) == 0 &&
+                  sizeof(BlockConsts) % sizeof(float) == 0 && offsetof(BlockConsts, mb) % sizeof(float) == 0,
+              "block constants gathered as float lanes");
+
+// The 8-lane loop of one row. Per block (kLanes false): a block's constants
+// are broadcast and its 8-element steps run, the last partial step left to
+// the scalar core. With a block per lane (kLanes true, for block widths that
+// are not a multiple of 8, Bx1 columns above all): the steps run along the
+// whole row and each lane gathers the multiplier and x-hat of its own block.
+template <Round MODE, Arith ARITH, bool kLanes>
 void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng,
                 SpanCounts& cnt) {
   const Format& f = p.fe;
@@ -654,30 +670,63 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
   pending.resize(static_cast<size_t>(row.cols / 8 + 2 * row.nblocks + 2));
   size_t np = 0;
 
-  for (int64_t b = 0; b < row.nblocks; ++b) {
-  if (!row.use[b]) continue;
+  // kLanes: each column's block index (cached per thread for the shape),
+  // and, where some blocks are not the loop's, a use flag per block.
+  thread_local std::vector<int32_t> col_block, use32;
+  thread_local int64_t cb_cols = -1, cb_bc = -1;
+  bool all_used = true;
+  if constexpr (kLanes) {
+    if (cb_cols != row.cols || cb_bc != row.bc) {
+      col_block.resize(static_cast<size_t>(row.cols));
+      for (int64_t j = 0; j < row.cols; ++j) col_block[static_cast<size_t>(j)] = static_cast<int32_t>(j / row.bc);
+      cb_cols = row.cols;
+      cb_bc = row.bc;
+    }
+    all_used = std::memchr(row.use, 0, static_cast<size_t>(row.nblocks)) == nullptr;
+    if (!all_used) {
+      use32.resize(static_cast<size_t>(row.nblocks));
+      for (int64_t b = 0; b < row.nblocks; ++b) use32[static_cast<size_t>(b)] = row.use[b] ? -1 : 0;
+    }
+  }
+  const float* vb_base = reinterpret_cast<const float*>(row.vb);
+  const float* bc_base = reinterpret_cast<const float*>(row.consts);
+
+  for (int64_t b = 0; b < (kLanes ? 1 : row.nblocks); ++b) {
+  if (!kLanes && !row.use[b]) continue;
   const BlockConsts& c = row.consts[b];
   const Vec4Block& vb = row.vb[b];
   const __m256 vr = _mm256_set1_ps(vb.r);
   const __m256 vmb = _mm256_set1_ps(c.mb);
   const __m256 table = _mm256_loadu_ps(vb.table);
-  const int64_t i0 = row.i0 + b * row.bc;
-  const int64_t n = std::min(row.bc, row.cols - b * row.bc);
-  const float* x = row.x + b * row.bc;
-  // One step: elements j .. j+7 of the block.
+  const int64_t i0 = kLanes ? row.i0 : row.i0 + b * row.bc;
+  const int64_t n = kLanes ? row.cols : std::min(row.bc, row.cols - b * row.bc);
+  const float* x = kLanes ? row.x : row.x + b * row.bc;
+  // One step: elements j .. j+7 of the block (kLanes: of the row).
   auto step = [&](int64_t j) __attribute__((always_inline)) {
+    __m256i bidx = zero_i;
+    __m256 vr_l = vr, vmb_l = vmb;
+    __m256 in_use = _mm256_castsi256_ps(all_ones);  // kLanes: the lanes whose block is the loop's
+    if constexpr (kLanes) {
+      bidx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col_block.data() + j));
+      if constexpr (kExact) {
+        vr_l = _mm256_i32gather_ps(vb_base, _mm256_mullo_epi32(bidx, _mm256_set1_epi32(kVbStride)), 4);
+      } else {
+        vmb_l = _mm256_i32gather_ps(bc_base + kBcMb, _mm256_mullo_epi32(bidx, _mm256_set1_epi32(kBcStride)), 4);
+      }
+      if (!all_used) in_use = _mm256_castsi256_ps(_mm256_i32gather_epi32(use32.data(), bidx, 4));
+    }
     const __m256 x8 = _mm256_loadu_ps(x + j);
     const __m256 xs = _mm256_and_ps(x8, sign_mask);
     const __m256i negi = _mm256_srai_epi32(_mm256_castps_si256(x8), 31);
     __m256 v;
     __m256 unsure;
     if constexpr (kExact) {
-      v = _mm256_mul_ps(_mm256_and_ps(x8, abs_mask), vr);
+      v = _mm256_mul_ps(_mm256_and_ps(x8, abs_mask), vr_l);
       // tiny (float-subnormal, or underflowed to 0) products of non-zero x
       // lose precision: let the core decide
       unsure = _mm256_and_ps(_mm256_cmp_ps(v, tiny, _CMP_LT_OQ), _mm256_cmp_ps(x8, zero, _CMP_NEQ_UQ));
     } else {
-      v = _mm256_and_ps(_mm256_mul_ps(x8, p.has_scale ? vmb : vt), abs_mask);
+      v = _mm256_and_ps(_mm256_mul_ps(x8, p.has_scale ? vmb_l : vt), abs_mask);
       unsure = zero;
     }
     unsure = _mm256_or_ps(unsure, _mm256_cmp_ps(v, inf, _CMP_NLT_UQ));
@@ -730,7 +779,16 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
     }
     __m256i code = _mm256_add_epi32(_mm256_sll_epi32(_mm256_sub_epi32(ee, emin_b), cnt_M), kk);
     code = _mm256_min_epi32(code, max_mag);
-    __m256 xh = _mm256_permutevar8x32_ps(table, code);
+    __m256 xh;
+    if constexpr (kLanes) {
+      // (the low 3 bits, as the permute takes them: lanes left to the scalar
+      // core may hold any code)
+      const __m256i at = _mm256_add_epi32(_mm256_mullo_epi32(bidx, _mm256_set1_epi32(kVbStride)),
+                                          _mm256_and_si256(code, _mm256_set1_epi32(7)));
+      xh = _mm256_i32gather_ps(vb_base + kVbTable, at, 4);
+    } else {
+      xh = _mm256_permutevar8x32_ps(table, code);
+    }
     if (f.is_signed) {
       xh = _mm256_or_ps(xh, xs);
       code = _mm256_or_si256(code, _mm256_and_si256(negi, sign_bit));
@@ -751,7 +809,7 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
       const __m256i mag = _mm256_andnot_si256(sign_bit, code);
       const __m256i is_sub = _mm256_and_si256(_mm256_cmpgt_epi32(sub_lim, mag), _mm256_cmpgt_epi32(mag, zero_i));
       // counts of the certain lanes, accumulated as -1 per lane
-      const __m256i oki = _mm256_castps_si256(_mm256_andnot_ps(unsure, _mm256_castsi256_ps(all_ones)));
+      const __m256i oki = _mm256_castps_si256(_mm256_andnot_ps(unsure, in_use));
       const __m256i nzi = _mm256_castps_si256(_mm256_cmp_ps(x8, zero, _CMP_NEQ_UQ));
       const __m256i zi = _mm256_castps_si256(_mm256_cmp_ps(xh, zero, _CMP_EQ_OQ));
       acc_sat = _mm256_add_epi32(acc_sat, _mm256_and_si256(_mm256_castps_si256(above), oki));
@@ -759,7 +817,7 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
       acc_nz = _mm256_add_epi32(acc_nz, _mm256_and_si256(nzi, oki));
       acc_uf = _mm256_add_epi32(acc_uf, _mm256_and_si256(_mm256_and_si256(nzi, zi), oki));
     }
-    const int um = _mm256_movemask_ps(unsure);
+    const int um = _mm256_movemask_ps(_mm256_and_ps(unsure, in_use));
     if (um) pending[np++] = Pending{b, j, static_cast<uint32_t>(um)};
   };
   int64_t j = 0;
@@ -774,6 +832,14 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
   }
   for (size_t k = 0; k < np; ++k) {
     const Pending& q = pending[k];
+    if constexpr (kLanes) {  // q.j counts from the row's start; lanes of other blocks are not ours
+      for (int l = 0; l < 8; ++l) {
+        const int64_t col = q.j + l, blk = col / row.bc;
+        if ((q.mask & (1u << l)) && row.use[blk])
+          scalar_element(p, row.consts[blk], row.x, row.i0 + col, col, codes, values, rng, cnt);
+      }
+      continue;
+    }
     const float* x = row.x + q.block * row.bc;
     const int64_t i0 = row.i0 + q.block * row.bc;
     for (int l = 0; l < 8; ++l)
@@ -1007,21 +1073,21 @@ void band_thr_lanes_impl(const QuantPlan& p, const Row4T& band, uint8_t* codes, 
   out.add_to(cnt);
 }
 
-template <Arith A>
+template <Arith A, bool L>
 void span4_dispatch(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng,
                     SpanCounts& cnt) {
   switch (p.round) {
-    case Round::rne: return span4_impl<Round::rne, A>(p, row, codes, values, rng, cnt);
-    case Round::rna: return span4_impl<Round::rna, A>(p, row, codes, values, rng, cnt);
-    case Round::rtz: return span4_impl<Round::rtz, A>(p, row, codes, values, rng, cnt);
-    case Round::up: return span4_impl<Round::up, A>(p, row, codes, values, rng, cnt);
-    case Round::down: return span4_impl<Round::down, A>(p, row, codes, values, rng, cnt);
-    case Round::odd: return span4_impl<Round::odd, A>(p, row, codes, values, rng, cnt);
-    case Round::stochastic: return span4_impl<Round::stochastic, A>(p, row, codes, values, rng, cnt);
+    case Round::rne: return span4_impl<Round::rne, A, L>(p, row, codes, values, rng, cnt);
+    case Round::rna: return span4_impl<Round::rna, A, L>(p, row, codes, values, rng, cnt);
+    case Round::rtz: return span4_impl<Round::rtz, A, L>(p, row, codes, values, rng, cnt);
+    case Round::up: return span4_impl<Round::up, A, L>(p, row, codes, values, rng, cnt);
+    case Round::down: return span4_impl<Round::down, A, L>(p, row, codes, values, rng, cnt);
+    case Round::odd: return span4_impl<Round::odd, A, L>(p, row, codes, values, rng, cnt);
+    case Round::stochastic: return span4_impl<Round::stochastic, A, L>(p, row, codes, values, rng, cnt);
     case Round::stochastic_fast:
-      return span4_impl<Round::stochastic_fast, A>(p, row, codes, values, rng, cnt);
+      return span4_impl<Round::stochastic_fast, A, L>(p, row, codes, values, rng, cnt);
     case Round::stochastic_fastest:
-      return span4_impl<Round::stochastic_fastest, A>(p, row, codes, values, rng, cnt);
+      return span4_impl<Round::stochastic_fastest, A, L>(p, row, codes, values, rng, cnt);
   }
 }
 
@@ -1052,8 +1118,16 @@ void vec_span(const QuantPlan& p, const BlockConsts& c, const VecBlock& vb, cons
 }
 
 void vec4_row(const QuantPlan& p, const Row4& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
-  if (p.arith == Arith::exact) span4_dispatch<Arith::exact>(p, row, codes, values, rng, cnt);
-  else span4_dispatch<Arith::fp32>(p, row, codes, values, rng, cnt);
+  // a block per lane where the per-block steps would leave whole blocks, or
+  // their ends, to the scalar core
+  const bool lanes = row.bc % 8 != 0 && row.nblocks > 1;
+  if (p.arith == Arith::exact) {
+    if (lanes) span4_dispatch<Arith::exact, true>(p, row, codes, values, rng, cnt);
+    else span4_dispatch<Arith::exact, false>(p, row, codes, values, rng, cnt);
+  } else {
+    if (lanes) span4_dispatch<Arith::fp32, true>(p, row, codes, values, rng, cnt);
+    else span4_dispatch<Arith::fp32, false>(p, row, codes, values, rng, cnt);
+  }
 }
 
 void vec4_row_thr(const QuantPlan& p, const Row4T& row, uint8_t* codes, float* values, SpanCounts& cnt) {

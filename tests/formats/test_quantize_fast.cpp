@@ -550,6 +550,69 @@ TEST(QuantizeFast, ThresholdLoopWithZeroScaleBlocks) {
   EXPECT_GT(zero_blocks, 16 * 50);
 }
 
+// Blocks whose width is not a multiple of 8 in the modes outside the
+// threshold loop (and in all modes on tensors too small for it): the 8-lane
+// loop with a block per lane, each lane gathering its block's multiplier and
+// x-hat. Every mode, both arithmetics, three scale formats; rows whose length
+// is and is not a multiple of 8 (misaligned random words, a scalar tail);
+// all-zero blocks (lanes the loop must leave alone, in the steps and in the
+// tail) and blocks of tiny values (scale underflow) among ordinary ones.
+TEST(QuantizeFast, BlockPerLaneLoopMatchesReference) {
+  test::Rng rng(1611);
+  int compared = 0, zero_blocks = 0;
+  struct Shape {
+    int br, bc;
+    int64_t rows, cols;
+  };
+  // (the second shape has the first's row length: the per-thread cache of
+  // each column's block must follow the block width too)
+  const Shape shapes[] = {{16, 1, 48, 203}, {1, 3, 8, 203}, {16, 1, 32, 256}, {4, 4, 24, 130},
+                          {2, 2, 10, 517},  {1, 4, 12, 1000}, {1, 12, 9, 301}, {3, 1, 13, 77}};
+  const char* scales[] = {"ue5m3", "ue8m0", "e4m3"};
+  const int bits[] = {8, 16, 23, 4};
+  int k = 0;
+  for (const Shape& sh : shapes) {
+    for (const Round mode : test::kAllModes) {
+      for (const Arith arith : {Arith::exact, Arith::fp32}) {
+        QuantSpec s = ue5m3_1x16();
+        s.scale = parse_format(scales[k % 3]);
+        if (k % 3 == 1) s.rule = ScaleRule::mx_floor;
+        s.block_rows = sh.br;
+        s.block_cols = sh.bc;
+        s.arith = arith;
+        s.round = mode;
+        s.sr_bits = bits[k % 4];
+        s.seed = 77 + static_cast<uint64_t>(k);
+        s.stream = static_cast<uint64_t>(k % 5);
+        ++k;
+        std::vector<float> x(static_cast<size_t>(sh.rows * sh.cols));
+        for (float& v : x) v = draw(rng, 0, 8, false, false);
+        const int64_t gc = (sh.cols + sh.bc - 1) / sh.bc;
+        for (int64_t r = 0; r < sh.rows; ++r) {
+          for (int64_t c = 0; c < sh.cols; ++c) {
+            // the same pseudo-random choice for every element of a block
+            const uint64_t blk = static_cast<uint64_t>((r / sh.br) * gc + c / sh.bc);
+            const uint64_t h = (blk + 1) * 0x9E3779B97F4A7C15ull >> 58;  // 0..63
+            float& v = x[static_cast<size_t>(r * sh.cols + c)];
+            if (h < 4) v = rng.coin() ? 0.0f : -0.0f;
+            else if (h < 7) v = (rng.coin() ? -1.0f : 1.0f) * 1e-30f * static_cast<float>(rng.uniform());
+          }
+        }
+        const Outcome r = run(s, x, sh.rows, sh.cols, 0);
+        ASSERT_FALSE(r.threw) << r.error;
+        zero_blocks += static_cast<int>(r.stats.scale_underflow);
+        for (int threads : {1, 2})
+          EXPECT_EQ(difference(r, run(s, x, sh.rows, sh.cols, threads), x), "")
+              << sh.rows << "x" << sh.cols << " block " << sh.br << "x" << sh.bc << " " << scales[(k - 1) % 3] << " "
+              << (arith == Arith::exact ? "exact " : "fp32 ") << test::mode_name(mode) << " bits " << s.sr_bits;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 8 * 9 * 2);
+  EXPECT_GT(zero_blocks, 8 * 9 * 2 * 4);
+}
+
 // The threshold loop's search must find thresholds anywhere in float32: in
 // the subnormal range (tiny tensors, or a given amax far above them) and up
 // to FLT_MAX, where the saturation threshold can lie past every finite |x|.
