@@ -4,6 +4,8 @@
 
 #include <Eigen/Core>
 
+#include <cstddef>
+
 #ifndef EIGEN_DONT_PARALLELIZE
 #error "exmy_nn must be built with EIGEN_DONT_PARALLELIZE (see sim/gemm.hpp)"
 #endif
@@ -28,6 +30,7 @@ template <class T>
 void gemm_block(T* C, int64_t ldc, const T* A, int64_t lda, Op opA, const T* B, int64_t ldb, Op opB, int64_t M,
                 int64_t N, int64_t K, bool accumulate) {
   if (M <= 0 || N <= 0) return;
+  fix_gemm_cache_sizes();
   MutMap<T> c(C, M, N, Eigen::OuterStride<>(ldc));
   if (K <= 0) {
     if (!accumulate) c.setZero();
@@ -45,6 +48,14 @@ void gemm_block(T* C, int64_t ldc, const T* A, int64_t lda, Op opA, const T* B, 
 }
 
 }  // namespace
+
+void fix_gemm_cache_sizes() {
+  static const bool fixed = [] {
+    Eigen::setCpuCacheSizes(kGemmCacheL1, kGemmCacheL2, kGemmCacheL3);
+    return true;
+  }();
+  (void)fixed;
+}
 
 template <class T>
 void gemm_serial(T* C, int64_t ldc, const T* A, int64_t lda, Op opA, const T* B, int64_t ldb, Op opB, int64_t M,

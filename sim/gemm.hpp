@@ -12,6 +12,7 @@
 // whichever thread runs it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace exmy::sim {
@@ -34,5 +35,22 @@ void gemm_serial(T* C, int64_t ldc, const T* A, int64_t lda, Op opA, const T* B,
 
 // Tile edge of gemm()'s fixed grid (rows and columns of C).
 inline constexpr int64_t kGemmTile = 256;
+
+// The cache sizes Eigen plans its blocking with, fixed for every machine.
+// Eigen reads them from the CPU (cpuid) and cuts K into panels sized from
+// the L1 (at most 288 floats for 32 KiB, 432 for 48 KiB, with AVX2), so the same
+// product summed in different panels, and rounded differently, on machines
+// with different caches: a training run on a 16-core Xeon (48 KiB L1) and on
+// the project's Zen 1 (32 KiB) gave different loss curves. With
+// fixed sizes the blocking depends on the shape alone, so results are the
+// same on any x86-64 with the same instruction set. The values are what
+// Eigen reads on the project machine, so its results did not change.
+inline constexpr std::ptrdiff_t kGemmCacheL1 = std::ptrdiff_t{32} << 10;
+inline constexpr std::ptrdiff_t kGemmCacheL2 = std::ptrdiff_t{512} << 10;
+inline constexpr std::ptrdiff_t kGemmCacheL3 = std::ptrdiff_t{64} << 20;
+
+// Sets Eigen's cache sizes to the above, once per process; gemm() and
+// gemm_serial() call it before their first product.
+void fix_gemm_cache_sizes();
 
 }  // namespace exmy::sim

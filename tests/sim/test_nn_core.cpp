@@ -7,8 +7,12 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
+
+#include <Eigen/Core>
 
 #include "formats/error.hpp"
 #include "formats/round.hpp"
@@ -105,6 +109,34 @@ TEST(Gemm, BitIdenticalForAnyThreadCount) {
   omp_set_num_threads(saved);
   for (size_t i = 0; i < c1.size(); ++i)
     ASSERT_EQ(std::bit_cast<uint32_t>(c1[i]), std::bit_cast<uint32_t>(c2[i])) << "element " << i;
+}
+
+// Eigen plans its K panels from the cache sizes it reads from the CPU, so
+// gemm() fixes them before its first product (kGemmCacheL1...). Checked in a
+// fresh process (the death test re-runs this binary) that first reports a
+// 48 KiB L1, as the Xeon host of a lent GPU machine did: gemm() must still
+// give the product planned for kGemmCacheL1, bit for bit.
+bool same_product_when_the_cpu_reports_a_48k_l1() {
+  const int64_t M = 64, N = 48, K = 2048;  // K spans several panels for either L1
+  const auto A = random_vec<float>(static_cast<size_t>(M * K), 21);
+  const auto B = random_vec<float>(static_cast<size_t>(K * N), 22);
+  Eigen::setCpuCacheSizes(std::ptrdiff_t{48} << 10, std::ptrdiff_t{2} << 20, std::ptrdiff_t{300} << 20);
+  std::vector<float> c(static_cast<size_t>(M * N)), r(c.size());
+  gemm(c.data(), N, A.data(), K, Op::N, B.data(), N, Op::N, M, N, K, false);
+  Eigen::setCpuCacheSizes(kGemmCacheL1, kGemmCacheL2, kGemmCacheL3);
+  gemm_serial(r.data(), N, A.data(), K, Op::N, B.data(), N, Op::N, M, N, K, false);
+  return std::memcmp(c.data(), r.data(), sizeof(float) * c.size()) == 0;
+}
+
+TEST(GemmDeathTest, SameBitsWhateverCachesTheCpuReports) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(same_product_when_the_cpu_reports_a_48k_l1() ? 0 : 1), testing::ExitedWithCode(0), "");
+  // in this process too, once a product has run
+  std::vector<float> a(4, 1.0f), b(4, 1.0f), c(4);
+  gemm(c.data(), 2, a.data(), 2, Op::N, b.data(), 2, Op::N, 2, 2, 2, false);
+  EXPECT_EQ(Eigen::l1CacheSize(), kGemmCacheL1);
+  EXPECT_EQ(Eigen::l2CacheSize(), kGemmCacheL2);
+  EXPECT_EQ(Eigen::l3CacheSize(), kGemmCacheL3);
 }
 
 // ---------------------------------------------------------------------------
