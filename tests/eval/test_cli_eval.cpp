@@ -1,4 +1,4 @@
-// `exmy eval`, `exmy inspect` and analysis/plot_runs.py end to end, on two
+// `exmy eval`, `exmy inspect`, analysis/plot_runs.py and analysis/run_digest.py end to end, on two
 // proxy-tiny runs trained once with `exmy train --config
 // experiments/proxy-tiny.ini` (an fp32 run, and one with a quantized recipe
 // and per-tensor statistics).
@@ -318,6 +318,53 @@ TEST_F(Runs, PlotScriptWritesPngs) {
   const Result help = run({kPython, kSource + "/analysis/plot_runs.py", "--help"});
   EXPECT_EQ(help.status, 0) << help.out;
   EXPECT_NE(help.out.find("--out"), std::string::npos) << help.out;
+}
+
+// analysis/run_digest.py: the same run trained again (on one thread) digests
+// to the same lines, run file and checkpoint; a different run does not; the
+// wall-clock datasets are the only ones --skip-timing leaves out.
+TEST_F(Runs, DigestScriptFindsTheSameBitsInARunTrainedAgain) {
+  if (!have_plotting()) GTEST_SKIP() << "needs /usr/bin/python3 with h5py (Debian python3-h5py)";
+  TempDir d;
+  std::vector<std::string> again = {kExmy, "train", "--config", kTinyIni, "--out", d / "again", "--recipe",
+                                    "nvfp4-no-rht-all", "--set", "train.stats_interval=2", "--set", "train.threads=1",
+                                    "--steps", "4", "--set", "train.batch_size=4", "--set", "train.seq_len=16",
+                                    "--set", "train.eval_batches=2", "--set", "data.synthetic_tokens=8192",
+                                    "--set", "train.log_interval=2", "--set", "train.eval_interval=2"};
+  const Result t = run(again);
+  ASSERT_EQ(t.status, 0) << t.out;
+  const std::string script = kSource + "/analysis/run_digest.py";
+  auto digest = [&](const std::string& dir, bool skip) {
+    std::vector<std::string> argv = {kPython, script, dir + "/run.h5", dir + "/checkpoints/step_00000004.h5"};
+    if (skip) argv.push_back("--skip-timing");
+    const Result r = run(argv);
+    EXPECT_EQ(r.status, 0) << r.out;
+    return r.out;
+  };
+  const std::string a = digest(quant_dir(), true), b = digest(d / "again", true);
+  EXPECT_EQ(a, b);
+  EXPECT_GT(count_lines(a), 100u);
+  EXPECT_NE(a.find("\n/train/loss [3] <f8 "), std::string::npos) << a.substr(0, 2000);
+  EXPECT_NE(a.find("\n/params/"), std::string::npos) << "checkpoint parameters";
+  // the fp32 run: other losses
+  const std::string f = digest(fp32_dir(), true);
+  const auto line_of = [](const std::string& text, const std::string& name) {
+    const size_t at = text.find("\n" + name + " ");
+    return at == std::string::npos ? std::string() : text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  };
+  ASSERT_FALSE(line_of(f, "/train/loss").empty()) << f.substr(0, 2000);
+  EXPECT_NE(line_of(f, "/train/loss"), line_of(a, "/train/loss"));
+  EXPECT_EQ(line_of(f, "/train/step"), line_of(a, "/train/step"));
+  // without --skip-timing the wall-clock columns are there, and differ
+  const std::string at = digest(quant_dir(), false), bt = digest(d / "again", false);
+  EXPECT_FALSE(line_of(at, "/train/elapsed_s").empty()) << at.substr(0, 2000);
+  EXPECT_TRUE(line_of(a, "/train/elapsed_s").empty());
+  EXPECT_NE(line_of(at, "/train/elapsed_s"), line_of(bt, "/train/elapsed_s"));
+  // bad input: one line
+  const Result bad = run({kPython, script, *dir_ / "missing.h5"});
+  EXPECT_EQ(bad.status, 1) << bad.out;
+  EXPECT_EQ(count_lines(bad.out), 1u) << bad.out;
+  EXPECT_NE(bad.out.find("run_digest: cannot read"), std::string::npos) << bad.out;
 }
 
 }  // namespace
