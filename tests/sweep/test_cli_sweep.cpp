@@ -82,6 +82,20 @@ pid_t find_trainer(const std::string& dir) {
   return 0;
 }
 
+// True once `sig` is pending for process `pid` (sent to the process, not yet
+// delivered: the process is stopped), within `seconds`.
+bool wait_for_pending(pid_t pid, int sig, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.starts_with("ShdPnd:") && (std::stoull(line.substr(7), nullptr, 16) >> (sig - 1) & 1)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 bool wait_for_file(const fs::path& p, double seconds) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < until) {
@@ -343,7 +357,9 @@ TEST(CliSweep, KilledRunResumesFromItsCheckpoint) {
 
 // SIGINT to the sweep: the running run checkpoints and ends, the sweep
 // exits 130, the run is listed as interrupted, and the same command
-// resumes it.
+// resumes it. The sweep passes the signal on after 300 ms, in which a fast
+// machine trains the rest of the run (a 16-core Xeon did), so the trainer is
+// held stopped from before the signal until the sweep's SIGINT is pending.
 TEST(CliSweep, SigintInterruptsAndTheRerunResumes) {
   TempDir tmp;
   const std::string file = long_sweep(tmp);
@@ -351,7 +367,13 @@ TEST(CliSweep, SigintInterruptsAndTheRerunResumes) {
   const fs::path dir = fs::path(out) / "000_seed=3";
   const pid_t sweep = spawn({kExmy, "sweep", file, "--out", out, "--threads", "1", "--no-plots"}, tmp / "i.log");
   ASSERT_TRUE(wait_for_file(dir / "checkpoints" / "step_00000010.h5", 60)) << read_text(tmp / "i.log");
+  const pid_t trainer = find_trainer(dir.string());
+  ASSERT_GT(trainer, 0) << "no trainer found; " << read_text(tmp / "i.log");
+  ASSERT_EQ(::kill(trainer, SIGSTOP), 0);
   ASSERT_EQ(::kill(sweep, SIGINT), 0);
+  const bool passed_on = wait_for_pending(trainer, SIGINT, 30);
+  ASSERT_EQ(::kill(trainer, SIGCONT), 0);
+  ASSERT_TRUE(passed_on) << "the sweep did not pass SIGINT on; " << read_text(tmp / "i.log");
   EXPECT_EQ(wait_status(sweep), 130) << read_text(tmp / "i.log");
   ASSERT_FALSE(fs::exists(dir / "DONE")) << "the run ended before the signal";
   EXPECT_FALSE(fs::exists(dir / "FAILED"));
