@@ -4,18 +4,32 @@
 //   exmy inspect RUN.h5|RUN_DIR [--csv FILE] [--top N] [--no-config]
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "formats/error.hpp"
 #include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/eval/inspect.hpp"
+#include "sim/io/h5.hpp"
 #include "sim/io/tensor_io.hpp"
 
 namespace po = boost::program_options;
 
 namespace exmy::cli {
+
+// Seconds without progress after which reading a run file is given up
+// (each dataset or attribute read is progress; a corrupt file once kept
+// libhdf5 in one attribute read forever). EXMY_HDF5_IDLE_LIMIT overrides it
+// (the tests use 2).
+double inspect_idle_limit() {
+  const char* e = std::getenv("EXMY_HDF5_IDLE_LIMIT");
+  char* end = nullptr;
+  const double v = e ? std::strtod(e, &end) : 0.0;
+  return e && end != e && *end == '\0' && v > 0 && v < 1e6 ? v : 30.0;
+}
 
 int cmd_inspect(const Args& args) {
   po::options_description desc(
@@ -35,17 +49,47 @@ int cmd_inspect(const Args& args) {
   if (parse_or_help(args, desc, pos, vm)) return 0;
   if (!vm.count("run")) throw Error("exmy inspect needs a run file (exmy inspect --help)");
   if (vm["top"].as<int64_t>() < 0) throw Error("--top must be 0 or positive");
-  const eval::RunSummary s = eval::read_run_summary(vm["run"].as<std::string>());
   eval::InspectOptions opt;
   opt.config = !vm.count("no-config");
   opt.top = vm["top"].as<int64_t>();
-  print_run_summary(stdout, s, opt);
-  if (vm.count("csv")) {
+  const std::string run = vm["run"].as<std::string>();
+  const std::string csv_path = vm.count("csv") ? vm["csv"].as<std::string>() : std::string();
+  // The file is read, and the tables made, in a child process: libhdf5
+  // crashes or loops forever on some corrupt files, which then become a
+  // one-line error (io::h5::run_isolated). The answer: the printed text,
+  // then (with --csv) the CSV and the line saying where it went.
+  const std::string answer = io::h5::run_isolated(
+      run,
+      [&] {
+        const eval::RunSummary s = eval::read_run_summary(run);
+        char* buf = nullptr;
+        size_t len = 0;
+        std::FILE* mem = ::open_memstream(&buf, &len);
+        if (!mem) throw Error("exmy inspect: out of memory");
+        print_run_summary(mem, s, opt);
+        std::fclose(mem);
+        std::string out(buf, len);
+        std::free(buf);
+        if (!csv_path.empty()) {
+          char line[512];
+          std::snprintf(line, sizeof line, "\ntables written to %s (%zu operand and %zu GEMM rows)\n",
+                        csv_path.c_str(), s.operands.size(), s.gemms.size());
+          out.push_back('\0');
+          out += eval::summary_csv(s);
+          out.push_back('\0');
+          out += line;
+        }
+        return out;
+      },
+      inspect_idle_limit());
+  const size_t text_end = answer.find('\0');
+  std::fwrite(answer.data(), 1, std::min(text_end, answer.size()), stdout);
+  if (!csv_path.empty() && text_end != std::string::npos) {
+    const size_t csv_end = answer.find('\0', text_end + 1);
     io::OutputSet outs;
-    outs.add_text(vm["csv"].as<std::string>(), eval::summary_csv(s));
+    outs.add_text(csv_path, answer.substr(text_end + 1, csv_end - text_end - 1));
     outs.commit();
-    std::printf("\ntables written to %s (%zu operand and %zu GEMM rows)\n", vm["csv"].as<std::string>().c_str(),
-                s.operands.size(), s.gemms.size());
+    std::fputs(answer.c_str() + csv_end + 1, stdout);
   }
   return 0;
 }

@@ -103,6 +103,7 @@ class Reader {
 
   // A dataset as doubles: (rows,) or (rows, width) row-major; width 0 for 1-D.
   std::vector<double> read(const std::string& d, int64_t* width = nullptr) const {
+    io::h5::heartbeat();
     Handle ds(H5Dopen2(f_.get(), d.c_str(), H5P_DEFAULT), H5Dclose);
     if (!ds.valid()) throw Error("run file '" + path_ + "': cannot open dataset '" + d + "'");
     H5Drefresh(ds.get());  // SWMR: the writer's last flush
@@ -123,6 +124,7 @@ class Reader {
     std::vector<std::string> names;
     H5Aiterate2(root_.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, &Reader::attr_name, &names);
     for (const auto& n : names) {
+      io::h5::heartbeat();
       Handle a(H5Aopen(root_.get(), n.c_str(), H5P_DEFAULT), H5Aclose);
       Handle t(H5Aget_type(a.get()), H5Tclose);
       switch (H5Tget_class(t.get())) {
@@ -148,6 +150,7 @@ class Reader {
  private:
   static herr_t visit(hid_t, const char* name, const H5O_info_t* info, void* self) {
     auto* r = static_cast<Reader*>(self);
+    io::h5::heartbeat();
     const std::string p = std::string("/") + name;
     if (info->type == H5O_TYPE_DATASET) {
       r->datasets_.push_back(p);

@@ -1,11 +1,14 @@
 #include "sim/io/h5.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -63,20 +66,61 @@ bool read_sized(int fd, std::string& out, uint64_t limit) {
 
 }  // namespace
 
+namespace {
+int g_heartbeat_fd = -1;  // in a run_isolated child with an idle limit: the write end of the beat pipe
+
+// Waits for the child's answer (fd readable, or closed) while it beats on
+// `beat`; false when `limit_s` seconds pass without either.
+bool wait_for_answer(int fd, int beat, double limit_s) {
+  using Clock = std::chrono::steady_clock;
+  auto last = Clock::now();
+  for (;;) {
+    pollfd p[2] = {{fd, POLLIN, 0}, {beat, POLLIN, 0}};
+    const int r = ::poll(p, beat >= 0 ? 2 : 1, 200);
+    if (r < 0 && errno != EINTR) return true;  // cannot wait: read as before
+    if (r > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) return true;
+    if (r > 0 && beat >= 0 && p[1].revents) {
+      char buf[512];
+      if (::read(beat, buf, sizeof buf) > 0) last = Clock::now();
+      else if (p[1].revents & POLLHUP) beat = -1;  // (the answer follows)
+    }
+    if (std::chrono::duration<double>(Clock::now() - last).count() > limit_s) return false;
+  }
+}
+}  // namespace
+
+void heartbeat() {
+  if (g_heartbeat_fd < 0) return;
+  const char c = 1;
+  (void)!::write(g_heartbeat_fd, &c, 1);  // non-blocking: a full pipe already says enough
+}
+
 void run_isolated(const std::string& file, const std::function<void(const Send& send)>& child,
-                  const std::function<bool(int fd)>& receive, const std::function<void()>& in_process) {
+                  const std::function<bool(int fd)>& receive, const std::function<void()>& in_process,
+                  double idle_limit_s) {
   // The reply: status 1 and the child's result; or status 0, length, message.
   int fds[2];
   if (::pipe(fds) != 0) return in_process();  // no pipe: run here
-  std::fflush(nullptr);                        // nothing buffered is written twice
-  const pid_t pid = ::fork();
-  if (pid < 0) {
+  int beat[2] = {-1, -1};
+  if (idle_limit_s > 0 && ::pipe(beat) != 0) {
     ::close(fds[0]);
     ::close(fds[1]);
+    return in_process();
+  }
+  std::fflush(nullptr);  // nothing buffered is written twice
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    for (const int f : {fds[0], fds[1], beat[0], beat[1]})
+      if (f >= 0) ::close(f);
     return in_process();  // no child: run here
   }
   if (pid == 0) {
     ::close(fds[0]);
+    if (beat[1] >= 0) {
+      ::close(beat[0]);
+      ::fcntl(beat[1], F_SETFL, ::fcntl(beat[1], F_GETFL) | O_NONBLOCK);
+      g_heartbeat_fd = beat[1];
+    }
     const int null = ::open("/dev/null", O_WRONLY);
     if (null >= 0) ::dup2(null, 2);
     bool sent = false;
@@ -102,6 +146,22 @@ void run_isolated(const std::string& file, const std::function<void(const Send& 
     ::_exit(0);
   }
   ::close(fds[1]);
+  if (beat[1] >= 0) {
+    ::close(beat[1]);
+    ::fcntl(beat[0], F_SETFL, ::fcntl(beat[0], F_GETFL) | O_NONBLOCK);
+    const bool answered = wait_for_answer(fds[0], beat[0], idle_limit_s);
+    ::close(beat[0]);
+    if (!answered) {
+      ::kill(pid, SIGKILL);
+      ::close(fds[0]);
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", idle_limit_s);
+      throw Error("cannot read '" + file + "': the HDF5 library made no progress on it for " + secs +
+                  " s (corrupt file?)");
+    }
+  }
   uint8_t status = 0;
   std::string message;
   bool complete = read_all(fds[0], &status, 1);
@@ -118,7 +178,7 @@ void run_isolated(const std::string& file, const std::function<void(const Send& 
   throw Error("cannot read '" + file + "': the HDF5 reader stopped without an answer (corrupt file?)");
 }
 
-std::string run_isolated(const std::string& file, const std::function<std::string()>& fn) {
+std::string run_isolated(const std::string& file, const std::function<std::string()>& fn, double idle_limit_s) {
   std::string out;
   run_isolated(
       file,
@@ -128,7 +188,7 @@ std::string run_isolated(const std::string& file, const std::function<std::strin
         if (send(&len, sizeof len)) send(r.data(), r.size());
       },
       [&](int fd) { return read_sized(fd, out, uint64_t{1} << 40); },
-      [&] { out = fn(); });
+      [&] { out = fn(); }, idle_limit_s);
   return out;
 }
 
@@ -238,6 +298,7 @@ void write_attribute(hid_t obj, const std::string& name, const std::vector<std::
 }
 
 std::optional<std::string> read_string_attribute(hid_t obj, const std::string& name) {
+  heartbeat();
   Handle a = open_scalar_attribute(obj, name);
   if (!a.valid()) return std::nullopt;
   Handle ft(H5Aget_type(a.get()), H5Tclose);
@@ -260,6 +321,7 @@ std::optional<std::string> read_string_attribute(hid_t obj, const std::string& n
 }
 
 std::optional<std::vector<std::string>> read_string_list_attribute(hid_t obj, const std::string& name) {
+  heartbeat();
   Handle a = open_attribute(obj, name);
   if (!a.valid()) return std::nullopt;
   Handle ft(H5Aget_type(a.get()), H5Tclose);
@@ -277,6 +339,7 @@ std::optional<std::vector<std::string>> read_string_list_attribute(hid_t obj, co
 }
 
 std::optional<int64_t> read_int_attribute(hid_t obj, const std::string& name) {
+  heartbeat();
   Handle a = open_scalar_attribute(obj, name);
   if (!a.valid()) return std::nullopt;
   Handle ft(H5Aget_type(a.get()), H5Tclose);
@@ -287,6 +350,7 @@ std::optional<int64_t> read_int_attribute(hid_t obj, const std::string& name) {
 }
 
 std::optional<double> read_double_attribute(hid_t obj, const std::string& name) {
+  heartbeat();
   Handle a = open_scalar_attribute(obj, name);
   if (!a.valid()) return std::nullopt;
   Handle ft(H5Aget_type(a.get()), H5Tclose);

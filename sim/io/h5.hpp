@@ -56,11 +56,19 @@ void silence_errors();  // idempotent
 // stops short becomes an exmy::Error naming `file`. The child writes nothing
 // to stderr and leaves with _exit. Where no pipe or child process can be
 // had, `in_process` does the work here instead.
+// libhdf5 can also loop forever on one (a corrupt global heap under a
+// string attribute did): with `idle_limit_s` > 0 the child is killed, and
+// an exmy::Error names `file`, when that many seconds pass without a
+// heartbeat() from it and before its answer.
 using Send = std::function<bool(const void* p, size_t n)>;
 void run_isolated(const std::string& file, const std::function<void(const Send& send)>& child,
-                  const std::function<bool(int fd)>& receive, const std::function<void()>& in_process);
+                  const std::function<bool(int fd)>& receive, const std::function<void()>& in_process,
+                  double idle_limit_s = 0);
 // The common case: a string result.
-std::string run_isolated(const std::string& file, const std::function<std::string()>& fn);
+std::string run_isolated(const std::string& file, const std::function<std::string()>& fn, double idle_limit_s = 0);
+// Tells run_isolated's parent that the child is making progress; readers
+// call it before each libhdf5 read. Does nothing outside such a child.
+void heartbeat();
 // Reads exactly n bytes, retried on EINTR; false on EOF or error.
 bool read_all(int fd, void* p, size_t n);
 

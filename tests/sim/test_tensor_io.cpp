@@ -6,13 +6,17 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "formats/error.hpp"
+#include "sim/io/h5.hpp"
 #include "sim/io/tensor_io.hpp"
 
 namespace exmy::io {
@@ -191,3 +195,84 @@ TEST_F(TensorIo, CrashOfTheHdf5LibraryIsAnError) {
 
 }  // namespace
 }  // namespace exmy::io
+
+namespace exmy::io {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// run_isolated's idle limit: a child that stops making progress (libhdf5
+// looping on a corrupt file) is killed and named in one error; one that
+// keeps calling heartbeat() may take longer than the limit.
+TEST(RunIsolated, ChildWithoutProgressIsKilledAfterTheIdleLimit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    (void)h5::run_isolated(
+        "stuck.h5",
+        [] {
+          for (;;) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          return std::string();
+        },
+        0.5);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cannot read 'stuck.h5': the HDF5 library made no progress on it for 0.5 s (corrupt file?)");
+  }
+  const double took = seconds_since(t0);
+  EXPECT_GE(took, 0.5);
+  EXPECT_LT(took, 10.0);
+}
+
+TEST(RunIsolated, HeartbeatsKeepASlowChildAlive) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string r = h5::run_isolated(
+      "slow.h5",
+      [] {
+        for (int i = 0; i < 30; ++i) {  // 1.5 s in all, three times the limit
+          h5::heartbeat();
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        return std::string("done");
+      },
+      0.5);
+  EXPECT_EQ(r, "done");
+  EXPECT_GE(seconds_since(t0), 1.5);
+  h5::heartbeat();  // outside a child: nothing happens
+}
+
+TEST(RunIsolated, WithoutALimitTheChildMayTakeItsTime) {
+  const std::string r = h5::run_isolated("quiet.h5", [] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    return std::string("late");
+  });
+  EXPECT_EQ(r, "late");
+}
+
+TEST(RunIsolated, CrashAndErrorInTheChild) {
+  try {
+    (void)h5::run_isolated(
+        "crash.h5",
+        []() -> std::string {
+          std::raise(SIGKILL);  // (a sanitizer would catch SIGSEGV and exit instead)
+          return "";
+        },
+        5.0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read 'crash.h5': the HDF5 library crashed on it"), std::string::npos)
+        << e.what();
+  }
+  try {
+    (void)h5::run_isolated("bad.h5", []() -> std::string { throw Error("bad.h5: no such dataset"); }, 5.0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "bad.h5: no such dataset");
+  }
+}
+
+}  // namespace
+}  // namespace exmy::io
+
