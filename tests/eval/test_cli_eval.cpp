@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -365,6 +366,34 @@ TEST_F(Runs, DigestScriptFindsTheSameBitsInARunTrainedAgain) {
   EXPECT_EQ(bad.status, 1) << bad.out;
   EXPECT_EQ(count_lines(bad.out), 1u) << bad.out;
   EXPECT_NE(bad.out.find("run_digest: cannot read"), std::string::npos) << bad.out;
+}
+
+// Run files libhdf5 cannot read safely (tests/reference/corrupt/README.md):
+// one that makes it loop forever and one that makes it crash give a
+// one-line error naming the file, in the idle limit set here, and no CSV;
+// the intact file they were made from reads.
+TEST(InspectCorrupt, LoopingOrCrashingHdf5LibraryIsAOneLineError) {
+  TempDir d;
+  const std::string dir = kSource + "/tests/reference/corrupt/";
+  for (const char* name : {"heap-loops-libhdf5.h5", "heap-crashes-libhdf5.h5"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    // (timeout: a reader without the idle limit would wait forever)
+    const Result r =
+        run({"timeout", "60", "env", "EXMY_HDF5_IDLE_LIMIT=2", kExmy, "inspect", dir + name, "--csv", d / "t.csv"});
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.status, 1) << name << ": " << r.out;
+    EXPECT_EQ(count_lines(r.out), 1u) << r.out;
+    EXPECT_NE(r.out.find("exmy: error: cannot read '" + dir + name + "': the HDF5 "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("corrupt file?)"), std::string::npos) << r.out;
+    EXPECT_LT(took, 20.0) << name;
+    EXPECT_FALSE(fs::exists(d / "t.csv")) << name;
+  }
+  const Result loops = run({"env", "EXMY_HDF5_IDLE_LIMIT=2", kExmy, "inspect", dir + "heap-loops-libhdf5.h5"});
+  EXPECT_NE(loops.out.find("made no progress on it for 2 s"), std::string::npos) << loops.out;
+  const Result ok = run({kExmy, "inspect", dir + "heap-intact.h5", "--csv", d / "t.csv"});
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find("no per-tensor statistics"), std::string::npos) << ok.out;
+  EXPECT_TRUE(fs::exists(d / "t.csv"));
 }
 
 }  // namespace
