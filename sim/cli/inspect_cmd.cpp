@@ -20,16 +20,6 @@ namespace po = boost::program_options;
 
 namespace exmy::cli {
 
-// Seconds without progress after which reading a run file is given up
-// (each dataset or attribute read is progress; a corrupt file once kept
-// libhdf5 in one attribute read forever). EXMY_HDF5_IDLE_LIMIT overrides it
-// (the tests use 2).
-double inspect_idle_limit() {
-  const char* e = std::getenv("EXMY_HDF5_IDLE_LIMIT");
-  char* end = nullptr;
-  const double v = e ? std::strtod(e, &end) : 0.0;
-  return e && end != e && *end == '\0' && v > 0 && v < 1e6 ? v : 30.0;
-}
 
 int cmd_inspect(const Args& args) {
   po::options_description desc(
@@ -56,7 +46,8 @@ int cmd_inspect(const Args& args) {
   const std::string csv_path = vm.count("csv") ? vm["csv"].as<std::string>() : std::string();
   // The file is read, and the tables made, in a child process: libhdf5
   // crashes or loops forever on some corrupt files, which then become a
-  // one-line error (io::h5::run_isolated). The answer: the printed text,
+  // one-line error (io::h5::run_isolated; every dataset or attribute read
+  // is progress, and 30 s without any ends the child). The answer: the printed text,
   // then (with --csv) the CSV and the line saying where it went.
   const std::string answer = io::h5::run_isolated(
       run,
@@ -81,7 +72,7 @@ int cmd_inspect(const Args& args) {
         }
         return out;
       },
-      inspect_idle_limit());
+      io::h5::read_idle_limit());
   const size_t text_end = answer.find('\0');
   std::fwrite(answer.data(), 1, std::min(text_end, answer.size()), stdout);
   if (!csv_path.empty() && text_end != std::string::npos) {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -88,6 +89,13 @@ bool wait_for_answer(int fd, int beat, double limit_s) {
   }
 }
 }  // namespace
+
+double read_idle_limit() {
+  const char* e = std::getenv("EXMY_HDF5_IDLE_LIMIT");
+  char* end = nullptr;
+  const double v = e ? std::strtod(e, &end) : 0.0;
+  return e && end != e && *end == '\0' && v > 0 && v < 1e6 ? v : 30.0;
+}
 
 void heartbeat() {
   if (g_heartbeat_fd < 0) return;

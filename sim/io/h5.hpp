@@ -69,6 +69,9 @@ std::string run_isolated(const std::string& file, const std::function<std::strin
 // Tells run_isolated's parent that the child is making progress; readers
 // call it before each libhdf5 read. Does nothing outside such a child.
 void heartbeat();
+// The idle limit exmy's readers of files given to it use: 30 s, or
+// EXMY_HDF5_IDLE_LIMIT seconds when that is set to a positive number.
+double read_idle_limit();
 // Reads exactly n bytes, retried on EINTR; false on EOF or error.
 bool read_all(int fd, void* p, size_t n);
 

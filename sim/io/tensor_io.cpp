@@ -202,6 +202,7 @@ void read_h5_pieces(hid_t d, hid_t space, int nd, const hsize_t* dims, int64_t c
       const hsize_t* start = nd == 2 ? start2 : start2 + 1;
       const hsize_t* cnt = nd == 2 ? count2 : count2 + 1;
       const hsize_t n = nr * nc;
+      h5::heartbeat();
       H5Id mem(H5Screate_simple(1, &n, nullptr), H5Sclose);
       const size_t old = data.size();
       data.resize(old + static_cast<size_t>(n));
@@ -217,6 +218,7 @@ Tensor read_h5(const std::string& spec, int64_t rows, int64_t cols) {
   std::string file, dset;
   split_h5_path(spec, file, dset);
   if (!fs::exists(file)) throw Error("cannot read '" + file + "': no such file");
+  h5::heartbeat();
   H5Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (f.id < 0) throw Error("cannot open '" + file + "' as HDF5");
   if (H5Lexists(f.id, dset.c_str(), H5P_DEFAULT) <= 0) throw Error("'" + file + "' has no dataset '" + dset + "'");
@@ -255,7 +257,9 @@ void check_requested_shape(int64_t rows, int64_t cols) {
 }
 
 // A user's HDF5 input is read in a child process (io::h5::run_isolated):
-// libhdf5 1.10 crashes on some malformed files before it returns an error.
+// libhdf5 1.10 crashes on some malformed files before it returns an error,
+// and loops forever on others (the child is ended after read_idle_limit()
+// seconds without a heartbeat: one per piece read).
 // The reply: rows, cols, count, shape_known, then count floats.
 Tensor read_h5_isolated(const std::string& spec, int64_t rows, int64_t cols) {
   std::string file, dset;
@@ -281,7 +285,7 @@ Tensor read_h5_isolated(const std::string& spec, int64_t rows, int64_t cols) {
         out.data.resize(static_cast<size_t>(head[2]));
         return h5::read_all(fd, out.data.data(), out.data.size() * sizeof(float));
       },
-      [&] { out = read_h5(spec, rows, cols); });
+      [&] { out = read_h5(spec, rows, cols); }, h5::read_idle_limit());
   return out;
 }
 
@@ -382,8 +386,10 @@ std::string OutputSet::temp_for(const std::string& dest) {
   const fs::path dir = d.has_parent_path() ? d.parent_path() : fs::path(".");
   if (!fs::is_directory(dir)) throw Error("cannot write '" + dest + "': directory '" + dir.string() + "' does not exist");
   static std::mt19937_64 rng{std::random_device{}()};
-  return (dir / ("." + d.filename().string() + ".tmp" + std::to_string(getpid()) + "_" + std::to_string(rng() % 1000000)))
-      .string();
+  std::string name = ".";
+  name += d.filename().string();
+  name += ".tmp" + std::to_string(getpid()) + "_" + std::to_string(rng() % 1000000);
+  return (dir / name).string();
 }
 
 void OutputSet::add_tensor(const std::string& path, const float* data, int64_t rows, int64_t cols) {

@@ -102,11 +102,13 @@ struct Visit {
   std::vector<std::string> datasets;
 };
 herr_t visit_cb(hid_t, const char* name, const H5O_info_t* info, void* self) {
+  io::h5::heartbeat();
   if (info->type == H5O_TYPE_DATASET) static_cast<Visit*>(self)->datasets.push_back(name);
   return 0;
 }
 
 bool is_2d_f32(hid_t f, const std::string& path) {
+  io::h5::heartbeat();
   Handle d(H5Dopen2(f, path.c_str(), H5P_DEFAULT), H5Dclose);
   if (!d.valid()) return false;
   Handle t(H5Dget_type(d.get()), H5Tclose);
@@ -330,7 +332,7 @@ std::vector<TensorRef> list_tensors(const std::vector<std::string>& inputs, cons
         if (is_2d_f32(f.get(), path)) paths += path + "\n";
       }
       return paths;
-    });
+    }, io::h5::read_idle_limit());
     size_t found = 0;
     for (size_t at = 0; at < listed.size();) {
       const size_t nl = listed.find('\n', at);
