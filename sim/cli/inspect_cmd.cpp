@@ -62,13 +62,11 @@ int cmd_inspect(const Args& args) {
         std::string out(buf, len);
         std::free(buf);
         if (!csv_path.empty()) {
-          char line[512];
-          std::snprintf(line, sizeof line, "\ntables written to %s (%zu operand and %zu GEMM rows)\n",
-                        csv_path.c_str(), s.operands.size(), s.gemms.size());
           out.push_back('\0');
           out += eval::summary_csv(s);
           out.push_back('\0');
-          out += line;
+          out += "\ntables written to " + csv_path + " (" + std::to_string(s.operands.size()) + " operand and " +
+                 std::to_string(s.gemms.size()) + " GEMM rows)\n";
         }
         return out;
       },
