@@ -603,6 +603,21 @@ static_assert(sizeof(Vec4Block) % sizeof(float) == 0 && offsetof(Vec4Block, r) =
                   sizeof(BlockConsts) % sizeof(float) == 0 && offsetof(BlockConsts, mb) % sizeof(float) == 0,
               "block constants gathered as float lanes");
 
+// The block index of each of `cols` columns in blocks of `bc` columns, kept
+// per thread for the last shape asked (one table for every instantiation of
+// span4_impl).
+const int32_t* column_blocks(int64_t cols, int64_t bc) {
+  thread_local std::vector<int32_t> map;
+  thread_local int64_t for_cols = -1, for_bc = -1;
+  if (for_cols != cols || for_bc != bc) {
+    map.resize(static_cast<size_t>(cols));
+    for (int64_t j = 0; j < cols; ++j) map[static_cast<size_t>(j)] = static_cast<int32_t>(j / bc);
+    for_cols = cols;
+    for_bc = bc;
+  }
+  return map.data();
+}
+
 // The 8-lane loop of one row. Per block (kLanes false): a block's constants
 // are broadcast and its 8-element steps run, the last partial step left to
 // the scalar core. With a block per lane (kLanes true, for block widths that
@@ -670,18 +685,12 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
   pending.resize(static_cast<size_t>(row.cols / 8 + 2 * row.nblocks + 2));
   size_t np = 0;
 
-  // kLanes: each column's block index (cached per thread for the shape),
-  // and, where some blocks are not the loop's, a use flag per block.
-  thread_local std::vector<int32_t> col_block, use32;
-  thread_local int64_t cb_cols = -1, cb_bc = -1;
+  // kLanes: each column's block index, and, where some blocks are not the
+  // loop's, a use flag per block.
+  const int32_t* col_block = kLanes ? column_blocks(row.cols, row.bc) : nullptr;
+  thread_local std::vector<int32_t> use32;
   bool all_used = true;
   if constexpr (kLanes) {
-    if (cb_cols != row.cols || cb_bc != row.bc) {
-      col_block.resize(static_cast<size_t>(row.cols));
-      for (int64_t j = 0; j < row.cols; ++j) col_block[static_cast<size_t>(j)] = static_cast<int32_t>(j / row.bc);
-      cb_cols = row.cols;
-      cb_bc = row.bc;
-    }
     all_used = std::memchr(row.use, 0, static_cast<size_t>(row.nblocks)) == nullptr;
     if (!all_used) {
       use32.resize(static_cast<size_t>(row.nblocks));
@@ -707,7 +716,7 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
     __m256 vr_l = vr, vmb_l = vmb;
     __m256 in_use = _mm256_castsi256_ps(all_ones);  // kLanes: the lanes whose block is the loop's
     if constexpr (kLanes) {
-      bidx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col_block.data() + j));
+      bidx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col_block + j));
       if constexpr (kExact) {
         vr_l = _mm256_i32gather_ps(vb_base, _mm256_mullo_epi32(bidx, _mm256_set1_epi32(kVbStride)), 4);
       } else {
