@@ -69,8 +69,7 @@ int cmd_inspect(const Args& args) {
                  std::to_string(s.gemms.size()) + " GEMM rows)\n";
         }
         return out;
-      },
-      io::h5::read_idle_limit());
+      });
   const size_t text_end = answer.find('\0');
   std::fwrite(answer.data(), 1, std::min(text_end, answer.size()), stdout);
   if (!csv_path.empty() && text_end != std::string::npos) {

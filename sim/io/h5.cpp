@@ -65,9 +65,6 @@ bool read_sized(int fd, std::string& out, uint64_t limit) {
   return read_all(fd, out.data(), out.size());
 }
 
-}  // namespace
-
-namespace {
 int g_heartbeat_fd = -1;  // in a run_isolated child with an idle limit: the write end of the beat pipe
 
 // Waits for the child's answer (fd readable, or closed) while it beats on

@@ -57,21 +57,21 @@ void silence_errors();  // idempotent
 // to stderr and leaves with _exit. Where no pipe or child process can be
 // had, `in_process` does the work here instead.
 // libhdf5 can also loop forever on one (a corrupt global heap under a
-// string attribute did): with `idle_limit_s` > 0 the child is killed, and
-// an exmy::Error names `file`, when that many seconds pass without a
-// heartbeat() from it and before its answer.
+// string attribute did): the child is killed, and an exmy::Error names
+// `file`, when `idle_limit_s` seconds pass without a heartbeat() from it and
+// before its answer (by default read_idle_limit(); 0: no limit).
 using Send = std::function<bool(const void* p, size_t n)>;
+// 30 s, or EXMY_HDF5_IDLE_LIMIT seconds when that is set to a positive number.
+double read_idle_limit();
 void run_isolated(const std::string& file, const std::function<void(const Send& send)>& child,
                   const std::function<bool(int fd)>& receive, const std::function<void()>& in_process,
-                  double idle_limit_s = 0);
+                  double idle_limit_s = read_idle_limit());
 // The common case: a string result.
-std::string run_isolated(const std::string& file, const std::function<std::string()>& fn, double idle_limit_s = 0);
+std::string run_isolated(const std::string& file, const std::function<std::string()>& fn,
+                         double idle_limit_s = read_idle_limit());
 // Tells run_isolated's parent that the child is making progress; readers
 // call it before each libhdf5 read. Does nothing outside such a child.
 void heartbeat();
-// The idle limit exmy's readers of files given to it use: 30 s, or
-// EXMY_HDF5_IDLE_LIMIT seconds when that is set to a positive number.
-double read_idle_limit();
 // Reads exactly n bytes, retried on EINTR; false on EOF or error.
 bool read_all(int fd, void* p, size_t n);
 

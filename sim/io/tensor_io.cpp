@@ -285,7 +285,7 @@ Tensor read_h5_isolated(const std::string& spec, int64_t rows, int64_t cols) {
         out.data.resize(static_cast<size_t>(head[2]));
         return h5::read_all(fd, out.data.data(), out.data.size() * sizeof(float));
       },
-      [&] { out = read_h5(spec, rows, cols); }, h5::read_idle_limit());
+      [&] { out = read_h5(spec, rows, cols); });
   return out;
 }
 

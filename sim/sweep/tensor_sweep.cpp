@@ -332,7 +332,7 @@ std::vector<TensorRef> list_tensors(const std::vector<std::string>& inputs, cons
         if (is_2d_f32(f.get(), path)) paths += path + "\n";
       }
       return paths;
-    }, io::h5::read_idle_limit());
+    });
     size_t found = 0;
     for (size_t at = 0; at < listed.size();) {
       const size_t nl = listed.find('\n', at);

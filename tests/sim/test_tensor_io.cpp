@@ -244,10 +244,13 @@ TEST(RunIsolated, HeartbeatsKeepASlowChildAlive) {
 }
 
 TEST(RunIsolated, WithoutALimitTheChildMayTakeItsTime) {
-  const std::string r = h5::run_isolated("quiet.h5", [] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(700));
-    return std::string("late");
-  });
+  const std::string r = h5::run_isolated(
+      "quiet.h5",
+      [] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(700));
+        return std::string("late");
+      },
+      0.0);
   EXPECT_EQ(r, "late");
 }
 
