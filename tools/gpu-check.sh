@@ -10,7 +10,8 @@
 # x86-64-v3 (AVX2+FMA) from a second build, build-v3/, of the formats library.
 #
 # Prepared for a lent device machine: build here with --build, carry
-# build-cuda/tests/formats/test_cuda there and run this script; logs and the
+# build-cuda/tests/formats/test_cuda, build-cuda/devlibs (the libraries it
+# loads) and build-cuda/exmy-bench-v3 there and run this script; logs and the
 # gtest XML go to $OUT when it is set (the device tool brings $OUT back),
 # else to build-cuda/gpu-check/. Without the carried binary it builds
 # test_cuda itself (needs cmake, nvcc, GoogleTest). Exit status: 0 when every
@@ -18,6 +19,7 @@
 # tests' own failure status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tools/portable-lib.sh
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
@@ -27,11 +29,11 @@ build() {
   # portable code: the binary may run on another CPU than the one that built it
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DEXMY_CUDA=ON -DEXMY_NATIVE=OFF >/dev/null
   cmake --build build-cuda -j"$(nproc 2>/dev/null || echo 2)" --target test_cuda test_cuda_emulated
+  copy_libs build-cuda/devlibs "$bin"  # libgomp, libcudart, where the device host lacks them
 }
 
 build_bench() {
-  cmake -S . -B build-v3 -DCMAKE_BUILD_TYPE=Release -DEXMY_CUDA=OFF -DEXMY_NATIVE=OFF \
-    -DCMAKE_CXX_FLAGS="-march=x86-64-v3" >/dev/null
+  configure_v3
   cmake --build build-v3 -j"$(nproc 2>/dev/null || echo 2)" --target exmy_formats
   mkdir -p build-cuda
   g++ -std=c++20 -O2 -march=x86-64-v3 -fopenmp -static -I. \

@@ -12,18 +12,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(realpath -m "$PWD")
+. tools/portable-lib.sh
 
 if [ "${1:-}" = "--build" ]; then
-  cmake -S . -B build-v3 -DCMAKE_BUILD_TYPE=Release -DEXMY_CUDA=OFF -DEXMY_NATIVE=OFF \
-    -DCMAKE_CXX_FLAGS="-march=x86-64-v3" >/dev/null
+  configure_v3
   cmake --build build-v3 -j"$(nproc 2>/dev/null || echo 2)"
-  rm -rf build-v3/devtests && mkdir -p build-v3/devtests build-v3/devlibs
+  rm -rf build-v3/devtests && mkdir -p build-v3/devtests
   find build-v3/tests -type f -executable -name 'test_*' -exec cp {} build-v3/devtests/ \;
-  # everything but the C library's own libraries, which the other machine has
-  for b in build-v3/exmy build-v3/devtests/*; do
-    ldd "$b" | awk '$3 ~ /^\// {print $3}'
-  done | sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|libresolv|ld-linux[^/]*)\.so' |
-    while read -r lib; do cp -L "$lib" build-v3/devlibs/; done
+  copy_libs build-v3/devlibs build-v3/exmy build-v3/devtests/*
   echo "$root" >build-v3/devtests/source-dir
   echo "portable-tests: $(ls build-v3/devtests | grep -c '^test_') test binaries, $(ls build-v3/devlibs | wc -l) libraries"
   exit 0
