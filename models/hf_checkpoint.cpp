@@ -10,6 +10,7 @@
 
 #include "formats/error.hpp"
 #include "models/safetensors.hpp"
+#include "sim/io/atomic_file.hpp"
 
 namespace exmy::models {
 namespace fs = std::filesystem;
@@ -104,11 +105,7 @@ void save_hf_checkpoint(const NemotronH<T>& model, const std::string& dir, const
   }
   write_safetensors((fs::path(dir) / "model.safetensors").string(), src, {{"format", "pt"}});
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
-  std::ofstream out(cfg_path + ".tmp", std::ios::trunc);
-  out << config_to_json(model.config());
-  out.close();
-  if (!out) throw Error("cannot write '" + cfg_path + "'");
-  fs::rename(cfg_path + ".tmp", cfg_path);
+  io::write_text_atomic(cfg_path, config_to_json(model.config()));
 }
 
 template void load_hf_weights<float>(NemotronH<float>&, const std::string&);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/error.hpp"
+#include "sim/io/atomic_file.hpp"
 #include "sim/linear.hpp"
 
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
@@ -178,8 +179,7 @@ void write_safetensors(const std::string& path, const std::vector<StSource>& ten
   }
   std::string header = h.dump();
   header.append((8 - header.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  {
+  io::write_file_atomic(path, [&](const std::string& tmp) {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error("cannot write '" + tmp + "'");
     const uint64_t hlen = header.size();
@@ -216,11 +216,9 @@ void write_safetensors(const std::string& path, const std::vector<StSource>& ten
       }
       out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
     }
-    if (!out) throw Error("write error on '" + tmp + "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+    out.close();
+    if (!out) throw Error("write error on '" + tmp + "' (disk full?)");
+  });
 }
 
 }  // namespace exmy::models

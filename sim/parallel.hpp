@@ -6,10 +6,28 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <thread>
 
+#include "formats/error.hpp"
 #include "sim/tensor.hpp"
 
 namespace exmy::sim {
+
+// The most threads a command accepts (--threads, train.threads): 1024, or 4
+// per hardware thread on a larger machine. Far more would only exhaust the
+// OpenMP runtime's thread stacks (it crashed at 100,000).
+inline int max_threads_allowed() {
+  return std::max(1024, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// `n` as a thread count named `name` (0: the default), or an exmy::Error.
+inline int checked_threads(int64_t n, const std::string& name) {
+  if (n < 0 || n > max_threads_allowed())
+    throw Error(name + " = " + std::to_string(n) + " is outside 0.." + std::to_string(max_threads_allowed()) +
+                " (0: one per core; at most 1024, or 4 per hardware thread)");
+  return static_cast<int>(n);
+}
 
 // Loops with less work than this (in multiply-adds or elements) run on the
 // calling thread: starting a parallel region costs microseconds, and far

@@ -21,6 +21,7 @@
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/parallel.hpp"
 
 namespace po = boost::program_options;
 
@@ -169,7 +170,8 @@ int cmd_bench(const Args& args) {
   if (n <= 0) throw Error("--elements must be at least --cols");
   const int64_t rows = n / cols;
   const int repeat = std::max(1, vm["repeat"].as<int>());
-  const int all = vm["threads"].as<int>() > 0 ? vm["threads"].as<int>() : omp_get_max_threads();
+  const int asked = sim::checked_threads(vm["threads"].as<int>(), "--threads");
+  const int all = asked > 0 ? asked : omp_get_max_threads();
   const bool with_stats = vm.count("stats") > 0;
 
   std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));

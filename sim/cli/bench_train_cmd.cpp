@@ -26,6 +26,8 @@
 #include "models/config.hpp"
 #include "models/nemotron_h.hpp"
 #include "sim/cli/cli_support.hpp"
+#include "sim/parallel.hpp"
+#include "sim/sysmem.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/gemm.hpp"
 #include "sim/io/run_file.hpp"
@@ -228,7 +230,7 @@ int cmd_bench_train(const Args& args) {
   // clang-format on
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
-  if (vm["threads"].as<int>() > 0) omp_set_num_threads(vm["threads"].as<int>());
+  if (const int n = sim::checked_threads(vm["threads"].as<int>(), "--threads"); n > 0) omp_set_num_threads(n);
   models::NemotronHConfig cfg = models::resolve_config(vm["model"].as<std::string>());
   if (vm.count("set"))
     for (const auto& s : vm["set"].as<std::vector<std::string>>()) models::apply_override(cfg, s);
@@ -236,6 +238,20 @@ int cmd_bench_train(const Args& args) {
   const int64_t T = vm["seq-len"].as<int64_t>(), B = vm["batch"].as<int64_t>();
   const int steps = std::max(1, vm["steps"].as<int>());
   if (T <= 0 || B <= 0) throw Error("--seq-len and --batch must be positive");
+  {  // every model of the comparison is built up front
+    size_t models = 0;
+    if (vm.count("recipe")) {
+      const size_t n_recipes = split_list(vm["recipe"].as<std::string>()).size();
+      const std::string st = vm["stats"].as<std::string>();
+      models = n_recipes + (st == "all" ? n_recipes : st == "none" ? 0 : split_list(st).size());
+    } else {
+      models = split_list(vm["precision"].as<std::string>()).size();
+    }
+    sim::require_memory(static_cast<double>(std::max<size_t>(models, 1)) * models::training_memory(cfg, B, T).total(),
+                        "exmy bench train (" + std::to_string(models) + " models " + cfg.name + ", batch " +
+                            std::to_string(B) + " x " + std::to_string(T) + ")",
+                        "lower --batch or --seq-len, or compare fewer recipes at once");
+  }
   if (vm.count("recipe")) return bench_recipes(cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>());
   const int64_t n = vm["gemm-size"].as<int64_t>();
   if (n <= 0) throw Error("--gemm-size must be positive");

@@ -10,6 +10,7 @@
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
 #include "sim/cli/cli_support.hpp"
+#include "sim/parallel.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/cli/stats_json.hpp"
 #include "sim/io/tensor_io.hpp"
@@ -93,6 +94,14 @@ int cmd_quantize(const Args& args) {
   if (signs > 0xffff) throw Error("--rht-signs must be a 16-bit mask, got " + vm["rht-signs"].as<std::string>());
   spec.rht_signs = static_cast<uint16_t>(signs);
   spec.validate();
+  const int threads = sim::checked_threads(vm["threads"].as<int>(), "--threads");
+  // Every output path is checked before any work (sim/io/atomic_file.hpp).
+  for (const char* o : {"output", "codes", "scales", "stats"})
+    if (vm.count(o)) {
+      std::string file = vm[o].as<std::string>(), dset;
+      if (io::file_kind(file) == io::FileKind::hdf5) io::split_h5_path(vm[o].as<std::string>(), file, dset);
+      io::output_target(file);
+    }
 
   int64_t rows = 0, cols = 0;
   if (vm.count("shape")) parse_shape(vm["shape"].as<std::string>(), rows, cols);
@@ -106,7 +115,7 @@ int cmd_quantize(const Args& args) {
   QuantStats stats;
   QuantOutput out{values.data(), codes.data(), scodes.data(), &stats};
   if (vm.count("reference")) quantize_ref(spec, x.data.data(), x.rows, x.cols, out);
-  else quantize(spec, x.data.data(), x.rows, x.cols, out, vm["threads"].as<int>());
+  else quantize(spec, x.data.data(), x.rows, x.cols, out, threads);
 
   io::OutputSet outputs;
   outputs.add_tensor(vm["output"].as<std::string>(), values.data(), x.rows, x.cols);

@@ -21,6 +21,7 @@
 
 #include "formats/error.hpp"
 #include "sim/cli/cli_support.hpp"
+#include "sim/parallel.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/sweep/runner.hpp"
 #include "sim/sweep/summary.hpp"
@@ -128,7 +129,7 @@ int cmd_sweep(const Args& args) {
   sweep::RunnerOptions ropt;
   ropt.exmy = self_exe();
   ropt.jobs = vm["jobs"].as<int>();
-  ropt.threads = vm["threads"].as<int>();
+  ropt.threads = sim::checked_threads(vm["threads"].as<int>(), "--threads");
   if (ropt.jobs < 1) throw Error("--jobs must be at least 1");
   if (ropt.threads < 0) throw Error("--threads must be 0 (cores / jobs) or more");
   if (vm.count("run")) ropt.only = vm["run"].as<int64_t>();

@@ -11,6 +11,7 @@
 
 #include "formats/error.hpp"
 #include "sim/cli/cli_support.hpp"
+#include "sim/parallel.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/sweep/sweep.hpp"
 #include "sim/sweep/tensor_sweep.hpp"
@@ -88,7 +89,7 @@ int cmd_sweep_tensors(const Args& args) {
     return 0;
   }
   if (!vm.count("csv") && !vm.count("h5")) throw Error("no output: give --csv FILE and/or --h5 FILE");
-  const auto s = sweep::run_tensor_sweep(tensors, combos, vm.count("recorded") > 0, vm["threads"].as<int>());
+  const auto s = sweep::run_tensor_sweep(tensors, combos, vm.count("recorded") > 0, sim::checked_threads(vm["threads"].as<int>(), "--threads"));
   sweep::write_tensor_sweep(s, vm.count("csv") ? vm["csv"].as<std::string>() : "",
                             vm.count("h5") ? vm["h5"].as<std::string>() : "");
   size_t errors = 0;

@@ -381,15 +381,14 @@ std::vector<uint8_t> npy_bytes(const float* data, int64_t rows, int64_t cols) {
   return out;
 }
 
-std::string OutputSet::temp_for(const std::string& dest) {
-  const fs::path d(dest);
-  const fs::path dir = d.has_parent_path() ? d.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir)) throw Error("cannot write '" + dest + "': directory '" + dir.string() + "' does not exist");
+OutputSet::Pending OutputSet::pending_for(const std::string& dest, const std::string& h5_dataset) {
   static std::mt19937_64 rng{std::random_device{}()};
-  std::string name = ".";
-  name += d.filename().string();
-  name += ".tmp" + std::to_string(getpid()) + "_" + std::to_string(rng() % 1000000);
-  return (dir / name).string();
+  Pending p;
+  p.dest = dest;
+  p.target = output_target(dest);
+  p.tmp = temporary_for(p.target, std::to_string(getpid()) + "_" + std::to_string(rng() % 1000000));
+  p.h5_dataset = h5_dataset;
+  return p;
 }
 
 void OutputSet::add_tensor(const std::string& path, const float* data, int64_t rows, int64_t cols) {
@@ -397,7 +396,7 @@ void OutputSet::add_tensor(const std::string& path, const float* data, int64_t r
     case FileKind::hdf5: {
       std::string file, dset;
       split_h5_path(path, file, dset);
-      Pending p{temp_for(file), file, dset};
+      const Pending p = pending_for(file, dset);
       pending_.push_back(p);
       write_h5(p.tmp, dset, data, rows, cols);
       return;
@@ -412,7 +411,7 @@ void OutputSet::add_tensor(const std::string& path, const float* data, int64_t r
 }
 
 void OutputSet::add_bytes(const std::string& path, const void* data, size_t n) {
-  Pending p{temp_for(path), path, ""};
+  const Pending p = pending_for(path, "");
   pending_.push_back(p);
   write_bytes_file(p.tmp, data, n);
 }
@@ -421,10 +420,10 @@ void OutputSet::add_text(const std::string& path, const std::string& text) { add
 
 void OutputSet::commit() {
   for (auto& p : pending_) {
-    if (!p.h5_dataset.empty() && fs::exists(p.dest)) {
+    if (!p.h5_dataset.empty() && !p.target.stream && fs::exists(p.target.file)) {
       // Copy the dataset into the existing file, replacing one of that name.
       static H5Silence silence;
-      H5Id dst(H5Fopen(p.dest.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+      H5Id dst(H5Fopen(p.target.file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
       if (dst.id < 0) throw Error("cannot open '" + p.dest + "' to add dataset '" + p.h5_dataset + "'");
       H5Id src(H5Fopen(p.tmp.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
       if (H5Lexists(dst.id, p.h5_dataset.c_str(), H5P_DEFAULT) > 0) H5Ldelete(dst.id, p.h5_dataset.c_str(), H5P_DEFAULT);
@@ -434,9 +433,7 @@ void OutputSet::commit() {
         throw Error("cannot write dataset '" + p.h5_dataset + "' into '" + p.dest + "'");
       fs::remove(p.tmp);
     } else {
-      std::error_code ec;
-      fs::rename(p.tmp, p.dest, ec);
-      if (ec) throw Error("cannot move output into '" + p.dest + "': " + ec.message());
+      place_output(p.tmp, p.target, p.dest);
     }
     p.tmp.clear();
   }

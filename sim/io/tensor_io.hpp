@@ -3,14 +3,18 @@
 // HDF5 datasets named `file.h5:/path/to/dataset`.
 //
 // Writers never leave a partial file behind: each output is written to a
-// temporary file next to its destination and renamed into place only when
-// every output of the command has been produced (see OutputSet).
+// temporary file and placed (renamed over a regular file or a link's
+// target, copied into a FIFO, character device or '-') only when every
+// output of the command has been produced (see OutputSet and
+// sim/io/atomic_file.hpp).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "sim/io/atomic_file.hpp"
 
 namespace exmy::io {
 
@@ -55,10 +59,11 @@ class OutputSet {
  private:
   struct Pending {
     std::string tmp, dest;
+    OutputTarget target;     // what stands at dest (sim/io/atomic_file.hpp)
     std::string h5_dataset;  // non-empty: copy this dataset into an existing HDF5 file
   };
   std::vector<Pending> pending_;
-  std::string temp_for(const std::string& dest);
+  Pending pending_for(const std::string& dest, const std::string& h5_dataset);
 };
 
 // NumPy .npy bytes for a 2-D little-endian float32 array.

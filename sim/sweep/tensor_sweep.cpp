@@ -14,6 +14,7 @@
 #include "formats/parse_number.hpp"
 #include "formats/error.hpp"
 #include "formats/spec.hpp"
+#include "sim/io/atomic_file.hpp"
 #include "sim/io/h5.hpp"
 #include "sim/io/tensor_io.hpp"
 #include "sim/quant/ini.hpp"
@@ -396,9 +397,11 @@ TensorSweep run_tensor_sweep(const std::vector<TensorRef>& tensors, const std::v
 }
 
 void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const std::string& h5_path) {
-  const std::string pid = std::to_string(::getpid());
-  const std::string csv_tmp = csv_path.empty() ? "" : csv_path + ".tmp-" + pid;
-  const std::string h5_tmp = h5_path.empty() ? "" : h5_path + ".tmp-" + pid;
+  // Both outputs are checked before either is written (sim/io/atomic_file.hpp).
+  const io::OutputTarget csv_at = csv_path.empty() ? io::OutputTarget{} : io::output_target(csv_path);
+  const io::OutputTarget h5_at = h5_path.empty() ? io::OutputTarget{} : io::output_target(h5_path);
+  const std::string csv_tmp = csv_path.empty() ? "" : io::temporary_for(csv_at);
+  const std::string h5_tmp = h5_path.empty() ? "" : io::temporary_for(h5_at);
   struct Cleanup {
     std::vector<std::string> files;
     ~Cleanup() {
@@ -537,15 +540,8 @@ void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const
       io::h5::write_attribute(root.get(), "schema", std::string("exmy sweep-tensors 1"));
     }
   }
-  std::error_code ec;
-  if (!csv_path.empty()) {
-    fs::rename(csv_tmp, csv_path, ec);
-    if (ec) throw Error("cannot write '" + csv_path + "': " + ec.message());
-  }
-  if (!h5_path.empty()) {
-    fs::rename(h5_tmp, h5_path, ec);
-    if (ec) throw Error("cannot write '" + h5_path + "': " + ec.message());
-  }
+  if (!csv_path.empty()) io::place_output(csv_tmp, csv_at, csv_path);
+  if (!h5_path.empty()) io::place_output(h5_tmp, h5_at, h5_path);
   cleanup.files.clear();
 }
 

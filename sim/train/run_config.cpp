@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "formats/error.hpp"
+#include "sim/parallel.hpp"
 #include "sim/linear.hpp"
 
 namespace po = boost::program_options;
@@ -223,7 +224,7 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
   if (c.precision == "bf16" && c.recipe.unquantized != "bf16")
     sim::quant::apply_recipe_override(c.recipe, "recipe.unquantized", "bf16");
   c.seed = as_uint(v, "train.seed");
-  c.threads = static_cast<int>(as_int(v, "train.threads", 0));
+  c.threads = sim::checked_threads(as_int(v, "train.threads", 0), "train.threads");
   c.log_interval = as_int(v, "train.log_interval", 1);
   c.eval_interval = as_int(v, "train.eval_interval", 0);
   c.eval_batches = as_int(v, "train.eval_batches", 1);

@@ -3,7 +3,10 @@
 // file formats, and the bad-input contract (non-zero exit, one line naming
 // the problem, no output file left behind).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -215,6 +218,93 @@ TEST_F(CliTest, FailedRunKeepsExistingOutput) {
   std::string s;
   std::getline(f, s);
   EXPECT_EQ(s, "previous result");
+}
+
+// What stands at an output path is never replaced: a symbolic link is
+// written through (atomically, at its target), a FIFO or character device
+// straight through, '-' to standard output; a directory or socket is a
+// one-line error that leaves it as it was.
+TEST_F(CliTest, OutputsNeverReplaceWhatIsAtThePath) {
+  write_f32(dir / "x.f32", std::vector<uint32_t>(32, 0x3f800000u));  // 1.0: e2m1 code 0x2
+  const std::string base = "quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --output " + P("y.f32");
+  ASSERT_EQ(exmy(base + " --codes " + P("want.bin")).status, 0);
+  const auto want = slurp(dir / "want.bin");
+  ASSERT_EQ(want.size(), 32u);
+
+  // A symbolic link (relative, through a second link): the target gets the
+  // codes, both links stay links.
+  fs::create_directories(dir / "real");
+  std::ofstream(dir / "real" / "codes.bin") << "old";
+  fs::create_symlink("real/codes.bin", dir / "link1");
+  fs::create_symlink("link1", dir / "link2");
+  ASSERT_EQ(exmy(base + " --codes " + P("link2")).status, 0);
+  EXPECT_TRUE(fs::is_symlink(dir / "link1"));
+  EXPECT_TRUE(fs::is_symlink(dir / "link2"));
+  EXPECT_EQ(slurp(dir / "real" / "codes.bin"), want);
+  // A dangling link: its target is created, the link stays.
+  fs::create_symlink("real/new.bin", dir / "dangling");
+  ASSERT_EQ(exmy(base + " --codes " + P("dangling")).status, 0);
+  EXPECT_TRUE(fs::is_symlink(dir / "dangling"));
+  EXPECT_EQ(slurp(dir / "real" / "new.bin"), want);
+
+  // A FIFO: a reader gets the bytes, the FIFO stays a FIFO.
+  ASSERT_EQ(::mkfifo(P("fifo").c_str(), 0644), 0);
+  const std::string got = P("from_fifo.bin");
+  const std::string cmd = "cat " + P("fifo") + " > " + got + " & " + std::string(EXMY_BINARY) + " " + base +
+                          " --codes " + P("fifo") + " && wait";
+  ASSERT_EQ(std::system(("bash -c '" + cmd + "'").c_str()), 0);
+  EXPECT_TRUE(fs::is_fifo(dir / "fifo"));
+  EXPECT_EQ(slurp(got), want);
+
+  // '-': standard output.
+  const std::string out = P("stdout.bin");
+  ASSERT_EQ(std::system((std::string(EXMY_BINARY) + " " + base + " --codes - > " + out).c_str()), 0);
+  EXPECT_EQ(slurp(out), want);
+
+  // Character devices (made here, so a regression replaces only these):
+  // a null device stays a device; a full device is a one-line error naming
+  // the path, and stays a device.
+  if (::mknod(P("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0 &&
+      ::mknod(P("full").c_str(), S_IFCHR | 0666, makedev(1, 7)) == 0) {
+    EXPECT_EQ(exmy(base + " --codes " + P("null")).status, 0);
+    EXPECT_TRUE(fs::is_character_file(dir / "null"));
+    const CmdResult r = exmy(base + " --codes " + P("full"));
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(P("full")), std::string::npos) << r.err;
+    EXPECT_TRUE(fs::is_character_file(dir / "full"));
+  } else {
+    std::printf("(no mknod here: the character-device cases were not run)\n");
+  }
+
+  // A directory: a one-line error, the directory and its file kept, and
+  // no other output written.
+  fs::create_directories(dir / "adir");
+  std::ofstream(dir / "adir" / "keep") << "keep";
+  fs::remove(dir / "y.f32");
+  const CmdResult r = exmy(base + " --codes " + P("adir"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("directory"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_directory(dir / "adir"));
+  EXPECT_TRUE(fs::exists(dir / "adir" / "keep"));
+  EXPECT_FALSE(fs::exists(dir / "y.f32"));
+}
+
+// A thread count far above the machine is a one-line error, not a crash
+// of the OpenMP runtime.
+TEST_F(CliTest, AbsurdThreadCountIsAnError) {
+  write_f32(dir / "x.f32", std::vector<uint32_t>(32, 0x3f800000u));
+  for (const char* t : {"100000", "-3"}) {
+    const CmdResult r = exmy("quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --threads " + t +
+                             " --output " + P("y.f32"));
+    EXPECT_EQ(r.status, 1) << t;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("--threads"), std::string::npos) << r.err;
+  }
+  const CmdResult b = exmy("bench quantize --threads 100000");
+  EXPECT_EQ(b.status, 1);
+  EXPECT_NE(b.err.find("--threads"), std::string::npos) << b.err;
 }
 
 TEST(Cli, HelpAndFormats) {
