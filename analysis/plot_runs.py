@@ -75,10 +75,14 @@ def open_run(path):
 
 
 def rows(group, name):
-    """Dataset `name` of a row group, cut to len(step) rows (None if absent)."""
+    """Dataset `name` of a row group, cut to the rows its step column covers
+    (None if absent); a step below 1 is a row a full disk cut off, and the
+    rows end before it."""
     if name not in group or "step" not in group:
         return None
-    n = group["step"].shape[0]
+    step = np.asarray(group["step"][:])
+    bad = np.flatnonzero(~(step >= 1))
+    n = int(bad[0]) if bad.size else step.shape[0]
     return np.asarray(group[name][:n], dtype=np.float64)
 
 

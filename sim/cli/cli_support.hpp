@@ -30,20 +30,28 @@ inline bool parse_or_help(const std::vector<std::string>& args, const boost::pro
   return true;
 }
 
-// The first SIGINT/SIGTERM stores its number here; the command finishes what
-// it is doing, saves and returns 128 + the number. A second signal of
-// either kind ends the process the default way.
+// The first SIGINT/SIGTERM/SIGPIPE stores its number here; the command
+// finishes what it is doing, saves and returns 128 + the number. A second
+// SIGINT or SIGTERM ends the process the default way. SIGPIPE (the reader
+// of `exmy train | head` went away) is ignored from then on: the output
+// that is left goes nowhere (writes fail with EPIPE), the checkpoint and
+// the run file are written as after SIGINT.
 inline std::atomic<int> g_stop_signal{0};
 
 extern "C" inline void exmy_on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
+  std::signal(SIGPIPE, SIG_IGN);
+  if (sig != SIGPIPE) {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+  }
 }
 
 inline const std::atomic<int>& install_stop_signals() {
   std::signal(SIGINT, exmy_on_stop_signal);
   std::signal(SIGTERM, exmy_on_stop_signal);
+  std::signal(SIGPIPE, exmy_on_stop_signal);
   return g_stop_signal;
 }
 

@@ -22,6 +22,7 @@
 #include "sim/eval/quant_eval.hpp"
 #include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
+#include "sim/io/run_lock.hpp"
 #include "sim/quant/recipe.hpp"
 #include "sim/train/checkpoint.hpp"
 #include "sim/train/run_config.hpp"
@@ -103,7 +104,17 @@ int cmd_eval(const Args& args) {
   if (parse_or_help(args, desc, pos, vm)) return 0;
   if (!vm.count("target")) throw Error("exmy eval needs a checkpoint or a run directory (exmy eval --help)");
   if (!vm.count("recipe")) throw Error("exmy eval needs --recipe NAME|FILE (the fp32 recipe gives the unquantized loss)");
-  const Target target = resolve_target(vm["target"].as<std::string>());
+  Target target = resolve_target(vm["target"].as<std::string>());
+  // It appends to the run file: one writer per run directory (a live
+  // training run holds the lock), taken before the checkpoint is read (a
+  // live run rotates its checkpoints). --no-write only reads a checkpoint,
+  // which is written atomically, and takes no lock.
+  const bool write = !vm.count("no-write") && !target.run_file.empty();
+  io::RunLock lock;
+  if (write) {
+    lock = io::RunLock(fs::path(target.run_file).parent_path(), "exmy eval");
+    target = resolve_target(vm["target"].as<std::string>());
+  }
 
   // --set: recipe.* keys go to the recipe, the rest to the run configuration.
   std::vector<std::string> run_sets, recipe_sets;
@@ -120,7 +131,6 @@ int cmd_eval(const Args& args) {
   if (policies.empty()) policies.push_back(eval::ActPolicy{});
   const std::string name = vm.count("name") ? vm["name"].as<std::string>() : recipe.name;
   for (const auto& p : policies) eval::eval_group(name, p);  // checks the name
-  const bool write = !vm.count("no-write") && !target.run_file.empty();
   const std::string recipe_text = sim::quant::recipe_to_ini(recipe);
 
   // Rows of another recipe under the same name would be mixed up: refuse.

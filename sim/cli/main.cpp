@@ -2,6 +2,7 @@
 // training research. This file dispatches to the subcommands.
 #include <boost/program_options/errors.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -27,6 +28,17 @@ const char* kUsage =
     "  model-info parameters, FLOPs per token and training memory of a Nemotron-H model\n"
     "  sweep      run a grid of training runs (batch jobs) and summarize them\n"
     "  sweep-tensors  statistics of captured tensors under a grid of formats, without training\n";
+
+// Ends the process after a failure that main reported: stdio flushed, then
+// _Exit. Every object of the command has been destroyed by then (the error
+// unwound to main), so what remains of the exit handlers is libhdf5's:
+// after a failed write (a full disk) closing a file again at exit crashes
+// inside libhdf5 1.10 (exit 139 instead of the error's status).
+[[noreturn]] void exit_after_error(int status) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(status);
+}
 
 }  // namespace
 
@@ -60,15 +72,13 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const exmy::Error& e) {
     std::fprintf(stderr, "exmy: error: %s\n", e.what());
-    return 1;
   } catch (const boost::program_options::error& e) {
     std::fprintf(stderr, "exmy %s: error: %s\n", cmd.c_str(), e.what());
-    return 2;
+    exit_after_error(2);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "exmy: error: out of memory\n");
-    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "exmy: error: %s\n", e.what());
-    return 1;
   }
+  exit_after_error(1);
 }

@@ -63,6 +63,7 @@ int cmd_train(const Args& args) {
     ("out", po::value<std::string>(), "run directory (run.h5, config.ini, checkpoints/); default runs/<config name>")
     ("resume", po::value<std::string>(), "continue the run in this directory from its newest checkpoint")
     ("steps", po::value<int64_t>(), "total optimizer steps of the run (overrides train.steps)")
+    ("model", po::value<std::string>(), "model preset or HF config.json (sets model.name; exmy model-info lists them)")
     ("recipe", po::value<std::string>(), "quantization recipe, a name or an .ini file (sets train.recipe; default fp32)")
     ("capture-step", po::value<int64_t>(), "write the exact operands of step N to the run file's /capture (sets train.capture_step)")
     ("set", po::value<std::vector<std::string>>()->composing(), "override a key: section.key=value (repeatable)")
@@ -88,6 +89,7 @@ int cmd_train(const Args& args) {
   // --recipe and --capture-step are train.* keys; they come before --set,
   // so a --set of the same key wins.
   std::vector<std::string> sets;
+  if (vm.count("model")) sets.push_back("model.name=" + vm["model"].as<std::string>());
   if (vm.count("recipe")) sets.push_back("train.recipe=" + vm["recipe"].as<std::string>());
   if (vm.count("capture-step")) {
     if (vm["capture-step"].as<int64_t>() <= 0) throw Error("--capture-step must be positive");

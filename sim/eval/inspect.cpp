@@ -173,12 +173,16 @@ class Reader {
 };
 
 // The rows of a group: its `step` column and any dataset of it, cut to
-// len(step) rows.
+// len(step) rows. A step below 1 is a row that was never written (HDF5's
+// fill value in a row a full disk cut off): the rows end before it.
 struct GroupRows {
   const Reader& r;
   std::string group;
   std::vector<double> step;
-  GroupRows(const Reader& rd, std::string g) : r(rd), group(std::move(g)) { step = r.read(group + "/step"); }
+  GroupRows(const Reader& rd, std::string g) : r(rd), group(std::move(g)) {
+    step = r.read(group + "/step");
+    step.resize(static_cast<size_t>(std::find_if(step.begin(), step.end(), [](double v) { return !(v >= 1); }) - step.begin()));
+  }
   bool has(const std::string& name) const { return r.has(group + "/" + name); }
   std::vector<double> col(const std::string& name) const {
     if (!has(name)) return {};

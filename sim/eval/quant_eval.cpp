@@ -15,6 +15,7 @@
 #include "sim/optim.hpp"
 #include "sim/quant/stats.hpp"
 #include "sim/train/checkpoint.hpp"
+#include "sim/sysmem.hpp"
 #include "sim/train/trainer.hpp"
 
 namespace exmy::eval {
@@ -222,6 +223,13 @@ class QuantEvalModel::Factory final : public sim::LinearFactory<float> {
 
 QuantEvalModel::QuantEvalModel(const train::RunConfig& cfg, sim::quant::Recipe recipe, ActPolicy policy)
     : cfg_(cfg), recipe_(std::move(recipe)), policy_(policy) {
+  {  // forward only: weights and activations, no gradients or AdamW moments
+    const models::MemoryEstimate m = models::training_memory(cfg_.model, cfg_.batch_size, cfg_.seq_len);
+    sim::require_memory(m.params + m.activations + m.workspace,
+                        "evaluating model " + cfg_.model_name + " (batch " + std::to_string(cfg_.batch_size) + " x " +
+                            std::to_string(cfg_.seq_len) + ")",
+                        "lower train.batch_size or train.seq_len with --set");
+  }
   recipe_ = run_recipe(cfg_, std::move(recipe_));
   runtime_ = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{cfg_.seed, 128});
   factory_ = std::make_unique<Factory>(recipe_, policy_, cfg_.model.num_hidden_layers, runtime_);

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "formats/error.hpp"
+#include "sim/io/atomic_file.hpp"
 
 namespace exmy::io {
 
@@ -98,6 +99,12 @@ Handle open_for_reading(const std::string& path) {
   Handle f = h5::open_read(path);
   if (!f.valid()) throw Error("cannot open run file '" + path + "' (missing, or not an HDF5 file)");
   return f;
+}
+
+// The cause of a failed write for its message.
+std::string write_failure(const std::string& path) {
+  const std::string full = disk_full_note(path);
+  return full.empty() ? std::string("an I/O error, or the disk is full") : full;
 }
 
 bool is_step(const std::string& path) { return path == "/step" || path.ends_with("/step"); }
@@ -297,7 +304,7 @@ void RunFile::write_pending(const std::string& dataset, Dataset& d) {
   if (H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
       H5Dwrite(d.id.get(), mem_type(d.type), mspace.get(), fspace.get(), H5P_DEFAULT, d.pending.data()) < 0) {
     failed_ = true;
-    throw Error("run file '" + path_ + "': cannot write dataset '" + dataset + "' (disk full?)");
+    throw Error("run file '" + path_ + "': cannot write dataset '" + dataset + "' (" + write_failure(path_) + ")");
   }
   d.rows += n;
   d.pending.clear();
@@ -347,7 +354,7 @@ void RunFile::write_tensor(const std::string& path, const float* data, int64_t r
     Handle d(H5Dcreate2(file_.get(), path.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
              H5Dclose);
     if (!d.valid() || (rows * cols > 0 && H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
-      throw Error("run file '" + path_ + "': cannot write tensor '" + path + "' (disk full?)");
+      throw Error("run file '" + path_ + "': cannot write tensor '" + path + "' (" + write_failure(path_) + ")");
     for (const auto& a : attributes)
       std::visit(
           [&](const auto& v) {
@@ -374,7 +381,10 @@ void RunFile::flush() {
   // plain appends inside a chunk are not batched.
   constexpr int kChunkWriteBatch = 1024;
   auto sync = [&] {
-    if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) throw Error("cannot flush run file '" + path_ + "' (disk full?)");
+    if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) {
+      failed_ = true;
+      throw Error("cannot flush run file '" + path_ + "' (" + write_failure(path_) + ")");
+    }
   };
   for (const bool steps : {false, true}) {
     int chunk_writes = 0;
@@ -449,7 +459,11 @@ std::unique_ptr<RunFile> RunFile::continue_from(const std::string& from, const s
       if (h5::path_exists(src.get(), step)) {
         const auto steps = read_column(src.get(), step, from);
         k = 0;
-        while (k < static_cast<int64_t>(steps.size()) && steps[static_cast<size_t>(k)] <= static_cast<double>(max_step)) ++k;
+        // A step below 1 was never written (a full disk cut the row off):
+        // the rows end there.
+        while (k < static_cast<int64_t>(steps.size()) && steps[static_cast<size_t>(k)] >= 1 &&
+               steps[static_cast<size_t>(k)] <= static_cast<double>(max_step))
+          ++k;
       }
       keep[group] = k;
     }

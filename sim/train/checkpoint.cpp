@@ -54,46 +54,53 @@ std::string checkpoint_name(int64_t step) {
 void save_checkpoint(const std::string& path, const models::NemotronH<float>& model, const sim::AdamW& opt,
                      const TrainState& state, const CheckpointInfo& info) {
   io::h5::silence_errors();
-  io::write_file_atomic(path, [&](const std::string& tmp) {
-    // The latest file format checksums the metadata (object headers, the
-    // attributes in them); write_array checksums the data.
-    Handle fapl = io::h5::latest_format_fapl();
-    Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
-    if (!f.valid()) throw Error("cannot create checkpoint '" + tmp + "'");
-    Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT), H5Gclose);
-    using io::h5::write_attribute;
-    write_attribute(root.get(), "format", std::string("exmy-checkpoint"));
-    write_attribute(root.get(), "schema_version", kSchemaVersion);
-    write_attribute(root.get(), "step", state.step);
-    write_attribute(root.get(), "data_position", state.data_position);
-    write_attribute(root.get(), "data_seed", static_cast<int64_t>(state.data_seed));
-    write_attribute(root.get(), "tokens_seen", state.tokens_seen);
-    write_attribute(root.get(), "adam_step", opt.steps());
-    write_attribute(root.get(), "best_val_loss", state.best_val_loss);
-    write_attribute(root.get(), "best_val_step", state.best_val_step);
-    write_attribute(root.get(), "elapsed_s", state.elapsed_s);
-    write_attribute(root.get(), "config", info.config_text);
-    write_attribute(root.get(), "exmy_version", info.exmy_version);
-    write_attribute(root.get(), "git_commit", info.git_commit);
-    const auto& arena = model.arena();
-    const auto& views = arena.layout().views();
-    for (size_t i = 0; i < views.size(); ++i) {
-      const auto& v = views[i];
-      io::h5::write_array(f.get(), "/params/" + v.name, arena.param(static_cast<int>(i)), v.shape);
-      io::h5::write_array(f.get(), "/optimizer/exp_avg/" + v.name, opt.exp_avg().data() + v.offset, v.shape);
-      io::h5::write_array(f.get(), "/optimizer/exp_avg_sq/" + v.name, opt.exp_avg_sq().data() + v.offset, v.shape);
-    }
-    const uint64_t rng[2] = {state.data_seed, static_cast<uint64_t>(state.data_position)};
-    io::h5::write_array(f.get(), "/rng", rng, {2});
-    Handle ls = open_group(f.get(), "/layer_state");
-    for (const auto& lin : model.linears()) {
-      if (const auto* st = dynamic_cast<const LayerState*>(lin.get())) {
-        Handle g = open_group(ls.get(), lin->info().name);
-        st->save_state(g.get());
+  try {
+    io::write_file_atomic(path, [&](const std::string& tmp) {
+      // The latest file format checksums the metadata (object headers, the
+      // attributes in them); write_array checksums the data.
+      Handle fapl = io::h5::latest_format_fapl();
+      Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+      if (!f.valid()) throw Error("cannot create checkpoint '" + tmp + "'");
+      Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT), H5Gclose);
+      using io::h5::write_attribute;
+      write_attribute(root.get(), "format", std::string("exmy-checkpoint"));
+      write_attribute(root.get(), "schema_version", kSchemaVersion);
+      write_attribute(root.get(), "step", state.step);
+      write_attribute(root.get(), "data_position", state.data_position);
+      write_attribute(root.get(), "data_seed", static_cast<int64_t>(state.data_seed));
+      write_attribute(root.get(), "tokens_seen", state.tokens_seen);
+      write_attribute(root.get(), "adam_step", opt.steps());
+      write_attribute(root.get(), "best_val_loss", state.best_val_loss);
+      write_attribute(root.get(), "best_val_step", state.best_val_step);
+      write_attribute(root.get(), "elapsed_s", state.elapsed_s);
+      write_attribute(root.get(), "config", info.config_text);
+      write_attribute(root.get(), "exmy_version", info.exmy_version);
+      write_attribute(root.get(), "git_commit", info.git_commit);
+      const auto& arena = model.arena();
+      const auto& views = arena.layout().views();
+      for (size_t i = 0; i < views.size(); ++i) {
+        const auto& v = views[i];
+        io::h5::write_array(f.get(), "/params/" + v.name, arena.param(static_cast<int>(i)), v.shape);
+        io::h5::write_array(f.get(), "/optimizer/exp_avg/" + v.name, opt.exp_avg().data() + v.offset, v.shape);
+        io::h5::write_array(f.get(), "/optimizer/exp_avg_sq/" + v.name, opt.exp_avg_sq().data() + v.offset, v.shape);
       }
-    }
-    if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0) throw Error("cannot write checkpoint '" + tmp + "' (disk full?)");
-  });
+      const uint64_t rng[2] = {state.data_seed, static_cast<uint64_t>(state.data_position)};
+      io::h5::write_array(f.get(), "/rng", rng, {2});
+      Handle ls = open_group(f.get(), "/layer_state");
+      for (const auto& lin : model.linears()) {
+        if (const auto* st = dynamic_cast<const LayerState*>(lin.get())) {
+          Handle g = open_group(ls.get(), lin->info().name);
+          st->save_state(g.get());
+        }
+      }
+      if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0) throw Error("cannot write checkpoint '" + tmp + "'");
+    });
+  } catch (const Error& e) {
+    // The temporary is gone; the previous checkpoint is as it was.
+    const std::string full = io::disk_full_note(path);
+    if (full.empty()) throw;
+    throw Error("cannot write checkpoint '" + path + "': " + full);
+  }
 }
 
 void load_checkpoint(const std::string& path, models::NemotronH<float>& model, sim::AdamW& opt, TrainState& state) {

@@ -19,9 +19,11 @@
 #include "sim/data/synthetic.hpp"
 #include "sim/data/token_file.hpp"
 #include "sim/io/run_file.hpp"
+#include "sim/io/run_lock.hpp"
 #include "sim/linear.hpp"
 #include "sim/optim.hpp"
 #include "sim/quant/quantized_linear.hpp"
+#include "sim/sysmem.hpp"
 #include "sim/train/checkpoint.hpp"
 #include "sim/train/quant_io.hpp"
 
@@ -71,7 +73,32 @@ std::string fmt_count(double n) {
 
 using io::write_text_atomic;
 
+// The temporaries a killed writer left in a run directory (NAME.tmp-PID,
+// run.h5.resume-PID; checkpoints/step_N.h5.tmp-PID): the caller holds the
+// directory's lock, so no live exmy writes them.
+void remove_leftovers(const fs::path& dir) {
+  io::remove_stale_temporaries(dir);
+  std::error_code ec;
+  if (fs::is_directory(dir / "checkpoints", ec)) io::remove_stale_temporaries(dir / "checkpoints");
+}
+
 }  // namespace
+
+void require_training_memory(const RunConfig& cfg) {
+  const models::MemoryEstimate m = models::training_memory(cfg.model, cfg.batch_size, cfg.seq_len);
+  auto gib = [](double b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
+    return std::string(buf);
+  };
+  sim::require_memory(m.total(),
+                      "training model " + cfg.model_name + " (micro-batch " + std::to_string(cfg.batch_size) + " x " +
+                          std::to_string(cfg.seq_len) + " tokens: weights, gradients and AdamW moments " +
+                          gib(m.params + m.grads + m.optimizer) + ", activations and workspace " +
+                          gib(m.activations + m.workspace) + "; exmy model-info --model " + cfg.model_name + ")",
+                      "lower train.batch_size or train.seq_len (train.grad_accum keeps the tokens per step), or "
+                      "choose a smaller model");
+}
 
 RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* out) {
   RunData d;
@@ -520,8 +547,13 @@ TrainResult Trainer::run() {
 TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const TrainHooks& hooks,
                       const BuildInfo& build, bool overwrite) {
   if (out_dir.empty()) throw Error("--out DIR is required");
+  require_training_memory(cfg);  // before anything in the directory is touched
   const fs::path dir(out_dir);
   std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("cannot create '" + out_dir + "': " + ec.message());
+  // One writer per run directory, before anything in it is touched.
+  const io::RunLock lock(dir, "exmy train");
   if (fs::exists(dir / "run.h5", ec) || fs::exists(dir / "checkpoints", ec)) {
     if (!overwrite)
       throw Error("'" + out_dir + "' already holds a run (continue it with --resume " + out_dir +
@@ -529,8 +561,7 @@ TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const Tr
     fs::remove(dir / "run.h5", ec);
     fs::remove_all(dir / "checkpoints", ec);
   }
-  fs::create_directories(dir, ec);
-  if (ec) throw Error("cannot create '" + out_dir + "': " + ec.message());
+  remove_leftovers(dir);
   Trainer t(cfg, out_dir, hooks, build);
   write_text_atomic((dir / "config.ini").string(), cfg.text());
   t.init_fresh();
@@ -557,6 +588,9 @@ TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const
                          const BuildInfo& build) {
   const fs::path dir(out_dir);
   const std::string cfg_path = (dir / "config.ini").string();
+  require_training_memory(cfg);
+  const io::RunLock lock(dir, "exmy train --resume");
+  remove_leftovers(dir);
   const auto ckpts = list_checkpoints((dir / "checkpoints").string());
   if (ckpts.empty()) throw Error("'" + out_dir + "' has no checkpoint to resume from (checkpoints/ is empty)");
   Trainer t(cfg, out_dir, hooks, build);

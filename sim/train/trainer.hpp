@@ -81,6 +81,12 @@ struct RunData {
 };
 RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* out);
 
+// Throws exmy::Error, naming bytes needed and available, when the training
+// memory that `exmy model-info` estimates for the run's model and
+// micro-batch exceeds what the machine has available (sim/sysmem.hpp).
+// Every command that builds a model for a run checks this first.
+void require_training_memory(const RunConfig& cfg);
+
 // Starts a new run in `out_dir` (created if needed). Throws exmy::Error when
 // out_dir already holds a run, unless `overwrite`.
 TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const TrainHooks& hooks,

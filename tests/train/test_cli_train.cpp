@@ -6,11 +6,14 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -78,6 +81,7 @@ class Child {
     }
   }
   void signal(int sig) { ::kill(pid_, sig); }
+  pid_t pid() const { return pid_; }
   Result finish(int timeout_s = 60) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
     // Until EOF (a quiet second is not the end: the child may be busy).
@@ -251,6 +255,155 @@ TEST(CliTrain, RunFileIsReadableDuringTheRunAndAfterKill9) {
   for (size_t i = 1; i < steps.size(); ++i) EXPECT_EQ(steps[i], steps[i - 1] + 1);
 }
 
+// One writer per run directory: while a run trains, a second train (with
+// or without --force), a --resume and an eval of it fail at once, naming
+// the PID that holds the directory; after the run stops, resume works.
+TEST(CliTrain, OneWriterPerRunDirectory) {
+  TempDir d;
+  const std::vector<std::string> sets = {"train.steps=100000", "train.log_interval=1", "train.eval_interval=0",
+                                         "train.batch_size=2", "train.seq_len=16", "train.eval_batches=1",
+                                         "train.checkpoint_interval=2"};
+  Child c(train_args(d / "run", sets));
+  ASSERT_TRUE(c.wait_for("| loss ", 3)) << c.output();
+  const std::string holder = "in use by PID " + std::to_string(c.pid()) + " (exmy train)";
+  auto refused = [&](std::vector<std::string> argv) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Result r = run(argv);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find(holder), std::string::npos) << r.out;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+  };
+  refused(train_args(d / "run", sets));
+  auto forced = train_args(d / "run", sets);
+  forced.push_back("--force");
+  refused(forced);
+  ASSERT_TRUE(c.wait_for("| loss ", 5)) << c.output();  // a checkpoint exists by now
+  refused({kExmy, "train", "--resume", d / "run", "--steps", "100"});
+  refused({kExmy, "eval", d / "run", "--recipe", "fp32"});
+  EXPECT_TRUE(c.wait_for("| loss ", 8)) << c.output();  // the run went on
+  c.signal(SIGINT);
+  const Result r = c.finish();
+  ASSERT_EQ(r.status, 128 + SIGINT) << r.out;
+  const auto ck = list_checkpoints(d / "run/checkpoints");
+  ASSERT_FALSE(ck.empty());
+  const int64_t step = std::stoll(fs::path(ck.back()).stem().string().substr(5));
+  const Result r2 = run({kExmy, "train", "--resume", d / "run", "--steps", std::to_string(step + 1)});
+  EXPECT_EQ(r2.status, 0) << r2.out;
+  const Result e = run({kExmy, "eval", d / "run", "--recipe", "fp32", "--batches", "1"});
+  EXPECT_EQ(e.status, 0) << e.out;
+}
+
+// Temporaries that a killed process left in a run directory are removed by
+// the next resume (and by a new run with --force); one whose writer still
+// runs is not.
+TEST(CliTrain, LeftoverTemporariesAreRemovedByTheNextRun) {
+  TempDir d;
+  const std::vector<std::string> sets = {"train.steps=3", "train.batch_size=2", "train.seq_len=16",
+                                         "train.eval_batches=1"};
+  ASSERT_EQ(run(train_args(d / "run", sets)).status, 0);
+  // PIDs above the kernel's limit (4194304) belong to no process.
+  const std::vector<std::string> stale = {"run/run.h5.resume-4194999", "run/config.ini.tmp-4194998",
+                                          "run/checkpoints/step_00000004.h5.tmp-4194997"};
+  for (const auto& f : stale) std::ofstream(d / f) << "left by a killed exmy";
+  const std::string live = "run/config.ini.tmp-" + std::to_string(::getpid());
+  std::ofstream(d / live) << "its writer still runs";
+  const Result r = run({kExmy, "train", "--resume", d / "run", "--steps", "5"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const auto& f : stale) EXPECT_FALSE(fs::exists(d / f)) << f;
+  EXPECT_TRUE(fs::exists(d / live));
+  for (const auto& f : stale) std::ofstream(d / f) << "left by a killed exmy";
+  auto forced = train_args(d / "run", sets);
+  forced.push_back("--force");
+  ASSERT_EQ(run(forced).status, 0);
+  for (const auto& f : stale) EXPECT_FALSE(fs::exists(d / f)) << f;
+}
+
+// `exmy train | head`: the reader goes away, and SIGPIPE stops the run as
+// SIGINT does (checkpoint, a run file that opens, status 128 + 13); the run
+// resumes.
+TEST(CliTrain, SigpipeStopsTheRunLikeSigint) {
+  TempDir d;
+  std::string cmd;
+  for (const auto& a : train_args(d / "run", {"train.steps=100000", "train.log_interval=1", "train.eval_interval=0",
+                                              "train.batch_size=2", "train.seq_len=16", "train.eval_batches=1"}))
+    cmd += "'" + a + "' ";
+  const std::string script = "set -o pipefail; " + cmd + "2>" + (d / "err") + " | head -n 4 > " + (d / "head") +
+                             "; echo ${PIPESTATUS[0]} > " + (d / "status");
+  ASSERT_EQ(run({"/bin/bash", "-c", script}).status, 0);
+  std::ifstream st(d / "status");
+  int status = -1;
+  st >> status;
+  std::ifstream ef(d / "err");
+  const std::string err((std::istreambuf_iterator<char>(ef)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(status, 128 + SIGPIPE) << err;
+  EXPECT_TRUE(err.empty()) << err;
+  const auto ck = list_checkpoints(d / "run/checkpoints");
+  ASSERT_EQ(ck.size(), 1u);
+  const int64_t step = std::stoll(fs::path(ck[0]).stem().string().substr(5));
+  const auto steps = io::read_run_column(d / "run/run.h5", "/train/step");
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.back(), static_cast<double>(step));
+  const Result r2 = run({kExmy, "train", "--resume", d / "run", "--steps", std::to_string(step + 2)});
+  EXPECT_EQ(r2.status, 0) << r2.out;
+}
+
+// A full disk (a small tmpfs filled while the run trains): one error line
+// and exit status 1 (libhdf5 used to crash at exit: 139), no row of a step
+// that was never written, and after space is freed the resumed run gives
+// the same bits as a run that never stopped.
+TEST(CliTrain, FullDiskIsOneErrorAndTheRunResumesBitIdentical) {
+  TempDir d;
+  const std::string mnt = d / "disk";
+  fs::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root): " << std::strerror(errno);
+  struct Unmount {
+    std::string p;
+    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  const std::vector<std::string> sets = {"train.log_interval=1", "train.eval_interval=0", "train.batch_size=2",
+                                         "train.seq_len=16", "train.eval_batches=1", "train.checkpoint_interval=4",
+                                         "optim.schedule=constant", "optim.warmup_steps=0"};
+  auto with_steps = [&](std::vector<std::string> s, int64_t n) {
+    s.push_back("train.steps=" + std::to_string(n));
+    return s;
+  };
+  Child c(train_args(mnt + "/run", with_steps(sets, 100000)));
+  ASSERT_TRUE(c.wait_for("| loss ", 6)) << c.output();
+  {  // fill the disk
+    std::ofstream fill(mnt + "/filler", std::ios::binary);
+    const std::vector<char> block(1 << 16, 'x');
+    while (fill.write(block.data(), static_cast<std::streamsize>(block.size()))) fill.flush();
+  }
+  const Result r = c.finish(120);
+  ASSERT_EQ(r.status, 1) << r.out;
+  const size_t last = r.out.rfind('\n', r.out.size() - 2);
+  const std::string tail = r.out.substr(last == std::string::npos ? 0 : last + 1);
+  EXPECT_EQ(tail.rfind("exmy: error: ", 0), 0u) << r.out;
+  EXPECT_NE(tail.find("the disk is full"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("exmy: error: ", r.out.find("exmy: error: ") + 1), std::string::npos) << r.out;
+  // exmy inspect reads the file and lists no step 0.
+  const Result ins = run({kExmy, "inspect", mnt + "/run"});
+  EXPECT_EQ(ins.status, 0) << ins.out;
+  EXPECT_EQ(ins.out.find("step 0 "), std::string::npos) << ins.out;
+  fs::remove(mnt + "/filler");
+  const auto ck = list_checkpoints(mnt + "/run/checkpoints");
+  ASSERT_FALSE(ck.empty()) << r.out;
+  const int64_t step = std::stoll(fs::path(ck.back()).stem().string().substr(5));
+  const int64_t total = step + 3;
+  const Result r2 = run({kExmy, "train", "--resume", mnt + "/run", "--steps", std::to_string(total)});
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  const Result ref = run(train_args(d / "ref", with_steps(sets, total)));
+  ASSERT_EQ(ref.status, 0) << ref.out;
+  const auto steps = io::read_run_column(mnt + "/run/run.h5", "/train/step");
+  EXPECT_EQ(steps, io::read_run_column(d / "ref/run.h5", "/train/step"));
+  const auto a = io::read_run_column(mnt + "/run/run.h5", "/train/loss");
+  const auto b = io::read_run_column(d / "ref/run.h5", "/train/loss");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(test::bits(a[i]), test::bits(b[i])) << "row " << i;
+}
+
 TEST(CliTrain, PrepareDataThenTrainOnTheMegatronFiles) {
   TempDir d;
   fs::create_directories(d / "text");
@@ -314,6 +467,18 @@ TEST(CliTrain, BadInputGetsOneLineErrors) {
                         "train.seq_len = 15");
   EXPECT_FALSE(fs::exists(d / "r6/run.h5"));
   expect_one_line_error(with("r7", {"--capture-step", "0"}), "--capture-step must be positive");
+  expect_one_line_error(train_args(d / "t1", {"train.threads=100000"}), "train.threads = 100000 is outside");
+  {  // A model far larger than any machine: refused before anything is allocated.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto a = train_args(d / "m8b", {"train.batch_size=64", "train.seq_len=4096"});
+    a.insert(a.end(), {"--model", "nemotron-h-8b"});
+    expect_one_line_error(a, "training model nemotron-h-8b (micro-batch 64 x 4096 tokens: weights, gradients");
+    const Result r = run(a);
+    EXPECT_NE(r.out.find(" are available ("), std::string::npos) << r.out;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+    EXPECT_FALSE(fs::exists(d / "m8b/run.h5"));
+  }
+  expect_one_line_error({kExmy, "bench", "train", "--threads", "100000"}, "--threads = 100000 is outside");
   expect_one_line_error(with("r8", {}, {"train.stats_interval=-1"}), "train.stats_interval");
   // NaN: a learning rate no model survives. Progress lines come first; the
   // last line is the error.
