@@ -296,7 +296,7 @@ TEST(CliTrain, OneWriterPerRunDirectory) {
 
 // Temporaries that a killed process left in a run directory are removed by
 // the next resume (and by a new run with --force); one whose writer still
-// runs is not.
+// runs is not. The lock file a killed run left does not block the resume.
 TEST(CliTrain, LeftoverTemporariesAreRemovedByTheNextRun) {
   TempDir d;
   const std::vector<std::string> sets = {"train.steps=3", "train.batch_size=2", "train.seq_len=16",
@@ -306,6 +306,7 @@ TEST(CliTrain, LeftoverTemporariesAreRemovedByTheNextRun) {
   const std::vector<std::string> stale = {"run/run.h5.resume-4194999", "run/config.ini.tmp-4194998",
                                           "run/checkpoints/step_00000004.h5.tmp-4194997"};
   for (const auto& f : stale) std::ofstream(d / f) << "left by a killed exmy";
+  std::ofstream(d / "run/exmy.lock") << "PID 4194999 (exmy train)\n";  // the lock file of a killed run
   const std::string live = "run/config.ini.tmp-" + std::to_string(::getpid());
   std::ofstream(d / live) << "its writer still runs";
   const Result r = run({kExmy, "train", "--resume", d / "run", "--steps", "5"});
