@@ -44,7 +44,8 @@ struct Result {
 // A child process with stdout and stderr on one pipe.
 class Child {
  public:
-  explicit Child(const std::vector<std::string>& argv) {
+  // `env` of NAME=VALUE strings; empty: this process's environment.
+  explicit Child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
     int fds[2];
     if (::pipe(fds) != 0) throw std::runtime_error("pipe");
     posix_spawn_file_actions_t fa;
@@ -55,7 +56,10 @@ class Child {
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ);
+    std::vector<char*> envp;
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), env.empty() ? environ : envp.data());
     posix_spawn_file_actions_destroy(&fa);
     ::close(fds[1]);
     fd_ = fds[0];
@@ -292,6 +296,37 @@ TEST(CliTrain, OneWriterPerRunDirectory) {
   EXPECT_EQ(r2.status, 0) << r2.out;
   const Result e = run({kExmy, "eval", d / "run", "--recipe", "fp32", "--batches", "1"});
   EXPECT_EQ(e.status, 0) << e.out;
+}
+
+// exmy makes idle OpenMP threads sleep (OMP_WAIT_POLICY=passive) unless
+// the user chose a policy: the variable is in the environment the process
+// runs with (libgomp reads it at load, so exmy executes itself again).
+TEST(CliTrain, IdleThreadsSleepUnlessTheUserChoseOtherwise) {
+  auto environ_of = [](pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+    std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::vector<std::string> vars;
+    for (size_t a = 0, b; a < all.size(); a = b + 1) {
+      b = all.find('\0', a);
+      if (b == std::string::npos) b = all.size();
+      vars.push_back(all.substr(a, b - a));
+    }
+    return vars;
+  };
+  for (const std::string policy : {"", "active"}) {
+    TempDir d;
+    std::vector<std::string> env = {"PATH=/usr/bin:/bin", "HOME=/tmp"};
+    if (!policy.empty()) env.push_back("OMP_WAIT_POLICY=" + policy);
+    Child c(train_args(d / "run", {"train.steps=100000", "train.log_interval=1", "train.eval_interval=0",
+                                   "train.batch_size=2", "train.seq_len=16", "train.eval_batches=1"}),
+            env);
+    ASSERT_TRUE(c.wait_for("| loss ", 2)) << c.output();
+    const auto vars = environ_of(c.pid());
+    const std::string want = "OMP_WAIT_POLICY=" + (policy.empty() ? std::string("passive") : policy);
+    EXPECT_EQ(std::count(vars.begin(), vars.end(), want), 1) << policy;
+    c.signal(SIGINT);
+    EXPECT_EQ(c.finish().status, 128 + SIGINT);
+  }
 }
 
 // Temporaries that a killed process left in a run directory are removed by
