@@ -86,11 +86,18 @@ def rows(group, name):
     return np.asarray(group[name][:n], dtype=np.float64)
 
 
+def text_attr(f, name):
+    v = f.attrs.get(name, "")
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 def label_of(path, f):
+    """Run directory and recipe; a run whose precision is bf16 and whose
+    linears are not quantized (recipe fp32 or bf16) is labelled bf16."""
     d = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    recipe = f.attrs.get("recipe_name", "")
-    if isinstance(recipe, bytes):
-        recipe = recipe.decode()
+    recipe = text_attr(f, "recipe_name")
+    if recipe == "fp32" and text_attr(f, "precision") == "bf16":
+        recipe = "bf16"
     return f"{d} ({recipe})" if recipe else d
 
 
@@ -322,6 +329,8 @@ def main(argv=None):
     runs, seen = [], {}
     for p in args.runs:
         path, f = open_run(p)
+        if "train" not in f or rows(f["train"], "step") is None or len(rows(f["train"], "step")) == 0:
+            fail(f"'{path}' has no training rows (the run stopped before its first logged step)")
         label = label_of(path, f)
         if label in seen:  # the same directory name twice: number them
             seen[label] += 1

@@ -54,11 +54,17 @@ int cmd_formats(const Args& args) {
       if (f.is_signed) nans += " (and with sign)";
     }
     if (f.is_signed && !f.negzero) nans = (nans == "-" ? "" : nans + ", ") + hex(f.sign_bit, f.bits) + " (-0)";
-    const std::string subn = f.subnormals ? num(f.min_pos) : "-";
+    // With subnormals, codes below 2^M are subnormal (non-zero ones exist
+    // only when M > 0) and normal values exist only when some code reaches
+    // 2^M (ue0m1 has none); without subnormals every non-zero code is normal.
+    const bool normals = !f.subnormals || f.max_mag >= (1u << f.M);
+    const bool subnormal_values = f.subnormals && f.M > 0;
+    const std::string subn = subnormal_values ? num(f.min_pos) : "-";
+    const std::string min_normal = !normals ? "-" : num(f.subnormals ? f.min_normal : f.min_pos);
     const int binades = f.max_exp - ilog2(f.min_pos) + 1;
     std::printf("%-22s %4d %3d %3d %5d %4s %5s %12s %12s %12s %7d %-13s %s\n", format_name(f).c_str(), f.bits, f.E, f.M,
                 f.bias, f.is_signed ? "yes" : "no", f.subnormals ? "yes" : "no", num(f.max).c_str(),
-                num(f.subnormals ? f.min_normal : f.min_pos).c_str(), subn.c_str(), binades, infs.c_str(), nans.c_str());
+                min_normal.c_str(), subn.c_str(), binades, infs.c_str(), nans.c_str());
   }
   return 0;
 }

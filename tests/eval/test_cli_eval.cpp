@@ -315,6 +315,24 @@ TEST_F(Runs, PlotScriptWritesPngs) {
   EXPECT_NE(cut.status, 0);
   EXPECT_EQ(count_lines(cut.out), 1u) << cut.out;
   EXPECT_NE(cut.out.find("plot_runs.py: error: "), std::string::npos) << cut.out;
+  // A run file without training rows is an error, not an empty plot.
+  const Result mk = run({kPython, "-c",
+                         "import h5py, sys; f = h5py.File(sys.argv[1], 'w'); f.attrs['config'] = 'x'; "
+                         "f.attrs['schema_version'] = 2; f.create_dataset('train/step', data=[], dtype='i8')",
+                         d / "empty.h5"});
+  ASSERT_EQ(mk.status, 0) << mk.out;
+  const Result empty = run({kPython, kSource + "/analysis/plot_runs.py", d / "empty.h5", "--out", d / "x"});
+  EXPECT_NE(empty.status, 0);
+  EXPECT_EQ(count_lines(empty.out), 1u) << empty.out;
+  EXPECT_NE(empty.out.find("has no training rows"), std::string::npos) << empty.out;
+  // A BF16 run is labelled bf16.
+  const Result b16 = run({kExmy, "train", "--config", kTinyIni, "--out", d / "b16", "--steps", "2", "--set",
+                          "train.precision=bf16", "--set", "train.batch_size=2", "--set", "train.seq_len=16", "--set",
+                          "train.eval_batches=1"});
+  ASSERT_EQ(b16.status, 0) << b16.out;
+  const Result pb = run({kPython, kSource + "/analysis/plot_runs.py", d / "b16", "--out", d / "b16png"});
+  ASSERT_EQ(pb.status, 0) << pb.out;
+  EXPECT_NE(pb.out.find("b16 (bf16): 2 training rows"), std::string::npos) << pb.out;
   // --help
   const Result help = run({kPython, kSource + "/analysis/plot_runs.py", "--help"});
   EXPECT_EQ(help.status, 0) << help.out;

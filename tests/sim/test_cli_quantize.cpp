@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <algorithm>
@@ -305,6 +306,35 @@ TEST_F(CliTest, AbsurdThreadCountIsAnError) {
   const CmdResult b = exmy("bench quantize --threads 100000");
   EXPECT_EQ(b.status, 1);
   EXPECT_NE(b.err.find("--threads"), std::string::npos) << b.err;
+}
+
+// `exmy formats` prints "-" for values a format does not have: ue0m1 has
+// no normal numbers (its one non-zero code is subnormal), ue1m0 no
+// subnormal values; the table never shows a min normal above the max.
+TEST(Cli, FormatsTableHasNoImpossibleRows) {
+  FILE* p = ::popen((std::string(EXMY_BINARY) + " formats ue0m1 ue1m0 e2m1 e0m3").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::map<std::string, std::vector<std::string>> rows;
+  char line[512];
+  while (std::fgets(line, sizeof line, p)) {
+    std::istringstream in(line);
+    std::vector<std::string> f;
+    for (std::string w; in >> w;) f.push_back(w);
+    if (!f.empty()) rows[f[0]] = f;
+  }
+  ASSERT_EQ(::pclose(p), 0);
+  // columns: format bits E M bias sign subn max min-normal min-subnorm ...
+  ASSERT_EQ(rows.count("ue0m1"), 1u);
+  EXPECT_EQ(rows["ue0m1"][7], "1");
+  EXPECT_EQ(rows["ue0m1"][8], "-");
+  EXPECT_EQ(rows["ue0m1"][9], "1");
+  EXPECT_EQ(rows["e0m3"][8], "-");
+  EXPECT_EQ(rows["e0m3"][9], "0.25");
+  EXPECT_EQ(rows["ue1m0"][8], "2");
+  EXPECT_EQ(rows["ue1m0"][9], "-");
+  EXPECT_EQ(rows["e2m1"][7], "6");
+  EXPECT_EQ(rows["e2m1"][8], "1");
+  EXPECT_EQ(rows["e2m1"][9], "0.5");
 }
 
 TEST(Cli, HelpAndFormats) {
