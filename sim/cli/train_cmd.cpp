@@ -68,6 +68,7 @@ int cmd_train(const Args& args) {
     ("capture-step", po::value<int64_t>(), "write the exact operands of step N to the run file's /capture (sets train.capture_step)")
     ("set", po::value<std::vector<std::string>>()->composing(), "override a key: section.key=value (repeatable)")
     ("force", "replace a run already in --out")
+    ("allow-changes", "with --resume: accept --set changes of keys that change what the run computes (model, data, optim, recipe, ...)")
     ("keys", "list every configuration key with its default and exit")
     ("recipes", "list the recipes of experiments/recipes and exit");
   // clang-format on
@@ -108,12 +109,13 @@ int cmd_train(const Args& args) {
   const train::BuildInfo build{EXMY_VERSION, EXMY_GIT_COMMIT};
 
   train::TrainResult r;
+  if (vm.count("allow-changes") && !vm.count("resume")) throw Error("--allow-changes goes with --resume");
   if (vm.count("resume")) {
     if (vm.count("config") || vm.count("out")) throw Error("--resume takes the configuration and directory of the run; drop --config/--out");
     // The in-training quantized evaluation (eval.*) comes from the run's
     // configuration with the overrides, as train_resume resolves it.
     const std::string dir = vm["resume"].as<std::string>();
-    const train::RunConfig cfg = train::resume_config(dir, steps, sets);
+    const train::RunConfig cfg = train::resume_config(dir, steps, sets, vm.count("allow-changes") > 0);
     if (auto spec = eval::training_eval_from_config(cfg))
       hooks.after_step = eval::make_training_eval_hook(cfg, std::move(*spec), hooks.after_step);
     r = train::train_resume(dir, cfg, hooks, build);

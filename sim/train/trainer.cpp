@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <set>
+#include <sstream>
 
 #include "formats/error.hpp"
 #include "models/hf_checkpoint.hpp"
@@ -203,6 +207,23 @@ class Trainer {
   // of an HF checkpoint (the optimizer state starts fresh either way).
   bool finished() const { return state_.step >= cfg_.steps; }
 
+  // On a resume that changes the run's length: what that does to the
+  // learning-rate schedule, whose length is train.steps.
+  void note_schedule_change(const RunConfig& before) {
+    if (before.steps == cfg_.steps) return;
+    const int64_t s = state_.step;  // the next step is s + 1
+    if (cfg_.schedule.kind == sim::LrKind::constant && cfg_.schedule.warmup <= s) {
+      say("the run's length changes from %lld to %lld steps; the constant LR schedule does not depend on it\n",
+          static_cast<long long>(before.steps), static_cast<long long>(cfg_.steps));
+      return;
+    }
+    say("the run's length changes from %lld to %lld steps: the %s LR schedule is recomputed over %lld steps, so "
+        "step %lld gets lr %.4e (%.4e under the old length)\n",
+        static_cast<long long>(before.steps), static_cast<long long>(cfg_.steps),
+        std::string(sim::lr_kind_name(cfg_.schedule.kind)).c_str(), static_cast<long long>(cfg_.steps),
+        static_cast<long long>(s + 1), cfg_.schedule.at(s), before.schedule.at(s));
+  }
+
   void init_fresh() {
     if (cfg_.init_from.empty()) {
       model_->init_weights(cfg_.seed);
@@ -222,7 +243,7 @@ class Trainer {
   }
 
   // A new run file, or (resume) the old one cut at the checkpoint's step.
-  void open_run_file(bool resume) {
+  void open_run_file(bool resume, const std::string& changes = "") {
     const std::string path = run_path();
     std::error_code ec;
     if (resume && fs::exists(path, ec)) {
@@ -237,6 +258,12 @@ class Trainer {
       const auto prev = run_->string_attribute("resumed_at_steps");
       run_->set_attribute("resumed_at_steps",
                           (prev && !prev->empty() ? *prev + "," : std::string()) + std::to_string(state_.step));
+      if (!changes.empty()) {
+        // One line per resume that changed keys: "step S: key old -> new; ...".
+        const auto log = run_->string_attribute("resume_changes");
+        run_->set_attribute("resume_changes", (log && !log->empty() ? *log + "\n" : std::string()) + "step " +
+                                                  std::to_string(state_.step) + ": " + changes);
+      }
     } else {
       run_ = std::make_unique<io::RunFile>(path);
       run_->set_attribute("start_time", utc_now());
@@ -244,7 +271,7 @@ class Trainer {
     run_->set_attribute("schema_version", kRunSchemaVersion);
     run_->set_attribute("exmy_version", build_.version);
     run_->set_attribute("git_commit", build_.git_commit);
-    run_->set_attribute("config", cfg_.text());
+    if (!resume) run_->set_attribute("config", cfg_.text());  // the configuration the run started with
     run_->set_attribute("seed", static_cast<int64_t>(cfg_.seed));
     run_->set_attribute("host", host_name());
     run_->set_attribute("threads", static_cast<int64_t>(omp_get_max_threads()));
@@ -569,37 +596,118 @@ TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const Tr
   return t.run();
 }
 
+bool resumable_key(const std::string& key) {
+  static const char* const kResumable[] = {
+      "train.steps",          "train.threads",           "train.log_interval",     "train.eval_interval",
+      "train.eval_batches",   "train.checkpoint_interval", "train.keep_checkpoints", "train.stats_interval",
+      "train.capture_step",   "train.gemm_stats_rows",   "train.gemm_stats_sample", "train.cold_restart_references",
+      "train.export_hf"};
+  if (key.starts_with("eval.")) return true;
+  for (const char* k : kResumable)
+    if (key == k) return true;
+  return false;
+}
+
+namespace {
+
+// "section.key" -> value of a configuration's text() (model fields and the
+// [recipe] overrides included).
+std::map<std::string, std::string> config_entries(const std::string& text) {
+  std::map<std::string, std::string> m;
+  std::istringstream in(text);
+  std::string section;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const size_t eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    m[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return m;
+}
+
+// "key old -> new" for every key whose value differs between two texts.
+std::vector<std::pair<std::string, std::string>> changed_keys(const std::string& before, const std::string& after) {
+  const auto a = config_entries(before), b = config_entries(after);
+  std::vector<std::pair<std::string, std::string>> out;
+  auto value = [](const std::map<std::string, std::string>& m, const std::string& k) {
+    const auto it = m.find(k);
+    return it == m.end() ? std::string("(unset)") : it->second;
+  };
+  std::set<std::string> keys;
+  for (const auto& [k, v] : a) keys.insert(k);
+  for (const auto& [k, v] : b) keys.insert(k);
+  // The same number spelled two ways (1e-2, 0.01) is no change.
+  auto same = [](const std::string& x, const std::string& y) {
+    if (x == y) return true;
+    char *ex = nullptr, *ey = nullptr;
+    const double dx = std::strtod(x.c_str(), &ex), dy = std::strtod(y.c_str(), &ey);
+    return !x.empty() && !y.empty() && *ex == '\0' && *ey == '\0' && dx == dy;
+  };
+  for (const auto& k : keys)
+    if (!same(value(a, k), value(b, k))) out.emplace_back(k, value(a, k) + " -> " + value(b, k));
+  return out;
+}
+
+// The configuration text the newest checkpoint of `dir` was written with.
+std::string newest_checkpoint_config(const fs::path& dir) {
+  const auto ckpts = list_checkpoints((dir / "checkpoints").string());
+  if (ckpts.empty()) throw Error("'" + dir.string() + "' has no checkpoint to resume from (checkpoints/ is empty)");
+  return checkpoint_config(ckpts.back());
+}
+
+}  // namespace
+
 RunConfig resume_config(const std::string& out_dir, std::optional<int64_t> steps,
-                        const std::vector<std::string>& overrides) {
-  const std::string cfg_path = (fs::path(out_dir) / "config.ini").string();
+                        const std::vector<std::string>& overrides, bool allow_changes) {
+  const fs::path dir(out_dir);
   std::error_code ec;
-  if (!fs::exists(cfg_path, ec)) throw Error("'" + out_dir + "' holds no run to resume (no config.ini)");
+  if (!fs::exists(dir / "config.ini", ec)) throw Error("'" + out_dir + "' holds no run to resume (no config.ini)");
+  { const io::RunLock probe(dir, "exmy train --resume"); }  // a live run: say so before reading its checkpoints
+  const std::string base = newest_checkpoint_config(dir);
   std::vector<std::string> sets = overrides;
   if (steps) sets.push_back("train.steps=" + std::to_string(*steps));
-  return load_run_config(cfg_path, sets);
+  RunConfig cfg = parse_run_config(base, (dir / "checkpoints").string(), sets);
+  if (!allow_changes) {
+    std::string refused;
+    for (const auto& [key, change] : changed_keys(parse_run_config(base, "", {}).text(), cfg.text()))
+      if (!resumable_key(key)) refused += (refused.empty() ? "" : ", ") + key + " " + change;
+    if (!refused.empty())
+      throw Error("--resume " + out_dir + " would change what the run computes: " + refused +
+                  " (--allow-changes resumes with them anyway; the run then no longer matches an uninterrupted one)");
+  }
+  return cfg;
 }
 
 TrainResult train_resume(const std::string& out_dir, std::optional<int64_t> steps,
-                         const std::vector<std::string>& overrides, const TrainHooks& hooks, const BuildInfo& build) {
-  return train_resume(out_dir, resume_config(out_dir, steps, overrides), hooks, build);
+                         const std::vector<std::string>& overrides, const TrainHooks& hooks, const BuildInfo& build,
+                         bool allow_changes) {
+  return train_resume(out_dir, resume_config(out_dir, steps, overrides, allow_changes), hooks, build);
 }
 
 TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const TrainHooks& hooks,
                          const BuildInfo& build) {
   const fs::path dir(out_dir);
-  const std::string cfg_path = (dir / "config.ini").string();
   require_training_memory(cfg);
   const io::RunLock lock(dir, "exmy train --resume");
   remove_leftovers(dir);
   const auto ckpts = list_checkpoints((dir / "checkpoints").string());
   if (ckpts.empty()) throw Error("'" + out_dir + "' has no checkpoint to resume from (checkpoints/ is empty)");
+  const std::string before = checkpoint_config(ckpts.back());
   Trainer t(cfg, out_dir, hooks, build);
   t.init_from_checkpoint(ckpts.back());
-  // A finished run is left as it is (run() says so); otherwise the new
-  // configuration and the run file cut at the checkpoint replace the old.
+  // A finished run is left as it is (run() says so); otherwise the run file
+  // cut at the checkpoint replaces the old one and records what changed.
+  // config.ini stays the configuration the run started with.
   if (!t.finished()) {
-    write_text_atomic(cfg_path, cfg.text());
-    t.open_run_file(true);
+    std::string changes;
+    for (const auto& [key, change] : changed_keys(parse_run_config(before, "", {}).text(), cfg.text()))
+      changes += (changes.empty() ? "" : "; ") + key + " " + change;
+    t.note_schedule_change(parse_run_config(before, "", {}));
+    t.open_run_file(true, changes);
   }
   return t.run();
 }

@@ -97,15 +97,26 @@ TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const Tr
 // accordingly); `overrides` are --set assignments applied on top of the
 // saved configuration.
 TrainResult train_resume(const std::string& out_dir, std::optional<int64_t> steps,
-                         const std::vector<std::string>& overrides, const TrainHooks& hooks, const BuildInfo& build);
+                         const std::vector<std::string>& overrides, const TrainHooks& hooks, const BuildInfo& build,
+                         bool allow_changes = false);
 
-// The configuration train_resume continues with: the run's config.ini with
-// `steps` and `overrides` applied (an error naming the problem when out_dir
-// holds no run). Callers that need it before training (the CLI's
-// evaluation hook) resolve it once and pass it to the overload below.
+// The configuration train_resume continues with: the configuration of the
+// run's newest checkpoint (what the run last trained with; config.ini keeps
+// the configuration the run started with and is never rewritten) with
+// `steps` and `overrides` applied. Overrides may change only keys that
+// leave the run's numbers alone (resumable_key); any other change is an
+// error listing every changed key, unless `allow_changes`. Throws naming
+// the problem when out_dir holds no run. Callers that need it before
+// training (the CLI's evaluation hook) resolve it once and pass it to the
+// overload below.
 RunConfig resume_config(const std::string& out_dir, std::optional<int64_t> steps,
-                        const std::vector<std::string>& overrides);
+                        const std::vector<std::string>& overrides, bool allow_changes = false);
 TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const TrainHooks& hooks,
                          const BuildInfo& build);
+
+// Keys a resume may change without --allow-changes: the run's length, and
+// what is logged, evaluated, checkpointed or exported, and how many threads
+// run it (never the bits of a training step).
+bool resumable_key(const std::string& key);
 
 }  // namespace exmy::train

@@ -224,6 +224,11 @@ TEST(CliTrain, SigintWritesACheckpointAndTheRunResumes) {
   const Result r2 = run({kExmy, "train", "--resume", d / "run", "--steps", std::to_string(step + 3)});
   ASSERT_EQ(r2.status, 0) << r2.out;
   EXPECT_NE(r2.out.find("resuming at step " + std::to_string(step)), std::string::npos) << r2.out;
+  // The run's length changed: what happens to the schedule is said.
+  EXPECT_NE(r2.out.find("the run's length changes from 100000 to " + std::to_string(step + 3) +
+                        " steps: the cosine LR schedule is recomputed over " + std::to_string(step + 3) + " steps"),
+            std::string::npos)
+      << r2.out;
   EXPECT_TRUE(fs::exists(d / ("run/checkpoints/" + checkpoint_name(step + 3)))) << r2.out;
   EXPECT_EQ(io::read_run_column(d / "run/run.h5", "/train/step").back(), static_cast<double>(step + 3));
 }
@@ -479,6 +484,8 @@ TEST(CliTrain, BadInputGetsOneLineErrors) {
   expect_one_line_error(train_args(d / "d", {"data.path=" + (d / "missing.tok")}), "does not exist");
   expect_one_line_error({kExmy, "train", "--config", d / "nope.ini", "--out", d / "e"}, "cannot open configuration");
   expect_one_line_error({kExmy, "train", "--resume", d / "nothing"}, "no run to resume");
+  expect_one_line_error({kExmy, "train", "--config", kTinyIni, "--out", d / "ac", "--allow-changes"},
+                        "--allow-changes goes with --resume");
   expect_one_line_error({kExmy, "prepare-data", "--out", d / "f", d / "no-such-text"}, "does not exist");
   // Bad recipes are refused at start, naming the key.
   auto with = [&](const std::string& out, std::vector<std::string> extra, std::vector<std::string> sets = {}) {

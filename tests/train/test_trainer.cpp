@@ -226,7 +226,57 @@ TEST(Trainer, BadInputIsAOneLineError) {
   expect_error([&] { train_resume(d / "r6", 6, {}, quiet(), {}); }, "no checkpoint to resume from");
   // A checkpoint of another model shape.
   train_new(tiny({"train.steps=4"}), d / "r7", quiet(), {});
-  expect_error([&] { train_resume(d / "r7", 6, {"model.hidden_size=48"}, quiet(), {}); }, "has shape");
+  expect_error([&] { train_resume(d / "r7", 6, {"model.hidden_size=48"}, quiet(), {}, true); }, "has shape");
+}
+
+// --resume continues the run as it was: an override of a key that changes
+// what the run computes is refused, naming every such key, unless the
+// caller allows changes; the run's recorded configuration (config.ini and
+// the run file's `config`) is never rewritten, and the run file lists what
+// a resume changed.
+TEST(Trainer, ResumeRefusesChangesOfWhatTheRunComputes) {
+  TempDir d;
+  train_new(tiny({"train.steps=4"}), d / "r", quiet(), {});
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  const std::string ini = slurp(d / "r/config.ini");
+  const auto recorded = io::read_run_attribute(d / "r/run.h5", "config");
+  ASSERT_TRUE(recorded);
+  try {
+    train_resume(d / "r", 6, {"optim.lr=0.02", "model.hidden_size=48", "recipe.keep_last_bf16=1", "train.log_interval=2"},
+                 quiet(), {});
+    ADD_FAILURE() << "changed keys were accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("optim.lr 1e-2 -> 0.02"), std::string::npos) << m;
+    EXPECT_NE(m.find("model.hidden_size 32 -> 48"), std::string::npos) << m;
+    EXPECT_NE(m.find("recipe.keep_last_bf16 (unset) -> 1"), std::string::npos) << m;
+    EXPECT_EQ(m.find("log_interval"), std::string::npos) << m;  // allowed: not listed
+    EXPECT_EQ(m.find("train.steps"), std::string::npos) << m;
+    EXPECT_NE(m.find("--allow-changes"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  // Keys that leave the numbers alone may change; the run goes on.
+  // (optim.lr=0.01 is the run's 1e-2 spelled otherwise: no change.)
+  const TrainResult r = train_resume(d / "r", 6, {"train.log_interval=2", "train.threads=1", "optim.lr=0.01"}, quiet(), {});
+  EXPECT_EQ(r.step, 6);
+  EXPECT_EQ(slurp(d / "r/config.ini"), ini);
+  EXPECT_EQ(io::read_run_attribute(d / "r/run.h5", "config"), recorded);
+  const auto changes = io::read_run_attribute(d / "r/run.h5", "resume_changes");
+  ASSERT_TRUE(changes);
+  EXPECT_NE(changes->find("step 4: "), std::string::npos) << *changes;
+  EXPECT_NE(changes->find("train.steps 4 -> 6"), std::string::npos) << *changes;
+  EXPECT_NE(changes->find("train.log_interval"), std::string::npos) << *changes;
+  // The next resume starts from what the run last trained with (6 steps,
+  // from the checkpoint), not from config.ini's 4.
+  const TrainResult again = train_resume(d / "r", std::nullopt, {}, quiet(), {});
+  EXPECT_EQ(again.step, 6);
+  EXPECT_TRUE(again.losses.empty());
+  // Allowed explicitly: the learning rate changes.
+  const TrainResult lr = train_resume(d / "r", 7, {"optim.lr=0.02"}, quiet(), {}, true);
+  EXPECT_EQ(lr.step, 7);
 }
 
 // Checkpoint data carries checksums: one flipped bit inside a parameter's
