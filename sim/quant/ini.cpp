@@ -1,5 +1,6 @@
 #include "sim/quant/ini.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -24,7 +25,7 @@ std::string_view strip_comment(std::string_view s) {
 
 }  // namespace
 
-IniFile parse_ini(std::string_view text, std::string_view origin) {
+IniFile parse_ini(std::string_view text, std::string_view origin, std::string_view repeatable) {
   IniFile f;
   f.origin = std::string(origin);
   std::string section;
@@ -59,7 +60,7 @@ IniFile parse_ini(std::string_view text, std::string_view origin) {
     e.line = line_no;
     if (e.key.empty()) fail("empty key");
     for (const auto& o : f.entries)
-      if (o.section == e.section && o.key == e.key)
+      if (o.section == e.section && o.key == e.key && (repeatable.empty() || e.section != repeatable))
         fail("key '" + (e.section.empty() ? "" : e.section + ".") + e.key + "' given twice (first on line " +
              std::to_string(o.line) + ")");
     f.entries.push_back(std::move(e));
@@ -67,12 +68,19 @@ IniFile parse_ini(std::string_view text, std::string_view origin) {
   return f;
 }
 
-IniFile read_ini(const std::string& path) {
+std::string read_config_text(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) throw Error("cannot open " + what + " '" + path + "' (no such file)");
+  if (std::filesystem::is_directory(st)) throw Error(what + " '" + path + "' is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read '" + path + "'");
+  if (!in) throw Error("cannot open " + what + " '" + path + "'");
   std::ostringstream ss;
   ss << in.rdbuf();
-  return parse_ini(ss.str(), path);
+  if (in.bad()) throw Error("cannot read " + what + " '" + path + "'");
+  return ss.str();
 }
+
+IniFile read_ini(const std::string& path) { return parse_ini(read_config_text(path, "file"), path); }
 
 }  // namespace exmy::sim::quant

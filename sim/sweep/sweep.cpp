@@ -230,14 +230,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& origin) {
 }
 
 SweepSpec load_sweep(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error("cannot read sweep file '" + path + "'");
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  std::fclose(f);
-  return parse_sweep(text, path);
+  return parse_sweep(sim::quant::read_config_text(path, "sweep file"), path);
 }
 
 std::string sanitize_value(const std::string& value) {

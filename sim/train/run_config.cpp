@@ -1,6 +1,5 @@
 #include "sim/train/run_config.hpp"
 
-#include <boost/program_options.hpp>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -10,8 +9,8 @@
 #include "formats/error.hpp"
 #include "sim/parallel.hpp"
 #include "sim/linear.hpp"
+#include "sim/quant/ini.hpp"
 
-namespace po = boost::program_options;
 
 namespace exmy::train {
 namespace {
@@ -159,22 +158,16 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
     }
   };
 
-  // The INI file through Boost.Program_options: every known key is declared;
-  // the only undeclared keys allowed are the recipe's (a [recipe] section,
-  // which may repeat a key: its overrides apply in order).
-  po::options_description desc;
-  for (const auto& k : kKeys) desc.add_options()(k.name.c_str(), po::value<std::string>());
-  for (const auto& f : models::field_names()) desc.add_options()((kModelPrefix + f).c_str(), po::value<std::string>());
-  std::istringstream in(ini_text);
-  po::parsed_options parsed(&desc);
-  try {
-    parsed = po::parse_config_file(in, desc, true);
-  } catch (const po::error& e) {
-    throw Error(origin + ": " + e.what());
-  }
-  for (const auto& o : parsed.options) {
-    if (o.unregistered && !o.string_key.starts_with(kRecipePrefix)) unknown_key(origin + ": ", o.string_key);
-    set(o.string_key, o.value.empty() ? "" : trim(o.value.front()));
+  // The INI file in exmy's one dialect (sim/quant/ini.hpp): every key must
+  // be known, none may be given twice, except in the [recipe] section,
+  // whose overrides apply in order.
+  const sim::quant::IniFile ini = sim::quant::parse_ini(ini_text, origin, "recipe");
+  for (const auto& e : ini.entries) {
+    const std::string where = origin + ":" + std::to_string(e.line) + ": ";
+    if (e.section.empty()) throw Error(where + "key '" + e.key + "' before the first [section]");
+    const std::string key = e.section + "." + e.key;
+    if (!is_known(key) && !key.starts_with(kRecipePrefix)) unknown_key(where, key);
+    set(key, e.value);
   }
 
   for (const auto& s : overrides) {
@@ -277,11 +270,7 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   if (path.empty()) return parse_run_config("", "defaults", overrides);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open configuration '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_run_config(ss.str(), path, overrides);
+  return parse_run_config(sim::quant::read_config_text(path, "configuration"), path, overrides);
 }
 
 std::string RunConfig::text() const {

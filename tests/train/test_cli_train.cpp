@@ -483,6 +483,9 @@ TEST(CliTrain, BadInputGetsOneLineErrors) {
   expect_one_line_error(train_args(d / "c", {"model.bogus_field=1"}), "unknown configuration key 'model.bogus_field'");
   expect_one_line_error(train_args(d / "d", {"data.path=" + (d / "missing.tok")}), "does not exist");
   expect_one_line_error({kExmy, "train", "--config", d / "nope.ini", "--out", d / "e"}, "cannot open configuration");
+  fs::create_directories(d / "adir");
+  expect_one_line_error({kExmy, "train", "--config", d / "adir", "--out", d / "e2"}, "is a directory, not a file");
+  expect_one_line_error(train_args(d / "e3", {"train.recipe=" + (d / "adir")}), "is a directory, not a file");
   expect_one_line_error({kExmy, "train", "--resume", d / "nothing"}, "no run to resume");
   expect_one_line_error({kExmy, "train", "--config", kTinyIni, "--out", d / "ac", "--allow-changes"},
                         "--allow-changes goes with --resume");

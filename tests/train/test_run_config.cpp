@@ -75,6 +75,30 @@ TEST(RunConfig, UnknownKeysAreRejectedByName) {
   expect_error([] { parse_run_config("", "f.ini", {"train.steps"}); }, "expected section.key=value");
 }
 
+// Run configurations are read as recipes and sweep files are (one INI
+// dialect): a key given twice is an error naming both lines, '#' and ';'
+// start a comment at the start of a line or after a blank (so a value may
+// hold either character), a [recipe] section may repeat a key (its
+// overrides apply in order), and a directory is not a configuration.
+TEST(RunConfig, OneIniDialectWithCommentsDuplicatesAndDirectories) {
+  expect_error([] { parse_run_config("[train]\nsteps = 5\nsteps = 6\n", "f.ini", {}); },
+               "f.ini:3: key 'train.steps' given twice (first on line 2)");
+  expect_error([] { parse_run_config("[train]\nsteps = 5\n[train]\nseed = 2\n", "f.ini", {}); },
+               "f.ini:3: section [train] appears twice");
+  const RunConfig c = parse_run_config(
+      "; a comment\n[train]\nsteps = 5  # five\nlog_interval = 2 ; two\n[data]\npath = a#b;c\n"
+      "[recipe]\nall.round = rtz\nall.round = rne\n",
+      "f.ini", {});
+  EXPECT_EQ(c.steps, 5);
+  EXPECT_EQ(c.log_interval, 2);
+  EXPECT_EQ(c.data_path, "a#b;c");
+  ASSERT_EQ(c.recipe_sets.size(), 2u);
+  EXPECT_EQ(c.recipe_sets[1].second, "rne");
+  test::TempDir d;
+  expect_error([&] { load_run_config(d.path(), {}); }, "is a directory, not a file");
+  expect_error([&] { load_run_config(d / "missing.ini", {}); }, "no such file");
+}
+
 TEST(RunConfig, BadValuesAndShapesAreOneLineErrors) {
   expect_error([] { parse_run_config("", "f", {"train.steps=abc"}); }, "train.steps: bad value 'abc'");
   expect_error([] { parse_run_config("", "f", {"train.steps=0"}); }, "train.steps = 0 must be at least 1");
