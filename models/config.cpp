@@ -322,22 +322,23 @@ NemotronHConfig resolve_config(const std::string& spec) {
   throw Error("unknown model '" + spec + "' (expected a preset: " + names + "; or a config.json path)");
 }
 
-std::string config_to_json(const NemotronHConfig& cfg) {
+std::string config_to_json(const NemotronHConfig& cfg, const std::string& torch_dtype) {
   nlohmann::ordered_json j;
   j["architectures"] = {"NemotronHForCausalLM"};
   j["model_type"] = "nemotron_h";
+  if (!torch_dtype.empty()) {
+    j["torch_dtype"] = torch_dtype;
+    j["dtype"] = torch_dtype;
+  }
   for (const auto& f : fields()) {
     std::visit(
         [&](auto m) {
           using V = std::remove_cvref_t<decltype(cfg.*m)>;
           if constexpr (std::is_same_v<V, std::array<double, 2>>) {
-            // JSON has no Inf: Python's json module writes and reads the bare
-            // token Infinity (as HF's older configs do); a placeholder string
-            // is swapped for it below.
             nlohmann::ordered_json a = nlohmann::ordered_json::array();
             for (double x : cfg.*m) {
-              if (std::isinf(x)) a.push_back(x > 0 ? "@inf@" : "@-inf@");
-              else a.push_back(x);
+              if (std::isfinite(x)) a.push_back(x);
+              else a.push_back({{"__float__", std::isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity"}});
             }
             j[f.name] = a;
           } else {
@@ -346,11 +347,7 @@ std::string config_to_json(const NemotronHConfig& cfg) {
         },
         f.member);
   }
-  std::string s = j.dump(2);
-  for (auto [from, to] : {std::pair{"\"@inf@\"", "Infinity"}, std::pair{"\"@-inf@\"", "-Infinity"}}) {
-    for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p)) s.replace(p, std::strlen(from), to);
-  }
-  return s + "\n";
+  return j.dump(2) + "\n";
 }
 
 void validate(const NemotronHConfig& c) {

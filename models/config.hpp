@@ -86,7 +86,11 @@ NemotronHConfig config_from_json_text(std::string_view text, std::string_view or
 NemotronHConfig load_config_json(const std::string& path);
 // `spec` is a preset name or a path to a config.json.
 NemotronHConfig resolve_config(const std::string& spec);
-std::string config_to_json(const NemotronHConfig& cfg);
+// An HF config.json of `cfg`, strict JSON: a non-finite float is written as
+// transformers 5 writes it ({"__float__": "Infinity"}), never as a bare
+// token. `torch_dtype` ("float32", "bfloat16"; empty: omitted) fills both
+// `torch_dtype` (transformers 4) and `dtype` (transformers 5).
+std::string config_to_json(const NemotronHConfig& cfg, const std::string& torch_dtype = "");
 
 // `key` is a field name (an optional "model." prefix is stripped); `value`
 // is parsed for the field's type. Setting hybrid_override_pattern also sets

@@ -105,7 +105,7 @@ void save_hf_checkpoint(const NemotronH<T>& model, const std::string& dir, const
   }
   write_safetensors((fs::path(dir) / "model.safetensors").string(), src, {{"format", "pt"}});
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
-  io::write_text_atomic(cfg_path, config_to_json(model.config()));
+  io::write_text_atomic(cfg_path, config_to_json(model.config(), dtype == "BF16" ? "bfloat16" : "float32"));
 }
 
 template void load_hf_weights<float>(NemotronH<float>&, const std::string&);

@@ -23,6 +23,8 @@
 #include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/io/run_lock.hpp"
+#include "sim/io/tensor_io.hpp"
+#include "sim/quant/ini.hpp"
 #include "sim/quant/recipe.hpp"
 #include "sim/train/checkpoint.hpp"
 #include "sim/train/run_config.hpp"
@@ -36,14 +38,29 @@ namespace {
 struct Target {
   std::string checkpoint;
   std::string run_file;  // empty: none found
+  std::string hf;        // an HF checkpoint instead: its directory (config.json + model.safetensors)
 };
 
-// A run directory (its newest checkpoint and run.h5) or a checkpoint file
-// (and the run.h5 of the run directory it sits in, if any).
+// A run directory (its newest checkpoint and run.h5), a checkpoint file
+// (and the run.h5 of the run directory it sits in, if any), or an HF
+// checkpoint: a directory holding config.json and model.safetensors, or a
+// .safetensors file with config.json beside it.
 Target resolve_target(const std::string& path) {
   Target t;
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw Error("'" + path + "' does not exist (expected a checkpoint or a run directory)");
+  if (!fs::exists(path, ec))
+    throw Error("'" + path + "' does not exist (expected a checkpoint, a run directory or an HF checkpoint)");
+  const fs::path hf_dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
+  const bool hf_file = path.ends_with(".safetensors");
+  if (hf_file || (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "checkpoints", ec) &&
+                  fs::exists(hf_dir / "config.json", ec))) {
+    if (!fs::exists(hf_dir / "config.json", ec))
+      throw Error("HF checkpoint '" + path + "' has no config.json beside it");
+    if (!hf_file && !fs::exists(hf_dir / "model.safetensors", ec))
+      throw Error("HF checkpoint directory '" + path + "' has no model.safetensors");
+    t.hf = path;
+    return t;
+  }
   fs::path run_dir;
   if (fs::is_directory(path, ec)) {
     const auto ckpts = train::list_checkpoints((fs::path(path) / "checkpoints").string());
@@ -77,8 +94,10 @@ double trainer_val_loss(const std::string& run_file, int64_t step) {
 int cmd_eval(const Args& args) {
   po::options_description desc(
       "exmy eval: validation loss of a checkpoint with the forward pass quantized by a recipe\n\n"
-      "usage: exmy eval CHECKPOINT|RUN_DIR --recipe R --policy P [--policy P2 ...] [--batches N]\n"
-      "                 [--set key=value ...] [--name NAME] [--no-write]\n\n"
+      "usage: exmy eval CHECKPOINT|RUN_DIR|HF_DIR --recipe R --policy P [--policy P2 ...] [--batches N]\n"
+      "                 [--set key=value ...] [--name NAME] [--no-write] [--dump-logits FILE]\n\n"
+      "An HF checkpoint (config.json + model.safetensors) brings the model; data, batch shape and\n"
+      "seed are the run configuration's defaults and --set (e.g. --set data.path=...).\n\n"
       "Policies (the activation tensor scale of every quantized linear; weight amaxes are\n"
       "measured once at load and frozen):\n"
       "  current        each call's own amax\n"
@@ -89,14 +108,16 @@ int cmd_eval(const Args& args) {
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
-    ("target", po::value<std::string>(), "checkpoint file or run directory (its newest checkpoint)")
+    ("target", po::value<std::string>(), "checkpoint file, run directory (its newest checkpoint), or HF checkpoint (directory with config.json and model.safetensors)")
     ("recipe", po::value<std::string>(), "recipe name (experiments/recipes/NAME.ini) or file")
+    ("config", po::value<std::string>(), "with an HF checkpoint: run configuration giving data, batch shape and seed (its [model] is ignored)")
     ("policy", po::value<std::vector<std::string>>()->composing(), "activation-scale policy (repeatable); default current")
     ("batches", po::value<int64_t>()->default_value(0), "validation batches of train.batch_size sequences (0: the run's train.eval_batches)")
     ("set", po::value<std::vector<std::string>>()->composing(),
      "override: recipe.SECTION.KNOB=VALUE for the recipe, section.key=value for the run configuration (repeatable)")
     ("name", po::value<std::string>(), "name of the /eval subgroup (default: the recipe's name)")
-    ("no-write", "print only; append nothing to the run file");
+    ("no-write", "print only; append nothing to the run file")
+    ("dump-logits", po::value<std::string>(), "write the logits of the evaluated batches to this file (.npy, file.h5:/dset or raw float32; rows = batches x batch_size x seq_len, columns = vocabulary; one --policy)");
   // clang-format on
   po::positional_options_description pos;
   pos.add("target", 1);
@@ -109,7 +130,7 @@ int cmd_eval(const Args& args) {
   // training run holds the lock), taken before the checkpoint is read (a
   // live run rotates its checkpoints). --no-write only reads a checkpoint,
   // which is written atomically, and takes no lock.
-  const bool write = !vm.count("no-write") && !target.run_file.empty();
+  const bool write = !vm.count("no-write") && !target.run_file.empty() && target.hf.empty();
   io::RunLock lock;
   if (write) {
     lock = io::RunLock(fs::path(target.run_file).parent_path(), "exmy eval");
@@ -120,8 +141,31 @@ int cmd_eval(const Args& args) {
   std::vector<std::string> run_sets, recipe_sets;
   if (vm.count("set"))
     for (const auto& s : vm["set"].as<std::vector<std::string>>()) (s.starts_with("recipe.") ? recipe_sets : run_sets).push_back(s);
+  // An HF checkpoint brings its architecture, not a run: the run keys
+  // (data, batch shape, seed) are the defaults and --set.
+  // --config gives them from a run configuration (its [model] section is
+  // ignored: the model is the checkpoint's).
+  std::string run_text, run_origin = target.hf;
+  if (!target.hf.empty()) {
+    const fs::path dir = fs::is_directory(target.hf) ? fs::path(target.hf) : fs::path(target.hf).parent_path();
+    run_sets.insert(run_sets.begin(), "model.name=" + (dir / "config.json").string());
+    if (vm.count("config")) {
+      run_origin = vm["config"].as<std::string>();
+      const auto ini = sim::quant::read_ini(run_origin);
+      std::string section;
+      for (const auto& e : ini.entries) {
+        if (e.section == "model") continue;
+        if (e.section != section) run_text += "[" + (section = e.section) + "]\n";
+        run_text += e.key + " = " + e.value + "\n";
+      }
+    }
+  } else if (vm.count("config")) {
+    throw Error("--config goes with an HF checkpoint (a run's checkpoint holds its configuration)");
+  }
   const train::RunConfig cfg =
-      train::parse_run_config(train::checkpoint_config(target.checkpoint), target.checkpoint, run_sets);
+      target.hf.empty() ? train::parse_run_config(train::checkpoint_config(target.checkpoint), target.checkpoint, run_sets)
+                        : train::parse_run_config(run_text, run_origin, run_sets);
+  const std::string shown = target.hf.empty() ? target.checkpoint : target.hf;
   sim::quant::Recipe recipe = sim::quant::load_recipe(vm["recipe"].as<std::string>());
   for (const auto& s : recipe_sets) sim::quant::apply_recipe_override(recipe, s);
   recipe = eval::run_recipe(cfg, std::move(recipe));
@@ -129,6 +173,13 @@ int cmd_eval(const Args& args) {
   if (vm.count("policy"))
     for (const auto& p : vm["policy"].as<std::vector<std::string>>()) policies.push_back(eval::parse_act_policy(p));
   if (policies.empty()) policies.push_back(eval::ActPolicy{});
+  const std::string dump = vm.count("dump-logits") ? vm["dump-logits"].as<std::string>() : "";
+  if (!dump.empty()) {
+    if (policies.size() != 1) throw Error("--dump-logits takes one --policy (got " + std::to_string(policies.size()) + ")");
+    std::string file = dump, dset;
+    if (io::file_kind(dump) == io::FileKind::hdf5) io::split_h5_path(dump, file, dset);
+    io::output_target(file);  // a bad path fails before the evaluation
+  }
   const std::string name = vm.count("name") ? vm["name"].as<std::string>() : recipe.name;
   for (const auto& p : policies) eval::eval_group(name, p);  // checks the name
   const std::string recipe_text = sim::quant::recipe_to_ini(recipe);
@@ -170,13 +221,18 @@ int cmd_eval(const Args& args) {
     const eval::ActPolicy& p = policies[i];
     eval::QuantEvalModel m(cfg, recipe, p);
     eval::EvalResult r;
-    r.step = m.load_checkpoint(target.checkpoint);
+    if (target.hf.empty()) {
+      r.step = m.load_checkpoint(target.checkpoint);
+    } else {
+      m.load_hf(target.hf);
+      r.step = 0;
+    }
     r.name = name;
     r.policy = p;
     if (results.empty()) {
       std::printf("exmy eval: %s (step %lld), model %s, recipe %s (%lld linears quantized), %lld batches x %lld x %lld "
                   "tokens, %d threads\n",
-                  target.checkpoint.c_str(), static_cast<long long>(r.step), cfg.model_name.c_str(), recipe.name.c_str(),
+                  shown.c_str(), static_cast<long long>(r.step), cfg.model_name.c_str(), recipe.name.c_str(),
                   static_cast<long long>(m.quantized_linears()), static_cast<long long>(vb.batches),
                   static_cast<long long>(cfg.batch_size), static_cast<long long>(cfg.seq_len), omp_get_max_threads());
       if (m.scaled_activations() < m.quantized_linears())
@@ -187,7 +243,14 @@ int cmd_eval(const Args& args) {
       m.calibrate(calibration[i], cfg.seq_len, cfg.batch_size);
       r.calibration_sequences = p.n;
     }
-    const auto res = m.evaluate(vb);
+    std::vector<float> logits;
+    const auto res = m.evaluate(vb, dump.empty() ? nullptr : &logits);
+    if (!dump.empty()) {
+      io::OutputSet out;
+      const int64_t V = cfg.model.vocab_size;
+      out.add_tensor(dump, logits.data(), static_cast<int64_t>(logits.size()) / V, V);
+      out.commit();
+    }
     r.loss = res.loss;
     r.batches = vb.batches;
     r.tokens = res.tokens;
@@ -200,9 +263,14 @@ int cmd_eval(const Args& args) {
     results.push_back(r);
   }
 
+  if (!dump.empty())
+    std::printf("logits of %lld batches x %lld x %lld tokens (vocabulary %lld, float32) written to %s\n",
+                static_cast<long long>(vb.batches), static_cast<long long>(cfg.batch_size),
+                static_cast<long long>(cfg.seq_len), static_cast<long long>(cfg.model.vocab_size), dump.c_str());
   if (!write) {
-    std::printf(target.run_file.empty() ? "no run file next to the checkpoint: nothing written\n"
-                                        : "--no-write: nothing written\n");
+    std::printf(!target.hf.empty()           ? "an HF checkpoint has no run file: nothing written\n"
+                : target.run_file.empty() ? "no run file next to the checkpoint: nothing written\n"
+                                          : "--no-write: nothing written\n");
     return 0;
   }
   run->set_attribute(eval::eval_recipe_attribute(name), recipe_text);

@@ -15,6 +15,7 @@
 #include "sim/optim.hpp"
 #include "sim/quant/stats.hpp"
 #include "sim/train/checkpoint.hpp"
+#include "models/hf_checkpoint.hpp"
 #include "sim/sysmem.hpp"
 #include "sim/train/trainer.hpp"
 
@@ -271,6 +272,12 @@ int64_t QuantEvalModel::load_checkpoint(const std::string& path) {
   return state.step;
 }
 
+void QuantEvalModel::load_hf(const std::string& path) {
+  models::load_hf_weights(*model_, path);
+  freeze_weights();
+  reset_activations();
+}
+
 void QuantEvalModel::freeze_weights() {
   std::vector<float> scratch;
   for (const auto& e : factory_->entries()) {
@@ -315,7 +322,7 @@ void QuantEvalModel::calibrate(std::span<const int32_t> sequences, int64_t seq_l
   calibrated_ = true;
 }
 
-QuantEvalModel::Result QuantEvalModel::evaluate(const EvalBatches& b) {
+QuantEvalModel::Result QuantEvalModel::evaluate(const EvalBatches& b, std::vector<float>* logits) {
   if (policy_.kind == ActPolicy::Kind::calibrated && !calibrated_)
     throw Error("policy " + act_policy_name(policy_) + ": calibrate before evaluating");
   // current and replay start cold at every evaluation; calibrated keeps its
@@ -331,6 +338,7 @@ QuantEvalModel::Result QuantEvalModel::evaluate(const EvalBatches& b) {
     const double loss = model_->forward(b.tokens.data() + i * n, b.targets.data() + i * n, b.batch_size, b.seq_len);
     r.batch_losses.push_back(loss);
     r.tokens += model_->counted_targets();
+    if (logits) logits->insert(logits->end(), model_->logits(), model_->logits() + n * cfg_.model.vocab_size);
     sum += loss;
   }
   // As the trainer's validation loss: the mean of the batch means.

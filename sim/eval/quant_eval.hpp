@@ -117,6 +117,9 @@ class QuantEvalModel {
   void set_params(std::span<const float> arena);
   // The weights of a checkpoint (sim/train/checkpoint.hpp); returns its step.
   int64_t load_checkpoint(const std::string& path);
+  // The weights of an HF checkpoint (a directory with config.json and
+  // model.safetensors, or a .safetensors file; models/hf_checkpoint.hpp).
+  void load_hf(const std::string& path);
 
   // calibrated:N: runs `sequences` (n, seq_len) through the unquantized
   // forward in batches of `batch` and freezes every quantized linear's
@@ -131,7 +134,9 @@ class QuantEvalModel {
     std::vector<double> batch_losses;
     int64_t tokens = 0;               // counted targets
   };
-  Result evaluate(const EvalBatches& b);
+  // With `logits`, the logits of every batch are appended to it, batch after
+  // batch ((batches x batch_size x seq_len, vocab) float32, row-major).
+  Result evaluate(const EvalBatches& b, std::vector<float>* logits = nullptr);
 
   // Inspection (tests, logs).
   models::NemotronH<float>& model() { return *model_; }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -177,6 +178,54 @@ TEST(CliTrainEval, ConfigKeysRunTheEvaluationAtValidationSteps) {
   r = run(b);
   expect_one_line_error(r, "unknown recipe 'nosuch'");
   EXPECT_FALSE(fs::exists(d / "bad/run.h5"));
+}
+
+// exmy eval takes an HF checkpoint directly (config.json + safetensors):
+// a run exported with train.export_hf evaluates to the same loss and the
+// same logits (--dump-logits) as its exmy checkpoint; the exported
+// config.json is strict JSON with torch_dtype; the shipped transformers
+// fixture loads too.
+TEST(CliEvalHf, HfCheckpointGivesTheCheckpointsLossAndLogits) {
+  TempDir d;
+  const Result t = run({kExmy, "train", "--config", kTinyIni, "--out", d / "run", "--steps", "3", "--set",
+                        "train.batch_size=4", "--set", "train.seq_len=16", "--set", "train.eval_batches=2", "--set",
+                        "train.export_hf=fp32"});
+  ASSERT_EQ(t.status, 0) << t.out;
+  const std::string cfg_text = read_text(d / "run/hf/config.json");
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(cfg_text)) << cfg_text;  // nlohmann rejects bare Infinity
+  EXPECT_EQ(j.value("torch_dtype", ""), "float32");
+  EXPECT_EQ(j["time_step_limit"][1]["__float__"], "Infinity");
+  const Result a = run({kExmy, "eval", d / "run", "--recipe", "fp32", "--no-write", "--dump-logits", d / "a.npy"});
+  ASSERT_EQ(a.status, 0) << a.out;
+  const Result b = run({kExmy, "eval", d / "run/hf", "--recipe", "fp32", "--config", d / "run/config.ini",
+                        "--dump-logits", d / "b.npy"});
+  ASSERT_EQ(b.status, 0) << b.out;
+  auto loss_of = [](const std::string& out) {
+    const size_t p = out.find("val loss ");
+    return p == std::string::npos ? std::string() : out.substr(p, 24);
+  };
+  EXPECT_FALSE(loss_of(a.out).empty()) << a.out;
+  EXPECT_EQ(loss_of(a.out), loss_of(b.out)) << a.out << b.out;
+  const std::string la = read_text(d / "a.npy"), lb = read_text(d / "b.npy");
+  EXPECT_EQ(la.size(), 128u + 2 * 4 * 16 * 64 * 4);  // header + batches x B x T x vocab float32
+  EXPECT_TRUE(la == lb);
+  EXPECT_NE(b.out.find("an HF checkpoint has no run file"), std::string::npos) << b.out;
+  // The transformers-written fixture (transformers 5, {"__float__": ...}).
+  const Result f = run({kExmy, "eval", kSource + "/tests/reference/nemotron_h_tiny", "--recipe", "fp32", "--set",
+                        "train.batch_size=2", "--set", "train.seq_len=16", "--set", "data.synthetic_tokens=4096",
+                        "--batches", "1", "--dump-logits", d / "f.npy"});
+  ASSERT_EQ(f.status, 0) << f.out;
+  EXPECT_NE(f.out.find("val loss "), std::string::npos) << f.out;
+  // Bad input.
+  expect_one_line_error(run({kExmy, "eval", d / "run", "--recipe", "fp32", "--no-write", "--policy", "current",
+                             "--policy", "replay:2", "--dump-logits", d / "c.npy"}),
+                        "--dump-logits takes one --policy");
+  expect_one_line_error(run({kExmy, "eval", d / "run", "--recipe", "fp32", "--config", kTinyIni}),
+                        "--config goes with an HF checkpoint");
+  fs::create_directories(d / "nohf");
+  std::ofstream(d / "nohf/config.json") << "{}";
+  expect_one_line_error(run({kExmy, "eval", d / "nohf", "--recipe", "fp32"}), "has no model.safetensors");
 }
 
 TEST_F(Runs, EvalErrorsAreOneLine) {
