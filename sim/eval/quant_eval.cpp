@@ -36,11 +36,6 @@ double nan_max(double a, double b) {
   return std::max(a, b);
 }
 
-// The checkpoint form of a reference holding `amax`, sampled at step 1
-// (ReferenceState::save's layout: version, has_held, held, sampled_step,
-// have_cur, cur_step, cur_max, n).
-std::vector<double> held_state(double amax) { return {1, 1, amax, 1, 0, 0, 0, 0}; }
-
 // max|x| of the operand a role quantizes: x itself, or its 16-point RHT
 // along K when the role has one (the amax a `current` call measures).
 double operand_amax(const sim::quant::RoleSpec& rs, const float* x, int64_t rows, int64_t cols,
@@ -285,7 +280,7 @@ void QuantEvalModel::freeze_weights() {
     if (ws.reference.kind == RefPolicy::Kind::none) continue;
     const float* W = model_->arena().param(e.info.name + ".weight");
     const double a = operand_amax(ws, W, e.info.out_features, e.info.in_features, scratch);
-    runtime_->references().get(reference_key(e.info.name, Role::fprop_w)).load(held_state(a));
+    runtime_->references().get(reference_key(e.info.name, Role::fprop_w)) = sim::quant::ReferenceState::frozen(a);
   }
 }
 
@@ -317,7 +312,7 @@ void QuantEvalModel::calibrate(std::span<const int32_t> sequences, int64_t seq_l
   factory_->calibrating_ = false;
   for (const auto& e : factory_->entries()) {
     if (e.spec(Role::fprop_x).reference.kind == RefPolicy::Kind::none) continue;
-    runtime_->references().get(reference_key(e.info.name, Role::fprop_x)).load(held_state(e.linear->calib_amax_));
+    runtime_->references().get(reference_key(e.info.name, Role::fprop_x)) = sim::quant::ReferenceState::frozen(e.linear->calib_amax_);
   }
   calibrated_ = true;
 }

@@ -73,6 +73,14 @@ void ReferenceState::end_call(const RefPolicy& p, int64_t step, double amax) {
   }
 }
 
+ReferenceState ReferenceState::frozen(double amax) {
+  ReferenceState r;
+  r.has_held_ = true;
+  r.held_ = amax;
+  r.sampled_step_ = 1;
+  return r;
+}
+
 std::vector<double> ReferenceState::save() const {
   std::vector<double> v = {kFormatVersion,
                            has_held_ ? 1.0 : 0.0,

@@ -47,6 +47,12 @@ class ReferenceState {
   std::vector<double> save() const;
   void load(const std::vector<double>& v);  // throws exmy::Error when malformed
 
+  // A reference frozen at `amax`: a periodic reference holding it as if
+  // sampled at step 1 (an evaluation's weights measured once at load, a
+  // calibrated activation scale). Under a policy that never samples again
+  // in the steps it runs, every call uses `amax`.
+  static ReferenceState frozen(double amax);
+
   // Inspection (tests, statistics).
   bool has_held() const { return has_held_; }
   double held() const { return held_; }

@@ -46,6 +46,25 @@ TEST(Reference, PeriodicSamplesAndHolds) {
   EXPECT_EQ(s.held(), 5.0);
 }
 
+// A frozen reference holds its amax as a periodic sample of step 1 (what
+// evaluation builds for weights and calibrated activations): the saved form
+// is that of a periodic state sampled once, and later calls are given it.
+TEST(Reference, FrozenHoldsItsAmax) {
+  const ReferenceState f = ReferenceState::frozen(2.5);
+  EXPECT_TRUE(f.has_held());
+  EXPECT_EQ(f.held(), 2.5);
+  EXPECT_EQ(f.sampled_step(), 1);
+  ReferenceState sampled;
+  call(sampled, parse_ref_policy("periodic:1000"), 1, 2.5);
+  EXPECT_EQ(f.save(), sampled.save());
+  ReferenceState g = f;
+  for (int step : {1, 2, 500}) {
+    const auto u = call(g, parse_ref_policy("periodic:1000"), step, 99.0);
+    EXPECT_EQ(u.kind, AmaxKind::given) << step;
+    EXPECT_EQ(u.value, 2.5) << step;
+  }
+}
+
 TEST(Reference, SharedDyReference) {
   // dgrad-dy and wgrad-dy share one state under the key LAYER/dy.
   EXPECT_EQ(reference_key("layers.1.mixer.up_proj", Role::dgrad_dy, true), "layers.1.mixer.up_proj/dy");
