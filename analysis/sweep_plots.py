@@ -9,7 +9,7 @@ each run's DIR/<run>/run.h5 (loss curves), and writes PNG files to DIR/plots/:
 
     loss_curves.png                  training loss of every run against the step
                                      (validation losses as dots in the same colour)
-    <metric>_by_<axis>.png           final_train_loss, final_val_loss and, with a
+    <metric>_by_<axis>.png           final_window_train_loss, final_val_loss and, with a
                                      reference, gap_val of every finished run against
                                      each axis (one point per run; runs that share
                                      every other axis value joined by a line)
@@ -122,7 +122,7 @@ def main():
     written.append(p)
 
     # Each summary metric against each axis.
-    metrics = ["final_train_loss", "final_val_loss"]
+    metrics = ["final_window_train_loss", "final_val_loss"]
     if any(r.get("reference") not in (None, "") for r in runs):
         metrics.append("gap_val")
     for a, axis in enumerate(axes):

@@ -55,7 +55,7 @@ int cmd_sweep(const Args& args) {
       "exmy sweep: run a grid of training runs and summarize them (docs/sweeps.md)\n\n"
       "usage: exmy sweep FILE --out DIR [--jobs N] [--run I] [--set key=value ...]\n"
       "       exmy sweep FILE --list [--out DIR]\n"
-      "       exmy sweep FILE --out DIR --summarize [--window K]\n\n"
+      "       exmy sweep FILE --out DIR --summarize\n\n"
       "Each run is `exmy train` in DIR/<run>; a rerun skips finished runs, resumes interrupted ones from\n"
       "their checkpoints and retries failed ones. Slurm array: #SBATCH --array=0-<runs-1>, then\n"
       "exmy sweep FILE --out DIR --run $SLURM_ARRAY_TASK_ID\n\noptions");
@@ -71,7 +71,6 @@ int cmd_sweep(const Args& args) {
     ("set", po::value<std::vector<std::string>>()->composing(),
         "key=value for every run, after the file's [set] (repeatable; changes the runs' identity)")
     ("summarize", "only write the summary and plots of what DIR holds")
-    ("window", po::value<int64_t>(), "K: final-window loss over the last K logged losses (overrides final_window)")
     ("no-summary", "do not summarize after running")
     ("no-plots", "summarize without running the plot script");
   // clang-format on
@@ -113,7 +112,6 @@ int cmd_sweep(const Args& args) {
   if (out.empty()) throw Error("--out DIR is required (or --list)");
 
   sweep::SummaryOptions sopt;
-  if (vm.count("window")) sopt.final_window = vm["window"].as<int64_t>();
   if (!vm.count("no-plots")) sopt.plot_script = plot_script();
 
   if (vm.count("summarize")) {

@@ -47,6 +47,12 @@ std::string default_config() {
   return path;
 }
 
+std::string recipe_search_text() {
+  std::string s;
+  for (const auto& d : sim::quant::recipe_dirs()) s += (s.empty() ? "" : ", then ") + d;
+  return s;
+}
+
 }  // namespace
 
 int cmd_train(const Args& args) {
@@ -55,7 +61,10 @@ int cmd_train(const Args& args) {
       "usage: exmy train [--config FILE] [--out DIR] [--steps N] [--recipe NAME|FILE] [--set section.key=value ...]\n"
       "       exmy train --resume DIR [--steps N] [--set section.key=value ...]\n"
       "With no arguments: the default job, experiments/proxy-default.ini into runs/proxy-default.\n"
-      "Recipe knobs: --set recipe.SECTION.KNOB=VALUE (docs/recipes.md), e.g. recipe.keep_last_bf16=2.\n\noptions");
+      "Recipe knobs: --set recipe.SECTION.KNOB=VALUE (docs/recipes.md), e.g. recipe.keep_last_bf16=2.\n"
+      "Recipe names (--recipe NAME) are looked up as NAME.ini in $EXMY_RECIPE_DIR (when set), then the working\n"
+      "directory's experiments/recipes, then the source tree's; the first found wins. Here: " +
+      recipe_search_text() + ".\n\noptions");
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
@@ -70,7 +79,7 @@ int cmd_train(const Args& args) {
     ("force", "replace a run already in --out")
     ("allow-changes", "with --resume: accept --set changes of keys that change what the run computes (model, data, optim, recipe, ...)")
     ("keys", "list every configuration key with its default and exit")
-    ("recipes", "list the recipes of experiments/recipes and exit");
+    ("recipes", "list the recipes of the recipe folders (see above) and exit");
   // clang-format on
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;

@@ -348,6 +348,11 @@ RunSummary read_run_summary(const std::string& path_in) {
     GemmRow row;
     row.layer = join(c, 0, c.size() - 1, '.');
     row.gemm = c.back();
+    // gain − 1 (older run files store only `gain`: the same double).
+    std::vector<double> bias = g.col(g.has("multiplicative_bias") ? "multiplicative_bias" : "gain");
+    if (!g.has("multiplicative_bias"))
+      for (double& x : bias) x -= 1.0;
+    row.gradient_bias = worst_of(bias, g.step, Pick::magnitude);
     row.magnitude_bias = worst_of(g.col("magnitude_bias"), g.step, Pick::magnitude);
     row.relative_error = worst_of(g.col("relative_error"), g.step, Pick::largest);
     row.cosine = worst_of(g.col("cosine"), g.step, Pick::lowest);
@@ -577,14 +582,17 @@ void print_run_summary(std::FILE* out, const RunSummary& s, const InspectOptions
                 t);
   }
   if (!s.gemms.empty()) {
-    std::fprintf(out, "\nGEMMs against the unquantized GEMM: magnitude bias (wgrad: the gradient bias), relative error, cosine\n");
-    const auto rows =
-        pick_rows<GemmRow>(s.gemms, opt.top, [](const GemmRow& r) { return or_zero(r.magnitude_bias); });
+    std::fprintf(out,
+                 "\nGEMMs against the unquantized GEMM: bias = gain - 1 with gain = sum(yhat*y)/sum(y^2) (wgrad: the "
+                 "gradient bias), magnitude bias = (mean|yhat| - mean|y|)/mean|y| (grows with noise, not a bias), "
+                 "relative error, cosine\n");
+    const auto rows = pick_rows<GemmRow>(s.gemms, opt.top, [](const GemmRow& r) { return or_zero(r.gradient_bias); });
     std::vector<std::vector<std::string>> t;
+    const auto signed_pct = [](double v) { return fmt("%+#.3g%%", 100 * v); };
     for (const auto* r : rows)
-      t.push_back({r->layer, r->gemm, cell(r->magnitude_bias, [](double v) { return fmt("%+#.3g%%", 100 * v); }),
+      t.push_back({r->layer, r->gemm, cell(r->gradient_bias, signed_pct), cell(r->magnitude_bias, signed_pct),
                    cell(r->relative_error, pct), cell(r->cosine, [](double v) { return fmt("%.6f", v); })});
-    print_table(out, {"layer", "gemm", "magnitude bias", "relative error", "cosine min"}, t);
+    print_table(out, {"layer", "gemm", "bias (gain-1)", "magnitude bias", "relative error", "cosine min"}, t);
   }
 }
 
@@ -606,6 +614,7 @@ std::string summary_csv(const RunSummary& s) {
     add("operand", r.layer, r.gemm, r.operand, "sqnr_db_min", r.sqnr_db);
   }
   for (const auto& r : s.gemms) {
+    add("gemm", r.layer, r.gemm, "", "multiplicative_bias", r.gradient_bias);
     add("gemm", r.layer, r.gemm, "", "magnitude_bias", r.magnitude_bias);
     add("gemm", r.layer, r.gemm, "", "relative_error", r.relative_error);
     add("gemm", r.layer, r.gemm, "", "cosine_min", r.cosine);

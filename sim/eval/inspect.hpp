@@ -40,12 +40,13 @@ struct OperandRow {
   std::string layer, gemm, operand;
   Worst underflow, saturated, scale_underflow, scale_saturated, sqnr_db;
 };
-// The figures of the GEMM table: the largest |magnitude bias| (signed; for
-// wgrad the recipe's gradient bias), the largest relative error, the lowest
-// cosine.
+// The figures of the GEMM table: the largest |multiplicative bias| gain − 1
+// (signed; for wgrad the recipe's gradient bias), the largest |magnitude
+// bias| (mean|ŷ| − mean|y|)/mean|y| (signed; it grows with noise, so it is
+// no bias measure), the largest relative error, the lowest cosine.
 struct GemmRow {
   std::string layer, gemm;
-  Worst magnitude_bias, relative_error, cosine;
+  Worst gradient_bias, magnitude_bias, relative_error, cosine;
 };
 
 struct EvalSeries {

@@ -80,6 +80,10 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
     transpose(ensure(b.hp, n), src, src_rows, src_cols);
     hp = b.hp.data();
   }
+  if (rs.pre_round_bf16) {  // round_bf16 works in place
+    round_bf16(ensure(b.hp, n), hp, n);
+    hp = b.hp.data();
+  }
 
   // The tensor reference of this call.
   ReferenceState& ref = *refs_[ri];
@@ -239,6 +243,7 @@ RecipeLinearFactory::RecipeLinearFactory(Recipe recipe, int64_t num_blocks, std:
     : recipe_(std::move(recipe)), num_blocks_(num_blocks), rt_(std::move(runtime)) {
   if (!rt_) rt_ = std::make_shared<QuantRuntime>();
   validate_recipe(recipe_);
+  recipe_.check_selects_some(num_blocks_);
   unquantized_ = make_linear_factory<float>(recipe_.unquantized);
 }
 

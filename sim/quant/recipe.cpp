@@ -231,6 +231,12 @@ const std::vector<RoleKnob>& role_knobs() {
          std::snprintf(buf, sizeof buf, "0x%04X", s.q.rht_signs);
          return std::string(buf);
        }},
+      {"pre_round",
+       [](RoleSpec& s, std::string_view v) {
+         if (v != "none" && v != "bf16") throw Error("bad value '" + std::string(v) + "' (expected none or bf16)");
+         s.pre_round_bf16 = v == "bf16";
+       },
+       [](const RoleSpec& s) { return std::string(s.pre_round_bf16 ? "bf16" : "none"); }},
   };
   return k;
 }
@@ -296,11 +302,55 @@ std::string role_spec_string(const RoleSpec& s) {
 // Selectors
 // ---------------------------------------------------------------------------
 
+int64_t BlockCount::of(int64_t num_blocks) const {
+  if (!percent) return n;
+  // floor(p·L/100 + 1/2) with p = n·10^-4: floor((n·L + 500000) / 1000000).
+  // n <= 10^6 and L < 2^40 keep the product far inside int64.
+  return (n * num_blocks + 500000) / 1000000;
+}
+
+BlockCount parse_block_count(std::string_view s) {
+  BlockCount c;
+  auto bad = [&]() {
+    return Error("bad block count '" + std::string(s) +
+                 "' (expected a number of blocks N or a percentage of the depth P% with 0 <= P <= 100 and at most "
+                 "four decimals, e.g. 8 or 15%)");
+  };
+  if (!s.ends_with('%')) {
+    if (!parse_int(s, c.n) || c.n < 0 || c.n > (int64_t{1} << 20)) throw bad();
+    return c;
+  }
+  std::string_view num = s.substr(0, s.size() - 1);
+  const size_t dot = num.find('.');
+  const std::string_view whole = num.substr(0, dot), frac = dot == std::string_view::npos ? "" : num.substr(dot + 1);
+  int64_t w = 0, f = 0;
+  if (!parse_int(whole, w) || w < 0 || frac.size() > 4 || (dot != std::string_view::npos && frac.empty()) ||
+      (!frac.empty() && (!parse_int(frac, f) || f < 0 || frac.front() == '+' || frac.front() == '-')))
+    throw bad();
+  for (size_t i = frac.size(); i < 4; ++i) f *= 10;
+  c.percent = true;
+  c.n = w * 10000 + f;
+  if (w > 100 || c.n > 1000000) throw bad();
+  return c;
+}
+
+std::string block_count_name(const BlockCount& c) {
+  if (!c.percent) return std::to_string(c.n);
+  std::string out = std::to_string(c.n / 10000);
+  if (int64_t f = c.n % 10000; f != 0) {
+    std::string d = std::to_string(f);
+    d = std::string(4 - d.size(), '0') + d;
+    while (d.back() == '0') d.pop_back();
+    out += "." + d;
+  }
+  return out + "%";
+}
+
 bool BlockSelector::matches(int64_t block, int64_t num_blocks) const {
   switch (kind) {
     case Kind::all: return true;
-    case Kind::first: return block < n && block < num_blocks;
-    case Kind::last: return block < num_blocks && block >= num_blocks - n;
+    case Kind::first: return block < n.of(num_blocks) && block < num_blocks;
+    case Kind::last: return block < num_blocks && block >= num_blocks - n.of(num_blocks);
     case Kind::list:
       for (const auto& [a, b] : ranges)
         if (block >= a && block <= b) return true;
@@ -313,15 +363,17 @@ BlockSelector parse_block_selector(std::string_view s) {
   BlockSelector sel;
   auto bad = [&]() {
     return Error("bad layer selector '" + std::string(s) +
-                 "' (expected all, first:N, last:N or block indices like 0,3,5-7)");
+                 "' (expected all, first:N, last:N, first:P%, last:P% or block indices like 0,3,5-7)");
   };
   if (s == "all") return sel;
-  int64_t n = 0;
   if (s.starts_with("first:") || s.starts_with("last:")) {
     const bool first = s.starts_with("first:");
-    if (!parse_int(s.substr(first ? 6 : 5), n) || n < 0) throw bad();
+    try {
+      sel.n = parse_block_count(s.substr(first ? 6 : 5));
+    } catch (const Error&) {
+      throw bad();
+    }
     sel.kind = first ? BlockSelector::Kind::first : BlockSelector::Kind::last;
-    sel.n = n;
     return sel;
   }
   sel.kind = BlockSelector::Kind::list;
@@ -342,8 +394,8 @@ BlockSelector parse_block_selector(std::string_view s) {
 std::string block_selector_name(const BlockSelector& s) {
   switch (s.kind) {
     case BlockSelector::Kind::all: return "all";
-    case BlockSelector::Kind::first: return "first:" + std::to_string(s.n);
-    case BlockSelector::Kind::last: return "last:" + std::to_string(s.n);
+    case BlockSelector::Kind::first: return "first:" + block_count_name(s.n);
+    case BlockSelector::Kind::last: return "last:" + block_count_name(s.n);
     case BlockSelector::Kind::list: {
       std::string out;
       for (const auto& [a, b] : s.ranges) {
@@ -450,12 +502,12 @@ const std::vector<RecipeKnob>& recipe_knobs() {
          r.quantize = v == "all";
        },
        [](const Recipe& r) { return std::string(r.quantize ? "all" : "none"); }},
-      {"recipe", "keep_first_bf16",
-       [](Recipe& r, std::string_view v) { r.keep_first_bf16 = parse_count(v, 0, 1 << 20, "block count"); },
-       [](const Recipe& r) { return std::to_string(r.keep_first_bf16); }},
-      {"recipe", "keep_last_bf16",
-       [](Recipe& r, std::string_view v) { r.keep_last_bf16 = parse_count(v, 0, 1 << 20, "block count"); },
-       [](const Recipe& r) { return std::to_string(r.keep_last_bf16); }},
+      {"recipe", "keep_first_bf16", [](Recipe& r, std::string_view v) { r.keep_first_bf16 = parse_block_count(v); },
+       [](const Recipe& r) { return block_count_name(r.keep_first_bf16); }},
+      {"recipe", "keep_last_bf16", [](Recipe& r, std::string_view v) { r.keep_last_bf16 = parse_block_count(v); },
+       [](const Recipe& r) { return block_count_name(r.keep_last_bf16); }},
+      {"recipe", "allow_no_quantized", [](Recipe& r, std::string_view v) { r.allow_no_quantized = parse_bool(v); },
+       [](const Recipe& r) { return std::string(r.allow_no_quantized ? "true" : "false"); }},
       {"recipe", "lm_head", [](Recipe& r, std::string_view v) { r.lm_head = parse_bool(v); },
        [](const Recipe& r) { return std::string(r.lm_head ? "true" : "false"); }},
       {"recipe", "unquantized",
@@ -588,6 +640,38 @@ RoleSpec resolve_base(const Recipe& r, Role role) {
   return s;
 }
 
+// Values QuantSpec accepts but a GEMM operand cannot use: they would show up
+// as a NaN loss or an all-zero operand many steps later. `rw` names the
+// recipe, layer and role.
+void check_knob_values(const RoleSpec& rs, const std::string& rw) {
+  const QuantSpec& q = rs.q;
+  const std::string elem = format_name(q.elem);
+  if (!q.elem.is_signed)
+    throw Error(rw + "elem: " + elem + " is unsigned, but GEMM operands have both signs (expected a signed format, e.g. e2m1)");
+  if (q.elem.E < 1)
+    throw Error(rw + "elem: " + elem + " has no exponent bits; an element format must be a float format (e.g. e2m1, e4m3)");
+  if (!q.scale && q.scale_target)
+    throw Error(rw + "scale_target: " + fmt_double(*q.scale_target) +
+                " has no effect without a block scale (scale = none maps the tensor amax to the element maximum " +
+                fmt_double(q.elem.max) + "); remove it or set scale");
+  if (q.scale) {
+    const std::string scale = format_name(*q.scale);
+    if (q.scale_target) {
+      const double t = static_cast<double>(static_cast<float>(*q.scale_target));
+      if (t > q.scale->max)
+        throw Error(rw + "scale_target: " + fmt_double(*q.scale_target) + " exceeds the largest " + scale +
+                    " block scale " + fmt_double(q.scale->max) +
+                    " (blocks near the tensor amax would saturate the scale range; expected at most that, or default)");
+      if (t < q.scale->min_pos)
+        throw Error(rw + "scale_target: " + fmt_double(*q.scale_target) + " is below the smallest " + scale +
+                    " block scale " + fmt_double(q.scale->min_pos) + " (every block scale would underflow to zero)");
+      if (!std::isfinite(static_cast<float>(q.elem.max * t)))
+        throw Error(rw + "scale_target: " + fmt_double(*q.scale_target) + " times the " + elem + " maximum " +
+                    fmt_double(q.elem.max) + " overflows float32");
+    }
+  }
+}
+
 bool square_2d(const QuantSpec& q) { return q.block_rows > 1 && q.block_rows == q.block_cols; }
 
 // Checks a set of six resolved specs; `where` prefixes messages.
@@ -601,6 +685,7 @@ void check_specs(const Recipe& r, const std::array<RoleSpec, kNumRoles>& s, cons
     } catch (const Error& e) {
       throw Error(rw + e.what());
     }
+    check_knob_values(rs, rw);
   }
   for (Gemm g : {Gemm::fprop, Gemm::dgrad, Gemm::wgrad}) {
     const auto [a, b] = gemm_roles(g);
@@ -688,9 +773,20 @@ void parse_into(Recipe& r, const IniFile& f, const std::string& base_dir, int de
 bool Recipe::quantizes(const LinearInfo& info, int64_t num_blocks) const {
   if (!quantize) return false;
   if (info.kind == LinearKind::lm_head) return lm_head;
-  if (info.layer < keep_first_bf16) return false;
-  if (info.layer >= num_blocks - keep_last_bf16) return false;
+  if (info.layer < keep_first_bf16.of(num_blocks)) return false;
+  if (info.layer >= num_blocks - keep_last_bf16.of(num_blocks)) return false;
   return true;
+}
+
+void Recipe::check_selects_some(int64_t num_blocks) const {
+  if (!quantize || allow_no_quantized || lm_head) return;
+  const int64_t first = keep_first_bf16.of(num_blocks), last = keep_last_bf16.of(num_blocks);
+  if (first + last < num_blocks) return;  // every block holds linears (Mamba, attention or MLP)
+  throw Error(recipe_label(*this) + " quantizes no linear of this " + std::to_string(num_blocks) +
+              "-block model: keep_first_bf16 = " + block_count_name(keep_first_bf16) + " (" + std::to_string(first) +
+              " blocks) and keep_last_bf16 = " + block_count_name(keep_last_bf16) + " (" + std::to_string(last) +
+              " blocks) keep every block unquantized (lower them, e.g. --set recipe.keep_last_bf16=15%, or set "
+              "recipe.allow_no_quantized=true if that is intended)");
 }
 
 std::array<RoleSpec, kNumRoles> Recipe::resolve(const LinearInfo& info, int64_t num_blocks) const {
@@ -706,7 +802,7 @@ std::array<RoleSpec, kNumRoles> Recipe::resolve(const LinearInfo& info, int64_t 
 }
 
 void validate_recipe(const Recipe& r) {
-  if (r.keep_first_bf16 < 0 || r.keep_last_bf16 < 0) throw Error(recipe_label(r) + ": negative block count");
+  if (r.keep_first_bf16.n < 0 || r.keep_last_bf16.n < 0) throw Error(recipe_label(r) + ": negative block count");
   if (!r.quantize) return;
   std::array<RoleSpec, kNumRoles> base;
   for (Role role : kRoles) base[static_cast<size_t>(role)] = resolve_base(r, role);
@@ -737,31 +833,63 @@ std::string& recipe_dir_override() {
 }
 }  // namespace
 
+std::vector<std::string> recipe_dirs() {
+  if (!recipe_dir_override().empty()) return {recipe_dir_override()};
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("EXMY_RECIPE_DIR"); env && *env) dirs.emplace_back(env);
+  dirs.emplace_back("experiments/recipes");  // the working directory's
+  dirs.emplace_back(EXMY_RECIPE_DIR);        // the source tree's
+  // The same folder reached twice (exmy run from the repository root) is
+  // listed once.
+  std::vector<std::string> out;
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    bool seen = false;
+    for (const auto& o : out) seen = seen || std::filesystem::equivalent(o, d, ec);
+    if (!seen) out.push_back(d);
+  }
+  return out;
+}
+
 std::string recipe_dir() {
-  if (!recipe_dir_override().empty()) return recipe_dir_override();
-  if (const char* env = std::getenv("EXMY_RECIPE_DIR"); env && *env) return env;
-  return EXMY_RECIPE_DIR;
+  const auto dirs = recipe_dirs();
+  std::error_code ec;
+  for (const auto& d : dirs)
+    if (std::filesystem::is_directory(d, ec)) return d;
+  return dirs.back();
 }
 
 void set_recipe_dir(const std::string& dir) { recipe_dir_override() = dir; }
 
 std::vector<std::string> recipe_names() {
   std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(recipe_dir(), ec))
-    if (e.path().extension() == ".ini") names.push_back(e.path().stem().string());
+  for (const auto& dir : recipe_dirs()) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.path().extension() == ".ini") names.push_back(e.path().stem().string());
+  }
   std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
   return names;
+}
+
+std::string find_recipe(const std::string& name) {
+  std::error_code ec;
+  for (const auto& dir : recipe_dirs()) {
+    const std::string path = (std::filesystem::path(dir) / (name + ".ini")).string();
+    if (std::filesystem::is_regular_file(path, ec)) return path;
+  }
+  return "";
 }
 
 Recipe load_recipe(const std::string& name_or_path) {
   const bool is_path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".ini");
   std::string path = name_or_path, name = std::filesystem::path(name_or_path).stem().string();
   if (!is_path) {
-    path = (std::filesystem::path(recipe_dir()) / (name_or_path + ".ini")).string();
-    if (!std::filesystem::exists(path))
+    path = find_recipe(name_or_path);
+    if (path.empty())
       throw Error("unknown recipe '" + name_or_path + "' (expected " + join(recipe_names()) +
-                  ", or a path to an .ini file)");
+                  ", or a path to an .ini file; names are looked up in " + join(recipe_dirs(), ", then ") + ")");
   }
   Recipe r = load_path(path, name, 0);
   validate_recipe(r);

@@ -66,6 +66,12 @@ std::string ref_policy_name(const RefPolicy& p);
 struct RoleSpec {
   QuantSpec q;
   RefPolicy reference;
+  // pre_round = bf16: the high-precision operand is rounded to BF16 (RNE)
+  // before anything else (reference amax, RHT, quantization), as a BF16
+  // trainer with FP4 GEMMs (TE, Megatron) hands its BF16 tensors to the
+  // quantizer. Default none: the tensor the model passes (FP32 master
+  // weights) is quantized as it is.
+  bool pre_round_bf16 = false;
 };
 // "elem=e2m1 scale=ue4m3 block=1x16 ..." (every knob, canonical values).
 std::string role_spec_string(const RoleSpec& s);
@@ -98,13 +104,28 @@ class KnobLayer {
 // The role knobs, in documentation order.
 const std::vector<std::string>& role_knob_names();
 
-// Which blocks (pattern layers) a setting applies to: all | first:N | last:N
-// | a list of indices and ranges "0,3,5-7". The LM head has index
-// num_blocks: only `all` or an explicit index selects it.
+// A number of blocks, absolute ("8") or a fraction of the model's depth
+// ("15%", up to four decimals). A fraction p% of L blocks is
+// round-half-up(p·L/100) = floor(p·L/100 + 1/2), computed exactly in
+// integers: 15% of 52 blocks is 8 (7.8), of 13 blocks 2 (1.95), of 8
+// blocks 1 (1.2), of 3 blocks 0 (0.45).
+struct BlockCount {
+  int64_t n = 0;         // blocks, or (percent) the percentage in units of 10^-4 %
+  bool percent = false;
+  int64_t of(int64_t num_blocks) const;  // the blocks it means on a model of num_blocks
+  bool operator==(const BlockCount&) const = default;
+};
+BlockCount parse_block_count(std::string_view s);  // "N" or "P%"; throws exmy::Error
+std::string block_count_name(const BlockCount& c); // canonical: "8", "15%", "12.5%"
+
+// Which blocks (pattern layers) a setting applies to: all | first:C | last:C
+// (C a BlockCount: first:2, last:15%) | a list of indices and ranges
+// "0,3,5-7". The LM head has index num_blocks: only `all` or an explicit
+// index selects it.
 struct BlockSelector {
   enum class Kind : uint8_t { all, first, last, list };
   Kind kind = Kind::all;
-  int64_t n = 0;
+  BlockCount n;
   std::vector<std::pair<int64_t, int64_t>> ranges;  // inclusive
   bool matches(int64_t block, int64_t num_blocks) const;
 };
@@ -128,8 +149,12 @@ struct Recipe {
   // Layer selection: which linears are quantized (the rest run in
   // `unquantized` precision).
   bool quantize = false;          // layers = all | none
-  int64_t keep_first_bf16 = 0;    // blocks [0, k) unquantized
-  int64_t keep_last_bf16 = 0;     // blocks [L-k, L) unquantized
+  BlockCount keep_first_bf16;     // blocks [0, k) unquantized (k = keep_first_bf16.of(L))
+  BlockCount keep_last_bf16;      // blocks [L-k, L) unquantized
+  // A recipe with layers = all that quantizes no linear of the model (the
+  // kept blocks cover it and the LM head is not quantized) is an error at
+  // start unless this is true.
+  bool allow_no_quantized = false;
   bool lm_head = false;           // quantize the LM head
   std::string unquantized = "bf16";  // bf16 | fp32
   // One periodic/delayed dY reference per layer, used by dgrad-dy and
@@ -144,6 +169,9 @@ struct Recipe {
 
   // True when `info` runs quantized.
   bool quantizes(const LinearInfo& info, int64_t num_blocks) const;
+  // Throws exmy::Error when the recipe has layers = all but selects no
+  // linear of a model of num_blocks blocks, unless allow_no_quantized.
+  void check_selects_some(int64_t num_blocks) const;
   // The six resolved, validated role specs of a quantized linear; throws
   // exmy::Error naming the recipe and the layer.
   std::array<RoleSpec, kNumRoles> resolve(const LinearInfo& info, int64_t num_blocks) const;
@@ -154,15 +182,21 @@ struct Recipe {
 Recipe parse_recipe(std::string_view text, std::string_view name, std::string_view origin,
                     const std::string& base_dir = "");
 
-// NAME (experiments/recipes/NAME.ini, or the folder set by
-// set_recipe_dir / $EXMY_RECIPE_DIR) or a path to an .ini file.
+// NAME, looked up as NAME.ini in recipe_dirs() in order (the first found
+// wins), or a path to an .ini file.
 Recipe load_recipe(const std::string& name_or_path);
 
-// The folder of named recipes: set_recipe_dir's value, else
-// $EXMY_RECIPE_DIR, else the source tree's experiments/recipes.
+// The folders named recipes are looked up in, in order: set_recipe_dir's
+// value alone if set; else $EXMY_RECIPE_DIR (when set), the working
+// directory's experiments/recipes, the source tree's experiments/recipes
+// (compiled in); a folder reached twice is listed once.
+std::vector<std::string> recipe_dirs();
+std::string find_recipe(const std::string& name);  // the path load_recipe(name) reads, or ""
+// The first existing folder of recipe_dirs() (where `base = NAME` of recipe
+// text without a folder is looked up).
 std::string recipe_dir();
 void set_recipe_dir(const std::string& dir);  // "" restores the default
-std::vector<std::string> recipe_names();      // NAME of every .ini in recipe_dir(), sorted
+std::vector<std::string> recipe_names();      // NAME of every .ini in recipe_dirs(), sorted, once each
 
 // `--set recipe.SECTION.KNOB=VALUE`: SECTION is recipe (also `recipe.KNOB`),
 // gemm, all, activations, weights, gradients, a role, or override.NAME (a

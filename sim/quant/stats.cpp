@@ -18,6 +18,7 @@ namespace exmy::sim::quant {
 double GemmStats::relative_error() const { return std::sqrt(sum_err2 / sum_y2); }
 double GemmStats::cosine() const { return sum_y_yhat / std::sqrt(sum_y2 * sum_yhat2); }
 double GemmStats::gain() const { return sum_y_yhat / sum_y2; }
+double GemmStats::multiplicative_bias() const { return gain() - 1.0; }
 double GemmStats::magnitude_bias() const { return (sum_abs_yhat - sum_abs_y) / sum_abs_y; }
 
 void MemoryStatsSink::record_operand(const CallKey& key, const OperandStats& stats) {
@@ -108,6 +109,7 @@ const std::vector<GemmField>& gemm_fields() {
       {"relative_error", false, [](const S& s) { return s.relative_error(); }},
       {"cosine", false, [](const S& s) { return s.cosine(); }},
       {"gain", false, [](const S& s) { return s.gain(); }},
+      {"multiplicative_bias", false, [](const S& s) { return s.multiplicative_bias(); }},
       {"magnitude_bias", false, [](const S& s) { return s.magnitude_bias(); }},
   };
   return f;

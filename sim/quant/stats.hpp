@@ -62,7 +62,13 @@ struct GemmStats {
   double relative_error() const;  // sqrt(Σ(ŷ-y)² / Σy²)
   double cosine() const;          // Σŷy / sqrt(Σŷ² Σy²)
   double gain() const;            // Σŷy / Σy²
-  double magnitude_bias() const;  // (mean|ŷ| - mean|y|) / mean|y|
+  // gain − 1: the multiplicative bias, the component of ŷ along y beyond y
+  // itself. Zero in expectation for unbiased (stochastic) rounding however
+  // noisy; for wgrad, the recipe's gradient bias.
+  double multiplicative_bias() const;
+  // (mean|ŷ| − mean|y|) / mean|y|: grows with noise even when the rounding
+  // is unbiased (|y + e| > |y| on average); not a bias measure.
+  double magnitude_bias() const;
   bool operator==(const GemmStats&) const = default;
 };
 
@@ -153,7 +159,8 @@ struct GemmField {
 // underflow_fraction, fraction_at_max, fraction_at_min
 const std::vector<OperandField>& operand_fields();
 // count, rows, sum_y2, sum_yhat2, sum_y_yhat, sum_err2, sum_abs_y,
-// sum_abs_yhat, relative_error, cosine, gain, magnitude_bias
+// sum_abs_yhat, relative_error, cosine, gain, multiplicative_bias,
+// magnitude_bias
 const std::vector<GemmField>& gemm_fields();
 
 // The `exmy quantize` options that reproduce a captured call (CONTRACT §6):

@@ -23,6 +23,7 @@
 #include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/train/checkpoint.hpp"
+#include "sim/train/loss_window.hpp"
 
 extern char** environ;
 
@@ -284,10 +285,11 @@ class Session {
 
   static std::string final_losses(const fs::path& h5) {
     try {
-      const auto loss = io::read_run_column(h5.string(), "/train/loss");
+      const auto loss = io::read_run_column(h5.string(), "/step_loss/loss");
       const auto val = io::read_run_column(h5.string(), "/eval/loss");
-      char buf[96];
-      std::snprintf(buf, sizeof buf, ": train loss %.4f, val loss %.4f", loss.empty() ? NAN : loss.back(),
+      char buf[160];
+      std::snprintf(buf, sizeof buf, ": %s %.4f, val loss %.4f",
+                    train::final_window_label(static_cast<int64_t>(loss.size())).c_str(), train::final_window_loss(loss),
                     val.empty() ? NAN : val.back());
       return buf;
     } catch (const Error&) {
@@ -386,7 +388,6 @@ void write_index(const SweepSpec& spec, const std::vector<RunSpec>& runs, const 
   j["axes"] = axes;
   j["reference"] = nlohmann::ordered_json::object();
   for (const auto& [k, v] : spec.reference) j["reference"][k] = v;
-  j["final_window"] = spec.final_window;
   if (spec.diverge_above) j["diverge_above"] = *spec.diverge_above;
   j["group_over"] = spec.group_over;
   nlohmann::ordered_json list = nlohmann::ordered_json::array();

@@ -16,6 +16,7 @@
 #include "formats/error.hpp"
 #include "sim/io/atomic_file.hpp"
 #include "sim/io/h5.hpp"
+#include "sim/train/loss_window.hpp"
 
 extern char** environ;
 
@@ -165,7 +166,7 @@ int gemm_rank(const std::string& g) {
 void read_statistics(const RunReader& rr, RunRow& row) {
   struct RoleAcc {
     int64_t groups = 0, rows = 0;
-    Acc uf, sat, suf, ssat, smin, sqnr, bias, relerr;
+    Acc uf, sat, suf, ssat, smin, sqnr, bias, mag, relerr;
   };
   std::map<std::string, RoleAcc> ops, gemms;
   for (const auto& rel : rr.step_groups("/quant")) {
@@ -199,7 +200,11 @@ void read_statistics(const RunReader& rr, RunRow& row) {
     if (a == std::string::npos || a == 0) continue;  // not <layer>/<gemm>
     const std::string gemm = rel.substr(a + 1);
     Group g(rr, "/gemm/" + rel);
-    const auto bias = g.col("magnitude_bias");
+    // The multiplicative bias gain − 1 (run files before it was stored
+    // have `gain`, from which it is the same double).
+    auto bias = g.has("multiplicative_bias") ? g.col("multiplicative_bias") : g.col("gain");
+    if (!g.has("multiplicative_bias"))
+      for (double& x : bias) x -= 1.0;
     if (gemm == "wgrad") {
       wgrad.add(bias);
       update_worst(row.grad_bias_worst, bias, g.step, rel, true);
@@ -208,6 +213,7 @@ void read_statistics(const RunReader& rr, RunRow& row) {
     ++acc.groups;
     acc.rows += static_cast<int64_t>(g.step.size());
     acc.bias.add(bias);
+    acc.mag.add(g.col("magnitude_bias"));
     acc.relerr.add(g.col("relative_error"));
   }
   row.grad_bias = wgrad.mean();
@@ -233,7 +239,7 @@ void read_statistics(const RunReader& rr, RunRow& row) {
     r.scale_saturated_max = a.ssat.maximum();
     r.scale_at_min_mean = a.smin.mean();
     r.sqnr_db_mean = a.sqnr.mean();
-    r.magnitude_bias_mean = r.relative_error_mean = NAN;
+    r.multiplicative_bias_mean = r.magnitude_bias_mean = r.relative_error_mean = NAN;
     row.roles.push_back(r);
   }
   names.clear();
@@ -251,13 +257,14 @@ void read_statistics(const RunReader& rr, RunRow& row) {
     r.underflow_mean = r.underflow_max = r.saturated_mean = r.saturated_max = NAN;
     r.scale_underflow_mean = r.scale_underflow_max = r.scale_saturated_mean = r.scale_saturated_max = NAN;
     r.scale_at_min_mean = r.sqnr_db_mean = NAN;
-    r.magnitude_bias_mean = a.bias.mean();
+    r.multiplicative_bias_mean = a.bias.mean();
+    r.magnitude_bias_mean = a.mag.mean();
     r.relative_error_mean = a.relerr.mean();
     row.roles.push_back(r);
   }
 }
 
-void read_run(const std::string& path, int64_t window, std::optional<double> diverge_above, RunRow& row) {
+void read_run(const std::string& path, std::optional<double> diverge_above, RunRow& row) {
   const RunReader rr(path);
   row.has_file = true;
   Group train(rr, "/train");
@@ -268,11 +275,6 @@ void read_run(const std::string& path, int64_t window, std::optional<double> div
   if (!loss.empty()) {
     row.first_loss = loss.front();
     row.last_step = static_cast<int64_t>(train.step[loss.size() - 1]);
-    const size_t k = std::min<size_t>(loss.size(), static_cast<size_t>(window));
-    double s = 0;
-    for (size_t i = loss.size() - k; i < loss.size(); ++i) s += loss[i];
-    row.final_train_loss = s / static_cast<double>(k);
-    row.window = static_cast<int64_t>(k);
     const auto tokens = train.col("tokens");
     const auto elapsed = train.col("elapsed_s");
     if (!tokens.empty() && !elapsed.empty()) {
@@ -280,6 +282,13 @@ void read_run(const std::string& path, int64_t window, std::optional<double> div
       row.elapsed_s = elapsed.back();
       if (row.elapsed_s > 0) row.tokens_per_s = tokens.back() / row.elapsed_s;
     }
+  }
+  // The final-window train loss, over every step's loss (/step_loss; run
+  // files written before it have none, and so no final-window loss).
+  const auto steps = Group(rr, "/step_loss").col("loss");
+  if (!steps.empty()) {
+    row.final_train_loss = train::final_window_loss(steps);
+    row.window = train::final_window_steps(static_cast<int64_t>(steps.size()));
   }
   Group eval(rr, "/eval");
   const auto val = eval.col("loss");
@@ -340,8 +349,7 @@ Stat stat_of(const std::vector<double>& v) {
 
 }  // namespace
 
-std::vector<RunRow> collect_rows(const SweepSpec& spec, const std::vector<RunSpec>& runs, const std::string& out,
-                                 int64_t final_window) {
+std::vector<RunRow> collect_rows(const SweepSpec& spec, const std::vector<RunSpec>& runs, const std::string& out) {
   std::vector<RunRow> rows(runs.size());
   for (size_t i = 0; i < runs.size(); ++i) {
     RunRow& row = rows[i];
@@ -353,7 +361,7 @@ std::vector<RunRow> collect_rows(const SweepSpec& spec, const std::vector<RunSpe
     std::error_code ec;
     if (fs::exists(h5, ec)) {
       try {
-        read_run(h5.string(), final_window, spec.diverge_above, row);
+        read_run(h5.string(), spec.diverge_above, row);
       } catch (const Error& e) {
         if (row.message.empty()) row.message = e.what();
       }
@@ -371,9 +379,7 @@ std::vector<RunRow> collect_rows(const SweepSpec& spec, const std::vector<RunSpe
 
 std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSpec>& runs, const std::string& out,
                                   const SummaryOptions& opt) {
-  const int64_t window = opt.final_window ? *opt.final_window : spec.final_window;
-  if (window < 1) throw Error("the final window must be at least 1 logged loss");
-  const auto rows = collect_rows(spec, runs, out, window);
+  const auto rows = collect_rows(spec, runs, out);
   const auto keys = spec.axis_keys();
   const auto shorts = short_names(keys);
   const fs::path dir(out);
@@ -385,7 +391,7 @@ std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSp
     csv += ',';
     csv += csv_field(k);
   }
-  csv += ",last_step,final_train_loss,final_val_loss,reference,gap_train,gap_val,diverged,"
+  csv += ",last_step,final_window_train_loss,final_window_steps,final_val_loss,reference,gap_train,gap_val,diverged,"
          "underflow,underflow_at,saturated,saturated_at,scale_underflow,scale_underflow_at,"
          "scale_saturated,scale_saturated_at,grad_bias,grad_bias_worst,grad_bias_worst_at,"
          "tokens,tokens_per_s,elapsed_s,message\n";
@@ -397,7 +403,7 @@ std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSp
       csv += csv_field(v);
     }
     csv += "," + (r.has_file ? std::to_string(r.last_step) : std::string()) + "," + num(r.final_train_loss) + "," +
-           num(r.final_val_loss) + "," + (r.run->reference ? std::to_string(*r.run->reference) : std::string()) + "," +
+           (r.window > 0 ? std::to_string(r.window) : std::string()) + "," + num(r.final_val_loss) + "," + (r.run->reference ? std::to_string(*r.run->reference) : std::string()) + "," +
            num(r.gap_train) + "," + num(r.gap_val) + "," + r.diverged + "," + fig(r.underflow) + "," +
            fig(r.saturated) + "," + fig(r.scale_underflow) + "," + fig(r.scale_saturated) + "," + num(r.grad_bias) +
            "," + fig(r.grad_bias_worst) + "," + (r.has_file ? std::to_string(r.tokens) : std::string()) + "," +
@@ -413,7 +419,7 @@ std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSp
   }
   roles += ",kind,role,groups,rows,underflow_mean,underflow_max,saturated_mean,saturated_max,"
            "scale_underflow_mean,scale_underflow_max,scale_saturated_mean,scale_saturated_max,"
-           "scale_at_min_mean,sqnr_db_mean,magnitude_bias_mean,relative_error_mean\n";
+           "scale_at_min_mean,sqnr_db_mean,multiplicative_bias_mean,magnitude_bias_mean,relative_error_mean\n";
   for (const auto& r : rows)
     for (const auto& x : r.roles) {
       roles += std::to_string(r.run->index) + "," + csv_field(r.run->name);
@@ -425,7 +431,7 @@ std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSp
                num(x.underflow_mean) + "," + num(x.underflow_max) + "," + num(x.saturated_mean) + "," +
                num(x.saturated_max) + "," + num(x.scale_underflow_mean) + "," + num(x.scale_underflow_max) + "," +
                num(x.scale_saturated_mean) + "," + num(x.scale_saturated_max) + "," + num(x.scale_at_min_mean) +
-               "," + num(x.sqnr_db_mean) + "," + num(x.magnitude_bias_mean) + "," + num(x.relative_error_mean) +
+               "," + num(x.sqnr_db_mean) + "," + num(x.multiplicative_bias_mean) + "," + num(x.magnitude_bias_mean) + "," + num(x.relative_error_mean) +
                "\n";
     }
   write_text_atomic(dir / "summary_roles.csv", roles);
@@ -446,7 +452,9 @@ std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSp
     for (const auto& [k, v] : spec.fixed) md << " `" << k << "=" << v << "`";
   }
   md << ".\n\n";
-  md << "Train loss: mean of the last " << window << " logged training losses. Val loss: the last validation loss.";
+  md << "Final-window train loss (last N steps): the mean training loss of the last N = max(1, round(steps/10)) steps "
+        "of every step's loss (docs/training.md; N per run in summary.csv, final_window_steps). Val loss: the last "
+        "validation loss.";
   if (!spec.reference.empty()) {
     md << " Gap: val loss minus that of the reference run (same other axis values,";
     for (const auto& [k, v] : spec.reference) md << " `" << k << "=" << v << "`";
@@ -455,10 +463,10 @@ std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSp
   md << " Diverged: `nonfinite` (the trainer stopped on a NaN/Inf) or `above` (train loss above "
      << (spec.diverge_above ? fmt("%g", *spec.diverge_above) : std::string("the run's first logged loss")) << ")."
      << " Underflow, scale underflow/saturation: worst over every quantized operand and statistics step."
-     << " Grad bias: mean magnitude bias of the wgrad GEMMs. Full figures: summary.csv, summary_roles.csv.\n\n";
+     << " Grad bias: mean multiplicative bias (gain − 1, gain = Σŷy/Σy²) of the wgrad GEMMs. Full figures: summary.csv, summary_roles.csv.\n\n";
   md << "| # | run | status |";
   for (const auto& k : keys) md << " " << md_cell(shorts.at(k)) << " |";
-  md << " train loss | val loss |" << (spec.reference.empty() ? "" : " gap |")
+  md << " final-window train loss (last N steps) | val loss |" << (spec.reference.empty() ? "" : " gap |")
      << " diverged | underflow | scale uf | scale sat | grad bias | tok/s |\n|---|---|---|";
   for (size_t i = 0; i < keys.size(); ++i) md << "---|";
   md << "---:|---:|" << (spec.reference.empty() ? "" : "---:|") << "---|---:|---:|---:|---:|---:|\n";
@@ -506,7 +514,7 @@ std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSp
     for (size_t a = 0; a < spec.axes.size(); ++a)
       if (a != g_axis)
         for (const auto& k : spec.axes[a].keys) md << " " << md_cell(shorts.at(k)) << " |";
-    md << " runs | train loss | val loss |" << (spec.reference.empty() ? "" : " gap |") << "\n|";
+    md << " runs | final-window train loss (last N steps) | val loss |" << (spec.reference.empty() ? "" : " gap |") << "\n|";
     for (size_t a = 0; a < spec.axes.size(); ++a)
       if (a != g_axis)
         for (size_t k = 0; k < spec.axes[a].keys.size(); ++k) md << "---|";

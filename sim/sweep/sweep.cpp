@@ -150,14 +150,16 @@ SweepSpec parse_sweep(const std::string& text, const std::string& origin) {
       else if (e.key == "reference") {
         reference_text = e.value;
         reference_where = at;
-      } else if (e.key == "final_window") s.final_window = parse_positive(e.value, at + ": final_window");
-      else if (e.key == "diverge_above") s.diverge_above = parse_double(e.value, at + ": diverge_above");
+      } else if (e.key == "final_window") {
+        throw Error(at + ": final_window is no longer a sweep key: the final-window train loss is defined once, over "
+                         "the last max(1, round(steps/10)) steps of every run (docs/training.md); remove the line");
+      } else if (e.key == "diverge_above") s.diverge_above = parse_double(e.value, at + ": diverge_above");
       else if (e.key == "group_over") {
         s.group_over = e.value;
         group_where = at;
       } else
         throw Error(at + ": unknown key '" + e.key +
-                    "' in [sweep] (expected name, base, reference, final_window, diverge_above, group_over)");
+                    "' in [sweep] (expected name, base, reference, diverge_above, group_over)");
       continue;
     }
     const std::string key = canonical_key(e.key);

@@ -6,7 +6,6 @@
 //   name = lr-seed                       # default: the file's stem
 //   base = experiments/proxy-tiny.ini    # the run configuration every run starts from
 //   reference = optim.lr=1e-2            # each run's reference: same other axis values, these values
-//   final_window = 5                     # K: final-window loss = mean of the last K logged losses
 //   diverge_above = 8                    # final-window loss above this flags a run (default: its first loss)
 //   group_over = train.seed              # summary.md: mean and spread over this axis
 //   [set]                                # assignments for every run
@@ -60,7 +59,6 @@ struct SweepSpec {
   std::vector<Assignment> fixed;     // [set], then the command line's --set
   std::vector<Axis> axes;
   std::vector<Assignment> reference;  // empty: no reference
-  int64_t final_window = 10;
   std::optional<double> diverge_above;
   std::string group_over;  // an axis key, or empty
 

@@ -86,6 +86,8 @@ void save_checkpoint(const std::string& path, const models::NemotronH<float>& mo
       }
       const uint64_t rng[2] = {state.data_seed, static_cast<uint64_t>(state.data_position)};
       io::h5::write_array(f.get(), "/rng", rng, {2});
+      if (!state.losses.empty())
+        io::h5::write_array(f.get(), "/train_losses", state.losses.data(), {static_cast<int64_t>(state.losses.size())});
       Handle ls = open_group(f.get(), "/layer_state");
       for (const auto& lin : model.linears()) {
         if (const auto* st = dynamic_cast<const LayerState*>(lin.get())) {
@@ -131,6 +133,15 @@ void load_checkpoint(const std::string& path, models::NemotronH<float>& model, s
   if (rng.size() != 2 || rng[0] != state.data_seed || rng[1] != static_cast<uint64_t>(state.data_position))
     throw Error(what + ": /rng does not match the data position attributes (corrupt?)");
   if (state.step < 0 || state.data_position < 0) throw Error(what + ": negative step or data position (corrupt?)");
+  state.losses.clear();
+  if (io::h5::path_exists(f.get(), "/train_losses")) {
+    state.losses = io::h5::read_f64_array(f.get(), "/train_losses", what);
+    if (static_cast<int64_t>(state.losses.size()) != state.step)
+      throw Error(what + ": /train_losses holds " + std::to_string(state.losses.size()) + " losses for " +
+                  std::to_string(state.step) + " steps (corrupt?)");
+  } else {
+    state.losses.assign(static_cast<size_t>(state.step), NAN);  // written before losses were kept
+  }
   for (const auto& lin : model.linears()) {
     if (auto* st = dynamic_cast<LayerState*>(lin.get())) {
       const std::string g = "/layer_state/" + lin->info().name;

@@ -7,6 +7,8 @@
 //                           text), exmy_version, git_commit
 //   /params/<name>          float32, each parameter view with its HF name and shape
 //   /optimizer/exp_avg/<name>, /optimizer/exp_avg_sq/<name>   AdamW moments, same shapes
+//   /train_losses           float64 [step]: the training loss of every step (TrainState::losses;
+//                           absent at step 0)
 //   /rng                    uint64 [data_seed, data_position]: the data sampler's whole
 //                           state (it is counter-based; nothing else in a run draws)
 //   /layer_state/<linear>/  per-layer state of a precision policy (issue 4: held
@@ -37,6 +39,10 @@ struct TrainState {
   double best_val_loss = std::numeric_limits<double>::infinity();
   int64_t best_val_step = -1;
   double elapsed_s = 0;  // training wall time before this session
+  // The training loss of every step so far (losses[i]: step i + 1), for the
+  // final-window train loss (sim/train/loss_window.hpp). NaN for steps a
+  // checkpoint written before it was kept does not know.
+  std::vector<double> losses;
 };
 
 // State beyond parameters and optimizer moments that must survive a resume.

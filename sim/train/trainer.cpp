@@ -29,6 +29,7 @@
 #include "sim/quant/quantized_linear.hpp"
 #include "sim/sysmem.hpp"
 #include "sim/train/checkpoint.hpp"
+#include "sim/train/loss_window.hpp"
 #include "sim/train/quant_io.hpp"
 
 namespace exmy::train {
@@ -287,7 +288,8 @@ class Trainer {
     run_->set_attribute("data", data_.stream->describe());
     if (data_.entropy_rate >= 0) run_->set_attribute("data_entropy_rate", data_.entropy_rate);
     using io::ElemType;
-    for (const char* d : {"/train/step", "/train/tokens", "/eval/step"}) run_->declare(d, ElemType::i64);
+    for (const char* d : {"/train/step", "/train/tokens", "/eval/step", "/step_loss/step"}) run_->declare(d, ElemType::i64);
+    run_->declare("/step_loss/loss", ElemType::f64);
     for (const char* d : {"/train/loss", "/train/lr", "/train/grad_norm", "/train/tokens_per_s", "/train/elapsed_s",
                           "/eval/loss"})
       run_->declare(d, ElemType::f64);
@@ -422,6 +424,8 @@ TrainResult Trainer::run() {
         static_cast<long long>(total));
     res.step = first;
     res.checkpoint = last_checkpoint_;
+    res.final_window_loss = final_window_loss(state_.losses);
+    res.final_window_steps = first > 0 ? final_window_steps(first) : 0;
     return res;
   }
 
@@ -484,11 +488,14 @@ TrainResult Trainer::run() {
     state_.data_position = sampler_->position();
     state_.tokens_seen += cfg_.tokens_per_step();
     res.losses.push_back(loss);
+    state_.losses.push_back(loss);
     const double dt = seconds_since(t0);
     train_s += dt;
     window_s += dt;
     window_tokens += cfg_.tokens_per_step();
     const int64_t step = state_.step;
+    run_->append("/step_loss/step", step);
+    run_->append("/step_loss/loss", loss);
     if (hooks_.after_step) hooks_.after_step(step, *model_, *run_);
 
     // Log.
@@ -545,15 +552,12 @@ TrainResult Trainer::run() {
         static_cast<long long>(state_.step), ckpt.c_str(), dir_.c_str());
   } else if (res.status == TrainStatus::completed) {
     const int64_t run_steps = state_.step - first;
-    const size_t tail = std::min<size_t>(res.losses.size(), static_cast<size_t>(cfg_.log_interval));
-    double tail_loss = 0;
-    for (size_t i = res.losses.size() - tail; i < res.losses.size(); ++i) tail_loss += res.losses[i];
-    tail_loss /= static_cast<double>(std::max<size_t>(tail, 1));
+    const double window_loss = final_window_loss(state_.losses);
     say("done: %lld steps, %s tokens in %s (%s tok/s)\n", static_cast<long long>(run_steps),
         fmt_count(static_cast<double>(run_steps * cfg_.tokens_per_step())).c_str(), fmt_duration(session_s).c_str(),
         fmt_count(train_s > 0 ? static_cast<double>(run_steps * cfg_.tokens_per_step()) / train_s : 0).c_str());
-    say("  train loss %.4f (mean of the last %zu steps) | val loss %.4f (%.3f bits/token; best %.4f at step %lld)\n",
-        tail_loss, tail, res.last_val_loss, res.last_val_loss / std::log(2.0), state_.best_val_loss,
+    say("  %s %.4f | val loss %.4f (%.3f bits/token; best %.4f at step %lld)\n",
+        final_window_label(state_.step).c_str(), window_loss, res.last_val_loss, res.last_val_loss / std::log(2.0), state_.best_val_loss,
         static_cast<long long>(state_.best_val_step));
     say("  run file %s | checkpoint %s\n", run_path().c_str(), last_checkpoint_.c_str());
     if (cfg_.export_hf != "none") {
@@ -564,6 +568,8 @@ TrainResult Trainer::run() {
   }
   if (run_) run_->close();
   res.step = state_.step;
+  res.final_window_loss = final_window_loss(state_.losses);
+  res.final_window_steps = state_.step > 0 ? final_window_steps(state_.step) : 0;
   res.checkpoint = last_checkpoint_;
   if (hooks_.keep_params) res.params.assign(params.begin(), params.end());
   return res;

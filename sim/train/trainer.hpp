@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -58,6 +59,10 @@ struct TrainResult {
   TrainStatus status = TrainStatus::completed;
   int64_t step = 0;                // steps done when the run returned
   std::vector<double> losses;      // training loss of every step run in this session
+  // The final-window train loss of the whole run as it stands (every step,
+  // across resumes; sim/train/loss_window.hpp), and its window.
+  double final_window_loss = NAN;
+  int64_t final_window_steps = 0;
   std::vector<double> val_losses;  // every evaluation of this session
   double last_val_loss = 0;
   std::string checkpoint;          // the last checkpoint written

@@ -247,11 +247,12 @@ TEST_F(Runs, InspectPrintsTablesAndWritesCsv) {
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* needle : {"configuration (resolved)", "recipe = nvfp4-no-rht-all", "train loss: first",
                              "validation loss: final", "steps 4", "worst figures over 3 sampled steps",
-                             "layers.0.mixer.in_proj", "fprop-x", "wgrad-dy", "magnitude bias", "lm_head" /* plan */})
+                             "layers.0.mixer.in_proj", "fprop-x", "wgrad-dy", "bias (gain-1)", "magnitude bias", "lm_head" /* plan */})
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
   const std::string csv = read_text(d / "t.csv");
-  // 12 quantized linears: 6 operands x 5 figures, 3 GEMMs x 3 figures.
-  EXPECT_EQ(count_lines(csv), 1u + 12 * 6 * 5 + 12 * 3 * 3) << csv.substr(0, 400);
+  // 12 quantized linears: 6 operands x 5 figures, 3 GEMMs x 4 figures
+  // (multiplicative and magnitude bias, relative error, cosine).
+  EXPECT_EQ(count_lines(csv), 1u + 12 * 6 * 5 + 12 * 3 * 4) << csv.substr(0, 400);
   EXPECT_TRUE(csv.starts_with("table,layer,gemm,operand,statistic,worst,step,last,rows\n"));
 
   // One figure checked against the run file: the worst underflow fraction of

@@ -344,7 +344,7 @@ TEST(QuantizedLinear, StochasticRoundingRemovesTheGradientBias) {
       q.rt->begin({step, 0, true, false});
       std::vector<float> dW(out * in, 0.0f);
       q.lin->backward(nullptr, dW.data(), dY.data(), X.data(), W.data(), T);
-      bias += sink.find(info.name, Gemm::wgrad)->stats.magnitude_bias();
+      bias += sink.find(info.name, Gemm::wgrad)->stats.multiplicative_bias();
     }
     return bias / steps;
   };
@@ -355,6 +355,58 @@ TEST(QuantizedLinear, StochasticRoundingRemovesTheGradientBias) {
   // SR: unbiased. 40 steps x 256 outputs x 240 rounded terms: the standard
   // error of the mean bias is ~2e-4.
   EXPECT_LT(std::fabs(sr), 2e-3) << sr;
+}
+
+// The gradient bias is gain - 1, not the magnitude bias: with zero-mean
+// outputs and unbiased stochastic rounding the noise makes |ŷ| larger than
+// |y| on average (a magnitude "bias" of several percent) while the
+// multiplicative bias stays at the level of its standard error.
+TEST(QuantizedLinear, GradientBiasIsGainMinusOneNotMagnitude) {
+  const int64_t T = 256, in = 64, out = 64;
+  const LinearInfo info = info_of("layers.0.mixer.up_proj", 0, LinearKind::mlp_up, in, out);
+  RuntimeOptions opt;
+  opt.gemm_stats_rows = 0;
+  // Only dY^T is quantized (exact SR, E2M1, one scale per 16 tokens); X^T
+  // is exact. The first token of every 16 has a 20x larger dY, which sets
+  // the block scale, and X = 0, so it adds nothing to y: the other dY sit at
+  // ~0.3 of an E2M1 unit and SR makes them very noisy.
+  Rig q(recipe_text("[all]\nelem = e2m1\nscale = ue4m3\narith = fp32\n[wgrad-dy]\nround = stochastic\nsr_bits = 24\n"
+                    "[wgrad-x]\nelem = fp32\nscale = none\nreference = none\n"),
+        info, opt);
+  MemoryStatsSink sink;
+  q.rt->set_stats_sink(&sink);
+  auto X = randn(T * in, 21), dY = randn(T * out, 23, 1e-3f);
+  const auto W = randn(out * in, 22, 0.1f);
+  for (int64_t t = 0; t < T; t += 16) {
+    for (int64_t i = 0; i < in; ++i) X[static_cast<size_t>(t * in + i)] = 0;
+    for (int64_t o = 0; o < out; ++o) dY[static_cast<size_t>(t * out + o)] = 20e-3f;
+  }
+  double mult = 0, mag = 0, err2 = 0;
+  const int steps = 8;
+  for (int step = 1; step <= steps; ++step) {
+    q.rt->begin({step, 0, true, false});
+    std::vector<float> dW(out * in, 0.0f);
+    q.lin->backward(nullptr, dW.data(), dY.data(), X.data(), W.data(), T);
+    const GemmStats& st = sink.find(info.name, Gemm::wgrad)->stats;
+    // The two figures from the recorded sums, by their definitions.
+    EXPECT_EQ(st.multiplicative_bias(), st.sum_y_yhat / st.sum_y2 - 1.0);
+    EXPECT_EQ(st.magnitude_bias(), (st.sum_abs_yhat - st.sum_abs_y) / st.sum_abs_y);
+    mult += st.multiplicative_bias();
+    mag += st.magnitude_bias();
+    err2 += st.sum_err2 / st.sum_y2;
+    sink.gemms.clear();
+  }
+  mult /= steps;
+  mag /= steps;
+  const double rel_noise2 = err2 / steps;  // E[(ŷ-y)²]/E[y²]
+  // Standard error of gain - 1 over steps x out x in independent outputs:
+  // sqrt(rel_noise2 / (steps * out * in)); 5 of them is the bound.
+  EXPECT_LT(std::fabs(mult), 5 * std::sqrt(rel_noise2 / (steps * out * in))) << mult;
+  // For Gaussian y and independent noise, E|y + e| / E|y| = sqrt(1 + rel_noise2):
+  // the magnitude figure grows with noise.
+  EXPECT_GT(rel_noise2, 0.2);
+  EXPECT_NEAR(mag, std::sqrt(1 + rel_noise2) - 1, 0.25 * (std::sqrt(1 + rel_noise2) - 1)) << mag;
+  EXPECT_GT(mag, 10 * std::fabs(mult));
 }
 
 TEST(QuantizedLinear, GroupedModelIsTheGroupedGemmOfTheEncodedOperands) {
@@ -444,11 +496,106 @@ TEST(QuantizedLinear, RhtNeedsKMultipleOf16) {
 TEST(QuantizedLinear, FactorySelectsLayers) {
   const Recipe r = load_recipe("te-nvfp4");
   auto rt = std::make_shared<QuantRuntime>();
-  RecipeLinearFactory f(r, 20, rt);
+  RecipeLinearFactory f(r, 52, rt);  // the 8B's depth: the last 8 blocks (15%) in BF16
   EXPECT_EQ(f.policy(), "recipe:te-nvfp4");
-  EXPECT_NE(dynamic_cast<QuantizedLinear*>(f.make(info_of("a", 11, LinearKind::mlp_up, 16, 16)).get()), nullptr);
-  EXPECT_EQ(dynamic_cast<QuantizedLinear*>(f.make(info_of("b", 12, LinearKind::mlp_up, 16, 16)).get()), nullptr);
-  EXPECT_EQ(dynamic_cast<QuantizedLinear*>(f.make(info_of("lm_head", 20, LinearKind::lm_head, 16, 16)).get()), nullptr);
+  EXPECT_NE(dynamic_cast<QuantizedLinear*>(f.make(info_of("a", 43, LinearKind::mlp_up, 16, 16)).get()), nullptr);
+  EXPECT_EQ(dynamic_cast<QuantizedLinear*>(f.make(info_of("b", 44, LinearKind::mlp_up, 16, 16)).get()), nullptr);
+  EXPECT_EQ(dynamic_cast<QuantizedLinear*>(f.make(info_of("lm_head", 52, LinearKind::lm_head, 16, 16)).get()), nullptr);
+}
+
+// A recipe that keeps every block unquantized is refused at start unless
+// asked for; proxy-tiny has 5 blocks.
+TEST(QuantizedLinear, ARecipeQuantizingNothingIsAnError) {
+  Recipe r = load_recipe("te-nvfp4");
+  apply_recipe_override(r, "recipe.keep_last_bf16=8");
+  auto rt = std::make_shared<QuantRuntime>();
+  try {
+    RecipeLinearFactory f(r, 5, rt);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("recipe 'te-nvfp4' quantizes no linear of this 5-block model"), std::string::npos) << m;
+    EXPECT_NE(m.find("recipe.allow_no_quantized=true"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  apply_recipe_override(r, "recipe.keep_last_bf16=60%");  // 3 of 5
+  apply_recipe_override(r, "recipe.keep_first_bf16=2");
+  EXPECT_THROW(RecipeLinearFactory(r, 5, rt), Error);
+  EXPECT_NO_THROW(RecipeLinearFactory(r, 7, rt));  // 2 + 4 (4.2) of 7
+  apply_recipe_override(r, "recipe.allow_no_quantized=true");
+  EXPECT_NO_THROW(RecipeLinearFactory(r, 5, rt));
+  Recipe head = load_recipe("te-nvfp4");
+  apply_recipe_override(head, "recipe.keep_last_bf16=100%");
+  apply_recipe_override(head, "recipe.lm_head=true");  // the LM head is still quantized
+  EXPECT_NO_THROW(RecipeLinearFactory(head, 5, rt));
+  EXPECT_NO_THROW(RecipeLinearFactory(load_recipe("bf16"), 5, rt));  // layers = none asks for it
+  EXPECT_NO_THROW(RecipeLinearFactory(load_recipe("te-nvfp4"), 5, rt));  // 15% of 5: 1 block
+}
+
+// bfloat16 round to nearest even written from the definition: keep 8
+// significant bits (7 stored), ties to even, overflow to infinity.
+float bf16_reference(float x) {
+  if (!std::isfinite(x) || x == 0) return x;
+  int e = 0;
+  std::frexp(static_cast<double>(x), &e);        // |x| in [2^(e-1), 2^e)
+  const int lsb = std::max(e - 8, -126 - 7);     // bf16 has float32's exponent range, subnormals to 2^-133
+  const double q = std::ldexp(static_cast<double>(x), -lsb);
+  double r = std::floor(q);
+  const double rest = q - r;
+  if (rest > 0.5 || (rest == 0.5 && std::fmod(r, 2.0) != 0)) r += 1;
+  const double y = std::ldexp(r, lsb);
+  if (std::fabs(y) >= 0x1p128) return std::copysign(INFINITY, x);  // rounded above bf16's max 0x1.fep127
+  return static_cast<float>(y);
+}
+
+TEST(QuantizedLinear, PreRoundBf16QuantizesTheBf16Operand) {
+  // The reference itself on hand-made cases: a tie to even up, one to even
+  // down, a value just above a tie, a subnormal, an overflow.
+  EXPECT_EQ(bf16_reference(1.0f + 0x1p-8f), 1.0f);                 // tie, 1.0 is even
+  EXPECT_EQ(bf16_reference(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);   // tie, rounds up to even
+  EXPECT_EQ(bf16_reference(1.0f + 0x1p-8f + 0x1p-20f), 1.0f + 0x1p-7f);
+  EXPECT_EQ(bf16_reference(0x1.8p-140f), 0.0f);  // below half of 2^-133
+  EXPECT_EQ(bf16_reference(0x1.81p-133f), 0x1p-132f);
+  EXPECT_EQ(bf16_reference(0x1.ffp127f), INFINITY);
+  const int64_t T = 32, in = 48, out = 32;
+  const LinearInfo info = info_of("layers.1.mixer.up_proj", 1, LinearKind::mlp_up, in, out);
+  auto text = [](bool pre_round) {
+    const std::string p = pre_round ? "pre_round = bf16\n" : "";
+    return recipe_text("[all]\nelem = e2m1\nscale = ue4m3\narith = fp32\nround = rne\n[gradients]\nround = "
+                       "stochastic-fast\n" + p + "[weights]\nblock = 16x16\n" + p);
+  };
+  const std::string base = "[all]\nelem = e2m1\nscale = ue4m3\n";
+  Rig pre(text(true), info);
+  Rig plain(text(false), info);
+  Tensors a(T, in, out, 9), b(T, in, out, 9);
+  // Values with bits below bf16's: W and dY carry 23-bit significands.
+  for (auto& w : b.W) w = bf16_reference(w);
+  for (auto& d : b.dY) d = bf16_reference(d);
+  ASSERT_NE(a.W, b.W);
+  for (int64_t step = 1; step <= 2; ++step) {
+    pre.rt->begin({step, 0, false, false});
+    plain.rt->begin({step, 0, false, false});
+    a.run(*pre.lin);
+    b.run(*plain.lin);
+    expect_bits_equal(a.Y.data(), b.Y.data(), T * out, "Y");
+    expect_bits_equal(a.dX.data(), b.dX.data(), T * in, "dX");
+    expect_bits_equal(a.dW.data(), b.dW.data(), out * in, "dW");
+  }
+  // Without pre_round the FP32 operands give other results.
+  Rig fp32(text(false), info);
+  Tensors c(T, in, out, 9);
+  fp32.rt->begin({1, 0, false, false});
+  c.run(*fp32.lin);
+  Tensors d(T, in, out, 9);
+  Rig pre1(text(true), info);
+  pre1.rt->begin({1, 0, false, false});
+  d.run(*pre1.lin);
+  EXPECT_NE(c.dW, d.dW);
+  // The knob round-trips and prints.
+  const Recipe r = recipe_text(base + "[fprop-x]\npre_round = bf16\n");
+  EXPECT_NE(recipe_to_ini(r).find("pre_round = bf16"), std::string::npos);
+  EXPECT_NE(role_spec_string(r.resolve(info, 4)[0]).find("pre_round=bf16"), std::string::npos);
+  EXPECT_NE(role_spec_string(r.resolve(info, 4)[1]).find("pre_round=none"), std::string::npos);
 }
 
 TEST(QuantizedLinear, EveryRecipeTrainsProxyTiny) {
@@ -462,7 +609,7 @@ TEST(QuantizedLinear, EveryRecipeTrainsProxyTiny) {
     for (bool all_layers : {false, true}) {
       Recipe r = load_recipe(name);
       if (all_layers) {
-        if (!r.quantize || r.keep_last_bf16 == 0) continue;
+        if (!r.quantize || r.keep_last_bf16.of(cfg.num_hidden_layers) == 0) continue;
         apply_recipe_override(r, "recipe.keep_last_bf16", "1");
       }
       SCOPED_TRACE(name + (all_layers ? " (keep_last_bf16 = 1)" : ""));
@@ -485,7 +632,9 @@ TEST(QuantizedLinear, EveryRecipeTrainsProxyTiny) {
       }
       EXPECT_EQ(sink.operands.size(), static_cast<size_t>(6 * quantized));
       EXPECT_EQ(sink.gemms.size(), static_cast<size_t>(3 * quantized));
-      if (name != "bf16" && name != "fp32" && (all_layers || r.keep_last_bf16 == 0)) {
+      // Every quantizing recipe quantizes some linear of proxy-tiny (5 blocks):
+      // the BF16 tails are fractions of the depth.
+      if (name != "bf16" && name != "fp32") {
         EXPECT_GT(quantized, 0);
       }
     }
@@ -538,7 +687,7 @@ TEST(QuantizedLinear, PlanFieldsAndQuantizeOptions) {
     }
   }
   EXPECT_EQ(names.size(), operand_fields().size());
-  EXPECT_EQ(gemm_fields().size(), 12u);
+  EXPECT_EQ(gemm_fields().size(), 13u);
 }
 
 }  // namespace

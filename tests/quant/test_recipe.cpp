@@ -3,8 +3,16 @@
 
 #include <algorithm>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <tuple>
+
 #include "formats/error.hpp"
 #include "formats/spec.hpp"
+#include "models/config.hpp"
 #include "sim/quant/recipe.hpp"
 
 namespace exmy::sim::quant {
@@ -17,6 +25,7 @@ std::string body(const Recipe& r) {
 }
 
 const std::vector<std::string> kShipped = {"bf16",      "fp32",      "te-nvfp4",          "nvfp4-no-rht-all",
+                                           "te-nvfp4-grouped", "nvfp4-no-rht-all-grouped",
                                            "ue5m3-b16", "ue5m3-b16-fp32gemm", "ue5m3-b32", "ue5m3-te-settings",
                                            "mxfp4",     "mxfp8",     "fp8-current"};
 
@@ -72,10 +81,10 @@ TEST(Recipe, EveryShippedRecipeLoadsByNameAndRoundTrips) {
 
 TEST(Recipe, TeNvfp4MatchesTransformerEngine) {
   const Recipe r = load_recipe("te-nvfp4");
-  const int64_t L = 20;
+  const int64_t L = 52;  // the 8B's depth
   EXPECT_TRUE(r.quantizes(linear(0, LinearKind::mamba_in_proj), L));
-  EXPECT_TRUE(r.quantizes(linear(11, LinearKind::mlp_up), L));
-  EXPECT_FALSE(r.quantizes(linear(12, LinearKind::mlp_up), L));  // last 8 blocks in BF16
+  EXPECT_TRUE(r.quantizes(linear(43, LinearKind::mlp_up), L));
+  EXPECT_FALSE(r.quantizes(linear(44, LinearKind::mlp_up), L));  // last 8 blocks (15% of 52) in BF16
   EXPECT_FALSE(r.quantizes(linear(20, LinearKind::lm_head), L));
   EXPECT_EQ(r.gemm.kind, GemmModel::Kind::fp32);
   const auto s = r.resolve(linear(3, LinearKind::attn_q), L);
@@ -102,13 +111,15 @@ TEST(Recipe, TeNvfp4MatchesTransformerEngine) {
 
 TEST(Recipe, Ue5m3B16AndItsVariants) {
   const Recipe r = load_recipe("ue5m3-b16");
-  const int64_t L = 24;
-  EXPECT_TRUE(r.quantizes(linear(23, LinearKind::mlp_down), L));
+  const int64_t L = 52;  // the 8B's depth: the 2048 override covers blocks 44..51
+  EXPECT_TRUE(r.quantizes(linear(51, LinearKind::mlp_down), L));
   EXPECT_TRUE(r.shared_dy_reference);
   EXPECT_EQ(r.gemm, (GemmModel{GemmModel::Kind::grouped, 64, Round::rne, Round::rtz, 1024}));
   const auto early = r.resolve(linear(3, LinearKind::mlp_down), L);
-  const auto late = r.resolve(linear(17, LinearKind::mlp_down), L);
-  const auto late_up = r.resolve(linear(17, LinearKind::mlp_up), L);
+  const auto late = r.resolve(linear(45, LinearKind::mlp_down), L);
+  const auto late_up = r.resolve(linear(45, LinearKind::mlp_up), L);
+  const auto before = r.resolve(linear(43, LinearKind::mlp_down), L);
+  EXPECT_EQ(*before[role_index(Role::wgrad_dy)].q.scale_target, 448);
   for (Role role : kRoles) {
     SCOPED_TRACE(std::string(role_name(role)));
     const size_t i = role_index(role);
@@ -127,10 +138,11 @@ TEST(Recipe, Ue5m3B16AndItsVariants) {
   EXPECT_EQ(b32[role_index(Role::fprop_x)].q.block_cols, 32);
   EXPECT_EQ(b32[role_index(Role::dgrad_w)].q.block_rows, 32);
   const Recipe te5 = load_recipe("ue5m3-te-settings");
-  EXPECT_EQ(te5.keep_last_bf16, 8);
+  EXPECT_EQ(te5.keep_last_bf16, (BlockCount{150000, true}));  // 15%
+  EXPECT_EQ(te5.keep_last_bf16.of(L), 8);
   EXPECT_EQ(format_name(*te5.resolve(linear(0, LinearKind::mlp_up), L)[0].q.scale), "ue5m3");
   const Recipe norht = load_recipe("nvfp4-no-rht-all");
-  EXPECT_EQ(norht.keep_last_bf16, 0);
+  EXPECT_EQ(norht.keep_last_bf16, BlockCount{});
   EXPECT_FALSE(norht.resolve(linear(0, LinearKind::mlp_up), L)[role_index(Role::wgrad_x)].q.rht);
 }
 
@@ -197,13 +209,13 @@ TEST(Recipe, SetOverrides) {
   apply_recipe_override(r, "recipe.gemm.grid=1024");
   apply_recipe_override(r, "recipe.override.late.layers=last:3");
   apply_recipe_override(r, "recipe.override.late.roles=wgrad-dy");
-  apply_recipe_override(r, "recipe.override.late.scale_target=2048");
-  EXPECT_EQ(r.keep_last_bf16, 2);
+  apply_recipe_override(r, "recipe.override.late.scale_target=256");  // at most ue4m3's 448
+  EXPECT_EQ(r.keep_last_bf16, BlockCount{2});
   EXPECT_EQ(r.gemm.kind, GemmModel::Kind::grouped);
   EXPECT_EQ(r.gemm.grid, 1024);
   const auto s = r.resolve(linear(7, LinearKind::mlp_down), 10);
   EXPECT_EQ(s[role_index(Role::wgrad_dy)].q.round, Round::rne);
-  EXPECT_EQ(*s[role_index(Role::wgrad_dy)].q.scale_target, 2048);
+  EXPECT_EQ(*s[role_index(Role::wgrad_dy)].q.scale_target, 256);
   EXPECT_FALSE(s[role_index(Role::dgrad_dy)].q.scale_target.has_value());
   // The --set value survives the text form (run files keep it).
   const Recipe back = parse_recipe(recipe_to_ini(r), r.name, "rt");
@@ -280,6 +292,161 @@ TEST(Recipe, Selectors) {
   EXPECT_EQ(ref_policy_name(parse_ref_policy("periodic:50")), "periodic:50");
   EXPECT_EQ(ref_policy_name(parse_ref_policy("delayed:16")), "delayed:16");
   EXPECT_THROW(parse_ref_policy("periodic:x"), Error);
+}
+
+// A fraction p% of L blocks is floor(p·L/100 + 1/2) (docs/recipes.md); the
+// expected counts are that formula worked by hand.
+TEST(Recipe, BlockCountsAreFractionsOfTheDepth) {
+  const BlockCount p15 = parse_block_count("15%");
+  EXPECT_EQ(p15.of(52), 8);  // 7.8
+  EXPECT_EQ(p15.of(13), 2);  // 1.95
+  EXPECT_EQ(p15.of(8), 1);   // 1.2
+  EXPECT_EQ(p15.of(5), 1);   // 0.75
+  EXPECT_EQ(p15.of(3), 0);   // 0.45
+  const BlockCount p125 = parse_block_count("12.5%");
+  EXPECT_EQ(p125.of(4), 1);   // 0.5: half up
+  EXPECT_EQ(p125.of(12), 2);  // 1.5
+  EXPECT_EQ(p125.of(11), 1);  // 1.375
+  EXPECT_EQ(parse_block_count("100%").of(7), 7);
+  EXPECT_EQ(parse_block_count("0%").of(52), 0);
+  EXPECT_EQ(parse_block_count("8").of(3), 8);  // absolute counts are not scaled
+  EXPECT_EQ(block_count_name(p15), "15%");
+  EXPECT_EQ(block_count_name(p125), "12.5%");
+  EXPECT_EQ(block_count_name(parse_block_count("0.0625%")), "0.0625%");
+  EXPECT_EQ(block_count_name(parse_block_count("7")), "7");
+  for (const char* bad : {"101%", "15.00001%", "%", "1.%", "-1%", "x%", "15 %", "-2", "1e3"}) {
+    SCOPED_TRACE(bad);
+    expect_one_line_naming(error_of([&] { parse_block_count(bad); }), bad);
+  }
+  const BlockSelector last = parse_block_selector("last:15%");
+  EXPECT_EQ(block_selector_name(last), "last:15%");
+  EXPECT_TRUE(last.matches(44, 52));
+  EXPECT_FALSE(last.matches(43, 52));
+  EXPECT_TRUE(last.matches(11, 13));
+  EXPECT_FALSE(last.matches(10, 13));
+  EXPECT_TRUE(parse_block_selector("first:50%").matches(2, 5));   // 2.5 -> 3 blocks
+  EXPECT_FALSE(parse_block_selector("first:50%").matches(3, 5));
+  expect_one_line_naming(error_of([] { parse_block_selector("last:200%"); }), "last:200%");
+  // keep_*_bf16 take the same counts, and the text form keeps them.
+  Recipe r = load_recipe("mxfp4");
+  apply_recipe_override(r, "recipe.keep_first_bf16=12.5%");
+  EXPECT_FALSE(r.quantizes(linear(1, LinearKind::mlp_up), 12));
+  EXPECT_TRUE(r.quantizes(linear(2, LinearKind::mlp_up), 12));
+  EXPECT_NE(recipe_to_ini(r).find("keep_first_bf16 = 12.5%"), std::string::npos);
+}
+
+// The shipped selections give the published 8B behaviour (8 of its 52 blocks
+// in BF16 for te-nvfp4; the 2048 target on 4 of its 24 MLPs for ue5m3-b16)
+// and scale with the depth of a proxy.
+TEST(Recipe, ShippedLayerSelectionsScaleWithDepth) {
+  const models::NemotronHConfig study = [] {
+    auto c = models::preset_config("proxy-1m");
+    c.hybrid_override_pattern = "M-M-M-M*-M-M-";  // experiments/ue5m3-proxy/base.ini
+    c.num_hidden_layers = 13;
+    return c;
+  }();
+  for (const auto& [cfg, kept, mlps, all_mlps] :
+       {std::tuple{models::preset_config("nemotron-h-8b"), 8, 4, 24}, std::tuple{study, 2, 1, 6},
+        std::tuple{models::preset_config("proxy-tiny"), 1, 1, 2}}) {
+    SCOPED_TRACE(cfg.name);
+    const int64_t L = cfg.num_hidden_layers;
+    for (const char* name : {"te-nvfp4", "ue5m3-te-settings", "te-nvfp4-grouped"}) {
+      const Recipe te = load_recipe(name);
+      int64_t not_quantized = 0;
+      for (int64_t b = 0; b < L; ++b) not_quantized += !te.quantizes(linear(static_cast<int>(b), LinearKind::mlp_up), L);
+      EXPECT_EQ(not_quantized, kept) << name;
+    }
+    const Recipe u = load_recipe("ue5m3-b16");
+    int64_t mlp = 0, overridden = 0;
+    for (int64_t b = 0; b < L; ++b) {
+      if (cfg.hybrid_override_pattern[static_cast<size_t>(b)] != '-') continue;
+      ++mlp;
+      const auto s = u.resolve(linear(static_cast<int>(b), LinearKind::mlp_down), L);
+      overridden += *s[role_index(Role::wgrad_dy)].q.scale_target == 2048;
+    }
+    EXPECT_EQ(mlp, all_mlps);
+    EXPECT_EQ(overridden, mlps);
+  }
+}
+
+TEST(Recipe, GroupedVariantsDifferOnlyInTheGemmModel) {
+  const GemmModel native = load_recipe("ue5m3-b16").gemm;
+  for (const auto& [base, grouped] : {std::pair{"te-nvfp4", "te-nvfp4-grouped"},
+                                      std::pair{"nvfp4-no-rht-all", "nvfp4-no-rht-all-grouped"}}) {
+    SCOPED_TRACE(grouped);
+    const Recipe a = load_recipe(base), b = load_recipe(grouped);
+    EXPECT_EQ(a.gemm.kind, GemmModel::Kind::fp32);
+    EXPECT_EQ(b.gemm, native);
+    EXPECT_EQ(a.keep_last_bf16, b.keep_last_bf16);
+    for (int layer : {0, 30, 51}) {
+      if (!a.quantizes(linear(layer, LinearKind::attn_q), 52)) continue;
+      const auto sa = a.resolve(linear(layer, LinearKind::attn_q), 52);
+      const auto sb = b.resolve(linear(layer, LinearKind::attn_q), 52);
+      for (Role role : kRoles) EXPECT_EQ(role_spec_string(sa[role_index(role)]), role_spec_string(sb[role_index(role)]));
+    }
+  }
+  // ue5m3-te-settings: TE's global scale 6·448/amax, i.e. T = 448 with UE5M3 scales.
+  const auto te5 = load_recipe("ue5m3-te-settings").resolve(linear(0, LinearKind::mlp_up), 52);
+  for (const auto& s : te5) EXPECT_EQ(*s.q.scale_target, 448);
+}
+
+TEST(Recipe, ImpossibleKnobValuesAreOneLineErrorsAtLoad) {
+  auto parse = [](const std::string& extra) { return parse_recipe(std::string(kSmall) + extra, "bad", "text"); };
+  struct Case {
+    std::string text, names1, names2;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"[weights]\nelem = ue4m3\n", "fprop-w: elem", "unsigned"},
+           {"[gradients]\nelem = e0m3\n", "dgrad-dy: elem", "float format"},
+           {"[fprop-x]\nscale_target = 1000\n", "fprop-x: scale_target", "largest ue4m3 block scale 448"},
+           {"[fprop-x]\nscale_target = 1e-4\n", "fprop-x: scale_target", "smallest ue4m3"},
+           {"[wgrad-x]\nscale = none\nscale_target = 448\n", "wgrad-x: scale_target", "without a block scale"},
+           {"[override.o]\nroles = wgrad-dy\nscale_target = 61440\n", "override.o: wgrad-dy: scale_target",
+            "largest ue4m3"},
+       }) {
+    SCOPED_TRACE(c.text);
+    const std::string msg = error_of([&] { parse(c.text); });
+    expect_one_line_naming(msg, c.names1);
+    expect_one_line_naming(msg, c.names2);
+    expect_one_line_naming(msg, "recipe 'bad'");
+  }
+  Recipe r = load_recipe("te-nvfp4");
+  expect_one_line_naming(error_of([&] { apply_recipe_override(r, "recipe.gradients.scale_target=1e6"); }),
+                         "dgrad-dy: scale_target");
+  // Within range is fine, UE5M3's wider range included.
+  EXPECT_NO_THROW(parse("[fprop-x]\nscale_target = 448\n"));
+  EXPECT_NO_THROW(parse("[fprop-x]\nscale = ue5m3\nscale_target = 61440\n"));
+}
+
+// Named recipes are looked up in the working directory's experiments/recipes
+// first, then in the source tree's.
+TEST(Recipe, NamesResolveInTheWorkingDirectoryFirst) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("exmy-recipe-cwd-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "experiments/recipes");
+  std::ofstream(dir / "experiments/recipes/te-nvfp4.ini") << "[recipe]\ndescription = the local one\nlayers = none\n";
+  std::ofstream(dir / "experiments/recipes/mine.ini") << "[recipe]\ndescription = only here\nlayers = none\n";
+  const fs::path cwd = fs::current_path();
+  const char* env = std::getenv("EXMY_RECIPE_DIR");
+  const std::string saved = env ? env : "";
+  ::unsetenv("EXMY_RECIPE_DIR");
+  fs::current_path(dir);
+  const std::string local = load_recipe("te-nvfp4").description;
+  const std::string mine = load_recipe("mine").description;
+  const std::string shipped = load_recipe("ue5m3-b16").name;
+  const auto dirs = recipe_dirs();
+  const auto names = recipe_names();
+  fs::current_path(cwd);
+  if (!saved.empty()) ::setenv("EXMY_RECIPE_DIR", saved.c_str(), 1);
+  fs::remove_all(dir);
+  EXPECT_EQ(local, "the local one");
+  EXPECT_EQ(mine, "only here");
+  EXPECT_EQ(shipped, "ue5m3-b16");  // not in the working directory: the source tree's
+  ASSERT_GE(dirs.size(), 2u);
+  EXPECT_EQ(dirs[0], "experiments/recipes");
+  EXPECT_EQ(std::count(names.begin(), names.end(), "te-nvfp4"), 1);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "mine"), 1);
+  EXPECT_NE(std::find(names.begin(), names.end(), "ue5m3-b16"), names.end());
 }
 
 }  // namespace

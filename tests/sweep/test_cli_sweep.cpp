@@ -165,7 +165,7 @@ TEST(CliSweep, TinySweepSummaryRunIAndResume) {
   TempDir tmp;
   const std::string file = tmp / "tiny.ini";
   write_text(file, "[sweep]\nname = tiny\nbase = " + kTinyIni +
-                       "\nreference = recipe=fp32\nfinal_window = 3\ngroup_over = train.seed\n" + kSmallSet +
+                       "\nreference = recipe=fp32\ngroup_over = train.seed\n" + kSmallSet +
                        "[grid]\nrecipe = fp32, ue5m3-b16\ntrain.seed = 1, 2\n");
   const std::string out = tmp / "a";
   const Result r = run({kExmy, "sweep", file, "--out", out, "--jobs", "2", "--threads", "1"});
@@ -203,10 +203,13 @@ TEST(CliSweep, TinySweepSummaryRunIAndResume) {
     EXPECT_EQ(row.at("train.recipe"), i < 2 ? "fp32" : "ue5m3-b16");
     EXPECT_EQ(row.at("train.seed"), i % 2 ? "2" : "1");
     EXPECT_EQ(row.at("last_step"), "12");
-    const auto loss = io::read_run_column(h5, "/train/loss");
-    ASSERT_EQ(loss.size(), 7u);  // steps 1, 2, 4, ..., 12
-    const double window = (loss[4] + loss[5] + loss[6]) / 3;
-    EXPECT_EQ(as_double(row.at("final_train_loss")), window);
+    ASSERT_EQ(io::read_run_column(h5, "/train/loss").size(), 7u);  // logged: steps 1, 2, 4, ..., 12
+    // The final-window train loss: every step's loss, the last max(1,
+    // round(12/10)) = 1 of them.
+    const auto loss = io::read_run_column(h5, "/step_loss/loss");
+    ASSERT_EQ(loss.size(), 12u);
+    EXPECT_EQ(as_double(row.at("final_window_train_loss")), loss[11]);
+    EXPECT_EQ(row.at("final_window_steps"), "1");
     EXPECT_EQ(as_double(row.at("final_val_loss")), val[i]);
     const size_t ref = i % 2;  // fp32 with the same seed
     EXPECT_EQ(row.at("reference"), std::to_string(ref));
@@ -223,7 +226,7 @@ TEST(CliSweep, TinySweepSummaryRunIAndResume) {
     }
     // Worst underflow (underflow / nonzero) and block-scale underflow
     // (scale_underflow / blocks) over every quantized operand and row; grad
-    // bias: mean magnitude bias of the wgrad GEMMs.
+    // bias: mean multiplicative bias gain - 1 of the wgrad GEMMs.
     double uf = -1, suf = -1, bias_sum = 0;
     std::string uf_at;
     int64_t bias_n = 0, groups = 0;
@@ -245,9 +248,9 @@ TEST(CliSweep, TinySweepSummaryRunIAndResume) {
           suf = std::max(suf, su[k] / bl[k]);
         }
       }
-      if (d.starts_with("/gemm/") && d.ends_with("/wgrad/magnitude_bias")) {
-        for (double b : io::read_run_column(h5, d)) {
-          bias_sum += b;
+      if (d.starts_with("/gemm/") && d.ends_with("/wgrad/gain")) {
+        for (double g : io::read_run_column(h5, d)) {
+          bias_sum += g - 1.0;
           ++bias_n;
         }
       }
@@ -264,6 +267,7 @@ TEST(CliSweep, TinySweepSummaryRunIAndResume) {
   EXPECT_NE(md.find("4 runs: 4 done, 0 diverged, 0 failed"), std::string::npos) << md;
   EXPECT_NE(md.find("| 2 | 002_recipe=ue5m3-b16_seed=1 | done | ue5m3-b16 | 1 |"), std::string::npos) << md;
   EXPECT_NE(md.find("## Over train.seed"), std::string::npos) << md;
+  EXPECT_NE(md.find("| final-window train loss (last N steps) | val loss |"), std::string::npos) << md;
   const auto groups = read_csv(fs::path(out) / "summary_groups.csv");
   ASSERT_EQ(groups.size(), 2u);
   EXPECT_EQ(groups[1].at("train.recipe"), "ue5m3-b16");
@@ -411,7 +415,7 @@ TEST(CliSweep, FailedRunIsRecordedAndOthersComplete) {
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[1].at("status"), "failed");
   EXPECT_EQ(rows[1].at("message"), "optim.lr: bad value 'fast' (expected a finite number)");
-  EXPECT_EQ(rows[1].at("final_train_loss"), "");
+  EXPECT_EQ(rows[1].at("final_window_train_loss"), "");
   EXPECT_EQ(rows[2].at("status"), "done");
 
   // The next session retries only the failed run.

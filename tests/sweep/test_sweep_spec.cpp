@@ -113,12 +113,11 @@ TEST(SweepSpec, NamesQuotingAndShortNames) {
 
 TEST(SweepSpec, ReferenceIsTheRunWithTheNamedValues) {
   const SweepSpec s = parse_sweep(
-      "[sweep]\nname = ref\nbase = b.ini\nreference = recipe=bf16\nfinal_window = 7\ndiverge_above = 6.5\n"
+      "[sweep]\nname = ref\nbase = b.ini\nreference = recipe=bf16\ndiverge_above = 6.5\n"
       "group_over = train.seed\n"
       "[grid]\nrecipe = ue5m3-b16, bf16, te-nvfp4\ntrain.seed = 1, 2\n",
       "r.ini");
   EXPECT_EQ(s.name, "ref");
-  EXPECT_EQ(s.final_window, 7);
   ASSERT_TRUE(s.diverge_above.has_value());
   EXPECT_EQ(*s.diverge_above, 6.5);
   EXPECT_EQ(s.group_over, "train.seed");
@@ -144,7 +143,8 @@ TEST(SweepSpec, ErrorsAreOneLineNamingFileAndLine) {
   const std::string base(kBase);  // lines 1-2
   expect_parse_error(base + "[grid]\ntrain.seed = 1, 2\n[swep]\n", "s.ini:5:", "unknown section [swep]");
   expect_parse_error(base + "steps = 3\n", "s.ini:3:", "unknown key 'steps' in [sweep]");
-  expect_parse_error(base + "final_window = 0\n", "s.ini:3:", "final_window");
+  // The final-window loss is defined once, by the trainer: no sweep key sets it.
+  expect_parse_error(base + "final_window = 5\n", "s.ini:3:", "final_window is no longer a sweep key");
   expect_parse_error(base + "diverge_above = high\n", "s.ini:3:", "expected a number");
   expect_parse_error(base + "[grid]\ntrain.seed = 1, , 2\n", "s.ini:4:", "empty value");
   expect_parse_error(base + "[grid]\ntrain.seed = 1, 2, 1\n", "s.ini:4:", "lists '1' twice");

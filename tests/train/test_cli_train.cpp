@@ -167,6 +167,19 @@ std::string check_run_file(const TempDir& d, const std::string& path, bool swmr)
   return r.out;
 }
 
+// --help states where recipe names are looked up, in order.
+TEST(CliTrain, HelpGivesTheRecipeLookupOrder) {
+  const Result r = run({kExmy, "train", "--help"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t env = r.out.find("$EXMY_RECIPE_DIR"), cwd = r.out.find("working\ndirectory's experiments/recipes"),
+               src = r.out.find("then the source tree's");
+  EXPECT_NE(env, std::string::npos) << r.out;
+  EXPECT_NE(cwd, std::string::npos) << r.out;
+  EXPECT_NE(src, std::string::npos) << r.out;
+  EXPECT_LT(env, cwd);
+  EXPECT_LT(cwd, src);
+}
+
 TEST(CliTrain, RunFileIsReadableByH5py) {
   if (!have_h5py()) GTEST_SKIP() << "needs /usr/bin/python3 with h5py (Debian python3-h5py)";
   TempDir d;

@@ -46,7 +46,7 @@ bool timing(const std::string& ds) { return ds == "/train/tokens_per_s" || ds ==
 TEST(QuantTrain, RecipeInTheConfiguration) {
   const RunConfig a = tiny({"train.recipe=ue5m3-b16", "recipe.keep_last_bf16=2", "recipe.all.round=rtz"});
   EXPECT_EQ(a.recipe.name, "ue5m3-b16");
-  EXPECT_EQ(a.recipe.keep_last_bf16, 2);
+  EXPECT_EQ(a.recipe.keep_last_bf16, sim::quant::BlockCount{2});
   // The resolved text lists the overrides; reading it back gives the same recipe.
   const std::string text = a.text();
   EXPECT_NE(text.find("recipe = ue5m3-b16"), std::string::npos) << text;
@@ -56,7 +56,7 @@ TEST(QuantTrain, RecipeInTheConfiguration) {
   // An INI [recipe] section may repeat a key: the overrides apply in order.
   const RunConfig c = parse_run_config("[train]\nrecipe = te-nvfp4\n[recipe]\nkeep_last_bf16 = 1\nkeep_last_bf16 = 3\n",
                                        "c.ini", {});
-  EXPECT_EQ(c.recipe.keep_last_bf16, 3);
+  EXPECT_EQ(c.recipe.keep_last_bf16, sim::quant::BlockCount{3});
   // precision = bf16 runs the linears the recipe leaves unquantized in BF16.
   EXPECT_EQ(tiny({}).recipe.unquantized, "fp32");
   EXPECT_EQ(tiny({"train.precision=bf16"}).recipe.unquantized, "bf16");

@@ -133,6 +133,42 @@ TEST(Trainer, ResumeContinuesBitIdentically) {
   EXPECT_EQ(io::read_run_attribute(d / "cut/run.h5", "resumed_at_steps"), std::string("13,24"));
 }
 
+// The final-window train loss is the mean of the last max(1, round(steps/10))
+// steps' losses (here 3 of 30), of every step, not of the logged rows; its
+// steps survive a checkpoint: a run cut inside the window and resumed gives
+// the same figure bit for bit.
+TEST(Trainer, FinalWindowLossCoversEveryStepAcrossAResume) {
+  TempDir d;
+  const std::vector<std::string> sets = {"train.steps=30", "train.log_interval=7", "train.checkpoint_interval=0"};
+  const TrainResult full = train_new(tiny(sets), d / "full", quiet(), {});
+  ASSERT_EQ(full.status, TrainStatus::completed);
+  ASSERT_EQ(full.losses.size(), 30u);
+  EXPECT_EQ(full.final_window_steps, 3);
+  const double expect = (full.losses[27] + full.losses[28] + full.losses[29]) / 3.0;
+  EXPECT_EQ(bits(full.final_window_loss), bits(expect));
+  // Every step's loss is in the run file, not only the logged rows.
+  expect_same_bits(io::read_run_column(d / "full/run.h5", "/step_loss/loss"), full.losses, "/step_loss/loss");
+  const auto steps = io::read_run_column(d / "full/run.h5", "/step_loss/step");
+  ASSERT_EQ(steps.size(), 30u);
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i], static_cast<double>(i + 1));
+  EXPECT_EQ(io::read_run_column(d / "full/run.h5", "/train/loss").size(), 6u);  // 1, 7, 14, 21, 28, 30
+
+  // Cut after step 28, inside the window (28, 29, 30), and resumed.
+  std::atomic<int> stop{0};
+  TrainHooks h = quiet();
+  h.stop = &stop;
+  h.before_step = [&](int64_t s, models::NemotronH<float>&) {
+    if (s == 27) stop = SIGINT;  // the step in progress (28) finishes
+  };
+  const TrainResult first = train_new(tiny(sets), d / "cut", h, {});
+  ASSERT_EQ(first.step, 28);
+  const TrainResult rest = train_resume(d / "cut", std::nullopt, {}, quiet(), {});
+  ASSERT_EQ(rest.losses.size(), 2u);
+  EXPECT_EQ(rest.final_window_steps, 3);
+  EXPECT_EQ(bits(rest.final_window_loss), bits(expect));
+  expect_same_bits(io::read_run_column(d / "cut/run.h5", "/step_loss/loss"), full.losses, "/step_loss/loss");
+}
+
 TEST(Trainer, NonFiniteLossStopsWithACheckpointOfTheLastGoodStep) {
   TempDir d;
   // A learning rate no model survives, without clipping: the weights blow
