@@ -212,30 +212,6 @@ double reference_amax(const QuantSpec& spec, const float* x, int64_t n, int thre
   return tensor_abs_max(x, n, threads);
 }
 
-// The sums of CONTRACT §5 accumulate in double, element by element, in row-major
-// block order (row-major order without a block scale). This fixed sequential
-// order is part of the contract: it makes the sums identical for any thread
-// count. One element's contribution:
-struct Sums {
-  double sq = 0, sq_err = 0, err = 0, abs = 0;
-  void add(float x, float xh) {
-    const double xd = x, e = static_cast<double>(xh) - xd;
-    sq += xd * xd;
-    sq_err += e * e;
-    err += e;
-    abs += std::fabs(xd);
-  }
-  void store(QuantStats& s) const {
-    // NaN inputs make NaN sums; IEEE leaves the sign of a NaN result to the
-    // compiler's operand order, so the stored NaN is the canonical one.
-    auto canon = [](double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; };
-    s.sum_sq = canon(sq);
-    s.sum_sq_err = canon(sq_err);
-    s.sum_err = canon(err);
-    s.sum_abs = canon(abs);
-  }
-};
-
 int rht_axis(const QuantSpec& spec) { return spec.block_rows == 1 ? 1 : 0; }
 
 }  // namespace
@@ -267,8 +243,14 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
   set_tensor_amax(p, reference_amax(spec, x, n, -1));
 
   QuantStats st;
-  Sums sums;
   st.elements = static_cast<uint64_t>(n);
+  // x-hat of every element, for the sums after the walk
+  std::vector<float> own_values;
+  float* values = out.values;
+  if (!values && out.stats) {
+    own_values.resize(static_cast<size_t>(n));
+    values = own_values.data();
+  }
   const int cb = p.fe.code_bytes();
   const int sb = p.has_scale ? p.fs.code_bytes() : 1;
 
@@ -293,9 +275,8 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
     st.nonzero += x[i] != 0.0f;
     st.underflow += (x[i] != 0.0f && xh == 0.0f);
     st.subnormal += p.fe.classify(code) == CodeClass::subnormal;
-    sums.add(x[i], xh);
     store_code(out.codes, cb, i, code);
-    if (out.values) out.values[i] = xh;
+    if (values) values[i] = xh;
   };
 
   QuantInfo info;
@@ -336,9 +317,8 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
               const float xh = std::numeric_limits<float>::quiet_NaN();
               st.nonzero += x[i] != 0.0f;
               st.subnormal += p.fe.classify(code) == CodeClass::subnormal;
-              sums.add(x[i], xh);
               store_code(out.codes, cb, i, code);
-              if (out.values) out.values[i] = xh;
+              if (values) values[i] = xh;
             }
           continue;
         }
@@ -356,9 +336,8 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
               const float xh = (code & p.fe.sign_bit) ? -0.0f : 0.0f;
               st.nonzero += x[i] != 0.0f;
               st.underflow += x[i] != 0.0f;
-              sums.add(x[i], xh);
               store_code(out.codes, cb, i, code);
-              if (out.values) out.values[i] = xh;
+              if (values) values[i] = xh;
             } else {
               element(i, c);
             }
@@ -368,7 +347,8 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
   }
   if (bad != std::numeric_limits<int64_t>::max()) detail::throw_element_error(p, x, bad, cols);
   if (out.stats) {
-    sums.store(st);
+    // docs/numerics.md §5: row by row, segment by segment, then the tree
+    detail::store_sums(tensor_sums(x, values, rows, cols), st);
     *out.stats = st;
   }
   return info;
@@ -385,12 +365,11 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
 // the input, the outputs and the Philox counter stream are all walked
 // sequentially whatever the block shape. Threads take whole bands (runs of
 // consecutive bands), so a band's result does not depend on which thread ran
-// it; integer statistics are reduced at the end. The double sums add one
-// element after another in
-// block order (the order the reference vectors were made with): with
-// statistics, threads take groups of bands in turn and add a group's
-// elements in an ordered region right after quantizing it, so the sequential
-// chain runs while the other threads quantize the next groups.
+// it; integer statistics are reduced at the end. With statistics, the thread
+// that quantized some rows also makes their segment partials of the double
+// sums (four segments side by side), each into the segment's own slot, right
+// after quantizing them; the fixed tree over the slots (docs/numerics.md §5)
+// then runs once on the calling thread.
 
 namespace exmy {
 namespace {
@@ -706,28 +685,37 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   return band_max;
 }
 
-// The double sums in block order (see Sums) over rows [r0, r1), which start
-// a band: the sums continue from s. The accumulators live in locals so the
-// four dependency chains stay in registers.
-void ordered_sums(const QuantPlan& p, const float* x, const float* xh, int64_t r0, int64_t r1, int64_t cols,
-                  Sums& s) {
-  Sums l = s;
-  if (!p.has_scale || p.br == 1) {
-    for (int64_t i = r0 * cols; i < r1 * cols; ++i) l.add(x[i], xh[i]);
-  } else {
-    for (int64_t b0 = r0; b0 < r1; b0 += p.br) {
-      const int64_t b1 = std::min(r1, b0 + p.br);
-      for (int64_t c0 = 0; c0 < cols; c0 += p.bc) {
-        const int64_t c1 = std::min(cols, c0 + p.bc);
-        for (int64_t r = b0; r < b1; ++r) {
-          const float* xr = x + r * cols;
-          const float* hr = xh + r * cols;
-          for (int64_t c = c0; c < c1; ++c) l.add(xr[c], hr[c]);
-        }
-      }
-    }
+// The segment partials of rows [r0, r1) (docs/numerics.md §5) into part,
+// indexed by row * (segments per row) + segment, four segments of the same
+// length at a time: a row's full segments and its shorter last one go to
+// separate batches; a batch left short at the end repeats its first segment
+// in the unused lanes.
+void row_partials(const float* x, const float* xh, int64_t r0, int64_t r1, int64_t cols, SumPartial* part) {
+  struct Batch {
+    const float *x[4], *xh[4];
+    int64_t seg[4];
+    int k = 0;
+  } batch[2];
+  auto flush = [&](Batch& b, int64_t len) {
+    SumPartial got[4];
+    for (int k = b.k; k < 4; ++k) b.x[k] = b.x[0], b.xh[k] = b.xh[0];
+    detail::segment_partials4(b.x, b.xh, len, got);
+    for (int k = 0; k < b.k; ++k) part[b.seg[k]] = got[k];
+    b.k = 0;
+  };
+  const int64_t per = sum_segments_per_row(cols);
+  if (per == 0) return;  // rows of no elements: no segments
+  const int64_t last_len = sum_segment(cols, per - 1).len;
+  for (int64_t i = r0 * per; i < r1 * per; ++i) {
+    const SumSegment g = sum_segment(cols, i);
+    Batch& b = batch[g.len == kSumSegment ? 0 : 1];
+    b.x[b.k] = x + g.begin;
+    b.xh[b.k] = xh + g.begin;
+    b.seg[b.k] = i;
+    if (++b.k == 4) flush(b, g.len);
   }
-  s = l;
+  if (batch[0].k) flush(batch[0], kSumSegment);
+  if (batch[1].k) flush(batch[1], last_len);
 }
 
 }  // namespace
@@ -778,7 +766,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
 
   // Outputs much larger than the last-level cache go past it with
   // non-temporal stores, as memcpy does: they would only evict the input.
-  // (Not with statistics: the ordered sums read the values right back.)
+  // (Not with statistics: the sums read the values right back.)
   constexpr int64_t kStreamBytes = int64_t{64} << 20;
   const bool stream =
       !out.stats && n * 5 >= kStreamBytes && reinterpret_cast<uintptr_t>(values) % 16 == 0 && cols % 4 == 0;
@@ -791,7 +779,6 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   Counts total;
   FirstError err;
   uint32_t amax_bits = 0;  // max of the block maxima, |x| bits (NaN above Inf)
-  Sums sums;
   // Band b on a thread's state, in a run of bands that ends before band
   // `end` (the thread takes b + 1 next, if it is in the run); returns the
   // band's max |x| bits.
@@ -809,48 +796,39 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
     bs.next_rows = prefetch ? std::min(rows, r1 + band) - r1 : 0;
     return quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);
   };
-  if (!out.stats) {
-    // Threads take runs of consecutive bands (at most about 1 MiB of input,
-    // and at least four runs per thread), so that within a run each band
-    // knows the next and each thread reads one sequential stream.
-    const int64_t per = std::max<int64_t>(
-        1, std::min<int64_t>((int64_t{1} << 18) / std::max<int64_t>(1, band * cols), nbands / (4 * nt)));
-    const int64_t nruns = (nbands + per - 1) / per;
+  // With statistics, each segment's partial sums (docs/numerics.md §5) go
+  // to their own slot, made by the thread that quantized the segment's rows;
+  // the tree over the slots follows the parallel region, so the sums do not
+  // depend on which thread made which partial.
+  std::vector<SumPartial> partials(static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0));
+  const int64_t segs_per_row = sum_segments_per_row(cols);
+  // Threads take runs of consecutive bands (at most about 1 MiB of input,
+  // and at least four runs per thread), so that within a run each band
+  // knows the next and each thread reads one sequential stream.
+  const int64_t per = std::max<int64_t>(
+      1, std::min<int64_t>((int64_t{1} << 18) / std::max<int64_t>(1, band * cols), nbands / (4 * nt)));
+  const int64_t nruns = (nbands + per - 1) / per;
 #pragma omp parallel num_threads(nt) reduction(max : amax_bits)
-    {
-      Counts cnt;
-      BandState bs;
+  {
+    Counts cnt;
+    BandState bs;
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t g = 0; g < nruns; ++g) {
-        const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);
-        for (int64_t b = b0; b < b1; ++b) amax_bits = std::max(amax_bits, run_band(b, b1, bs, cnt));
+    for (int64_t g = 0; g < nruns; ++g) {
+      const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);
+      int64_t sum_row = b0 * band;  // the first row of the run whose partials are still to make
+      for (int64_t b = b0; b < b1; ++b) {
+        amax_bits = std::max(amax_bits, run_band(b, b1, bs, cnt));
+        // the partials of the rows just quantized, while their values are in
+        // cache, once they fill four batches of four segments
+        const int64_t r1 = std::min(rows, (b + 1) * band);
+        if (out.stats && ((r1 - sum_row) * segs_per_row >= 16 || b + 1 == b1)) {
+          row_partials(x, values, sum_row, r1, cols, partials.data());
+          sum_row = r1;
+        }
       }
-#pragma omp critical
-      total.add(cnt);
     }
-  } else {
-    // With statistics the double sums must run in block order, one element
-    // after another (a dependency chain of about 3 cycles per element). They
-    // run band group by band group in an ordered region, right after the
-    // thread quantized that group, so the chain overlaps the quantization of
-    // the next groups on the other threads. Groups hold at least 32 Ki
-    // elements so that the hand-over between threads stays rare.
-    const int64_t per = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, band * cols));
-    const int64_t ngroups = (nbands + per - 1) / per;
-#pragma omp parallel num_threads(nt) reduction(max : amax_bits)
-    {
-      Counts cnt;
-      BandState bs;
-#pragma omp for schedule(static, 1) ordered
-      for (int64_t g = 0; g < ngroups; ++g) {
-        const int64_t b0 = g * per, b1 = std::min(nbands, b0 + per);
-        for (int64_t b = b0; b < b1; ++b) amax_bits = std::max(amax_bits, run_band(b, b1, bs, cnt));
-#pragma omp ordered
-        ordered_sums(p, x, values, b0 * band, std::min(rows, b1 * band), cols, sums);
-      }
 #pragma omp critical
-      total.add(cnt);
-    }
+    total.add(cnt);
   }
   const int64_t bad = err.index.load();
   if (bad != std::numeric_limits<int64_t>::max()) detail::throw_element_error(p, x, bad, cols);
@@ -874,7 +852,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
     st.scale_underflow = total.scale_underflow;
     st.scale_subnormal = total.scale_subnormal;
     st.scale_saturated = total.scale_saturated;
-    sums.store(st);
+    detail::store_sums(tree_sum(partials.data(), static_cast<int64_t>(partials.size())), st);
     *out.stats = st;
   }
   return info;
@@ -889,11 +867,12 @@ void throw_element_error(const QuantPlan& p, const float* x, int64_t i, int64_t 
   throw_overflow(p, x, i, cols);
 }
 
-void block_order_sums(const QuantPlan& p, const float* x, const float* xh, int64_t rows, int64_t cols,
-                      QuantStats& st) {
-  Sums s;
-  ordered_sums(p, x, xh, 0, rows, cols, s);
-  s.store(st);
+void store_sums(const SumPartial& sums, QuantStats& st) {
+  const SumPartial s = final_sums(sums);
+  st.sum_sq = s.sq;
+  st.sum_sq_err = s.sq_err;
+  st.sum_err = s.err;
+  st.sum_abs = s.abs;
 }
 
 }  // namespace exmy::detail

@@ -1,4 +1,4 @@
-// Block-scaled quantization of a float32 tensor (CONTRACT §3, §5): the user
+// Block-scaled quantization of a float32 tensor (docs/numerics.md §3, §5): the user
 // facing description (QuantSpec), its statistics, and the two CPU
 // implementations, the scalar reference and the threaded fast path, which
 // must agree bit for bit.
@@ -12,11 +12,12 @@
 
 #include "formats/format.hpp"
 #include "formats/quant_core.hpp"
+#include "formats/quant_sums.hpp"
 #include "formats/round.hpp"
 
 namespace exmy {
 
-// Statistics of one quantization call (CONTRACT §5).
+// Statistics of one quantization call (docs/numerics.md §5).
 struct QuantStats {
   uint64_t elements = 0, nonzero = 0, underflow = 0, saturated = 0, subnormal = 0;
   uint64_t blocks = 0, scale_underflow = 0, scale_subnormal = 0, scale_saturated = 0;
@@ -111,10 +112,10 @@ namespace detail {
 // Throws the error for element i of x: NaN without a NaN code, or overflow
 // with saturation off and no Inf/NaN code.
 [[noreturn]] void throw_element_error(const QuantPlan& p, const float* x, int64_t i, int64_t cols);
-// The four double sums of CONTRACT §5 over (x, x-hat) in row-major block
-// order, stored into st (a NaN sum as the canonical NaN).
-void block_order_sums(const QuantPlan& p, const float* x, const float* xh, int64_t rows, int64_t cols,
-                      QuantStats& st);
+// Stores the four double sums of docs/numerics.md §5, combined by the
+// segment tree of formats/quant_sums.hpp, into st: the Inf rule applied, a
+// NaN sum as the canonical NaN.
+void store_sums(const SumPartial& s, QuantStats& st);
 }  // namespace detail
 
 }  // namespace exmy

@@ -14,6 +14,9 @@
 #include <immintrin.h>
 #define EXMY_VEC 1
 #endif
+#if defined(__AVX__)
+#include <immintrin.h>  // segment_partials4
+#endif
 
 namespace exmy::detail {
 
@@ -1614,5 +1617,53 @@ void vec_span(const QuantPlan& p, const BlockConsts& c, const VecBlock&, const f
 }
 
 #endif
+
+// ---------------------------------------------------------------------------
+// The double sums: four segment partials side by side
+// ---------------------------------------------------------------------------
+
+void segment_partials4(const float* const x[4], const float* const xh[4], int64_t n, SumPartial out[4]) {
+#if defined(__AVX__)
+  // Each step adds column c of the four segments, lane k holding segment k:
+  // the same operations as segment_partial (exact conversions, one rounding
+  // per subtraction, product and sum; no fma), lane by lane.
+  __m256d sq = _mm256_setzero_pd(), sq_err = sq, err = sq, abs = sq;
+  const __m256d no_sign = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
+  auto step = [&](__m128 xc, __m128 hc) {
+    const __m256d xd = _mm256_cvtps_pd(xc), e = _mm256_sub_pd(_mm256_cvtps_pd(hc), xd);
+    sq = _mm256_add_pd(sq, _mm256_mul_pd(xd, xd));
+    sq_err = _mm256_add_pd(sq_err, _mm256_mul_pd(e, e));
+    err = _mm256_add_pd(err, e);
+    abs = _mm256_add_pd(abs, _mm256_and_pd(xd, no_sign));
+  };
+  int64_t c = 0;
+  for (; c + 4 <= n; c += 4) {
+    // four columns of each segment, transposed to four columns across segments
+    __m128 x0 = _mm_loadu_ps(x[0] + c), x1 = _mm_loadu_ps(x[1] + c), x2 = _mm_loadu_ps(x[2] + c),
+           x3 = _mm_loadu_ps(x[3] + c);
+    __m128 h0 = _mm_loadu_ps(xh[0] + c), h1 = _mm_loadu_ps(xh[1] + c), h2 = _mm_loadu_ps(xh[2] + c),
+           h3 = _mm_loadu_ps(xh[3] + c);
+    _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+    _MM_TRANSPOSE4_PS(h0, h1, h2, h3);
+    step(x0, h0);
+    step(x1, h1);
+    step(x2, h2);
+    step(x3, h3);
+  }
+  for (; c < n; ++c)
+    step(_mm_setr_ps(x[0][c], x[1][c], x[2][c], x[3][c]), _mm_setr_ps(xh[0][c], xh[1][c], xh[2][c], xh[3][c]));
+  alignas(32) double v[4][4];
+  _mm256_store_pd(v[0], sq);
+  _mm256_store_pd(v[1], sq_err);
+  _mm256_store_pd(v[2], err);
+  _mm256_store_pd(v[3], abs);
+  for (int k = 0; k < 4; ++k) {
+    out[k] = SumPartial{v[0][k], v[1][k], v[2][k], v[3][k], false};
+    out[k].xh_inf = segment_has_inf(out[k], xh[k], n);
+  }
+#else
+  for (int k = 0; k < 4; ++k) out[k] = segment_partial(x[k], xh[k], n);
+#endif
+}
 
 }  // namespace exmy::detail

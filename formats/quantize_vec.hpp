@@ -20,6 +20,7 @@
 
 #include "formats/philox.hpp"
 #include "formats/quant_core.hpp"
+#include "formats/quant_sums.hpp"
 
 namespace exmy::detail {
 
@@ -199,5 +200,11 @@ void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc,
 
 // max|x| over x[0..n) as float32 bits, NaN bits (> 0x7f800000) if any NaN.
 uint32_t abs_max_bits(const float* x, int64_t n);
+
+// The partials of four segments of n terms each (lane k: x[k], xh[k]) at
+// once, lane k exactly segment_partial(x[k], xh[k], n): with AVX each lane of
+// a 4-double vector adds its own segment's terms one after another, so the
+// four sequential chains run side by side.
+void segment_partials4(const float* const x[4], const float* const xh[4], int64_t n, SumPartial out[4]);
 
 }  // namespace exmy::detail

@@ -12,9 +12,10 @@
 //
 // Integer statistics are per-thread counters, reduced per warp and added
 // with 64-bit atomics (integer addition is associative, so the totals are
-// exact). The double sums are not computed on the device: they are
-// accumulated on the host from the copied-back values in the contract's
-// fixed block order, as quantize() does.
+// exact). The double sums (docs/numerics.md §5): one thread per segment
+// makes the segment's partial with the shared segment_partial (its terms one
+// after another in column order), and the host combines the copied-back
+// partials with the fixed tree, as quantize() does.
 #include "formats/cuda/quantize_cuda.hpp"
 
 #include <cuda_runtime.h>
@@ -28,6 +29,7 @@
 #include "formats/error.hpp"
 #include "formats/philox.hpp"
 #include "formats/quant_core.hpp"
+#include "formats/quant_sums.hpp"
 #include "formats/spec.hpp"
 
 namespace exmy {
@@ -279,6 +281,14 @@ __global__ void quantize_blocks_kernel(QuantPlan p, const float* x, int64_t rows
   flush_counts(cnt, totals);
 }
 
+// The partial of every segment of the double sums, one thread per segment.
+__global__ void segment_sums_kernel(const float* x, const float* values, int64_t rows, int64_t cols,
+                                    SumPartial* out) {
+  const int64_t n = sum_segments(rows, cols), stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = tensor_segment_partial(x, values, cols, i);
+}
+
 int grid_for(int64_t threads_needed) {
   const int64_t g = (threads_needed + kThreads - 1) / kThreads;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, kMaxGrid)));
@@ -345,6 +355,17 @@ class DeviceBackend {
     return t;
   }
 
+  // After run: the segment partials of the double sums, into out[0..segments).
+  void partials(int64_t rows, int64_t cols, SumPartial* out) {
+    const int64_t segs = sum_segments(rows, cols);
+    if (segs == 0) return;
+    DeviceBuffer<SumPartial> part(static_cast<size_t>(segs));
+    segment_sums_kernel<<<grid_for(segs), kThreads>>>(x_.ptr, values_.ptr, rows, cols, part.ptr);
+    check(cudaGetLastError(), "segment sums kernel launch");
+    check(cudaMemcpy(out, part.ptr, sizeof(SumPartial) * static_cast<size_t>(segs), cudaMemcpyDeviceToHost),
+          "segment sums kernel");
+  }
+
  private:
   int64_t n_, nblocks_;
   int cb_, sb_;
@@ -389,6 +410,11 @@ class EmulatedBackend {
     return t;
   }
 
+  // The segment kernel's threads one after another, on the values run wrote.
+  void partials(int64_t rows, int64_t cols, const float* values, SumPartial* out) const {
+    for (int64_t i = 0; i < sum_segments(rows, cols); ++i) out[i] = tensor_segment_partial(x_, values, cols, i);
+  }
+
  private:
   const float* x_;
   int64_t n_;
@@ -431,12 +457,15 @@ QuantInfo quantize_with(const QuantSpec& spec, const float* x_in, int64_t rows, 
     return backend.run(p, rows, cols, values, out.codes, out.scale_codes);
   };
   Totals totals;
+  std::vector<SumPartial> partials(static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0));
   if (emulate) {
     EmulatedBackend backend(x, n);
     totals = quantize_on(backend);
+    if (out.stats) backend.partials(rows, cols, values, partials.data());
   } else {
     DeviceBackend backend(p, x, n, nblocks);
     totals = quantize_on(backend);
+    if (out.stats) backend.partials(rows, cols, partials.data());
   }
   if (totals.c[kCounters] != std::numeric_limits<unsigned long long>::max())
     detail::throw_element_error(p, x, static_cast<int64_t>(totals.c[kCounters]), cols);
@@ -459,7 +488,7 @@ QuantInfo quantize_with(const QuantSpec& spec, const float* x_in, int64_t rows, 
     st.scale_underflow = totals.c[kScaleUnderflow];
     st.scale_subnormal = totals.c[kScaleSubnormal];
     st.scale_saturated = totals.c[kScaleSaturated];
-    detail::block_order_sums(p, x, values, rows, cols, st);
+    detail::store_sums(tree_sum(partials.data(), static_cast<int64_t>(partials.size())), st);
     *out.stats = st;
   }
   return info;

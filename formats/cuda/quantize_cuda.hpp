@@ -1,16 +1,17 @@
-// Block-scaled quantization on a CUDA device (CONTRACT §3, §5): the same
+// Block-scaled quantization on a CUDA device (docs/numerics.md §3, §5): the same
 // bits as exmy::quantize_ref, made by the same header-only core
 // (formats/quant_core.hpp, round.hpp, philox.hpp) compiled for the device.
 //
 // What runs where:
 // - device: the tensor amax for `--tensor-amax auto` (an integer max over the
 //   bits of |x|, NaN if any element is NaN), block amax, block scales and
-//   element encoding, integer statistics (atomics);
+//   element encoding, integer statistics (atomics), the segment partials of
+//   the double sums;
 // - host: validation and the plan, the random Hadamard transform (applied
 //   with exmy::hadamard16 before upload, for now), the error message for the
-//   first unrepresentable element, and the double sums of CONTRACT §5, which
-//   are accumulated from the copied-back dequantized values in the
-//   contract's fixed block order.
+//   first unrepresentable element, and the tree that combines the segment
+//   partials of the double sums (docs/numerics.md §5), which the device
+//   makes one thread per segment.
 //
 // Host pointers in and out; device buffers are allocated and freed inside
 // each call. Only available when exmy is built with CUDA (EXMY_HAVE_CUDA).

@@ -156,7 +156,7 @@ TEST(CudaPath, NoDeviceIsAnError) {
 
 TEST(CudaVectors, AllCases) {
   EXMY_REQUIRE_CUDA();
-  ASSERT_EQ(vectors::cases().size(), 300u);
+  ASSERT_EQ(vectors::cases().size(), 306u);
   for (const auto& c : vectors::cases())
     vectors::check_case(c, [&](const QuantOutput& o) { kImpl(c.spec, c.input.data(), c.rows, c.cols, o); },
                         "cuda");
@@ -286,6 +286,40 @@ TEST(CudaRandom, LargeTensor) {
   }
 }
 #endif
+
+// The double sums over rows of many 4096-element segments (the device makes
+// one partial per segment, the host the tree) and the Inf rule: an infinite
+// x-hat makes sum_sq_err and sum_err +Inf, also where +Inf and -Inf x-hat
+// (or x-hat = x = Inf) would make IEEE sums NaN.
+TEST(CudaRandom, SumSegmentsAndInfRule) {
+  EXMY_REQUIRE_CUDA();
+  for (const char* block : {"1x16", "16x16", "16x1"}) {
+    QuantSpec spec;
+    spec.elem = parse_format("e2m1");
+    spec.scale = parse_format("ue5m3");
+    parse_block(block, spec.block_rows, spec.block_cols);
+    spec.amax_kind = AmaxKind::current;
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{3, 10000}, {1, 70000}}) {
+      const std::vector<float> x = random_tensor(rows * cols, 99, false);
+      const RunOut want = run(spec, rows, cols, [&](const QuantOutput& o) { return quantize_ref(spec, x.data(), rows, cols, o); });
+      const RunOut got = run(spec, rows, cols, [&](const QuantOutput& o) { return kImpl(spec, x.data(), rows, cols, o); });
+      expect_same(got, want, std::string("wide rows ") + block + " " + std::to_string(rows) + "x" + std::to_string(cols));
+    }
+  }
+  QuantSpec spec;
+  spec.elem = parse_format("e5m2");  // overflow gives Inf without saturation
+  spec.saturate = false;
+  std::vector<float> x = random_tensor(2 * 5000, 7, false);
+  for (float& v : x) v = std::fmin(std::fmax(v, -1e4f), 1e4f);
+  x[7] = 1e6f;
+  x[6000] = -1e6f;
+  x[9000] = std::numeric_limits<float>::infinity();
+  const RunOut want = run(spec, 2, 5000, [&](const QuantOutput& o) { return quantize_ref(spec, x.data(), 2, 5000, o); });
+  const RunOut got = run(spec, 2, 5000, [&](const QuantOutput& o) { return kImpl(spec, x.data(), 2, 5000, o); });
+  expect_same(got, want, "infinite x-hat");
+  EXPECT_EQ(bits_of(got.stats.sum_sq_err), bits_of(std::numeric_limits<double>::infinity()));
+  EXPECT_EQ(bits_of(got.stats.sum_err), bits_of(std::numeric_limits<double>::infinity()));
+}
 
 // Null outputs are allowed, any combination.
 TEST(CudaRandom, PartialOutputs) {
