@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "formats/conventions.hpp"
 #include "formats/error.hpp"
 #include "formats/philox.hpp"
 #include "formats/quantize_vec.hpp"
@@ -106,6 +107,10 @@ void parse_tensor_amax(std::string_view s, AmaxKind& kind, double& value) {
 // ---------------------------------------------------------------------------
 
 void QuantSpec::validate() const {
+  if (codes == CodeConvention::te && !elem.is_signed)
+    throw Error("--convention te needs a signed element format (TE's codes are signed), got " + format_name(elem));
+  if (dequant == DequantOrder::scale_first && (arith != Arith::fp32 || !scale))
+    throw Error("--dequant scale-first is an order of fp32 arithmetic with a block scale (give --arith fp32 and --scale)");
   if (is_stochastic(round) && (sr_bits < 1 || sr_bits > 32))
     throw Error("--sr-bits " + std::to_string(sr_bits) + " is out of range (expected 1..32)");
   if (block_rows < 1 || block_cols < 1 || (block_rows != 1 && block_cols != 1 && block_rows != block_cols))
@@ -230,7 +235,26 @@ double tensor_abs_max(const float* x, int64_t n, int threads) {
 // The scalar reference
 // ---------------------------------------------------------------------------
 
-QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out) {
+namespace {
+QuantInfo quantize_ref_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out);
+QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out,
+                        int threads);
+}  // namespace
+
+QuantInfo quantize_ref(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
+  return with_conventions(spec, x, rows, cols, out,
+                          [&](const QuantOutput& o) { return quantize_ref_exmy(spec, x, rows, cols, o); });
+}
+
+QuantInfo quantize(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
+                   int threads) {
+  return with_conventions(spec, x, rows, cols, out,
+                          [&](const QuantOutput& o) { return quantize_exmy(spec, x, rows, cols, o, threads); });
+}
+
+namespace {
+
+QuantInfo quantize_ref_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out) {
   QuantPlan p = spec.plan();
   const int64_t n = rows * cols;
   std::vector<float> transformed;
@@ -354,6 +378,7 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x_in, int64_t rows, i
   return info;
 }
 
+}  // namespace
 }  // namespace exmy
 
 // ---------------------------------------------------------------------------
@@ -718,10 +743,8 @@ void row_partials(const float* x, const float* xh, int64_t r0, int64_t r1, int64
   if (batch[1].k) flush(batch[1], last_len);
 }
 
-}  // namespace
-
-QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out,
-                   int threads) {
+QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out,
+                        int threads) {
   QuantPlan p = spec.plan();
   const int nt = threads > 0 ? threads : omp_get_max_threads();
   const int64_t n = rows * cols;
@@ -858,6 +881,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x_in, int64_t rows, int64
   return info;
 }
 
+}  // namespace
 }  // namespace exmy
 
 namespace exmy::detail {

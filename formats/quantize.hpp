@@ -31,6 +31,18 @@ struct QuantStats {
 };
 
 // What to do, as a user states it (`exmy quantize` options, recipe roles).
+// Conventions of other implementations (formats/conventions.hpp,
+// docs/numerics.md "Conventions of other implementations"): they change
+// output bytes only, never exmy's decisions or its statistics.
+enum class CodeConvention : uint8_t {
+  exmy,  // a zero-scale block's elements and -0 inputs encode as exmy decides (zero codes, -0 kept)
+  te,    // Transformer Engine's bytes: a zero-scale block's non-zero elements encode +-Fe.max, -0 inputs +0
+};
+enum class DequantOrder : uint8_t {
+  product_first,  // fp32 x-hat = fl(fl(q * s_b) * 1/G): the UE5M3 paper's Triton kernel
+  scale_first,    // fp32 x-hat = fl(q * fl(s_b * 1/G)): the UE5M3 reference's portable Torch path
+};
+
 struct QuantSpec {
   Format elem;
   std::optional<Format> scale;  // none: no block scale
@@ -47,6 +59,8 @@ struct QuantSpec {
   bool saturate = true;
   bool rht = false;
   uint16_t rht_signs = 0xD7E8;
+  CodeConvention codes = CodeConvention::exmy;
+  DequantOrder dequant = DequantOrder::product_first;
 
   // Checks the combination; throws exmy::Error naming the problem.
   void validate() const;

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <vector>
 
+#include "formats/conventions.hpp"
 #include "formats/error.hpp"
 #include "formats/philox.hpp"
 #include "formats/quant_core.hpp"
@@ -524,12 +525,14 @@ std::string cuda_device_description() {
 }
 
 QuantInfo quantize_cuda(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
-  return quantize_with(spec, x, rows, cols, out, false);
+  return with_conventions(spec, x, rows, cols, out,
+                          [&](const QuantOutput& o) { return quantize_with(spec, x, rows, cols, o, false); });
 }
 
 QuantInfo quantize_cuda_emulated(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
                                  const QuantOutput& out) {
-  return quantize_with(spec, x, rows, cols, out, true);
+  return with_conventions(spec, x, rows, cols, out,
+                          [&](const QuantOutput& o) { return quantize_with(spec, x, rows, cols, o, true); });
 }
 
 }  // namespace exmy

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/parse_number.hpp"
+#include "formats/conventions.hpp"
 #include "formats/error.hpp"
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
@@ -59,6 +60,8 @@ int cmd_quantize(const Args& args) {
     ("stream", po::value<std::string>()->default_value("0"), "Philox stream (64-bit)")
     ("arith", po::value<std::string>()->default_value("exact"), "exact | fp32 (Transformer Engine's FP32 operation order)")
     ("zero-scale", po::value<std::string>()->default_value("zero"), "zero | one: scale stored for blocks whose scale is 0")
+    ("convention", po::value<std::string>()->default_value("exmy"), "exmy | te: te writes Transformer Engine's bytes (a zero-scale block's non-zero elements as +-Fe.max codes, -0 inputs as +0); values and statistics unchanged but for the sign of those zeros")
+    ("dequant", po::value<std::string>()->default_value("product-first"), "product-first | scale-first: fp32 arithmetic's x-hat as fl(fl(q*s)*1/G) (the UE5M3 paper's Triton kernel) or fl(q*fl(s*1/G)) (its portable Torch path)")
     ("no-saturate", "overflow to Inf/NaN instead of saturating to max")
     ("rht", "apply the 16-point random Hadamard transform along the block axis first")
     ("rht-signs", po::value<std::string>()->default_value("0xD7E8"), "16-bit sign mask of the transform")
@@ -88,6 +91,8 @@ int cmd_quantize(const Args& args) {
   spec.stream = parse_u64("--stream", vm["stream"].as<std::string>());
   spec.arith = parse_arith(vm["arith"].as<std::string>());
   spec.zero_scale = parse_zero_scale(vm["zero-scale"].as<std::string>());
+  spec.codes = parse_code_convention(vm["convention"].as<std::string>());
+  spec.dequant = parse_dequant_order(vm["dequant"].as<std::string>());
   spec.saturate = !vm.count("no-saturate");
   spec.rht = vm.count("rht") > 0;
   const uint64_t signs = parse_u64("--rht-signs", vm["rht-signs"].as<std::string>());

@@ -1,0 +1,121 @@
+// Output conventions of other implementations, reproduced byte for byte on
+// request (docs/numerics.md, "Conventions of other implementations"). Both
+// are passes over a call's finished outputs, so every backend (the scalar
+// reference, the threaded CPU path, the CUDA path) gets them from this one
+// function and the loops that make exmy's own outputs stay as they are.
+#include "formats/conventions.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "formats/error.hpp"
+#include "formats/quant_core.hpp"
+
+namespace exmy {
+namespace {
+
+uint32_t load_code(const void* base, int64_t i, int bytes) {
+  uint32_t c = 0;
+  std::memcpy(&c, static_cast<const uint8_t*>(base) + i * bytes, static_cast<size_t>(bytes));  // little-endian host
+  return c;
+}
+
+void store_code(void* base, int64_t i, int bytes, uint32_t c) {
+  std::memcpy(static_cast<uint8_t*>(base) + i * bytes, &c, static_cast<size_t>(bytes));
+}
+
+}  // namespace
+
+CodeConvention parse_code_convention(std::string_view s) {
+  if (s == "exmy") return CodeConvention::exmy;
+  if (s == "te") return CodeConvention::te;
+  throw Error("unknown code convention '" + std::string(s) + "' (expected exmy or te)");
+}
+
+std::string_view code_convention_name(CodeConvention c) { return c == CodeConvention::te ? "te" : "exmy"; }
+
+DequantOrder parse_dequant_order(std::string_view s) {
+  if (s == "product-first") return DequantOrder::product_first;
+  if (s == "scale-first") return DequantOrder::scale_first;
+  throw Error("unknown dequantization order '" + std::string(s) + "' (expected product-first or scale-first)");
+}
+
+std::string_view dequant_order_name(DequantOrder d) {
+  return d == DequantOrder::scale_first ? "scale-first" : "product-first";
+}
+
+ConventionScratch::ConventionScratch(const QuantSpec& spec, int64_t rows, int64_t cols, const QuantOutput& given)
+    : out(given) {
+  if (!out.codes && out.values) {
+    codes.resize(static_cast<size_t>(rows * cols * spec.elem.code_bytes()));
+    out.codes = codes.data();
+  }
+  if (spec.scale && !out.scale_codes) {
+    scale_codes.resize(static_cast<size_t>(block_count(spec, rows, cols) * spec.scale->code_bytes()));
+    out.scale_codes = scale_codes.data();
+  }
+}
+
+void ConventionScratch::finish(const QuantSpec& spec, const QuantInfo& info, const float* x, int64_t rows,
+                               int64_t cols) {
+  QuantPlan p = spec.plan();
+  p.t = info.t;
+  p.ginv = fp32_rne_div(1.0, info.t);
+  std::vector<float> transformed;
+  if (spec.rht) {  // the conventions look at the tensor that was quantized
+    transformed.assign(x, x + rows * cols);
+    hadamard16_ref(transformed.data(), rows, cols, spec.block_rows == 1 ? 1 : 0, spec.rht_signs);
+    x = transformed.data();
+  }
+  apply_conventions(spec, p, x, rows, cols, out);
+}
+
+bool conventions_apply(const QuantSpec& spec) {
+  return spec.codes == CodeConvention::te || spec.dequant == DequantOrder::scale_first;
+}
+
+void apply_conventions(const QuantSpec& spec, const QuantPlan& p, const float* x, int64_t rows, int64_t cols,
+                       const QuantOutput& out) {
+  if (!conventions_apply(spec)) return;
+  const int eb = p.fe.code_bytes();
+  const int sb = p.has_scale ? p.fs.code_bytes() : 0;
+  const int64_t grid_cols = p.has_scale ? (cols + p.bc - 1) / p.bc : 0;
+  // The decoded scale of element (r, c)'s block, from the stored scale code.
+  auto block_scale = [&](int64_t r, int64_t c) {
+    const uint32_t code = load_code(out.scale_codes, (r / p.br) * grid_cols + c / p.bc, sb);
+    return p.fs.mag_value(code & p.fs.mag_mask());
+  };
+  const uint32_t max_code = p.fe.max_mag;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * cols + c;
+      const float xi = x[i];
+      if (spec.codes == CodeConvention::te) {
+        const bool minus_zero = std::signbit(xi) && xi == 0.0f;
+        if (minus_zero) {
+          if (out.codes) store_code(out.codes, i, eb, 0u);
+          if (out.values) out.values[i] = 0.0f;
+        } else if (p.has_scale && out.codes && xi == xi && xi != 0.0f && block_scale(r, c) == 0.0) {
+          // TE's multiplier for a zero scale is FLT_MAX: a non-zero element
+          // saturates to +-Fe.max (its value stays +-0: the scale is 0).
+          store_code(out.codes, i, eb, max_code | (std::signbit(xi) ? p.fe.sign_bit : 0u));
+        }
+      }
+      if (spec.dequant == DequantOrder::scale_first && out.values && out.codes) {
+        // x-hat = fl(q * fl(s * 1/G)) instead of fl(fl(q * s) * 1/G).
+        const uint32_t code = load_code(out.codes, i, eb);
+        const CodeClass cls = p.fe.classify(code);
+        if (cls == CodeClass::nan || cls == CodeClass::inf) continue;
+        const double s = block_scale(r, c);
+        const float sg = static_cast<float>(s * static_cast<double>(p.ginv));
+        const float q = static_cast<float>(p.fe.mag_value(code & p.fe.mag_mask()));
+        const float v = q * sg;
+        out.values[i] = (p.fe.is_signed && (code & p.fe.sign_bit)) ? -v : v;
+      }
+    }
+  }
+}
+
+}  // namespace exmy
