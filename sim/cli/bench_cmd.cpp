@@ -22,6 +22,7 @@
 #include "formats/spec.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/parallel.hpp"
+#include "sim/sysmem.hpp"
 
 namespace po = boost::program_options;
 
@@ -174,6 +175,9 @@ int cmd_bench(const Args& args) {
   const int all = asked > 0 ? asked : omp_get_max_threads();
   const bool with_stats = vm.count("stats") > 0;
 
+  // input, copy/values, codes, scale codes, and the kernels' own scratch (at most one more float32 tensor)
+  sim::require_memory(static_cast<double>(n) * (4.0 + 4.0 + 1.0 + 4.0) + static_cast<double>(n) / 16.0,
+                      "exmy bench quantize (" + std::to_string(n) + " elements)", "lower --elements");
   std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
   std::vector<uint8_t> codes(static_cast<size_t>(n));
   std::vector<uint8_t> scodes(static_cast<size_t>(n / 16 + 16));

@@ -8,6 +8,7 @@
 #include <functional>
 #include <sstream>
 
+#include "formats/conventions.hpp"
 #include "formats/error.hpp"
 #include "formats/spec.hpp"
 #include "sim/quant/ini.hpp"
@@ -210,6 +211,8 @@ const std::vector<RoleKnob>& role_knobs() {
        [](const RoleSpec& s) { return s.q.scale_target ? fmt_double(*s.q.scale_target) : std::string("default"); }},
       {"zero_scale", [](RoleSpec& s, std::string_view v) { s.q.zero_scale = parse_zero_scale(v); },
        [](const RoleSpec& s) { return std::string(s.q.zero_scale == ZeroScale::one ? "one" : "zero"); }},
+      {"dequant", [](RoleSpec& s, std::string_view v) { s.q.dequant = parse_dequant_order(v); },
+       [](const RoleSpec& s) { return std::string(dequant_order_name(s.q.dequant)); }},
       {"saturate", [](RoleSpec& s, std::string_view v) { s.q.saturate = parse_bool(v); },
        [](const RoleSpec& s) { return std::string(s.q.saturate ? "true" : "false"); }},
       {"reference", [](RoleSpec& s, std::string_view v) { s.reference = parse_ref_policy(v); },

@@ -413,6 +413,17 @@ TEST(Recipe, ImpossibleKnobValuesAreOneLineErrorsAtLoad) {
   Recipe r = load_recipe("te-nvfp4");
   expect_one_line_naming(error_of([&] { apply_recipe_override(r, "recipe.gradients.scale_target=1e6"); }),
                          "dgrad-dy: scale_target");
+  // The scale-first dequantization is an order of fp32 arithmetic.
+  expect_one_line_naming(error_of([&] { parse("[fprop-x]\narith = exact\ndequant = scale-first\n"); }),
+                         "fprop-x");
+  expect_one_line_naming(error_of([&] { parse("[fprop-x]\ndequant = last\n"); }), "product-first or scale-first");
+  {
+    const Recipe d = parse("[fprop-x]\narith = fp32\ndequant = scale-first\n");
+    const auto s = d.resolve(linear(0, LinearKind::mlp_down), 4);
+    EXPECT_EQ(s[role_index(Role::fprop_x)].q.dequant, DequantOrder::scale_first);
+    EXPECT_EQ(s[role_index(Role::fprop_w)].q.dequant, DequantOrder::product_first);
+    EXPECT_EQ(body(parse_recipe(recipe_to_ini(d), d.name, "rt")), body(d));
+  }
   // Within range is fine, UE5M3's wider range included.
   EXPECT_NO_THROW(parse("[fprop-x]\nscale_target = 448\n"));
   EXPECT_NO_THROW(parse("[fprop-x]\nscale = ue5m3\nscale_target = 61440\n"));

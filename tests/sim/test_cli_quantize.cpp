@@ -133,7 +133,7 @@ TEST_F(CliTest, AllReferenceVectors) {
     }
     ++n_cases;
   }
-  EXPECT_EQ(n_cases, 300);
+  EXPECT_EQ(n_cases, 306);  // every case of the public vectors, the six wide-row cases included
 }
 
 // .npy and HDF5 in and out give the same bits as raw files.
@@ -294,7 +294,7 @@ TEST_F(CliTest, OutputsNeverReplaceWhatIsAtThePath) {
 
 // A thread count far above the machine is a one-line error, not a crash
 // of the OpenMP runtime.
-TEST_F(CliTest, AbsurdThreadCountIsAnError) {
+TEST_F(CliTest, AbsurdThreadCountsAndSizesAreErrors) {
   write_f32(dir / "x.f32", std::vector<uint32_t>(32, 0x3f800000u));
   for (const char* t : {"100000", "-3"}) {
     const CmdResult r = exmy("quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --threads " + t +
@@ -306,6 +306,11 @@ TEST_F(CliTest, AbsurdThreadCountIsAnError) {
   const CmdResult b = exmy("bench quantize --threads 100000");
   EXPECT_EQ(b.status, 1);
   EXPECT_NE(b.err.find("--threads"), std::string::npos) << b.err;
+  // A tensor larger than any machine's memory: refused before allocating.
+  const CmdResult m = exmy("bench quantize --elements 4000000000000000");
+  EXPECT_EQ(m.status, 1);
+  EXPECT_EQ(std::count(m.err.begin(), m.err.end(), '\n'), 1) << m.err;
+  EXPECT_NE(m.err.find("needs about"), std::string::npos) << m.err;
 }
 
 // `exmy formats` prints "-" for values a format does not have: ue0m1 has
