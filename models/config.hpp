@@ -145,6 +145,8 @@ struct MemoryEstimate {
   double workspace = 0;    // largest temporary (backward buffers, logits)
   double total() const { return params + grads + optimizer + activations + workspace; }
 };
-MemoryEstimate training_memory(const NemotronHConfig& cfg, int64_t batch, int64_t seq_len);
+// With `recompute` (block recompute, NemotronH::set_recompute) one block's
+// kept tensors per block type instead of every block's.
+MemoryEstimate training_memory(const NemotronHConfig& cfg, int64_t batch, int64_t seq_len, bool recompute = false);
 
 }  // namespace exmy::models

@@ -124,6 +124,15 @@ struct Rng {
 
 }  // namespace
 
+// The activations one block keeps for backward (sizes: block_sizes).
+template <class T>
+struct NemotronH<T>::Acts {
+  Buf<T> ln, rstd;
+  Buf<T> zxbcdt, xbc, dt, acs, states, y, gn, gn_rstd;  // Mamba
+  Buf<T> q, k, v, o, lse;                               // attention
+  Buf<T> up, act;                                       // MLP
+};
+
 template <class T>
 struct NemotronH<T>::Block {
   char type = 'M';
@@ -134,11 +143,10 @@ struct NemotronH<T>::Block {
   // Mamba in_proj, out_proj; attention q, k, v, o; MLP up, down.
   std::vector<sim::Linear<T>*> lin;
   std::vector<int> w;
-  // Kept for backward.
-  Buf<T> ln, rstd;
-  Buf<T> zxbcdt, xbc, dt, acs, states, y, gn, gn_rstd;
-  Buf<T> q, k, v, o, lse;
-  Buf<T> up, act;
+  // What the block keeps for backward: its own buffers, or (block
+  // recompute) those its type shares with the other blocks of that type.
+  Acts own;
+  Acts* a = &own;
 };
 
 template <class T>
@@ -204,6 +212,13 @@ template <class T>
 NemotronH<T>::~NemotronH() = default;
 
 template <class T>
+void NemotronH<T>::set_recompute(bool on) {
+  if (on == recompute_) return;
+  recompute_ = on;
+  B_ = T_ = 0;  // the next forward lays the buffers out again
+}
+
+template <class T>
 void NemotronH<T>::init_weights(uint64_t seed) {
   const auto& views = arena_.layout().views();
   const double std_ = cfg_.initializer_range;
@@ -246,14 +261,31 @@ void NemotronH<T>::allocate(int64_t B, int64_t seq) {
   const int64_t N = B * seq, C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
   auto sz = [](Buf<T>& b, int64_t n) { b.assign(static_cast<size_t>(n), T(0)); };
   sz(resid_, (L + 1) * N * C);
+  auto size_acts = [&](Acts& a, char type) {
+    const BlockSizes s = block_sizes(cfg_, type, B, seq);
+    sz(a.ln, s.ln), sz(a.rstd, s.rstd);
+    sz(a.zxbcdt, s.zxbcdt), sz(a.xbc, s.xbc), sz(a.dt, s.dt), sz(a.acs, s.acs), sz(a.states, s.states);
+    sz(a.y, s.y), sz(a.gn, s.gn), sz(a.gn_rstd, s.gn_rstd);
+    sz(a.q, s.q), sz(a.k, s.k), sz(a.v, s.v), sz(a.o, s.o), sz(a.lse, s.lse);
+    sz(a.up, s.up), sz(a.act, s.act);
+  };
+  // Block recompute: one set of buffers per block type (M, *, -), shared.
+  shared_.clear();
   for (auto& bp : blocks_) {
     Block& b = *bp;
-    const BlockSizes s = block_sizes(cfg_, b.type, B, seq);
-    sz(b.ln, s.ln), sz(b.rstd, s.rstd);
-    sz(b.zxbcdt, s.zxbcdt), sz(b.xbc, s.xbc), sz(b.dt, s.dt), sz(b.acs, s.acs), sz(b.states, s.states);
-    sz(b.y, s.y), sz(b.gn, s.gn), sz(b.gn_rstd, s.gn_rstd);
-    sz(b.q, s.q), sz(b.k, s.k), sz(b.v, s.v), sz(b.o, s.o), sz(b.lse, s.lse);
-    sz(b.up, s.up), sz(b.act, s.act);
+    if (!recompute_) {
+      b.a = &b.own;
+      size_acts(b.own, b.type);
+      continue;
+    }
+    b.own = Acts{};
+    const int t = b.type == 'M' ? 0 : b.type == '*' ? 1 : 2;
+    if (shared_.size() < 3) shared_.resize(3);
+    if (!shared_[static_cast<size_t>(t)]) {
+      shared_[static_cast<size_t>(t)] = std::make_unique<Acts>();
+      size_acts(*shared_[static_cast<size_t>(t)], b.type);
+    }
+    b.a = shared_[static_cast<size_t>(t)].get();
   }
   sz(lnf_, N * C), sz(rstdf_, N), sz(logits_, N * cfg_.vocab_size);
   losses_.assign(static_cast<size_t>(N), 0.0);
@@ -289,54 +321,7 @@ double NemotronH<T>::forward(const int32_t* tokens, const int32_t* targets, int6
 
   embedding_forward(resid(0), tokens_.data(), W(wte_), N, C);
   if (bf16_resid) sim::round_bf16(resid(0), resid(0), N * C);
-  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-    Block& b = *blocks_[static_cast<size_t>(l)];
-    const T* x = resid(l);
-    rmsnorm_forward(b.ln.data(), b.rstd.data(), x, W(b.norm), N, C, eps);
-    act(b.ln.data(), N * C);
-    if (b.type == 'M') {
-      // in_proj output rows: [ z (D_in) | x B C (conv_dim) | dt (heads) ]
-      const int64_t Din = cfg_.mamba_d_inner(), conv = cfg_.mamba_conv_dim(), ld = cfg_.mamba_in_proj_dim();
-      const int64_t GN = cfg_.n_groups * cfg_.ssm_state_size;
-      b.lin[0]->forward(b.zxbcdt.data(), b.ln.data(), W(b.w[0]), N);
-      act(b.zxbcdt.data(), N * ld);
-      const T* z = b.zxbcdt.data();
-      const T* xbc_raw = z + Din;
-      const T* dt_raw = z + Din + conv;
-      conv1d_silu_forward(b.xbc.data(), xbc_raw, ld, W(b.conv_w), b.conv_b >= 0 ? W(b.conv_b) : nullptr, B, T_in,
-                          conv, cfg_.conv_kernel);
-      act(b.xbc.data(), N * conv);
-      mamba_dt_forward(b.dt.data(), dt_raw, ld, W(b.dt_bias), N, cfg_.mamba_num_heads, cfg_.time_step_limit[0],
-                       cfg_.time_step_limit[1]);
-      const T* xs = b.xbc.data();
-      ssd_chunk_scan_forward(b.y.data(), b.acs.data(), b.states.data(), xs, conv, xs + Din, xs + Din + GN, conv,
-                             b.dt.data(), W(b.A_log), W(b.D), ssd_dims(cfg_, B, T_in));
-      act(b.y.data(), N * Din);
-      gated_rmsnorm_forward(b.gn.data(), b.gn_rstd.data(), b.y.data(), Din, z, ld, W(b.gnorm), N, Din,
-                            cfg_.n_groups, eps);
-      act(b.gn.data(), N * Din);
-      b.lin[1]->forward(mix_out_.data(), b.gn.data(), W(b.w[1]), N);
-    } else if (b.type == '*') {
-      b.lin[0]->forward(b.q.data(), b.ln.data(), W(b.w[0]), N);
-      b.lin[1]->forward(b.k.data(), b.ln.data(), W(b.w[1]), N);
-      b.lin[2]->forward(b.v.data(), b.ln.data(), W(b.w[2]), N);
-      act(b.q.data(), N * cfg_.attn_q_dim());
-      act(b.k.data(), N * cfg_.attn_kv_dim());
-      act(b.v.data(), N * cfg_.attn_kv_dim());
-      attention_forward(b.o.data(), b.lse.data(), b.q.data(), b.k.data(), b.v.data(), attn_dims(cfg_, B, T_in));
-      act(b.o.data(), N * cfg_.attn_q_dim());
-      b.lin[3]->forward(mix_out_.data(), b.o.data(), W(b.w[3]), N);
-    } else {
-      b.lin[0]->forward(b.up.data(), b.ln.data(), W(b.w[0]), N);
-      act(b.up.data(), N * cfg_.intermediate_size);
-      relu2_forward(b.act.data(), b.up.data(), N * cfg_.intermediate_size);
-      act(b.act.data(), N * cfg_.intermediate_size);
-      b.lin[1]->forward(mix_out_.data(), b.act.data(), W(b.w[1]), N);
-    }
-    act(mix_out_.data(), N * C);
-    add_forward(resid(l + 1), x, mix_out_.data(), N * C);
-    if (bf16_resid) sim::round_bf16(resid(l + 1), resid(l + 1), N * C);
-  }
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) block_forward(l, false);
   rmsnorm_forward(lnf_.data(), rstdf_.data(), resid(cfg_.num_hidden_layers), W(norm_f_), N, C, eps);
   act(lnf_.data(), N * C);
   lm_head_->forward(logits_.data(), lnf_.data(), W(lm_head_w_), N);
@@ -347,6 +332,76 @@ double NemotronH<T>::forward(const int32_t* tokens, const int32_t* targets, int6
     return 0.0;
   }
   return cross_entropy_forward(losses_.data(), &counted_, logits_.data(), targets_.data(), N, V);
+}
+
+// Block l of the forward from resid(l): its kept tensors, then (unless
+// `again`) its output added into resid(l + 1). With `again` (block
+// recompute, from backward) the linears run through recompute_forward, and
+// the block's output projection and residual add are skipped: backward
+// needs only what the block keeps.
+template <class T>
+void NemotronH<T>::block_forward(int64_t l, bool again) {
+  const int64_t B = B_, T_in = T_, N = B_ * T_, C = cfg_.hidden_size;
+  const double eps = cfg_.layer_norm_epsilon;
+  auto W = [&](int i) { return arena_.param(i); };
+  auto act = [&](T* p, int64_t n) {
+    if (bf16_act_) sim::round_bf16(p, p, n);
+  };
+  const bool bf16_resid = bf16_act_ && !cfg_.residual_in_fp32;
+  auto fwd = [&](sim::Linear<T>* lin, T* Y, const T* X, const T* Wt) {
+    if (again) lin->recompute_forward(Y, X, Wt, N);
+    else lin->forward(Y, X, Wt, N);
+  };
+  Block& b = *blocks_[static_cast<size_t>(l)];
+  Acts& a = *b.a;
+  const T* x = resid(l);
+  rmsnorm_forward(a.ln.data(), a.rstd.data(), x, W(b.norm), N, C, eps);
+  act(a.ln.data(), N * C);
+  if (b.type == 'M') {
+    // in_proj output rows: [ z (D_in) | x B C (conv_dim) | dt (heads) ]
+    const int64_t Din = cfg_.mamba_d_inner(), conv = cfg_.mamba_conv_dim(), ld = cfg_.mamba_in_proj_dim();
+    const int64_t GN = cfg_.n_groups * cfg_.ssm_state_size;
+    fwd(b.lin[0], a.zxbcdt.data(), a.ln.data(), W(b.w[0]));
+    act(a.zxbcdt.data(), N * ld);
+    const T* z = a.zxbcdt.data();
+    const T* xbc_raw = z + Din;
+    const T* dt_raw = z + Din + conv;
+    conv1d_silu_forward(a.xbc.data(), xbc_raw, ld, W(b.conv_w), b.conv_b >= 0 ? W(b.conv_b) : nullptr, B, T_in,
+                        conv, cfg_.conv_kernel);
+    act(a.xbc.data(), N * conv);
+    mamba_dt_forward(a.dt.data(), dt_raw, ld, W(b.dt_bias), N, cfg_.mamba_num_heads, cfg_.time_step_limit[0],
+                     cfg_.time_step_limit[1]);
+    const T* xs = a.xbc.data();
+    ssd_chunk_scan_forward(a.y.data(), a.acs.data(), a.states.data(), xs, conv, xs + Din, xs + Din + GN, conv,
+                           a.dt.data(), W(b.A_log), W(b.D), ssd_dims(cfg_, B, T_in));
+    act(a.y.data(), N * Din);
+    gated_rmsnorm_forward(a.gn.data(), a.gn_rstd.data(), a.y.data(), Din, z, ld, W(b.gnorm), N, Din,
+                          cfg_.n_groups, eps);
+    act(a.gn.data(), N * Din);
+    if (again) return;
+    b.lin[1]->forward(mix_out_.data(), a.gn.data(), W(b.w[1]), N);
+  } else if (b.type == '*') {
+    fwd(b.lin[0], a.q.data(), a.ln.data(), W(b.w[0]));
+    fwd(b.lin[1], a.k.data(), a.ln.data(), W(b.w[1]));
+    fwd(b.lin[2], a.v.data(), a.ln.data(), W(b.w[2]));
+    act(a.q.data(), N * cfg_.attn_q_dim());
+    act(a.k.data(), N * cfg_.attn_kv_dim());
+    act(a.v.data(), N * cfg_.attn_kv_dim());
+    attention_forward(a.o.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), attn_dims(cfg_, B, T_in));
+    act(a.o.data(), N * cfg_.attn_q_dim());
+    if (again) return;
+    b.lin[3]->forward(mix_out_.data(), a.o.data(), W(b.w[3]), N);
+  } else {
+    fwd(b.lin[0], a.up.data(), a.ln.data(), W(b.w[0]));
+    act(a.up.data(), N * cfg_.intermediate_size);
+    relu2_forward(a.act.data(), a.up.data(), N * cfg_.intermediate_size);
+    act(a.act.data(), N * cfg_.intermediate_size);
+    if (again) return;
+    b.lin[1]->forward(mix_out_.data(), a.act.data(), W(b.w[1]), N);
+  }
+  act(mix_out_.data(), N * C);
+  add_forward(resid(l + 1), x, mix_out_.data(), N * C);
+  if (bf16_resid) sim::round_bf16(resid(l + 1), resid(l + 1), N * C);
 }
 
 template <class T>
@@ -372,6 +427,8 @@ void NemotronH<T>::backward() {
   // norm's backward then adds the mixer path into it in place.
   for (int64_t l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
     Block& b = *blocks_[static_cast<size_t>(l)];
+    if (recompute_) block_forward(l, true);  // the block's kept tensors, again
+    const Acts& a = *b.a;
     const T* dout = dresid_.data();
     zero(dln_, N * C);
     if (b.type == 'M') {
@@ -383,19 +440,19 @@ void NemotronH<T>::backward() {
       T* dxbc = d_d_.data();
       T* ddt = d_e_.data();
       zero(d_a_, N * Din), zero(d_b_, N * Din), zero(d_c_, N * ld), zero(d_d_, N * conv), zero(d_e_, N * H);
-      b.lin[1]->backward(dgn, G(b.w[1]), dout, b.gn.data(), W(b.w[1]), N);
-      const T* z = b.zxbcdt.data();
-      gated_rmsnorm_backward(dy, Din, dz, ld, G(b.gnorm), dgn, b.y.data(), Din, z, ld, W(b.gnorm), b.gn_rstd.data(), N,
+      b.lin[1]->backward(dgn, G(b.w[1]), dout, a.gn.data(), W(b.w[1]), N);
+      const T* z = a.zxbcdt.data();
+      gated_rmsnorm_backward(dy, Din, dz, ld, G(b.gnorm), dgn, a.y.data(), Din, z, ld, W(b.gnorm), a.gn_rstd.data(), N,
                              Din, cfg_.n_groups);
-      const T* xs = b.xbc.data();
+      const T* xs = a.xbc.data();
       ssd_chunk_scan_backward(dxbc, dxbc + Din, dxbc + Din + GN, ddt, G(b.A_log), G(b.D), dy, xs, conv, xs + Din,
-                              xs + Din + GN, conv, b.dt.data(), W(b.A_log), W(b.D), b.acs.data(), b.states.data(),
+                              xs + Din + GN, conv, a.dt.data(), W(b.A_log), W(b.D), a.acs.data(), a.states.data(),
                               ssd_dims(cfg_, B, T_));
       mamba_dt_backward(dz + Din + conv, ld, G(b.dt_bias), ddt, z + Din + conv, W(b.dt_bias), N, H,
                         cfg_.time_step_limit[0], cfg_.time_step_limit[1]);
       conv1d_silu_backward(dz + Din, ld, G(b.conv_w), b.conv_b >= 0 ? G(b.conv_b) : nullptr, dxbc, z + Din, ld,
                            W(b.conv_w), b.conv_b >= 0 ? W(b.conv_b) : nullptr, B, T_, conv, cfg_.conv_kernel);
-      b.lin[0]->backward(dln_.data(), G(b.w[0]), dz, b.ln.data(), W(b.w[0]), N);
+      b.lin[0]->backward(dln_.data(), G(b.w[0]), dz, a.ln.data(), W(b.w[0]), N);
     } else if (b.type == '*') {
       const int64_t qd = cfg_.attn_q_dim(), kvd = cfg_.attn_kv_dim();
       T* dO = d_a_.data();
@@ -403,30 +460,36 @@ void NemotronH<T>::backward() {
       T* dk = d_c_.data();
       T* dv = d_d_.data();
       zero(d_a_, N * qd), zero(d_b_, N * qd), zero(d_c_, N * kvd), zero(d_d_, N * kvd);
-      b.lin[3]->backward(dO, G(b.w[3]), dout, b.o.data(), W(b.w[3]), N);
-      attention_backward(dq, dk, dv, dO, b.o.data(), b.lse.data(), b.q.data(), b.k.data(), b.v.data(),
+      b.lin[3]->backward(dO, G(b.w[3]), dout, a.o.data(), W(b.w[3]), N);
+      attention_backward(dq, dk, dv, dO, a.o.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(),
                          attn_dims(cfg_, B, T_));
-      b.lin[0]->backward(dln_.data(), G(b.w[0]), dq, b.ln.data(), W(b.w[0]), N);
-      b.lin[1]->backward(dln_.data(), G(b.w[1]), dk, b.ln.data(), W(b.w[1]), N);
-      b.lin[2]->backward(dln_.data(), G(b.w[2]), dv, b.ln.data(), W(b.w[2]), N);
+      b.lin[0]->backward(dln_.data(), G(b.w[0]), dq, a.ln.data(), W(b.w[0]), N);
+      b.lin[1]->backward(dln_.data(), G(b.w[1]), dk, a.ln.data(), W(b.w[1]), N);
+      b.lin[2]->backward(dln_.data(), G(b.w[2]), dv, a.ln.data(), W(b.w[2]), N);
     } else {
       const int64_t I = cfg_.intermediate_size;
       T* dact = d_a_.data();
       T* dup = d_b_.data();
       zero(d_a_, N * I), zero(d_b_, N * I);
-      b.lin[1]->backward(dact, G(b.w[1]), dout, b.act.data(), W(b.w[1]), N);
-      relu2_backward(dup, dact, b.up.data(), N * I);
-      b.lin[0]->backward(dln_.data(), G(b.w[0]), dup, b.ln.data(), W(b.w[0]), N);
+      b.lin[1]->backward(dact, G(b.w[1]), dout, a.act.data(), W(b.w[1]), N);
+      relu2_backward(dup, dact, a.up.data(), N * I);
+      b.lin[0]->backward(dln_.data(), G(b.w[0]), dup, a.ln.data(), W(b.w[0]), N);
     }
-    rmsnorm_backward(dresid_.data(), G(b.norm), dln_.data(), resid(l), W(b.norm), b.rstd.data(), N, C);
+    rmsnorm_backward(dresid_.data(), G(b.norm), dln_.data(), resid(l), W(b.norm), a.rstd.data(), N, C);
   }
   embedding_backward(G(wte_), dresid_.data(), tokens_.data(), N, C);
 }
 
-ActivationBytes activation_bytes(const NemotronHConfig& cfg, int64_t B, int64_t T_, int64_t scalar_bytes) {
+ActivationBytes activation_bytes(const NemotronHConfig& cfg, int64_t B, int64_t T_, int64_t scalar_bytes,
+                                 bool recompute) {
   const int64_t N = B * T_, C = cfg.hidden_size, V = cfg.vocab_size;
   double kept = static_cast<double>((cfg.num_hidden_layers + 1) * N * C);  // residual stream
-  for (char t : cfg.hybrid_override_pattern) kept += static_cast<double>(block_sizes(cfg, t, B, T_).total());
+  if (recompute) {  // one block of each type present
+    for (char t : {'M', '*', '-'})
+      if (cfg.count_layers(t)) kept += static_cast<double>(block_sizes(cfg, t, B, T_).total());
+  } else {
+    for (char t : cfg.hybrid_override_pattern) kept += static_cast<double>(block_sizes(cfg, t, B, T_).total());
+  }
   kept += static_cast<double>(N * C + N + N * V);  // final norm, logits
   const auto w = scratch_widths(cfg);
   double scratch = static_cast<double>(N * C * 4 + N * V);  // mix_out, dresid, dln, dlnf, dlogits
@@ -439,14 +502,14 @@ ActivationBytes activation_bytes(const NemotronHConfig& cfg, int64_t B, int64_t 
   return a;
 }
 
-MemoryEstimate training_memory(const NemotronHConfig& cfg, int64_t batch, int64_t seq_len) {
+MemoryEstimate training_memory(const NemotronHConfig& cfg, int64_t batch, int64_t seq_len, bool recompute) {
   const sim::ArenaLayout layout = make_layout(cfg);
   const double arena = static_cast<double>(layout.size()) * 4.0;
   MemoryEstimate m;
   m.params = arena;         // FP32 master weights
   m.grads = arena;          // FP32 gradients
   m.optimizer = 2 * arena;  // AdamW first and second moments
-  const ActivationBytes a = activation_bytes(cfg, batch, seq_len, 4);
+  const ActivationBytes a = activation_bytes(cfg, batch, seq_len, 4, recompute);
   m.activations = a.kept;
   m.workspace = a.scratch;
   return m;

@@ -53,6 +53,17 @@ class NemotronH {
   void set_bf16_activations(bool on) { bf16_act_ = on; }
   bool bf16_activations() const { return bf16_act_; }
 
+  // Activation recompute per block (train.recompute = blocks): forward keeps
+  // only the residual stream entering each block (and one set of a block's
+  // tensors per block type, shared); backward runs each block's forward
+  // again, from its input, just before the block's backward. The results
+  // are bit-identical to keeping everything: every kernel is
+  // deterministic, and the linears run again through
+  // Linear::recompute_forward, which repeats no side effect (statistics,
+  // captures, tensor-reference updates). Off by default.
+  void set_recompute(bool on);
+  bool recompute() const { return recompute_; }
+
   // HF-style initialization from a seed: normal(0, initializer_range) for
   // embeddings and linear weights; Mamba out_proj kaiming-uniform divided by
   // sqrt(num_hidden_layers) (rescale_prenorm_residual); conv1d PyTorch's
@@ -75,6 +86,7 @@ class NemotronH {
   int64_t counted_targets() const { return counted_; }
 
  private:
+  struct Acts;
   struct Block;
   NemotronHConfig cfg_;
   sim::ParamArena<T> arena_;
@@ -83,6 +95,8 @@ class NemotronH {
   sim::Linear<T>* lm_head_ = nullptr;
   int wte_ = -1, norm_f_ = -1, lm_head_w_ = -1;
   bool bf16_act_ = false;
+  bool recompute_ = false;
+  std::vector<std::unique_ptr<Acts>> shared_;  // block recompute: one per block type
 
   // Activations of the last forward.
   int64_t B_ = 0, T_ = 0;
@@ -97,6 +111,7 @@ class NemotronH {
   sim::Buf<T> d_a_, d_b_, d_c_, d_d_, d_e_;
 
   void allocate(int64_t B, int64_t seq);
+  void block_forward(int64_t l, bool again);
   T* resid(int64_t l) { return resid_.data() + l * B_ * T_ * cfg_.hidden_size; }
 };
 
@@ -105,6 +120,7 @@ class NemotronH {
 struct ActivationBytes {
   double kept = 0, scratch = 0;
 };
-ActivationBytes activation_bytes(const NemotronHConfig& cfg, int64_t B, int64_t T_, int64_t scalar_bytes);
+ActivationBytes activation_bytes(const NemotronHConfig& cfg, int64_t B, int64_t T_, int64_t scalar_bytes,
+                                 bool recompute = false);
 
 }  // namespace exmy::models

@@ -69,6 +69,12 @@ class Linear {
   // Y (tokens, out) = X (tokens, in) · W^T, W (out, in). Overwrites Y.
   virtual void forward(T* Y, const T* X, const T* W, int64_t tokens) = 0;
 
+  // The same forward again, for activation recompute (NemotronH::
+  // set_recompute): Y must come out with the same bits as the forward of
+  // this micro-batch did, and nothing the forward records (statistics,
+  // captures, tensor-reference samples) may be recorded twice.
+  virtual void recompute_forward(T* Y, const T* X, const T* W, int64_t tokens) { forward(Y, X, W, tokens); }
+
   // dX (tokens, in) += dY (tokens, out) · W and dW (out, in) += dY^T · X.
   // dX may be null when the input needs no gradient.
   virtual void backward(T* dX, T* dW, const T* dY, const T* X, const T* W, int64_t tokens) = 0;
