@@ -129,7 +129,7 @@ TEST_F(CliTest, AllReferenceVectors) {
     }
     ++n_cases;
   }
-  EXPECT_EQ(n_cases, 300);
+  EXPECT_EQ(n_cases, 306);
 }
 
 // .npy and HDF5 in and out give the same bits as raw files.
