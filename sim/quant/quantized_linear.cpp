@@ -177,10 +177,13 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
     const float* left = nullptr;
     int64_t ld = 0;
     if (g == Gemm::wgrad) {  // rows of dY^T = columns of dY
+      // Token by token, so that dY is read row after row (its sampled
+      // columns lie a cache line or more apart: column by column, every read
+      // would miss); the R rows being written stay in cache.
       float* ga = ensure(s.gather, R * tokens);
-      for (int64_t i = 0; i < R; ++i) {
-        const int64_t r = rows.empty() ? i : rows[static_cast<size_t>(i)];
-        for (int64_t t = 0; t < tokens; ++t) ga[i * tokens + t] = dY[t * out + r];
+      for (int64_t t = 0; t < tokens; ++t) {
+        const float* dy = dY + t * out;
+        for (int64_t i = 0; i < R; ++i) ga[i * tokens + t] = dy[rows.empty() ? i : rows[static_cast<size_t>(i)]];
       }
       left = ga;
       ld = tokens;

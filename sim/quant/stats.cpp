@@ -174,16 +174,38 @@ uint16_t ScaleCodeTable::info_of(uint32_t code) const {
 void ScaleCodeTable::add(const void* codes, int64_t blocks, OperandStats& st) const {
   const auto* p = static_cast<const uint8_t*>(codes);
   const int cb = fs_.code_bytes();
+  // `count` blocks whose code has the table entry v
+  auto tally = [&](uint16_t v, uint64_t count) {
+    const uint16_t bin = v & 255;
+    if (bin == 128) st.scale_zero += count;
+    else if (bin == 129) st.scale_nan += count;
+    else st.scale_hist[bin] += count;
+    st.scale_at_max += (v & 256) ? count : 0;
+    st.scale_at_min += (v & 512) ? count : 0;
+  };
+  if (cb == 1 && !info_.empty()) {
+    // One-byte codes: count each code first, in four tallies taking the
+    // blocks in turn (so that a run of one code does not wait on its own
+    // increments), then add each code's count to its bin and flags.
+    uint64_t n[4][256] = {};
+    int64_t b = 0;
+    for (; b + 4 <= blocks; b += 4) {
+      ++n[0][p[b]];
+      ++n[1][p[b + 1]];
+      ++n[2][p[b + 2]];
+      ++n[3][p[b + 3]];
+    }
+    for (; b < blocks; ++b) ++n[0][p[b]];
+    for (size_t c = 0; c < std::min<size_t>(256, info_.size()); ++c) {
+      const uint64_t count = n[0][c] + n[1][c] + n[2][c] + n[3][c];
+      if (count) tally(info_[c], count);
+    }
+    return;
+  }
   for (int64_t b = 0; b < blocks; ++b) {
     uint32_t code = 0;
     for (int k = 0; k < cb; ++k) code |= static_cast<uint32_t>(p[b * cb + k]) << (8 * k);
-    const uint16_t v = info_.empty() ? info_of(code) : info_[code];
-    const uint16_t bin = v & 255;
-    if (bin == 128) ++st.scale_zero;
-    else if (bin == 129) ++st.scale_nan;
-    else ++st.scale_hist[bin];
-    st.scale_at_max += (v & 256) ? 1 : 0;
-    st.scale_at_min += (v & 512) ? 1 : 0;
+    tally(info_.empty() ? info_of(code) : info_[code], 1);
   }
 }
 

@@ -177,14 +177,14 @@ TEST(SumTree, EqualsTheRecursiveDefinition) {
 }
 
 // The four-lane kernel of the fast path against segment_partial lane by
-// lane: lengths that are and are not multiples of 4, lanes that overlap, and
+// lane: lengths that are and are not multiples of 8 and 4, lanes that overlap, and
 // specials (zeros of both signs, subnormals, huge values, Inf, NaN).
 TEST(SegmentPartials4, EachLaneEqualsSegmentPartial) {
   test::Rng rng(77);
   const float specials[] = {0.0f, -0.0f, 1e-40f, -3e-39f, 3e38f, -3e38f, std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
   int inf_lanes = 0, nan_lanes = 0;
-  for (const int64_t n : {0, 1, 3, 4, 5, 17, 4095, 4096}) {
+  for (const int64_t n : {0, 1, 3, 4, 5, 7, 8, 9, 12, 17, 4095, 4096}) {
     for (int variant = 0; variant < 4; ++variant) {
       std::vector<float> x = wide_values(rng, 4 * n + 8), xh = wide_values(rng, 4 * n + 8);
       // variant 1: finite specials; 2: also an infinite x-hat in lane 1's
@@ -235,7 +235,9 @@ TEST(Sums, WideRowsFollowTheSegmentTree) {
     int64_t rows, cols;
     int br, bc;
   };
-  const Shape shapes[] = {{3, 10000, 1, 16}, {1, 70000, 1, 16}, {2, 8192, 16, 16}, {5, 4097, 16, 1}, {4, 12288, 1, 32}};
+  // (7 x 4500: 14 segments, three complete subtrees at the end of the tree)
+  const Shape shapes[] = {{3, 10000, 1, 16}, {1, 70000, 1, 16}, {2, 8192, 16, 16},
+                          {5, 4097, 16, 1},  {4, 12288, 1, 32}, {7, 4500, 1, 16}};
   for (const Shape& sh : shapes) {
     QuantSpec s = nvfp4_like(sh.br, sh.bc);
     const std::vector<float> x = wide_values(rng, sh.rows * sh.cols);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -285,6 +286,59 @@ TEST(QuantizedLinear, RecordedStatisticsEqualQuantizeOnTheCapturedTensors) {
     }
   }
   EXPECT_EQ(compared, 18);
+}
+
+// The block-scale histogram and the at-max/at-min counts from a list of
+// scale codes, against their definition (stats.hpp) applied block by block
+// with Format::decode: one-byte codes (counted per code) and two-byte ones,
+// block counts that are not a multiple of four, zero, NaN and Inf scales.
+TEST(ScaleCodeTable, CountsEqualTheDefinition) {
+  std::mt19937 rng(17);
+  for (const char* name : {"ue5m3", "ue8m0", "e4m3", "ue4m3", "bf16"}) {
+    const Format fs = parse_format(name);
+    const int cb = fs.code_bytes();
+    const uint32_t ncodes = 1u << fs.bits;
+    double min_pos = INFINITY;
+    for (uint32_t c = 0; c < ncodes; ++c) {
+      const double v = fs.decode(c);
+      if (v > 0 && v < min_pos) min_pos = v;
+    }
+    for (const int64_t blocks : {0, 1, 3, 4, 1001}) {
+      std::vector<uint8_t> codes(static_cast<size_t>(blocks * cb));
+      std::vector<uint32_t> list(static_cast<size_t>(blocks));
+      for (int64_t b = 0; b < blocks; ++b) {
+        // runs of one code, and codes at the format's ends
+        const uint32_t r = rng();
+        uint32_t c = r % 4 == 0 && b > 0 ? list[static_cast<size_t>(b - 1)] : r % ncodes;
+        if (r % 16 == 1) c = 0;
+        if (r % 16 == 2) c = fs.max_mag;
+        if (r % 16 == 3) c = ncodes - 1;
+        list[static_cast<size_t>(b)] = c;
+        for (int k = 0; k < cb; ++k) codes[static_cast<size_t>(b * cb + k)] = static_cast<uint8_t>(c >> (8 * k));
+      }
+      OperandStats want;
+      for (const uint32_t c : list) {
+        const double s = fs.decode(c);
+        if (std::isnan(s)) ++want.scale_nan;
+        else if (s == 0) ++want.scale_zero;
+        else if (std::isinf(s)) ++want.scale_hist[kScaleHistBins - 1];
+        else
+          ++want.scale_hist[static_cast<size_t>(
+              std::clamp(static_cast<int>(std::floor(std::log2(std::fabs(s)))) - kScaleHistMinLog2, 0, kScaleHistBins - 1))];
+        want.scale_at_max += s == fs.max;
+        want.scale_at_min += s == min_pos;
+      }
+      OperandStats got;
+      ScaleCodeTable(fs).add(codes.data(), blocks, got);
+      const std::string what = std::string(name) + ", " + std::to_string(blocks) + " blocks";
+      EXPECT_EQ(got.scale_hist, want.scale_hist) << what;
+      EXPECT_EQ(got.scale_zero, want.scale_zero) << what;
+      EXPECT_EQ(got.scale_nan, want.scale_nan) << what;
+      EXPECT_EQ(got.scale_at_max, want.scale_at_max) << what;
+      EXPECT_EQ(got.scale_at_min, want.scale_at_min) << what;
+      if (blocks == 1001) EXPECT_GT(want.scale_at_max + want.scale_zero, 0u) << what;
+    }
+  }
 }
 
 TEST(QuantizedLinear, PeriodicReferencesAcrossStepsAndMicroBatches) {
