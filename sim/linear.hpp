@@ -72,7 +72,8 @@ class Linear {
   // The same forward again, for activation recompute (NemotronH::
   // set_recompute): Y must come out with the same bits as the forward of
   // this micro-batch did, and nothing the forward records (statistics,
-  // captures, tensor-reference samples) may be recorded twice.
+  // captures, tensor-reference samples) may be recorded twice. A Linear
+  // that wraps another passes it on to the inner one.
   virtual void recompute_forward(T* Y, const T* X, const T* W, int64_t tokens) { forward(Y, X, W, tokens); }
 
   // dX (tokens, in) += dY (tokens, out) · W and dW (out, in) += dY^T · X.

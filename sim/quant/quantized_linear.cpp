@@ -85,8 +85,16 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
     hp = b.hp.data();
   }
 
-  // The tensor reference of this call.
+  // The tensor reference of this call. A replay (recompute_forward) takes
+  // the spec the forward of this micro-batch decided, and records nothing.
   ReferenceState& ref = *refs_[ri];
+  if (replay_) {
+    const Decided& d = decided_[ri];
+    if (!d.valid || d.step != ctx.step || d.micro_batch != ctx.micro_batch)
+      throw Error(info_.name + ": recompute_forward without a forward of step " + std::to_string(ctx.step) +
+                  ", micro-batch " + std::to_string(ctx.micro_batch));
+    return quantize_decided(d.q, hp, rows, cols, b);
+  }
   const ReferenceState::Use use = ref.begin_call(rs.reference, ctx.step);
   QuantSpec q = rs.q;
   q.seed = rt_->options().seed;
@@ -100,6 +108,7 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
     q.amax_value = 0;
   }
 
+  decided_[ri] = Decided{true, ctx.step, ctx.micro_batch, q};
   const Gemm g = role_gemm(role);
   CaptureSink* cap = ctx.capture ? rt_->capture_sink() : nullptr;
   if (cap) cap->capture(key(g, role), q, hp, rows, cols);
@@ -155,10 +164,42 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
   return op;
 }
 
+// The replay of a forward operand: the decided spec (reference applied, RHT
+// still to do), quantized again into the same buffers; no statistics, no
+// capture, no reference update.
+QuantizedLinear::Operand QuantizedLinear::quantize_decided(const QuantSpec& q, const float* hp, int64_t rows,
+                                                           int64_t cols, QuantRuntime::OperandBuffers& b) {
+  const int64_t n = rows * cols;
+  if (q.rht) {
+    if (hp != b.hp.data()) {
+      std::memcpy(ensure(b.hp, n), hp, sizeof(float) * static_cast<size_t>(n));
+      hp = b.hp.data();
+    }
+    hadamard16(b.hp.data(), rows, cols, 1, q.rht_signs);
+  }
+  const bool grouped = gemm_.kind == GemmModel::Kind::grouped;
+  QuantSpec qc = q;
+  qc.rht = false;
+  const int64_t blocks = block_count(qc, rows, cols);
+  QuantOutput out;
+  out.values = ensure(b.dq, n);
+  if (grouped) out.codes = ensure(b.codes, n * qc.elem.code_bytes());
+  if (grouped && qc.scale) out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, blocks * qc.scale->code_bytes()));
+  const QuantInfo info = quantize(qc, hp, rows, cols, out);
+  Operand op;
+  op.dq = b.dq.data();
+  op.t = info.t;
+  if (grouped) {
+    encode_operand(ensure(b.enc, n), qc, b.codes.data(), qc.scale ? b.scale_codes.data() : nullptr, rows, cols);
+    op.enc = b.enc.data();
+  }
+  return op;
+}
+
 void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, float* dst,
                                bool accumulate, const float* X, const float* W, const float* dY, int64_t tokens) {
   QuantRuntime::Scratch& s = rt_->scratch();
-  StatsSink* sink = rt_->context().stats ? rt_->stats_sink() : nullptr;
+  StatsSink* sink = rt_->context().stats && !replay_ ? rt_->stats_sink() : nullptr;
   float* target = accumulate ? ensure(s.out, M * N) : dst;
   if (gemm_.kind == GemmModel::Kind::grouped) {
     grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, tensor_decode_alpha(a.t, b.t));
@@ -210,6 +251,15 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
 #pragma omp parallel for schedule(static) if (M * N >= parallel_min_work())
     for (int64_t i = 0; i < M * N; ++i) dst[i] += target[i];
   }
+}
+
+void QuantizedLinear::recompute_forward(float* Y, const float* X, const float* W, int64_t tokens) {
+  struct Replay {
+    bool& flag;
+    explicit Replay(bool& f) : flag(f) { flag = true; }
+    ~Replay() { flag = false; }
+  } replay(replay_);
+  forward(Y, X, W, tokens);
 }
 
 void QuantizedLinear::forward(float* Y, const float* X, const float* W, int64_t tokens) {

@@ -107,6 +107,10 @@ class QuantizedLinear final : public Linear<float> {
                   bool shared_dy_reference, std::shared_ptr<QuantRuntime> runtime);
 
   void forward(float* Y, const float* X, const float* W, int64_t tokens) override;
+  // The forward again with the specs its forward of this step and
+  // micro-batch decided (tensor references as they were then): the same Y,
+  // and no statistics, capture or reference update.
+  void recompute_forward(float* Y, const float* X, const float* W, int64_t tokens) override;
   void backward(float* dX, float* dW, const float* dY, const float* X, const float* W, int64_t tokens) override;
 
   const RoleSpec& spec(Role r) const { return specs_[static_cast<size_t>(r)]; }
@@ -125,6 +129,17 @@ class QuantizedLinear final : public Linear<float> {
   void run_gemm(Gemm g, const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, float* dst,
                 bool accumulate, const float* X, const float* W, const float* dY, int64_t tokens);
   CallKey key(Gemm g, Role r) const;
+  Operand quantize_decided(const QuantSpec& q, const float* hp, int64_t rows, int64_t cols,
+                           QuantRuntime::OperandBuffers& b);
+
+  // What the last quantization of each role decided (for recompute_forward).
+  struct Decided {
+    bool valid = false;
+    int64_t step = 0, micro_batch = 0;
+    QuantSpec q;
+  };
+  std::array<Decided, kNumRoles> decided_;
+  bool replay_ = false;
 
   std::array<RoleSpec, kNumRoles> specs_;
   GemmModel gemm_;

@@ -101,6 +101,9 @@ class ReferenceStateLinear final : public sim::Linear<float>, public LayerState 
   void forward(float* Y, const float* X, const float* W, int64_t tokens) override {
     inner_->forward(Y, X, W, tokens);
   }
+  void recompute_forward(float* Y, const float* X, const float* W, int64_t tokens) override {
+    inner_->recompute_forward(Y, X, W, tokens);
+  }
   void backward(float* dX, float* dW, const float* dY, const float* X, const float* W, int64_t tokens) override {
     inner_->backward(dX, dW, dY, X, W, tokens);
   }

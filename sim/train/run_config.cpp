@@ -35,6 +35,7 @@ const std::vector<ConfigKey> kKeys = {
     {"train.capture_step", "0", "step whose quantized operands are written exactly to /capture (0: none)"},
     {"train.gemm_stats_rows", "128", "GEMM statistics compare min(this, ceil(M/gemm_stats_sample)) output rows with the unquantized GEMM (0: all)"},
     {"train.gemm_stats_sample", "16", "GEMM statistics compare one output row in this many (at most gemm_stats_rows)"},
+    {"train.recompute", "none", "activation recompute: none, or blocks (each block's forward runs again in backward: the same bits, about a block's activations kept instead of every block's)"},
     {"train.cold_restart_references", "false", "on --resume, start tensor references empty instead of restoring them (the reference implementation)"},
     {"train.init_from", "", "HF checkpoint (directory or .safetensors) whose weights start a new run"},
     {"train.export_hf", "none", "at the end, write DIR/hf/ as an HF checkpoint: none, fp32 or bf16"},
@@ -229,6 +230,8 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
   c.gemm_stats_sample = as_int(v, "train.gemm_stats_sample", 1);
   c.cold_restart_references = as_bool(v, "train.cold_restart_references");
   c.init_from = v["train.init_from"];
+  c.recompute = v["train.recompute"];
+  if (c.recompute != "none" && c.recompute != "blocks") bad("train.recompute", c.recompute, "none or blocks");
   c.export_hf = v["train.export_hf"];
   if (c.export_hf != "none" && c.export_hf != "fp32" && c.export_hf != "bf16")
     bad("train.export_hf", c.export_hf, "none, fp32 or bf16");

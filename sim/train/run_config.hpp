@@ -71,6 +71,7 @@ struct RunConfig {
   // On resume, tensor references start empty instead of restored (the
   // reference implementation's cold restart).
   bool cold_restart_references = false;
+  std::string recompute = "none";  // none | blocks: activation recompute (NemotronH::set_recompute)
   std::string init_from;           // HF checkpoint to start a new run from (empty: init_weights(seed))
   std::string export_hf = "none";  // none | fp32 | bf16: DIR/hf/ at the end of a completed run
   // [optim]

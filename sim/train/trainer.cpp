@@ -90,7 +90,8 @@ void remove_leftovers(const fs::path& dir) {
 }  // namespace
 
 void require_training_memory(const RunConfig& cfg) {
-  const models::MemoryEstimate m = models::training_memory(cfg.model, cfg.batch_size, cfg.seq_len);
+  const models::MemoryEstimate m =
+      models::training_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.recompute == "blocks");
   auto gib = [](double b) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
@@ -167,6 +168,7 @@ class Trainer {
     model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_);
     check_rht_lengths();
     model_->set_bf16_activations(cfg_.precision == "bf16");
+    model_->set_recompute(cfg_.recompute == "blocks");
     opt_ = std::make_unique<sim::AdamW>(model_->arena().layout(), cfg_.adamw);
     const size_t n = static_cast<size_t>(cfg_.batch_size * cfg_.seq_len);
     tokens_.resize(n);
@@ -607,6 +609,7 @@ bool resumable_key(const std::string& key) {
       "train.steps",          "train.threads",           "train.log_interval",     "train.eval_interval",
       "train.eval_batches",   "train.checkpoint_interval", "train.keep_checkpoints", "train.stats_interval",
       "train.capture_step",   "train.gemm_stats_rows",   "train.gemm_stats_sample", "train.cold_restart_references",
+      "train.recompute",
       "train.export_hf"};
   if (key.starts_with("eval.")) return true;
   for (const char* k : kResumable)
