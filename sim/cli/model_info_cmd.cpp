@@ -11,6 +11,7 @@
 #include "models/config.hpp"
 #include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/sysmem.hpp"
 
 namespace po = boost::program_options;
 
@@ -55,6 +56,8 @@ int cmd_model_info(const Args& args) {
       ("set", po::value<std::vector<std::string>>()->composing(), "override a field: model.FIELD=VALUE")  //
       ("seq-len", po::value<int64_t>()->default_value(4096), "sequence length for FLOPs and memory")  //
       ("batch", po::value<int64_t>()->default_value(1), "micro-batch (sequences) for the memory estimate")  //
+      ("recompute", po::value<std::string>()->default_value("none"), "activation recompute for the memory estimate: none | blocks (train.recompute)")  //
+      ("memory", po::value<double>(), "GiB available for the plan (default: what this machine has available now)")  //
       ("fields", "also print every configuration field");
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
@@ -104,14 +107,26 @@ int cmd_model_info(const Args& args) {
   std::printf("  training   %s  (forward + dgrad + wgrad = 3 x forward; 6N = %s)\n",
               human(f.training(), "FLOP").c_str(), human(6.0 * static_cast<double>(total), "FLOP").c_str());
 
-  const models::MemoryEstimate m = models::training_memory(cfg, batch, seq);
-  std::printf("\ntraining memory, FP32, micro-batch %lld x %lld tokens:\n", static_cast<long long>(batch),
-              static_cast<long long>(seq));
+  const std::string recompute = vm["recompute"].as<std::string>();
+  if (recompute != "none" && recompute != "blocks") throw Error("--recompute '" + recompute + "' (expected none or blocks)");
+  const models::MemoryEstimate m = models::training_memory(cfg, batch, seq, recompute == "blocks");
+  std::printf("\ntraining memory on the CPU, FP32, micro-batch %lld x %lld tokens, recompute %s:\n",
+              static_cast<long long>(batch), static_cast<long long>(seq), recompute.c_str());
   std::printf("  weights %s, gradients %s, AdamW moments %s\n", gib(m.params).c_str(), gib(m.grads).c_str(),
               gib(m.optimizer).c_str());
   std::printf("  activations kept for backward %s, backward workspace %s\n", gib(m.activations).c_str(),
               gib(m.workspace).c_str());
-  std::printf("  total %s\n", gib(m.total()).c_str());
+  std::printf("  total %s (%.0f bytes; exmy train checks it before allocating)\n", gib(m.total()).c_str(), m.total());
+  sim::AvailableMemory avail;
+  if (vm.count("memory")) {
+    if (!(vm["memory"].as<double>() > 0)) throw Error("--memory must be a positive number of GiB");
+    avail.bytes = vm["memory"].as<double>() * 1024.0 * 1024.0 * 1024.0;
+    avail.source = "--memory";
+  } else {
+    avail = sim::available_memory();
+  }
+  std::printf("  %s in %s (%s)\n", m.total() <= avail.bytes ? "fits" : "does not fit", gib(avail.bytes).c_str(),
+              avail.source.c_str());
   return 0;
 }
 
