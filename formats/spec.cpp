@@ -36,7 +36,12 @@ const std::vector<Preset>& presets() {
       {"e4m3", make(4, 3, true, 7, true, false, 1)},
       {"e5m2", make(5, 2, true, 15, true, true, 3)},
       {"ue4m3", make(4, 3, false, 7, true, false, 1)},
+      // The three UE5M3 encodings in use (public code disagrees on which
+      // one "UE5M3" means): the all-ones exponent reserved (max 61,440),
+      // only 0xFF as NaN (114,688), no NaN at all (122,880).
       {"ue5m3", make(5, 3, false, 15, true, false, 8)},
+      {"ue5m3-fn", make(5, 3, false, 15, true, false, 1)},
+      {"ue5m3-nonan", make(5, 3, false, 15, true, false, 0)},
       {"ue8m0", make(8, 0, false, 127, false, false, 1)},
       {"bf16", make(8, 7, true, 127, true, true, 127)},
       {"fp16", make(5, 10, true, 15, true, true, 1023)},

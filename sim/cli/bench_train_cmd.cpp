@@ -197,8 +197,8 @@ int bench_recipes(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int 
   std::printf("\n(a pass = forward + backward with the recipe; %d rounds after a warm-up, each running every row\n"
               "once; best times give the main columns, means the bracketed ones. +stats: statistics of every\n"
               "operand and GEMM recorded as run-file rows; `flush ms` writes one pass's rows to the file (the\n"
-              "trainer flushes at each logging step), not counted in the pass. Targets (issue 4): FP4 recipes\n"
-              "<= 1.5x bf16 with fp32 GEMM output, <= 3x with grouped; statistics at every step <= +20%%.)\n",
+              "trainer flushes at each logging step), not counted in the pass. Targets: FP4 recipes\n"
+              "<= 1.5x bf16 with fp32 GEMM output, <= 3x with grouped; statistics at every step <= +10%%.)\n",
               steps);
   return 0;
 }

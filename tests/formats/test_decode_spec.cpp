@@ -178,6 +178,29 @@ TEST(Presets, ContractTable) {
   EXPECT_TRUE(std::signbit(parse_format("e2m1").decode(0x8)));  // -0
 }
 
+// The three UE5M3 encodings in public code, side by side: the all-ones
+// exponent reserved (the IEEE-style reading, max 61,440, codes 0xF8-0xFF
+// NaN), only 0xFF NaN (max 114,688 = 2^16 x 1.75), no NaN (max 122,880 =
+// 2^16 x 1.875). The values here are computed from the encoding.
+TEST(Presets, ThreeUe5m3Encodings) {
+  const Format a = parse_format("ue5m3"), b = parse_format("ue5m3-fn"), c = parse_format("ue5m3-nonan");
+  EXPECT_EQ(a.max, 61440.0);
+  EXPECT_EQ(b.max, std::ldexp(1.75, 16));
+  EXPECT_EQ(c.max, std::ldexp(1.875, 16));
+  EXPECT_EQ(a.nans, 8);
+  EXPECT_EQ(b.nans, 1);
+  EXPECT_EQ(c.nans, 0);
+  EXPECT_TRUE(b.has_nan);
+  EXPECT_FALSE(c.has_nan);
+  for (const Format* f : {&a, &b, &c}) {
+    EXPECT_EQ(f->min_pos, std::ldexp(1.0, -17));  // the same subnormals
+    EXPECT_FALSE(f->is_signed);
+  }
+  EXPECT_EQ(format_name(parse_format("ue5m3:nans=1")), "ue5m3-fn");
+  EXPECT_EQ(format_name(parse_format("ue5m3:nans=0")), "ue5m3-nonan");
+  EXPECT_EQ(format_name(parse_format("ue5m3-fn:nans=8")), "ue5m3");
+}
+
 TEST(Presets, MlDtypesAliases) {
   const std::pair<const char*, const char*> aliases[] = {
       {"float4_e2m1fn", "e2m1"}, {"float8_e4m3fn", "e4m3"}, {"float8_e5m2", "e5m2"},

@@ -781,7 +781,7 @@ TEST(QuantizeErrors, NaNWithoutNaNCodes) {
   expect_error(s, {1.0f, nan, 2.0f}, 1, 3, {"NaN", "(0, 1)"}, "e2m1 without scale");
   s.scale = parse_format("ue5m3:nans=0");
   s.block_cols = 2;
-  expect_error(s, {1.0f, 2.0f, 3.0f, nan, 2.0f, nan}, 2, 3, {"NaN", "(1, 0)"}, "e2m1 / ue5m3:nans=0");
+  expect_error(s, {1.0f, 2.0f, 3.0f, nan, 2.0f, nan}, 2, 3, {"NaN", "(1, 0)"}, "e2m1 / ue5m3-nonan");
   // With a NaN code somewhere the block becomes NaN instead.
   s.scale = parse_format("ue8m0");
   const Outcome r = run(s, {1.0f, 2.0f, nan, 4.0f}, 1, 4, 0);

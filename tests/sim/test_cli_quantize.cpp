@@ -340,6 +340,20 @@ TEST(Cli, FormatsTableHasNoImpossibleRows) {
   EXPECT_EQ(rows["e2m1"][7], "6");
   EXPECT_EQ(rows["e2m1"][8], "1");
   EXPECT_EQ(rows["e2m1"][9], "0.5");
+  // The bare table lists the three UE5M3 encodings.
+  FILE* q = ::popen((std::string(EXMY_BINARY) + " formats").c_str(), "r");
+  ASSERT_NE(q, nullptr);
+  std::map<std::string, std::string> max_of;
+  while (std::fgets(line, sizeof line, q)) {
+    std::istringstream in(line);
+    std::vector<std::string> f;
+    for (std::string w; in >> w;) f.push_back(w);
+    if (f.size() > 7) max_of[f[0]] = f[7];
+  }
+  ASSERT_EQ(::pclose(q), 0);
+  EXPECT_EQ(max_of["ue5m3"], "61440");
+  EXPECT_EQ(max_of["ue5m3-fn"], "114688");
+  EXPECT_EQ(max_of["ue5m3-nonan"], "122880");
 }
 
 TEST(Cli, HelpAndFormats) {
