@@ -1,4 +1,4 @@
-// Google Benchmark: the `grouped` GEMM output model (CONTRACT §8) against the
+// Google Benchmark: the `grouped` GEMM output model (docs/recipes.md §6) against the
 // FP32 GEMM of the same shape, on operands from a real quantization (E2M1
 // payloads, UE5M3 scales on 1x16 blocks for the activations and 16x16 tiles
 // for the weights, current tensor scaling), so the exactness tests pick the

@@ -1,4 +1,4 @@
-// The ExMy format descriptor (the gfloat model of CONTRACT §1) and exact
+// The ExMy format descriptor (the gfloat model of docs/numerics.md §1) and exact
 // decoding of codes. Plain header code: usable from host and CUDA device
 // code, no exceptions, no global state. Parsing spec strings lives in
 // formats/spec.hpp (host only).
@@ -73,7 +73,7 @@ enum class CodeClass : uint8_t { zero, subnormal, normal, inf, nan };
 // One number format. The first block of fields is what a spec string sets;
 // the second block is derived by finalize() and must not be edited by hand.
 struct Format {
-  // --- fields of the model (CONTRACT §1) ---
+  // --- fields of the model (docs/numerics.md §1) ---
   int E = 0;              // exponent bits
   int M = 0;              // trailing mantissa bits
   bool is_signed = true;  // sign bit present

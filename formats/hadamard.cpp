@@ -1,4 +1,4 @@
-// The 16-point random Hadamard transform of CONTRACT §3:
+// The 16-point random Hadamard transform of docs/numerics.md §3:
 //   x'_j = 1/4 * sum_i s_i x_i H_ij,  H_ij = (-1)^popcount(i & j),
 // with the exact sum rounded once to bf16 (rne), as Transformer Engine does
 // before quantizing the wgrad operands.

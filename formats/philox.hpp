@@ -1,4 +1,4 @@
-// Random bits for stochastic rounding (CONTRACT §4): counter-based
+// Random bits for stochastic rounding (docs/numerics.md §4): counter-based
 // Philox4x32-10 from Random123, mapped to elements so that any thread count,
 // block shape or launch shape draws the same bits for the same element.
 #pragma once

@@ -1,4 +1,4 @@
-// Block-scaled quantization of CONTRACT §3, one block and one element at a
+// Block-scaled quantization of docs/numerics.md §3, one block and one element at a
 // time: the tensor scale, the block decode scale and the element encoding in
 // `exact` and `fp32` arithmetic. Plain header code, shared by the scalar
 // reference, the threaded CPU path and the CUDA kernel, so that all of them
@@ -52,7 +52,7 @@ enum : uint8_t {
 };
 
 // Sets the tensor-level scale from the reference amax A (NaN = none).
-// CONTRACT §3 step 1: t = fp32_rne(Fe.max * T / A), clamped to FLT_MAX, and
+// docs/numerics.md §3 step 1: t = fp32_rne(Fe.max * T / A), clamped to FLT_MAX, and
 // t = 1 when A is none, 0 or not finite. The same single rounding gives G in
 // `fp32` arithmetic. A result that underflows to 0 is also replaced by 1.
 EXMY_HD void set_tensor_amax(QuantPlan& p, double A) {
@@ -78,7 +78,7 @@ struct BlockScale {
 };
 
 // Block decode scale from the block amax b = max|x| (finite or +inf; NaN
-// blocks are handled by the caller). CONTRACT §3 step 2-3.
+// blocks are handled by the caller). docs/numerics.md §3 steps 2-3.
 EXMY_HD BlockScale block_scale(const QuantPlan& p, float b) {
   const Format& fs = p.fs;
   Encoded enc{0u, false, false};

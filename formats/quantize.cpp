@@ -144,7 +144,7 @@ QuantPlan QuantSpec::plan() const {
   p.zero_scale = zero_scale;
   p.saturate = saturate;
   if (p.has_scale) {
-    // T: a float32 value (CONTRACT §6), default Fs.max.
+    // T: a float32 value (docs/numerics.md §3), default Fs.max.
     p.target = scale_target ? static_cast<double>(static_cast<float>(*scale_target)) : p.fs.max;
     const Encoded one = encode_exact(p.fs, 1.0, Round::rne, 0, 0, true);
     p.one_code = one.code;

@@ -68,7 +68,7 @@ struct QuantSpec {
   QuantPlan plan() const;
 };
 
-// Parsers for the option values of CONTRACT §6. Each throws exmy::Error.
+// Parsers for the option values of `exmy quantize` (docs/numerics.md §7). Each throws exmy::Error.
 ScaleRule parse_scale_rule(std::string_view s);
 std::string_view scale_rule_name(ScaleRule r);
 Arith parse_arith(std::string_view s);
@@ -113,7 +113,7 @@ QuantInfo quantize(const QuantSpec& spec, const float* x, int64_t rows, int64_t 
 // count.
 double tensor_abs_max(const float* x, int64_t n, int threads = 0);
 
-// Random Hadamard transform of CONTRACT §3 along rows (axis = 1: each run of
+// Random Hadamard transform of docs/numerics.md §3 along rows (axis = 1: each run of
 // 16 consecutive elements of a row) or columns (axis = 0), in place; the
 // result is rounded once to bf16 (rne). The axis length must be a multiple
 // of 16.

@@ -1,4 +1,4 @@
-// The scalar rounding core (CONTRACT §2): rounds an exact real value to any
+// The scalar rounding core (docs/numerics.md §2): rounds an exact real value to any
 // Format, in every rounding mode, without double rounding.
 //
 // How exactness is kept. Every value exmy rounds is a quotient num/den of two
@@ -95,7 +95,7 @@ EXMY_HD uint64_t fixed_div(uint64_t sig, int shift, unsigned __int128 div, bool&
   return static_cast<uint64_t>(q);
 }
 
-// The away-from-lo decision of CONTRACT §2 from F = floor(delta * 2^(h+1))
+// The away-from-lo decision of docs/numerics.md §2 from F = floor(delta * 2^(h+1))
 // (h = n for stochastic modes, 0 otherwise) and the sticky flag
 // (delta * 2^(h+1) not an integer).
 EXMY_HD bool away(Round mode, uint64_t F, bool sticky, bool lo_odd, bool neg, int n, uint32_t r) {
@@ -143,7 +143,7 @@ EXMY_HD bool below_min_pos(const Format& f, int fl2, uint64_t k) {
 
 // A format whose largest finite value is subnormal (E = 0, or every normal
 // binade reserved for Inf/NaN) rounds values at or above max against
-// CONTRACT §2's hi = max + 2^(floor(log2 max) - M), not against the
+// docs/numerics.md §2's hi = max + 2^(floor(log2 max) - M), not against the
 // subnormal grid spacing. Returns true (and the code and index offsets to
 // use) when y >= max lies in that case.
 EXMY_HD bool above_subnormal_max(const Format& f, double y, int& ee, int64_t& code_base, uint64_t& k_base) {

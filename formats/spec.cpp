@@ -26,7 +26,7 @@ Format make(int E, int M, bool is_signed, int bias, bool sub, bool inf, int nans
   return f;
 }
 
-// CONTRACT §1 preset table. `fp32` is exmy's addition (IEEE binary32), used
+// The preset table of docs/numerics.md §1. `fp32` (IEEE binary32) is used
 // internally for fp32_rne and accepted as a format like the others.
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> table = {
@@ -68,7 +68,7 @@ bool parse_int(std::string_view s, int& out) {
   return ec == std::errc() && p == e;
 }
 
-// `[u]e<E>m<M>` with the default fields of CONTRACT §1.
+// `[u]e<E>m<M>` with the default fields of docs/numerics.md §1.
 bool parse_generic(std::string_view name, Format& f) {
   std::string_view s = name;
   bool is_signed = true;

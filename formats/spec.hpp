@@ -1,4 +1,4 @@
-// Parsing of format spec strings (CONTRACT §1 grammar) and of the names of
+// Parsing of format spec strings (the grammar of docs/numerics.md §1) and of the names of
 // rounding modes and scale rules. Host only.
 #pragma once
 

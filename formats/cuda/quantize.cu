@@ -8,7 +8,7 @@
 // no broadcast is needed), and the lanes encode the block's elements. The
 // launch shape never changes a result: every decision is made by the shared
 // core from (plan, element value, flat index), and the random bits of an
-// element come from its flat index (CONTRACT §4).
+// element come from its flat index (docs/numerics.md §4).
 //
 // Integer statistics are per-thread counters, reduced per warp and added
 // with 64-bit atomics (integer addition is associative, so the totals are
@@ -114,8 +114,8 @@ EXMY_HD void note_error(unsigned long long* first_error, int64_t i) {
 
 EXMY_HD bool nan_representable(const QuantPlan& p) { return p.fe.has_nan || (p.has_scale && p.fs.has_nan); }
 
-// One element that is not in a NaN block or a zero-scale block: CONTRACT §3
-// step 4-5 through the shared core (the element lambda of quantize_ref).
+// One element that is not in a NaN block or a zero-scale block: docs/numerics.md
+// §3 steps 4-5 through the shared core (the element lambda of quantize_ref).
 EXMY_HD void quantize_element(const QuantPlan& p, const BlockConsts& c, const float* x, int64_t i, void* codes,
                               float* values, Counts& cnt, unsigned long long* first_error) {
   const float xi = x[i];
@@ -446,7 +446,7 @@ QuantInfo quantize_with(const QuantSpec& spec, const float* x_in, int64_t rows, 
   }
 
   auto quantize_on = [&](auto& backend) {
-    // CONTRACT §3 step 1: the reference amax, then t.
+    // docs/numerics.md §3 step 1: the reference amax, then t.
     double A = std::numeric_limits<double>::quiet_NaN();
     if (spec.amax_kind == AmaxKind::given) {
       A = spec.amax_value;

@@ -153,7 +153,7 @@ int cmd_bench(const Args& args) {
     ("cols", po::value<int64_t>()->default_value(4096), "row length of the tensor")
     ("repeat", po::value<int>()->default_value(5), "repetitions; the best time is reported")
     ("threads", po::value<int>()->default_value(0), "threads for the multi-threaded column (0: all cores)")
-    ("stats", "also collect the CONTRACT section 5 statistics");
+    ("stats", "also collect the statistics of each call (docs/numerics.md §5)");
   // clang-format on
   po::positional_options_description pos;
   pos.add("what", 1);

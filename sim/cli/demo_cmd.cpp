@@ -1,7 +1,7 @@
-// `exmy demo`: the embedded default job. Quantizes a built-in activation-like
-// tensor (Gaussian rows with log-normal row scales and a few outlier
-// channels) with the UE5M3 paper's recipe and with the formats it is
-// compared against, and prints the statistics of each.
+// `exmy demo`: quantizes a built-in activation-like tensor (Gaussian rows
+// with log-normal row scales and a few outlier channels) with the UE5M3
+// paper's recipe and with the formats it is compared against, and prints the
+// statistics of each.
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
@@ -53,7 +53,7 @@ struct Row {
 int cmd_demo(const Args& args) {
   po::options_description desc(
       "exmy demo: quantize a built-in activation-like tensor with the UE5M3 recipe and the formats it is\n"
-      "compared against, and print the CONTRACT section 5 statistics of each\n\n"
+      "compared against, and print the statistics of each (docs/numerics.md §5)\n\n"
       "usage: exmy demo [--rows R] [--cols C] [--seed S]\n\noptions");
   desc.add_options()("help,h", "show this help")("rows", po::value<int64_t>()->default_value(512), "rows")(
       "cols", po::value<int64_t>()->default_value(4096), "columns")("seed", po::value<uint64_t>()->default_value(1),

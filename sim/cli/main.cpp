@@ -23,7 +23,7 @@ const char* kUsage =
     "  eval       validation loss of a checkpoint with the forward pass quantized by a recipe\n"
     "  inspect    configuration, loss summary and worst per-layer statistics of a run file\n"
     "  demo       quantize a built-in tensor with the UE5M3 recipe and compare formats\n"
-    "  quantize   block-scaled quantization of a float32 tensor file (CONTRACT section 6)\n"
+    "  quantize   block-scaled quantization of a float32 tensor file (docs/numerics.md §7)\n"
     "  formats    table of format presets, or of the given format specs\n"
     "  bench      throughput benchmarks (bench quantize, bench train)\n"
     "  model-info parameters, FLOPs per token and training memory of a Nemotron-H model\n"

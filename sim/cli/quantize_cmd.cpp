@@ -1,4 +1,4 @@
-// `exmy quantize`: CONTRACT §6.
+// `exmy quantize`: the command-line contract of docs/numerics.md §7.
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <cstdio>
@@ -36,7 +36,7 @@ void parse_shape(const std::string& s, int64_t& rows, int64_t& cols) {
 
 int cmd_quantize(const Args& args) {
   po::options_description desc(
-      "exmy quantize: block-scaled quantization of a float32 tensor (CONTRACT section 6)\n\n"
+      "exmy quantize: block-scaled quantization of a float32 tensor (docs/numerics.md §7)\n\n"
       "usage: exmy quantize --input X [--shape R,C] --elem FMT [options] --output Y\n\n"
       "Files: raw little-endian float32 (any name), .npy (float32), or file.h5:/dataset.\n"
       "A format is a preset (e2m1 e2m3 e3m2 e4m3 e5m2 ue4m3 ue5m3 ue8m0 bf16 fp16 fp32),\n"
@@ -68,7 +68,7 @@ int cmd_quantize(const Args& args) {
     ("output", po::value<std::string>(), "dequantized tensor Y")
     ("codes", po::value<std::string>(), "element codes: one byte each (two little-endian bytes above 8 bits, four above 16)")
     ("scales", po::value<std::string>(), "block scale codes, row-major block order, same width rule")
-    ("stats", po::value<std::string>(), "statistics as JSON (CONTRACT section 5)")
+    ("stats", po::value<std::string>(), "statistics as JSON (docs/numerics.md §5)")
     ("threads", po::value<int>()->default_value(0), "threads (0: all cores); results do not depend on it")
     ("reference", "use the scalar reference implementation");
   // clang-format on

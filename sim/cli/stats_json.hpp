@@ -1,4 +1,4 @@
-// QuantStats <-> JSON with exactly the names of CONTRACT §5.
+// QuantStats <-> JSON with exactly the names of docs/numerics.md §5.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-// `exmy sweep-tensors`: CONTRACT §5 statistics of captured tensors under a
+// `exmy sweep-tensors`: the statistics (docs/numerics.md §5) of captured tensors under a
 // grid of quantization settings, without training (sim/sweep/tensor_sweep.hpp).
 //
 //   exmy sweep-tensors runs/x/run.h5 --formats e2m1/e4m3/1x16,e2m1/ue5m3/1x16 --tensor-amax auto

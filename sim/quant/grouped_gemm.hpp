@@ -1,4 +1,4 @@
-// CONTRACT §8's `grouped` GEMM output model: a native block-scaled
+// The `grouped` GEMM output model (docs/recipes.md §6): a native block-scaled
 // tensor-core GEMM as the UE5M3 paper probes it.
 //
 //   C (M,N) = A (M,K) · B (N,K)^T, with A and B the *encoded* operands: each

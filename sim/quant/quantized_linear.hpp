@@ -1,6 +1,6 @@
 // The quantized linear layer and the recipe's linear factory.
 //
-// QuantizedLinear runs the three GEMMs of CONTRACT §7 with both operands of
+// QuantizedLinear runs the three GEMMs of docs/recipes.md §1 with both operands of
 // each quantized per role, along that GEMM's reduction dimension K. Every
 // operand is quantized from the high-precision tensor the model passes in
 // (never from another role's quantized copy), in the K-major layout the GEMM

@@ -1,4 +1,4 @@
-// Quantized training recipes (CONTRACT §7, §8): what happens to each of the
+// Quantized training recipes (docs/recipes.md): what happens to each of the
 // six GEMM operands of every linear layer.
 //
 // A recipe is a layered set of knob = value settings read from an INI file
@@ -33,7 +33,7 @@
 
 namespace exmy::sim::quant {
 
-// The three GEMMs of a linear layer and the six operand roles (CONTRACT §7).
+// The three GEMMs of a linear layer and the six operand roles (docs/recipes.md §1).
 // The numeric values are part of the stream derivation (docs/recipes.md):
 // never reorder them.
 enum class Gemm : uint8_t { fprop = 0, dgrad = 1, wgrad = 2 };
@@ -50,7 +50,7 @@ Gemm role_gemm(Role r);
 std::array<Role, 2> gemm_roles(Gemm g);
 inline int role_index(Role r) { return static_cast<int>(r); }
 
-// Tensor-reference policy of a role (CONTRACT §7).
+// Tensor-reference policy of a role (docs/recipes.md §5).
 struct RefPolicy {
   enum class Kind : uint8_t { current, periodic, delayed, none };
   Kind kind = Kind::current;
@@ -76,7 +76,7 @@ struct RoleSpec {
 // "elem=e2m1 scale=ue4m3 block=1x16 ..." (every knob, canonical values).
 std::string role_spec_string(const RoleSpec& s);
 
-// CONTRACT §8's GEMM output model.
+// The GEMM output model (docs/recipes.md §6).
 struct GemmModel {
   enum class Kind : uint8_t { fp32, grouped };
   Kind kind = Kind::fp32;

@@ -1,4 +1,4 @@
-// Tensor-reference state (CONTRACT §7): the reference amax A each
+// Tensor-reference state (docs/recipes.md §5): the reference amax A each
 // quantization call of a (layer, role) uses, under the policies
 //
 //   current      A = max|x| of the tensor being quantized;

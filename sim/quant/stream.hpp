@@ -1,6 +1,7 @@
-// The Philox stream of each quantization call in training (CONTRACT §4):
-// one stream per (optimizer step, micro-batch, layer, GEMM, operand), as a
-// bit-packed 64-bit number so that any stream can be read back by eye:
+// The Philox stream of each quantization call in training (docs/recipes.md §4;
+// docs/numerics.md §4 maps a stream to random bits): one stream per
+// (optimizer step, micro-batch, layer, GEMM, operand), as a bit-packed 64-bit
+// number so that any stream can be read back by eye:
 //
 //   stream = step << 32 | micro_batch << 20 | block << 8 | kind << 4 | role
 //

@@ -1,6 +1,6 @@
 // Offline tensor sweeps (`exmy sweep-tensors`, docs/sweeps.md): quantize
 // captured tensors with every combination of a grid of format, scale,
-// block, rounding, ... settings and report CONTRACT §5's statistics of each
+// block, rounding, ... settings and report the statistics of each
 // call, computed by exmy::quantize itself. No training: the cheap way to
 // explore a format space on real tensors.
 //

@@ -1,4 +1,4 @@
-// An independent, slow reference for CONTRACT §1 (decoding) and §2 (rounding)
+// An independent, slow reference for docs/numerics.md §1 (decoding) and §2 (rounding)
 // in exact rational arithmetic, for the tests of the formats library.
 //
 // Independence: it reads only the model fields of a Format (E, M, is_signed,
@@ -6,7 +6,7 @@
 // derives, and it never calls formats/round.hpp. A format is turned into a
 // sorted table of its finite magnitudes (searched lazily for fp32-sized
 // formats); rounding searches that table for lo and hi and applies the
-// contract's table of modes literally to the exact δ = (|v| - lo) / (hi - lo).
+// table of modes of docs/numerics.md §2 literally to the exact δ = (|v| - lo) / (hi - lo).
 // It is slow on purpose: the only shortcuts are caches of integers derived
 // from δ, which the tests query for many (mode, n, r) at the same point.
 #pragma once
@@ -29,7 +29,7 @@ namespace exmy::ref {
 using Int = boost::multiprecision::cpp_int;
 using Rat = boost::multiprecision::cpp_rational;
 
-// Rounding modes, mirrored from the contract's table so that this header does
+// Rounding modes, mirrored from the table of docs/numerics.md §2 so that this header does
 // not need formats/round.hpp (the tests map exmy::Round onto these).
 enum class Mode { rne, rna, rtz, up, down, odd, stochastic, stochastic_fast, stochastic_fastest };
 
@@ -73,7 +73,7 @@ inline std::string str(const Rat& q) {
   return os.str();
 }
 
-// What a code is, from the contract's decoding rules.
+// What a code is, from the decoding rules of docs/numerics.md §1.
 struct CodeInfo {
   CodeClass cls = CodeClass::zero;
   bool neg = false;
@@ -114,7 +114,7 @@ class Table {
     has_zero_ = fvalue(0) == 0;
     max_ = fvalue(nfinite_ - 1);
     min_pos_ = has_zero_ ? (nfinite_ > 1 ? fvalue(1) : Rat(0)) : fvalue(0);
-    // CONTRACT §2: above the largest finite value hi = max + 2^(floor(log2 max) - M).
+    // docs/numerics.md §2: above the largest finite value hi = max + 2^(floor(log2 max) - M).
     // Taken literally also where max is a subnormal (E = 0 formats, or all
     // normal codes reserved): there 2^(floor(log2 max) - M) is smaller than
     // the spacing 2^(1 - bias - M) of the codes below max.
@@ -161,7 +161,7 @@ class Table {
     return lo;
   }
 
-  // Decoding of any code (CONTRACT §1).
+  // Decoding of any code (docs/numerics.md §1).
   CodeInfo info(uint32_t code) const {
     const bool neg = signed_ && ((code >> (E_ + M_)) & 1u);
     const uint32_t mag = code & (mag_count_ - 1);
@@ -177,7 +177,7 @@ class Table {
     return i;
   }
 
-  // Full code of a finite magnitude code with a sign, following the contract:
+  // Full code of a finite magnitude code with a sign, following docs/numerics.md §1:
   // a negative zero is +0 without negzero; unsigned formats have no sign.
   uint32_t with_sign(uint32_t mag, bool neg) const {
     if (!neg || !signed_) return mag;
@@ -193,7 +193,7 @@ class Table {
     return e;
   }
 
-  // The value of a magnitude code by the decoding rules of CONTRACT §1.
+  // The value of a magnitude code by the decoding rules of docs/numerics.md §1.
   CodeInfo decode_mag(uint32_t c) const {
     CodeInfo i;
     if (c >= mag_count_ - static_cast<uint32_t>(nans_)) {
@@ -322,7 +322,7 @@ class Located {
     return *c;
   }
 
-  // The "away" column of CONTRACT §2's table, literally.
+  // The "away" column of the table of docs/numerics.md §2, literally.
   bool away(Mode mode, int n, uint32_t r) const {
     const bool lo_odd = (lo_code_ & 1u) != 0;
     const uint64_t two_n = uint64_t{1} << n;
@@ -373,7 +373,7 @@ class Located {
   mutable std::optional<uint64_t> rne_cache_[40];
 };
 
-// The contract's result of encoding a value.
+// The specified result of encoding a value.
 struct Result {
   uint32_t code = 0;
   bool above_max = false;        // |v| > max
@@ -381,7 +381,7 @@ struct Result {
   bool unrepresentable = false;  // overflow with saturation off and no Inf/NaN
 };
 
-// Rounds the located value with (mode, n, r) and applies CONTRACT §2's sign,
+// Rounds the located value with (mode, n, r) and applies docs/numerics.md §2's sign,
 // overflow and saturation rules.
 inline Result encode(const Table& t, const Located& l, Mode mode, int n, uint32_t r, bool saturate) {
   Result out;

@@ -1,4 +1,4 @@
-// CONTRACT §3's worked examples, each through the scalar reference, the
+// The worked examples of docs/numerics.md §6, each through the scalar reference, the
 // threaded path (1 and 2 threads) and, where it is a single rounding, the
 // rounding core directly.
 #include <gtest/gtest.h>

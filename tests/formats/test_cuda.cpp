@@ -113,7 +113,7 @@ void expect_same(const RunOut& got, const RunOut& want, const std::string& what)
 }
 
 // Random float32 tensor mixing magnitudes over many binades with the special
-// values the contract names: exact zeros, -0, subnormals, huge values, and,
+// values docs/numerics.md names: exact zeros, -0, subnormals, huge values, and,
 // when asked, +-Inf and NaN.
 std::vector<float> random_tensor(int64_t n, uint64_t seed, bool specials) {
   std::mt19937_64 rng(seed);

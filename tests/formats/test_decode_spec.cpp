@@ -1,4 +1,4 @@
-// The format model of CONTRACT §1: Format::classify and Format::decode of
+// The format model of docs/numerics.md §1: Format::classify and Format::decode of
 // every code against the rational reference's table (zero, subnormal,
 // normal, Inf, NaN, exact values, signs), the derived constants, the preset
 // table, the ml_dtypes aliases, and the errors of the spec parser and of the
@@ -120,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(
       return s;
     });
 
-// CONTRACT §1's preset table, field by field, with max and min positive.
+// The preset table of docs/numerics.md §1, field by field, with max and min positive.
 TEST(Presets, ContractTable) {
   struct Row {
     const char* name;
@@ -163,7 +163,7 @@ TEST(Presets, ContractTable) {
     EXPECT_NE(std::find(preset_names().begin(), preset_names().end(), r.name), preset_names().end()) << r.name;
   }
   EXPECT_NEAR(parse_format("bf16").max, 3.39e38, 0.01e38);
-  // The facts the contract spells out.
+  // The facts docs/numerics.md §1 spells out.
   const Format ue8m0 = parse_format("ue8m0"), ue5m3 = parse_format("ue5m3");
   EXPECT_EQ(ue8m0.decode(0), 0x1p-127);
   EXPECT_EQ(ue8m0.classify(0), CodeClass::normal);
@@ -216,7 +216,7 @@ TEST(Presets, MlDtypesAliases) {
   }
 }
 
-// Generic names take the contract's defaults.
+// Generic names take the defaults of docs/numerics.md §1.
 TEST(Presets, GenericDefaults) {
   for (int E = 1; E <= 8; ++E) {
     for (int M : {0, 1, 5, 23}) {

@@ -1,4 +1,4 @@
-// Random bits of CONTRACT §4: philox_block against Random123's published
+// Random bits of docs/numerics.md §4: philox_block against Random123's published
 // known-answer vectors for philox4x32_10 and against an independent
 // implementation of the algorithm written here; the element-to-bits mapping
 // (bytes, halves, words; top n bits) against an independent computation; and
@@ -57,7 +57,7 @@ const Kat kKats[] = {
 };
 
 // philox_block(seed, stream, c) puts the counter block c in counter words 0-1
-// and the stream in words 2-3, the seed in the key (CONTRACT §4).
+// and the stream in words 2-3, the seed in the key (docs/numerics.md §4).
 PhiloxBlock block_for(const uint32_t ctr[4], const uint32_t key[2]) {
   const uint64_t c = uint64_t{ctr[0]} | (uint64_t{ctr[1]} << 32);
   const uint64_t stream = uint64_t{ctr[2]} | (uint64_t{ctr[3]} << 32);
@@ -94,7 +94,7 @@ TEST(Philox, MatchesIndependentImplementation) {
   }
 }
 
-// CONTRACT §4's mapping, computed independently: the element's source word,
+// The mapping of docs/numerics.md §4, computed independently: the element's source word,
 // then its byte / half / whole word, then the top n bits of that.
 uint32_t bits_ref(uint64_t seed, uint64_t stream, uint64_t i, int n) {
   uint64_t j;

@@ -962,7 +962,7 @@ TEST(Hadamard, MatchesRationalComputation) {
 }
 
 // Exact zero sums: the sign must at least be the same in both implementations
-// (CONTRACT: every backend produces the same bits).
+// (docs/numerics.md: every backend produces the same bits).
 TEST(Hadamard, ZeroSegmentsSameSignInBothPaths) {
   int checked = 0;
   for (uint32_t signs : {0x0000u, 0xD7E8u, 0xFFFFu, 0x0001u}) {

@@ -394,7 +394,7 @@ INSTANTIATE_TEST_SUITE_P(
 // ---------------------------------------------------------------------------
 
 // With saturation on, a finite input never encodes to a NaN code (it is
-// clamped to +-max, CONTRACT §2), in any format, including a signed format
+// clamped to +-max, docs/numerics.md §2), in any format, including a signed format
 // without zero and without negzero, where sign = 1 with magnitude 0 is NaN.
 TEST(RoundProperties, FiniteSaturatedNeverNaN) {
   size_t checked = 0;

@@ -2,8 +2,8 @@
 // copies of a value between two neighbours, quantized with distinct element
 // indices, so that each copy draws its own Philox bits.
 //
-// Per element the result must be exactly the contract's decision for that
-// element's r (CONTRACT §2, §4). Over all elements only the two neighbours
+// Per element the result must be exactly the decision of docs/numerics.md §2
+// for that element's r (§4). Over all elements only the two neighbours
 // occur, the frequency of rounding away lies within a 5-sigma binomial bound
 // of the mode's exact probability at n-bit resolution, and the mean error
 // within 5 sigma of its exact expectation; the exact probability itself is
@@ -26,7 +26,7 @@ namespace {
 using ref::Int;
 using ref::Rat;
 
-// The integers of CONTRACT §2's stochastic rules for one δ and n, from the
+// The integers of the stochastic rules of docs/numerics.md §2 for one δ and n, from the
 // rational δ directly: rne(δ·2^n), floor(δ·2^(n+1)), floor(δ·2^n).
 struct Rule {
   int n;
@@ -114,7 +114,7 @@ TEST(StochasticStats, FrequencyAndBiasWithinBinomialBounds) {
           const bool went_away = q == sign * hi;
           away_count += went_away;
           err_sum += q - static_cast<double>(st.value);
-          // exactly the contract's decision for this element's own r
+          // exactly the specified decision for this element's own r
           const uint32_t r = random_bits(s.seed, s.stream, static_cast<uint64_t>(i), n);
           per_element_bad += went_away != rule.away(m, r);
         }

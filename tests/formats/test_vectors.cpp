@@ -1,7 +1,7 @@
-// Every case of the shared reference vectors (tests/reference/quantize.jsonl,
-// a copy of ../shared/vectors/quantize.jsonl) reproduced exactly by the scalar
-// reference and by the threaded path with 1 and 2 threads: values as float32
-// bit patterns, element codes, scale codes, and every statistic.
+// Every case of the public reference vectors (tests/reference/quantize.jsonl)
+// reproduced exactly by the scalar reference and by the threaded path with 1
+// and 2 threads: values as float32 bit patterns, element codes, scale codes,
+// and every statistic.
 #include "tests/formats/vectors.hpp"
 
 namespace exmy {

@@ -1,6 +1,6 @@
-// The shared reference vectors (tests/reference/quantize.jsonl, a copy of
-// ../shared/vectors/quantize.jsonl): loader and the bit-for-bit comparison of
-// one implementation's outputs with a case's expected outputs. Included by
+// The public reference vectors (tests/reference/quantize.jsonl, which follow
+// docs/numerics.md): loader and the bit-for-bit comparison of one
+// implementation's outputs with a case's expected outputs. Included by
 // every test that checks an implementation against the vectors (CPU paths in
 // test_vectors.cpp, the CUDA path in test_cuda.cpp). The including target
 // defines EXMY_VECTORS, the path of the .jsonl file; the environment variable

@@ -1,4 +1,4 @@
-// libFuzzer target: format spec strings (CONTRACT §1 grammar).
+// libFuzzer target: format spec strings (the grammar of docs/numerics.md §1).
 //
 // Input: a spec string, optionally followed by a NUL byte and bytes that
 // choose values to encode. For every input:
