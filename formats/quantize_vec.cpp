@@ -373,7 +373,7 @@ struct Lanes32 {
   static __m256i half(__m256i a) { return _mm256_srli_epi32(a, 1); }
 };
 
-// CONTRACT §2's decision to round a magnitude away from zero, per lane (all
+// docs/numerics.md §2's decision to round a magnitude away from zero, per lane (all
 // ones: away). W = floor(|v| / ulp * 2^(h+1)) splits into the index k of the
 // lower neighbour (W >> (h+1)) and the h+1 bits F below it; `sticky` marks
 // bits lost below F, `negi` negative inputs, r the lane's h random bits
@@ -751,7 +751,7 @@ void span4_impl(const QuantPlan& p, const Row4& row, uint8_t* codes, float* valu
     if constexpr (kCvtRne) {
       // The conversion rounds v * 2^(M-ee) once, to nearest even: with M >= 1
       // the parity of the index is the parity of the code, so this is the
-      // contract's rne (exmy never changes MXCSR's rounding mode). In fp32
+      // rne of docs/numerics.md §2 (exmy never changes MXCSR's rounding mode). In fp32
       // arithmetic v is exact; in exact arithmetic the only decision points
       // of rne are the ties, so lanes near a tie go to the scalar core.
       const __m256 Wr = _mm256_mul_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(shift_rne, ee), 23)));

@@ -177,7 +177,7 @@ ScaleThr scale_code_thresholds(const QuantPlan& p);
 
 // What block_scale_codes adds up besides the codes.
 struct ScaleCodeOut {
-  uint64_t saturated = 0, underflow = 0, subnormal = 0;  // scales, as CONTRACT section 5 counts them
+  uint64_t saturated = 0, underflow = 0, subnormal = 0;  // scales, as docs/numerics.md §5 counts them
   uint32_t max_bits = 0;                                 // max of the block maxima
   uint32_t code_min = 0xff, code_max = 0;                // range of the codes written
   uint64_t by_threshold = 0;                             // blocks coded by the threshold form

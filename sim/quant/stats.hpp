@@ -2,7 +2,7 @@
 // capture hook.
 //
 // For every quantized operand of every layer and GEMM on a sampled step:
-// CONTRACT §5's statistics of the quantization call plus the tensor amax,
+// docs/numerics.md §5's statistics of the quantization call plus the tensor amax,
 // the reference used, the block-scale histogram and the blocks at the scale
 // format's max/min (OperandStats). For every GEMM on a sampled step, the
 // quantized GEMM's output ŷ against the unquantized GEMM y of the same
@@ -36,7 +36,7 @@ inline constexpr int kScaleHistBins = 128;
 inline constexpr int kScaleHistMinLog2 = -64;
 
 struct OperandStats {
-  QuantStats q;              // CONTRACT §5
+  QuantStats q;              // docs/numerics.md §5
   double amax = 0;           // max|x| of the tensor quantized (after the RHT when on); NaN if it holds a NaN
   double reference = 0;      // reference amax A the call used (NaN: none)
   float tensor_scale = 1;    // t (G in fp32 arithmetic)
@@ -139,7 +139,7 @@ class MemoryCaptureSink final : public CaptureSink {
 
 // --- the statistics as rows of one table (HDF5 datasets, inspect, CSV) ------
 
-// One scalar statistic: its name (the HDF5 dataset name; CONTRACT §5's names
+// One scalar statistic: its name (the HDF5 dataset name; docs/numerics.md §5's names
 // for the QuantStats part), whether it is a count (store as uint64) and its
 // value. The block-scale histogram (kScaleHistBins counts) is apart.
 struct OperandField {
@@ -163,7 +163,7 @@ const std::vector<OperandField>& operand_fields();
 // magnitude_bias
 const std::vector<GemmField>& gemm_fields();
 
-// The `exmy quantize` options that reproduce a captured call (CONTRACT §6):
+// The `exmy quantize` options that reproduce a captured call (docs/numerics.md §7):
 // "--elem e2m1 --scale ue5m3 --block 1x16 ... --seed S --stream T".
 std::string quantize_options(const QuantSpec& spec);
 
