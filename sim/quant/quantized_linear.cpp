@@ -93,7 +93,7 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
     if (!d.valid || d.step != ctx.step || d.micro_batch != ctx.micro_batch)
       throw Error(info_.name + ": recompute_forward without a forward of step " + std::to_string(ctx.step) +
                   ", micro-batch " + std::to_string(ctx.micro_batch));
-    return quantize_decided(d.q, hp, rows, cols, b);
+    return quantize_decided(d.q, hp, rows, cols, b, nullptr).op;
   }
   const ReferenceState::Use use = ref.begin_call(rs.reference, ctx.step);
   QuantSpec q = rs.q;
@@ -113,62 +113,37 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
   CaptureSink* cap = ctx.capture ? rt_->capture_sink() : nullptr;
   if (cap) cap->capture(key(g, role), q, hp, rows, cols);
 
-  if (rs.q.rht) {
-    if (hp == src) {
-      std::memcpy(ensure(b.hp, n), src, sizeof(float) * static_cast<size_t>(n));
-      hp = b.hp.data();
-    }
-    hadamard16(b.hp.data(), rows, cols, 1, rs.q.rht_signs);
-  }
-
   StatsSink* sink = ctx.stats ? rt_->stats_sink() : nullptr;
-  const bool grouped = gemm_.kind == GemmModel::Kind::grouped;
-  QuantSpec qc = q;
-  qc.rht = false;  // applied above
-  const int64_t blocks = block_count(qc, rows, cols);
-  QuantOutput out;
-  out.values = ensure(b.dq, n);
-  // Element codes feed the grouped GEMM; scale codes also feed the
-  // statistics' scale histograms.
-  if (grouped) out.codes = ensure(b.codes, n * qc.elem.code_bytes());
-  if ((grouped || sink) && qc.scale)
-    out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, blocks * qc.scale->code_bytes()));
   QuantStats qs;
-  if (sink) out.stats = &qs;
-  const QuantInfo info = quantize(qc, hp, rows, cols, out);
+  const Quantized r = quantize_decided(q, hp, rows, cols, b, sink ? &qs : nullptr);
 
   // The operand's amax: `current` calls measured it as their reference; the
   // others need it for the statistics or a delayed history, and the CPU
   // path measures it anyway in its block-amax pass.
-  double amax = info.amax;
+  double amax = r.info.amax;
   if (use.kind != AmaxKind::current && (sink || ReferenceState::needs_amax(rs.reference)))
-    amax = info.abs_max ? *info.abs_max : abs_max(hp, n);
+    amax = r.info.abs_max ? *r.info.abs_max : abs_max(r.hp, n);
   ref.end_call(rs.reference, ctx.step, amax);
 
-  Operand op;
-  op.dq = b.dq.data();
-  op.t = info.t;
-  if (grouped) {
-    encode_operand(ensure(b.enc, n), qc, b.codes.data(), qc.scale ? b.scale_codes.data() : nullptr, rows, cols);
-    op.enc = b.enc.data();
-  }
   if (sink) {
     OperandStats os;
     os.q = qs;
     os.amax = amax;
-    os.reference = info.amax;
-    os.tensor_scale = info.t;
-    if (qc.scale) scale_tables_[ri].add(b.scale_codes.data(), blocks, os);
+    os.reference = r.info.amax;
+    os.tensor_scale = r.info.t;
+    if (q.scale) scale_tables_[ri].add(b.scale_codes.data(), r.blocks, os);
     sink->record_operand(key(g, role), os);
   }
-  return op;
+  return r.op;
 }
 
-// The replay of a forward operand: the decided spec (reference applied, RHT
-// still to do), quantized again into the same buffers; no statistics, no
-// capture, no reference update.
-QuantizedLinear::Operand QuantizedLinear::quantize_decided(const QuantSpec& q, const float* hp, int64_t rows,
-                                                           int64_t cols, QuantRuntime::OperandBuffers& b) {
+// An operand whose spec is decided (reference applied, RHT still to do):
+// the RHT, the quantization call into the role's buffers, and the grouped
+// model's encoding. With `stats`, the call's statistics and the scale codes
+// (for the histograms) too. A replay (recompute_forward) calls it alone.
+QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q, const float* hp, int64_t rows,
+                                                             int64_t cols, QuantRuntime::OperandBuffers& b,
+                                                             QuantStats* stats) {
   const int64_t n = rows * cols;
   if (q.rht) {
     if (hp != b.hp.data()) {
@@ -179,21 +154,26 @@ QuantizedLinear::Operand QuantizedLinear::quantize_decided(const QuantSpec& q, c
   }
   const bool grouped = gemm_.kind == GemmModel::Kind::grouped;
   QuantSpec qc = q;
-  qc.rht = false;
-  const int64_t blocks = block_count(qc, rows, cols);
+  qc.rht = false;  // applied above
+  Quantized r;
+  r.hp = hp;
+  r.blocks = block_count(qc, rows, cols);
   QuantOutput out;
   out.values = ensure(b.dq, n);
+  // Element codes feed the grouped GEMM; scale codes also feed the
+  // statistics' scale histograms.
   if (grouped) out.codes = ensure(b.codes, n * qc.elem.code_bytes());
-  if (grouped && qc.scale) out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, blocks * qc.scale->code_bytes()));
-  const QuantInfo info = quantize(qc, hp, rows, cols, out);
-  Operand op;
-  op.dq = b.dq.data();
-  op.t = info.t;
+  if ((grouped || stats) && qc.scale)
+    out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, r.blocks * qc.scale->code_bytes()));
+  out.stats = stats;
+  r.info = quantize(qc, hp, rows, cols, out);
+  r.op.dq = b.dq.data();
+  r.op.t = r.info.t;
   if (grouped) {
     encode_operand(ensure(b.enc, n), qc, b.codes.data(), qc.scale ? b.scale_codes.data() : nullptr, rows, cols);
-    op.enc = b.enc.data();
+    r.op.enc = b.enc.data();
   }
-  return op;
+  return r;
 }
 
 void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, float* dst,

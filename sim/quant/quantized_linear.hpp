@@ -129,8 +129,14 @@ class QuantizedLinear final : public Linear<float> {
   void run_gemm(Gemm g, const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, float* dst,
                 bool accumulate, const float* X, const float* W, const float* dY, int64_t tokens);
   CallKey key(Gemm g, Role r) const;
-  Operand quantize_decided(const QuantSpec& q, const float* hp, int64_t rows, int64_t cols,
-                           QuantRuntime::OperandBuffers& b);
+  struct Quantized {
+    Operand op;
+    QuantInfo info;
+    const float* hp = nullptr;  // the tensor quantized (after the RHT)
+    int64_t blocks = 0;
+  };
+  Quantized quantize_decided(const QuantSpec& q, const float* hp, int64_t rows, int64_t cols,
+                             QuantRuntime::OperandBuffers& b, QuantStats* stats);
 
   // What the last quantization of each role decided (for recompute_forward).
   struct Decided {
