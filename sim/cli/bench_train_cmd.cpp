@@ -95,7 +95,7 @@ struct RecipeRun {
 };
 
 int bench_recipes(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int steps, const std::string& list,
-                  const std::string& stats_list) {
+                  const std::string& stats_list, const sim::quant::RuntimeOptions& rt_opt) {
   const std::vector<std::string> names = split_list(list);
   if (names.empty()) throw Error("--recipe: empty list");
   if (std::find(names.begin(), names.end(), "bf16") == names.end())
@@ -126,7 +126,7 @@ int bench_recipes(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int 
     r.recipe = sim::quant::load_recipe(name);
     r.label = name + (stats ? " +stats" : "");
     r.stats = stats;
-    r.rt = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{1, 128});
+    r.rt = std::make_shared<sim::quant::QuantRuntime>(rt_opt);
     r.factory = std::make_unique<sim::quant::RecipeLinearFactory>(r.recipe, cfg.num_hidden_layers, r.rt);
     r.model = std::make_unique<models::NemotronH<float>>(cfg, *r.factory);
     r.model->init_weights(1);
@@ -224,6 +224,10 @@ int cmd_bench_train(const Args& args) {
     ("recipe", po::value<std::string>()->implicit_value(kDefaultRecipes),
      "compare recipes (comma-separated names or .ini files, must include bf16) instead of the MFU; "
      "alone: bf16,te-nvfp4,nvfp4-no-rht-all,ue5m3-b16,ue5m3-b16-fp32gemm,mxfp4")
+    ("gemm-stats-rows", po::value<int64_t>()->default_value(sim::quant::RuntimeOptions{}.gemm_stats_rows),
+     "with --stats: GEMM statistics compare at most this many output rows (train.gemm_stats_rows; 0: all)")
+    ("gemm-stats-sample", po::value<int64_t>()->default_value(sim::quant::RuntimeOptions{}.gemm_stats_sample),
+     "with --stats: one output row in this many (train.gemm_stats_sample)")
     ("stats", po::value<std::string>()->default_value("all"),
      "with --recipe: recipes also timed with statistics at every step (comma-separated, all, none)")
     ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)");
@@ -252,7 +256,15 @@ int cmd_bench_train(const Args& args) {
                             std::to_string(B) + " x " + std::to_string(T) + ")",
                         "lower --batch or --seq-len, or compare fewer recipes at once");
   }
-  if (vm.count("recipe")) return bench_recipes(cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>());
+  if (vm.count("recipe")) {
+    sim::quant::RuntimeOptions rt_opt;
+    rt_opt.seed = 1;
+    rt_opt.gemm_stats_rows = vm["gemm-stats-rows"].as<int64_t>();
+    rt_opt.gemm_stats_sample = vm["gemm-stats-sample"].as<int64_t>();
+    if (rt_opt.gemm_stats_rows < 0 || rt_opt.gemm_stats_sample < 1)
+      throw Error("--gemm-stats-rows must be >= 0 and --gemm-stats-sample >= 1");
+    return bench_recipes(cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>(), rt_opt);
+  }
   const int64_t n = vm["gemm-size"].as<int64_t>();
   if (n <= 0) throw Error("--gemm-size must be positive");
 

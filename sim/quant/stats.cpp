@@ -91,6 +91,15 @@ const std::vector<OperandField>& operand_fields() {
       {"underflow_fraction", false, [](const S& s) { return s.q.underflow_fraction(); }},
       {"fraction_at_max", false, [](const S& s) { return s.fraction_at_max(); }},
       {"fraction_at_min", false, [](const S& s) { return s.fraction_at_min(); }},
+      // Sample-and-hold safety (periodic and delayed references): the
+      // operand's own amax over the held one (1 for `current` calls; above 1
+      // the held reference is stale low), and the blocks whose scale
+      // saturated: with T <= Fs.max a current reference saturates none (but
+      // for t's float32 rounding at the amax's block), so under a held one
+      // they are the staleness's.
+      {"stale_ratio", false, [](const S& s) { return s.amax / s.reference; }},
+      {"scale_saturated_fraction", false,
+       [](const S& s) { return s.q.blocks ? static_cast<double>(s.q.scale_saturated) / static_cast<double>(s.q.blocks) : NAN; }},
   };
   return f;
 }

@@ -203,6 +203,41 @@ TEST(QuantTrain, ResumeWithPeriodicReferencesIsBitIdentical) {
   }
 }
 
+// The sample-and-hold statistics: stale_ratio = amax / reference (1 at the
+// steps a periodic reference samples, other values between samples) and
+// scale_saturated_fraction = scale_saturated / blocks, row by row.
+TEST(QuantTrain, StaleRatioAndSaturatedFractionOfHeldReferences) {
+  TempDir d;
+  const TrainResult r = train_new(
+      tiny({"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:3", "train.steps=6", "train.stats_interval=1"}),
+      d / "run", quiet(), {});
+  ASSERT_EQ(r.status, TrainStatus::completed);
+  const std::string file = d / "run/run.h5";
+  int groups = 0, held_differs = 0;
+  for (const auto& ds : io::list_run_datasets(file)) {
+    if (!ds.starts_with("/quant/") || !ds.ends_with("/stale_ratio")) continue;
+    const std::string g = ds.substr(0, ds.size() - std::string("/stale_ratio").size());
+    SCOPED_TRACE(g);
+    const auto rho = io::read_run_column(file, ds), amax = io::read_run_column(file, g + "/amax"),
+               ref = io::read_run_column(file, g + "/reference"), step = io::read_run_column(file, g + "/step"),
+               mb = io::read_run_column(file, g + "/micro_batch"), sat = io::read_run_column(file, g + "/scale_saturated"),
+               blocks = io::read_run_column(file, g + "/blocks"),
+               frac = io::read_run_column(file, g + "/scale_saturated_fraction");
+    ASSERT_EQ(rho.size(), amax.size());
+    for (size_t i = 0; i < rho.size(); ++i) {
+      EXPECT_EQ(bits(rho[i]), bits(amax[i] / ref[i])) << "row " << i;
+      EXPECT_EQ(bits(frac[i]), bits(sat[i] / blocks[i])) << "row " << i;
+      // Steps 1, 4 (periodic:3), micro-batch 0 of a forward operand: the
+      // reference is the call's own amax.
+      if ((step[i] == 1 || step[i] == 4) && mb[i] == 0 && g.ends_with("/fprop-x")) EXPECT_EQ(rho[i], 1.0) << "row " << i;
+      held_differs += rho[i] != 1.0;
+    }
+    ++groups;
+  }
+  EXPECT_GT(groups, 0);
+  EXPECT_GT(held_differs, 0) << "no held reference was stale: the test shows nothing";
+}
+
 TEST(QuantTrain, StatisticsEqualQuantizeOnTheCapturedTensors) {
   // te-nvfp4 with every block quantized: RHT on wgrad, stochastic rounding
   // on dY, current references; captured at step 3 (micro-batch 0).
