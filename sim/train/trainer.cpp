@@ -315,6 +315,24 @@ class Trainer {
   TrainResult run();
 
  private:
+  // What the loop of one session keeps between steps.
+  struct Session {
+    Clock::time_point start = Clock::now();
+    int64_t first = 0;          // the step the session started at
+    double train_s = 0;         // step time this session
+    double window_s = 0;        // step time since the last log line
+    int64_t window_tokens = 0;  // tokens since the last log line
+  };
+  void say_plan(int64_t first);
+  TrainResult nothing_to_do(TrainResult& res);
+  double forward_backward(int64_t s);
+  std::string stop_diverged(int64_t s, double loss, double grad_norm);
+  double update(int64_t s, double grad_norm, double inv_accum);
+  void record_step(double loss, double step_s, Session& ss, TrainResult& res);
+  void log_step(int64_t step, double loss, double lr, double grad_norm, double inv_accum, Session& ss);
+  void evaluate_and_log(int64_t step, TrainResult& res);
+  void finish(TrainResult& res, const Session& ss);
+
   // The validation forward runs the recipe with the tensor references as
   // they stand after the step, and leaves them so: the training run must not
   // depend on when it is evaluated.
@@ -390,10 +408,50 @@ class Trainer {
   std::string last_checkpoint_;
 };
 
+// The loop of a session, as a training step reads: forward and backward over
+// the micro-batches, stop on a non-finite loss or gradient, update, then log,
+// evaluate and checkpoint at their intervals. The helpers below do each part.
 TrainResult Trainer::run() {
   TrainResult res;
   const int64_t total = cfg_.steps;
-  const int64_t first = state_.step;
+  Session ss;
+  ss.first = state_.step;
+  say_plan(ss.first);
+  if (ss.first >= total) return nothing_to_do(res);
+  for (int64_t s = ss.first; s < total; ++s) {
+    if (hooks_.stop && hooks_.stop->load() != 0) {
+      res.status = TrainStatus::interrupted;
+      break;
+    }
+    if (hooks_.before_step) hooks_.before_step(s, *model_);
+    const auto t0 = Clock::now();
+    const double loss = forward_backward(s);
+    const double inv_accum = 1.0 / static_cast<double>(cfg_.grad_accum);
+    const double grad_norm = sim::global_norm(model_->arena().grads(), inv_accum);
+    // A non-finite loss or gradient stops the run before it touches the
+    // weights: the checkpoint is the last good step.
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      res.status = TrainStatus::diverged;
+      res.message = stop_diverged(s, loss, grad_norm);
+      break;
+    }
+    const double lr = update(s, grad_norm, inv_accum);
+    record_step(loss, seconds_since(t0), ss, res);
+    const int64_t step = state_.step;
+    if (hooks_.after_step) hooks_.after_step(step, *model_, *run_);
+    if (step % cfg_.log_interval == 0 || step == total || step == 1) log_step(step, loss, lr, grad_norm, inv_accum, ss);
+    if ((cfg_.eval_interval > 0 && step % cfg_.eval_interval == 0) || step == total) evaluate_and_log(step, res);
+    if ((cfg_.checkpoint_interval > 0 && step % cfg_.checkpoint_interval == 0) || step == total) {
+      state_.elapsed_s += seconds_since(ss.start);
+      write_checkpoint();
+      state_.elapsed_s -= seconds_since(ss.start);
+    }
+  }
+  finish(res, ss);
+  return res;
+}
+
+void Trainer::say_plan(int64_t first) {
   const auto& mc = cfg_.model;
   say("exmy train: model %s (%s parameters, %lld layers %s), precision %s, %d threads\n", cfg_.model_name.c_str(),
       fmt_count(static_cast<double>(model_->arena().layout().num_params())).c_str(),
@@ -415,152 +473,142 @@ TrainResult Trainer::run() {
       fmt_count(static_cast<double>(data_.split.train_end - data_.split.train_begin)).c_str(),
       fmt_count(static_cast<double>(data_.split.val_end - data_.split.val_begin)).c_str());
   say("steps %lld x %lld tokens (%lld x %lld x %lld accumulated), AdamW lr %.3g %s warmup %lld, run dir %s\n",
-      static_cast<long long>(total), static_cast<long long>(cfg_.tokens_per_step()),
+      static_cast<long long>(cfg_.steps), static_cast<long long>(cfg_.tokens_per_step()),
       static_cast<long long>(cfg_.batch_size), static_cast<long long>(cfg_.seq_len),
       static_cast<long long>(cfg_.grad_accum), cfg_.schedule.peak,
       std::string(sim::lr_kind_name(cfg_.schedule.kind)).c_str(), static_cast<long long>(cfg_.schedule.warmup),
       dir_.c_str());
   if (first > 0) say("resuming at step %lld from %s\n", static_cast<long long>(first), last_checkpoint_.c_str());
-  if (first >= total) {
-    say("nothing to do: the run is at step %lld of %lld (give --steps N to extend it)\n", static_cast<long long>(first),
-        static_cast<long long>(total));
-    res.step = first;
-    res.checkpoint = last_checkpoint_;
-    res.final_window_loss = final_window_loss(state_.losses);
-    res.final_window_steps = first > 0 ? final_window_steps(first) : 0;
-    return res;
-  }
+}
 
+TrainResult Trainer::nothing_to_do(TrainResult& res) {
+  const int64_t first = state_.step;
+  say("nothing to do: the run is at step %lld of %lld (give --steps N to extend it)\n", static_cast<long long>(first),
+      static_cast<long long>(cfg_.steps));
+  res.step = first;
+  res.checkpoint = last_checkpoint_;
+  res.final_window_loss = final_window_loss(state_.losses);
+  res.final_window_steps = first > 0 ? final_window_steps(first) : 0;
+  return res;
+}
+
+// Forward and backward over the micro-batches of step s (0-based); the
+// gradients add up in the arena. The quantized linears learn the step and
+// micro-batch (random streams, tensor references) and whether to record
+// statistics or capture. Returns the mean of the micro-batch losses.
+double Trainer::forward_backward(int64_t s) {
+  const bool stats = cfg_.stats_step(s + 1), capture = cfg_.capture_step == s + 1;
+  if (capture) run_->leave_swmr();  // many new tensors: out of SWMR mode for this step
+  model_->arena().zero_grad();
+  double loss = 0;
+  for (int64_t m = 0; m < cfg_.grad_accum; ++m) {
+    quant_->begin({s + 1, m, stats, capture && m == 0});
+    sampler_->next(tokens_.data(), targets_.data(), cfg_.batch_size);
+    loss += model_->forward(tokens_.data(), targets_.data(), cfg_.batch_size, cfg_.seq_len);
+    model_->backward();
+  }
+  if (capture) {
+    run_->start_swmr();
+    say("captured %lld operands of step %lld into %s:/capture/step_%lld\n", static_cast<long long>(capture_->tensors()),
+        static_cast<long long>(s + 1), run_path().c_str(), static_cast<long long>(s + 1));
+  }
+  return loss / static_cast<double>(cfg_.grad_accum);
+}
+
+// The checkpoint of the last good step and the message of a run stopped at
+// step s + 1 by a non-finite loss or gradient norm.
+std::string Trainer::stop_diverged(int64_t s, double loss, double grad_norm) {
+  const std::string ckpt = write_checkpoint();
+  char msg[512];
+  std::snprintf(msg, sizeof msg, "%s is %s at step %lld: stopped before the update; checkpoint of step %lld in %s",
+                std::isfinite(loss) ? "gradient norm" : "loss",
+                std::isnan(std::isfinite(loss) ? grad_norm : loss) ? "NaN" : "infinite", static_cast<long long>(s + 1),
+                static_cast<long long>(state_.step), ckpt.c_str());
+  return msg;
+}
+
+// AdamW at the schedule's LR of step s, gradients clipped to the global
+// norm and averaged over the micro-batches; the training state moves on.
+double Trainer::update(int64_t s, double grad_norm, double inv_accum) {
+  const double lr = cfg_.schedule.at(s);
+  const double clip = sim::clip_factor(grad_norm, cfg_.grad_clip);
+  opt_->step(model_->arena().params(), model_->arena().grads(), lr, clip * inv_accum);
+  state_.step = s + 1;
+  state_.data_position = sampler_->position();
+  state_.tokens_seen += cfg_.tokens_per_step();
+  return lr;
+}
+
+// Every step's loss (the final window's source) and the session's timing.
+void Trainer::record_step(double loss, double step_s, Session& ss, TrainResult& res) {
+  res.losses.push_back(loss);
+  state_.losses.push_back(loss);
+  ss.train_s += step_s;
+  ss.window_s += step_s;
+  ss.window_tokens += cfg_.tokens_per_step();
+  run_->append("/step_loss/step", state_.step);
+  run_->append("/step_loss/loss", loss);
+}
+
+// The progress line and the /train rows of a logging step, flushed.
+void Trainer::log_step(int64_t step, double loss, double lr, double grad_norm, double inv_accum, Session& ss) {
+  const int64_t total = cfg_.steps;
   const int width = static_cast<int>(std::to_string(total).size());
-  const auto session_start = Clock::now();
-  double train_s = 0, window_s = 0;  // step time this session / since the last log line
-  int64_t window_tokens = 0;
-  auto params = model_->arena().params();
-  auto grads = model_->arena().grads();
+  const double tps = ss.window_s > 0 ? static_cast<double>(ss.window_tokens) / ss.window_s : 0;
+  const double eta = ss.train_s / static_cast<double>(step - ss.first) * static_cast<double>(total - step);
+  say("step %*lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s | ETA %s\n", width,
+      static_cast<long long>(step), static_cast<long long>(total), loss, lr, grad_norm, fmt_count(tps).c_str(),
+      fmt_duration(eta).c_str());
+  run_->append("/train/step", step);
+  run_->append("/train/loss", loss);
+  run_->append("/train/lr", lr);
+  run_->append("/train/grad_norm", grad_norm);
+  run_->append("/train/tokens_per_s", tps);
+  run_->append("/train/tokens", state_.tokens_seen);
+  run_->append("/train/elapsed_s", state_.elapsed_s + seconds_since(ss.start));
+  append_param_norms(inv_accum);
+  run_->flush();
+  ss.window_s = 0;
+  ss.window_tokens = 0;
+}
 
-  for (int64_t s = first; s < total; ++s) {
-    if (hooks_.stop && hooks_.stop->load() != 0) {
-      res.status = TrainStatus::interrupted;
-      break;
-    }
-    if (hooks_.before_step) hooks_.before_step(s, *model_);
-    const auto t0 = Clock::now();
-
-    // Forward and backward over the micro-batches; gradients add up. The
-    // quantized linears learn the step and micro-batch (random streams,
-    // tensor references) and whether to record statistics or capture.
-    const bool stats = cfg_.stats_step(s + 1), capture = cfg_.capture_step == s + 1;
-    if (capture) run_->leave_swmr();  // many new tensors: out of SWMR mode for this step
-    model_->arena().zero_grad();
-    double loss = 0;
-    for (int64_t m = 0; m < cfg_.grad_accum; ++m) {
-      quant_->begin({s + 1, m, stats, capture && m == 0});
-      sampler_->next(tokens_.data(), targets_.data(), cfg_.batch_size);
-      loss += model_->forward(tokens_.data(), targets_.data(), cfg_.batch_size, cfg_.seq_len);
-      model_->backward();
-    }
-    if (capture) {
-      run_->start_swmr();
-      say("captured %lld operands of step %lld into %s:/capture/step_%lld\n", static_cast<long long>(capture_->tensors()),
-          static_cast<long long>(s + 1), run_path().c_str(), static_cast<long long>(s + 1));
-    }
-    loss /= static_cast<double>(cfg_.grad_accum);
-    const double inv_accum = 1.0 / static_cast<double>(cfg_.grad_accum);
-    const double grad_norm = sim::global_norm(grads, inv_accum);
-
-    // A non-finite loss or gradient stops the run before it touches the
-    // weights: the checkpoint below is the last good step.
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-      res.status = TrainStatus::diverged;
-      const std::string ckpt = write_checkpoint();
-      char msg[512];
-      std::snprintf(msg, sizeof msg, "%s is %s at step %lld: stopped before the update; checkpoint of step %lld in %s",
-                    std::isfinite(loss) ? "gradient norm" : "loss",
-                    std::isnan(std::isfinite(loss) ? grad_norm : loss) ? "NaN" : "infinite",
-                    static_cast<long long>(s + 1), static_cast<long long>(state_.step), ckpt.c_str());
-      res.message = msg;
-      break;
-    }
-
-    // Update.
-    const double lr = cfg_.schedule.at(s);
-    const double clip = sim::clip_factor(grad_norm, cfg_.grad_clip);
-    opt_->step(params, grads, lr, clip * inv_accum);
-    state_.step = s + 1;
-    state_.data_position = sampler_->position();
-    state_.tokens_seen += cfg_.tokens_per_step();
-    res.losses.push_back(loss);
-    state_.losses.push_back(loss);
-    const double dt = seconds_since(t0);
-    train_s += dt;
-    window_s += dt;
-    window_tokens += cfg_.tokens_per_step();
-    const int64_t step = state_.step;
-    run_->append("/step_loss/step", step);
-    run_->append("/step_loss/loss", loss);
-    if (hooks_.after_step) hooks_.after_step(step, *model_, *run_);
-
-    // Log.
-    if (step % cfg_.log_interval == 0 || step == total || step == 1) {
-      const double tps = window_s > 0 ? static_cast<double>(window_tokens) / window_s : 0;
-      const double eta = train_s / static_cast<double>(step - first) * static_cast<double>(total - step);
-      say("step %*lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s | ETA %s\n", width,
-          static_cast<long long>(step), static_cast<long long>(total), loss, lr, grad_norm, fmt_count(tps).c_str(),
-          fmt_duration(eta).c_str());
-      run_->append("/train/step", step);
-      run_->append("/train/loss", loss);
-      run_->append("/train/lr", lr);
-      run_->append("/train/grad_norm", grad_norm);
-      run_->append("/train/tokens_per_s", tps);
-      run_->append("/train/tokens", state_.tokens_seen);
-      run_->append("/train/elapsed_s", state_.elapsed_s + seconds_since(session_start));
-      append_param_norms(inv_accum);
-      run_->flush();
-      window_s = 0;
-      window_tokens = 0;
-    }
-
-    // Evaluate.
-    if ((cfg_.eval_interval > 0 && step % cfg_.eval_interval == 0) || step == total) {
-      const double val = evaluate();
-      res.val_losses.push_back(val);
-      res.last_val_loss = val;
-      if (val < state_.best_val_loss) {
-        state_.best_val_loss = val;
-        state_.best_val_step = step;
-      }
-      if (data_.entropy_rate >= 0)
-        say("eval step %lld | val loss %.4f | entropy rate %.4f\n", static_cast<long long>(step), val, data_.entropy_rate);
-      else
-        say("eval step %lld | val loss %.4f | %.3f bits/token\n", static_cast<long long>(step), val, val / std::log(2.0));
-      run_->append("/eval/step", step);
-      run_->append("/eval/loss", val);
-      run_->flush();
-    }
-
-    // Checkpoint.
-    if ((cfg_.checkpoint_interval > 0 && step % cfg_.checkpoint_interval == 0) || step == total) {
-      state_.elapsed_s += seconds_since(session_start);
-      write_checkpoint();
-      state_.elapsed_s -= seconds_since(session_start);
-    }
+// The validation loss of an evaluation step: the best so far, the line and
+// the /eval rows, flushed.
+void Trainer::evaluate_and_log(int64_t step, TrainResult& res) {
+  const double val = evaluate();
+  res.val_losses.push_back(val);
+  res.last_val_loss = val;
+  if (val < state_.best_val_loss) {
+    state_.best_val_loss = val;
+    state_.best_val_step = step;
   }
+  if (data_.entropy_rate >= 0)
+    say("eval step %lld | val loss %.4f | entropy rate %.4f\n", static_cast<long long>(step), val, data_.entropy_rate);
+  else
+    say("eval step %lld | val loss %.4f | %.3f bits/token\n", static_cast<long long>(step), val, val / std::log(2.0));
+  run_->append("/eval/step", step);
+  run_->append("/eval/loss", val);
+  run_->flush();
+}
 
-  const double session_s = seconds_since(session_start);
+// The end of a session: the checkpoint of an interrupted run, or the summary
+// (and the HF export) of a completed one; the run file closed.
+void Trainer::finish(TrainResult& res, const Session& ss) {
+  const double session_s = seconds_since(ss.start);
   if (res.status == TrainStatus::interrupted) {
     state_.elapsed_s += session_s;
     const std::string ckpt = write_checkpoint();
     say("interrupted at step %lld: checkpoint %s; continue with: exmy train --resume %s\n",
         static_cast<long long>(state_.step), ckpt.c_str(), dir_.c_str());
   } else if (res.status == TrainStatus::completed) {
-    const int64_t run_steps = state_.step - first;
+    const int64_t run_steps = state_.step - ss.first;
     const double window_loss = final_window_loss(state_.losses);
     say("done: %lld steps, %s tokens in %s (%s tok/s)\n", static_cast<long long>(run_steps),
         fmt_count(static_cast<double>(run_steps * cfg_.tokens_per_step())).c_str(), fmt_duration(session_s).c_str(),
-        fmt_count(train_s > 0 ? static_cast<double>(run_steps * cfg_.tokens_per_step()) / train_s : 0).c_str());
+        fmt_count(ss.train_s > 0 ? static_cast<double>(run_steps * cfg_.tokens_per_step()) / ss.train_s : 0).c_str());
     say("  %s %.4f | val loss %.4f (%.3f bits/token; best %.4f at step %lld)\n",
-        final_window_label(state_.step).c_str(), window_loss, res.last_val_loss, res.last_val_loss / std::log(2.0), state_.best_val_loss,
-        static_cast<long long>(state_.best_val_step));
+        final_window_label(state_.step).c_str(), window_loss, res.last_val_loss, res.last_val_loss / std::log(2.0),
+        state_.best_val_loss, static_cast<long long>(state_.best_val_step));
     say("  run file %s | checkpoint %s\n", run_path().c_str(), last_checkpoint_.c_str());
     if (cfg_.export_hf != "none") {
       const std::string hf = (fs::path(dir_) / "hf").string();
@@ -573,8 +621,10 @@ TrainResult Trainer::run() {
   res.final_window_loss = final_window_loss(state_.losses);
   res.final_window_steps = state_.step > 0 ? final_window_steps(state_.step) : 0;
   res.checkpoint = last_checkpoint_;
-  if (hooks_.keep_params) res.params.assign(params.begin(), params.end());
-  return res;
+  if (hooks_.keep_params) {
+    const auto params = model_->arena().params();
+    res.params.assign(params.begin(), params.end());
+  }
 }
 
 }  // namespace
