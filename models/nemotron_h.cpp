@@ -139,10 +139,16 @@ struct NemotronH<T>::Block {
   int norm = -1;
   // Mamba parameters (arena indices).
   int conv_w = -1, conv_b = -1, dt_bias = -1, A_log = -1, D = -1, gnorm = -1;
-  // The block's linears and the arena indices of their weights:
-  // Mamba in_proj, out_proj; attention q, k, v, o; MLP up, down.
-  std::vector<sim::Linear<T>*> lin;
-  std::vector<int> w;
+  // The block's linears, each with the arena index of its weight (the ones
+  // of the block's mixer are set): Mamba in_proj and out_proj, attention
+  // q/k/v/o, MLP up and down.
+  struct Lin {
+    sim::Linear<T>* op = nullptr;
+    int w = -1;
+  };
+  Lin in_proj, out_proj;  // Mamba
+  Lin q_proj, k_proj, v_proj, o_proj;  // attention
+  Lin up_proj, down_proj;  // MLP
   // What the block keeps for backward: its own buffers, or (block
   // recompute) those its type shares with the other blocks of that type.
   Acts own;
@@ -155,7 +161,8 @@ NemotronH<T>::NemotronH(const NemotronHConfig& cfg, const sim::LinearFactory<T>&
   sim::ArenaLayout layout = make_layout(cfg_);
   const int64_t C = cfg_.hidden_size;
   auto idx = [&](const std::string& name) { return layout.find(name); };
-  auto add_linear = [&](Block& b, int layer, LinearKind kind, const std::string& name, int64_t in, int64_t out) {
+  auto add_linear = [&](typename Block::Lin& l, int layer, LinearKind kind, const std::string& name, int64_t in,
+                        int64_t out) {
     LinearInfo info;
     info.name = name;
     info.layer = layer;
@@ -163,8 +170,8 @@ NemotronH<T>::NemotronH(const NemotronHConfig& cfg, const sim::LinearFactory<T>&
     info.in_features = in;
     info.out_features = out;
     linears_.push_back(factory.make(info));
-    b.lin.push_back(linears_.back().get());
-    b.w.push_back(idx(name + ".weight"));
+    l.op = linears_.back().get();
+    l.w = idx(name + ".weight");
   };
   wte_ = idx("embeddings.weight");
   for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
@@ -174,8 +181,8 @@ NemotronH<T>::NemotronH(const NemotronHConfig& cfg, const sim::LinearFactory<T>&
     blk->type = cfg_.hybrid_override_pattern[static_cast<size_t>(i)];
     blk->norm = idx(p + "norm.weight");
     if (blk->type == 'M') {
-      add_linear(*blk, layer, LinearKind::mamba_in_proj, p + "mixer.in_proj", C, cfg_.mamba_in_proj_dim());
-      add_linear(*blk, layer, LinearKind::mamba_out_proj, p + "mixer.out_proj", cfg_.mamba_d_inner(), C);
+      add_linear(blk->in_proj, layer, LinearKind::mamba_in_proj, p + "mixer.in_proj", C, cfg_.mamba_in_proj_dim());
+      add_linear(blk->out_proj, layer, LinearKind::mamba_out_proj, p + "mixer.out_proj", cfg_.mamba_d_inner(), C);
       blk->conv_w = idx(p + "mixer.conv1d.weight");
       blk->conv_b = idx(p + "mixer.conv1d.bias");  // -1 without use_conv_bias
       blk->dt_bias = idx(p + "mixer.dt_bias");
@@ -183,13 +190,13 @@ NemotronH<T>::NemotronH(const NemotronHConfig& cfg, const sim::LinearFactory<T>&
       blk->D = idx(p + "mixer.D");
       blk->gnorm = idx(p + "mixer.norm.weight");
     } else if (blk->type == '*') {
-      add_linear(*blk, layer, LinearKind::attn_q, p + "mixer.q_proj", C, cfg_.attn_q_dim());
-      add_linear(*blk, layer, LinearKind::attn_k, p + "mixer.k_proj", C, cfg_.attn_kv_dim());
-      add_linear(*blk, layer, LinearKind::attn_v, p + "mixer.v_proj", C, cfg_.attn_kv_dim());
-      add_linear(*blk, layer, LinearKind::attn_o, p + "mixer.o_proj", cfg_.attn_q_dim(), C);
+      add_linear(blk->q_proj, layer, LinearKind::attn_q, p + "mixer.q_proj", C, cfg_.attn_q_dim());
+      add_linear(blk->k_proj, layer, LinearKind::attn_k, p + "mixer.k_proj", C, cfg_.attn_kv_dim());
+      add_linear(blk->v_proj, layer, LinearKind::attn_v, p + "mixer.v_proj", C, cfg_.attn_kv_dim());
+      add_linear(blk->o_proj, layer, LinearKind::attn_o, p + "mixer.o_proj", cfg_.attn_q_dim(), C);
     } else {
-      add_linear(*blk, layer, LinearKind::mlp_up, p + "mixer.up_proj", C, cfg_.intermediate_size);
-      add_linear(*blk, layer, LinearKind::mlp_down, p + "mixer.down_proj", cfg_.intermediate_size, C);
+      add_linear(blk->up_proj, layer, LinearKind::mlp_up, p + "mixer.up_proj", C, cfg_.intermediate_size);
+      add_linear(blk->down_proj, layer, LinearKind::mlp_down, p + "mixer.down_proj", cfg_.intermediate_size, C);
     }
     blocks_.push_back(std::move(blk));
   }
@@ -361,7 +368,7 @@ void NemotronH<T>::block_forward(int64_t l, bool again) {
     // in_proj output rows: [ z (D_in) | x B C (conv_dim) | dt (heads) ]
     const int64_t Din = cfg_.mamba_d_inner(), conv = cfg_.mamba_conv_dim(), ld = cfg_.mamba_in_proj_dim();
     const int64_t GN = cfg_.n_groups * cfg_.ssm_state_size;
-    fwd(b.lin[0], a.zxbcdt.data(), a.ln.data(), W(b.w[0]));
+    fwd(b.in_proj.op, a.zxbcdt.data(), a.ln.data(), W(b.in_proj.w));
     act(a.zxbcdt.data(), N * ld);
     const T* z = a.zxbcdt.data();
     const T* xbc_raw = z + Din;
@@ -379,25 +386,25 @@ void NemotronH<T>::block_forward(int64_t l, bool again) {
                           cfg_.n_groups, eps);
     act(a.gn.data(), N * Din);
     if (again) return;
-    b.lin[1]->forward(mix_out_.data(), a.gn.data(), W(b.w[1]), N);
+    b.out_proj.op->forward(mix_out_.data(), a.gn.data(), W(b.out_proj.w), N);
   } else if (b.type == '*') {
-    fwd(b.lin[0], a.q.data(), a.ln.data(), W(b.w[0]));
-    fwd(b.lin[1], a.k.data(), a.ln.data(), W(b.w[1]));
-    fwd(b.lin[2], a.v.data(), a.ln.data(), W(b.w[2]));
+    fwd(b.q_proj.op, a.q.data(), a.ln.data(), W(b.q_proj.w));
+    fwd(b.k_proj.op, a.k.data(), a.ln.data(), W(b.k_proj.w));
+    fwd(b.v_proj.op, a.v.data(), a.ln.data(), W(b.v_proj.w));
     act(a.q.data(), N * cfg_.attn_q_dim());
     act(a.k.data(), N * cfg_.attn_kv_dim());
     act(a.v.data(), N * cfg_.attn_kv_dim());
     attention_forward(a.o.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), attn_dims(cfg_, B, T_in));
     act(a.o.data(), N * cfg_.attn_q_dim());
     if (again) return;
-    b.lin[3]->forward(mix_out_.data(), a.o.data(), W(b.w[3]), N);
+    b.o_proj.op->forward(mix_out_.data(), a.o.data(), W(b.o_proj.w), N);
   } else {
-    fwd(b.lin[0], a.up.data(), a.ln.data(), W(b.w[0]));
+    fwd(b.up_proj.op, a.up.data(), a.ln.data(), W(b.up_proj.w));
     act(a.up.data(), N * cfg_.intermediate_size);
     relu2_forward(a.act.data(), a.up.data(), N * cfg_.intermediate_size);
     act(a.act.data(), N * cfg_.intermediate_size);
     if (again) return;
-    b.lin[1]->forward(mix_out_.data(), a.act.data(), W(b.w[1]), N);
+    b.down_proj.op->forward(mix_out_.data(), a.act.data(), W(b.down_proj.w), N);
   }
   act(mix_out_.data(), N * C);
   add_forward(resid(l + 1), x, mix_out_.data(), N * C);
@@ -440,7 +447,7 @@ void NemotronH<T>::backward() {
       T* dxbc = d_d_.data();
       T* ddt = d_e_.data();
       zero(d_a_, N * Din), zero(d_b_, N * Din), zero(d_c_, N * ld), zero(d_d_, N * conv), zero(d_e_, N * H);
-      b.lin[1]->backward(dgn, G(b.w[1]), dout, a.gn.data(), W(b.w[1]), N);
+      b.out_proj.op->backward(dgn, G(b.out_proj.w), dout, a.gn.data(), W(b.out_proj.w), N);
       const T* z = a.zxbcdt.data();
       gated_rmsnorm_backward(dy, Din, dz, ld, G(b.gnorm), dgn, a.y.data(), Din, z, ld, W(b.gnorm), a.gn_rstd.data(), N,
                              Din, cfg_.n_groups);
@@ -452,7 +459,7 @@ void NemotronH<T>::backward() {
                         cfg_.time_step_limit[0], cfg_.time_step_limit[1]);
       conv1d_silu_backward(dz + Din, ld, G(b.conv_w), b.conv_b >= 0 ? G(b.conv_b) : nullptr, dxbc, z + Din, ld,
                            W(b.conv_w), b.conv_b >= 0 ? W(b.conv_b) : nullptr, B, T_, conv, cfg_.conv_kernel);
-      b.lin[0]->backward(dln_.data(), G(b.w[0]), dz, a.ln.data(), W(b.w[0]), N);
+      b.in_proj.op->backward(dln_.data(), G(b.in_proj.w), dz, a.ln.data(), W(b.in_proj.w), N);
     } else if (b.type == '*') {
       const int64_t qd = cfg_.attn_q_dim(), kvd = cfg_.attn_kv_dim();
       T* dO = d_a_.data();
@@ -460,20 +467,20 @@ void NemotronH<T>::backward() {
       T* dk = d_c_.data();
       T* dv = d_d_.data();
       zero(d_a_, N * qd), zero(d_b_, N * qd), zero(d_c_, N * kvd), zero(d_d_, N * kvd);
-      b.lin[3]->backward(dO, G(b.w[3]), dout, a.o.data(), W(b.w[3]), N);
+      b.o_proj.op->backward(dO, G(b.o_proj.w), dout, a.o.data(), W(b.o_proj.w), N);
       attention_backward(dq, dk, dv, dO, a.o.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(),
                          attn_dims(cfg_, B, T_));
-      b.lin[0]->backward(dln_.data(), G(b.w[0]), dq, a.ln.data(), W(b.w[0]), N);
-      b.lin[1]->backward(dln_.data(), G(b.w[1]), dk, a.ln.data(), W(b.w[1]), N);
-      b.lin[2]->backward(dln_.data(), G(b.w[2]), dv, a.ln.data(), W(b.w[2]), N);
+      b.q_proj.op->backward(dln_.data(), G(b.q_proj.w), dq, a.ln.data(), W(b.q_proj.w), N);
+      b.k_proj.op->backward(dln_.data(), G(b.k_proj.w), dk, a.ln.data(), W(b.k_proj.w), N);
+      b.v_proj.op->backward(dln_.data(), G(b.v_proj.w), dv, a.ln.data(), W(b.v_proj.w), N);
     } else {
       const int64_t I = cfg_.intermediate_size;
       T* dact = d_a_.data();
       T* dup = d_b_.data();
       zero(d_a_, N * I), zero(d_b_, N * I);
-      b.lin[1]->backward(dact, G(b.w[1]), dout, a.act.data(), W(b.w[1]), N);
+      b.down_proj.op->backward(dact, G(b.down_proj.w), dout, a.act.data(), W(b.down_proj.w), N);
       relu2_backward(dup, dact, a.up.data(), N * I);
-      b.lin[0]->backward(dln_.data(), G(b.w[0]), dup, a.ln.data(), W(b.w[0]), N);
+      b.up_proj.op->backward(dln_.data(), G(b.up_proj.w), dup, a.ln.data(), W(b.up_proj.w), N);
     }
     rmsnorm_backward(dresid_.data(), G(b.norm), dln_.data(), resid(l), W(b.norm), a.rstd.data(), N, C);
   }
