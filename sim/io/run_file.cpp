@@ -316,6 +316,18 @@ int64_t RunFile::rows(const std::string& dataset) const {
   return it == sets_.end() ? 0 : it->second.rows + it->second.pending_rows;
 }
 
+std::vector<double> RunFile::f64_column(const std::string& dataset) const {
+  const auto it = sets_.find(dataset);
+  if (it == sets_.end() || it->second.type != ElemType::f64 || it->second.width != 0)
+    throw Error("run file '" + path_ + "': '" + dataset + "' is not a float64 column");
+  const Dataset& d = it->second;
+  std::vector<double> v(static_cast<size_t>(d.rows + d.pending_rows));
+  if (d.rows > 0 && H5Dread(d.id.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+    throw Error("run file '" + path_ + "': cannot read '" + dataset + "'");
+  if (d.pending_rows > 0) std::memcpy(v.data() + d.rows, d.pending.data(), static_cast<size_t>(d.pending_rows) * sizeof(double));
+  return v;
+}
+
 std::vector<std::string> RunFile::datasets() const {
   std::vector<std::string> v;
   for (const auto& [name, d] : sets_) v.push_back(name);

@@ -109,6 +109,10 @@ class RunFile {
 
   bool has(const std::string& dataset) const { return sets_.count(dataset) > 0; }
   int64_t rows(const std::string& dataset) const;
+  // The rows of a float64 column this file holds (written and pending), for
+  // writers that continue a running figure after a resume. Throws for an
+  // undeclared dataset or one of another type or width.
+  std::vector<double> f64_column(const std::string& dataset) const;
   std::vector<std::string> datasets() const;
 
   // A scalar attribute of a tensor written by write_tensor.

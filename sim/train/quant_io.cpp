@@ -42,6 +42,7 @@ RunFileStatsSink::LayerPaths& RunFileStatsSink::paths(std::string_view layer) {
     m.step = "/gemm/" + tail + "/step";
     m.micro_batch = "/gemm/" + tail + "/micro_batch";
     for (const auto& f : sim::quant::gemm_fields()) m.fields.push_back("/gemm/" + tail + "/" + f.name);
+    p.gain_mean[static_cast<size_t>(g)].path = "/gemm/" + tail + "/gain_mean";
   }
   return layers_.emplace(name, std::move(p)).first->second;
 }
@@ -59,11 +60,13 @@ void RunFileStatsSink::declare_layer(const LayerPaths& p) {
     group(p.hist[r]);
     run_.declare(p.hist[r].fields[0], ElemType::u64, sim::quant::kScaleHistBins, kHistChunkRows);
   }
-  for (const Group& g : p.gemm) {
+  for (size_t k = 0; k < p.gemm.size(); ++k) {
+    const Group& g = p.gemm[k];
     group(g);
     const auto& fields = sim::quant::gemm_fields();
     for (size_t i = 0; i < fields.size(); ++i)
       run_.declare(g.fields[i], fields[i].integer ? ElemType::u64 : ElemType::f64, 0, kStatsChunkRows);
+    run_.declare(p.gain_mean[k].path, ElemType::f64, 0, kStatsChunkRows);
   }
 }
 
@@ -91,7 +94,17 @@ void RunFileStatsSink::record_operand(const CallKey& key, const sim::quant::Oper
 }
 
 void RunFileStatsSink::record_gemm(const CallKey& key, const sim::quant::GemmStats& s) {
-  const Group& g = paths(key.layer).gemm[static_cast<size_t>(key.gemm)];
+  LayerPaths& p = paths(key.layer);
+  const Group& g = p.gemm[static_cast<size_t>(key.gemm)];
+  RunningMean& rm = p.gain_mean[static_cast<size_t>(key.gemm)];
+  if (!rm.started) {  // a resumed run goes on from the rows before its checkpoint, in row order
+    rm.started = true;
+    const std::string gain = g.step.substr(0, g.step.size() - 4) + "gain";
+    for (double v : run_.f64_column(gain))
+      if (std::isfinite(v)) rm.sum += v, ++rm.n;
+  }
+  if (std::isfinite(s.gain())) rm.sum += s.gain(), ++rm.n;
+  run_.append(rm.path, rm.n > 0 ? rm.sum / static_cast<double>(rm.n) : NAN);
   const auto& fields = sim::quant::gemm_fields();
   for (size_t i = 0; i < fields.size(); ++i) {
     const double v = fields[i].get(s);

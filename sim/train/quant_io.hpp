@@ -50,10 +50,19 @@ class RunFileStatsSink final : public sim::quant::StatsSink {
     std::string step, micro_batch;
     std::vector<std::string> fields;  // one per operand_fields() / gemm_fields() entry
   };
+  // The running mean of a GEMM's gain over its rows so far (finite gains):
+  // continued from the run file's rows after a resume.
+  struct RunningMean {
+    std::string path;  // /gemm/<layer>/<gemm>/gain_mean
+    bool started = false;
+    double sum = 0;
+    int64_t n = 0;
+  };
   struct LayerPaths {
     std::array<Group, sim::quant::kNumRoles> operand;  // /quant/<layer>/<gemm>/<operand>/
     std::array<Group, sim::quant::kNumRoles> hist;     // /hist/<layer>/<gemm>/<operand>/ (fields: counts)
     std::array<Group, 3> gemm;                         // /gemm/<layer>/<gemm>/
+    std::array<RunningMean, 3> gain_mean;
   };
   LayerPaths& paths(std::string_view layer);
   void declare_layer(const LayerPaths& p);

@@ -238,6 +238,32 @@ TEST(QuantTrain, StaleRatioAndSaturatedFractionOfHeldReferences) {
   EXPECT_GT(held_differs, 0) << "no held reference was stale: the test shows nothing";
 }
 
+// gain_mean is the running mean of gain over a GEMM's rows, row by row (the
+// resume test compares it, with every other column, across a resume).
+TEST(QuantTrain, GainMeanIsTheRunningMeanOfGain) {
+  TempDir d;
+  const TrainResult r =
+      train_new(tiny({"train.recipe=ue5m3-b16", "train.steps=5", "train.stats_interval=1"}), d / "run", quiet(), {});
+  ASSERT_EQ(r.status, TrainStatus::completed);
+  const std::string file = d / "run/run.h5";
+  int groups = 0;
+  for (const auto& ds : io::list_run_datasets(file)) {
+    if (!ds.starts_with("/gemm/") || !ds.ends_with("/gain_mean")) continue;
+    const std::string g = ds.substr(0, ds.size() - std::string("/gain_mean").size());
+    const auto mean = io::read_run_column(file, ds), gain = io::read_run_column(file, g + "/gain");
+    ASSERT_EQ(mean.size(), gain.size()) << g;
+    ASSERT_GT(mean.size(), 5u) << g;  // five steps, two micro-batches
+    double sum = 0;
+    int64_t n = 0;
+    for (size_t i = 0; i < gain.size(); ++i) {
+      if (std::isfinite(gain[i])) sum += gain[i], ++n;
+      EXPECT_EQ(bits(mean[i]), bits(sum / static_cast<double>(n))) << g << " row " << i;
+    }
+    ++groups;
+  }
+  EXPECT_GT(groups, 0);
+}
+
 TEST(QuantTrain, StatisticsEqualQuantizeOnTheCapturedTensors) {
   // te-nvfp4 with every block quantized: RHT on wgrad, stochastic rounding
   // on dY, current references; captured at step 3 (micro-batch 0).
