@@ -63,6 +63,13 @@ std::vector<Variant> variants(double held_amax) {
   b.arith = Arith::fp32;
   b.scale_target.reset();
   v.push_back({"e2m1/e4m3 16x16 rne fp32", b});
+  // NVFP4 as Transformer Engine quantizes it: 1x16 blocks of E4M3 scales,
+  // fp32 arithmetic, the current tensor amax (T = Fs.max = 448)
+  QuantSpec nv = a;
+  nv.scale = parse_format("e4m3");
+  nv.arith = Arith::fp32;
+  nv.scale_target.reset();
+  v.push_back({"e2m1/e4m3 1x16 fp32 (NVFP4)", nv});
   QuantSpec c;
   c.elem = parse_format("e2m1");
   c.scale = parse_format("ue8m0");

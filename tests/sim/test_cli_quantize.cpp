@@ -381,7 +381,8 @@ TEST_F(CliTest, BenchQuantizeSmallRun) {
   ss << f.rdbuf();
   const std::string text = ss.str();
   for (const char* row : {"float32 copy", "memory floor, 1 pass", "memory floor, 2 passes", "e2m1/ue5m3 1x16 rne exact",
-                          "e2m1/ue5m3 1x16 exact, held", "e2m1/e4m3 16x16 rne fp32", "e2m1/ue8m0 1x32 mx-floor",
+                          "e2m1/ue5m3 1x16 exact, held", "e2m1/e4m3 16x16 rne fp32", "e2m1/e4m3 1x16 fp32 (NVFP4)",
+                          "e2m1/ue8m0 1x32 mx-floor",
                           "e2m1/ue5m3 1x16 sr-fast8"}) {
     const size_t at = text.find(std::string(row) + " ");
     ASSERT_NE(at, std::string::npos) << row << "\n" << text;
