@@ -11,22 +11,10 @@
 #include <vector>
 
 #include "formats/error.hpp"
+#include "formats/pack.hpp"
 #include "formats/quant_core.hpp"
 
 namespace exmy {
-namespace {
-
-uint32_t load_code(const void* base, int64_t i, int bytes) {
-  uint32_t c = 0;
-  std::memcpy(&c, static_cast<const uint8_t*>(base) + i * bytes, static_cast<size_t>(bytes));  // little-endian host
-  return c;
-}
-
-void store_code(void* base, int64_t i, int bytes, uint32_t c) {
-  std::memcpy(static_cast<uint8_t*>(base) + i * bytes, &c, static_cast<size_t>(bytes));
-}
-
-}  // namespace
 
 CodeConvention parse_code_convention(std::string_view s) {
   if (s == "exmy") return CodeConvention::exmy;
@@ -84,7 +72,7 @@ void apply_conventions(const QuantSpec& spec, const QuantPlan& p, const float* x
   const int64_t grid_cols = p.has_scale ? (cols + p.bc - 1) / p.bc : 0;
   // The decoded scale of element (r, c)'s block, from the stored scale code.
   auto block_scale = [&](int64_t r, int64_t c) {
-    const uint32_t code = load_code(out.scale_codes, (r / p.br) * grid_cols + c / p.bc, sb);
+    const uint32_t code = load_code(out.scale_codes, sb, (r / p.br) * grid_cols + c / p.bc);
     return p.fs.mag_value(code & p.fs.mag_mask());
   };
   const uint32_t max_code = p.fe.max_mag;
@@ -95,17 +83,17 @@ void apply_conventions(const QuantSpec& spec, const QuantPlan& p, const float* x
       if (spec.codes == CodeConvention::te) {
         const bool minus_zero = std::signbit(xi) && xi == 0.0f;
         if (minus_zero) {
-          if (out.codes) store_code(out.codes, i, eb, 0u);
+          store_code(out.codes, eb, i, 0u);
           if (out.values) out.values[i] = 0.0f;
         } else if (p.has_scale && out.codes && xi == xi && xi != 0.0f && block_scale(r, c) == 0.0) {
           // TE's multiplier for a zero scale is FLT_MAX: a non-zero element
           // saturates to +-Fe.max (its value stays +-0: the scale is 0).
-          store_code(out.codes, i, eb, max_code | (std::signbit(xi) ? p.fe.sign_bit : 0u));
+          store_code(out.codes, eb, i, max_code | (std::signbit(xi) ? p.fe.sign_bit : 0u));
         }
       }
       if (spec.dequant == DequantOrder::scale_first && out.values && out.codes) {
         // x-hat = fl(q * fl(s * 1/G)) instead of fl(fl(q * s) * 1/G).
-        const uint32_t code = load_code(out.codes, i, eb);
+        const uint32_t code = load_code(out.codes, eb, i);
         const CodeClass cls = p.fe.classify(code);
         if (cls == CodeClass::nan || cls == CodeClass::inf) continue;
         const double s = block_scale(r, c);

@@ -7,6 +7,17 @@
 
 namespace exmy {
 
+void store_code(void* base, int bytes, int64_t i, uint32_t code) {
+  if (!base) return;
+  auto* p = static_cast<uint8_t*>(base);
+  switch (bytes) {
+    case 1: p[i] = static_cast<uint8_t>(code); break;
+    case 2: p[2 * i] = static_cast<uint8_t>(code); p[2 * i + 1] = static_cast<uint8_t>(code >> 8); break;
+    default:
+      for (int k = 0; k < 4; ++k) p[4 * i + k] = static_cast<uint8_t>(code >> (8 * k));
+  }
+}
+
 uint32_t load_code(const void* codes, int bytes, int64_t i) {
   const auto* p = static_cast<const uint8_t*>(codes);
   switch (bytes) {

@@ -21,8 +21,10 @@ std::vector<uint8_t> pack_codes(const Format& f, const void* codes, int64_t n);
 // Inverse of pack_codes: writes n unpacked codes (f.code_bytes() each).
 void unpack_codes(const Format& f, const uint8_t* packed, int64_t n, void* codes);
 
-// Reads code i of an unpacked code array.
+// Reads code i of an unpacked code array (little-endian, `bytes` each).
 uint32_t load_code(const void* codes, int bytes, int64_t i);
+// Writes code i of an unpacked code array; a null array is skipped.
+void store_code(void* codes, int bytes, int64_t i, uint32_t code);
 
 // A quantized tensor in its storage form, with what is needed to decode it.
 struct PackedTensor {

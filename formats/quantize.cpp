@@ -14,6 +14,7 @@
 
 #include "formats/conventions.hpp"
 #include "formats/error.hpp"
+#include "formats/pack.hpp"
 #include "formats/philox.hpp"
 #include "formats/quantize_vec.hpp"
 #include "formats/spec.hpp"
@@ -166,17 +167,6 @@ int64_t block_count(const QuantSpec& spec, int64_t rows, int64_t cols) {
 // ---------------------------------------------------------------------------
 
 namespace {
-
-void store_code(void* base, int bytes, int64_t i, uint32_t code) {
-  if (!base) return;
-  auto* p = static_cast<uint8_t*>(base);
-  switch (bytes) {
-    case 1: p[i] = static_cast<uint8_t>(code); break;
-    case 2: p[2 * i] = static_cast<uint8_t>(code); p[2 * i + 1] = static_cast<uint8_t>(code >> 8); break;
-    default:
-      for (int k = 0; k < 4; ++k) p[4 * i + k] = static_cast<uint8_t>(code >> (8 * k));
-  }
-}
 
 [[noreturn]] void throw_nan(const QuantPlan& p, int64_t i, int64_t cols) {
   throw Error("element (" + std::to_string(i / cols) + ", " + std::to_string(i % cols) +
