@@ -40,13 +40,14 @@ inline double read_number_file(const std::string& path) {
   return end && *end == '\0' ? v : std::nan("");
 }
 
+}  // namespace detail
+
+// Bytes as "12.34 GiB", as exmy's memory messages and model-info print them.
 inline std::string gib_text(double b) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
   return buf;
 }
-
-}  // namespace detail
 
 inline AvailableMemory available_memory() {
   AvailableMemory a;
@@ -68,7 +69,7 @@ inline AvailableMemory available_memory() {
     const double left = std::max(0.0, limit - used);
     if (left < a.bytes) {
       a.bytes = left;
-      a.source = "cgroup " + where + " limit " + detail::gib_text(limit) + ", " + detail::gib_text(used) + " used";
+      a.source = "cgroup " + where + " limit " + gib_text(limit) + ", " + gib_text(used) + " used";
     }
   };
   std::ifstream cg("/proc/self/cgroup");
@@ -96,7 +97,7 @@ inline void require_memory(double need, const std::string& what, const std::stri
   if (env && (std::string(env) == "off" || std::string(env) == "0")) return;
   const AvailableMemory a = available_memory();
   if (!(need > a.bytes)) return;
-  throw Error(what + " needs about " + detail::gib_text(need) + " of memory, but " + detail::gib_text(a.bytes) +
+  throw Error(what + " needs about " + gib_text(need) + " of memory, but " + gib_text(a.bytes) +
               " are available (" + a.source + ")" + (hint.empty() ? "" : "; " + hint) +
               " (EXMY_MEMORY_CHECK=off skips this check)");
 }

@@ -38,12 +38,6 @@ std::string human(double v, const char* unit) {
   return buf;
 }
 
-std::string gib(double bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
-
 }  // namespace
 
 int cmd_model_info(const Args& args) {
@@ -112,11 +106,11 @@ int cmd_model_info(const Args& args) {
   const models::MemoryEstimate m = models::training_memory(cfg, batch, seq, recompute == "blocks");
   std::printf("\ntraining memory on the CPU, FP32, micro-batch %lld x %lld tokens, recompute %s:\n",
               static_cast<long long>(batch), static_cast<long long>(seq), recompute.c_str());
-  std::printf("  weights %s, gradients %s, AdamW moments %s\n", gib(m.params).c_str(), gib(m.grads).c_str(),
-              gib(m.optimizer).c_str());
-  std::printf("  activations kept for backward %s, backward workspace %s\n", gib(m.activations).c_str(),
-              gib(m.workspace).c_str());
-  std::printf("  total %s (%.0f bytes; exmy train checks it before allocating)\n", gib(m.total()).c_str(), m.total());
+  std::printf("  weights %s, gradients %s, AdamW moments %s\n", sim::gib_text(m.params).c_str(), sim::gib_text(m.grads).c_str(),
+              sim::gib_text(m.optimizer).c_str());
+  std::printf("  activations kept for backward %s, backward workspace %s\n", sim::gib_text(m.activations).c_str(),
+              sim::gib_text(m.workspace).c_str());
+  std::printf("  total %s (%.0f bytes; exmy train checks it before allocating)\n", sim::gib_text(m.total()).c_str(), m.total());
   sim::AvailableMemory avail;
   if (vm.count("memory")) {
     if (!(vm["memory"].as<double>() > 0)) throw Error("--memory must be a positive number of GiB");
@@ -125,7 +119,7 @@ int cmd_model_info(const Args& args) {
   } else {
     avail = sim::available_memory();
   }
-  std::printf("  %s in %s (%s)\n", m.total() <= avail.bytes ? "fits" : "does not fit", gib(avail.bytes).c_str(),
+  std::printf("  %s in %s (%s)\n", m.total() <= avail.bytes ? "fits" : "does not fit", sim::gib_text(avail.bytes).c_str(),
               avail.source.c_str());
   return 0;
 }

@@ -92,16 +92,11 @@ void remove_leftovers(const fs::path& dir) {
 void require_training_memory(const RunConfig& cfg) {
   const models::MemoryEstimate m =
       models::training_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.recompute == "blocks");
-  auto gib = [](double b) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
-    return std::string(buf);
-  };
   sim::require_memory(m.total(),
                       "training model " + cfg.model_name + " (micro-batch " + std::to_string(cfg.batch_size) + " x " +
                           std::to_string(cfg.seq_len) + " tokens: weights, gradients and AdamW moments " +
-                          gib(m.params + m.grads + m.optimizer) + ", activations and workspace " +
-                          gib(m.activations + m.workspace) + "; exmy model-info --model " + cfg.model_name + ")",
+                          sim::gib_text(m.params + m.grads + m.optimizer) + ", activations and workspace " +
+                          sim::gib_text(m.activations + m.workspace) + "; exmy model-info --model " + cfg.model_name + ")",
                       "lower train.batch_size or train.seq_len (train.grad_accum keeps the tokens per step), or "
                       "choose a smaller model");
 }
@@ -325,6 +320,7 @@ class Trainer {
   };
   void say_plan(int64_t first);
   TrainResult nothing_to_do(TrainResult& res);
+  void fill_result(TrainResult& res) const;
   double forward_backward(int64_t s);
   std::string stop_diverged(int64_t s, double loss, double grad_norm);
   double update(int64_t s, double grad_norm, double inv_accum);
@@ -485,11 +481,16 @@ TrainResult Trainer::nothing_to_do(TrainResult& res) {
   const int64_t first = state_.step;
   say("nothing to do: the run is at step %lld of %lld (give --steps N to extend it)\n", static_cast<long long>(first),
       static_cast<long long>(cfg_.steps));
-  res.step = first;
-  res.checkpoint = last_checkpoint_;
-  res.final_window_loss = final_window_loss(state_.losses);
-  res.final_window_steps = first > 0 ? final_window_steps(first) : 0;
+  fill_result(res);
   return res;
+}
+
+// Where the run stands, into a session's result.
+void Trainer::fill_result(TrainResult& res) const {
+  res.step = state_.step;
+  res.final_window_loss = final_window_loss(state_.losses);
+  res.final_window_steps = state_.step > 0 ? final_window_steps(state_.step) : 0;
+  res.checkpoint = last_checkpoint_;
 }
 
 // Forward and backward over the micro-batches of step s (0-based); the
@@ -617,10 +618,7 @@ void Trainer::finish(TrainResult& res, const Session& ss) {
     }
   }
   if (run_) run_->close();
-  res.step = state_.step;
-  res.final_window_loss = final_window_loss(state_.losses);
-  res.final_window_steps = state_.step > 0 ? final_window_steps(state_.step) : 0;
-  res.checkpoint = last_checkpoint_;
+  fill_result(res);
   if (hooks_.keep_params) {
     const auto params = model_->arena().params();
     res.params.assign(params.begin(), params.end());
@@ -755,7 +753,7 @@ TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const
   remove_leftovers(dir);
   const auto ckpts = list_checkpoints((dir / "checkpoints").string());
   if (ckpts.empty()) throw Error("'" + out_dir + "' has no checkpoint to resume from (checkpoints/ is empty)");
-  const std::string before = checkpoint_config(ckpts.back());
+  const RunConfig before = parse_run_config(checkpoint_config(ckpts.back()), ckpts.back(), {});
   Trainer t(cfg, out_dir, hooks, build);
   t.init_from_checkpoint(ckpts.back());
   // A finished run is left as it is (run() says so); otherwise the run file
@@ -763,9 +761,9 @@ TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const
   // config.ini stays the configuration the run started with.
   if (!t.finished()) {
     std::string changes;
-    for (const auto& [key, change] : changed_keys(parse_run_config(before, "", {}).text(), cfg.text()))
+    for (const auto& [key, change] : changed_keys(before.text(), cfg.text()))
       changes += (changes.empty() ? "" : "; ") + key + " " + change;
-    t.note_schedule_change(parse_run_config(before, "", {}));
+    t.note_schedule_change(before);
     t.open_run_file(true, changes);
   }
   return t.run();
