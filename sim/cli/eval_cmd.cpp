@@ -38,7 +38,8 @@ namespace {
 struct Target {
   std::string checkpoint;
   std::string run_file;  // empty: none found
-  std::string hf;        // an HF checkpoint instead: its directory (config.json + model.safetensors)
+  std::string hf;         // an HF checkpoint instead: its directory or .safetensors file
+  std::string hf_config;  // and the config.json beside it
 };
 
 // A run directory (its newest checkpoint and run.h5), a checkpoint file
@@ -59,6 +60,7 @@ Target resolve_target(const std::string& path) {
     if (!hf_file && !fs::exists(hf_dir / "model.safetensors", ec))
       throw Error("HF checkpoint directory '" + path + "' has no model.safetensors");
     t.hf = path;
+    t.hf_config = (hf_dir / "config.json").string();
     return t;
   }
   fs::path run_dir;
@@ -147,8 +149,7 @@ int cmd_eval(const Args& args) {
   // ignored: the model is the checkpoint's).
   std::string run_text, run_origin = target.hf;
   if (!target.hf.empty()) {
-    const fs::path dir = fs::is_directory(target.hf) ? fs::path(target.hf) : fs::path(target.hf).parent_path();
-    run_sets.insert(run_sets.begin(), "model.name=" + (dir / "config.json").string());
+    run_sets.insert(run_sets.begin(), "model.name=" + target.hf_config);
     if (vm.count("config")) {
       run_origin = vm["config"].as<std::string>();
       const auto ini = sim::quant::read_ini(run_origin);
@@ -176,9 +177,7 @@ int cmd_eval(const Args& args) {
   const std::string dump = vm.count("dump-logits") ? vm["dump-logits"].as<std::string>() : "";
   if (!dump.empty()) {
     if (policies.size() != 1) throw Error("--dump-logits takes one --policy (got " + std::to_string(policies.size()) + ")");
-    std::string file = dump, dset;
-    if (io::file_kind(dump) == io::FileKind::hdf5) io::split_h5_path(dump, file, dset);
-    io::output_target(file);  // a bad path fails before the evaluation
+    io::check_output_path(dump);  // a bad path fails before the evaluation
   }
   const std::string name = vm.count("name") ? vm["name"].as<std::string>() : recipe.name;
   for (const auto& p : policies) eval::eval_group(name, p);  // checks the name

@@ -102,11 +102,7 @@ int cmd_quantize(const Args& args) {
   const int threads = sim::checked_threads(vm["threads"].as<int>(), "--threads");
   // Every output path is checked before any work (sim/io/atomic_file.hpp).
   for (const char* o : {"output", "codes", "scales", "stats"})
-    if (vm.count(o)) {
-      std::string file = vm[o].as<std::string>(), dset;
-      if (io::file_kind(file) == io::FileKind::hdf5) io::split_h5_path(vm[o].as<std::string>(), file, dset);
-      io::output_target(file);
-    }
+    if (vm.count(o)) io::check_output_path(vm[o].as<std::string>());
 
   int64_t rows = 0, cols = 0;
   if (vm.count("shape")) parse_shape(vm["shape"].as<std::string>(), rows, cols);

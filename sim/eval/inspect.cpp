@@ -11,6 +11,7 @@
 
 #include "formats/error.hpp"
 #include "sim/io/h5.hpp"
+#include "sim/io/run_file.hpp"
 
 namespace exmy::eval {
 namespace fs = std::filesystem;
@@ -173,15 +174,14 @@ class Reader {
 };
 
 // The rows of a group: its `step` column and any dataset of it, cut to
-// len(step) rows. A step below 1 is a row that was never written (HDF5's
-// fill value in a row a full disk cut off): the rows end before it.
+// len(step) rows, up to the last row written (io::written_rows).
 struct GroupRows {
   const Reader& r;
   std::string group;
   std::vector<double> step;
   GroupRows(const Reader& rd, std::string g) : r(rd), group(std::move(g)) {
     step = r.read(group + "/step");
-    step.resize(static_cast<size_t>(std::find_if(step.begin(), step.end(), [](double v) { return !(v >= 1); }) - step.begin()));
+    step.resize(io::written_rows(step));
   }
   bool has(const std::string& name) const { return r.has(group + "/" + name); }
   std::vector<double> col(const std::string& name) const {

@@ -1,5 +1,5 @@
 // Outputs never replace what stands at their path. What is there decides how
-// a file is written (docs/training.md, "Outputs"):
+// a file is written (docs/training.md, "Safety of what is on disk"):
 //   - nothing, or a regular file: written to a temporary next to it and
 //     renamed into place, so a reader (or a concurrent writer of the same
 //     file) never sees half of one, and a failed write leaves the previous

@@ -471,11 +471,8 @@ std::unique_ptr<RunFile> RunFile::continue_from(const std::string& from, const s
       if (h5::path_exists(src.get(), step)) {
         const auto steps = read_column(src.get(), step, from);
         k = 0;
-        // A step below 1 was never written (a full disk cut the row off):
-        // the rows end there.
-        while (k < static_cast<int64_t>(steps.size()) && steps[static_cast<size_t>(k)] >= 1 &&
-               steps[static_cast<size_t>(k)] <= static_cast<double>(max_step))
-          ++k;
+        const int64_t written = static_cast<int64_t>(written_rows(steps));
+        while (k < written && steps[static_cast<size_t>(k)] <= static_cast<double>(max_step)) ++k;
       }
       keep[group] = k;
     }

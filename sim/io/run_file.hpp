@@ -167,6 +167,15 @@ class RunFile {
 // Reading helpers (tests, resume, inspection). They open the file with SWMR
 // read, so they also work while a run is writing it or after a kill.
 std::vector<double> read_run_column(const std::string& file, const std::string& dataset);
+
+// The rows of a group that were written, from its `step` column: they end
+// before the first step below 1, HDF5's fill value in a row that a full disk
+// cut off (steps start at 1). Every reader of row groups cuts there.
+inline size_t written_rows(const std::vector<double>& steps) {
+  size_t n = 0;
+  while (n < steps.size() && steps[n] >= 1) ++n;
+  return n;
+}
 std::optional<std::string> read_run_attribute(const std::string& file, const std::string& name);
 // Every dataset of the file (absolute paths, sorted).
 std::vector<std::string> list_run_datasets(const std::string& file);

@@ -381,6 +381,12 @@ std::vector<uint8_t> npy_bytes(const float* data, int64_t rows, int64_t cols) {
   return out;
 }
 
+void check_output_path(const std::string& path) {
+  std::string file = path, dataset;
+  if (file_kind(path) == FileKind::hdf5) split_h5_path(path, file, dataset);
+  output_target(file);
+}
+
 OutputSet::Pending OutputSet::pending_for(const std::string& dest, const std::string& h5_dataset) {
   static std::mt19937_64 rng{std::random_device{}()};
   Pending p;

@@ -39,6 +39,11 @@ FileKind file_kind(const std::string& path);
 // Splits `file.h5:/dataset` into its two parts.
 void split_h5_path(const std::string& path, std::string& file, std::string& dataset);
 
+// What stands at an output path of a tensor (`file.h5:/dataset` checks the
+// file) is one exmy writes to (output_target), else exmy::Error: callers
+// check their outputs before any work.
+void check_output_path(const std::string& path);
+
 // A set of outputs committed together.
 class OutputSet {
  public:
