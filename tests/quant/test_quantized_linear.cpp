@@ -502,6 +502,7 @@ TEST(QuantizedLinear, ResultsDoNotDependOnThreadsOrStatistics) {
     Recipe r = load_recipe(recipe);
     apply_recipe_override(r, "recipe.keep_last_bf16", "0");
     RuntimeOptions opt;
+    opt.gemm_stats_sample = 16;
     opt.gemm_stats_rows = 5;  // binds for wgrad (M = 96: ceil(96/16) = 6), not for fprop (M = 64: 4)
     Rig q(r, info, opt);
     MemoryStatsSink sink;
