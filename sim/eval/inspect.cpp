@@ -1,7 +1,5 @@
 #include "sim/eval/inspect.hpp"
 
-#include <hdf5.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -10,12 +8,11 @@
 #include <set>
 
 #include "formats/error.hpp"
-#include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
+#include "sim/io/run_reader.hpp"
 
 namespace exmy::eval {
 namespace fs = std::filesystem;
-using io::h5::Handle;
 
 bool natural_less(const std::string& a, const std::string& b) {
   size_t i = 0, j = 0;
@@ -81,97 +78,7 @@ bool layer_less(const std::string& a, const std::string& b) {
   return natural_less(a, b);
 }
 
-// A read-only view of the run file.
-class Reader {
- public:
-  explicit Reader(const std::string& path) : path_(path) {
-    io::h5::silence_errors();
-    std::error_code ec;
-    if (!fs::exists(path, ec)) throw Error("run file '" + path + "' does not exist");
-    if (fs::is_directory(path, ec)) throw Error("'" + path + "' is a directory without a run.h5");
-    if (H5Fis_hdf5(path.c_str()) <= 0) throw Error("'" + path + "' is not an HDF5 file");
-    // SWMR read also works on a file a run is writing, or one a killed run left.
-    f_ = io::h5::open_read(path);
-    if (!f_.valid()) throw Error("cannot open '" + path + "' (a run killed while writing? try h5clear -s)");
-    root_ = Handle(H5Gopen2(f_.get(), "/", H5P_DEFAULT), H5Gclose);
-    H5Ovisit2(f_.get(), H5_INDEX_NAME, H5_ITER_INC, &Reader::visit, this, H5O_INFO_BASIC);
-  }
-
-  hid_t root() const { return root_.get(); }
-  const std::vector<std::string>& datasets() const { return datasets_; }
-  const std::set<std::string>& groups() const { return groups_; }
-  bool has(const std::string& d) const { return dataset_set_.count(d) > 0; }
-
-  // A dataset as doubles: (rows,) or (rows, width) row-major; width 0 for 1-D.
-  std::vector<double> read(const std::string& d, int64_t* width = nullptr) const {
-    io::h5::heartbeat();
-    Handle ds(H5Dopen2(f_.get(), d.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!ds.valid()) throw Error("run file '" + path_ + "': cannot open dataset '" + d + "'");
-    H5Drefresh(ds.get());  // SWMR: the writer's last flush
-    Handle sp(H5Dget_space(ds.get()), H5Sclose);
-    const int rank = H5Sget_simple_extent_ndims(sp.get());
-    hsize_t dims[2] = {0, 0};
-    if (rank < 1 || rank > 2 || H5Sget_simple_extent_dims(sp.get(), dims, nullptr) != rank)
-      throw Error("run file '" + path_ + "': dataset '" + d + "' is not a row dataset");
-    if (width) *width = rank == 2 ? static_cast<int64_t>(dims[1]) : 0;
-    std::vector<double> v(static_cast<size_t>(dims[0] * (rank == 2 ? dims[1] : 1)));
-    if (!v.empty() && H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
-      throw Error("run file '" + path_ + "': cannot read dataset '" + d + "' (not numeric?)");
-    return v;
-  }
-
-  std::map<std::string, std::string> attributes() const {
-    std::map<std::string, std::string> out;
-    std::vector<std::string> names;
-    H5Aiterate2(root_.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, &Reader::attr_name, &names);
-    for (const auto& n : names) {
-      io::h5::heartbeat();
-      Handle a(H5Aopen(root_.get(), n.c_str(), H5P_DEFAULT), H5Aclose);
-      Handle t(H5Aget_type(a.get()), H5Tclose);
-      switch (H5Tget_class(t.get())) {
-        case H5T_STRING:
-          if (auto s = io::h5::read_string_attribute(root_.get(), n)) out[n] = *s;
-          break;
-        case H5T_INTEGER:
-          if (auto i = io::h5::read_int_attribute(root_.get(), n)) out[n] = std::to_string(*i);
-          break;
-        case H5T_FLOAT:
-          if (auto x = io::h5::read_double_attribute(root_.get(), n)) {
-            char buf[40];
-            std::snprintf(buf, sizeof buf, "%.10g", *x);
-            out[n] = buf;
-          }
-          break;
-        default: out[n] = "(not shown)";
-      }
-    }
-    return out;
-  }
-
- private:
-  static herr_t visit(hid_t, const char* name, const H5O_info_t* info, void* self) {
-    auto* r = static_cast<Reader*>(self);
-    io::h5::heartbeat();
-    const std::string p = std::string("/") + name;
-    if (info->type == H5O_TYPE_DATASET) {
-      r->datasets_.push_back(p);
-      r->dataset_set_.insert(p);
-    } else if (info->type == H5O_TYPE_GROUP) {
-      r->groups_.insert(p);
-    }
-    return 0;
-  }
-  static herr_t attr_name(hid_t, const char* name, const H5A_info_t*, void* out) {
-    static_cast<std::vector<std::string>*>(out)->push_back(name);
-    return 0;
-  }
-
-  std::string path_;
-  Handle f_, root_;
-  std::vector<std::string> datasets_;
-  std::set<std::string> dataset_set_;
-  std::set<std::string> groups_;
-};
+using Reader = io::RunReader;
 
 // The rows of a group: its `step` column and any dataset of it, cut to
 // len(step) rows, up to the last row written (io::written_rows).
@@ -242,15 +149,6 @@ std::string join(const std::vector<std::string>& v, size_t from, size_t to, char
   return s;
 }
 
-// Groups under `top` that hold a `step` dataset, as paths relative to `top`.
-std::vector<std::string> step_groups(const Reader& r, const std::string& top) {
-  std::vector<std::string> out;
-  const std::string prefix = top + "/";
-  for (const auto& d : r.datasets())
-    if (d.starts_with(prefix) && d.ends_with("/step") && d.size() > prefix.size() + 5)
-      out.push_back(d.substr(prefix.size(), d.size() - prefix.size() - 5));
-  return out;
-}
 
 }  // namespace
 
@@ -310,7 +208,7 @@ RunSummary read_run_summary(const std::string& path_in) {
       s.best_val_step = b.step;
     }
   }
-  for (const auto& rel : step_groups(r, "/eval")) {
+  for (const auto& rel : r.step_groups("/eval")) {
     GroupRows g(r, "/eval/" + rel);
     EvalSeries e;
     e.group = "/eval/" + rel;
@@ -323,7 +221,7 @@ RunSummary read_run_summary(const std::string& path_in) {
   std::set<int64_t> steps_seen;
   s.has_quant = r.groups().count("/quant") > 0;
   s.has_gemm = r.groups().count("/gemm") > 0;
-  for (const auto& rel : step_groups(r, "/quant")) {
+  for (const auto& rel : r.step_groups("/quant")) {
     const auto c = components(rel);
     if (c.size() < 3) continue;  // not <layer>/<gemm>/<operand>
     GroupRows g(r, "/quant/" + rel);
@@ -340,7 +238,7 @@ RunSummary read_run_summary(const std::string& path_in) {
     row.sqnr_db = worst_of(g.col("sqnr_db"), g.step, Pick::lowest);
     s.operands.push_back(std::move(row));
   }
-  for (const auto& rel : step_groups(r, "/gemm")) {
+  for (const auto& rel : r.step_groups("/gemm")) {
     const auto c = components(rel);
     if (c.size() < 2) continue;  // not <layer>/<gemm>
     GroupRows g(r, "/gemm/" + rel);

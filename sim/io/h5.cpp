@@ -220,6 +220,29 @@ Handle intermediate_groups_lcpl() {
   return lcpl;
 }
 
+Handle create_file(const std::string& path) {
+  Handle fapl = latest_format_fapl();
+  return Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+}
+
+Handle open_file(const std::string& path, bool writable) {
+  return Handle(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+}
+
+Handle open_root(hid_t file) { return open_group(file, "/"); }
+
+Handle open_group(hid_t loc, const std::string& path) {
+  return Handle(H5Gopen2(loc, path.c_str(), H5P_DEFAULT), H5Gclose);
+}
+
+Handle open_or_create_group(hid_t loc, const std::string& path) {
+  if (path_exists(loc, path)) return open_group(loc, path);
+  Handle lcpl = intermediate_groups_lcpl();
+  return Handle(H5Gcreate2(loc, path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+}
+
+bool flush_file(hid_t file) { return H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0; }
+
 bool path_exists(hid_t loc, const std::string& path) {
   // H5Lexists fails (rather than answering false) when an intermediate group
   // is missing, so walk the path one component at a time.

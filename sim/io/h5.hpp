@@ -87,6 +87,20 @@ Handle latest_format_fapl();
 // A link creation property list that creates missing intermediate groups.
 Handle intermediate_groups_lcpl();
 
+// Files and groups for the writers outside sim/io (checkpoints, sweep
+// attributes), so that no raw HDF5 call lives elsewhere. Each returns an
+// invalid handle on failure; the caller names the file in its message.
+// create_file truncates `path` (a temporary: io::write_file_atomic) and
+// uses the newest file format, whose metadata carries checksums.
+Handle create_file(const std::string& path);
+Handle open_file(const std::string& path, bool writable);
+// A group: the root, an existing one, or one created with any missing parents.
+Handle open_root(hid_t file);
+Handle open_group(hid_t loc, const std::string& path);
+Handle open_or_create_group(hid_t loc, const std::string& path);
+// H5Fflush of the whole file; false on failure.
+bool flush_file(hid_t file);
+
 // True when every component of the absolute `path` exists under `loc`.
 bool path_exists(hid_t loc, const std::string& path);
 

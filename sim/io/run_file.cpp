@@ -1,5 +1,7 @@
 #include "sim/io/run_file.hpp"
 
+#include "sim/io/run_reader.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -523,39 +525,17 @@ std::unique_ptr<RunFile> RunFile::open_append(const std::string& path) {
 }
 
 std::vector<double> read_run_column(const std::string& file, const std::string& dataset) {
-  Handle f = open_for_reading(file);
-  return read_column(f.get(), dataset, file);
+  return RunReader(file).read(dataset);
 }
 
 std::optional<std::string> read_run_attribute(const std::string& file, const std::string& name) {
-  Handle f = open_for_reading(file);
-  Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT), H5Gclose);
-  return h5::read_string_attribute(root.get(), name);
+  return RunReader(file).string_attribute(name);
 }
 
-std::vector<std::string> list_run_datasets(const std::string& file) {
-  Handle f = open_for_reading(file);
-  std::vector<std::string> names;
-  if (H5Ovisit2(f.get(), H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names, H5O_INFO_BASIC) < 0)
-    throw Error("cannot read run file '" + file + "' (corrupt?)");
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> list_run_datasets(const std::string& file) { return RunReader(file).datasets(); }
 
 std::vector<float> read_run_tensor(const std::string& file, const std::string& dataset, int64_t& rows, int64_t& cols) {
-  Handle f = open_for_reading(file);
-  if (!h5::path_exists(f.get(), dataset)) throw Error("run file '" + file + "' has no dataset '" + dataset + "'");
-  Handle d(H5Dopen2(f.get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
-  Handle s(H5Dget_space(d.get()), H5Sclose);
-  hsize_t dims[2] = {0, 0};
-  if (!d.valid() || H5Sget_simple_extent_ndims(s.get()) != 2 || H5Sget_simple_extent_dims(s.get(), dims, nullptr) != 2)
-    throw Error("run file '" + file + "': '" + dataset + "' is not a 2-D tensor");
-  rows = static_cast<int64_t>(dims[0]);
-  cols = static_cast<int64_t>(dims[1]);
-  std::vector<float> v(static_cast<size_t>(rows * cols));
-  if (!v.empty() && H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
-    throw Error("cannot read '" + dataset + "' of run file '" + file + "'");
-  return v;
+  return RunReader(file).tensor(dataset, rows, cols);
 }
 
 }  // namespace exmy::io

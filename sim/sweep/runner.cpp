@@ -1,7 +1,6 @@
 #include "sim/sweep/runner.hpp"
 
 #include <fcntl.h>
-#include <hdf5.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -416,9 +415,9 @@ void write_run_attributes(const std::string& run_h5, const SweepSpec& spec, cons
   io::h5::silence_errors();
   std::error_code ec;
   if (!fs::exists(run_h5, ec)) throw Error("'" + run_h5 + "' does not exist");
-  io::h5::Handle f(H5Fopen(run_h5.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+  io::h5::Handle f = io::h5::open_file(run_h5, true);
   if (!f.valid()) throw Error("cannot open '" + run_h5 + "' for writing (still open, or killed while writing?)");
-  io::h5::Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT), H5Gclose);
+  io::h5::Handle root = io::h5::open_root(f.get());
   std::string keys;
   for (const auto& k : spec.axis_keys()) keys += (keys.empty() ? "" : ",") + k;
   io::h5::write_attribute(root.get(), "sweep_name", spec.name);
@@ -427,7 +426,7 @@ void write_run_attributes(const std::string& run_h5, const SweepSpec& spec, cons
   io::h5::write_attribute(root.get(), "sweep_index", r.index);
   io::h5::write_attribute(root.get(), "sweep_axes", keys);
   for (const auto& [k, v] : r.values) io::h5::write_attribute(root.get(), "sweep_axis." + k, v);
-  if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0) throw Error("cannot flush '" + run_h5 + "'");
+  if (!io::h5::flush_file(f.get())) throw Error("cannot flush '" + run_h5 + "'");
 }
 
 SweepOutcome run_sweep(const SweepSpec& spec, const std::vector<RunSpec>& runs, const std::string& out,

@@ -1,6 +1,5 @@
 #include "sim/sweep/summary.hpp"
 
-#include <hdf5.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,70 +14,31 @@
 
 #include "formats/error.hpp"
 #include "sim/io/atomic_file.hpp"
-#include "sim/io/h5.hpp"
+#include "sim/io/run_file.hpp"
+#include "sim/io/run_reader.hpp"
 #include "sim/train/loss_window.hpp"
 
 extern char** environ;
 
 namespace exmy::sweep {
 namespace fs = std::filesystem;
-using io::h5::Handle;
 
 namespace {
 
-// A read-only view of a run file: every group and dataset path, and
-// datasets read as doubles. Opened with SWMR read, so a live or killed run
-// can be summarized too.
-class RunReader {
- public:
-  explicit RunReader(const std::string& path) : path_(path) {
-    io::h5::silence_errors();
-    f_ = io::h5::open_read(path);
-    if (!f_.valid()) throw Error("cannot open run file '" + path + "'");
-    H5Ovisit2(f_.get(), H5_INDEX_NAME, H5_ITER_INC, &RunReader::visit, this, H5O_INFO_BASIC);
-  }
-  bool has(const std::string& d) const { return datasets_.count(d) > 0; }
-  // Groups below `top` (relative paths) that hold a `step` dataset.
-  std::vector<std::string> step_groups(const std::string& top) const {
-    std::vector<std::string> out;
-    const std::string prefix = top + "/";
-    for (const auto& d : datasets_)
-      if (d.starts_with(prefix) && d.ends_with("/step")) out.push_back(d.substr(prefix.size(), d.size() - prefix.size() - 5));
-    return out;
-  }
-  std::vector<double> read(const std::string& d) const {
-    if (!has(d)) return {};
-    Handle ds(H5Dopen2(f_.get(), d.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!ds.valid()) return {};
-    H5Drefresh(ds.get());
-    Handle sp(H5Dget_space(ds.get()), H5Sclose);
-    const int rank = H5Sget_simple_extent_ndims(sp.get());
-    if (rank != 1) return {};
-    hsize_t n = 0;
-    H5Sget_simple_extent_dims(sp.get(), &n, nullptr);
-    std::vector<double> v(static_cast<size_t>(n));
-    if (n > 0 && H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) return {};
-    return v;
-  }
+using io::RunReader;
 
- private:
-  static herr_t visit(hid_t, const char* name, const H5O_info_t* info, void* self) {
-    if (info->type == H5O_TYPE_DATASET) static_cast<RunReader*>(self)->datasets_.insert(std::string("/") + name);
-    return 0;
-  }
-  std::string path_;
-  Handle f_;
-  std::set<std::string> datasets_;
-};
-
-// Rows of one statistics group: only the first len(step) rows count.
+// Rows of one statistics group: only the first len(step) rows count, up to
+// the last row written (io::written_rows).
 struct Group {
   const RunReader& r;
   std::string path;
   std::vector<double> step;
-  Group(const RunReader& rr, std::string p) : r(rr), path(std::move(p)) { step = r.read(path + "/step"); }
+  Group(const RunReader& rr, std::string p) : r(rr), path(std::move(p)) {
+    step = r.column(path + "/step");
+    step.resize(io::written_rows(step));
+  }
   std::vector<double> col(const std::string& name) const {
-    auto v = r.read(path + "/" + name);
+    auto v = r.column(path + "/" + name);
     if (v.size() > step.size()) v.resize(step.size());
     return v;
   }

@@ -19,19 +19,13 @@ namespace {
 
 constexpr int64_t kSchemaVersion = 1;
 
-Handle open_group(hid_t loc, const std::string& path) {
-  if (io::h5::path_exists(loc, path)) return Handle(H5Gopen2(loc, path.c_str(), H5P_DEFAULT), H5Gclose);
-  Handle lcpl = io::h5::intermediate_groups_lcpl();
-  return Handle(H5Gcreate2(loc, path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-}
-
 Handle open_checkpoint(const std::string& path) {
   io::h5::silence_errors();
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error("checkpoint '" + path + "' does not exist");
-  Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  Handle f = io::h5::open_file(path, false);
   if (!f.valid()) throw Error("checkpoint '" + path + "' is not a readable HDF5 file (corrupt or truncated?)");
-  Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT), H5Gclose);
+  Handle root = io::h5::open_root(f.get());
   const auto fmt = io::h5::read_string_attribute(root.get(), "format");
   if (!fmt || *fmt != "exmy-checkpoint") throw Error("'" + path + "' is not an exmy checkpoint");
   return f;
@@ -58,10 +52,9 @@ void save_checkpoint(const std::string& path, const models::NemotronH<float>& mo
     io::write_file_atomic(path, [&](const std::string& tmp) {
       // The latest file format checksums the metadata (object headers, the
       // attributes in them); write_array checksums the data.
-      Handle fapl = io::h5::latest_format_fapl();
-      Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+      Handle f = io::h5::create_file(tmp);
       if (!f.valid()) throw Error("cannot create checkpoint '" + tmp + "'");
-      Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT), H5Gclose);
+      Handle root = io::h5::open_root(f.get());
       using io::h5::write_attribute;
       write_attribute(root.get(), "format", std::string("exmy-checkpoint"));
       write_attribute(root.get(), "schema_version", kSchemaVersion);
@@ -88,14 +81,14 @@ void save_checkpoint(const std::string& path, const models::NemotronH<float>& mo
       io::h5::write_array(f.get(), "/rng", rng, {2});
       if (!state.losses.empty())
         io::h5::write_array(f.get(), "/train_losses", state.losses.data(), {static_cast<int64_t>(state.losses.size())});
-      Handle ls = open_group(f.get(), "/layer_state");
+      Handle ls = io::h5::open_or_create_group(f.get(), "/layer_state");
       for (const auto& lin : model.linears()) {
         if (const auto* st = dynamic_cast<const LayerState*>(lin.get())) {
-          Handle g = open_group(ls.get(), lin->info().name);
+          Handle g = io::h5::open_or_create_group(ls.get(), lin->info().name);
           st->save_state(g.get());
         }
       }
-      if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0) throw Error("cannot write checkpoint '" + tmp + "'");
+      if (!io::h5::flush_file(f.get())) throw Error("cannot write checkpoint '" + tmp + "'");
     });
   } catch (const Error& e) {
     // The temporary is gone; the previous checkpoint is as it was.
@@ -107,7 +100,7 @@ void save_checkpoint(const std::string& path, const models::NemotronH<float>& mo
 
 void load_checkpoint(const std::string& path, models::NemotronH<float>& model, sim::AdamW& opt, TrainState& state) {
   Handle f = open_checkpoint(path);
-  Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT), H5Gclose);
+  Handle root = io::h5::open_root(f.get());
   const int64_t schema = need_int(root.get(), "schema_version", path);
   if (schema != kSchemaVersion)
     throw Error("checkpoint '" + path + "' has schema version " + std::to_string(schema) + " (this exmy reads " +
@@ -146,7 +139,7 @@ void load_checkpoint(const std::string& path, models::NemotronH<float>& model, s
     if (auto* st = dynamic_cast<LayerState*>(lin.get())) {
       const std::string g = "/layer_state/" + lin->info().name;
       if (!io::h5::path_exists(f.get(), g)) throw Error(what + " has no state for layer '" + lin->info().name + "'");
-      Handle gh(H5Gopen2(f.get(), g.c_str(), H5P_DEFAULT), H5Gclose);
+      Handle gh = io::h5::open_group(f.get(), g);
       st->load_state(gh.get());
     }
   }
@@ -154,7 +147,7 @@ void load_checkpoint(const std::string& path, models::NemotronH<float>& model, s
 
 std::string checkpoint_config(const std::string& path) {
   Handle f = open_checkpoint(path);
-  Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT), H5Gclose);
+  Handle root = io::h5::open_root(f.get());
   const auto c = io::h5::read_string_attribute(root.get(), "config");
   if (!c) throw Error("checkpoint '" + path + "' holds no configuration (corrupt?)");
   return *c;

@@ -51,7 +51,7 @@ TEST(RunFile, AppendsScalarAndVectorRowsCreatingDatasetsOnFirstUse) {
   EXPECT_EQ(read_run_column(p, "/quant/layers.0.mixer.in_proj/fprop/x/counts"), (std::vector<double>{7, 8, 7, 8}));
   EXPECT_EQ(read_run_attribute(p, "config"), std::string("[train]\nsteps = 3\n"));
   expect_error([&] { read_run_column(p, "/train/nope"); }, "has no dataset '/train/nope'");
-  expect_error([&] { read_run_column(d / "missing.h5", "/train/loss"); }, "cannot open run file");
+  expect_error([&] { read_run_column(d / "missing.h5", "/train/loss"); }, "does not exist");
 }
 
 // A run file whose metadata checksums no longer match (every object header
