@@ -115,6 +115,139 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
   }
 }
 
+AttnDims attn_dims(const NemotronHConfig& c, int64_t B, int64_t T_) {
+  AttnDims d;
+  d.batch = B;
+  d.seqlen = T_;
+  d.q_heads = c.num_attention_heads;
+  d.kv_heads = c.num_key_value_heads;
+  d.head_dim = c.head_dim;
+  return d;
+}
+
+namespace {
+
+// Elements of the kept tensors (allocate() and attention_kept() read this).
+struct Sizes {
+  int64_t q = 0, k = 0, v = 0, o = 0, lse = 0;
+  int64_t total() const { return q + k + v + o + lse; }
+};
+
+Sizes sizes(const NemotronHConfig& c, int64_t B, int64_t T_) {
+  const int64_t N = B * T_;
+  Sizes s;
+  s.q = N * c.attn_q_dim();
+  s.k = N * c.attn_kv_dim();
+  s.v = N * c.attn_kv_dim();
+  s.o = N * c.attn_q_dim();
+  s.lse = N * c.num_attention_heads;
+  return s;
+}
+
+void attention_add_params(sim::ArenaLayout& L, const NemotronHConfig& c, const std::string& p) {
+  const int64_t H = c.hidden_size;
+  L.add(p + "q_proj.weight", {c.attn_q_dim(), H}, true);
+  L.add(p + "k_proj.weight", {c.attn_kv_dim(), H}, true);
+  L.add(p + "v_proj.weight", {c.attn_kv_dim(), H}, true);
+  L.add(p + "o_proj.weight", {H, c.attn_q_dim()}, true);
+}
+
+void attention_add_flops(FlopCount& f, const NemotronHConfig& c, int64_t seq_len) {
+  const double H = static_cast<double>(c.hidden_size);
+  const double T = static_cast<double>(seq_len);
+  f.linear += 2 * H * static_cast<double>(2 * c.attn_q_dim() + 2 * c.attn_kv_dim());
+  // QK^T and PV over the (T+1)/2 keys a causal query sees on average.
+  f.attention += 2 * 2 * static_cast<double>(c.attn_q_dim()) * (T + 1) / 2;
+}
+
+int64_t attention_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sizes(c, B, T_).total(); }
+
+// Per token: do (q), dq (q), dk (kv), dv (kv).
+MixerScratch attention_scratch(const NemotronHConfig& c, int64_t, int64_t) {
+  return {{c.attn_q_dim(), c.attn_q_dim(), c.attn_kv_dim(), c.attn_kv_dim()}, 0};
+}
+
+template <class T>
+class AttentionMixer final : public Mixer<T> {
+ public:
+  explicit AttentionMixer(const MixerBuilder<T>& b);
+  void allocate(int64_t batch, int64_t seqlen, Mixer<T>* share) override;
+  void forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) override;
+  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<sim::Buf<T>> scratch,
+                const MixerRun& run) override;
+
+ private:
+  // Kept for backward: q, k, v, the attention output and the log-sum-exp of
+  // each softmax row (backward recomputes the probabilities).
+  struct Saved {
+    sim::Buf<T> q, k, v, o, lse;
+  };
+  const NemotronHConfig& cfg_;
+  MixerLinear<T> q_proj_, k_proj_, v_proj_, o_proj_;
+  Kept<Saved> kept_;
+};
+
+template <class T>
+AttentionMixer<T>::AttentionMixer(const MixerBuilder<T>& b) : Mixer<T>(b.letter), cfg_(b.cfg) {
+  const int64_t C = cfg_.hidden_size;
+  q_proj_ = b.linear(sim::LinearKind::attn_q, "q_proj", C, cfg_.attn_q_dim());
+  k_proj_ = b.linear(sim::LinearKind::attn_k, "k_proj", C, cfg_.attn_kv_dim());
+  v_proj_ = b.linear(sim::LinearKind::attn_v, "v_proj", C, cfg_.attn_kv_dim());
+  o_proj_ = b.linear(sim::LinearKind::attn_o, "o_proj", cfg_.attn_q_dim(), C);
+}
+
+template <class T>
+void AttentionMixer<T>::allocate(int64_t B, int64_t T_, Mixer<T>* share) {
+  AttentionMixer* other = shared_as(*this, share);
+  if (!kept_.share(other ? &other->kept_ : nullptr)) return;
+  const Sizes s = sizes(cfg_, B, T_);
+  Saved& k = *kept_;
+  sim::resize_zero(k.q, s.q), sim::resize_zero(k.k, s.k), sim::resize_zero(k.v, s.v);
+  sim::resize_zero(k.o, s.o), sim::resize_zero(k.lse, s.lse);
+}
+
+template <class T>
+void AttentionMixer<T>::forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) {
+  const int64_t N = run.tokens();
+  Saved& k = *kept_;
+  q_proj_.forward(k.q.data(), x, arena, N, run.again);
+  k_proj_.forward(k.k.data(), x, arena, N, run.again);
+  v_proj_.forward(k.v.data(), x, arena, N, run.again);
+  keep_bf16(run, k.q.data(), N * cfg_.attn_q_dim());
+  keep_bf16(run, k.k.data(), N * cfg_.attn_kv_dim());
+  keep_bf16(run, k.v.data(), N * cfg_.attn_kv_dim());
+  attention_forward(k.o.data(), k.lse.data(), k.q.data(), k.k.data(), k.v.data(),
+                    attn_dims(cfg_, run.batch, run.seqlen));
+  keep_bf16(run, k.o.data(), N * cfg_.attn_q_dim());
+  if (run.again) return;
+  o_proj_.forward(out, k.o.data(), arena, N, false);
+}
+
+template <class T>
+void AttentionMixer<T>::backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x,
+                                 std::span<Buf<T>> scratch, const MixerRun& run) {
+  const int64_t N = run.tokens(), qd = cfg_.attn_q_dim(), kvd = cfg_.attn_kv_dim();
+  Saved& k = *kept_;
+  T* dO = scratch[0].data();
+  T* dq = scratch[1].data();
+  T* dk = scratch[2].data();
+  T* dv = scratch[3].data();
+  sim::zero(dO, N * qd), sim::zero(dq, N * qd), sim::zero(dk, N * kvd), sim::zero(dv, N * kvd);
+  o_proj_.backward(dO, arena, dout, k.o.data(), N);
+  attention_backward(dq, dk, dv, dO, k.o.data(), k.lse.data(), k.q.data(), k.k.data(), k.v.data(),
+                     attn_dims(cfg_, run.batch, run.seqlen));
+  q_proj_.backward(dx, arena, dq, x, N);
+  k_proj_.backward(dx, arena, dk, x, N);
+  v_proj_.backward(dx, arena, dv, x, N);
+}
+
+}  // namespace
+
+const MixerOps& attention_mixer() {
+  static const MixerOps ops = mixer_ops<AttentionMixer>(attention_add_params, attention_add_flops, attention_kept, attention_scratch);
+  return ops;
+}
+
 template void attention_forward<float>(float*, float*, const float*, const float*, const float*, const AttnDims&);
 template void attention_forward<double>(double*, double*, const double*, const double*, const double*,
                                         const AttnDims&);

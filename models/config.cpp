@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "formats/error.hpp"
+#include "models/mixer.hpp"
 
 namespace exmy::models {
 namespace {
@@ -361,7 +362,7 @@ void validate(const NemotronHConfig& c) {
     if (ch == 'E')
       throw Error("model.hybrid_override_pattern: MoE blocks ('E' at position " + std::to_string(i) +
                   ") are not supported (expected M, * or -)");
-    if (ch != 'M' && ch != '*' && ch != '-')
+    if (!find_mixer_kind(ch))
       throw Error("model.hybrid_override_pattern: unknown layer letter '" + std::string(1, ch) + "' at position " +
                   std::to_string(i) + " (expected M = Mamba-2, * = attention, - = MLP)");
   }
@@ -542,30 +543,7 @@ sim::ArenaLayout make_layout(const NemotronHConfig& c) {
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     L.add(p + "norm.weight", {H}, false);
-    switch (c.hybrid_override_pattern[static_cast<size_t>(i)]) {
-      case 'M':
-        L.add(p + "mixer.in_proj.weight", {c.mamba_in_proj_dim(), H}, true);
-        // HF stores the depthwise conv as (channels, 1, kernel).
-        L.add(p + "mixer.conv1d.weight", {c.mamba_conv_dim(), 1, c.conv_kernel}, true);
-        if (c.use_conv_bias) L.add(p + "mixer.conv1d.bias", {c.mamba_conv_dim()}, false);
-        L.add(p + "mixer.dt_bias", {c.mamba_num_heads}, false);
-        L.add(p + "mixer.A_log", {c.mamba_num_heads}, false);
-        L.add(p + "mixer.D", {c.mamba_num_heads}, false);
-        L.add(p + "mixer.norm.weight", {c.mamba_d_inner()}, false);
-        L.add(p + "mixer.out_proj.weight", {H, c.mamba_d_inner()}, true);
-        break;
-      case '*':
-        L.add(p + "mixer.q_proj.weight", {c.attn_q_dim(), H}, true);
-        L.add(p + "mixer.k_proj.weight", {c.attn_kv_dim(), H}, true);
-        L.add(p + "mixer.v_proj.weight", {c.attn_kv_dim(), H}, true);
-        L.add(p + "mixer.o_proj.weight", {H, c.attn_q_dim()}, true);
-        break;
-      case '-':
-        L.add(p + "mixer.up_proj.weight", {c.intermediate_size, H}, true);
-        L.add(p + "mixer.down_proj.weight", {H, c.intermediate_size}, true);
-        break;
-      default: throw Error("model.hybrid_override_pattern: unknown layer letter (call validate() first)");
-    }
+    mixer_kind(c.hybrid_override_pattern[static_cast<size_t>(i)]).ops.add_params(L, c, p + "mixer.");
   }
   L.add("norm_f.weight", {H}, false);
   L.add("lm_head.weight", {c.vocab_size, H}, true);
@@ -601,12 +579,12 @@ std::vector<ComponentCount> parameter_breakdown(const NemotronHConfig& c) {
   add("embeddings", "embeddings", L.get("embeddings.weight").numel, 1);
   // Every block of a type has the same shapes, so layer 0 of each type gives
   // the per-layer counts.
-  for (const auto& [letter, block] : {std::pair{'M', "mamba"}, std::pair{'*', "attention"}, std::pair{'-', "mlp"}}) {
-    const size_t first = c.hybrid_override_pattern.find(letter);
+  for (const MixerKind& k : mixer_kinds()) {
+    const size_t first = c.hybrid_override_pattern.find(k.letter);
     if (first == std::string::npos) continue;
     const std::string prefix = "layers." + std::to_string(first) + ".";
     for (const auto& v : L.views())
-      if (v.name.starts_with(prefix)) add(block, component(v.name), v.numel, c.count_layers(letter));
+      if (v.name.starts_with(prefix)) add(k.block, component(v.name), v.numel, c.count_layers(k.letter));
   }
   add("final", "norm_f", L.get("norm_f.weight").numel, 1);
   add("final", "lm_head", L.get("lm_head.weight").numel, 1);
@@ -618,26 +596,7 @@ int64_t parameter_count(const NemotronHConfig& c) { return make_layout(c).num_pa
 FlopCount flops_per_token(const NemotronHConfig& c, int64_t seq_len) {
   FlopCount f;
   const double H = static_cast<double>(c.hidden_size);
-  const double T = static_cast<double>(seq_len);
-  for (char t : c.hybrid_override_pattern) {
-    if (t == 'M') {
-      f.linear += 2 * H * static_cast<double>(c.mamba_in_proj_dim() + c.mamba_d_inner());
-      // Chunked SSD per head and token, chunk length L (the last chunk of a
-      // sequence may be shorter; counted as full): C·B^T shared by the
-      // heads of a group (2·L·N / heads-per-group), the masked intra-chunk
-      // product (2·L·P), the chunk state (2·P·N) and the state output (2·P·N).
-      const double L = static_cast<double>(std::min<int64_t>(c.chunk_size, seq_len));
-      const double P = static_cast<double>(c.mamba_head_dim), N = static_cast<double>(c.ssm_state_size);
-      const double hpg = static_cast<double>(c.mamba_num_heads / std::max<int64_t>(c.n_groups, 1));
-      f.ssd += static_cast<double>(c.mamba_num_heads) * (2 * L * N / hpg + 2 * L * P + 4 * P * N);
-    } else if (t == '*') {
-      f.linear += 2 * H * static_cast<double>(2 * c.attn_q_dim() + 2 * c.attn_kv_dim());
-      // QK^T and PV over the (T+1)/2 keys a causal query sees on average.
-      f.attention += 2 * 2 * static_cast<double>(c.attn_q_dim()) * (T + 1) / 2;
-    } else if (t == '-') {
-      f.linear += 2 * H * 2 * static_cast<double>(c.intermediate_size);
-    }
-  }
+  for (char t : c.hybrid_override_pattern) mixer_kind(t).ops.add_flops(f, c, seq_len);
   f.linear += 2 * H * static_cast<double>(c.vocab_size);
   return f;
 }
