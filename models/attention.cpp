@@ -1,6 +1,7 @@
 #include "models/attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "sim/gemm.hpp"
@@ -116,32 +117,17 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
 }
 
 AttnDims attn_dims(const NemotronHConfig& c, int64_t B, int64_t T_) {
-  AttnDims d;
-  d.batch = B;
-  d.seqlen = T_;
-  d.q_heads = c.num_attention_heads;
-  d.kv_heads = c.num_key_value_heads;
-  d.head_dim = c.head_dim;
-  return d;
+  return {.batch = B, .seqlen = T_, .q_heads = c.num_attention_heads, .kv_heads = c.num_key_value_heads,
+          .head_dim = c.head_dim};
 }
 
 namespace {
 
-// Elements of the kept tensors (allocate() and attention_kept() read this).
-struct Sizes {
-  int64_t q = 0, k = 0, v = 0, o = 0, lse = 0;
-  int64_t total() const { return q + k + v + o + lse; }
-};
-
-Sizes sizes(const NemotronHConfig& c, int64_t B, int64_t T_) {
+// Elements of the kept tensors, in the order of Saved::all().
+std::array<int64_t, 5> sizes(const NemotronHConfig& c, int64_t B, int64_t T_) {
   const int64_t N = B * T_;
-  Sizes s;
-  s.q = N * c.attn_q_dim();
-  s.k = N * c.attn_kv_dim();
-  s.v = N * c.attn_kv_dim();
-  s.o = N * c.attn_q_dim();
-  s.lse = N * c.num_attention_heads;
-  return s;
+  return {N * c.attn_q_dim(), N * c.attn_kv_dim(), N * c.attn_kv_dim(), N * c.attn_q_dim(),
+          N * c.num_attention_heads};
 }
 
 void attention_add_params(sim::ArenaLayout& L, const NemotronHConfig& c, const std::string& p) {
@@ -160,51 +146,44 @@ void attention_add_flops(FlopCount& f, const NemotronHConfig& c, int64_t seq_len
   f.attention += 2 * 2 * static_cast<double>(c.attn_q_dim()) * (T + 1) / 2;
 }
 
-int64_t attention_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sizes(c, B, T_).total(); }
+int64_t attention_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sum_sizes(sizes(c, B, T_)); }
 
 // Per token: do (q), dq (q), dk (kv), dv (kv).
 MixerScratch attention_scratch(const NemotronHConfig& c, int64_t, int64_t) {
   return {{c.attn_q_dim(), c.attn_q_dim(), c.attn_kv_dim(), c.attn_kv_dim()}, 0};
 }
 
+// Kept for backward: q, k, v, the attention output and the log-sum-exp of
+// each softmax row (backward recomputes the probabilities).
 template <class T>
-class AttentionMixer final : public Mixer<T> {
- public:
-  explicit AttentionMixer(const MixerBuilder<T>& b);
-  void allocate(int64_t batch, int64_t seqlen, Mixer<T>* share) override;
-  void forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) override;
-  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<sim::Buf<T>> scratch,
-                const MixerRun& run) override;
-
- private:
-  // Kept for backward: q, k, v, the attention output and the log-sum-exp of
-  // each softmax row (backward recomputes the probabilities).
-  struct Saved {
-    sim::Buf<T> q, k, v, o, lse;
-  };
-  const NemotronHConfig& cfg_;
-  MixerLinear<T> q_proj_, k_proj_, v_proj_, o_proj_;
-  Kept<Saved> kept_;
+struct AttentionSaved {
+  Buf<T> q, k, v, o, lse;
+  std::array<Buf<T>*, 5> all() { return {&q, &k, &v, &o, &lse}; }
 };
 
 template <class T>
-AttentionMixer<T>::AttentionMixer(const MixerBuilder<T>& b) : Mixer<T>(b.letter), cfg_(b.cfg) {
-  const int64_t C = cfg_.hidden_size;
-  q_proj_ = b.linear(sim::LinearKind::attn_q, "q_proj", C, cfg_.attn_q_dim());
-  k_proj_ = b.linear(sim::LinearKind::attn_k, "k_proj", C, cfg_.attn_kv_dim());
-  v_proj_ = b.linear(sim::LinearKind::attn_v, "v_proj", C, cfg_.attn_kv_dim());
-  o_proj_ = b.linear(sim::LinearKind::attn_o, "o_proj", cfg_.attn_q_dim(), C);
-}
+class AttentionMixer final : public MixerKeeping<T, AttentionSaved<T>, sizes> {
+  using Base = MixerKeeping<T, AttentionSaved<T>, sizes>;
+  using Base::cfg_;
+  using Base::kept_;
+  using Saved = AttentionSaved<T>;
 
-template <class T>
-void AttentionMixer<T>::allocate(int64_t B, int64_t T_, Mixer<T>* share) {
-  AttentionMixer* other = shared_as(*this, share);
-  if (!kept_.share(other ? &other->kept_ : nullptr)) return;
-  const Sizes s = sizes(cfg_, B, T_);
-  Saved& k = *kept_;
-  sim::resize_zero(k.q, s.q), sim::resize_zero(k.k, s.k), sim::resize_zero(k.v, s.v);
-  sim::resize_zero(k.o, s.o), sim::resize_zero(k.lse, s.lse);
-}
+ public:
+  explicit AttentionMixer(const MixerBuilder<T>& b) : Base(b) {
+    const int64_t C = cfg_.hidden_size;
+    q_proj_ = b.linear(sim::LinearKind::attn_q, "q_proj", C, cfg_.attn_q_dim());
+    k_proj_ = b.linear(sim::LinearKind::attn_k, "k_proj", C, cfg_.attn_kv_dim());
+    v_proj_ = b.linear(sim::LinearKind::attn_v, "v_proj", C, cfg_.attn_kv_dim());
+    o_proj_ = b.linear(sim::LinearKind::attn_o, "o_proj", cfg_.attn_q_dim(), C);
+  }
+
+  void forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) override;
+  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<Buf<T>> scratch,
+                const MixerRun& run) override;
+
+ private:
+  MixerLinear<T> q_proj_, k_proj_, v_proj_, o_proj_;
+};
 
 template <class T>
 void AttentionMixer<T>::forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) {

@@ -1,6 +1,7 @@
 #include "models/mamba2.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include "models/layers.hpp"
 
@@ -9,40 +10,18 @@ namespace exmy::models {
 using sim::Buf;
 
 SsdDims ssd_dims(const NemotronHConfig& c, int64_t B, int64_t T_) {
-  SsdDims d;
-  d.batch = B;
-  d.seqlen = T_;
-  d.heads = c.mamba_num_heads;
-  d.head_dim = c.mamba_head_dim;
-  d.groups = c.n_groups;
-  d.state = c.ssm_state_size;
-  d.chunk = c.chunk_size;
-  return d;
+  return {.batch = B, .seqlen = T_, .heads = c.mamba_num_heads, .head_dim = c.mamba_head_dim, .groups = c.n_groups,
+          .state = c.ssm_state_size, .chunk = c.chunk_size};
 }
 
 namespace {
 
-// Elements of the kept tensors for batch x seqlen tokens: allocate() and
-// mamba2_kept() both read this, so the memory estimate is what the mixer
-// allocates.
-struct Sizes {
-  int64_t zxbcdt = 0, xbc = 0, dt = 0, acs = 0, states = 0, y = 0, gn = 0, gn_rstd = 0;
-  int64_t total() const { return zxbcdt + xbc + dt + acs + states + y + gn + gn_rstd; }
-};
-
-Sizes sizes(const NemotronHConfig& c, int64_t B, int64_t T_) {
+// Elements of the kept tensors, in the order of Saved::all().
+std::array<int64_t, 8> sizes(const NemotronHConfig& c, int64_t B, int64_t T_) {
   const int64_t N = B * T_;
   const SsdDims d = ssd_dims(c, B, T_);
-  Sizes s;
-  s.zxbcdt = N * c.mamba_in_proj_dim();
-  s.xbc = N * c.mamba_conv_dim();
-  s.dt = N * c.mamba_num_heads;
-  s.acs = d.acs_size();
-  s.states = d.states_size();
-  s.y = N * c.mamba_d_inner();
-  s.gn = N * c.mamba_d_inner();
-  s.gn_rstd = N * c.n_groups;
-  return s;
+  return {N * c.mamba_in_proj_dim(), N * c.mamba_conv_dim(), N * c.mamba_num_heads, d.acs_size(),
+          d.states_size(),           N * c.mamba_d_inner(),  N * c.mamba_d_inner(),   N * c.n_groups};
 }
 
 void mamba2_add_params(sim::ArenaLayout& L, const NemotronHConfig& c, const std::string& p) {
@@ -71,7 +50,7 @@ void mamba2_add_flops(FlopCount& f, const NemotronHConfig& c, int64_t seq_len) {
   f.ssd += static_cast<double>(c.mamba_num_heads) * (2 * L * N / hpg + 2 * L * P + 4 * P * N);
 }
 
-int64_t mamba2_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sizes(c, B, T_).total(); }
+int64_t mamba2_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sum_sizes(sizes(c, B, T_)); }
 
 // Per token: dgn (D_in), dy (D_in), dzxbcdt (in_proj), dxBC (conv), ddt
 // (heads); inside, the SSD backward's state gradients.
@@ -80,51 +59,43 @@ MixerScratch mamba2_scratch(const NemotronHConfig& c, int64_t B, int64_t T_) {
           ssd_dims(c, B, T_).states_size()};
 }
 
+// Kept for backward: the in_proj output, the conv1d+SiLU output, dt, the
+// SSD's within-chunk cumulative sums of dt A and chunk-entry states, the
+// SSD output, and the gated norm's output and 1/rms.
 template <class T>
-class Mamba2Mixer final : public Mixer<T> {
- public:
-  explicit Mamba2Mixer(const MixerBuilder<T>& b);
-  void allocate(int64_t batch, int64_t seqlen, Mixer<T>* share) override;
-  void forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) override;
-  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<sim::Buf<T>> scratch,
-                const MixerRun& run) override;
-
- private:
-  // Kept for backward: the in_proj output, the conv1d+SiLU output, dt, the
-  // SSD's within-chunk cumulative sums of dt A and chunk-entry states, the
-  // SSD output, and the gated norm's output and 1/rms.
-  struct Saved {
-    sim::Buf<T> zxbcdt, xbc, dt, acs, states, y, gn, gn_rstd;
-  };
-  const NemotronHConfig& cfg_;
-  MixerLinear<T> in_proj_, out_proj_;
-  int conv_w_ = -1, conv_b_ = -1, dt_bias_ = -1, A_log_ = -1, D_ = -1, norm_ = -1;  // arena indices
-  Kept<Saved> kept_;
+struct Mamba2Saved {
+  Buf<T> zxbcdt, xbc, dt, acs, states, y, gn, gn_rstd;
+  std::array<Buf<T>*, 8> all() { return {&zxbcdt, &xbc, &dt, &acs, &states, &y, &gn, &gn_rstd}; }
 };
 
 template <class T>
-Mamba2Mixer<T>::Mamba2Mixer(const MixerBuilder<T>& b) : Mixer<T>(b.letter), cfg_(b.cfg) {
-  const int64_t C = cfg_.hidden_size;
-  in_proj_ = b.linear(sim::LinearKind::mamba_in_proj, "in_proj", C, cfg_.mamba_in_proj_dim());
-  out_proj_ = b.linear(sim::LinearKind::mamba_out_proj, "out_proj", cfg_.mamba_d_inner(), C);
-  conv_w_ = b.param("conv1d.weight");
-  conv_b_ = b.param("conv1d.bias");  // -1 without use_conv_bias
-  dt_bias_ = b.param("dt_bias");
-  A_log_ = b.param("A_log");
-  D_ = b.param("D");
-  norm_ = b.param("norm.weight");
-}
+class Mamba2Mixer final : public MixerKeeping<T, Mamba2Saved<T>, sizes> {
+  using Base = MixerKeeping<T, Mamba2Saved<T>, sizes>;
+  using Base::cfg_;
+  using Base::kept_;
+  using Saved = Mamba2Saved<T>;
 
-template <class T>
-void Mamba2Mixer<T>::allocate(int64_t B, int64_t T_, Mixer<T>* share) {
-  Mamba2Mixer* other = shared_as(*this, share);
-  if (!kept_.share(other ? &other->kept_ : nullptr)) return;
-  const Sizes s = sizes(cfg_, B, T_);
-  Saved& k = *kept_;
-  sim::resize_zero(k.zxbcdt, s.zxbcdt), sim::resize_zero(k.xbc, s.xbc), sim::resize_zero(k.dt, s.dt);
-  sim::resize_zero(k.acs, s.acs), sim::resize_zero(k.states, s.states), sim::resize_zero(k.y, s.y);
-  sim::resize_zero(k.gn, s.gn), sim::resize_zero(k.gn_rstd, s.gn_rstd);
-}
+ public:
+  explicit Mamba2Mixer(const MixerBuilder<T>& b) : Base(b) {
+    const int64_t C = cfg_.hidden_size;
+    in_proj_ = b.linear(sim::LinearKind::mamba_in_proj, "in_proj", C, cfg_.mamba_in_proj_dim());
+    out_proj_ = b.linear(sim::LinearKind::mamba_out_proj, "out_proj", cfg_.mamba_d_inner(), C);
+    conv_w_ = b.param("conv1d.weight");
+    conv_b_ = b.param("conv1d.bias");  // -1 without use_conv_bias
+    dt_bias_ = b.param("dt_bias");
+    A_log_ = b.param("A_log");
+    D_ = b.param("D");
+    norm_ = b.param("norm.weight");
+  }
+
+  void forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) override;
+  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<Buf<T>> scratch,
+                const MixerRun& run) override;
+
+ private:
+  MixerLinear<T> in_proj_, out_proj_;
+  int conv_w_ = -1, conv_b_ = -1, dt_bias_ = -1, A_log_ = -1, D_ = -1, norm_ = -1;  // arena indices
+};
 
 template <class T>
 void Mamba2Mixer<T>::forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) {

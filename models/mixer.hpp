@@ -16,6 +16,7 @@
 // the parameter gradients in the arena.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -146,6 +147,20 @@ class Kept {
   S* use_ = &own_;
 };
 
+// Sizes (elements) the kept tensors, given in the order of a mixer's
+// sizes() table, which its row's kept() sums: so the memory estimate is
+// what the mixer allocates.
+template <class T, size_t n>
+void resize_kept(const std::array<sim::Buf<T>*, n>& bufs, const std::array<int64_t, n>& sizes) {
+  for (size_t i = 0; i < n; ++i) sim::resize_zero(*bufs[i], sizes[i]);
+}
+template <size_t n>
+int64_t sum_sizes(const std::array<int64_t, n>& sizes) {
+  int64_t s = 0;
+  for (int64_t x : sizes) s += x;
+  return s;
+}
+
 // `share` as the mixer type M (allocate()'s argument); checks the letter.
 template <class M, class T>
 M* shared_as(const M& self, Mixer<T>* share) {
@@ -155,6 +170,23 @@ M* shared_as(const M& self, Mixer<T>* share) {
                 share->letter() + "'");
   return static_cast<M*>(share);
 }
+
+// The base of a mixer whose kept tensors are a struct S of buffers, with
+// all() listing them in the order of sizes(cfg, batch, seqlen), the table
+// of their sizes that the mixer's row kept() sums.
+template <class T, class S, auto sizes>
+class MixerKeeping : public Mixer<T> {
+ public:
+  void allocate(int64_t batch, int64_t seqlen, Mixer<T>* share) final {
+    MixerKeeping* other = shared_as(*this, share);
+    if (kept_.share(other ? &other->kept_ : nullptr)) resize_kept(kept_->all(), sizes(cfg_, batch, seqlen));
+  }
+
+ protected:
+  explicit MixerKeeping(const MixerBuilder<T>& b) : Mixer<T>(b.letter), cfg_(b.cfg) {}
+  const NemotronHConfig& cfg_;  // the model's
+  Kept<S> kept_;
+};
 
 // Backward scratch of a mixer: elements per token of each of the model's
 // shared backward buffers (buffer i is as wide as the widest i-th entry of

@@ -1,5 +1,7 @@
 #include "models/mlp.hpp"
 
+#include <array>
+
 #include "models/layers.hpp"
 
 namespace exmy::models {
@@ -19,47 +21,46 @@ void mlp_add_flops(FlopCount& f, const NemotronHConfig& c, int64_t) {
   f.linear += 2 * H * 2 * static_cast<double>(c.intermediate_size);
 }
 
-// up and act, N x intermediate_size each (allocate() reads this too).
-int64_t mlp_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return 2 * B * T_ * c.intermediate_size; }
+// Elements of the kept tensors, in the order of Saved::all().
+std::array<int64_t, 2> sizes(const NemotronHConfig& c, int64_t B, int64_t T_) {
+  return {B * T_ * c.intermediate_size, B * T_ * c.intermediate_size};
+}
+
+int64_t mlp_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sum_sizes(sizes(c, B, T_)); }
 
 // Per token: dact (I), dup (I).
 MixerScratch mlp_scratch(const NemotronHConfig& c, int64_t, int64_t) {
   return {{c.intermediate_size, c.intermediate_size}, 0};
 }
 
+// Kept for backward: the up_proj output and the squared ReLU's.
 template <class T>
-class MlpMixer final : public Mixer<T> {
- public:
-  explicit MlpMixer(const MixerBuilder<T>& b);
-  void allocate(int64_t batch, int64_t seqlen, Mixer<T>* share) override;
-  void forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) override;
-  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<sim::Buf<T>> scratch,
-                const MixerRun& run) override;
-
- private:
-  // Kept for backward: the up_proj output and the squared ReLU's.
-  struct Saved {
-    sim::Buf<T> up, act;
-  };
-  const NemotronHConfig& cfg_;
-  MixerLinear<T> up_proj_, down_proj_;
-  Kept<Saved> kept_;
+struct MlpSaved {
+  Buf<T> up, act;
+  std::array<Buf<T>*, 2> all() { return {&up, &act}; }
 };
 
 template <class T>
-MlpMixer<T>::MlpMixer(const MixerBuilder<T>& b) : Mixer<T>(b.letter), cfg_(b.cfg) {
-  const int64_t C = cfg_.hidden_size;
-  up_proj_ = b.linear(sim::LinearKind::mlp_up, "up_proj", C, cfg_.intermediate_size);
-  down_proj_ = b.linear(sim::LinearKind::mlp_down, "down_proj", cfg_.intermediate_size, C);
-}
+class MlpMixer final : public MixerKeeping<T, MlpSaved<T>, sizes> {
+  using Base = MixerKeeping<T, MlpSaved<T>, sizes>;
+  using Base::cfg_;
+  using Base::kept_;
+  using Saved = MlpSaved<T>;
 
-template <class T>
-void MlpMixer<T>::allocate(int64_t B, int64_t T_, Mixer<T>* share) {
-  MlpMixer* other = shared_as(*this, share);
-  if (!kept_.share(other ? &other->kept_ : nullptr)) return;
-  const int64_t each = mlp_kept(cfg_, B, T_) / 2;
-  sim::resize_zero(kept_->up, each), sim::resize_zero(kept_->act, each);
-}
+ public:
+  explicit MlpMixer(const MixerBuilder<T>& b) : Base(b) {
+    const int64_t C = cfg_.hidden_size;
+    up_proj_ = b.linear(sim::LinearKind::mlp_up, "up_proj", C, cfg_.intermediate_size);
+    down_proj_ = b.linear(sim::LinearKind::mlp_down, "down_proj", cfg_.intermediate_size, C);
+  }
+
+  void forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) override;
+  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<Buf<T>> scratch,
+                const MixerRun& run) override;
+
+ private:
+  MixerLinear<T> up_proj_, down_proj_;
+};
 
 template <class T>
 void MlpMixer<T>::forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) {
