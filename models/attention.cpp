@@ -130,6 +130,15 @@ std::array<int64_t, 5> sizes(const NemotronHConfig& c, int64_t B, int64_t T_) {
           N * c.num_attention_heads};
 }
 
+void attention_validate(const NemotronHConfig& c) {
+  require_positive({{"num_attention_heads", c.num_attention_heads},
+                    {"num_key_value_heads", c.num_key_value_heads},
+                    {"head_dim", c.head_dim}});
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    throw Error("model.num_attention_heads = " + std::to_string(c.num_attention_heads) +
+                " is not a multiple of num_key_value_heads = " + std::to_string(c.num_key_value_heads));
+}
+
 void attention_add_params(sim::ArenaLayout& L, const NemotronHConfig& c, const std::string& p) {
   const int64_t H = c.hidden_size;
   L.add(p + "q_proj.weight", {c.attn_q_dim(), H}, true);
@@ -223,7 +232,9 @@ void AttentionMixer<T>::backward(T* dx, sim::ParamArena<T>& arena, const T* dout
 }  // namespace
 
 const MixerOps& attention_mixer() {
-  static const MixerOps ops = mixer_ops<AttentionMixer>(attention_add_params, attention_add_flops, attention_kept, attention_scratch);
+  static const MixerOps ops =
+      mixer_ops<AttentionMixer>(attention_validate, attention_add_params, attention_add_flops, attention_kept,
+                                attention_scratch);
   return ops;
 }
 

@@ -351,10 +351,14 @@ std::string config_to_json(const NemotronHConfig& cfg, const std::string& torch_
   return j.dump(2) + "\n";
 }
 
-void validate(const NemotronHConfig& c) {
-  auto positive = [](const char* name, int64_t v) {
+void require_positive(std::initializer_list<std::pair<const char*, int64_t>> fields) {
+  for (const auto& [name, v] : fields)
     if (v <= 0) throw Error(std::string("model.") + name + " must be positive (got " + std::to_string(v) + ")");
-  };
+}
+
+std::string config_double(double x) { return fmt_double(x); }
+
+void validate(const NemotronHConfig& c) {
   const std::string& p = c.hybrid_override_pattern;
   if (p.empty()) throw Error("model.hybrid_override_pattern is empty (expected letters M, * and -)");
   for (size_t i = 0; i < p.size(); ++i) {
@@ -369,39 +373,10 @@ void validate(const NemotronHConfig& c) {
   if (c.num_hidden_layers != static_cast<int64_t>(p.size()))
     throw Error("model.num_hidden_layers = " + std::to_string(c.num_hidden_layers) +
                 " does not match the pattern's " + std::to_string(p.size()) + " layers");
-  positive("vocab_size", c.vocab_size);
-  positive("hidden_size", c.hidden_size);
-  if (c.count_layers('-')) positive("intermediate_size", c.intermediate_size);
-  if (c.count_layers('*')) {
-    positive("num_attention_heads", c.num_attention_heads);
-    positive("num_key_value_heads", c.num_key_value_heads);
-    positive("head_dim", c.head_dim);
-    if (c.num_attention_heads % c.num_key_value_heads != 0)
-      throw Error("model.num_attention_heads = " + std::to_string(c.num_attention_heads) +
-                  " is not a multiple of num_key_value_heads = " + std::to_string(c.num_key_value_heads));
-  }
-  if (c.count_layers('M')) {
-    positive("mamba_num_heads", c.mamba_num_heads);
-    positive("mamba_head_dim", c.mamba_head_dim);
-    positive("ssm_state_size", c.ssm_state_size);
-    positive("n_groups", c.n_groups);
-    positive("conv_kernel", c.conv_kernel);
-    positive("chunk_size", c.chunk_size);
-    if (c.mamba_num_heads % c.n_groups != 0)
-      throw Error("model.mamba_num_heads = " + std::to_string(c.mamba_num_heads) +
-                  " is not a multiple of n_groups = " + std::to_string(c.n_groups));
-    if (c.mamba_d_inner() % c.n_groups != 0)
-      throw Error("model.n_groups = " + std::to_string(c.n_groups) + " does not divide the mixer width " +
-                  std::to_string(c.mamba_d_inner()) + " (gated norm groups)");
-    if (c.chunk_size > 4096)
-      throw Error("model.chunk_size = " + std::to_string(c.chunk_size) + " is too large (expected 1..4096)");
-    if (!(c.time_step_limit[0] >= 0 && c.time_step_limit[0] < c.time_step_limit[1]))
-      throw Error("model.time_step_limit = " + fmt_double(c.time_step_limit[0]) + "," +
-                  fmt_double(c.time_step_limit[1]) + " (expected 0 <= lo < hi)");
-    if (!(c.time_step_min > 0 && c.time_step_min <= c.time_step_max))
-      throw Error("model.time_step_min/max = " + fmt_double(c.time_step_min) + "/" + fmt_double(c.time_step_max) +
-                  " (expected 0 < min <= max)");
-  }
+  require_positive({{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size}});
+  // Each mixer in the pattern checks the fields it reads.
+  for (const MixerKind& k : mixer_kinds())
+    if (c.count_layers(k.letter)) k.ops.validate(c);
   if (!(c.layer_norm_epsilon >= 0) || !std::isfinite(c.layer_norm_epsilon))
     throw Error("model.layer_norm_epsilon = " + fmt_double(c.layer_norm_epsilon) + " (expected a number >= 0)");
   if (!(c.initializer_range >= 0))

@@ -24,6 +24,29 @@ std::array<int64_t, 8> sizes(const NemotronHConfig& c, int64_t B, int64_t T_) {
           d.states_size(),           N * c.mamba_d_inner(),  N * c.mamba_d_inner(),   N * c.n_groups};
 }
 
+void mamba2_validate(const NemotronHConfig& c) {
+  require_positive({{"mamba_num_heads", c.mamba_num_heads},
+                    {"mamba_head_dim", c.mamba_head_dim},
+                    {"ssm_state_size", c.ssm_state_size},
+                    {"n_groups", c.n_groups},
+                    {"conv_kernel", c.conv_kernel},
+                    {"chunk_size", c.chunk_size}});
+  if (c.mamba_num_heads % c.n_groups != 0)
+    throw Error("model.mamba_num_heads = " + std::to_string(c.mamba_num_heads) +
+                " is not a multiple of n_groups = " + std::to_string(c.n_groups));
+  if (c.mamba_d_inner() % c.n_groups != 0)
+    throw Error("model.n_groups = " + std::to_string(c.n_groups) + " does not divide the mixer width " +
+                std::to_string(c.mamba_d_inner()) + " (gated norm groups)");
+  if (c.chunk_size > 4096)
+    throw Error("model.chunk_size = " + std::to_string(c.chunk_size) + " is too large (expected 1..4096)");
+  if (!(c.time_step_limit[0] >= 0 && c.time_step_limit[0] < c.time_step_limit[1]))
+    throw Error("model.time_step_limit = " + config_double(c.time_step_limit[0]) + "," +
+                config_double(c.time_step_limit[1]) + " (expected 0 <= lo < hi)");
+  if (!(c.time_step_min > 0 && c.time_step_min <= c.time_step_max))
+    throw Error("model.time_step_min/max = " + config_double(c.time_step_min) + "/" +
+                config_double(c.time_step_max) + " (expected 0 < min <= max)");
+}
+
 void mamba2_add_params(sim::ArenaLayout& L, const NemotronHConfig& c, const std::string& p) {
   const int64_t H = c.hidden_size;
   L.add(p + "in_proj.weight", {c.mamba_in_proj_dim(), H}, true);
@@ -160,7 +183,8 @@ void Mamba2Mixer<T>::backward(T* dx, sim::ParamArena<T>& arena, const T* dout, c
 }  // namespace
 
 const MixerOps& mamba2_mixer() {
-  static const MixerOps ops = mixer_ops<Mamba2Mixer>(mamba2_add_params, mamba2_add_flops, mamba2_kept, mamba2_scratch);
+  static const MixerOps ops =
+      mixer_ops<Mamba2Mixer>(mamba2_validate, mamba2_add_params, mamba2_add_flops, mamba2_kept, mamba2_scratch);
   return ops;
 }
 

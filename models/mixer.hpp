@@ -18,10 +18,12 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "formats/error.hpp"
@@ -196,8 +198,18 @@ struct MixerScratch {
   int64_t inside = 0;
 };
 
+// For the checks of config fields (validate() and the mixers' validate;
+// models/config.cpp): throws "model.NAME must be positive (got V)" for the
+// first (name, value) with value <= 0.
+void require_positive(std::initializer_list<std::pair<const char*, int64_t>> fields);
+// A config number as describe() writes it (the shortest text that reads back).
+std::string config_double(double x);
+
 // What a mixer's file gives the mixer table (models/<mixer>.cpp).
 struct MixerOps {
+  // Throws exmy::Error for the first bad config field the mixer reads
+  // (validate() calls it when the pattern has the mixer's letter).
+  void (*validate)(const NemotronHConfig& cfg);
   // Registers the mixer's parameters under prefix ("layers.3.mixer."), in arena order.
   void (*add_params)(sim::ArenaLayout& layout, const NemotronHConfig& cfg, const std::string& prefix);
   // Adds one such block's FLOPs per token for sequences of seq_len.
@@ -231,9 +243,10 @@ std::unique_ptr<Mixer<T>> make_mixer(char letter, const MixerBuilder<T>& b) {
 
 // MixerOps of a mixer class template M and its row functions.
 template <template <class> class M>
-MixerOps mixer_ops(decltype(MixerOps::add_params) add_params, decltype(MixerOps::add_flops) add_flops,
-                   decltype(MixerOps::kept) kept, decltype(MixerOps::scratch) scratch) {
-  return {add_params, add_flops, kept, scratch,
+MixerOps mixer_ops(decltype(MixerOps::validate) validate, decltype(MixerOps::add_params) add_params,
+                   decltype(MixerOps::add_flops) add_flops, decltype(MixerOps::kept) kept,
+                   decltype(MixerOps::scratch) scratch) {
+  return {validate, add_params, add_flops, kept, scratch,
           [](const MixerBuilder<float>& b) -> std::unique_ptr<Mixer<float>> { return std::make_unique<M<float>>(b); },
           [](const MixerBuilder<double>& b) -> std::unique_ptr<Mixer<double>> {
             return std::make_unique<M<double>>(b);

@@ -10,6 +10,8 @@ using sim::Buf;
 
 namespace {
 
+void mlp_validate(const NemotronHConfig& c) { require_positive({{"intermediate_size", c.intermediate_size}}); }
+
 void mlp_add_params(sim::ArenaLayout& L, const NemotronHConfig& c, const std::string& p) {
   const int64_t H = c.hidden_size;
   L.add(p + "up_proj.weight", {c.intermediate_size, H}, true);
@@ -90,7 +92,8 @@ void MlpMixer<T>::backward(T* dx, sim::ParamArena<T>& arena, const T* dout, cons
 }  // namespace
 
 const MixerOps& mlp_mixer() {
-  static const MixerOps ops = mixer_ops<MlpMixer>(mlp_add_params, mlp_add_flops, mlp_kept, mlp_scratch);
+  static const MixerOps ops =
+      mixer_ops<MlpMixer>(mlp_validate, mlp_add_params, mlp_add_flops, mlp_kept, mlp_scratch);
   return ops;
 }
 
