@@ -1,6 +1,7 @@
 #include "models/attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "sim/gemm.hpp"
@@ -113,6 +114,128 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
       }
     }
   }
+}
+
+AttnDims attn_dims(const NemotronHConfig& c, int64_t B, int64_t T_) {
+  return {.batch = B, .seqlen = T_, .q_heads = c.num_attention_heads, .kv_heads = c.num_key_value_heads,
+          .head_dim = c.head_dim};
+}
+
+namespace {
+
+// Elements of the kept tensors, in the order of Saved::all().
+std::array<int64_t, 5> sizes(const NemotronHConfig& c, int64_t B, int64_t T_) {
+  const int64_t N = B * T_;
+  return {N * c.attn_q_dim(), N * c.attn_kv_dim(), N * c.attn_kv_dim(), N * c.attn_q_dim(),
+          N * c.num_attention_heads};
+}
+
+void attention_validate(const NemotronHConfig& c) {
+  require_positive({{"num_attention_heads", c.num_attention_heads},
+                    {"num_key_value_heads", c.num_key_value_heads},
+                    {"head_dim", c.head_dim}});
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    throw Error("model.num_attention_heads = " + std::to_string(c.num_attention_heads) +
+                " is not a multiple of num_key_value_heads = " + std::to_string(c.num_key_value_heads));
+}
+
+void attention_add_params(sim::ArenaLayout& L, const NemotronHConfig& c, const std::string& p) {
+  const int64_t H = c.hidden_size;
+  L.add(p + "q_proj.weight", {c.attn_q_dim(), H}, true);
+  L.add(p + "k_proj.weight", {c.attn_kv_dim(), H}, true);
+  L.add(p + "v_proj.weight", {c.attn_kv_dim(), H}, true);
+  L.add(p + "o_proj.weight", {H, c.attn_q_dim()}, true);
+}
+
+void attention_add_flops(FlopCount& f, const NemotronHConfig& c, int64_t seq_len) {
+  const double H = static_cast<double>(c.hidden_size);
+  const double T = static_cast<double>(seq_len);
+  f.linear += 2 * H * static_cast<double>(2 * c.attn_q_dim() + 2 * c.attn_kv_dim());
+  // QK^T and PV over the (T+1)/2 keys a causal query sees on average.
+  f.attention += 2 * 2 * static_cast<double>(c.attn_q_dim()) * (T + 1) / 2;
+}
+
+int64_t attention_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sum_sizes(sizes(c, B, T_)); }
+
+// Per token: do (q), dq (q), dk (kv), dv (kv).
+MixerScratch attention_scratch(const NemotronHConfig& c, int64_t, int64_t) {
+  return {{c.attn_q_dim(), c.attn_q_dim(), c.attn_kv_dim(), c.attn_kv_dim()}, 0};
+}
+
+// Kept for backward: q, k, v, the attention output and the log-sum-exp of
+// each softmax row (backward recomputes the probabilities).
+template <class T>
+struct AttentionSaved {
+  Buf<T> q, k, v, o, lse;
+  std::array<Buf<T>*, 5> all() { return {&q, &k, &v, &o, &lse}; }
+};
+
+template <class T>
+class AttentionMixer final : public MixerKeeping<T, AttentionSaved<T>, sizes> {
+  using Base = MixerKeeping<T, AttentionSaved<T>, sizes>;
+  using Base::cfg_;
+  using Base::kept_;
+  using Saved = AttentionSaved<T>;
+
+ public:
+  explicit AttentionMixer(const MixerBuilder<T>& b) : Base(b) {
+    const int64_t C = cfg_.hidden_size;
+    q_proj_ = b.linear(sim::LinearKind::attn_q, "q_proj", C, cfg_.attn_q_dim());
+    k_proj_ = b.linear(sim::LinearKind::attn_k, "k_proj", C, cfg_.attn_kv_dim());
+    v_proj_ = b.linear(sim::LinearKind::attn_v, "v_proj", C, cfg_.attn_kv_dim());
+    o_proj_ = b.linear(sim::LinearKind::attn_o, "o_proj", cfg_.attn_q_dim(), C);
+  }
+
+  void forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) override;
+  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<Buf<T>> scratch,
+                const MixerRun& run) override;
+
+ private:
+  MixerLinear<T> q_proj_, k_proj_, v_proj_, o_proj_;
+};
+
+template <class T>
+void AttentionMixer<T>::forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) {
+  const int64_t N = run.tokens();
+  Saved& k = *kept_;
+  q_proj_.forward(k.q.data(), x, arena, N, run.again);
+  k_proj_.forward(k.k.data(), x, arena, N, run.again);
+  v_proj_.forward(k.v.data(), x, arena, N, run.again);
+  keep_bf16(run, k.q.data(), N * cfg_.attn_q_dim());
+  keep_bf16(run, k.k.data(), N * cfg_.attn_kv_dim());
+  keep_bf16(run, k.v.data(), N * cfg_.attn_kv_dim());
+  attention_forward(k.o.data(), k.lse.data(), k.q.data(), k.k.data(), k.v.data(),
+                    attn_dims(cfg_, run.batch, run.seqlen));
+  keep_bf16(run, k.o.data(), N * cfg_.attn_q_dim());
+  if (run.again) return;
+  o_proj_.forward(out, k.o.data(), arena, N, false);
+}
+
+template <class T>
+void AttentionMixer<T>::backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x,
+                                 std::span<Buf<T>> scratch, const MixerRun& run) {
+  const int64_t N = run.tokens(), qd = cfg_.attn_q_dim(), kvd = cfg_.attn_kv_dim();
+  Saved& k = *kept_;
+  T* dO = scratch[0].data();
+  T* dq = scratch[1].data();
+  T* dk = scratch[2].data();
+  T* dv = scratch[3].data();
+  sim::zero(dO, N * qd), sim::zero(dq, N * qd), sim::zero(dk, N * kvd), sim::zero(dv, N * kvd);
+  o_proj_.backward(dO, arena, dout, k.o.data(), N);
+  attention_backward(dq, dk, dv, dO, k.o.data(), k.lse.data(), k.q.data(), k.k.data(), k.v.data(),
+                     attn_dims(cfg_, run.batch, run.seqlen));
+  q_proj_.backward(dx, arena, dq, x, N);
+  k_proj_.backward(dx, arena, dk, x, N);
+  v_proj_.backward(dx, arena, dv, x, N);
+}
+
+}  // namespace
+
+const MixerOps& attention_mixer() {
+  static const MixerOps ops =
+      mixer_ops<AttentionMixer>(attention_validate, attention_add_params, attention_add_flops, attention_kept,
+                                attention_scratch);
+  return ops;
 }
 
 template void attention_forward<float>(float*, float*, const float*, const float*, const float*, const AttnDims&);

@@ -1,5 +1,6 @@
-// Causal grouped-query attention without positional encoding (Nemotron-H's
-// attention blocks): per head, softmax(Q K^T / sqrt(head_dim)) V over the
+// The attention mixer (pattern letter *): q/k/v projections, causal
+// grouped-query attention without positional encoding, o_proj; and its
+// kernel. The kernel, per head, computes softmax(Q K^T / sqrt(head_dim)) V over the
 // keys at or before each query, the softmax in the working precision (FP32
 // for training). Query head h reads key/value head h / (Hq / Hkv).
 //
@@ -10,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "models/mixer.hpp"
 
 namespace exmy::models {
 
@@ -23,5 +26,10 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k,
                         const T* v, const AttnDims& d);
+
+AttnDims attn_dims(const NemotronHConfig& cfg, int64_t batch, int64_t seqlen);
+
+// The mixer's row functions (models/mixer.cpp's table).
+const MixerOps& attention_mixer();
 
 }  // namespace exmy::models

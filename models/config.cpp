@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "formats/error.hpp"
+#include "models/mixer.hpp"
 
 namespace exmy::models {
 namespace {
@@ -350,10 +351,14 @@ std::string config_to_json(const NemotronHConfig& cfg, const std::string& torch_
   return j.dump(2) + "\n";
 }
 
-void validate(const NemotronHConfig& c) {
-  auto positive = [](const char* name, int64_t v) {
+void require_positive(std::initializer_list<std::pair<const char*, int64_t>> fields) {
+  for (const auto& [name, v] : fields)
     if (v <= 0) throw Error(std::string("model.") + name + " must be positive (got " + std::to_string(v) + ")");
-  };
+}
+
+std::string config_double(double x) { return fmt_double(x); }
+
+void validate(const NemotronHConfig& c) {
   const std::string& p = c.hybrid_override_pattern;
   if (p.empty()) throw Error("model.hybrid_override_pattern is empty (expected letters M, * and -)");
   for (size_t i = 0; i < p.size(); ++i) {
@@ -361,46 +366,17 @@ void validate(const NemotronHConfig& c) {
     if (ch == 'E')
       throw Error("model.hybrid_override_pattern: MoE blocks ('E' at position " + std::to_string(i) +
                   ") are not supported (expected M, * or -)");
-    if (ch != 'M' && ch != '*' && ch != '-')
+    if (!find_mixer_kind(ch))
       throw Error("model.hybrid_override_pattern: unknown layer letter '" + std::string(1, ch) + "' at position " +
                   std::to_string(i) + " (expected M = Mamba-2, * = attention, - = MLP)");
   }
   if (c.num_hidden_layers != static_cast<int64_t>(p.size()))
     throw Error("model.num_hidden_layers = " + std::to_string(c.num_hidden_layers) +
                 " does not match the pattern's " + std::to_string(p.size()) + " layers");
-  positive("vocab_size", c.vocab_size);
-  positive("hidden_size", c.hidden_size);
-  if (c.count_layers('-')) positive("intermediate_size", c.intermediate_size);
-  if (c.count_layers('*')) {
-    positive("num_attention_heads", c.num_attention_heads);
-    positive("num_key_value_heads", c.num_key_value_heads);
-    positive("head_dim", c.head_dim);
-    if (c.num_attention_heads % c.num_key_value_heads != 0)
-      throw Error("model.num_attention_heads = " + std::to_string(c.num_attention_heads) +
-                  " is not a multiple of num_key_value_heads = " + std::to_string(c.num_key_value_heads));
-  }
-  if (c.count_layers('M')) {
-    positive("mamba_num_heads", c.mamba_num_heads);
-    positive("mamba_head_dim", c.mamba_head_dim);
-    positive("ssm_state_size", c.ssm_state_size);
-    positive("n_groups", c.n_groups);
-    positive("conv_kernel", c.conv_kernel);
-    positive("chunk_size", c.chunk_size);
-    if (c.mamba_num_heads % c.n_groups != 0)
-      throw Error("model.mamba_num_heads = " + std::to_string(c.mamba_num_heads) +
-                  " is not a multiple of n_groups = " + std::to_string(c.n_groups));
-    if (c.mamba_d_inner() % c.n_groups != 0)
-      throw Error("model.n_groups = " + std::to_string(c.n_groups) + " does not divide the mixer width " +
-                  std::to_string(c.mamba_d_inner()) + " (gated norm groups)");
-    if (c.chunk_size > 4096)
-      throw Error("model.chunk_size = " + std::to_string(c.chunk_size) + " is too large (expected 1..4096)");
-    if (!(c.time_step_limit[0] >= 0 && c.time_step_limit[0] < c.time_step_limit[1]))
-      throw Error("model.time_step_limit = " + fmt_double(c.time_step_limit[0]) + "," +
-                  fmt_double(c.time_step_limit[1]) + " (expected 0 <= lo < hi)");
-    if (!(c.time_step_min > 0 && c.time_step_min <= c.time_step_max))
-      throw Error("model.time_step_min/max = " + fmt_double(c.time_step_min) + "/" + fmt_double(c.time_step_max) +
-                  " (expected 0 < min <= max)");
-  }
+  require_positive({{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size}});
+  // Each mixer in the pattern checks the fields it reads.
+  for (const MixerKind& k : mixer_kinds())
+    if (c.count_layers(k.letter)) k.ops.validate(c);
   if (!(c.layer_norm_epsilon >= 0) || !std::isfinite(c.layer_norm_epsilon))
     throw Error("model.layer_norm_epsilon = " + fmt_double(c.layer_norm_epsilon) + " (expected a number >= 0)");
   if (!(c.initializer_range >= 0))
@@ -542,30 +518,7 @@ sim::ArenaLayout make_layout(const NemotronHConfig& c) {
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     L.add(p + "norm.weight", {H}, false);
-    switch (c.hybrid_override_pattern[static_cast<size_t>(i)]) {
-      case 'M':
-        L.add(p + "mixer.in_proj.weight", {c.mamba_in_proj_dim(), H}, true);
-        // HF stores the depthwise conv as (channels, 1, kernel).
-        L.add(p + "mixer.conv1d.weight", {c.mamba_conv_dim(), 1, c.conv_kernel}, true);
-        if (c.use_conv_bias) L.add(p + "mixer.conv1d.bias", {c.mamba_conv_dim()}, false);
-        L.add(p + "mixer.dt_bias", {c.mamba_num_heads}, false);
-        L.add(p + "mixer.A_log", {c.mamba_num_heads}, false);
-        L.add(p + "mixer.D", {c.mamba_num_heads}, false);
-        L.add(p + "mixer.norm.weight", {c.mamba_d_inner()}, false);
-        L.add(p + "mixer.out_proj.weight", {H, c.mamba_d_inner()}, true);
-        break;
-      case '*':
-        L.add(p + "mixer.q_proj.weight", {c.attn_q_dim(), H}, true);
-        L.add(p + "mixer.k_proj.weight", {c.attn_kv_dim(), H}, true);
-        L.add(p + "mixer.v_proj.weight", {c.attn_kv_dim(), H}, true);
-        L.add(p + "mixer.o_proj.weight", {H, c.attn_q_dim()}, true);
-        break;
-      case '-':
-        L.add(p + "mixer.up_proj.weight", {c.intermediate_size, H}, true);
-        L.add(p + "mixer.down_proj.weight", {H, c.intermediate_size}, true);
-        break;
-      default: throw Error("model.hybrid_override_pattern: unknown layer letter (call validate() first)");
-    }
+    mixer_kind(c.hybrid_override_pattern[static_cast<size_t>(i)]).ops.add_params(L, c, p + "mixer.");
   }
   L.add("norm_f.weight", {H}, false);
   L.add("lm_head.weight", {c.vocab_size, H}, true);
@@ -601,12 +554,12 @@ std::vector<ComponentCount> parameter_breakdown(const NemotronHConfig& c) {
   add("embeddings", "embeddings", L.get("embeddings.weight").numel, 1);
   // Every block of a type has the same shapes, so layer 0 of each type gives
   // the per-layer counts.
-  for (const auto& [letter, block] : {std::pair{'M', "mamba"}, std::pair{'*', "attention"}, std::pair{'-', "mlp"}}) {
-    const size_t first = c.hybrid_override_pattern.find(letter);
+  for (const MixerKind& k : mixer_kinds()) {
+    const size_t first = c.hybrid_override_pattern.find(k.letter);
     if (first == std::string::npos) continue;
     const std::string prefix = "layers." + std::to_string(first) + ".";
     for (const auto& v : L.views())
-      if (v.name.starts_with(prefix)) add(block, component(v.name), v.numel, c.count_layers(letter));
+      if (v.name.starts_with(prefix)) add(k.block, component(v.name), v.numel, c.count_layers(k.letter));
   }
   add("final", "norm_f", L.get("norm_f.weight").numel, 1);
   add("final", "lm_head", L.get("lm_head.weight").numel, 1);
@@ -618,26 +571,7 @@ int64_t parameter_count(const NemotronHConfig& c) { return make_layout(c).num_pa
 FlopCount flops_per_token(const NemotronHConfig& c, int64_t seq_len) {
   FlopCount f;
   const double H = static_cast<double>(c.hidden_size);
-  const double T = static_cast<double>(seq_len);
-  for (char t : c.hybrid_override_pattern) {
-    if (t == 'M') {
-      f.linear += 2 * H * static_cast<double>(c.mamba_in_proj_dim() + c.mamba_d_inner());
-      // Chunked SSD per head and token, chunk length L (the last chunk of a
-      // sequence may be shorter; counted as full): C·B^T shared by the
-      // heads of a group (2·L·N / heads-per-group), the masked intra-chunk
-      // product (2·L·P), the chunk state (2·P·N) and the state output (2·P·N).
-      const double L = static_cast<double>(std::min<int64_t>(c.chunk_size, seq_len));
-      const double P = static_cast<double>(c.mamba_head_dim), N = static_cast<double>(c.ssm_state_size);
-      const double hpg = static_cast<double>(c.mamba_num_heads / std::max<int64_t>(c.n_groups, 1));
-      f.ssd += static_cast<double>(c.mamba_num_heads) * (2 * L * N / hpg + 2 * L * P + 4 * P * N);
-    } else if (t == '*') {
-      f.linear += 2 * H * static_cast<double>(2 * c.attn_q_dim() + 2 * c.attn_kv_dim());
-      // QK^T and PV over the (T+1)/2 keys a causal query sees on average.
-      f.attention += 2 * 2 * static_cast<double>(c.attn_q_dim()) * (T + 1) / 2;
-    } else if (t == '-') {
-      f.linear += 2 * H * 2 * static_cast<double>(c.intermediate_size);
-    }
-  }
+  for (char t : c.hybrid_override_pattern) mixer_kind(t).ops.add_flops(f, c, seq_len);
   f.linear += 2 * H * static_cast<double>(c.vocab_size);
   return f;
 }

@@ -1,7 +1,10 @@
 // The Nemotron-H language model assembled from its pattern string: token
 // embedding, then one block per pattern letter (pre-RMSNorm, mixer,
 // residual add), final RMSNorm and an untied LM head, with the cross-entropy
-// loss. Mixers: M = Mamba-2, * = causal GQA attention, - = squared-ReLU MLP.
+// loss. Mixers: M = Mamba-2, * = causal GQA attention, - = squared-ReLU MLP,
+// one file each behind models/mixer.hpp; this class keeps the block
+// structure (pre-norm, residual, block recompute), the embedding, the head
+// and the loss.
 //
 // Parameters live in one ParamArena (names as in HF checkpoints without the
 // "backbone."/"model." prefix). Every linear layer is a sim::Linear made by
@@ -86,7 +89,6 @@ class NemotronH {
   int64_t counted_targets() const { return counted_; }
 
  private:
-  struct Acts;
   struct Block;
   NemotronHConfig cfg_;
   sim::ParamArena<T> arena_;
@@ -96,7 +98,6 @@ class NemotronH {
   int wte_ = -1, norm_f_ = -1, lm_head_w_ = -1;
   bool bf16_act_ = false;
   bool recompute_ = false;
-  std::vector<std::unique_ptr<Acts>> shared_;  // block recompute: one per block type
 
   // Activations of the last forward.
   int64_t B_ = 0, T_ = 0;
@@ -108,7 +109,7 @@ class NemotronH {
   sim::Buf<T> mix_out_;  // (N, C) scratch: a mixer's output before the residual add
   // Backward scratch, shared by the blocks.
   sim::Buf<T> dresid_, dln_, dlnf_, dlogits_;
-  sim::Buf<T> d_a_, d_b_, d_c_, d_d_, d_e_;
+  std::vector<sim::Buf<T>> scratch_;  // the mixers' backward buffers (MixerScratch::per_token)
 
   void allocate(int64_t B, int64_t seq);
   void block_forward(int64_t l, bool again);

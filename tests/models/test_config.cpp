@@ -7,6 +7,7 @@
 
 #include "formats/error.hpp"
 #include "models/config.hpp"
+#include "models/mixer.hpp"
 
 namespace exmy::models {
 namespace {
@@ -155,6 +156,28 @@ TEST(Config, JsonRoundTrip) {
     NemotronHConfig c = preset_config(name);
     const NemotronHConfig back = config_from_json_text(config_to_json(c), name);
     EXPECT_EQ(describe(back), describe(c)) << name;
+  }
+}
+
+TEST(Mixers, OneRowPerPatternLetter) {
+  std::string letters;
+  for (const MixerKind& k : mixer_kinds()) {
+    EXPECT_EQ(letters.find(k.letter), std::string::npos) << k.letter;
+    letters += k.letter;
+    EXPECT_EQ(find_mixer_kind(k.letter), &k);
+    EXPECT_EQ(&mixer_kind(k.letter), &k);
+  }
+  EXPECT_EQ(letters, "M*-");
+  EXPECT_EQ(find_mixer_kind('E'), nullptr);
+  EXPECT_NE(error_of([] { (void)mixer_kind('x'); }), "");
+  // Every row registers parameters and has kept tensors and backward scratch.
+  const NemotronHConfig c = preset_config("proxy-tiny");
+  for (const MixerKind& k : mixer_kinds()) {
+    sim::ArenaLayout L;
+    k.ops.add_params(L, c, "mixer.");
+    EXPECT_GT(L.num_params(), 0) << k.block;
+    EXPECT_GT(k.ops.kept(c, 2, 8), 0) << k.block;
+    EXPECT_FALSE(k.ops.scratch(c, 2, 8).per_token.empty()) << k.block;
   }
 }
 
