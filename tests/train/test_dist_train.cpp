@@ -22,11 +22,12 @@
 #include "tests/cli_support.hpp"
 #include "tests/train/test_support.hpp"
 
-namespace exmy::train {
+namespace exmy::dist {
 namespace {
 
 namespace fs = std::filesystem;
 using test::TempDir;
+using train::list_checkpoints;
 
 const std::string kExmy = EXMY_BINARY;
 const std::string kTinyIni = std::string(EXMY_SOURCE_DIR) + "/experiments/proxy-tiny.ini";
@@ -163,24 +164,24 @@ TEST(Comm, SharesAndOrderedSumOnOneProcess) {
     for (int64_t count : {0, 1, 3, 6, 7}) {
       int64_t next = 0;
       for (int r = 0; r < n; ++r) {
-        const dist::Share s = dist::share_of(count, r, n);
+        const Share s = share_of(count, r, n);
         EXPECT_EQ(s.begin, next);
         EXPECT_EQ(s.end - s.begin, count / n + (r < count % n ? 1 : 0));
         next = s.end;
       }
       EXPECT_EQ(next, count);
     }
-  dist::SingleComm one;
+  SingleComm one;
   std::vector<double> buf = {-1};
   bool saw_prefix = true;
-  dist::ordered_sum<double>(one, buf, [&](std::span<double> b, bool prefix) {
+  ordered_sum<double>(one, buf, [&](std::span<double> b, bool prefix) {
     saw_prefix = prefix;
     b[0] = 0.25;
   });
   EXPECT_FALSE(saw_prefix);
   EXPECT_EQ(buf[0], 0.25);
   std::string text = "unchanged";
-  dist::broadcast_string(one, text);
+  broadcast_string(one, text);
   EXPECT_EQ(text, "unchanged");
   EXPECT_EQ(one.gather("x"), std::vector<std::string>{"x"});
 }
@@ -273,4 +274,4 @@ TEST(DistTrainSweep, LaunchRunsEachRunOnRanks) {
 }
 
 }  // namespace
-}  // namespace exmy::train
+}  // namespace exmy::dist
