@@ -19,8 +19,9 @@
 //
 // Every blocking operation of the MPI implementation gives up after a
 // timeout (EXMY_COMM_TIMEOUT_S, default 600 s), prints one line naming this
-// rank, the operation and the rank it waited for, and aborts the job: a rank
-// that hangs ends the job in bounded time. A rank that dies ends it at once
+// rank, the operation and the rank(s) it waited for (max and barrier go
+// through rank 0, which names the ranks that never arrived), and aborts the
+// job: a rank that hangs ends the job in bounded time. A rank that dies ends it at once
 // (mpirun or srun terminates the others).
 #pragma once
 

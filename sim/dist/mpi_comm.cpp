@@ -8,11 +8,15 @@
 #include <mpi.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "sim/dist/mpi_comm.hpp"
 
@@ -21,12 +25,11 @@ namespace {
 
 // MPI counts are int: large buffers go in pieces of at most 1 GiB.
 constexpr size_t kPiece = size_t{1} << 30;
+// Point-to-point messages of max and barrier, apart from the chain's (tag 0).
+constexpr int kCollectiveTag = 1;
 
-void nan_max_op(void* in, void* inout, int* len, MPI_Datatype*) {
-  const double* a = static_cast<const double*>(in);
-  double* b = static_cast<double*>(inout);
-  for (int i = 0; i < *len; ++i)
-    b[i] = std::isnan(a[i]) || std::isnan(b[i]) ? std::numeric_limits<double>::quiet_NaN() : std::max(a[i], b[i]);
+double nan_max(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<double>::quiet_NaN() : std::max(a, b);
 }
 
 double timeout_seconds() {
@@ -49,11 +52,9 @@ class MpiComm final : public Comm {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
-    MPI_Op_create(&nan_max_op, /*commute=*/1, &max_op_);
     timeout_s_ = timeout_seconds();
   }
   ~MpiComm() override {
-    MPI_Op_free(&max_op_);
     MPI_Comm_free(&comm_);
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -90,15 +91,38 @@ class MpiComm final : public Comm {
       wait(rq, "broadcast from", root);
     }
   }
+  // Max and barrier go through rank 0 point to point (they are small), so
+  // that a rank that never arrives is named: rank 0 waits for each rank's
+  // message and reports the missing ones; the other ranks wait for rank 0's
+  // answer a little longer, so that rank 0's line comes first.
   void max(std::span<double> v) override {
-    MPI_Request rq;
-    MPI_Iallreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, max_op_, comm_, &rq);
-    wait(rq, "max all-reduce with", -1);
+    if (size_ == 1) return;
+    const int n = static_cast<int>(v.size());
+    if (rank_ != 0) {
+      MPI_Request rq[2];
+      const int peers[2] = {0, 0};
+      MPI_Isend(v.data(), n, MPI_DOUBLE, 0, kCollectiveTag, comm_, &rq[0]);
+      MPI_Irecv(v.data(), n, MPI_DOUBLE, 0, kCollectiveTag, comm_, &rq[1]);
+      wait_all(rq, peers, "max all-reduce with", timeout_s_ * 1.1 + 2);
+      return;
+    }
+    const size_t others = static_cast<size_t>(size_ - 1);
+    std::vector<double> got(v.size() * others);
+    std::vector<MPI_Request> rq(others);
+    std::vector<int> peers(others);
+    for (size_t i = 0; i < others; ++i) {
+      peers[i] = static_cast<int>(i) + 1;
+      MPI_Irecv(got.data() + v.size() * i, n, MPI_DOUBLE, peers[i], kCollectiveTag, comm_, &rq[i]);
+    }
+    wait_all(rq, peers, "max all-reduce: waiting for", timeout_s_);
+    for (size_t i = 0; i < others; ++i)
+      for (size_t k = 0; k < v.size(); ++k) v[k] = nan_max(v[k], got[v.size() * i + k]);
+    for (size_t i = 0; i < others; ++i) MPI_Isend(v.data(), n, MPI_DOUBLE, peers[i], kCollectiveTag, comm_, &rq[i]);
+    wait_all(rq, peers, "max all-reduce: answering", timeout_s_);
   }
   void barrier() override {
-    MPI_Request rq;
-    MPI_Ibarrier(comm_, &rq);
-    wait(rq, "barrier with", -1);
+    double x = 0;
+    max(std::span<double>(&x, 1));
   }
   std::vector<std::string> gather(const std::string& mine) override {
     // Sizes first, then the bytes rank by rank (point to point: no int
@@ -128,20 +152,38 @@ class MpiComm final : public Comm {
   }
 
  private:
-  // Polls `rq` until it completes or the timeout passes; sleeps between
-  // tests (up to 1 ms) so that a waiting rank leaves the cores to the others.
+  // One request; peer -1: a collective, no one rank to name.
   void wait(MPI_Request& rq, const char* what, int peer) {
+    wait_all(std::span<MPI_Request>(&rq, 1), peer >= 0 ? std::span<const int>(&peer, 1) : std::span<const int>(),
+             what, timeout_s_);
+  }
+
+  // Polls the requests until all complete or `timeout` seconds pass, then
+  // prints one line naming the ranks (peers[i]: the rank of request i) whose
+  // requests are still pending and aborts the job. Sleeps between tests (up
+  // to 1 ms) so that a waiting rank leaves the cores to the others.
+  void wait_all(std::span<MPI_Request> rq, std::span<const int> peers, const char* what, double timeout) {
     const auto t0 = std::chrono::steady_clock::now();
     long sleep_ns = 1000;
     for (;;) {
-      int done = 0;
-      MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
-      if (done) return;
+      bool all = true;
+      for (MPI_Request& r : rq) {
+        int done = 1;
+        if (r != MPI_REQUEST_NULL) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+        all = all && done;
+      }
+      if (all) return;
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (waited > timeout_s_) {
-        if (peer >= 0)
-          std::fprintf(stderr, "exmy: error: rank %d: %s rank %d timed out after %.0f s (rank %d hangs or died)\n",
-                       rank_, what, peer, waited, peer);
+      if (waited > timeout) {
+        std::vector<int> pending;
+        for (size_t i = 0; i < rq.size() && i < peers.size(); ++i)
+          if (rq[i] != MPI_REQUEST_NULL && std::find(pending.begin(), pending.end(), peers[i]) == pending.end())
+            pending.push_back(peers[i]);
+        std::string ranks;
+        for (const int p : pending) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
+        if (!ranks.empty())
+          std::fprintf(stderr, "exmy: error: rank %d: %s rank %s timed out after %.0f s (rank %s hangs or died)\n",
+                       rank_, what, ranks.c_str(), waited, ranks.c_str());
         else
           std::fprintf(stderr, "exmy: error: rank %d: %s the other ranks timed out after %.0f s (a rank hangs or died)\n",
                        rank_, what, waited);
@@ -154,7 +196,6 @@ class MpiComm final : public Comm {
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Op max_op_ = MPI_OP_NULL;
   int rank_ = 0, size_ = 1;
   double timeout_s_ = 600;
 };

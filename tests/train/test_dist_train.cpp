@@ -243,6 +243,26 @@ TEST(DistTrainFaults, KilledRankEndsTheJobAndTheCheckpointResumes) {
   EXPECT_EQ(resumed.status, 0) << resumed.out;
 }
 
+// A rank that hangs (stopped with SIGSTOP) is caught by the collective
+// timeout: the job ends non-zero with a line naming the rank it waited for.
+TEST(DistTrainFaults, HangingRankEndsTheJobAtTheTimeout) {
+  REQUIRE_MPI();
+  TempDir d;
+  const fs::path dir = d / "run";
+  auto args = tiny_args(dir, {"train.steps=100000", "train.checkpoint_interval=1", "train.keep_checkpoints=2",
+                              "train.eval_interval=0", "train.stats_interval=0"});
+  const std::string ck = test::shell_quote((dir / "checkpoints").string());
+  const std::string wrap = "export EXMY_COMM_TIMEOUT_S=3; if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (until ls " + ck +
+                           "/step_*.h5 >/dev/null 2>&1; do sleep 0.05; done; kill -STOP $$) & fi; exec \"$@\"";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_ranks(2, args, wrap);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_LT(s, 60) << r.out;
+  EXPECT_NE(r.out.find("exmy: error: rank 0: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1 timed out after 3 s (rank 1 hangs or died)"), std::string::npos) << r.out;
+}
+
 // exmy sweep --launch: each run of the sweep is a 2-rank job, with the
 // losses of the same run on one process.
 TEST(DistTrainSweep, LaunchRunsEachRunOnRanks) {
