@@ -218,21 +218,34 @@ TEST(DistTrainErrors, MismatchAndIndivisibleRankCount) {
       << mism.out;
 }
 
+// A long 2-rank run in `dir` whose rank 1 gets `signal` (kill -SIGNAL) once
+// a checkpoint exists, with the collective timeout `timeout_s`; the
+// job's result and its wall time.
+struct FaultJob {
+  test::CliResult r;
+  double seconds = 0;
+};
+FaultJob run_with_fault(const fs::path& dir, const std::string& signal, int timeout_s) {
+  const auto args = tiny_args(dir, {"train.steps=100000", "train.checkpoint_interval=1", "train.keep_checkpoints=2",
+                                    "train.eval_interval=0", "train.stats_interval=0"});
+  const std::string ck = test::shell_quote((dir / "checkpoints").string());
+  const std::string wrap = "export EXMY_COMM_TIMEOUT_S=" + std::to_string(timeout_s) +
+                           "; if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (until ls " + ck +
+                           "/step_*.h5 >/dev/null 2>&1; do sleep 0.05; done; kill -" + signal + " $$) & fi; exec \"$@\"";
+  const auto t0 = std::chrono::steady_clock::now();
+  FaultJob j;
+  j.r = run_ranks(2, args, wrap);
+  j.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return j;
+}
+
 // A rank killed mid-run ends the job within a bounded time, non-zero, with a
-// line naming the rank; the newest checkpoint is whole and resumes.
+// line naming the rank (mpirun's); the newest checkpoint is whole and resumes.
 TEST(DistTrainFaults, KilledRankEndsTheJobAndTheCheckpointResumes) {
   REQUIRE_MPI();
   TempDir d;
   const fs::path dir = d / "run";
-  auto args = tiny_args(dir, {"train.steps=100000", "train.checkpoint_interval=1", "train.keep_checkpoints=2",
-                              "train.eval_interval=0", "train.stats_interval=0"});
-  // Rank 1 is killed (SIGKILL) once a checkpoint exists.
-  const std::string ck = test::shell_quote((dir / "checkpoints").string());
-  const std::string wrap = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (until ls " + ck +
-                           "/step_*.h5 >/dev/null 2>&1; do sleep 0.05; done; kill -9 $$) & fi; exec \"$@\"";
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto r = run_ranks(2, args, wrap);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto [r, s] = run_with_fault(dir, "KILL", 60);
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_LT(s, 120) << r.out;
   EXPECT_NE(r.out.find("rank 1"), std::string::npos) << r.out;
@@ -244,19 +257,11 @@ TEST(DistTrainFaults, KilledRankEndsTheJobAndTheCheckpointResumes) {
 }
 
 // A rank that hangs (stopped with SIGSTOP) is caught by the collective
-// timeout: the job ends non-zero with a line naming the rank it waited for.
+// timeout: the job ends non-zero with rank 0's line naming the rank.
 TEST(DistTrainFaults, HangingRankEndsTheJobAtTheTimeout) {
   REQUIRE_MPI();
   TempDir d;
-  const fs::path dir = d / "run";
-  auto args = tiny_args(dir, {"train.steps=100000", "train.checkpoint_interval=1", "train.keep_checkpoints=2",
-                              "train.eval_interval=0", "train.stats_interval=0"});
-  const std::string ck = test::shell_quote((dir / "checkpoints").string());
-  const std::string wrap = "export EXMY_COMM_TIMEOUT_S=3; if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (until ls " + ck +
-                           "/step_*.h5 >/dev/null 2>&1; do sleep 0.05; done; kill -STOP $$) & fi; exec \"$@\"";
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto r = run_ranks(2, args, wrap);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto [r, s] = run_with_fault(d / "run", "STOP", 3);
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_LT(s, 60) << r.out;
   EXPECT_NE(r.out.find("exmy: error: rank 0: "), std::string::npos) << r.out;
