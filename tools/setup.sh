@@ -12,6 +12,7 @@ packages=(
   librandom123-dev                    # Philox4x32-10 for stochastic rounding
   nlohmann-json3-dev                  # JSON (stats, configs, HF config.json)
   zlib1g-dev                          # gzip text input of exmy prepare-data
+  openmpi-bin libopenmpi-dev          # data-parallel training over MPI (mpirun -np N exmy train)
   git-doc                             # the default job's English corpus (/usr/share/doc/git-doc, GPL-2)
   python3 python3-h5py python3-matplotlib python3-numpy   # analysis scripts
 )

@@ -9,6 +9,7 @@
 
 #include "formats/error.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/dist/comm.hpp"
 
 namespace {
 
@@ -39,6 +40,26 @@ const char* kUsage =
   std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(status);
+}
+
+// The error line of a failed command, and the end of the process. In a job
+// of several ranks (sim/dist/comm.hpp) the line names the rank and an error
+// of one rank ends them all at once (the others would wait for it in their
+// next collective); an error every rank raises together
+// (dist::CollectiveError) is printed by rank 0 alone.
+[[noreturn]] void fail(const std::string& prefix, const char* what, int status, bool collective = false) {
+  if (!exmy::dist::in_multi_rank_job()) {
+    std::fprintf(stderr, "%s%s\n", prefix.c_str(), what);
+    exit_after_error(status);
+  }
+  exmy::dist::Comm& w = exmy::dist::world();
+  if (collective) {
+    if (w.rank() == 0) std::fprintf(stderr, "%s%s\n", prefix.c_str(), what);
+    exit_after_error(status);
+  }
+  std::fprintf(stderr, "%srank %d: %s\n", prefix.c_str(), w.rank(), what);
+  w.abort(status);  // ends every rank (a virtual [[noreturn]] is not one to the compiler)
+  exit_after_error(status);
 }
 
 // Idle OpenMP threads sleep unless the user asked otherwise: libgomp's
@@ -84,15 +105,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "exmy: error: unknown command '%s' (expected train, prepare-data, eval, inspect, demo, quantize, formats, bench, model-info, sweep or sweep-tensors; see exmy --help)\n",
                  cmd.c_str());
     return 2;
+  } catch (const exmy::dist::CollectiveError& e) {
+    fail("exmy: error: ", e.what(), 1, /*collective=*/true);
   } catch (const exmy::Error& e) {
-    std::fprintf(stderr, "exmy: error: %s\n", e.what());
+    fail("exmy: error: ", e.what(), 1);
   } catch (const boost::program_options::error& e) {
-    std::fprintf(stderr, "exmy %s: error: %s\n", cmd.c_str(), e.what());
-    exit_after_error(2);
+    fail("exmy " + cmd + ": error: ", e.what(), 2);
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "exmy: error: out of memory\n");
+    fail("exmy: error: ", "out of memory", 1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "exmy: error: %s\n", e.what());
+    fail("exmy: error: ", e.what(), 1);
   }
-  exit_after_error(1);
 }

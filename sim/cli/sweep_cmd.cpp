@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
+#include <string>
 
 #include "formats/error.hpp"
 #include "sim/cli/cli_support.hpp"
@@ -68,6 +70,8 @@ int cmd_sweep(const Args& args) {
     ("run", po::value<int64_t>(), "run only the run with this index")
     ("jobs,j", po::value<int>()->default_value(1), "runs at the same time (child processes)")
     ("threads", po::value<int>()->default_value(0), "train.threads of each run (0: cores / jobs)")
+    ("launch", po::value<std::string>(),
+        "start each run under this launcher, e.g. \"mpirun -np 4\" (data-parallel ranks; give --threads per rank)")
     ("set", po::value<std::vector<std::string>>()->composing(),
         "key=value for every run, after the file's [set] (repeatable; changes the runs' identity)")
     ("summarize", "only write the summary and plots of what DIR holds")
@@ -131,6 +135,11 @@ int cmd_sweep(const Args& args) {
   if (ropt.jobs < 1) throw Error("--jobs must be at least 1");
   if (ropt.threads < 0) throw Error("--threads must be 0 (cores / jobs) or more");
   if (vm.count("run")) ropt.only = vm["run"].as<int64_t>();
+  if (vm.count("launch")) {
+    std::istringstream words(vm["launch"].as<std::string>());
+    for (std::string w; words >> w;) ropt.launch.push_back(w);
+    if (ropt.launch.empty()) throw Error("--launch needs a launcher command, e.g. --launch \"mpirun -np 4\"");
+  }
   ropt.stop = &install_stop_signals();
   const sweep::SweepOutcome o = sweep::run_sweep(spec, runs, out, ropt);
   std::signal(SIGINT, SIG_DFL);

@@ -20,6 +20,7 @@
 #include "models/config.hpp"
 #include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/dist/comm.hpp"
 #include "sim/eval/quant_eval.hpp"
 #include "sim/quant/recipe.hpp"
 #include "sim/train/run_config.hpp"
@@ -115,6 +116,9 @@ int cmd_train(const Args& args) {
 
   train::TrainHooks hooks;
   hooks.stop = &install_stop_signals();
+  // The ranks of the job: this process alone, or every rank mpirun/srun
+  // started (sim/dist/comm.hpp); only rank 0 prints progress.
+  hooks.comm = &dist::world();
   const train::BuildInfo build{EXMY_VERSION, EXMY_GIT_COMMIT};
 
   train::TrainResult r;
@@ -124,7 +128,8 @@ int cmd_train(const Args& args) {
     // The in-training quantized evaluation (eval.*) comes from the run's
     // configuration with the overrides, as train_resume resolves it.
     const std::string dir = vm["resume"].as<std::string>();
-    const train::RunConfig cfg = train::resume_config(dir, steps, sets, vm.count("allow-changes") > 0);
+    const train::RunConfig cfg =
+        train::resume_config(dir, steps, sets, vm.count("allow-changes") > 0, hooks.comm->rank() == 0);
     if (auto spec = eval::training_eval_from_config(cfg))
       hooks.after_step = eval::make_training_eval_hook(cfg, std::move(*spec), hooks.after_step);
     r = train::train_resume(dir, cfg, hooks, build);
@@ -144,7 +149,7 @@ int cmd_train(const Args& args) {
   switch (r.status) {
     case train::TrainStatus::completed: return 0;
     case train::TrainStatus::interrupted: return 128 + g_stop_signal.load();
-    case train::TrainStatus::diverged: throw Error(r.message);
+    case train::TrainStatus::diverged: throw dist::CollectiveError(r.message);  // every rank stops at the same step
   }
   return 1;
 }

@@ -53,6 +53,13 @@ class ReferenceState {
   // in the steps it runs, every call uses `amax`.
   static ReferenceState frozen(double amax);
 
+  // delayed: the max over the calls of the step in progress. A
+  // data-parallel run combines it across ranks with max after each step's
+  // micro-batches (every rank then records the same history entry).
+  bool has_step_amax() const { return have_cur_; }
+  double step_amax() const { return cur_max_; }
+  void set_step_amax(double a) { cur_max_ = a; }
+
   // Inspection (tests, statistics).
   bool has_held() const { return has_held_; }
   double held() const { return held_; }

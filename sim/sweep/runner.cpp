@@ -167,7 +167,8 @@ class Session {
     // run killed after a checkpoint), else start afresh.
     const auto ckpts = fs::exists(c.dir / "checkpoints") ? train::list_checkpoints((c.dir / "checkpoints").string())
                                                           : std::vector<std::string>{};
-    std::vector<std::string> argv = {opt_.exmy, "train"};
+    std::vector<std::string> argv = opt_.launch;
+    argv.insert(argv.end(), {opt_.exmy, "train"});
     std::string what;
     if (!ckpts.empty()) {
       argv.insert(argv.end(), {"--resume", c.dir.string()});
@@ -205,13 +206,14 @@ class Session {
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
-    const int rc = ::posix_spawn(&c.pid, argv[0].c_str(), &fa, &attr, cargv.data(), environ);
+    const int rc = opt_.launch.empty() ? ::posix_spawn(&c.pid, argv[0].c_str(), &fa, &attr, cargv.data(), environ)
+                                       : ::posix_spawnp(&c.pid, argv[0].c_str(), &fa, &attr, cargv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     ::close(log_fd);
     if (rc != 0) {
       ::close(c.lock_fd);
-      throw Error("cannot start '" + opt_.exmy + "': " + std::strerror(rc));
+      throw Error("cannot start '" + argv[0] + "': " + std::strerror(rc));
     }
     c.start = Clock::now();
     say("[%*lld/%lld] %s: %s (log %s)\n", width(), static_cast<long long>(number), static_cast<long long>(total_),

@@ -50,6 +50,10 @@ RunState run_state(const std::string& out, const RunSpec& r);
 
 struct RunnerOptions {
   std::string exmy;                      // the exmy binary the children run
+  // A launcher each run starts under (`--launch "mpirun -np 4"`: a
+  // data-parallel run of 4 ranks, docs/training.md), split at spaces and
+  // put before the exmy binary; looked up in PATH. Empty: exmy itself.
+  std::vector<std::string> launch;
   int jobs = 1;                          // concurrent runs
   int threads = 0;                       // train.threads of each run; 0: max(1, cores / jobs)
   std::optional<int64_t> only;           // run only this index

@@ -1,6 +1,8 @@
 #include "sim/train/quant_io.hpp"
 
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <cstdio>
 #include <limits>
 
@@ -214,6 +216,75 @@ std::unique_ptr<sim::Linear<float>> TrainingLinearFactory::make(const sim::Linea
   auto lin = recipe_.make(info);
   if (!recipe_.plan().back().quantized) return lin;
   return std::make_unique<ReferenceStateLinear>(std::move(lin), rt_, cold_restart_);
+}
+
+namespace {
+
+// One record: kind byte (0 operand, 1 GEMM), the key's fields, the layer
+// name, then the stats struct as it lies in memory (same binary on every
+// rank of a job).
+struct KeyFields {
+  int32_t block;
+  int32_t kind, gemm, role;
+  int64_t step, micro_batch;
+  uint64_t layer_bytes;
+};
+static_assert(std::is_trivially_copyable_v<sim::quant::OperandStats>);
+static_assert(std::is_trivially_copyable_v<sim::quant::GemmStats>);
+
+template <class Stats>
+void append_record(std::string& out, char tag, const sim::quant::CallKey& key, const Stats& stats) {
+  const KeyFields k{key.block, static_cast<int32_t>(key.kind), static_cast<int32_t>(key.gemm),
+                    static_cast<int32_t>(key.role), key.step, key.micro_batch, key.layer.size()};
+  out += tag;
+  out.append(reinterpret_cast<const char*>(&k), sizeof k);
+  out.append(key.layer);
+  out.append(reinterpret_cast<const char*>(&stats), sizeof stats);
+}
+
+}  // namespace
+
+void SerializedStatsSink::record_operand(const CallKey& key, const sim::quant::OperandStats& stats) {
+  append_record(bytes_, 0, key, stats);
+}
+void SerializedStatsSink::record_gemm(const CallKey& key, const sim::quant::GemmStats& stats) {
+  append_record(bytes_, 1, key, stats);
+}
+
+void replay_stats(const std::string& bytes, sim::quant::StatsSink& sink) {
+  size_t at = 0;
+  auto take = [&](void* dst, size_t n) {
+    if (at + n > bytes.size()) throw Error("malformed statistics records from another rank");
+    std::memcpy(dst, bytes.data() + at, n);
+    at += n;
+  };
+  while (at < bytes.size()) {
+    char tag = 0;
+    KeyFields k{};
+    take(&tag, 1);
+    take(&k, sizeof k);
+    std::string layer(k.layer_bytes, '\0');
+    take(layer.data(), layer.size());
+    CallKey key;
+    key.layer = layer;
+    key.block = k.block;
+    key.kind = static_cast<sim::LinearKind>(k.kind);
+    key.gemm = static_cast<sim::quant::Gemm>(k.gemm);
+    key.role = static_cast<sim::quant::Role>(k.role);
+    key.step = k.step;
+    key.micro_batch = k.micro_batch;
+    if (tag == 0) {
+      sim::quant::OperandStats st;
+      take(&st, sizeof st);
+      sink.record_operand(key, st);
+    } else if (tag == 1) {
+      sim::quant::GemmStats st;
+      take(&st, sizeof st);
+      sink.record_gemm(key, st);
+    } else {
+      throw Error("malformed statistics records from another rank");
+    }
+  }
 }
 
 }  // namespace exmy::train

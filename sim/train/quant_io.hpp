@@ -71,6 +71,24 @@ class RunFileStatsSink final : public sim::quant::StatsSink {
   std::map<std::string, LayerPaths, std::less<>> layers_;
 };
 
+// The statistics records of a rank other than 0 in a data-parallel run, as
+// bytes: rank 0 gathers them after the step and replays them, rank by rank,
+// into its RunFileStatsSink, so the run file's rows come in micro-batch
+// order whatever the number of ranks.
+class SerializedStatsSink final : public sim::quant::StatsSink {
+ public:
+  void record_operand(const sim::quant::CallKey& key, const sim::quant::OperandStats& stats) override;
+  void record_gemm(const sim::quant::CallKey& key, const sim::quant::GemmStats& stats) override;
+  // The records so far, and a fresh start.
+  std::string take() { return std::move(bytes_); }
+
+ private:
+  std::string bytes_;
+};
+// Hands every record of SerializedStatsSink::take() bytes to `sink`, in the
+// order they were recorded. Throws exmy::Error on malformed bytes.
+void replay_stats(const std::string& bytes, sim::quant::StatsSink& sink);
+
 // The operands of the capture step, written to
 // /capture/step_<N>/<layer>/<gemm>/<operand> as float32 (rows, K) with the
 // quantization parameters as attributes (capture_attributes). Only

@@ -139,12 +139,60 @@ RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* o
 
 namespace {
 
+// "section.key" -> value of a configuration's text() (model fields and the
+// [recipe] overrides included).
+std::map<std::string, std::string> config_entries(const std::string& text) {
+  std::map<std::string, std::string> m;
+  std::istringstream in(text);
+  std::string section;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const size_t eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    m[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return m;
+}
+
+// "key old -> new" for every key whose value differs between two texts.
+std::vector<std::pair<std::string, std::string>> changed_keys(const std::string& before, const std::string& after) {
+  const auto a = config_entries(before), b = config_entries(after);
+  std::vector<std::pair<std::string, std::string>> out;
+  auto value = [](const std::map<std::string, std::string>& m, const std::string& k) {
+    const auto it = m.find(k);
+    return it == m.end() ? std::string("(unset)") : it->second;
+  };
+  std::set<std::string> keys;
+  for (const auto& [k, v] : a) keys.insert(k);
+  for (const auto& [k, v] : b) keys.insert(k);
+  // The same number spelled two ways (1e-2, 0.01) is no change.
+  auto same = [](const std::string& x, const std::string& y) {
+    if (x == y) return true;
+    char *ex = nullptr, *ey = nullptr;
+    const double dx = std::strtod(x.c_str(), &ex), dy = std::strtod(y.c_str(), &ey);
+    return !x.empty() && !y.empty() && *ex == '\0' && *ey == '\0' && dx == dy;
+  };
+  for (const auto& k : keys)
+    if (!same(value(a, k), value(b, k))) out.emplace_back(k, value(a, k) + " -> " + value(b, k));
+  return out;
+}
+
 class Trainer {
  public:
   Trainer(RunConfig cfg, std::string dir, const TrainHooks& hooks, BuildInfo build)
-      : cfg_(std::move(cfg)), dir_(std::move(dir)), hooks_(hooks), build_(std::move(build)) {
+      : cfg_(std::move(cfg)), dir_(std::move(dir)), hooks_(hooks), build_(std::move(build)),
+        comm_(hooks.comm ? *hooks.comm : single_) {
+    if (comm_.rank() != 0) hooks_.out = nullptr;  // only rank 0 prints (errors go to stderr)
+    check_ranks();
     if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
+    // Rank 0 first: it prepares a data directory that does not exist yet.
+    if (comm_.rank() != 0) comm_.barrier();
     data_ = open_run_data(cfg_, build_, hooks_.out);
+    if (comm_.rank() == 0 && comm_.size() > 1) comm_.barrier();
     sampler_ = std::make_unique<data::SequenceSampler>(*data_.stream, data_.split.train_begin, data_.split.train_end,
                                                        cfg_.seq_len, cfg_.seed);
     const int64_t val_windows = data::window_count(data_.split.val_begin, data_.split.val_end, cfg_.seq_len);
@@ -158,6 +206,10 @@ class Trainer {
     // Every linear through the recipe (fp32 and bf16 are recipes too); the
     // runtime carries the step context, the tensor references and the sinks.
     quant_ = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{cfg_.seed, cfg_.gemm_stats_rows, cfg_.gemm_stats_sample});
+    if (comm_.rank() != 0) {  // statistics rows go to rank 0 after each step
+      rank_stats_ = std::make_unique<SerializedStatsSink>();
+      quant_->set_stats_sink(rank_stats_.get());
+    }
     factory_ = std::make_unique<TrainingLinearFactory>(cfg_.recipe, cfg_.model.num_hidden_layers, quant_,
                                                        cfg_.cold_restart_references);
     model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_);
@@ -169,6 +221,35 @@ class Trainer {
     tokens_.resize(n);
     targets_.resize(n);
     state_.data_seed = cfg_.seed;
+  }
+
+  // Every rank must run the same configuration with a rank count that
+  // divides the step's micro-batches: one line naming the first mismatch
+  // (rank 0 prints it; every rank exits).
+  void check_ranks() {
+    const int n = comm_.size();
+    if (n == 1) return;
+    if (cfg_.grad_accum % n != 0)
+      throw dist::CollectiveError("train.grad_accum = " + std::to_string(cfg_.grad_accum) +
+                                  " micro-batches do not divide among " + std::to_string(n) +
+                                  " ranks (choose a rank count that divides it, or change train.grad_accum)");
+    std::string root = cfg_.text();
+    dist::broadcast_string(comm_, root, 0);
+    std::string mismatch;
+    if (root != cfg_.text()) {
+      for (const auto& [key, change] : changed_keys(root, cfg_.text()))
+        mismatch += (mismatch.empty() ? "" : ", ") + key + " " + change;
+      if (mismatch.empty()) mismatch = "the configuration text";
+    }
+    const auto all = comm_.gather(mismatch);
+    for (size_t r = 0; r < all.size(); ++r)
+      if (!all[r].empty()) {
+        mismatch = "rank " + std::to_string(r) + " runs a different configuration than rank 0: " + all[r];
+        break;
+      }
+    double bad = mismatch.empty() ? 0 : 1;
+    comm_.max(std::span<double>(&bad, 1));
+    if (bad != 0) throw dist::CollectiveError(comm_.rank() == 0 ? mismatch : "configuration differs across ranks");
   }
 
   // The RHT runs along K in runs of 16: a recipe that turns it on for a GEMM
@@ -273,6 +354,7 @@ class Trainer {
     run_->set_attribute("seed", static_cast<int64_t>(cfg_.seed));
     run_->set_attribute("host", host_name());
     run_->set_attribute("threads", static_cast<int64_t>(omp_get_max_threads()));
+    run_->set_attribute("ranks", static_cast<int64_t>(comm_.size()));
     run_->set_attribute("model", cfg_.model_name);
     run_->set_attribute("precision", cfg_.precision);
     run_->set_attribute("recipe_name", cfg_.recipe.name);
@@ -321,7 +403,49 @@ class Trainer {
   void say_plan(int64_t first);
   TrainResult nothing_to_do(TrainResult& res);
   void fill_result(TrainResult& res) const;
-  double forward_backward(int64_t s);
+  double forward_backward(int64_t s, bool first_of_session);
+  // grad_sum_ = g (first micro-batch) or grad_sum_ += g, element by element.
+  void add_gradient(std::span<const float> g, bool first) {
+    grad_sum_.resize(g.size());
+    if (first) std::copy(g.begin(), g.end(), grad_sum_.begin());
+    else add_to(grad_sum_, g);
+  }
+  static void add_to(std::span<float> sum, std::span<const float> g) {
+    const int64_t n = static_cast<int64_t>(g.size());
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) sum[static_cast<size_t>(i)] += g[static_cast<size_t>(i)];
+  }
+  // Whether a periodic tensor reference may sample at (1-based) step: a
+  // sampling step of its period, or the session's first step (a reference
+  // that holds nothing yet samples on its first call).
+  bool references_may_sample(int64_t step, bool first_of_session) const {
+    for (const auto& e : factory_->recipe_factory().plan()) {
+      if (!e.quantized) continue;
+      for (const auto& spec : e.specs)
+        if (spec.reference.kind == sim::quant::RefPolicy::Kind::periodic &&
+            (first_of_session || (step - 1) % spec.reference.n == 0))
+          return true;
+    }
+    return false;
+  }
+  // After the micro-batches of a step on N ranks: every delayed reference
+  // takes the max of the step's amax over the ranks (what 1 rank recorded
+  // over all micro-batches), and rank 0 writes the other ranks' statistics
+  // rows after its own, in rank order (= micro-batch order).
+  void combine_references(bool stats) {
+    auto& refs = quant_->references();
+    std::vector<double> amax;
+    for (const auto& [key, st] : refs.states()) amax.push_back(st.has_step_amax() ? st.step_amax() : 0);
+    if (!amax.empty()) comm_.max(amax);
+    size_t i = 0;
+    for (const auto& [key, st] : refs.states()) {
+      if (st.has_step_amax()) refs.get(key).set_step_amax(amax[i]);
+      ++i;
+    }
+    if (!stats) return;
+    const auto rows = comm_.gather(rank_stats_ ? rank_stats_->take() : std::string());
+    for (size_t r = 1; r < rows.size(); ++r) replay_stats(rows[r], *stats_);
+  }
   std::string stop_diverged(int64_t s, double loss, double grad_norm);
   double update(int64_t s, double grad_norm, double inv_accum);
   void record_step(double loss, double step_s, Session& ss, TrainResult& res);
@@ -331,26 +455,50 @@ class Trainer {
 
   // The validation forward runs the recipe with the tensor references as
   // they stand after the step, and leaves them so: the training run must not
-  // depend on when it is evaluated.
+  // depend on when it is evaluated. A validation batch's forward does not
+  // depend on the batches before it (references do not sample after a step
+  // and a delayed reference's running max does not enter its value), so the
+  // ranks split the batches and chain the sum.
   double evaluate() {
     const sim::quant::FlatReferenceState refs = quant_->references().save();
     quant_->begin({std::max<int64_t>(state_.step, 1), 0, /*stats=*/false, /*capture=*/false});
-    double sum = 0;
     const int64_t n = cfg_.batch_size * cfg_.seq_len;
-    for (int64_t b = 0; b < eval_batches_; ++b)
-      sum += model_->forward(val_tokens_.data() + b * n, val_targets_.data() + b * n, cfg_.batch_size, cfg_.seq_len);
+    const dist::Share mine = dist::share_of(eval_batches_, comm_.rank(), comm_.size());
+    std::vector<double> losses;
+    for (int64_t b = mine.begin; b < mine.end; ++b)
+      losses.push_back(
+          model_->forward(val_tokens_.data() + b * n, val_targets_.data() + b * n, cfg_.batch_size, cfg_.seq_len));
     quant_->references().load(refs);
+    double sum = 0;
+    dist::ordered_sum<double>(comm_, std::span<double>(&sum, 1), [&](std::span<double> acc, bool prefix) {
+      if (!prefix) acc[0] = 0;
+      for (const double l : losses) acc[0] += l;
+    });
     return sum / static_cast<double>(eval_batches_);
   }
 
+  // Rank 0 writes the checkpoint (atomically: save_checkpoint renames a
+  // finished temporary) once every rank has reached the same step; the
+  // others wait for it, so none runs ahead of a checkpoint that failed.
   std::string write_checkpoint() {
-    fs::create_directories(checkpoint_dir());
     const std::string path = (fs::path(checkpoint_dir()) / checkpoint_name(state_.step)).string();
-    save_checkpoint(path, *model_, *opt_, state_, {cfg_.text(), build_.version, build_.git_commit});
-    auto all = list_checkpoints(checkpoint_dir());
-    std::error_code ec;  // a checkpoint that cannot be removed is only clutter
-    for (size_t i = 0; i + static_cast<size_t>(cfg_.keep_checkpoints) < all.size(); ++i)
-      if (all[i] != path) fs::remove(all[i], ec);
+    if (comm_.size() > 1) {
+      double v[2] = {static_cast<double>(state_.step), -static_cast<double>(state_.step)};
+      comm_.max(std::span<double>(v, 2));
+      if (v[0] != -v[1])
+        throw Error("rank " + std::to_string(comm_.rank()) + " is at step " + std::to_string(state_.step) +
+                    " but another rank is at step " + std::to_string(static_cast<int64_t>(v[0] == state_.step ? -v[1] : v[0])) +
+                    ": no checkpoint written");
+    }
+    if (comm_.rank() == 0) {
+      fs::create_directories(checkpoint_dir());
+      save_checkpoint(path, *model_, *opt_, state_, {cfg_.text(), build_.version, build_.git_commit});
+      auto all = list_checkpoints(checkpoint_dir());
+      std::error_code ec;  // a checkpoint that cannot be removed is only clutter
+      for (size_t i = 0; i + static_cast<size_t>(cfg_.keep_checkpoints) < all.size(); ++i)
+        if (all[i] != path) fs::remove(all[i], ec);
+    }
+    comm_.barrier();
     last_checkpoint_ = path;
     return path;
   }
@@ -389,6 +537,8 @@ class Trainer {
   std::string dir_;
   TrainHooks hooks_;
   BuildInfo build_;
+  dist::SingleComm single_;
+  dist::Comm& comm_;
   RunData data_;
   std::unique_ptr<data::SequenceSampler> sampler_;
   int64_t eval_batches_ = 0;
@@ -402,6 +552,11 @@ class Trainer {
   std::unique_ptr<RunFileCaptureSink> capture_;
   TrainState state_;
   std::string last_checkpoint_;
+  // The step's gradient sum (grad_accum > 1), and on ranks other than 0
+  // their micro-batches' gradients until the lower ranks' sum arrives.
+  std::vector<float> grad_sum_;
+  std::vector<std::vector<float>> held_grads_;
+  std::unique_ptr<SerializedStatsSink> rank_stats_;  // ranks other than 0
 };
 
 // The loop of a session, as a training step reads: forward and backward over
@@ -415,13 +570,16 @@ TrainResult Trainer::run() {
   say_plan(ss.first);
   if (ss.first >= total) return nothing_to_do(res);
   for (int64_t s = ss.first; s < total; ++s) {
-    if (hooks_.stop && hooks_.stop->load() != 0) {
+    // Every rank stops at the same step (a signal may reach them apart).
+    double stop = hooks_.stop ? hooks_.stop->load() : 0;
+    if (comm_.size() > 1) comm_.max(std::span<double>(&stop, 1));
+    if (stop != 0) {
       res.status = TrainStatus::interrupted;
       break;
     }
     if (hooks_.before_step) hooks_.before_step(s, *model_);
     const auto t0 = Clock::now();
-    const double loss = forward_backward(s);
+    const double loss = forward_backward(s, s == ss.first);
     const double inv_accum = 1.0 / static_cast<double>(cfg_.grad_accum);
     const double grad_norm = sim::global_norm(model_->arena().grads(), inv_accum);
     // A non-finite loss or gradient stops the run before it touches the
@@ -434,7 +592,7 @@ TrainResult Trainer::run() {
     const double lr = update(s, grad_norm, inv_accum);
     record_step(loss, seconds_since(t0), ss, res);
     const int64_t step = state_.step;
-    if (hooks_.after_step) hooks_.after_step(step, *model_, *run_);
+    if (hooks_.after_step && run_) hooks_.after_step(step, *model_, *run_);
     if (step % cfg_.log_interval == 0 || step == total || step == 1) log_step(step, loss, lr, grad_norm, inv_accum, ss);
     if ((cfg_.eval_interval > 0 && step % cfg_.eval_interval == 0) || step == total) evaluate_and_log(step, res);
     if ((cfg_.checkpoint_interval > 0 && step % cfg_.checkpoint_interval == 0) || step == total) {
@@ -449,10 +607,14 @@ TrainResult Trainer::run() {
 
 void Trainer::say_plan(int64_t first) {
   const auto& mc = cfg_.model;
-  say("exmy train: model %s (%s parameters, %lld layers %s), precision %s, %d threads\n", cfg_.model_name.c_str(),
+  say("exmy train: model %s (%s parameters, %lld layers %s), precision %s, %d threads%s\n", cfg_.model_name.c_str(),
       fmt_count(static_cast<double>(model_->arena().layout().num_params())).c_str(),
       static_cast<long long>(mc.num_hidden_layers), mc.hybrid_override_pattern.c_str(), cfg_.precision.c_str(),
-      omp_get_max_threads());
+      omp_get_max_threads(),
+      comm_.size() > 1 ? (" per rank, " + std::to_string(comm_.size()) + " ranks (" + comm_.name() + ", " +
+                          std::to_string(cfg_.grad_accum / comm_.size()) + " micro-batches each)")
+                             .c_str()
+                       : "");
   {
     const auto& plan = factory_->recipe_factory().plan();
     const auto quantized = std::count_if(plan.begin(), plan.end(), [](const auto& e) { return e.quantized; });
@@ -493,27 +655,66 @@ void Trainer::fill_result(TrainResult& res) const {
   res.checkpoint = last_checkpoint_;
 }
 
-// Forward and backward over the micro-batches of step s (0-based); the
-// gradients add up in the arena. The quantized linears learn the step and
-// micro-batch (random streams, tensor references) and whether to record
-// statistics or capture. Returns the mean of the micro-batch losses.
-double Trainer::forward_backward(int64_t s) {
+// Forward and backward over this rank's micro-batches of step s (0-based),
+// each micro-batch's gradient formed alone and added to the step's sum in
+// micro-batch order, the sum chained through the ranks; the arena's
+// gradients hold the sum on every rank. The quantized linears learn the step
+// and the global micro-batch (random streams, tensor references) and whether
+// to record statistics or capture. Returns the mean of the micro-batch
+// losses.
+double Trainer::forward_backward(int64_t s, bool first_of_session) {
   const bool stats = cfg_.stats_step(s + 1), capture = cfg_.capture_step == s + 1;
-  if (capture) run_->leave_swmr();  // many new tensors: out of SWMR mode for this step
-  model_->arena().zero_grad();
-  double loss = 0;
-  for (int64_t m = 0; m < cfg_.grad_accum; ++m) {
-    quant_->begin({s + 1, m, stats, capture && m == 0});
-    sampler_->next(tokens_.data(), targets_.data(), cfg_.batch_size);
-    loss += model_->forward(tokens_.data(), targets_.data(), cfg_.batch_size, cfg_.seq_len);
+  const int64_t G = cfg_.grad_accum, B = cfg_.batch_size;
+  const dist::Share mine = dist::share_of(G, comm_.rank(), comm_.size());
+  const int64_t start = sampler_->position();  // the step's first window, the same on every rank
+  if (capture && run_) run_->leave_swmr();  // many new tensors: out of SWMR mode for this step
+  auto& arena = model_->arena();
+  auto micro_batch = [&](int64_t m, bool record) {
+    quant_->begin({s + 1, m, record && stats, record && capture && m == 0});
+    sampler_->set_position(start + m * B);
+    sampler_->next(tokens_.data(), targets_.data(), B);
+    arena.zero_grad();
+    const double loss = model_->forward(tokens_.data(), targets_.data(), B, cfg_.seq_len);
     model_->backward();
+    return loss;
+  };
+  // A periodic reference samples on the first call of a sampling step, in
+  // micro-batch 0: ranks that do not run it replay it (forward and backward,
+  // nothing kept) so that their references hold what micro-batch 0 sampled.
+  if (mine.begin > 0 && references_may_sample(s + 1, first_of_session)) micro_batch(0, false);
+  std::vector<double> losses;
+  const auto grads = arena.grads();
+  for (int64_t m = mine.begin; m < mine.end; ++m) {
+    losses.push_back(micro_batch(m, true));
+    if (G == 1) break;  // the arena holds the step's gradient
+    if (comm_.rank() == 0) {
+      add_gradient(grads, m == 0);
+    } else {
+      held_grads_.resize(static_cast<size_t>(mine.end - mine.begin));
+      held_grads_[static_cast<size_t>(m - mine.begin)].assign(grads.begin(), grads.end());
+    }
   }
-  if (capture) {
+  sampler_->set_position(start + G * B);
+  if (G > 1) {
+    grad_sum_.resize(grads.size());
+    dist::ordered_sum<float>(comm_, grad_sum_, [&](std::span<float> sum, bool prefix) {
+      if (!prefix) return;  // rank 0 summed into grad_sum_ as it went
+      for (const auto& g : held_grads_) add_to(sum, g);
+    });
+    std::copy(grad_sum_.begin(), grad_sum_.end(), grads.begin());
+  }
+  double loss = 0;
+  dist::ordered_sum<double>(comm_, std::span<double>(&loss, 1), [&](std::span<double> sum, bool prefix) {
+    if (!prefix) sum[0] = 0;
+    for (const double l : losses) sum[0] += l;
+  });
+  if (comm_.size() > 1) combine_references(stats);
+  if (capture && run_) {
     run_->start_swmr();
     say("captured %lld operands of step %lld into %s:/capture/step_%lld\n", static_cast<long long>(capture_->tensors()),
         static_cast<long long>(s + 1), run_path().c_str(), static_cast<long long>(s + 1));
   }
-  return loss / static_cast<double>(cfg_.grad_accum);
+  return loss / static_cast<double>(G);
 }
 
 // The checkpoint of the last good step and the message of a run stopped at
@@ -547,6 +748,7 @@ void Trainer::record_step(double loss, double step_s, Session& ss, TrainResult& 
   ss.train_s += step_s;
   ss.window_s += step_s;
   ss.window_tokens += cfg_.tokens_per_step();
+  if (!run_) return;
   run_->append("/step_loss/step", state_.step);
   run_->append("/step_loss/loss", loss);
 }
@@ -560,6 +762,9 @@ void Trainer::log_step(int64_t step, double loss, double lr, double grad_norm, d
   say("step %*lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s | ETA %s\n", width,
       static_cast<long long>(step), static_cast<long long>(total), loss, lr, grad_norm, fmt_count(tps).c_str(),
       fmt_duration(eta).c_str());
+  ss.window_s = 0;
+  ss.window_tokens = 0;
+  if (!run_) return;
   run_->append("/train/step", step);
   run_->append("/train/loss", loss);
   run_->append("/train/lr", lr);
@@ -569,8 +774,6 @@ void Trainer::log_step(int64_t step, double loss, double lr, double grad_norm, d
   run_->append("/train/elapsed_s", state_.elapsed_s + seconds_since(ss.start));
   append_param_norms(inv_accum);
   run_->flush();
-  ss.window_s = 0;
-  ss.window_tokens = 0;
 }
 
 // The validation loss of an evaluation step: the best so far, the line and
@@ -587,6 +790,7 @@ void Trainer::evaluate_and_log(int64_t step, TrainResult& res) {
     say("eval step %lld | val loss %.4f | entropy rate %.4f\n", static_cast<long long>(step), val, data_.entropy_rate);
   else
     say("eval step %lld | val loss %.4f | %.3f bits/token\n", static_cast<long long>(step), val, val / std::log(2.0));
+  if (!run_) return;
   run_->append("/eval/step", step);
   run_->append("/eval/loss", val);
   run_->flush();
@@ -611,7 +815,7 @@ void Trainer::finish(TrainResult& res, const Session& ss) {
         final_window_label(state_.step).c_str(), window_loss, res.last_val_loss, res.last_val_loss / std::log(2.0),
         state_.best_val_loss, static_cast<long long>(state_.best_val_step));
     say("  run file %s | checkpoint %s\n", run_path().c_str(), last_checkpoint_.c_str());
-    if (cfg_.export_hf != "none") {
+    if (cfg_.export_hf != "none" && comm_.rank() == 0) {
       const std::string hf = (fs::path(dir_) / "hf").string();
       models::save_hf_checkpoint(*model_, hf, cfg_.export_hf == "bf16" ? "BF16" : "F32");
       say("  HF checkpoint (%s) %s\n", cfg_.export_hf.c_str(), hf.c_str());
@@ -632,23 +836,27 @@ TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const Tr
   if (out_dir.empty()) throw Error("--out DIR is required");
   require_training_memory(cfg);  // before anything in the directory is touched
   const fs::path dir(out_dir);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error("cannot create '" + out_dir + "': " + ec.message());
-  // One writer per run directory, before anything in it is touched.
-  const io::RunLock lock(dir, "exmy train");
-  if (fs::exists(dir / "run.h5", ec) || fs::exists(dir / "checkpoints", ec)) {
-    if (!overwrite)
-      throw Error("'" + out_dir + "' already holds a run (continue it with --resume " + out_dir +
-                  ", or choose another --out)");
-    fs::remove(dir / "run.h5", ec);
-    fs::remove_all(dir / "checkpoints", ec);
+  const bool root = !hooks.comm || hooks.comm->rank() == 0;  // rank 0 alone touches the directory
+  std::optional<io::RunLock> lock;
+  if (root) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw Error("cannot create '" + out_dir + "': " + ec.message());
+    // One writer per run directory, before anything in it is touched.
+    lock.emplace(dir, "exmy train");
+    if (fs::exists(dir / "run.h5", ec) || fs::exists(dir / "checkpoints", ec)) {
+      if (!overwrite)
+        throw Error("'" + out_dir + "' already holds a run (continue it with --resume " + out_dir +
+                    ", or choose another --out)");
+      fs::remove(dir / "run.h5", ec);
+      fs::remove_all(dir / "checkpoints", ec);
+    }
+    remove_leftovers(dir);
   }
-  remove_leftovers(dir);
   Trainer t(cfg, out_dir, hooks, build);
-  write_text_atomic((dir / "config.ini").string(), cfg.text());
+  if (root) write_text_atomic((dir / "config.ini").string(), cfg.text());
   t.init_fresh();
-  t.open_run_file(false);
+  if (root) t.open_run_file(false);
   return t.run();
 }
 
@@ -667,48 +875,6 @@ bool resumable_key(const std::string& key) {
 
 namespace {
 
-// "section.key" -> value of a configuration's text() (model fields and the
-// [recipe] overrides included).
-std::map<std::string, std::string> config_entries(const std::string& text) {
-  std::map<std::string, std::string> m;
-  std::istringstream in(text);
-  std::string section;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    if (line.front() == '[' && line.back() == ']') {
-      section = line.substr(1, line.size() - 2);
-      continue;
-    }
-    const size_t eq = line.find(" = ");
-    if (eq == std::string::npos) continue;
-    m[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
-  }
-  return m;
-}
-
-// "key old -> new" for every key whose value differs between two texts.
-std::vector<std::pair<std::string, std::string>> changed_keys(const std::string& before, const std::string& after) {
-  const auto a = config_entries(before), b = config_entries(after);
-  std::vector<std::pair<std::string, std::string>> out;
-  auto value = [](const std::map<std::string, std::string>& m, const std::string& k) {
-    const auto it = m.find(k);
-    return it == m.end() ? std::string("(unset)") : it->second;
-  };
-  std::set<std::string> keys;
-  for (const auto& [k, v] : a) keys.insert(k);
-  for (const auto& [k, v] : b) keys.insert(k);
-  // The same number spelled two ways (1e-2, 0.01) is no change.
-  auto same = [](const std::string& x, const std::string& y) {
-    if (x == y) return true;
-    char *ex = nullptr, *ey = nullptr;
-    const double dx = std::strtod(x.c_str(), &ex), dy = std::strtod(y.c_str(), &ey);
-    return !x.empty() && !y.empty() && *ex == '\0' && *ey == '\0' && dx == dy;
-  };
-  for (const auto& k : keys)
-    if (!same(value(a, k), value(b, k))) out.emplace_back(k, value(a, k) + " -> " + value(b, k));
-  return out;
-}
-
 // The configuration text the newest checkpoint of `dir` was written with.
 std::string newest_checkpoint_config(const fs::path& dir) {
   const auto ckpts = list_checkpoints((dir / "checkpoints").string());
@@ -719,11 +885,11 @@ std::string newest_checkpoint_config(const fs::path& dir) {
 }  // namespace
 
 RunConfig resume_config(const std::string& out_dir, std::optional<int64_t> steps,
-                        const std::vector<std::string>& overrides, bool allow_changes) {
+                        const std::vector<std::string>& overrides, bool allow_changes, bool probe_lock) {
   const fs::path dir(out_dir);
   std::error_code ec;
   if (!fs::exists(dir / "config.ini", ec)) throw Error("'" + out_dir + "' holds no run to resume (no config.ini)");
-  { const io::RunLock probe(dir, "exmy train --resume"); }  // a live run: say so before reading its checkpoints
+  if (probe_lock) { const io::RunLock probe(dir, "exmy train --resume"); }  // a live run: say so before reading its checkpoints
   const std::string base = newest_checkpoint_config(dir);
   std::vector<std::string> sets = overrides;
   if (steps) sets.push_back("train.steps=" + std::to_string(*steps));
@@ -742,15 +908,24 @@ RunConfig resume_config(const std::string& out_dir, std::optional<int64_t> steps
 TrainResult train_resume(const std::string& out_dir, std::optional<int64_t> steps,
                          const std::vector<std::string>& overrides, const TrainHooks& hooks, const BuildInfo& build,
                          bool allow_changes) {
-  return train_resume(out_dir, resume_config(out_dir, steps, overrides, allow_changes), hooks, build);
+  return train_resume(out_dir,
+                      resume_config(out_dir, steps, overrides, allow_changes, !hooks.comm || hooks.comm->rank() == 0),
+                      hooks, build);
 }
 
 TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const TrainHooks& hooks,
                          const BuildInfo& build) {
   const fs::path dir(out_dir);
   require_training_memory(cfg);
-  const io::RunLock lock(dir, "exmy train --resume");
-  remove_leftovers(dir);
+  // Every rank has read the run's configuration (resume_config probes the
+  // lock) before rank 0 takes the lock; rank 0 alone writes.
+  const bool root = !hooks.comm || hooks.comm->rank() == 0;
+  if (hooks.comm) hooks.comm->barrier();
+  std::optional<io::RunLock> lock;
+  if (root) {
+    lock.emplace(dir, "exmy train --resume");
+    remove_leftovers(dir);
+  }
   const auto ckpts = list_checkpoints((dir / "checkpoints").string());
   if (ckpts.empty()) throw Error("'" + out_dir + "' has no checkpoint to resume from (checkpoints/ is empty)");
   const RunConfig before = parse_run_config(checkpoint_config(ckpts.back()), ckpts.back(), {});
@@ -764,7 +939,7 @@ TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const
     for (const auto& [key, change] : changed_keys(before.text(), cfg.text()))
       changes += (changes.empty() ? "" : "; ") + key + " " + change;
     t.note_schedule_change(before);
-    t.open_run_file(true, changes);
+    if (root) t.open_run_file(true, changes);
   }
   return t.run();
 }

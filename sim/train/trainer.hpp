@@ -6,10 +6,18 @@
 //                             log_interval steps, /eval rows every eval_interval steps
 //   checkpoints/step_N.h5     native checkpoints (sim/train/checkpoint.hpp)
 //
-// One step: zero the gradients; for each of grad_accum micro-batches,
-// forward and backward (gradients add up); the loss is the mean of the
-// micro-batch losses and the gradient their mean (a factor 1/grad_accum
+// One step: for each of grad_accum micro-batches, zero the gradients,
+// forward and backward, and add the micro-batch's gradient to the step's
+// sum in micro-batch order (the first is copied); the loss is the mean of
+// the micro-batch losses and the gradient their mean (a factor 1/grad_accum
 // folded into the update); global norm, clip, AdamW at the schedule's LR.
+//
+// Data parallel (TrainHooks::comm with N ranks, docs/training.md): rank r
+// runs micro-batches [r G/N, (r+1) G/N) of the step's G, and the sums
+// (gradients, losses, validation losses) are chained through the ranks in
+// rank order (dist::ordered_sum), so N ranks give the bits of 1 rank. Rank 0
+// alone writes the run file and checkpoints and prints; hooks.after_step
+// runs on rank 0 only.
 // The whole run is a function of the configuration: the same config gives
 // bit-identical losses and weights for any thread count, and a run resumed
 // from a checkpoint continues exactly as the uninterrupted run would have.
@@ -32,6 +40,7 @@
 #include <vector>
 
 #include "models/nemotron_h.hpp"
+#include "sim/dist/comm.hpp"
 #include "sim/data/sampler.hpp"
 #include "sim/data/token_file.hpp"
 #include "sim/io/run_file.hpp"
@@ -53,6 +62,8 @@ struct TrainHooks {
   std::function<void(int64_t step, models::NemotronH<float>& model, io::RunFile& run)> after_step;
   std::FILE* out = stdout;  // progress lines; nullptr for silence
   bool keep_params = false;  // copy the final parameters into TrainResult::params
+  // The ranks of a data-parallel job; nullptr: this process alone.
+  dist::Comm* comm = nullptr;
 };
 
 struct TrainResult {
@@ -114,8 +125,11 @@ TrainResult train_resume(const std::string& out_dir, std::optional<int64_t> step
 // the problem when out_dir holds no run. Callers that need it before
 // training (the CLI's evaluation hook) resolve it once and pass it to the
 // overload below.
+// In a data-parallel job only rank 0 probes the run's lock (probe_lock):
+// the ranks' probes would collide with each other.
 RunConfig resume_config(const std::string& out_dir, std::optional<int64_t> steps,
-                        const std::vector<std::string>& overrides, bool allow_changes = false);
+                        const std::vector<std::string>& overrides, bool allow_changes = false,
+                        bool probe_lock = true);
 TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const TrainHooks& hooks,
                          const BuildInfo& build);
 

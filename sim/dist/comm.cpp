@@ -1,0 +1,56 @@
+#include "sim/dist/comm.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include "sim/dist/mpi_comm.hpp"
+
+namespace exmy::dist {
+namespace {
+
+// The number of ranks a launcher says this process belongs to (0: not
+// started by one).
+int launcher_size() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
+  }
+  if (std::getenv("PMIX_RANK")) return 1;  // PMIx without a size variable: MPI_Init tells
+  return 0;
+}
+
+std::unique_ptr<Comm> make_world() {
+  const int n = launcher_size();
+  if (n == 0) return std::make_unique<SingleComm>();
+  if (mpi_available()) return make_mpi_comm();
+  if (n > 1)
+    throw Error("started by an MPI launcher with " + std::to_string(n) +
+                " ranks, but this exmy was built without MPI (configure with -DEXMY_MPI=ON; Debian: libopenmpi-dev)");
+  return std::make_unique<SingleComm>();
+}
+
+Comm* g_world = nullptr;
+
+}  // namespace
+
+void SingleComm::abort(int code) { std::_Exit(code); }
+
+Comm& world() {
+  static std::unique_ptr<Comm> w = [] {
+    auto c = make_world();
+    g_world = c.get();
+    return c;
+  }();
+  return *w;
+}
+
+bool in_multi_rank_job() { return g_world && g_world->size() > 1; }
+
+void broadcast_string(Comm& c, std::string& s, int root) {
+  if (c.size() == 1) return;
+  uint64_t n = s.size();
+  c.broadcast(&n, sizeof n, root);
+  s.resize(n);
+  if (n) c.broadcast(s.data(), n, root);
+}
+
+}  // namespace exmy::dist

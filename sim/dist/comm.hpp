@@ -1,0 +1,126 @@
+// The ranks of a data-parallel job and the collectives the training loop
+// needs (docs/training.md "Data-parallel runs"; docs/architecture.md).
+//
+// A Comm is one process's view of the job: its rank, the number of ranks,
+// and a handful of operations every rank calls in the same order. The
+// implementations are
+//   SingleComm   one process, no MPI: every collective is the identity;
+//   MPI          CPU ranks (sim/dist/mpi_comm.cpp, built with EXMY_MPI),
+//                used when exmy is started by mpirun or srun;
+// and an NCCL implementation for GPU ranks would be a third (device buffers
+// for send/recv/broadcast/max, MPI for the NCCL id exchange).
+//
+// Results must not depend on the number of ranks, so there is no
+// "all-reduce sum" here: floating-point sums are formed by ordered_sum,
+// a chain through the ranks in rank order (rank 0 starts, each rank adds
+// its terms in its own order, the last rank broadcasts), so a sum over
+// terms spread contiguously across ranks is added in the same order for
+// any number of ranks. Max is exact in any order and is an all-reduce.
+//
+// Every blocking operation of the MPI implementation gives up after a
+// timeout (EXMY_COMM_TIMEOUT_S, default 600 s), prints one line naming this
+// rank, the operation and the rank(s) it waited for (max and barrier go
+// through rank 0, which names the ranks that never arrived), and aborts the
+// job: a rank that hangs ends the job in bounded time. A rank that dies ends it at once
+// (mpirun or srun terminates the others).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "formats/error.hpp"
+
+namespace exmy::dist {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // "single", "mpi"
+
+  // Point to point (the chain of ordered_sum).
+  virtual void send(const void* data, size_t bytes, int dest) = 0;
+  virtual void recv(void* data, size_t bytes, int src) = 0;
+  // `bytes` of root's `data` to every rank.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // Element-wise max over the ranks, on every rank; NaN if any rank holds NaN.
+  virtual void max(std::span<double> v) = 0;
+  virtual void barrier() = 0;
+  // Rank 0 gets every rank's bytes, in rank order; the other ranks get {}.
+  virtual std::vector<std::string> gather(const std::string& mine) = 0;
+  // Ends every rank of the job with exit status `code` (after this rank has
+  // printed its error line).
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+// One process.
+class SingleComm final : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "single"; }
+  void send(const void*, size_t, int) override { throw Error("SingleComm::send: there is no other rank"); }
+  void recv(void*, size_t, int) override { throw Error("SingleComm::recv: there is no other rank"); }
+  void broadcast(void*, size_t, int) override {}
+  void max(std::span<double>) override {}
+  void barrier() override {}
+  std::vector<std::string> gather(const std::string& mine) override { return {mine}; }
+  [[noreturn]] void abort(int code) override;
+};
+
+// An error every rank raises at the same point (a configuration that
+// differs across ranks, a bad rank count): rank 0 prints it, the others
+// exit with the same status silently.
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The job this process belongs to: an MPI communicator when a launcher
+// started it (mpirun: OMPI_COMM_WORLD_SIZE; srun or other PMI launchers:
+// PMI_SIZE, PMIX_RANK) and exmy was built with MPI, else SingleComm. MPI is
+// initialised on the first call and finalised at exit; a build without MPI
+// started by a launcher with more than one rank throws. Sets the OpenMP
+// thread count nowhere (train.threads does).
+Comm& world();
+// True when world() has been created with more than one rank (error paths
+// use it to abort the job instead of leaving peers waiting).
+bool in_multi_rank_job();
+
+// sum = terms of rank 0, then rank 1's added, ...: `add_mine(buf, prefix)`
+// is called on every rank in rank order with buf holding the sum of the
+// lower ranks' terms (prefix = true) or, on rank 0, unspecified contents
+// (prefix = false: it must write its first term, not add it). The result is
+// on every rank. T is float or double.
+template <class T>
+void ordered_sum(Comm& c, std::span<T> buf, const std::function<void(std::span<T>, bool prefix)>& add_mine) {
+  const int r = c.rank(), n = c.size();
+  if (r > 0) c.recv(buf.data(), buf.size_bytes(), r - 1);
+  add_mine(buf, r > 0);
+  if (n == 1) return;
+  if (r + 1 < n) c.send(buf.data(), buf.size_bytes(), r + 1);
+  c.broadcast(buf.data(), buf.size_bytes(), n - 1);
+}
+
+// root's string to every rank.
+void broadcast_string(Comm& c, std::string& s, int root = 0);
+
+// The contiguous share [begin, end) of `count` items rank r of n takes (the
+// first count % n ranks take one more).
+struct Share {
+  int64_t begin = 0, end = 0;
+};
+inline Share share_of(int64_t count, int r, int n) {
+  const int64_t q = count / n, rem = count % n;
+  const int64_t b = r * q + std::min<int64_t>(r, rem);
+  return {b, b + q + (r < rem ? 1 : 0)};
+}
+
+}  // namespace exmy::dist

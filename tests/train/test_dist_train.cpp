@@ -1,0 +1,302 @@
+// Data-parallel `exmy train` (docs/training.md "Data-parallel runs") through
+// the built binary on this machine: `mpirun -np 2` and `-np 3` against one
+// process without MPI must give the same bits (losses, statistics rows,
+// validation losses, per-parameter norms and checkpoints) for fp32, bf16
+// and two quantized recipes (periodic references; RHT with stochastic
+// rounding), a 2-rank checkpoint resumed on 3 ranks too; a killed rank ends
+// the job with a line naming it and leaves a checkpoint that resumes.
+// Skipped when exmy was built without MPI or no mpirun was found.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/dist/comm.hpp"
+#include "sim/train/checkpoint.hpp"
+#include "tests/cli_support.hpp"
+#include "tests/train/test_support.hpp"
+
+namespace exmy::dist {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+using train::list_checkpoints;
+
+const std::string kExmy = EXMY_BINARY;
+const std::string kTinyIni = std::string(EXMY_SOURCE_DIR) + "/experiments/proxy-tiny.ini";
+const std::string kMpirun = EXMY_MPIEXEC;
+
+bool have_mpi() { return EXMY_HAVE_MPI && !kMpirun.empty() && fs::exists(kMpirun); }
+#define REQUIRE_MPI() \
+  if (!have_mpi()) GTEST_SKIP() << "needs exmy built with MPI and mpirun (Debian: openmpi-bin libopenmpi-dev)"
+
+// `exmy ARGS` on `ranks` ranks: one process without a launcher, or mpirun.
+test::CliResult run_ranks(int ranks, const std::vector<std::string>& args, const std::string& wrap = "") {
+  std::vector<std::string> argv;
+  if (ranks > 1) argv = {kMpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", std::to_string(ranks)};
+  if (!wrap.empty()) argv.insert(argv.end(), {"/bin/sh", "-c", wrap, "sh"});
+  argv.push_back(kExmy);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return test::run_cli(argv);
+}
+
+// Every dataset of an HDF5 file as its raw bytes, by path.
+std::map<std::string, std::string> datasets(const fs::path& file) {
+  std::map<std::string, std::string> out;
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return out;
+  struct Ctx {
+    hid_t f;
+    std::map<std::string, std::string>* out;
+  } ctx{f, &out};
+  H5Ovisit(
+      f, H5_INDEX_NAME, H5_ITER_INC,
+      [](hid_t, const char* name, const H5O_info_t* info, void* p) -> herr_t {
+        if (info->type != H5O_TYPE_DATASET) return 0;
+        auto* c = static_cast<Ctx*>(p);
+        const hid_t d = H5Dopen2(c->f, name, H5P_DEFAULT);
+        const hid_t t = H5Dget_type(d);
+        const hid_t s = H5Dget_space(d);
+        const hssize_t n = H5Sget_simple_extent_npoints(s);
+        std::string bytes(static_cast<size_t>(n) * H5Tget_size(t), '\0');
+        if (n > 0 && H5Tget_class(t) != H5T_STRING) H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data());
+        (*c->out)[std::string("/") + name] = bytes;
+        H5Sclose(s);
+        H5Tclose(t);
+        H5Dclose(d);
+        return 0;
+      },
+      &ctx);
+  H5Fclose(f);
+  return out;
+}
+
+// Wall-clock columns differ between any two runs.
+bool timing(const std::string& name) { return name == "/train/tokens_per_s" || name == "/train/elapsed_s"; }
+
+void expect_same_files(const fs::path& a, const fs::path& b, const std::string& what) {
+  const auto x = datasets(a), y = datasets(b);
+  ASSERT_FALSE(x.empty()) << a;
+  size_t compared = 0;
+  for (const auto& [name, bytes] : x) {
+    if (timing(name)) continue;
+    const auto it = y.find(name);
+    ASSERT_NE(it, y.end()) << what << ": " << name << " missing from " << b;
+    EXPECT_TRUE(bytes == it->second) << what << ": " << name << " differs between " << a << " and " << b;
+    ++compared;
+  }
+  EXPECT_EQ(x.size(), y.size()) << what;
+  EXPECT_GT(compared, 10u) << what;
+}
+
+// A short proxy-tiny run with 6 micro-batches a step, statistics and
+// evaluations (3 validation batches: unequal shares on 2 ranks) on the way.
+std::vector<std::string> tiny_args(const fs::path& out, const std::vector<std::string>& sets) {
+  std::vector<std::string> a = {"train", "--config", kTinyIni, "--out", out.string()};
+  for (const char* s : {"train.steps=4", "train.grad_accum=6", "train.batch_size=2", "train.seq_len=32",
+                        "train.threads=1", "train.log_interval=1", "train.eval_interval=2", "train.eval_batches=3",
+                        "train.checkpoint_interval=2", "train.keep_checkpoints=5", "train.stats_interval=1"})
+    a.insert(a.end(), {"--set", s});
+  for (const auto& s : sets) a.insert(a.end(), {"--set", s});
+  return a;
+}
+
+void expect_same_runs(const fs::path& a, const fs::path& b, const std::string& what) {
+  expect_same_files(a / "run.h5", b / "run.h5", what + " run file");
+  for (const char* c : {"step_00000002.h5", "step_00000004.h5"})
+    expect_same_files(a / "checkpoints" / c, b / "checkpoints" / c, what + " checkpoint " + c);
+}
+
+struct Case {
+  const char* name;
+  std::vector<std::string> sets;
+};
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      {"fp32", {"train.precision=fp32"}},
+      {"bf16", {"train.precision=bf16", "train.recipe=bf16"}},
+      // periodic:2 samples at steps 1 and 3, in micro-batch 0 (rank 0's)
+      {"ue5m3-periodic", {"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:2"}},
+      // RHT on both wgrad operands, stochastic rounding on dY
+      {"te-nvfp4-rht", {"train.recipe=te-nvfp4"}},
+      // delayed:2: each step's amax record is the max over all micro-batches
+      {"fp8-delayed", {"train.recipe=fp8-current", "recipe.all.reference=delayed:2"}},
+  };
+  return c;
+}
+
+class DistTrain : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(DistTrain, RanksGiveTheBitsOfOneProcess) {
+  REQUIRE_MPI();
+  const Case& c = cases()[GetParam()];
+  TempDir d;
+  const auto one = run_ranks(1, tiny_args(d / "r1", c.sets));
+  ASSERT_EQ(one.status, 0) << one.out;
+  for (int n : {2, 3}) {
+    const fs::path dir = d / ("r" + std::to_string(n));
+    const auto r = run_ranks(n, tiny_args(dir, c.sets));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(std::to_string(n) + " ranks"), std::string::npos) << r.out;
+    expect_same_runs(d / "r1", dir, std::string(c.name) + " on " + std::to_string(n) + " ranks");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, DistTrain, ::testing::Range<size_t>(0, 5), [](const auto& info) {
+  std::string n = cases()[info.param].name;
+  for (char& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+});
+
+// The helpers every Comm shares, on one process (no MPI needed).
+TEST(Comm, SharesAndOrderedSumOnOneProcess) {
+  // Contiguous shares cover [0, count) in rank order; the first count % n
+  // ranks take one more.
+  for (int n : {1, 2, 3, 4})
+    for (int64_t count : {0, 1, 3, 6, 7}) {
+      int64_t next = 0;
+      for (int r = 0; r < n; ++r) {
+        const Share s = share_of(count, r, n);
+        EXPECT_EQ(s.begin, next);
+        EXPECT_EQ(s.end - s.begin, count / n + (r < count % n ? 1 : 0));
+        next = s.end;
+      }
+      EXPECT_EQ(next, count);
+    }
+  SingleComm one;
+  std::vector<double> buf = {-1};
+  bool saw_prefix = true;
+  ordered_sum<double>(one, buf, [&](std::span<double> b, bool prefix) {
+    saw_prefix = prefix;
+    b[0] = 0.25;
+  });
+  EXPECT_FALSE(saw_prefix);
+  EXPECT_EQ(buf[0], 0.25);
+  std::string text = "unchanged";
+  broadcast_string(one, text);
+  EXPECT_EQ(text, "unchanged");
+  EXPECT_EQ(one.gather("x"), std::vector<std::string>{"x"});
+}
+
+// A checkpoint of a 2-rank run resumed on 3 ranks continues with the bits of
+// the uninterrupted 1-process run.
+TEST(DistTrainResume, TwoRankCheckpointResumesOnThreeRanks) {
+  REQUIRE_MPI();
+  const std::vector<std::string> sets = {"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:3"};
+  TempDir d;
+  ASSERT_EQ(run_ranks(1, tiny_args(d / "one", sets)).status, 0);
+  const auto two = run_ranks(2, tiny_args(d / "two", sets));
+  ASSERT_EQ(two.status, 0) << two.out;
+  fs::remove(d / "two/checkpoints/step_00000004.h5");  // as if the job had stopped after step 2
+  const auto three = run_ranks(3, {"train", "--resume", d / "two"});
+  ASSERT_EQ(three.status, 0) << three.out;
+  expect_same_runs(d / "one", d / "two", "2-rank checkpoint resumed on 3 ranks");
+}
+
+// Configurations are checked across ranks, and the rank count must divide
+// the micro-batches: one line each, from rank 0.
+TEST(DistTrainErrors, MismatchAndIndivisibleRankCount) {
+  REQUIRE_MPI();
+  TempDir d;
+  const auto bad = run_ranks(4, tiny_args(d / "bad", {}));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("train.grad_accum = 6 micro-batches do not divide among 4 ranks"), std::string::npos)
+      << bad.out;
+  // Rank 1 sees another learning rate.
+  const std::string wrap = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$@\" --set optim.lr=0.02; fi; exec \"$@\"";
+  const auto mism = run_ranks(2, tiny_args(d / "mism", {}), wrap);
+  EXPECT_NE(mism.status, 0);
+  EXPECT_NE(mism.out.find("rank 1 runs a different configuration than rank 0: optim.lr"), std::string::npos)
+      << mism.out;
+}
+
+// A long 2-rank run in `dir` whose rank 1 gets `signal` (kill -SIGNAL) once
+// a checkpoint exists, with the collective timeout `timeout_s`; the
+// job's result and its wall time.
+struct FaultJob {
+  test::CliResult r;
+  double seconds = 0;
+};
+FaultJob run_with_fault(const fs::path& dir, const std::string& signal, int timeout_s) {
+  const auto args = tiny_args(dir, {"train.steps=100000", "train.checkpoint_interval=1", "train.keep_checkpoints=2",
+                                    "train.eval_interval=0", "train.stats_interval=0"});
+  const std::string ck = test::shell_quote((dir / "checkpoints").string());
+  const std::string wrap = "export EXMY_COMM_TIMEOUT_S=" + std::to_string(timeout_s) +
+                           "; if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (until ls " + ck +
+                           "/step_*.h5 >/dev/null 2>&1; do sleep 0.05; done; kill -" + signal + " $$) & fi; exec \"$@\"";
+  const auto t0 = std::chrono::steady_clock::now();
+  FaultJob j;
+  j.r = run_ranks(2, args, wrap);
+  j.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return j;
+}
+
+// A rank killed mid-run ends the job within a bounded time, non-zero, with a
+// line naming the rank (mpirun's); the newest checkpoint is whole and resumes.
+TEST(DistTrainFaults, KilledRankEndsTheJobAndTheCheckpointResumes) {
+  REQUIRE_MPI();
+  TempDir d;
+  const fs::path dir = d / "run";
+  const auto [r, s] = run_with_fault(dir, "KILL", 60);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_LT(s, 120) << r.out;
+  EXPECT_NE(r.out.find("rank 1"), std::string::npos) << r.out;
+  const auto ckpts = list_checkpoints((dir / "checkpoints").string());
+  ASSERT_FALSE(ckpts.empty()) << r.out;
+  const int64_t at = std::stoll(fs::path(ckpts.back()).stem().string().substr(5));
+  const auto resumed = run_ranks(2, {"train", "--resume", dir.string(), "--steps", std::to_string(at + 1)});
+  EXPECT_EQ(resumed.status, 0) << resumed.out;
+}
+
+// A rank that hangs (stopped with SIGSTOP) is caught by the collective
+// timeout: the job ends non-zero with rank 0's line naming the rank.
+TEST(DistTrainFaults, HangingRankEndsTheJobAtTheTimeout) {
+  REQUIRE_MPI();
+  TempDir d;
+  const auto [r, s] = run_with_fault(d / "run", "STOP", 3);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_LT(s, 60) << r.out;
+  EXPECT_NE(r.out.find("exmy: error: rank 0: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1 timed out after 3 s (rank 1 hangs or died)"), std::string::npos) << r.out;
+}
+
+// exmy sweep --launch: each run of the sweep is a 2-rank job, with the
+// losses of the same run on one process.
+TEST(DistTrainSweep, LaunchRunsEachRunOnRanks) {
+  REQUIRE_MPI();
+  TempDir d;
+  const std::string sweep = d / "s.ini";
+  {
+    std::ofstream f(sweep);
+    f << "[sweep]\nname = dp\nbase = " << kTinyIni
+      << "\n[set]\ntrain.steps = 2\ntrain.grad_accum = 2\ntrain.batch_size = 2\ntrain.seq_len = 32\n"
+         "train.eval_interval = 0\ntrain.eval_batches = 1\n[grid]\ntrain.seed = 1\n";
+  }
+  const std::string launch = kMpirun + " --allow-run-as-root --oversubscribe --bind-to none -np 2";
+  const auto r = run_ranks(1, {"sweep", sweep, "--out", d / "out", "--threads", "1", "--launch", launch, "--no-summary"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  fs::path run;
+  for (const auto& e : fs::directory_iterator(d / "out"))
+    if (fs::exists(e.path() / "sweep-run.json")) run = e.path();
+  ASSERT_TRUE(fs::exists(run / "DONE")) << r.out;
+  std::ifstream log(run / "train.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("2 ranks"), std::string::npos) << text;
+  std::vector<std::string> one = {"train", "--config", kTinyIni, "--out", d / "one"};
+  for (const char* s : {"train.steps=2", "train.grad_accum=2", "train.batch_size=2", "train.seq_len=32",
+                        "train.eval_interval=0", "train.eval_batches=1", "train.seed=1", "train.threads=1"})
+    one.insert(one.end(), {"--set", s});
+  ASSERT_EQ(run_ranks(1, one).status, 0);
+  EXPECT_EQ(datasets(run / "run.h5").at("/step_loss/loss"), datasets(d / "one/run.h5").at("/step_loss/loss"));
+}
+
+}  // namespace
+}  // namespace exmy::dist
