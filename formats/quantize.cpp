@@ -70,11 +70,15 @@ void parse_tensor_amax(std::string_view s, AmaxKind& kind, double& value) {
     }
   double v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || !(v > 0) || !std::isfinite(v)) {
-    throw Error("bad tensor amax '" + std::string(s) + "' (expected none, auto or a positive finite number)");
+  // References are float32 values: one that rounds to 0 or Inf in float32
+  // is refused, so that the printed value reads back (formats/vocab.hpp).
+  const float f = static_cast<float>(v);
+  if (ec != std::errc() || p != s.data() + s.size() || !(f > 0) || !std::isfinite(f)) {
+    throw Error("bad tensor amax '" + std::string(s) +
+                "' (expected none, auto or a positive number that is finite and non-zero in float32)");
   }
   kind = AmaxKind::given;
-  value = static_cast<double>(static_cast<float>(v));  // references are float32 values
+  value = static_cast<double>(f);
 }
 
 // ---------------------------------------------------------------------------

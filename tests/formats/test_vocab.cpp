@@ -155,6 +155,12 @@ TEST(Vocab, IntegersAreDecimalOrPrefixedHexForEveryKnob) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(set_knob(s, "rht_signs", bad), Error);
   }
+  // A given tensor amax is a float32 value: one that rounds to 0 or Inf there
+  // would print as a value the knob refuses.
+  for (const char* bad : {"1e-50", "1e39", "0", "-1", "nan", "inf"}) EXPECT_THROW(set_knob(s, "tensor_amax", bad), Error) << bad;
+  set_knob(s, "tensor_amax", "1e-40");  // a float32 subnormal
+  EXPECT_EQ(s.amax_value, static_cast<double>(1e-40f));
+  EXPECT_EQ(find_quant_knob("tensor_amax")->print(s), "9.9999461e-41");
   EXPECT_THROW(set_knob(s, "sr_bits", "0"), Error);
   EXPECT_THROW(set_knob(s, "sr_bits", "33"), Error);
 }
