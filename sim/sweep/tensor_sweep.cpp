@@ -51,11 +51,15 @@ std::string num(double v) {
   return buf;
 }
 
-std::string block_text(const QuantSpec& s) { return std::to_string(s.block_rows) + "x" + std::to_string(s.block_cols); }
-std::string amax_text(const QuantSpec& s) {
-  if (s.amax_kind == AmaxKind::none) return "none";
-  if (s.amax_kind == AmaxKind::current) return "auto";
-  return num(s.amax_value);
+// A knob's CSV field: its printed value, but a real value at %.17g (empty
+// when unset), a given tensor amax at %.17g and a boolean as on/off, the
+// spelling the sweep outputs have always had (docs/sweeps.md).
+std::string csv_knob(const QuantKnob& k, const QuantSpec& s) {
+  if (std::string_view(k.name) == "tensor_amax" && s.amax_kind == AmaxKind::given) return num(s.amax_value);
+  const KnobValue v = typed_value(k, s);
+  if (k.kind == KnobKind::real) return std::isnan(std::get<double>(v)) ? "" : num(std::get<double>(v));
+  if (k.kind == KnobKind::boolean) return std::get<int64_t>(v) ? "on" : "off";
+  return k.print(s);
 }
 
 // The recorded QuantSpec of a captured tensor (capture_attributes in
@@ -370,20 +374,18 @@ void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const
   if (!csv_path.empty()) {
     cleanup.files.push_back(csv_tmp);
     std::ofstream o(csv_tmp, std::ios::binary | std::ios::trunc);
-    o << "tensor,rows,cols,combo,family,elem,scale,block,scale_rule,tensor_amax,scale_target,round,sr_bits,seed,stream,"
-         "arith,zero_scale,saturate,rht,amax,t,";
+    o << "tensor,rows,cols,combo,family,";
+    for (const QuantKnob& k : quant_knobs()) o << k.name << ",";
+    o << "amax,t,";
     for (const QuantStat& c : quant_stats()) o << c.name << ",";
     o << "error\n";
     for (const auto& r : s.results) {
       const QuantSpec& q = r.spec;
       const QuantStats& st = r.stats;
       o << csv_field(s.tensors[r.tensor].name) << "," << s.shapes[r.tensor].first << "," << s.shapes[r.tensor].second
-        << "," << csv_field(combo_name(r)) << "," << csv_field(family(r)) << "," << format_name(q.elem) << ","
-        << (q.scale ? format_name(*q.scale) : "none") << "," << block_text(q) << "," << scale_rule_name(q.rule) << ","
-        << amax_text(q) << "," << (q.scale_target ? num(*q.scale_target) : "") << "," << round_name(q.round) << ","
-        << q.sr_bits << "," << q.seed << "," << q.stream << "," << (q.arith == Arith::fp32 ? "fp32" : "exact") << ","
-        << (q.zero_scale == ZeroScale::one ? "one" : "zero") << "," << (q.saturate ? "on" : "off") << ","
-        << (q.rht ? "on" : "off") << "," << (r.error.empty() ? num(r.info.amax) : "") << ","
+        << "," << csv_field(combo_name(r)) << "," << csv_field(family(r)) << ",";
+      for (const QuantKnob& k : quant_knobs()) o << csv_field(csv_knob(k, q)) << ",";
+      o << (r.error.empty() ? num(r.info.amax) : "") << ","
         << (r.error.empty() ? num(r.info.t) : "") << ",";
       // The statistics of the table (formats/vocab.hpp), empty for a failed call.
       for (const QuantStat& c : quant_stats()) {
@@ -423,33 +425,16 @@ void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const
       write_strings(f.get(), "/combos/family", cfam, L);
 
       std::vector<int64_t> tensor, combo;
-      std::vector<std::string> cname, elem, scale, block, rule, amax, round, arith, zero, error;
-      std::vector<double> target, amax_used, t;
-      std::vector<int64_t> sr_bits, saturate, rht;
-      std::vector<uint64_t> seed, stream;
+      std::vector<std::string> cname, error;
+      std::vector<double> amax_used, t;
       const auto& stats = quant_stats();
       std::vector<std::vector<uint64_t>> counts(stats.size());  // StatKind::count columns
       std::vector<std::vector<double>> values(stats.size());    // the others
       for (const auto& r : s.results) {
-        const QuantSpec& q = r.spec;
         const QuantStats& st = r.stats;
         tensor.push_back(static_cast<int64_t>(r.tensor));
         combo.push_back(r.combo == SIZE_MAX ? -1 : static_cast<int64_t>(r.combo));
         cname.push_back(combo_name(r));
-        elem.push_back(format_name(q.elem));
-        scale.push_back(q.scale ? format_name(*q.scale) : "none");
-        block.push_back(block_text(q));
-        rule.push_back(std::string(scale_rule_name(q.rule)));
-        amax.push_back(amax_text(q));
-        target.push_back(q.scale_target ? *q.scale_target : NAN);
-        round.push_back(std::string(round_name(q.round)));
-        sr_bits.push_back(q.sr_bits);
-        seed.push_back(q.seed);
-        stream.push_back(q.stream);
-        arith.push_back(q.arith == Arith::fp32 ? "fp32" : "exact");
-        zero.push_back(q.zero_scale == ZeroScale::one ? "one" : "zero");
-        saturate.push_back(q.saturate ? 1 : 0);
-        rht.push_back(q.rht ? 1 : 0);
         error.push_back(r.error);
         amax_used.push_back(r.error.empty() ? r.info.amax : NAN);
         t.push_back(r.error.empty() ? static_cast<double>(r.info.t) : NAN);
@@ -462,20 +447,30 @@ void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const
       write_column(F, "/results/tensor", tensor, L);
       write_column(F, "/results/combo", combo, L);
       write_strings(F, "/results/combo_name", cname, L);
-      write_strings(F, "/results/elem", elem, L);
-      write_strings(F, "/results/scale", scale, L);
-      write_strings(F, "/results/block", block, L);
-      write_strings(F, "/results/scale_rule", rule, L);
-      write_strings(F, "/results/tensor_amax", amax, L);
-      write_column(F, "/results/scale_target", target, L);
-      write_strings(F, "/results/round", round, L);
-      write_column(F, "/results/sr_bits", sr_bits, L);
-      write_column(F, "/results/seed", seed, L);
-      write_column(F, "/results/stream", stream, L);
-      write_strings(F, "/results/arith", arith, L);
-      write_strings(F, "/results/zero_scale", zero, L);
-      write_column(F, "/results/saturate", saturate, L);
-      write_column(F, "/results/rht", rht, L);
+      // One column per QuantSpec knob (formats/vocab.hpp), typed by its kind;
+      // the tensor amax as text (none, auto or the value at %.17g).
+      for (const QuantKnob& k : quant_knobs()) {
+        const std::string path = std::string("/results/") + k.name;
+        const bool as_text = k.kind == KnobKind::text;
+        std::vector<std::string> text;
+        std::vector<double> real;
+        std::vector<int64_t> integer;
+        std::vector<uint64_t> u64;
+        for (const auto& r : s.results) {
+          if (as_text) {
+            text.push_back(csv_knob(k, r.spec));
+            continue;
+          }
+          const KnobValue v = typed_value(k, r.spec);
+          if (k.kind == KnobKind::real) real.push_back(std::get<double>(v));
+          else if (k.kind == KnobKind::u64) u64.push_back(std::get<uint64_t>(v));
+          else integer.push_back(std::get<int64_t>(v));
+        }
+        if (as_text) write_strings(F, path, text, L);
+        else if (k.kind == KnobKind::real) write_column(F, path, real, L);
+        else if (k.kind == KnobKind::u64) write_column(F, path, u64, L);
+        else write_column(F, path, integer, L);
+      }
       write_strings(F, "/results/error", error, L);
       write_column(F, "/results/amax", amax_used, L);
       write_column(F, "/results/t", t, L);
