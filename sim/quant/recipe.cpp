@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <sstream>
+#include <stdexcept>
 
 #include "formats/conventions.hpp"
 #include "formats/error.hpp"
@@ -179,10 +180,10 @@ const std::vector<RoleKnob>& own_role_knobs() {
 // The order in which role_spec_string prints the knobs (plan texts keep
 // it): every QuantSpec knob a recipe sets (QuantKnob::in_recipe) and the
 // role's own, each once (checked when the list is built).
-constexpr std::string_view kRoleKnobOrder[] = {"elem",         "scale",      "block",   "scale_rule", "arith",
-                                               "round",        "sr_bits",    "scale_target", "zero_scale",
-                                               "dequant",      "saturate",   "reference", "rht",    "rht_signs",
-                                               "pre_round"};
+constexpr std::string_view kRoleKnobOrder[] = {
+    "elem",    "scale",    "block",     "scale_rule", "arith",     "round",    "sr_bits",  "scale_target",
+    "zero_scale", "dequant", "saturate", "reference", "rht", "rht_signs", "pre_round",
+};
 
 const std::vector<RoleKnob>& role_knobs() {
   static const std::vector<RoleKnob> k = [] {
