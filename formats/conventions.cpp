@@ -13,26 +13,15 @@
 #include "formats/error.hpp"
 #include "formats/pack.hpp"
 #include "formats/quant_core.hpp"
+#include "formats/vocab.hpp"
 
 namespace exmy {
 
-CodeConvention parse_code_convention(std::string_view s) {
-  if (s == "exmy") return CodeConvention::exmy;
-  if (s == "te") return CodeConvention::te;
-  throw Error("unknown code convention '" + std::string(s) + "' (expected exmy or te)");
-}
-
-std::string_view code_convention_name(CodeConvention c) { return c == CodeConvention::te ? "te" : "exmy"; }
-
-DequantOrder parse_dequant_order(std::string_view s) {
-  if (s == "product-first") return DequantOrder::product_first;
-  if (s == "scale-first") return DequantOrder::scale_first;
-  throw Error("unknown dequantization order '" + std::string(s) + "' (expected product-first or scale-first)");
-}
-
-std::string_view dequant_order_name(DequantOrder d) {
-  return d == DequantOrder::scale_first ? "scale-first" : "product-first";
-}
+// The names live in the option tables of formats/vocab.cpp.
+CodeConvention parse_code_convention(std::string_view s) { return code_convention_options().parse(s); }
+std::string_view code_convention_name(CodeConvention c) { return code_convention_options().name(c); }
+DequantOrder parse_dequant_order(std::string_view s) { return dequant_order_options().parse(s); }
+std::string_view dequant_order_name(DequantOrder d) { return dequant_order_options().name(d); }
 
 ConventionScratch::ConventionScratch(const QuantSpec& spec, int64_t rows, int64_t cols, const QuantOutput& given)
     : out(given) {

@@ -18,6 +18,7 @@
 #include "formats/philox.hpp"
 #include "formats/quantize_vec.hpp"
 #include "formats/spec.hpp"
+#include "formats/vocab.hpp"
 
 namespace exmy {
 
@@ -28,11 +29,6 @@ double QuantStats::sqnr_db() const { return 10.0 * std::log10(sum_sq / sum_sq_er
 // ---------------------------------------------------------------------------
 
 namespace {
-
-const std::pair<const char*, ScaleRule> kRules[] = {
-    {"amax-rne", ScaleRule::amax_rne}, {"amax-up", ScaleRule::amax_up},   {"amax-down", ScaleRule::amax_down},
-    {"mx-floor", ScaleRule::mx_floor}, {"mx-ceil", ScaleRule::mx_ceil},   {"mx-even", ScaleRule::mx_even},
-};
 
 bool parse_positive_int(std::string_view s, int& v) {
   if (s.empty()) return false;
@@ -49,30 +45,11 @@ std::string fmt_float(double v) {
 
 }  // namespace
 
-ScaleRule parse_scale_rule(std::string_view s) {
-  for (const auto& [n, r] : kRules)
-    if (s == n) return r;
-  throw Error("unknown scale rule '" + std::string(s) +
-              "' (expected amax-rne, amax-up, amax-down, mx-floor, mx-ceil or mx-even)");
-}
-
-std::string_view scale_rule_name(ScaleRule r) {
-  for (const auto& [n, rr] : kRules)
-    if (rr == r) return n;
-  return "?";
-}
-
-Arith parse_arith(std::string_view s) {
-  if (s == "exact") return Arith::exact;
-  if (s == "fp32") return Arith::fp32;
-  throw Error("unknown arithmetic '" + std::string(s) + "' (expected exact or fp32)");
-}
-
-ZeroScale parse_zero_scale(std::string_view s) {
-  if (s == "zero") return ZeroScale::zero;
-  if (s == "one") return ZeroScale::one;
-  throw Error("unknown zero-scale policy '" + std::string(s) + "' (expected zero or one)");
-}
+// The names live in the option tables of formats/vocab.cpp.
+ScaleRule parse_scale_rule(std::string_view s) { return scale_rule_options().parse(s); }
+std::string_view scale_rule_name(ScaleRule r) { return scale_rule_options().name(r); }
+Arith parse_arith(std::string_view s) { return arith_options().parse(s); }
+ZeroScale parse_zero_scale(std::string_view s) { return zero_scale_options().parse(s); }
 
 void parse_block(std::string_view s, int& rows, int& cols) {
   const auto x = s.find('x');
@@ -86,21 +63,22 @@ void parse_block(std::string_view s, int& rows, int& cols) {
 }
 
 void parse_tensor_amax(std::string_view s, AmaxKind& kind, double& value) {
-  if (s == "none") {
-    kind = AmaxKind::none;
-    return;
-  }
-  if (s == "auto") {
-    kind = AmaxKind::current;
-    return;
-  }
+  for (const auto& r : tensor_amax_options().rows)
+    if (s == r.name) {
+      kind = r.value;
+      return;
+    }
   double v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || !(v > 0) || !std::isfinite(v)) {
-    throw Error("bad tensor amax '" + std::string(s) + "' (expected none, auto or a positive finite number)");
+  // References are float32 values: one that rounds to 0 or Inf in float32
+  // is refused, so that the printed value reads back (formats/vocab.hpp).
+  const float f = static_cast<float>(v);
+  if (ec != std::errc() || p != s.data() + s.size() || !(f > 0) || !std::isfinite(f)) {
+    throw Error("bad tensor amax '" + std::string(s) +
+                "' (expected none, auto or a positive number that is finite and non-zero in float32)");
   }
   kind = AmaxKind::given;
-  value = static_cast<double>(static_cast<float>(v));  // references are float32 values
+  value = static_cast<double>(f);
 }
 
 // ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "formats/error.hpp"
+#include "formats/vocab.hpp"
 
 namespace exmy {
 namespace {
@@ -189,44 +190,18 @@ std::string format_name(const Format& f) {
   return s;
 }
 
-namespace {
-const std::vector<std::pair<std::string, Round>>& round_table() {
-  static const std::vector<std::pair<std::string, Round>> t = {
-      {"rne", Round::rne},
-      {"rna", Round::rna},
-      {"rtz", Round::rtz},
-      {"up", Round::up},
-      {"down", Round::down},
-      {"odd", Round::odd},
-      {"stochastic", Round::stochastic},
-      {"stochastic-fast", Round::stochastic_fast},
-      {"stochastic-fastest", Round::stochastic_fastest},
-  };
-  return t;
-}
-}  // namespace
-
+// The names live in the rounding-mode table of formats/vocab.cpp.
 const std::vector<std::string>& round_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
-    for (const auto& [n, m] : round_table()) v.push_back(n);
+    for (const auto& r : round_options().rows) v.push_back(r.name);
     return v;
   }();
   return names;
 }
 
-Round parse_round(std::string_view name) {
-  for (const auto& [n, m] : round_table())
-    if (n == name) return m;
-  std::string all;
-  for (const auto& n : round_names()) all += (all.empty() ? "" : ", ") + n;
-  throw Error("unknown rounding mode '" + std::string(name) + "' (expected one of: " + all + ")");
-}
+Round parse_round(std::string_view name) { return round_options().parse(name); }
 
-std::string_view round_name(Round mode) {
-  for (const auto& [n, m] : round_table())
-    if (m == mode) return n;
-  return "?";
-}
+std::string_view round_name(Round mode) { return round_options().name(mode); }
 
 }  // namespace exmy

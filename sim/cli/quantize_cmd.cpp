@@ -5,11 +5,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "formats/parse_number.hpp"
-#include "formats/conventions.hpp"
 #include "formats/error.hpp"
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
+#include "formats/vocab.hpp"
 #include "sim/cli/cli_support.hpp"
 #include "sim/parallel.hpp"
 #include "sim/cli/commands.hpp"
@@ -32,6 +31,36 @@ void parse_shape(const std::string& s, int64_t& rows, int64_t& cols) {
     throw Error("bad --shape '" + s + "' (expected R,C with positive integers, e.g. 128,4096)");
 }
 
+// One option per QuantSpec knob (formats/vocab.hpp): --FLAG VALUE with the
+// default spec's value as default, or a bare switch.
+void add_knob_options(po::options_description& desc) {
+  const QuantSpec defaults;
+  for (const QuantKnob& k : quant_knobs()) {
+    const std::string help = std::string(k.help) + (k.options_help ? k.options_help() : std::string());
+    if (k.switch_value) desc.add_options()(k.flag, help.c_str());
+    else if (std::string_view(k.name) == "elem")
+      desc.add_options()(k.flag, po::value<std::string>()->value_name(k.syntax), help.c_str());
+    else
+      desc.add_options()(k.flag, po::value<std::string>()->default_value(k.print(defaults))->value_name(k.syntax),
+                         help.c_str());
+  }
+}
+
+// The spec the knob options give; an error names the option.
+QuantSpec knob_options_spec(const po::variables_map& vm) {
+  QuantSpec spec;
+  for (const QuantKnob& k : quant_knobs()) {
+    if (!vm.count(k.flag)) continue;
+    const std::string v = k.switch_value ? k.switch_value : vm[k.flag].as<std::string>();
+    try {
+      k.parse(spec, v);
+    } catch (const Error& e) {
+      throw Error("--" + std::string(k.flag) + ": " + e.what());
+    }
+  }
+  return spec;
+}
+
 }  // namespace
 
 int cmd_quantize(const Args& args) {
@@ -40,31 +69,16 @@ int cmd_quantize(const Args& args) {
       "usage: exmy quantize --input X [--shape R,C] --elem FMT [options] --output Y\n\n"
       "Files: raw little-endian float32 (any name), .npy (float32), or file.h5:/dataset.\n"
       "A format is a preset (e2m1 e2m3 e3m2 e4m3 e5m2 ue4m3 ue5m3 ue8m0 bf16 fp16 fp32),\n"
-      "an ml_dtypes name, or [u]e<E>m<M>[:bias=<int>,nosub,inf,noinf,nans=<int>,nonegzero].\n\noptions");
+      "an ml_dtypes name, or [u]e<E>m<M>[:bias=<int>,nosub,inf,noinf,nans=<int>,nonegzero].\n"
+      "Integers are decimal or 0x-prefixed hex.\n\noptions",
+      120, 60);
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
     ("input", po::value<std::string>(), "input tensor X")
-    ("shape", po::value<std::string>(), "R,C: rows and columns of X (optional for .npy/HDF5 inputs)")
-    ("elem", po::value<std::string>(), "element format Fe")
-    ("scale", po::value<std::string>()->default_value("none"), "block scale format Fs, or none")
-    ("block", po::value<std::string>()->default_value("1x16"), "block shape: 1xB, Bx1 or BxB")
-    ("scale-rule", po::value<std::string>()->default_value("amax-rne"),
-        "amax-rne | amax-up | amax-down | mx-floor | mx-ceil | mx-even")
-    ("tensor-amax", po::value<std::string>()->default_value("none"), "tensor reference amax: none | auto | <float>")
-    ("scale-target", po::value<double>(), "scale target T (a float32 value; default Fs.max)")
-    ("round", po::value<std::string>()->default_value("rne"),
-        "rne | rna | rtz | up | down | odd | stochastic | stochastic-fast | stochastic-fastest")
-    ("sr-bits", po::value<int>()->default_value(8), "random bits per element for stochastic modes (1..32)")
-    ("seed", po::value<std::string>()->default_value("0"), "Philox key (64-bit)")
-    ("stream", po::value<std::string>()->default_value("0"), "Philox stream (64-bit)")
-    ("arith", po::value<std::string>()->default_value("exact"), "exact | fp32 (Transformer Engine's FP32 operation order)")
-    ("zero-scale", po::value<std::string>()->default_value("zero"), "zero | one: scale stored for blocks whose scale is 0")
-    ("convention", po::value<std::string>()->default_value("exmy"), "exmy | te: te writes Transformer Engine's bytes (a zero-scale block's non-zero elements as +-Fe.max codes, -0 inputs as +0); values and statistics unchanged but for the sign of those zeros")
-    ("dequant", po::value<std::string>()->default_value("product-first"), "product-first | scale-first: fp32 arithmetic's x-hat as fl(fl(q*s)*1/G) (the UE5M3 paper's Triton kernel) or fl(q*fl(s*1/G)) (its portable Torch path)")
-    ("no-saturate", "overflow to Inf/NaN instead of saturating to max")
-    ("rht", "apply the 16-point random Hadamard transform along the block axis first")
-    ("rht-signs", po::value<std::string>()->default_value("0xD7E8"), "16-bit sign mask of the transform")
+    ("shape", po::value<std::string>(), "R,C: rows and columns of X (optional for .npy/HDF5 inputs)");
+  add_knob_options(desc);
+  desc.add_options()
     ("output", po::value<std::string>(), "dequantized tensor Y")
     ("codes", po::value<std::string>(), "element codes: one byte each (two little-endian bytes above 8 bits, four above 16)")
     ("scales", po::value<std::string>(), "block scale codes, row-major block order, same width rule")
@@ -77,27 +91,7 @@ int cmd_quantize(const Args& args) {
   for (const char* req : {"input", "elem", "output"})
     if (!vm.count(req)) throw Error(std::string("missing --") + req + " (see exmy quantize --help)");
 
-  QuantSpec spec;
-  spec.elem = parse_format(vm["elem"].as<std::string>());
-  const std::string scale = vm["scale"].as<std::string>();
-  if (scale != "none") spec.scale = parse_format(scale);
-  parse_block(vm["block"].as<std::string>(), spec.block_rows, spec.block_cols);
-  spec.rule = parse_scale_rule(vm["scale-rule"].as<std::string>());
-  parse_tensor_amax(vm["tensor-amax"].as<std::string>(), spec.amax_kind, spec.amax_value);
-  if (vm.count("scale-target")) spec.scale_target = vm["scale-target"].as<double>();
-  spec.round = parse_round(vm["round"].as<std::string>());
-  spec.sr_bits = vm["sr-bits"].as<int>();
-  spec.seed = parse_u64("--seed", vm["seed"].as<std::string>());
-  spec.stream = parse_u64("--stream", vm["stream"].as<std::string>());
-  spec.arith = parse_arith(vm["arith"].as<std::string>());
-  spec.zero_scale = parse_zero_scale(vm["zero-scale"].as<std::string>());
-  spec.codes = parse_code_convention(vm["convention"].as<std::string>());
-  spec.dequant = parse_dequant_order(vm["dequant"].as<std::string>());
-  spec.saturate = !vm.count("no-saturate");
-  spec.rht = vm.count("rht") > 0;
-  const uint64_t signs = parse_u64("--rht-signs", vm["rht-signs"].as<std::string>());
-  if (signs > 0xffff) throw Error("--rht-signs must be a 16-bit mask, got " + vm["rht-signs"].as<std::string>());
-  spec.rht_signs = static_cast<uint16_t>(signs);
+  const QuantSpec spec = knob_options_spec(vm);
   spec.validate();
   const int threads = sim::checked_threads(vm["threads"].as<int>(), "--threads");
   // Every output path is checked before any work (sim/io/atomic_file.hpp).

@@ -1,27 +1,20 @@
-// QuantStats <-> JSON with exactly the names of docs/numerics.md §5.
+// QuantStats -> JSON: the counts and sums of the statistics table
+// (formats/vocab.hpp, docs/numerics.md §5), under their names.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include "formats/quantize.hpp"
+#include "formats/vocab.hpp"
 
 namespace exmy::cli {
 
 inline nlohmann::ordered_json stats_to_json(const QuantStats& s) {
   nlohmann::ordered_json j;
-  j["elements"] = s.elements;
-  j["nonzero"] = s.nonzero;
-  j["underflow"] = s.underflow;
-  j["saturated"] = s.saturated;
-  j["subnormal"] = s.subnormal;
-  j["blocks"] = s.blocks;
-  j["scale_underflow"] = s.scale_underflow;
-  j["scale_subnormal"] = s.scale_subnormal;
-  j["scale_saturated"] = s.scale_saturated;
-  j["sum_sq"] = s.sum_sq;
-  j["sum_sq_err"] = s.sum_sq_err;
-  j["sum_err"] = s.sum_err;
-  j["sum_abs"] = s.sum_abs;
+  for (const QuantStat& st : quant_stats()) {
+    if (st.kind == StatKind::count) j[st.name] = st.count(s);
+    else if (st.kind == StatKind::sum) j[st.name] = st.value(s);
+  }
   return j;
 }
 

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "formats/error.hpp"
+#include "formats/vocab.hpp"
 #include "sim/cli/cli_support.hpp"
 #include "sim/parallel.hpp"
 #include "sim/cli/commands.hpp"
@@ -21,6 +22,7 @@ namespace po = boost::program_options;
 namespace exmy::cli {
 
 int cmd_sweep_tensors(const Args& args) {
+  using sweep::grid_knob_names;
   po::options_description desc(
       "exmy sweep-tensors: statistics of tensors under a grid of quantization settings (docs/sweeps.md)\n\n"
       "usage: exmy sweep-tensors INPUT... (--formats LIST | --elem LIST | --grid FILE) [grid options] "
@@ -34,21 +36,16 @@ int cmd_sweep_tensors(const Args& args) {
     ("input", po::value<std::vector<std::string>>(), "input files")
     ("group", po::value<std::string>()->default_value("/capture"), "HDF5 group searched in whole-file inputs")
     ("grid", po::value<std::string>(), "INI file of families: [NAME] sections of knob = list")
-    ("formats", po::value<std::string>(), "ELEM[/SCALE[/BLOCK]] list, e.g. e2m1/e4m3/1x16,e2m1/ue5m3/1x16")
-    ("elem", po::value<std::string>(), "element formats")
-    ("scale", po::value<std::string>(), "block scale formats (none: no block scale)")
-    ("block", po::value<std::string>(), "block shapes (1xB, Bx1, BxB)")
-    ("scale-rule", po::value<std::string>(), "amax-rne | amax-up | amax-down | mx-floor | mx-ceil | mx-even")
-    ("tensor-amax", po::value<std::string>(), "none | auto | <float>")
-    ("scale-target", po::value<std::string>(), "scale targets T (default: Fs.max)")
-    ("round", po::value<std::string>(), "rounding modes")
-    ("sr-bits", po::value<std::string>(), "random bits for stochastic modes")
-    ("seed", po::value<std::string>(), "Philox keys")
-    ("stream", po::value<std::string>(), "Philox streams")
-    ("arith", po::value<std::string>(), "exact | fp32")
-    ("zero-scale", po::value<std::string>(), "zero | one")
-    ("saturate", po::value<std::string>(), "on | off")
-    ("rht", po::value<std::string>(), "on | off")
+    ("formats", po::value<std::string>(), "ELEM[/SCALE[/BLOCK]] list, e.g. e2m1/e4m3/1x16,e2m1/ue5m3/1x16");
+  // One list option per QuantSpec knob (formats/vocab.hpp), by its grid name.
+  const std::vector<std::string> knobs = grid_knob_names();
+  for (const std::string& k : knobs) {
+    if (const QuantKnob* q = find_quant_knob(k)) {
+      const std::string help = "list of: " + std::string(q->help) + (q->options_help ? q->options_help() : std::string());
+      desc.add_options()(k.c_str(), po::value<std::string>(), help.c_str());
+    }
+  }
+  desc.add_options()
     ("recorded", "also replay each captured tensor's own recorded settings (combination 'recorded')")
     ("list", "list the tensors and combinations, and exit")
     ("csv", po::value<std::string>(), "CSV output: one row per tensor and combination")
@@ -64,11 +61,10 @@ int cmd_sweep_tensors(const Args& args) {
   std::vector<std::pair<std::string, sweep::Family>> families;
   if (vm.count("grid")) families = sweep::load_tensor_grid(vm["grid"].as<std::string>());
   sweep::Family cli;
-  for (const char* knob : {"formats", "elem", "scale", "block", "scale-rule", "tensor-amax", "scale-target", "round",
-                           "sr-bits", "seed", "stream", "arith", "zero-scale", "saturate", "rht"}) {
-    if (!vm.count(knob)) continue;
-    const std::string name = std::string(knob) == "formats" ? "format" : knob;
-    cli.emplace_back(name, sweep::split_values(vm[knob].as<std::string>(), std::string("--") + knob));
+  for (const std::string& name : knobs) {
+    const std::string opt = name == "format" ? "formats" : name;
+    if (!vm.count(opt)) continue;
+    cli.emplace_back(name, sweep::split_values(vm[opt].as<std::string>(), "--" + opt));
   }
   if (vm.count("formats") && vm.count("elem")) throw Error("give --formats or --elem, not both");
   if (!cli.empty()) {

@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <functional>
 #include <sstream>
+#include <stdexcept>
 
 #include "formats/conventions.hpp"
 #include "formats/error.hpp"
 #include "formats/spec.hpp"
+#include "formats/vocab.hpp"
 #include "sim/quant/ini.hpp"
 
 #ifndef EXMY_RECIPE_DIR
@@ -58,11 +60,6 @@ int64_t parse_count(std::string_view s, int64_t lo, int64_t hi, std::string_view
   return v;
 }
 
-bool parse_bool(std::string_view s) {
-  if (s == "true") return true;
-  if (s == "false") return false;
-  throw Error("bad value '" + std::string(s) + "' (expected true or false)");
-}
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
@@ -165,75 +162,11 @@ struct RoleKnob {
   std::function<std::string(const RoleSpec&)> show;
 };
 
-const std::vector<RoleKnob>& role_knobs() {
+// A role's own knobs, beside the QuantSpec knobs of formats/vocab.hpp.
+const std::vector<RoleKnob>& own_role_knobs() {
   static const std::vector<RoleKnob> k = {
-      {"elem", [](RoleSpec& s, std::string_view v) { s.q.elem = parse_format(v); },
-       [](const RoleSpec& s) { return format_name(s.q.elem); }},
-      {"scale",
-       [](RoleSpec& s, std::string_view v) {
-         if (v == "none") s.q.scale.reset();
-         else s.q.scale = parse_format(v);
-       },
-       [](const RoleSpec& s) { return s.q.scale ? format_name(*s.q.scale) : std::string("none"); }},
-      {"block",
-       [](RoleSpec& s, std::string_view v) {
-         int r = 0, c = 0;
-         parse_block(v, r, c);
-         if (r > 1 && c == 1)
-           throw Error("block " + std::string(v) +
-                       " runs across the reduction dimension; every operand is quantized along its GEMM's K "
-                       "(expected 1xB or BxB)");
-         s.q.block_rows = r;
-         s.q.block_cols = c;
-       },
-       [](const RoleSpec& s) { return std::to_string(s.q.block_rows) + "x" + std::to_string(s.q.block_cols); }},
-      {"scale_rule", [](RoleSpec& s, std::string_view v) { s.q.rule = parse_scale_rule(v); },
-       [](const RoleSpec& s) { return std::string(scale_rule_name(s.q.rule)); }},
-      {"arith", [](RoleSpec& s, std::string_view v) { s.q.arith = parse_arith(v); },
-       [](const RoleSpec& s) { return std::string(s.q.arith == Arith::fp32 ? "fp32" : "exact"); }},
-      {"round", [](RoleSpec& s, std::string_view v) { s.q.round = parse_round(v); },
-       [](const RoleSpec& s) { return std::string(round_name(s.q.round)); }},
-      {"sr_bits",
-       [](RoleSpec& s, std::string_view v) { s.q.sr_bits = static_cast<int>(parse_count(v, 1, 32, "sr_bits")); },
-       [](const RoleSpec& s) { return std::to_string(s.q.sr_bits); }},
-      {"scale_target",
-       [](RoleSpec& s, std::string_view v) {
-         if (v == "default") {
-           s.q.scale_target.reset();
-           return;
-         }
-         double t = 0;
-         auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), t);
-         if (ec != std::errc() || p != v.data() + v.size() || !(t > 0) || !std::isfinite(t))
-           throw Error("bad scale target '" + std::string(v) + "' (expected default or a positive number)");
-         s.q.scale_target = t;
-       },
-       [](const RoleSpec& s) { return s.q.scale_target ? fmt_double(*s.q.scale_target) : std::string("default"); }},
-      {"zero_scale", [](RoleSpec& s, std::string_view v) { s.q.zero_scale = parse_zero_scale(v); },
-       [](const RoleSpec& s) { return std::string(s.q.zero_scale == ZeroScale::one ? "one" : "zero"); }},
-      {"dequant", [](RoleSpec& s, std::string_view v) { s.q.dequant = parse_dequant_order(v); },
-       [](const RoleSpec& s) { return std::string(dequant_order_name(s.q.dequant)); }},
-      {"saturate", [](RoleSpec& s, std::string_view v) { s.q.saturate = parse_bool(v); },
-       [](const RoleSpec& s) { return std::string(s.q.saturate ? "true" : "false"); }},
       {"reference", [](RoleSpec& s, std::string_view v) { s.reference = parse_ref_policy(v); },
        [](const RoleSpec& s) { return ref_policy_name(s.reference); }},
-      {"rht", [](RoleSpec& s, std::string_view v) { s.q.rht = parse_bool(v); },
-       [](const RoleSpec& s) { return std::string(s.q.rht ? "true" : "false"); }},
-      {"rht_signs",
-       [](RoleSpec& s, std::string_view v) {
-         std::string_view h = v;
-         if (h.starts_with("0x") || h.starts_with("0X")) h.remove_prefix(2);
-         unsigned m = 0;
-         auto [p, ec] = std::from_chars(h.data(), h.data() + h.size(), m, 16);
-         if (h.empty() || ec != std::errc() || p != h.data() + h.size() || m > 0xffff)
-           throw Error("bad RHT sign mask '" + std::string(v) + "' (expected 16-bit hex, e.g. 0xD7E8)");
-         s.q.rht_signs = static_cast<uint16_t>(m);
-       },
-       [](const RoleSpec& s) {
-         char buf[8];
-         std::snprintf(buf, sizeof buf, "0x%04X", s.q.rht_signs);
-         return std::string(buf);
-       }},
       {"pre_round",
        [](RoleSpec& s, std::string_view v) {
          if (v != "none" && v != "bf16") throw Error("bad value '" + std::string(v) + "' (expected none or bf16)");
@@ -241,6 +174,50 @@ const std::vector<RoleKnob>& role_knobs() {
        },
        [](const RoleSpec& s) { return std::string(s.pre_round_bf16 ? "bf16" : "none"); }},
   };
+  return k;
+}
+
+// The order in which role_spec_string prints the knobs (plan texts keep
+// it): every QuantSpec knob a recipe sets (QuantKnob::in_recipe) and the
+// role's own, each once (checked when the list is built).
+constexpr std::string_view kRoleKnobOrder[] = {
+    "elem",    "scale",    "block",     "scale_rule", "arith",     "round",    "sr_bits",  "scale_target",
+    "zero_scale", "dequant", "saturate", "reference", "rht", "rht_signs", "pre_round",
+};
+
+const std::vector<RoleKnob>& role_knobs() {
+  static const std::vector<RoleKnob> k = [] {
+    std::vector<RoleKnob> v;
+    for (std::string_view name : kRoleKnobOrder) {
+      const RoleKnob* own = nullptr;
+      for (const auto& o : own_role_knobs())
+        if (name == o.name) own = &o;
+      if (own) {
+        v.push_back(*own);
+        continue;
+      }
+      const QuantKnob* q = find_quant_knob(name);
+      if (!q || !q->in_recipe) throw std::logic_error("recipe knob order names '" + std::string(name) + "'");
+      RoleKnob r{q->name, [q](RoleSpec& s, std::string_view val) { q->parse(s.q, val); },
+                 [q](const RoleSpec& s) { return q->print(s.q); }};
+      if (name == "block") {
+        r.set = [q](RoleSpec& s, std::string_view val) {
+          QuantSpec t;
+          q->parse(t, val);
+          if (t.block_rows > 1 && t.block_cols == 1)
+            throw Error("block " + std::string(val) +
+                        " runs across the reduction dimension; every operand is quantized along its GEMM's K "
+                        "(expected 1xB or BxB)");
+          q->parse(s.q, val);
+        };
+      }
+      v.push_back(std::move(r));
+    }
+    size_t recipe_knobs = own_role_knobs().size();
+    for (const auto& q : quant_knobs()) recipe_knobs += q.in_recipe;
+    if (recipe_knobs != v.size()) throw std::logic_error("recipe knob order misses a knob of formats/vocab.hpp");
+    return v;
+  }();
   return k;
 }
 
@@ -509,9 +486,9 @@ const std::vector<RecipeKnob>& recipe_knobs() {
        [](const Recipe& r) { return block_count_name(r.keep_first_bf16); }},
       {"recipe", "keep_last_bf16", [](Recipe& r, std::string_view v) { r.keep_last_bf16 = parse_block_count(v); },
        [](const Recipe& r) { return block_count_name(r.keep_last_bf16); }},
-      {"recipe", "allow_no_quantized", [](Recipe& r, std::string_view v) { r.allow_no_quantized = parse_bool(v); },
+      {"recipe", "allow_no_quantized", [](Recipe& r, std::string_view v) { r.allow_no_quantized = parse_bool_word(v); },
        [](const Recipe& r) { return std::string(r.allow_no_quantized ? "true" : "false"); }},
-      {"recipe", "lm_head", [](Recipe& r, std::string_view v) { r.lm_head = parse_bool(v); },
+      {"recipe", "lm_head", [](Recipe& r, std::string_view v) { r.lm_head = parse_bool_word(v); },
        [](const Recipe& r) { return std::string(r.lm_head ? "true" : "false"); }},
       {"recipe", "unquantized",
        [](Recipe& r, std::string_view v) {
@@ -519,7 +496,7 @@ const std::vector<RecipeKnob>& recipe_knobs() {
          r.unquantized = std::string(v);
        },
        [](const Recipe& r) { return r.unquantized; }},
-      {"recipe", "shared_dy_reference", [](Recipe& r, std::string_view v) { r.shared_dy_reference = parse_bool(v); },
+      {"recipe", "shared_dy_reference", [](Recipe& r, std::string_view v) { r.shared_dy_reference = parse_bool_word(v); },
        [](const Recipe& r) { return std::string(r.shared_dy_reference ? "true" : "false"); }},
       {"gemm", "model",
        [](Recipe& r, std::string_view v) {

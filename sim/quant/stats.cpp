@@ -64,20 +64,18 @@ const MemoryCaptureSink::Item* MemoryCaptureSink::find(std::string_view layer, R
 
 const std::vector<OperandField>& operand_fields() {
   using S = OperandStats;
-  static const std::vector<OperandField> f = {
-      {"elements", true, [](const S& s) { return static_cast<double>(s.q.elements); }},
-      {"nonzero", true, [](const S& s) { return static_cast<double>(s.q.nonzero); }},
-      {"underflow", true, [](const S& s) { return static_cast<double>(s.q.underflow); }},
-      {"saturated", true, [](const S& s) { return static_cast<double>(s.q.saturated); }},
-      {"subnormal", true, [](const S& s) { return static_cast<double>(s.q.subnormal); }},
-      {"blocks", true, [](const S& s) { return static_cast<double>(s.q.blocks); }},
-      {"scale_underflow", true, [](const S& s) { return static_cast<double>(s.q.scale_underflow); }},
-      {"scale_subnormal", true, [](const S& s) { return static_cast<double>(s.q.scale_subnormal); }},
-      {"scale_saturated", true, [](const S& s) { return static_cast<double>(s.q.scale_saturated); }},
-      {"sum_sq", false, [](const S& s) { return s.q.sum_sq; }},
-      {"sum_sq_err", false, [](const S& s) { return s.q.sum_sq_err; }},
-      {"sum_err", false, [](const S& s) { return s.q.sum_err; }},
-      {"sum_abs", false, [](const S& s) { return s.q.sum_abs; }},
+  // The statistics of the call itself come from the table of formats/vocab.hpp:
+  // its counts and sums first, its derived figures after the operand's own.
+  auto call_stats = [](bool derived) {
+    std::vector<OperandField> v;
+    for (const QuantStat& st : quant_stats())
+      if ((st.kind == StatKind::derived) == derived)
+        v.push_back({st.name, st.kind == StatKind::count, [get = st.value](const S& s) { return get(s.q); }});
+    return v;
+  };
+  static const std::vector<OperandField> f = [&] {
+    std::vector<OperandField> v = call_stats(false);
+    const std::vector<OperandField> own = {
       {"amax", false, [](const S& s) { return s.amax; }},
       {"reference", false, [](const S& s) { return s.reference; }},
       {"tensor_scale", false, [](const S& s) { return static_cast<double>(s.tensor_scale); }},
@@ -85,10 +83,11 @@ const std::vector<OperandField>& operand_fields() {
       {"scale_nan", true, [](const S& s) { return static_cast<double>(s.scale_nan); }},
       {"scale_at_max", true, [](const S& s) { return static_cast<double>(s.scale_at_max); }},
       {"scale_at_min", true, [](const S& s) { return static_cast<double>(s.scale_at_min); }},
-      {"sqnr_db", false, [](const S& s) { return s.q.sqnr_db(); }},
-      {"relative_mse", false, [](const S& s) { return s.q.relative_mse(); }},
-      {"relative_bias", false, [](const S& s) { return s.q.relative_bias(); }},
-      {"underflow_fraction", false, [](const S& s) { return s.q.underflow_fraction(); }},
+    };
+    v.insert(v.end(), own.begin(), own.end());
+    const std::vector<OperandField> derived = call_stats(true);
+    v.insert(v.end(), derived.begin(), derived.end());
+    const std::vector<OperandField> after = {
       {"fraction_at_max", false, [](const S& s) { return s.fraction_at_max(); }},
       {"fraction_at_min", false, [](const S& s) { return s.fraction_at_min(); }},
       // Sample-and-hold safety (periodic and delayed references): the
@@ -100,7 +99,10 @@ const std::vector<OperandField>& operand_fields() {
       {"stale_ratio", false, [](const S& s) { return s.amax / s.reference; }},
       {"scale_saturated_fraction", false,
        [](const S& s) { return s.q.blocks ? static_cast<double>(s.q.scale_saturated) / static_cast<double>(s.q.blocks) : NAN; }},
-  };
+    };
+    v.insert(v.end(), after.begin(), after.end());
+    return v;
+  }();
   return f;
 }
 
@@ -122,33 +124,6 @@ const std::vector<GemmField>& gemm_fields() {
       {"magnitude_bias", false, [](const S& s) { return s.magnitude_bias(); }},
   };
   return f;
-}
-
-std::string quantize_options(const QuantSpec& q) {
-  auto num = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.9g", v);  // 9 digits: a float value survives the round trip
-    return std::string(buf);
-  };
-  std::string o = "--elem " + format_name(q.elem) + " --scale " + (q.scale ? format_name(*q.scale) : "none") +
-                  " --block " + std::to_string(q.block_rows) + "x" + std::to_string(q.block_cols) + " --scale-rule " +
-                  std::string(scale_rule_name(q.rule)) + " --tensor-amax " +
-                  (q.amax_kind == AmaxKind::none ? std::string("none")
-                   : q.amax_kind == AmaxKind::current ? std::string("auto")
-                                                      : num(q.amax_value));
-  if (q.scale_target) o += " --scale-target " + num(*q.scale_target);
-  o += " --round " + std::string(round_name(q.round));
-  if (is_stochastic(q.round)) o += " --sr-bits " + std::to_string(q.sr_bits);
-  o += " --seed " + std::to_string(q.seed) + " --stream " + std::to_string(q.stream);
-  o += std::string(" --arith ") + (q.arith == Arith::fp32 ? "fp32" : "exact");
-  o += std::string(" --zero-scale ") + (q.zero_scale == ZeroScale::one ? "one" : "zero");
-  if (!q.saturate) o += " --no-saturate";
-  if (q.rht) {
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "0x%04X", q.rht_signs);
-    o += std::string(" --rht --rht-signs ") + buf;
-  }
-  return o;
 }
 
 double abs_max(const float* x, int64_t n) {

@@ -18,11 +18,13 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "formats/quantize.hpp"
+#include "formats/vocab.hpp"
 #include "sim/linear.hpp"
 #include "sim/quant/recipe.hpp"
 
@@ -145,18 +147,18 @@ class MemoryCaptureSink final : public CaptureSink {
 struct OperandField {
   const char* name;
   bool integer;
-  double (*get)(const OperandStats&);
+  std::function<double(const OperandStats&)> get;
 };
 struct GemmField {
   const char* name;
   bool integer;
   double (*get)(const GemmStats&);
 };
-// elements, nonzero, underflow, saturated, subnormal, blocks,
-// scale_underflow, scale_subnormal, scale_saturated, sum_sq, sum_sq_err,
-// sum_err, sum_abs, amax, reference, tensor_scale, scale_zero, scale_nan,
-// scale_at_max, scale_at_min, sqnr_db, relative_mse, relative_bias,
-// underflow_fraction, fraction_at_max, fraction_at_min
+// The counts and sums of the per-call statistics table (formats/vocab.hpp:
+// elements ... sum_abs), amax, reference, tensor_scale, scale_zero,
+// scale_nan, scale_at_max, scale_at_min, the table's derived figures
+// (sqnr_db ... underflow_fraction), fraction_at_max, fraction_at_min,
+// stale_ratio, scale_saturated_fraction
 const std::vector<OperandField>& operand_fields();
 // count, rows, sum_y2, sum_yhat2, sum_y_yhat, sum_err2, sum_abs_y,
 // sum_abs_yhat, relative_error, cosine, gain, multiplicative_bias,
@@ -164,8 +166,9 @@ const std::vector<OperandField>& operand_fields();
 const std::vector<GemmField>& gemm_fields();
 
 // The `exmy quantize` options that reproduce a captured call (docs/numerics.md §7):
-// "--elem e2m1 --scale ue5m3 --block 1x16 ... --seed S --stream T".
-std::string quantize_options(const QuantSpec& spec);
+// "--elem e2m1 --scale ue5m3 --block 1x16 ... --seed S --stream T", from the
+// knob table of formats/vocab.hpp.
+using exmy::quantize_options;
 
 // --- helpers the quantized linear uses (public for tests) -------------------
 

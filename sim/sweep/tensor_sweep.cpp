@@ -11,9 +11,9 @@
 #include <fstream>
 #include <set>
 
-#include "formats/parse_number.hpp"
 #include "formats/error.hpp"
 #include "formats/spec.hpp"
+#include "formats/vocab.hpp"
 #include "sim/io/atomic_file.hpp"
 #include "sim/io/h5.hpp"
 #include "sim/io/tensor_io.hpp"
@@ -25,20 +25,18 @@ namespace exmy::sweep {
 namespace fs = std::filesystem;
 using io::h5::Handle;
 
-namespace {
-
-const std::vector<std::string>& knob_names() {
-  static const std::vector<std::string> k = {"format", "elem",  "scale", "block",      "scale-rule", "tensor-amax",
-                                             "scale-target", "round", "sr-bits", "seed", "stream", "arith",
-                                             "zero-scale", "saturate", "rht", "rht-signs"};
+std::vector<std::string> grid_knob_names() {
+  std::vector<std::string> k = {"format"};
+  for (const auto& q : quant_knobs()) {
+    std::string n = q.name;
+    for (char& c : n)
+      if (c == '_') c = '-';
+    k.push_back(n);
+  }
   return k;
 }
 
-bool parse_on_off(const std::string& what, const std::string& s) {
-  if (s == "on" || s == "true" || s == "1" || s == "yes") return true;
-  if (s == "off" || s == "false" || s == "0" || s == "no") return false;
-  throw Error("bad " + what + " '" + s + "' (expected on or off)");
-}
+namespace {
 
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -53,46 +51,53 @@ std::string num(double v) {
   return buf;
 }
 
-std::string block_text(const QuantSpec& s) { return std::to_string(s.block_rows) + "x" + std::to_string(s.block_cols); }
-std::string amax_text(const QuantSpec& s) {
-  if (s.amax_kind == AmaxKind::none) return "none";
-  if (s.amax_kind == AmaxKind::current) return "auto";
-  return num(s.amax_value);
+// A knob's CSV field: its printed value, but a real value at %.17g (empty
+// when unset), a given tensor amax at %.17g and a boolean as on/off, the
+// spelling the sweep outputs have always had (docs/sweeps.md).
+std::string csv_knob(const QuantKnob& k, const QuantSpec& s) {
+  if (std::string_view(k.name) == "tensor_amax" && s.amax_kind == AmaxKind::given) return num(s.amax_value);
+  const KnobValue v = typed_value(k, s);
+  if (k.kind == KnobKind::real) return std::isnan(std::get<double>(v)) ? "" : num(std::get<double>(v));
+  if (k.kind == KnobKind::boolean) return std::get<int64_t>(v) ? "on" : "off";
+  return k.print(s);
 }
 
 // The recorded QuantSpec of a captured tensor (capture_attributes in
 // sim/train/quant_io.cpp), when the dataset carries one.
 std::optional<QuantSpec> recorded_spec(hid_t ds) {
   using namespace io::h5;
-  const auto elem = read_string_attribute(ds, "elem");
-  if (!elem) return std::nullopt;
+  if (!read_string_attribute(ds, "elem")) return std::nullopt;
   try {
-    std::vector<std::pair<std::string, std::string>> k;
-    k.emplace_back("elem", *elem);
-    for (const char* name : {"scale", "block", "scale_rule", "arith", "round", "zero_scale", "rht_signs"})
-      if (auto v = read_string_attribute(ds, name)) k.emplace_back(name, *v);
-    if (auto v = read_int_attribute(ds, "sr_bits")) k.emplace_back("sr-bits", std::to_string(*v));
-    if (auto v = read_int_attribute(ds, "saturate")) k.emplace_back("saturate", *v ? "on" : "off");
-    if (auto v = read_int_attribute(ds, "rht")) k.emplace_back("rht", *v ? "on" : "off");
-    if (auto v = read_double_attribute(ds, "scale_target"); v && !std::isnan(*v)) k.emplace_back("scale-target", num(*v));
-    if (auto v = read_string_attribute(ds, "tensor_amax")) {
-      if (*v == "given") {
+    // One attribute per knob, typed by its kind (capture_attributes); a
+    // knob an older file lacks keeps its default.
+    Knobs k;
+    for (const QuantKnob& q : quant_knobs()) {
+      std::optional<KnobValue> v;
+      switch (q.kind) {
+        case KnobKind::text: v = read_string_attribute(ds, q.name); break;
+        case KnobKind::boolean:
+        case KnobKind::integer: v = read_int_attribute(ds, q.name); break;
+        case KnobKind::real: v = read_double_attribute(ds, q.name); break;
+        case KnobKind::u64: {
+          if (H5Aexists(ds, q.name) <= 0) break;
+          Handle a(H5Aopen(ds, q.name, H5P_DEFAULT), H5Aclose);
+          uint64_t u = 0;
+          if (H5Aread(a.get(), H5T_NATIVE_UINT64, &u) < 0) return std::nullopt;
+          v = u;
+          break;
+        }
+      }
+      if (!v) continue;
+      std::string text = typed_text(q, *v);
+      if (std::string_view(q.name) == "tensor_amax" && text == "given") {
         const auto a = read_double_attribute(ds, "tensor_amax_value");
         if (!a) return std::nullopt;
-        k.emplace_back("tensor-amax", num(*a));
-      } else {
-        k.emplace_back("tensor-amax", *v);
+        text = num(*a);
       }
+      k.emplace_back(q.name, text);
     }
-    QuantSpec s = spec_from_knobs(k);
-    // seed and stream are uint64 attributes
-    for (const char* name : {"seed", "stream"}) {
-      if (H5Aexists(ds, name) <= 0) continue;
-      Handle a(H5Aopen(ds, name, H5P_DEFAULT), H5Aclose);
-      uint64_t v = 0;
-      if (H5Aread(a.get(), H5T_NATIVE_UINT64, &v) < 0) return std::nullopt;
-      (std::string(name) == "seed" ? s.seed : s.stream) = v;
-    }
+    QuantSpec s = exmy::spec_from_knobs(k);
+    s.validate();
     return s;
   } catch (const Error&) {
     return std::nullopt;
@@ -152,10 +157,11 @@ std::string canonical_knob(const std::string& knob) {
   std::string k = knob;
   for (char& c : k)
     if (c == '_') c = '-';
-  for (const auto& n : knob_names())
+  const std::vector<std::string> names = grid_knob_names();
+  for (const auto& n : names)
     if (n == k) return k;
   std::string all;
-  for (const auto& n : knob_names()) all += (all.empty() ? "" : ", ") + n;
+  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
   throw Error("unknown knob '" + knob + "' (expected one of " + all + ")");
 }
 
@@ -176,59 +182,12 @@ QuantSpec spec_from_knobs(const std::vector<std::pair<std::string, std::string>>
       }
       if (parts.size() > 3 || parts[0].empty())
         throw Error("bad format '" + v + "' (expected ELEM[/SCALE[/BLOCK]], e.g. e2m1/ue5m3/1x16)");
-      s.elem = parse_format(parts[0]);
-      have_elem = true;
-      if (parts.size() > 1) {
-        if (parts[1] == "none") s.scale.reset();
-        else s.scale = parse_format(parts[1]);
-      }
-      if (parts.size() > 2) parse_block(parts[2], s.block_rows, s.block_cols);
-    } else if (k == "elem") {
-      s.elem = parse_format(v);
-      have_elem = true;
-    } else if (k == "scale") {
-      if (v == "none") s.scale.reset();
-      else s.scale = parse_format(v);
-    } else if (k == "block") {
-      parse_block(v, s.block_rows, s.block_cols);
-    } else if (k == "scale-rule") {
-      s.rule = parse_scale_rule(v);
-    } else if (k == "tensor-amax") {
-      parse_tensor_amax(v, s.amax_kind, s.amax_value);
-    } else if (k == "scale-target") {
-      if (v == "default") s.scale_target.reset();
-      else {
-        try {
-          size_t used = 0;
-          s.scale_target = std::stod(v, &used);
-          if (used != v.size()) throw Error("");
-        } catch (const std::exception&) {
-          throw Error("bad scale-target '" + v + "' (expected a number or default)");
-        }
-      }
-    } else if (k == "round") {
-      s.round = parse_round(v);
-    } else if (k == "sr-bits") {
-      const uint64_t b = parse_u64("sr-bits", v);
-      if (b < 1 || b > 32) throw Error("bad sr-bits '" + v + "' (expected 1..32)");
-      s.sr_bits = static_cast<int>(b);
-    } else if (k == "seed") {
-      s.seed = parse_u64("seed", v);
-    } else if (k == "stream") {
-      s.stream = parse_u64("stream", v);
-    } else if (k == "arith") {
-      s.arith = parse_arith(v);
-    } else if (k == "zero-scale") {
-      s.zero_scale = parse_zero_scale(v);
-    } else if (k == "saturate") {
-      s.saturate = parse_on_off("saturate", v);
-    } else if (k == "rht") {
-      s.rht = parse_on_off("rht", v);
-    } else if (k == "rht-signs") {
-      const uint64_t m = parse_u64("rht-signs", v);
-      if (m > 0xffff) throw Error("bad rht-signs '" + v + "' (expected a 16-bit mask)");
-      s.rht_signs = static_cast<uint16_t>(m);
+      const char* names[] = {"elem", "scale", "block"};
+      for (size_t i = 0; i < parts.size(); ++i) set_knob(s, names[i], parts[i]);
+    } else {
+      set_knob(s, k, v);
     }
+    have_elem = have_elem || k == "format" || k == "elem";
   }
   if (!have_elem) throw Error("a combination needs an element format (elem or format)");
   s.validate();
@@ -415,30 +374,25 @@ void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const
   if (!csv_path.empty()) {
     cleanup.files.push_back(csv_tmp);
     std::ofstream o(csv_tmp, std::ios::binary | std::ios::trunc);
-    o << "tensor,rows,cols,combo,family,elem,scale,block,scale_rule,tensor_amax,scale_target,round,sr_bits,seed,stream,"
-         "arith,zero_scale,saturate,rht,amax,t,elements,nonzero,underflow,saturated,subnormal,blocks,scale_underflow,"
-         "scale_subnormal,scale_saturated,sum_sq,sum_sq_err,sum_err,sum_abs,sqnr_db,relative_mse,relative_bias,"
-         "underflow_fraction,error\n";
+    o << "tensor,rows,cols,combo,family,";
+    for (const QuantKnob& k : quant_knobs()) o << k.name << ",";
+    o << "amax,t,";
+    for (const QuantStat& c : quant_stats()) o << c.name << ",";
+    o << "error\n";
     for (const auto& r : s.results) {
       const QuantSpec& q = r.spec;
       const QuantStats& st = r.stats;
       o << csv_field(s.tensors[r.tensor].name) << "," << s.shapes[r.tensor].first << "," << s.shapes[r.tensor].second
-        << "," << csv_field(combo_name(r)) << "," << csv_field(family(r)) << "," << format_name(q.elem) << ","
-        << (q.scale ? format_name(*q.scale) : "none") << "," << block_text(q) << "," << scale_rule_name(q.rule) << ","
-        << amax_text(q) << "," << (q.scale_target ? num(*q.scale_target) : "") << "," << round_name(q.round) << ","
-        << q.sr_bits << "," << q.seed << "," << q.stream << "," << (q.arith == Arith::fp32 ? "fp32" : "exact") << ","
-        << (q.zero_scale == ZeroScale::one ? "one" : "zero") << "," << (q.saturate ? "on" : "off") << ","
-        << (q.rht ? "on" : "off") << "," << (r.error.empty() ? num(r.info.amax) : "") << ","
+        << "," << csv_field(combo_name(r)) << "," << csv_field(family(r)) << ",";
+      for (const QuantKnob& k : quant_knobs()) o << csv_field(csv_knob(k, q)) << ",";
+      o << (r.error.empty() ? num(r.info.amax) : "") << ","
         << (r.error.empty() ? num(r.info.t) : "") << ",";
-      if (r.error.empty()) {
-        o << st.elements << "," << st.nonzero << "," << st.underflow << "," << st.saturated << "," << st.subnormal << ","
-          << st.blocks << "," << st.scale_underflow << "," << st.scale_subnormal << "," << st.scale_saturated << ","
-          << num(st.sum_sq) << "," << num(st.sum_sq_err) << "," << num(st.sum_err) << "," << num(st.sum_abs) << ","
-          << num(st.sqnr_db()) << "," << num(st.relative_mse()) << "," << num(st.relative_bias()) << ","
-          << num(st.underflow_fraction()) << ",\n";
-      } else {
-        o << ",,,,,,,,,,,,,,,,," << csv_field(r.error) << "\n";
+      // The statistics of the table (formats/vocab.hpp), empty for a failed call.
+      for (const QuantStat& c : quant_stats()) {
+        if (r.error.empty()) o << (c.kind == StatKind::count ? std::to_string(c.count(st)) : num(c.value(st)));
+        o << ",";
       }
+      o << csv_field(r.error) << "\n";
     }
     o.close();
     if (!o) throw Error("cannot write '" + csv_tmp + "'");
@@ -471,71 +425,60 @@ void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const
       write_strings(f.get(), "/combos/family", cfam, L);
 
       std::vector<int64_t> tensor, combo;
-      std::vector<std::string> cname, elem, scale, block, rule, amax, round, arith, zero, error;
-      std::vector<double> target, amax_used, t;
-      std::vector<int64_t> sr_bits, saturate, rht;
-      std::vector<uint64_t> seed, stream;
-      std::vector<uint64_t> counts[9];
-      std::vector<double> sums[4], derived[4];
+      std::vector<std::string> cname, error;
+      std::vector<double> amax_used, t;
+      const auto& stats = quant_stats();
+      std::vector<std::vector<uint64_t>> counts(stats.size());  // StatKind::count columns
+      std::vector<std::vector<double>> values(stats.size());    // the others
       for (const auto& r : s.results) {
-        const QuantSpec& q = r.spec;
         const QuantStats& st = r.stats;
         tensor.push_back(static_cast<int64_t>(r.tensor));
         combo.push_back(r.combo == SIZE_MAX ? -1 : static_cast<int64_t>(r.combo));
         cname.push_back(combo_name(r));
-        elem.push_back(format_name(q.elem));
-        scale.push_back(q.scale ? format_name(*q.scale) : "none");
-        block.push_back(block_text(q));
-        rule.push_back(std::string(scale_rule_name(q.rule)));
-        amax.push_back(amax_text(q));
-        target.push_back(q.scale_target ? *q.scale_target : NAN);
-        round.push_back(std::string(round_name(q.round)));
-        sr_bits.push_back(q.sr_bits);
-        seed.push_back(q.seed);
-        stream.push_back(q.stream);
-        arith.push_back(q.arith == Arith::fp32 ? "fp32" : "exact");
-        zero.push_back(q.zero_scale == ZeroScale::one ? "one" : "zero");
-        saturate.push_back(q.saturate ? 1 : 0);
-        rht.push_back(q.rht ? 1 : 0);
         error.push_back(r.error);
         amax_used.push_back(r.error.empty() ? r.info.amax : NAN);
         t.push_back(r.error.empty() ? static_cast<double>(r.info.t) : NAN);
-        const uint64_t c[9] = {st.elements, st.nonzero,         st.underflow,       st.saturated,      st.subnormal,
-                               st.blocks,   st.scale_underflow, st.scale_subnormal, st.scale_saturated};
-        for (int i = 0; i < 9; ++i) counts[i].push_back(c[i]);
-        const double d[4] = {st.sum_sq, st.sum_sq_err, st.sum_err, st.sum_abs};
-        for (int i = 0; i < 4; ++i) sums[i].push_back(r.error.empty() ? d[i] : NAN);
-        const double e[4] = {st.sqnr_db(), st.relative_mse(), st.relative_bias(), st.underflow_fraction()};
-        for (int i = 0; i < 4; ++i) derived[i].push_back(r.error.empty() ? e[i] : NAN);
+        for (size_t i = 0; i < stats.size(); ++i) {
+          if (stats[i].kind == StatKind::count) counts[i].push_back(stats[i].count(st));
+          else values[i].push_back(r.error.empty() ? stats[i].value(st) : NAN);
+        }
       }
       const hid_t F = f.get();
       write_column(F, "/results/tensor", tensor, L);
       write_column(F, "/results/combo", combo, L);
       write_strings(F, "/results/combo_name", cname, L);
-      write_strings(F, "/results/elem", elem, L);
-      write_strings(F, "/results/scale", scale, L);
-      write_strings(F, "/results/block", block, L);
-      write_strings(F, "/results/scale_rule", rule, L);
-      write_strings(F, "/results/tensor_amax", amax, L);
-      write_column(F, "/results/scale_target", target, L);
-      write_strings(F, "/results/round", round, L);
-      write_column(F, "/results/sr_bits", sr_bits, L);
-      write_column(F, "/results/seed", seed, L);
-      write_column(F, "/results/stream", stream, L);
-      write_strings(F, "/results/arith", arith, L);
-      write_strings(F, "/results/zero_scale", zero, L);
-      write_column(F, "/results/saturate", saturate, L);
-      write_column(F, "/results/rht", rht, L);
+      // One column per QuantSpec knob (formats/vocab.hpp), typed by its kind;
+      // the tensor amax as text (none, auto or the value at %.17g).
+      for (const QuantKnob& k : quant_knobs()) {
+        const std::string path = std::string("/results/") + k.name;
+        const bool as_text = k.kind == KnobKind::text;
+        std::vector<std::string> text;
+        std::vector<double> real;
+        std::vector<int64_t> integer;
+        std::vector<uint64_t> u64;
+        for (const auto& r : s.results) {
+          if (as_text) {
+            text.push_back(csv_knob(k, r.spec));
+            continue;
+          }
+          const KnobValue v = typed_value(k, r.spec);
+          if (k.kind == KnobKind::real) real.push_back(std::get<double>(v));
+          else if (k.kind == KnobKind::u64) u64.push_back(std::get<uint64_t>(v));
+          else integer.push_back(std::get<int64_t>(v));
+        }
+        if (as_text) write_strings(F, path, text, L);
+        else if (k.kind == KnobKind::real) write_column(F, path, real, L);
+        else if (k.kind == KnobKind::u64) write_column(F, path, u64, L);
+        else write_column(F, path, integer, L);
+      }
       write_strings(F, "/results/error", error, L);
       write_column(F, "/results/amax", amax_used, L);
       write_column(F, "/results/t", t, L);
-      const char* cn[9] = {"elements", "nonzero", "underflow", "saturated", "subnormal",
-                           "blocks", "scale_underflow", "scale_subnormal", "scale_saturated"};
-      for (int i = 0; i < 9; ++i) write_column(F, std::string("/results/") + cn[i], counts[i], L);
-      const char* sn[4] = {"sum_sq", "sum_sq_err", "sum_err", "sum_abs"};
-      for (int i = 0; i < 4; ++i) write_column(F, std::string("/results/") + sn[i], sums[i], L);
-      const char* dn[4] = {"sqnr_db", "relative_mse", "relative_bias", "underflow_fraction"};
-      for (int i = 0; i < 4; ++i) write_column(F, std::string("/results/") + dn[i], derived[i], L);
+      for (size_t i = 0; i < stats.size(); ++i) {
+        const std::string path = std::string("/results/") + stats[i].name;
+        if (stats[i].kind == StatKind::count) write_column(F, path, counts[i], L);
+        else write_column(F, path, values[i], L);
+      }
       Handle root(H5Gopen2(F, "/", H5P_DEFAULT), H5Gclose);
       io::h5::write_attribute(root.get(), "schema", std::string("exmy sweep-tensors 1"));
     }

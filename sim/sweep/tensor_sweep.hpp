@@ -10,9 +10,10 @@
 //
 // A combination is a QuantSpec written with the option names of `exmy
 // quantize` (knobs): elem, scale, block, scale-rule, tensor-amax,
-// scale-target, round, sr-bits, seed, stream, arith, zero-scale, saturate
-// (on|off), rht (on|off), rht-signs, and `format` = ELEM[/SCALE[/BLOCK]]
-// for the first three at once. A family maps knobs to lists of values and
+// scale-target, round, sr-bits, seed, stream, arith, zero-scale,
+// convention, dequant, saturate, rht, rht-signs (grid_knob_names(): the
+// knob table of formats/vocab.hpp, with its spelling of values), and
+// `format` = ELEM[/SCALE[/BLOCK]] for the first three at once. A family maps knobs to lists of values and
 // stands for their grid; the defaults are exmy quantize's. The grid INI
 // file has one section per family:
 //
@@ -51,6 +52,9 @@ struct Combo {
   QuantSpec spec;
 };
 
+// A grid's knob names: `format` = ELEM[/SCALE[/BLOCK]], then the QuantSpec
+// knobs of formats/vocab.hpp with '-' for '_' ("scale-rule").
+std::vector<std::string> grid_knob_names();
 // Knob names: '-' or '_' ("scale_rule" = "scale-rule"). Throws exmy::Error
 // naming an unknown knob or a bad value (the parsers of exmy quantize).
 std::string canonical_knob(const std::string& knob);

@@ -5,9 +5,11 @@
 #include <type_traits>
 #include <cstdio>
 #include <limits>
+#include <variant>
 
 #include "formats/error.hpp"
 #include "formats/spec.hpp"
+#include "formats/vocab.hpp"
 #include "sim/io/h5.hpp"
 
 namespace exmy::train {
@@ -128,10 +130,7 @@ std::string capture_path(const CallKey& key) {
 
 std::vector<io::RunFile::Attribute> capture_attributes(const CallKey& key, const QuantSpec& q) {
   using A = io::RunFile::Attribute;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  char signs[16];
-  std::snprintf(signs, sizeof signs, "0x%04X", q.rht_signs);
-  return {
+  std::vector<A> a = {
       A{"step", key.step},
       A{"micro_batch", key.micro_batch},
       A{"layer", std::string(key.layer)},
@@ -139,26 +138,20 @@ std::vector<io::RunFile::Attribute> capture_attributes(const CallKey& key, const
       A{"kind", std::string(sim::linear_kind_name(key.kind))},
       A{"gemm", std::string(sim::quant::gemm_name(key.gemm))},
       A{"operand", std::string(sim::quant::role_name(key.role))},
-      A{"elem", format_name(q.elem)},
-      A{"scale", q.scale ? format_name(*q.scale) : std::string("none")},
-      A{"block", std::to_string(q.block_rows) + "x" + std::to_string(q.block_cols)},
-      A{"scale_rule", std::string(scale_rule_name(q.rule))},
-      A{"arith", std::string(q.arith == Arith::fp32 ? "fp32" : "exact")},
-      A{"round", std::string(round_name(q.round))},
-      A{"sr_bits", static_cast<int64_t>(q.sr_bits)},
-      A{"scale_target", q.scale_target ? *q.scale_target : nan},
-      A{"zero_scale", std::string(q.zero_scale == ZeroScale::one ? "one" : "zero")},
-      A{"saturate", static_cast<int64_t>(q.saturate ? 1 : 0)},
-      A{"rht", static_cast<int64_t>(q.rht ? 1 : 0)},
-      A{"rht_signs", std::string(signs)},
-      A{"tensor_amax", std::string(q.amax_kind == AmaxKind::none      ? "none"
-                                   : q.amax_kind == AmaxKind::current ? "auto"
-                                                                      : "given")},
-      A{"tensor_amax_value", q.amax_kind == AmaxKind::given ? q.amax_value : nan},
-      A{"seed", q.seed},
-      A{"stream", q.stream},
-      A{"quantize_options", sim::quant::quantize_options(q)},
   };
+  // One attribute per QuantSpec knob (formats/vocab.hpp), typed by its kind;
+  // the tensor amax as its policy (none, auto, given) and the given value.
+  for (const QuantKnob& k : quant_knobs()) {
+    if (std::string_view(k.name) == "tensor_amax") {
+      const bool given = q.amax_kind == AmaxKind::given;
+      a.push_back(A{k.name, given ? std::string("given") : k.print(q)});
+      a.push_back(A{"tensor_amax_value", given ? q.amax_value : std::numeric_limits<double>::quiet_NaN()});
+    } else {
+      std::visit([&](const auto& v) { a.push_back(A{k.name, v}); }, typed_value(k, q));
+    }
+  }
+  a.push_back(A{"quantize_options", quantize_options(q)});
+  return a;
 }
 
 void RunFileCaptureSink::capture(const CallKey& key, const QuantSpec& spec, const float* x, int64_t rows,

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "formats/error.hpp"
+#include "formats/vocab.hpp"
 #include "sim/parallel.hpp"
 #include "sim/linear.hpp"
 #include "sim/quant/ini.hpp"
@@ -119,10 +120,13 @@ uint64_t as_uint(const std::map<std::string, std::string>& m, const std::string&
 }
 
 bool as_bool(const std::map<std::string, std::string>& m, const std::string& key) {
+  // The one boolean spelling of formats/vocab.hpp (true/false, on/off).
   const std::string& v = m.at(key);
-  if (v == "true" || v == "1") return true;
-  if (v == "false" || v == "0") return false;
-  bad(key, v, "true or false");
+  try {
+    return parse_bool_word(v);
+  } catch (const Error&) {
+    bad(key, v, "true or false");
+  }
 }
 
 double as_double(const std::map<std::string, std::string>& m, const std::string& key) {

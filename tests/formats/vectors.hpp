@@ -20,6 +20,7 @@
 #include "formats/pack.hpp"
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
+#include "formats/vocab.hpp"
 
 #ifndef EXMY_VECTORS
 #error "define EXMY_VECTORS, the path of tests/reference/quantize.jsonl"
@@ -58,18 +59,8 @@ inline std::vector<Case> load_cases() {
     c.rows = j["shape"][0];
     c.cols = j["shape"][1];
     const auto& a = j["args"];
-    c.spec.elem = parse_format(a["elem"].get<std::string>());
-    if (a["scale"] != "none") c.spec.scale = parse_format(a["scale"].get<std::string>());
-    parse_block(a["block"].get<std::string>(), c.spec.block_rows, c.spec.block_cols);
-    c.spec.rule = parse_scale_rule(a["scale_rule"].get<std::string>());
-    parse_tensor_amax(a["tensor_amax"].get<std::string>(), c.spec.amax_kind, c.spec.amax_value);
-    c.spec.round = parse_round(a["round"].get<std::string>());
-    c.spec.sr_bits = a["sr_bits"];
-    c.spec.seed = a["seed"].get<uint64_t>();
-    c.spec.stream = a["stream"].get<uint64_t>();
-    c.spec.arith = parse_arith(a["arith"].get<std::string>());
-    c.spec.zero_scale = parse_zero_scale(a["zero_scale"].get<std::string>());
-    if (a.contains("scale_target")) c.spec.scale_target = a["scale_target"].get<double>();
+    // The args are QuantSpec knobs (formats/vocab.hpp); numbers as their JSON text.
+    for (const auto& [k, v] : a.items()) set_knob(c.spec, k, v.is_string() ? v.get<std::string>() : v.dump());
     for (const auto& h : j["input"]) {
       const uint32_t b = hexbits(h);
       c.input.push_back(float_of(b));

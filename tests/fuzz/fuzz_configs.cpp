@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "formats/error.hpp"
+#include "formats/vocab.hpp"
 #include "sim/data/token_file.hpp"
 #include "sim/quant/ini.hpp"
 #include "sim/quant/recipe.hpp"
@@ -101,6 +102,24 @@ void grammars(const std::string& text) {
     attempt([&] { (void)q::block_selector_name(q::parse_block_selector(line)); });
     attempt([&] { (void)q::parse_role(line); });
     attempt([&] { (void)exmy::sweep::split_values(line, "fuzz"); });
+    // Every QuantSpec knob (formats/vocab.hpp): a value it takes prints as
+    // text that it reads back to the same print.
+    for (const exmy::QuantKnob& k : exmy::quant_knobs()) {
+      exmy::QuantSpec spec;
+      try {
+        k.parse(spec, line);
+      } catch (const exmy::Error&) {
+        continue;
+      }
+      const std::string printed = k.print(spec);
+      exmy::QuantSpec back;
+      try {
+        k.parse(back, printed);
+      } catch (const exmy::Error& e) {
+        fail(std::string(k.name) + " prints '" + printed + "', which it rejects: " + e.what());
+      }
+      if (k.print(back) != printed) fail(std::string(k.name) + " '" + printed + "' reads back as '" + k.print(back) + "'");
+    }
     attempt([&] {
       q::Recipe r = q::parse_recipe("", "fuzz", "empty");
       q::apply_recipe_override(r, line);

@@ -12,6 +12,7 @@
 
 #include "formats/error.hpp"
 #include "formats/spec.hpp"
+#include "formats/vocab.hpp"
 #include "models/config.hpp"
 #include "sim/quant/recipe.hpp"
 
@@ -229,6 +230,35 @@ TEST(Recipe, SetOverrides) {
   // A setting that breaks a cross-role rule is refused.
   expect_one_line_naming(error_of([&] { apply_recipe_override(r, "recipe.wgrad-x.rht", "false"); }),
                          "wgrad-x.rht=false");
+}
+
+// A recipe reads a QuantSpec knob exactly as `exmy quantize` and the sweep
+// grids do (the knob table of formats/vocab.hpp): rht_signs = 1234 is 0x04D2
+// (it was 0x1234 in recipes alone), and booleans have one set of spellings.
+TEST(Recipe, KnobValuesAreReadAsEverywhereElse) {
+  auto q_of = [](const std::string& lines) {
+    const Recipe r = parse_recipe(std::string(kSmall) + lines, "t", "text");
+    return r.resolve(linear(1, LinearKind::mlp_up), 4)[role_index(Role::fprop_x)].q;
+  };
+  for (const char* v : {"1234", "0x04D2", "0x04d2", "0X4D2"}) {
+    QuantSpec cli;
+    set_knob(cli, "rht-signs", v);
+    EXPECT_EQ(q_of(std::string("rht_signs = ") + v + "\n").rht_signs, cli.rht_signs) << v;
+    EXPECT_EQ(cli.rht_signs, 0x04D2) << v;
+  }
+  EXPECT_EQ(q_of("rht_signs = 0x1234\n").rht_signs, 0x1234);
+  EXPECT_EQ(q_of("sr_bits = 0x10\n").sr_bits, 16);
+  for (const char* t : {"true", "on"}) EXPECT_TRUE(q_of(std::string("saturate = ") + t + "\n").saturate) << t;
+  for (const char* f : {"false", "off"}) EXPECT_FALSE(q_of(std::string("saturate = ") + f + "\n").saturate) << f;
+  // Every knob a recipe takes prints in role_spec_string and reads back.
+  RoleSpec s;
+  s.q = q_of("round = stochastic\nsr_bits = 7\nrht_signs = 4660\nscale_target = 300\n");
+  for (const QuantKnob& k : quant_knobs()) {
+    if (!k.in_recipe) continue;
+    const std::string text = role_spec_string(s);
+    EXPECT_NE(text.find(std::string(k.name) + "=" + k.print(s.q)), std::string::npos) << k.name << ": " << text;
+  }
+  EXPECT_EQ(role_knob_names().size(), 15u);
 }
 
 TEST(Recipe, BadRecipesAreRejectedNamingTheKey) {
