@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
 
-#include "formats/error.hpp"
 #include "formats/fast/tails.hpp"
 
 namespace exmy::detail {
@@ -54,7 +54,13 @@ Simd simd_from_env() {
   if (v == "scalar") want = Simd::scalar;
   else if (v == "avx2") want = Simd::avx2;
   else if (v == "avx512") want = Simd::avx512;
-  else throw Error("EXMY_SIMD=" + std::string(v) + " is not a vector width (expected scalar, avx2 or avx512)");
+  else {
+    // Read on first use, which may be inside a parallel region: a line on
+    // stderr, not an exception, and the widest width the CPU has.
+    std::fprintf(stderr, "exmy: EXMY_SIMD=%s is not a vector width (expected scalar, avx2 or avx512); using %s\n", e,
+                 simd_name(have));
+    return have;
+  }
   return std::min(want, have);
 }
 

@@ -229,7 +229,8 @@ const char* simd_name(Simd w);
 // F, BW, DQ and VL.
 Simd simd_available();
 // The width the loops use: simd_available(), or less where the environment
-// variable EXMY_SIMD (scalar, avx2 or avx512) asks for less, read once.
+// variable EXMY_SIMD (scalar, avx2 or avx512) asks for less, read once (an
+// unknown value is reported on stderr and ignored).
 Simd simd_width();
 // Sets the width for the rest of the process (clamped to what the CPU has;
 // returns the width set). For tests and benchmarks that compare widths.
