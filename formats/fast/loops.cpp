@@ -251,6 +251,7 @@ bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* 
 }
 
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
+  if (have_avx512()) return avx512::band_block_max_bits(x, rows, cols, bc, out);
   if (have_avx2()) return avx2::band_block_max_bits(x, rows, cols, bc, out);
   std::fill(out, out + (cols + bc - 1) / bc, 0u);
   for (int64_t i = 0; i < rows * cols; ++i) {
@@ -261,6 +262,7 @@ void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc,
 }
 
 uint32_t abs_max_bits(const float* x, int64_t n) {
+  if (have_avx512()) return avx512::abs_max_bits(x, n);
   if (have_avx2()) return avx2::abs_max_bits(x, n);
   uint32_t r = 0;
   for (int64_t j = 0; j < n; ++j) {

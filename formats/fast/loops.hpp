@@ -315,6 +315,9 @@ uint32_t abs_max_bits(const float* x, int64_t n);
 namespace avx512 {
 // Blocks of a width that is a multiple of 16 (others: avx2::threshold_row).
 void threshold_row(const QuantPlan& p, const ThrRow& row, uint8_t* codes, float* values, SpanCounts& cnt);
+// 16 lanes for 1xB bands with B a multiple of 16 (others: the avx2 form).
+void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out);
+uint32_t abs_max_bits(const float* x, int64_t n);
 }  // namespace avx512
 
 }  // namespace exmy::detail
