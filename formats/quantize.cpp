@@ -16,7 +16,7 @@
 #include "formats/error.hpp"
 #include "formats/pack.hpp"
 #include "formats/philox.hpp"
-#include "formats/quantize_vec.hpp"
+#include "formats/fast/loops.hpp"
 #include "formats/spec.hpp"
 #include "formats/vocab.hpp"
 
@@ -370,7 +370,9 @@ namespace {
 struct Counts {
   uint64_t nonzero = 0, underflow = 0, saturated = 0, subnormal = 0;
   uint64_t scale_underflow = 0, scale_subnormal = 0, scale_saturated = 0;
+  uint64_t bands_by_loop[detail::kLoopKinds] = {};  // bands each loop served
   void add(const Counts& o) {
+    for (int k = 0; k < detail::kLoopKinds; ++k) bands_by_loop[k] += o.bands_by_loop[k];
     nonzero += o.nonzero;
     underflow += o.underflow;
     saturated += o.saturated;
@@ -393,6 +395,10 @@ struct FirstError {
 };
 
 struct BandState {
+  // The call's loop (kLoops' first row that claims the plan), and the loop
+  // of bands it declines.
+  detail::Loop loop = detail::Loop::scalar_core;
+  detail::Loop fallback = detail::Loop::scalar_core;
   std::vector<uint32_t> bmax_bits;  // block amax as |x| bits (NaN bits above Inf)
   std::vector<BlockScale> scale;
   std::vector<BlockConsts> consts;
@@ -400,24 +406,23 @@ struct BandState {
   std::vector<int64_t> scalar;  // with the 8-lane loop: the blocks it leaves to the scalar core
   bool scale_sub_ready = false;  // scale_sub holds the plan's scale format (one-byte codes)
   uint8_t scale_sub[256] = {};   // 1 where a scale code is a non-zero subnormal
-  uint8_t vec4_known[256] = {};  // vec4_by_code[code] is made (for this call's plan)
-  detail::Vec4Block vec4_by_code[256];
+  uint8_t fp4_known[256] = {};  // fp4_by_code[code] is made (for this call's plan)
+  detail::Fp4Block fp4_by_code[256];
   // The threshold loop's constants by scale code, made for this call's plan
   // the first time a block has that code: known, whether the loop takes
   // such blocks (not zero-scale ones), the thresholds, the block constants.
   uint8_t thr_known[256] = {};
   uint8_t thr_use[256] = {};
-  detail::Vec4Thr thr_by_code[256];
+  detail::ThrBlock thr_by_code[256];
   BlockConsts consts_by_code[256];
   std::vector<uint8_t> code_of;  // with the threshold loop: each block's scale code
-  std::vector<detail::VecBlock> vec;
-  std::vector<detail::Vec4Block> vec4;
-  detail::Vec4Mags mag4;
-  bool mag4_ready = false;
+  std::vector<detail::F64Block> f64;
+  std::vector<detail::Fp4Block> fp4;
+  detail::Fp4Magnitudes fp4_mags;
+  bool fp4_mags_ready = false;
   // The outputs are large, aligned and rows a multiple of 4 long:
   // non-temporal stores (the per-block threshold loop also needs bc % 4 == 0).
   bool stream = false;
-  bool thr_ok = false;  // the tensor is large enough for the threshold loop
   const detail::ScaleThr* sthr = nullptr;  // the call's scale-code thresholds (threshold loop)
   // The band this thread quantizes next (its first row and row count), if
   // known: the element loop prefetches it.
@@ -462,8 +467,13 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
                    FirstError& err) {
   RandomBits rng(p.seed, p.stream, p.sr_bits > 0 ? p.sr_bits : 8);
   const bool nan_ok = nan_representable(p);
-  const bool vec4 = detail::vec4_supported(p);
-  const bool vec = !vec4 && detail::vec_supported(p);
+  using detail::Loop;
+  const bool thr_loop = bs.loop == Loop::threshold_x16 || bs.loop == Loop::threshold_x8 ||
+                        bs.loop == Loop::threshold_lanes_x8;
+  // the loop of bands the threshold loops decline (finite or not) is fp4x8
+  const Loop other = thr_loop ? bs.fallback : bs.loop;
+  const bool fp4_loop = other == Loop::fp4x8;
+  const bool f64_loop = other == Loop::f64x4;
   auto* codes = static_cast<uint8_t*>(out.codes);
   detail::SpanCounts sc;
 
@@ -473,9 +483,9 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   const int64_t gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 1;
   bs.scale.resize(static_cast<size_t>(gc));
   bs.nan.resize(static_cast<size_t>(gc));
-  if (vec4 && !bs.mag4_ready) {
-    bs.mag4 = detail::vec4_magnitudes(p);
-    bs.mag4_ready = true;
+  if (fp4_loop && !bs.fp4_mags_ready) {
+    bs.fp4_mags = detail::fp4_magnitudes(p);
+    bs.fp4_mags_ready = true;
   }
 
   // Pass 1: block amax (NaN detection too), unless the tensor-amax pass
@@ -498,7 +508,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   // it and the band holds no Inf or NaN: blocks need only their scale code.
   bool use_thr = false;
   uint32_t band_max = 0;
-  if (bs.thr_ok && p.has_scale && sb == 1 && detail::vec4_thr_supported(p)) {
+  if (thr_loop) {
     bs.code_of.resize(static_cast<size_t>(gc));
     detail::ScaleCodeOut so;
     if (detail::block_scale_codes(p, bs.sthr, bm, gc, bs.code_of.data(), so)) {
@@ -513,9 +523,9 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
           bs.thr_use[code] = s != 0.0;  // s = 0 only for zero-scale blocks (policy zero)
           if (s != 0.0) {
             bs.consts_by_code[code] = block_consts(p, s);
-            detail::vec4_blocks(p, bs.mag4, &bs.consts_by_code[code], 1, &bs.vec4_by_code[code]);
-            bs.vec4_known[code] = 1;
-            detail::vec4_thresholds(p, bs.consts_by_code[code], bs.vec4_by_code[code], bs.thr_by_code[code]);
+            detail::fp4_blocks(p, bs.fp4_mags, &bs.consts_by_code[code], 1, &bs.fp4_by_code[code]);
+            bs.fp4_known[code] = 1;
+            detail::threshold_block(p, bs.consts_by_code[code], bs.fp4_by_code[code], bs.thr_by_code[code]);
           }
           bs.thr_known[code] = 1;
         }
@@ -549,14 +559,14 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
     bs.consts.assign(static_cast<size_t>(gc), BlockConsts{1.0, 0.0f});
     bs.nan.assign(static_cast<size_t>(gc), 0);
     bs.use_vec.assign(static_cast<size_t>(gc), 0);
-    if (vec) bs.vec.resize(static_cast<size_t>(gc));
-    if (vec4) bs.vec4.resize(static_cast<size_t>(gc));
+    if (f64_loop) bs.f64.resize(static_cast<size_t>(gc));
+    if (fp4_loop) bs.fp4.resize(static_cast<size_t>(gc));
   }
   const bool scales_done = !use_thr && p.has_scale && detail::block_scales_vec(p, bm, gc, bs.scale.data());
-  bool vec4_done = false;
+  bool fp4_done = false;
   if (use_thr) {
     // done above
-  } else if (scales_done && vec4 && sb == 1 && band_max <= 0x7f800000u) {
+  } else if (scales_done && fp4_loop && sb == 1 && band_max <= 0x7f800000u) {
     // The common case in one branch-free loop: vectorised scales, the 8-lane
     // element loop, one-byte scale codes, no NaN in the band.
     const bool fp32 = p.arith == Arith::fp32;
@@ -572,13 +582,13 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
       bs.use_vec[static_cast<size_t>(j)] = !s.zero;
       // A block's 8-lane constants depend only on its scale (a function of
       // the scale code within a call): made once per code, then copied.
-      if (!bs.vec4_known[code]) {
-        detail::vec4_blocks(p, bs.mag4, &bs.consts[static_cast<size_t>(j)], 1, &bs.vec4_by_code[code]);
-        bs.vec4_known[code] = 1;
+      if (!bs.fp4_known[code]) {
+        detail::fp4_blocks(p, bs.fp4_mags, &bs.consts[static_cast<size_t>(j)], 1, &bs.fp4_by_code[code]);
+        bs.fp4_known[code] = 1;
       }
-      bs.vec4[static_cast<size_t>(j)] = bs.vec4_by_code[code];
+      bs.fp4[static_cast<size_t>(j)] = bs.fp4_by_code[code];
     }
-    vec4_done = true;
+    fp4_done = true;
     cnt.scale_saturated += saturated;
     cnt.scale_underflow += underflow;
     cnt.scale_subnormal += subnormal;
@@ -603,15 +613,15 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
         store_code(out.scale_codes, sb, blk0 + j, bs.scale[j].code);
       }
       if (has_nan || zero) continue;
-      bs.use_vec[j] = vec4 || vec;
-      if (vec) bs.vec[j] = detail::vec_block(p, bs.consts[j]);
+      bs.use_vec[j] = fp4_loop || f64_loop;
+      if (f64_loop) bs.f64[j] = detail::f64_block(p, bs.consts[j]);
     }
   }
-  if (vec4 && !use_thr) {
-    if (!vec4_done) detail::vec4_blocks(p, bs.mag4, bs.consts.data(), gc, bs.vec4.data());
+  if (fp4_loop && !use_thr) {
+    if (!fp4_done) detail::fp4_blocks(p, bs.fp4_mags, bs.consts.data(), gc, bs.fp4.data());
     bs.scalar.clear();
     for (int64_t j = 0; j < gc; ++j) {
-      bs.use_vec[j] = bs.use_vec[j] && bs.vec4[j].ok;
+      bs.use_vec[j] = bs.use_vec[j] && bs.fp4[j].ok;
       if (!bs.use_vec[j]) bs.scalar.push_back(j);
     }
   }
@@ -621,14 +631,15 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   // loops do not cover) go element by element through the scalar core.
   const int64_t nrows = p.has_scale ? r1 - r0 : 1;
   const int64_t rcols = p.has_scale ? cols : (r1 - r0) * cols;
-  // Blocks whose width is not a multiple of 8 take the threshold loop with a
-  // block per lane, for the whole band at once.
-  const bool thr_lanes = use_thr && bc % 8 != 0;
+  // The threshold loop with a block per lane takes the whole band at once.
+  const bool thr_lanes = use_thr && bs.loop == Loop::threshold_lanes_x8;
+  const Loop served = use_thr ? bs.loop : other;
+  ++cnt.bands_by_loop[static_cast<int>(served)];
   for (int64_t rr = 0; rr < nrows; ++rr) {
     const int64_t i0 = (r0 + rr) * cols;
-    // (vec4_band_thr_lanes takes the band's rows with its first)
+    // (threshold_band_lanes takes the band's rows with its first)
     if (use_thr && (!thr_lanes || rr == 0)) {
-      detail::Row4T row{.x = x + i0,
+      detail::ThrRow row{.x = x + i0,
                         .i0 = i0,
                         .cols = rcols,
                         .bc = bc,
@@ -641,16 +652,17 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
                         .stream = bs.stream};
       if (thr_lanes) {
         row.rows = nrows;
-        detail::vec4_band_thr_lanes(p, row, codes, values, sc);
+        detail::avx2::threshold_band_lanes(p, row, codes, values, sc);
       } else {
         row.stream = bs.stream && bc % 4 == 0;
         row.prefetch = rr < bs.next_rows ? bs.next + rr * cols : nullptr;  // the same row of the next band
-        detail::vec4_row_thr(p, row, codes, values, sc);
+        if (bs.loop == Loop::threshold_x16) detail::avx512::threshold_row(p, row, codes, values, sc);
+        else detail::avx2::threshold_row(p, row, codes, values, sc);
       }
-    } else if (vec4 && !use_thr) {
-      const detail::Row4 row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.vec4.data(), bs.use_vec.data(),
-                             out.stats != nullptr};
-      detail::vec4_row(p, row, codes, values, rng, sc);
+    } else if (fp4_loop && !use_thr) {
+      const detail::Fp4Row row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.fp4.data(), bs.use_vec.data(),
+                               out.stats != nullptr};
+      detail::avx2::fp4x8_row(p, row, codes, values, rng, sc);
     }
     auto scalar_block = [&](int64_t j) {
       const int64_t c0 = j * bc, c1 = std::min(rcols, c0 + bc);
@@ -658,16 +670,16 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
       for (int64_t c = c0; c < c1; ++c)
         scalar_element(p, bs.consts[j], x, i0 + c, bs.nan[j], zero, nan_ok, out, values, rng, cnt, err);
     };
-    if (vec4 || use_thr) {  // vec4_row or vec4_row_thr did the others
+    if (fp4_loop || use_thr) {  // fp4x8_row or threshold_row did the others
       for (const int64_t j : bs.scalar) scalar_block(j);
       continue;
     }
     for (int64_t j = 0; j < gc; ++j) {
       if (!bs.use_vec[j]) {
         scalar_block(j);
-      } else if (vec) {
+      } else if (f64_loop) {
         const int64_t c0 = j * bc, c1 = std::min(rcols, c0 + bc);
-        detail::vec_span(p, bs.consts[j], bs.vec[j], x + i0 + c0, i0 + c0, c1 - c0, codes, values, rng, sc);
+        detail::avx2::f64x4_span(p, bs.consts[j], bs.f64[j], x + i0 + c0, i0 + c0, c1 - c0, codes, values, rng, sc);
       }
     }
   }
@@ -761,12 +773,15 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
   constexpr int64_t kStreamBytes = int64_t{64} << 20;
   const bool stream =
       !out.stats && n * 5 >= kStreamBytes && reinterpret_cast<uintptr_t>(values) % 16 == 0 && cols % 4 == 0;
-  // The threshold loop's constants cost about ten times the others per scale
-  // code (a search with the scalar core), which small tensors do not win back.
-  constexpr int64_t kThresholdMinElements = int64_t{1} << 15;
-  const bool thr_ok = n >= kThresholdMinElements;
+  // The element loop: the first of the declared loops (formats/fast/loops.hpp)
+  // that claims the plan on this CPU, else the scalar core. (The threshold
+  // loops' constants cost about ten times the others per scale code, a
+  // search with the scalar core, which small tensors do not win back: they
+  // claim only calls of kThresholdMinElements or more.)
+  const detail::Loop loop = detail::choose_loop(p, n);
+  const detail::Loop fallback = detail::loop_decl(loop).band_fallback;
   detail::ScaleThr sthr;
-  if (thr_ok && detail::vec4_thr_supported(p)) sthr = detail::scale_code_thresholds(p);
+  if (detail::loop_decl(loop).needs_large) sthr = detail::scale_code_thresholds(p);
   Counts total;
   FirstError err;
   uint32_t amax_bits = 0;  // max of the block maxima, |x| bits (NaN above Inf)
@@ -775,7 +790,8 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
   // band's max |x| bits.
   auto run_band = [&](int64_t b, int64_t end, BandState& bs, Counts& cnt) {
     bs.stream = stream;
-    bs.thr_ok = thr_ok;
+    bs.loop = loop;
+    bs.fallback = fallback;
     bs.sthr = &sthr;
     const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
     // The next band is prefetched while b computes, where a band reads its
@@ -821,6 +837,7 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
 #pragma omp critical
     total.add(cnt);
   }
+  detail::loop_use_add(total.bands_by_loop);
   const int64_t bad = err.index.load();
   if (bad != std::numeric_limits<int64_t>::max()) detail::throw_element_error(p, x, bad, cols);
 

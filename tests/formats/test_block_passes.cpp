@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "formats/quantize.hpp"
-#include "formats/quantize_vec.hpp"
+#include "formats/fast/loops.hpp"
 #include "formats/spec.hpp"
 #include "test_support.hpp"
 
@@ -136,9 +136,7 @@ std::vector<uint32_t> probe_maxima(const detail::ScaleThr& thr, std::mt19937_64&
 }
 
 TEST(BlockPasses, ScaleCodesEqualBlockScale) {
-#ifndef __AVX2__
-  GTEST_SKIP() << "block_scale_codes needs AVX2";
-#endif
+  if (detail::simd_width() < detail::Simd::avx2) GTEST_SKIP() << "block_scale_codes needs AVX2";
   std::mt19937_64 rng(11);
   int with_thresholds = 0, total = 0;
   bool main_case_ok = false;
@@ -184,9 +182,7 @@ TEST(BlockPasses, ScaleCodesEqualBlockScale) {
 }
 
 TEST(BlockPasses, ScaleCodesRefuseNonFiniteMaxima) {
-#ifndef __AVX2__
-  GTEST_SKIP() << "block_scale_codes needs AVX2";
-#endif
+  if (detail::simd_width() < detail::Simd::avx2) GTEST_SKIP() << "block_scale_codes needs AVX2";
   QuantSpec s;
   s.elem = parse_format("e2m1");
   s.scale = parse_format("ue5m3");

@@ -19,7 +19,7 @@
 
 #include "formats/quant_sums.hpp"
 #include "formats/quantize.hpp"
-#include "formats/quantize_vec.hpp"
+#include "formats/fast/loops.hpp"
 #include "formats/spec.hpp"
 #include "test_support.hpp"
 

@@ -1,0 +1,66 @@
+// Block maxima and max |x| as float32 bits in 16 lanes (AVX-512), for 1xB
+// bands with B a multiple of 16; the other shapes, and the last blocks of a
+// row, take the 8-lane form. The same maxima, so the same bits.
+#include "formats/fast/loops.hpp"
+
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
+// (see threshold_x16.cpp; _mm512_reduce_max_epu32 draws -Wuninitialized)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+namespace exmy::detail::avx512 {
+namespace {
+
+// |x| bits of 16 floats: as integers they order like the magnitudes, NaN
+// above Inf.
+inline __m512i abs16(const float* p) { return _mm512_and_si512(_mm512_loadu_si512(p), _mm512_set1_epi32(0x7fffffff)); }
+
+// The lane maxima of sixteen blocks to one vector of their sixteen maxima,
+// in block order: pairs of 32-bit, then 64-bit lanes within each 128-bit
+// lane, then the 128-bit lanes across.
+inline __m512i reduce16(const __m512i m[16]) {
+  __m512i p[8], q[4];
+  for (int i = 0; i < 8; ++i)
+    p[i] = _mm512_max_epu32(_mm512_unpacklo_epi32(m[2 * i], m[2 * i + 1]), _mm512_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)
+    q[i] = _mm512_max_epu32(_mm512_unpacklo_epi64(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_epi64(p[2 * i], p[2 * i + 1]));
+  // 0x88 takes 128-bit lanes 0 and 2 of each operand, 0xdd lanes 1 and 3
+  const __m512i r01 = _mm512_max_epu32(_mm512_shuffle_i32x4(q[0], q[1], 0x88), _mm512_shuffle_i32x4(q[0], q[1], 0xdd));
+  const __m512i r23 = _mm512_max_epu32(_mm512_shuffle_i32x4(q[2], q[3], 0x88), _mm512_shuffle_i32x4(q[2], q[3], 0xdd));
+  return _mm512_max_epu32(_mm512_shuffle_i32x4(r01, r23, 0x88), _mm512_shuffle_i32x4(r01, r23, 0xdd));
+}
+
+}  // namespace
+
+void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
+  if (rows != 1 || bc % 16 != 0) return avx2::band_block_max_bits(x, rows, cols, bc, out);
+  const int64_t full = cols / bc, gc = (cols + bc - 1) / bc;
+  int64_t j = 0;
+  for (; j + 16 <= full; j += 16) {
+    __m512i m[16];
+    for (int k = 0; k < 16; ++k) {
+      const float* b = x + (j + k) * bc;
+      m[k] = abs16(b);
+      for (int64_t c = 16; c < bc; c += 16) m[k] = _mm512_max_epu32(m[k], abs16(b + c));
+    }
+    _mm512_storeu_si512(out + j, reduce16(m));
+  }
+  if (j < gc) avx2::band_block_max_bits(x + j * bc, 1, cols - j * bc, bc, out + j);
+}
+
+uint32_t abs_max_bits(const float* x, int64_t n) {
+  __m512i m = _mm512_setzero_si512();
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) m = _mm512_max_epu32(m, abs16(x + j));
+  const uint32_t r = _mm512_reduce_max_epu32(m);
+  if (j == n) return r;
+  const uint32_t t = avx2::abs_max_bits(x + j, n - j);
+  return t > r ? t : r;
+}
+
+}  // namespace exmy::detail::avx512
+#pragma GCC pop_options
+#endif
