@@ -691,20 +691,22 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
 }
 
 // The segment partials of rows [r0, r1) (docs/numerics.md §5) into part,
-// indexed by row * (segments per row) + segment, four segments of the same
-// length at a time: a row's full segments and its shorter last one go to
-// separate batches; a batch left short at the end repeats its first segment
-// in the unused lanes.
+// indexed by row * (segments per row) + segment, segment_lanes() segments of
+// the same length at a time: a row's full segments and its shorter last one
+// go to separate batches; a batch left short at the end repeats its first
+// segment in the unused lanes.
 void row_partials(const float* x, const float* xh, int64_t r0, int64_t r1, int64_t cols, SumPartial* part) {
+  constexpr int kMax = 8;
+  const int lanes = detail::segment_lanes();
   struct Batch {
-    const float *x[4], *xh[4];
-    int64_t seg[4];
+    const float *x[kMax], *xh[kMax];
+    int64_t seg[kMax];
     int k = 0;
   } batch[2];
   auto flush = [&](Batch& b, int64_t len) {
-    SumPartial got[4];
-    for (int k = b.k; k < 4; ++k) b.x[k] = b.x[0], b.xh[k] = b.xh[0];
-    detail::segment_partials4(b.x, b.xh, len, got);
+    SumPartial got[kMax];
+    for (int k = b.k; k < lanes; ++k) b.x[k] = b.x[0], b.xh[k] = b.xh[0];
+    detail::segment_partials(b.x, b.xh, len, got);
     for (int k = 0; k < b.k; ++k) part[b.seg[k]] = got[k];
     b.k = 0;
   };
@@ -717,7 +719,7 @@ void row_partials(const float* x, const float* xh, int64_t r0, int64_t r1, int64
     b.x[b.k] = x + g.begin;
     b.xh[b.k] = xh + g.begin;
     b.seg[b.k] = i;
-    if (++b.k == 4) flush(b, g.len);
+    if (++b.k == lanes) flush(b, g.len);
   }
   if (batch[0].k) flush(batch[0], kSumSegment);
   if (batch[1].k) flush(batch[1], last_len);

@@ -215,6 +215,10 @@ uint32_t abs_max_bits(const float* x, int64_t n);
 // a 4-double vector adds its own segment's terms one after another, so the
 // four sequential chains run side by side.
 void segment_partials4(const float* const x[4], const float* const xh[4], int64_t n, SumPartial out[4]);
+// How many segments segment_partials takes at once on this width (4 or 8),
+// and the partials of that many (lane k exactly segment_partial(x[k], xh[k], n)).
+int segment_lanes();
+void segment_partials(const float* const* x, const float* const* xh, int64_t n, SumPartial* out);
 
 // ---------------------------------------------------------------------------
 // Vector widths, chosen at run time
@@ -318,6 +322,8 @@ void threshold_row(const QuantPlan& p, const ThrRow& row, uint8_t* codes, float*
 // 16 lanes for 1xB bands with B a multiple of 16 (others: the avx2 form).
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out);
 uint32_t abs_max_bits(const float* x, int64_t n);
+// Eight segment partials side by side (segment_partials4's eight-lane form).
+void segment_partials8(const float* const x[8], const float* const xh[8], int64_t n, SumPartial out[8]);
 }  // namespace avx512
 
 }  // namespace exmy::detail

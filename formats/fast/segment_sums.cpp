@@ -63,4 +63,13 @@ void segment_partials4(const float* const x[4], const float* const xh[4], int64_
 #endif
 }
 
+int segment_lanes() { return simd_width() == Simd::avx512 ? 8 : 4; }
+
+void segment_partials(const float* const* x, const float* const* xh, int64_t n, SumPartial* out) {
+#if defined(__x86_64__)
+  if (segment_lanes() == 8) return avx512::segment_partials8(x, xh, n, out);
+#endif
+  segment_partials4(x, xh, n, out);
+}
+
 }  // namespace exmy::detail

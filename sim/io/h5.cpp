@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "formats/error.hpp"
@@ -220,9 +221,74 @@ Handle intermediate_groups_lcpl() {
   return lcpl;
 }
 
-Handle create_file(const std::string& path) {
-  Handle fapl = latest_format_fapl();
-  return Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+Handle create_file(const std::string& path, bool latest_format) {
+  Handle fapl = latest_format ? latest_format_fapl() : Handle();
+  return Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, latest_format ? fapl.get() : H5P_DEFAULT),
+                H5Fclose);
+}
+
+bool is_hdf5_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) && H5Fis_hdf5(path.c_str()) > 0;
+}
+
+namespace {
+herr_t collect_datasets(hid_t, const char* name, const H5O_info_t* info, void* out) {
+  heartbeat();
+  if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+
+template <class T>
+void write_numbers(hid_t loc, const std::string& path, const std::vector<T>& v, hid_t file_type, hid_t mem_type) {
+  Handle lcpl = intermediate_groups_lcpl();
+  const hsize_t n = v.size();
+  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Handle d(H5Dcreate2(loc, path.c_str(), file_type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  if (!d.valid() || (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0))
+    throw Error("cannot write dataset '" + path + "'");
+}
+}  // namespace
+
+std::optional<std::vector<std::string>> datasets_below(hid_t file, const std::string& group) {
+  if (group != "/" && !path_exists(file, group)) return std::nullopt;
+  Handle g(H5Oopen(file, group.c_str(), H5P_DEFAULT), H5Oclose);
+  if (!g.valid()) return std::nullopt;
+  std::vector<std::string> names;
+  H5Ovisit2(g.get(), H5_INDEX_NAME, H5_ITER_INC, collect_datasets, &names, H5O_INFO_BASIC);
+  return names;
+}
+
+bool is_float32_matrix(hid_t loc, const std::string& path) {
+  heartbeat();
+  Handle d(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d.valid()) return false;
+  Handle t(H5Dget_type(d.get()), H5Tclose);
+  Handle s(H5Dget_space(d.get()), H5Sclose);
+  return H5Tget_class(t.get()) == H5T_FLOAT && H5Tget_size(t.get()) == 4 && H5Sget_simple_extent_ndims(s.get()) == 2;
+}
+
+void write_column(hid_t loc, const std::string& path, const std::vector<std::string>& v) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Handle lcpl = intermediate_groups_lcpl();
+  const hsize_t n = v.size();
+  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Handle d(H5Dcreate2(loc, path.c_str(), type.get(), space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  std::vector<const char*> p;
+  for (const auto& s : v) p.push_back(s.c_str());
+  if (!d.valid() || (n > 0 && H5Dwrite(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data()) < 0))
+    throw Error("cannot write dataset '" + path + "'");
+}
+void write_column(hid_t loc, const std::string& path, const std::vector<double>& v) {
+  write_numbers(loc, path, v, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE);
+}
+void write_column(hid_t loc, const std::string& path, const std::vector<int64_t>& v) {
+  write_numbers(loc, path, v, H5T_STD_I64LE, H5T_NATIVE_INT64);
+}
+void write_column(hid_t loc, const std::string& path, const std::vector<uint64_t>& v) {
+  write_numbers(loc, path, v, H5T_STD_U64LE, H5T_NATIVE_UINT64);
 }
 
 Handle open_file(const std::string& path, bool writable) {
@@ -233,6 +299,10 @@ Handle open_root(hid_t file) { return open_group(file, "/"); }
 
 Handle open_group(hid_t loc, const std::string& path) {
   return Handle(H5Gopen2(loc, path.c_str(), H5P_DEFAULT), H5Gclose);
+}
+
+Handle open_dataset(hid_t loc, const std::string& path) {
+  return Handle(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), H5Dclose);
 }
 
 Handle open_or_create_group(hid_t loc, const std::string& path) {
@@ -388,6 +458,19 @@ std::optional<double> read_double_attribute(hid_t obj, const std::string& name) 
   if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) < 0) return std::nullopt;
   return v;
 }
+
+std::optional<uint64_t> read_u64_attribute(hid_t obj, const std::string& name) {
+  heartbeat();
+  Handle a = open_scalar_attribute(obj, name);
+  if (!a.valid()) return std::nullopt;
+  Handle ft(H5Aget_type(a.get()), H5Tclose);
+  if (H5Tget_class(ft.get()) != H5T_INTEGER) return std::nullopt;
+  uint64_t v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_UINT64, &v) < 0) return std::nullopt;
+  return v;
+}
+
+bool has_attribute(hid_t obj, const std::string& name) { return H5Aexists(obj, name.c_str()) > 0; }
 
 void copy_attributes(hid_t from, hid_t to) {
   H5O_info_t info;

@@ -92,12 +92,27 @@ Handle intermediate_groups_lcpl();
 // invalid handle on failure; the caller names the file in its message.
 // create_file truncates `path` (a temporary: io::write_file_atomic) and
 // uses the newest file format, whose metadata carries checksums.
-Handle create_file(const std::string& path);
+Handle create_file(const std::string& path, bool latest_format = true);
 Handle open_file(const std::string& path, bool writable);
+// Whether `path` is a regular file with an HDF5 signature.
+bool is_hdf5_file(const std::string& path);
+// The datasets below group `group` of a file (paths relative to it, in
+// HDF5's name order), or nullopt when there is no such group.
+std::optional<std::vector<std::string>> datasets_below(hid_t file, const std::string& group);
+// Whether the dataset at `path` is float32 with two dimensions.
+bool is_float32_matrix(hid_t loc, const std::string& path);
+// A dataset at `path` (missing groups created) holding a whole column:
+// variable-length UTF-8 strings, or float64 / int64 / uint64 numbers,
+// contiguous (the small tables of sweep results); throws naming `path`.
+void write_column(hid_t loc, const std::string& path, const std::vector<std::string>& v);
+void write_column(hid_t loc, const std::string& path, const std::vector<double>& v);
+void write_column(hid_t loc, const std::string& path, const std::vector<int64_t>& v);
+void write_column(hid_t loc, const std::string& path, const std::vector<uint64_t>& v);
 // A group: the root, an existing one, or one created with any missing parents.
 Handle open_root(hid_t file);
 Handle open_group(hid_t loc, const std::string& path);
 Handle open_or_create_group(hid_t loc, const std::string& path);
+Handle open_dataset(hid_t loc, const std::string& path);
 // H5Fflush of the whole file; false on failure.
 bool flush_file(hid_t file);
 
@@ -117,6 +132,9 @@ std::optional<std::string> read_string_attribute(hid_t obj, const std::string& n
 std::optional<std::vector<std::string>> read_string_list_attribute(hid_t obj, const std::string& name);
 std::optional<int64_t> read_int_attribute(hid_t obj, const std::string& name);
 std::optional<double> read_double_attribute(hid_t obj, const std::string& name);
+// A uint64 attribute (nullopt when missing, not an integer, or unreadable).
+std::optional<uint64_t> read_u64_attribute(hid_t obj, const std::string& name);
+bool has_attribute(hid_t obj, const std::string& name);
 // Copies scalar string, integer and float attributes and string lists of `from` to `to`.
 void copy_attributes(hid_t from, hid_t to);
 

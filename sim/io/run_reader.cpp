@@ -42,17 +42,42 @@ RunReader::RunReader(const std::string& path) : path_(path) {
   f_ = h5::open_read(path);
   if (!f_.valid()) throw Error("cannot open '" + path + "' (a run killed while writing? try h5clear -s)");
   root_ = Handle(H5Gopen2(f_.get(), "/", H5P_DEFAULT), H5Gclose);
+  if (!root_.valid()) throw Error("cannot read run file '" + path + "' (corrupt?)");
+}
+
+void RunReader::list() const {
+  if (listed_) return;
   Listing l{&datasets_, &groups_};
-  if (!root_.valid() || H5Ovisit2(f_.get(), H5_INDEX_NAME, H5_ITER_INC, visit, &l, H5O_INFO_BASIC) < 0)
-    throw Error("cannot read run file '" + path + "' (corrupt?)");
+  if (H5Ovisit2(f_.get(), H5_INDEX_NAME, H5_ITER_INC, visit, &l, H5O_INFO_BASIC) < 0)
+    throw Error("cannot read run file '" + path_ + "' (corrupt?)");
   std::sort(datasets_.begin(), datasets_.end());
   dataset_set_.insert(datasets_.begin(), datasets_.end());
+  listed_ = true;
+}
+
+const std::vector<std::string>& RunReader::datasets() const {
+  list();
+  return datasets_;
+}
+
+const std::set<std::string>& RunReader::groups() const {
+  list();
+  return groups_;
+}
+
+bool RunReader::has(const std::string& d) const {
+  if (listed_) return dataset_set_.count(d) > 0;
+  h5::heartbeat();
+  if (!h5::path_exists(f_.get(), d)) return false;
+  H5O_info_t info;
+  return H5Oget_info_by_name2(f_.get(), d.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0 &&
+         info.type == H5O_TYPE_DATASET;
 }
 
 std::vector<std::string> RunReader::step_groups(const std::string& top) const {
   std::vector<std::string> out;
   const std::string prefix = top + "/";
-  for (const auto& d : datasets_)
+  for (const auto& d : datasets())
     if (d.starts_with(prefix) && d.ends_with("/step") && d.size() > prefix.size() + 5)
       out.push_back(d.substr(prefix.size(), d.size() - prefix.size() - 5));
   return out;

@@ -23,10 +23,12 @@ class RunReader {
   explicit RunReader(const std::string& path);
 
   const std::string& path() const { return path_; }
-  // Every dataset and group (absolute paths; datasets sorted).
-  const std::vector<std::string>& datasets() const { return datasets_; }
-  const std::set<std::string>& groups() const { return groups_; }
-  bool has(const std::string& dataset) const { return dataset_set_.count(dataset) > 0; }
+  // Every dataset and group (absolute paths; datasets sorted), listed on
+  // first use (a walk of the whole file: the single-dataset reads below do
+  // not need it).
+  const std::vector<std::string>& datasets() const;
+  const std::set<std::string>& groups() const;
+  bool has(const std::string& dataset) const;
   // Groups below `top` (paths relative to it) that hold a `step` dataset.
   std::vector<std::string> step_groups(const std::string& top) const;
 
@@ -49,11 +51,14 @@ class RunReader {
   hid_t file() const { return f_.get(); }
 
  private:
+  void list() const;
+
   std::string path_;
   h5::Handle f_, root_;
-  std::vector<std::string> datasets_;
-  std::set<std::string> dataset_set_;
-  std::set<std::string> groups_;
+  mutable bool listed_ = false;
+  mutable std::vector<std::string> datasets_;
+  mutable std::set<std::string> dataset_set_;
+  mutable std::set<std::string> groups_;
 };
 
 }  // namespace exmy::io

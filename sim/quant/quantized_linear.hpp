@@ -48,12 +48,12 @@ struct RuntimeOptions {
   // output rows (evenly spread: floor(i*M/R)) with the unquantized GEMM, so
   // the reference GEMM costs at most 1/gemm_stats_sample of the quantized one
   // and statistics at every step stay cheap; gemm_stats_rows = 0 compares all
-  // M rows. One row in 32 (at least 8 tokens or features of a 256-row GEMM,
-  // each with all N outputs) is thousands of outputs, plenty for the four
-  // figures; one in 16 cost about +3% of a proxy-50m step more
+  // M rows. One row in 64 (32 tokens of a 2048-token step, each with all N
+  // outputs: tens of thousands of outputs) is plenty for the four figures;
+  // one in 32 cost about +5% of a proxy-50m step more, one in 16 +10%
   // (docs/benchmarks.md).
   int64_t gemm_stats_rows = 128;
-  int64_t gemm_stats_sample = 32;
+  int64_t gemm_stats_sample = 64;
 };
 
 struct StepContext {

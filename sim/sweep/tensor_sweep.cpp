@@ -1,6 +1,5 @@
 #include "sim/sweep/tensor_sweep.hpp"
 
-#include <hdf5.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,11 +78,10 @@ std::optional<QuantSpec> recorded_spec(hid_t ds) {
         case KnobKind::integer: v = read_int_attribute(ds, q.name); break;
         case KnobKind::real: v = read_double_attribute(ds, q.name); break;
         case KnobKind::u64: {
-          if (H5Aexists(ds, q.name) <= 0) break;
-          Handle a(H5Aopen(ds, q.name, H5P_DEFAULT), H5Aclose);
-          uint64_t u = 0;
-          if (H5Aread(a.get(), H5T_NATIVE_UINT64, &u) < 0) return std::nullopt;
-          v = u;
+          if (!has_attribute(ds, q.name)) break;
+          const auto u = read_u64_attribute(ds, q.name);
+          if (!u) return std::nullopt;
+          v = *u;
           break;
         }
       }
@@ -102,53 +100,6 @@ std::optional<QuantSpec> recorded_spec(hid_t ds) {
   } catch (const Error&) {
     return std::nullopt;
   }
-}
-
-struct Visit {
-  std::vector<std::string> datasets;
-};
-herr_t visit_cb(hid_t, const char* name, const H5O_info_t* info, void* self) {
-  io::h5::heartbeat();
-  if (info->type == H5O_TYPE_DATASET) static_cast<Visit*>(self)->datasets.push_back(name);
-  return 0;
-}
-
-bool is_2d_f32(hid_t f, const std::string& path) {
-  io::h5::heartbeat();
-  Handle d(H5Dopen2(f, path.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!d.valid()) return false;
-  Handle t(H5Dget_type(d.get()), H5Tclose);
-  Handle s(H5Dget_space(d.get()), H5Sclose);
-  return H5Tget_class(t.get()) == H5T_FLOAT && H5Tget_size(t.get()) == 4 &&
-         H5Sget_simple_extent_ndims(s.get()) == 2;
-}
-
-// Variable-length UTF-8 strings, one per element.
-void write_strings(hid_t loc, const std::string& path, const std::vector<std::string>& v, hid_t lcpl) {
-  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  const hsize_t n = v.size();
-  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-  Handle d(H5Dcreate2(loc, path.c_str(), type.get(), space.get(), lcpl, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
-  std::vector<const char*> p;
-  for (const auto& s : v) p.push_back(s.c_str());
-  if (!d.valid() || (n > 0 && H5Dwrite(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data()) < 0))
-    throw Error("cannot write dataset '" + path + "'");
-}
-template <class T>
-void write_column(hid_t loc, const std::string& path, const std::vector<T>& v, hid_t lcpl) {
-  const hid_t file_type = std::is_same_v<T, double> ? H5T_IEEE_F64LE
-                          : std::is_same_v<T, int64_t> ? H5T_STD_I64LE
-                                                      : H5T_STD_U64LE;
-  const hid_t mem_type = std::is_same_v<T, double> ? H5T_NATIVE_DOUBLE
-                         : std::is_same_v<T, int64_t> ? H5T_NATIVE_INT64
-                                                     : H5T_NATIVE_UINT64;
-  const hsize_t n = v.size();
-  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-  Handle d(H5Dcreate2(loc, path.c_str(), file_type, space.get(), lcpl, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
-  if (!d.valid() || (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0))
-    throw Error("cannot write dataset '" + path + "'");
 }
 
 }  // namespace
@@ -265,7 +216,7 @@ std::vector<TensorRef> list_tensors(const std::vector<std::string>& inputs, cons
       out.push_back(TensorRef{in, "", fs::path(in).filename().string()});
       continue;
     } else if (!in.ends_with(".h5") && !in.ends_with(".hdf5") &&
-               !(fs::is_regular_file(in) && H5Fis_hdf5(in.c_str()) > 0)) {
+               !io::h5::is_hdf5_file(in)) {
       if (!fs::exists(in)) throw Error("'" + in + "' does not exist");
       throw Error("'" + in + "' is neither an HDF5 file nor a .npy file");
     }
@@ -278,18 +229,16 @@ std::vector<TensorRef> list_tensors(const std::vector<std::string>& inputs, cons
     // The 2-D float32 datasets under g, one path per line, listed in a child
     // process: libhdf5 crashes on some corrupt files (io::h5::run_isolated).
     const std::string listed = io::h5::run_isolated(file, [&] {
-      Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+      Handle f = io::h5::open_file(file, false);
       if (!f.valid()) throw Error("cannot open '" + file + "' as HDF5");
-      if (g != "/" && H5Lexists(f.get(), g.c_str(), H5P_DEFAULT) <= 0)
+      const auto below = io::h5::datasets_below(f.get(), g);
+      if (!below)
         throw Error("'" + file + "' has no group '" + g + "' (tensors are captured with --set train.capture_step=N; "
                     "or give --group)");
-      Handle grp(H5Oopen(f.get(), g.c_str(), H5P_DEFAULT), H5Oclose);
-      Visit v;
-      H5Ovisit2(grp.get(), H5_INDEX_NAME, H5_ITER_INC, &visit_cb, &v, H5O_INFO_BASIC);
       std::string paths;
-      for (const auto& rel : v.datasets) {
+      for (const auto& rel : *below) {
         const std::string path = (g == "/" ? "/" : g + "/") + rel;
-        if (is_2d_f32(f.get(), path)) paths += path + "\n";
+        if (io::h5::is_float32_matrix(f.get(), path)) paths += path + "\n";
       }
       return paths;
     });
@@ -315,8 +264,8 @@ LoadedTensor load_tensor(const TensorRef& t) {
   out.rows = x.rows;
   out.cols = x.cols;
   if (!t.dataset.empty()) {
-    Handle f(H5Fopen(t.file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    Handle d(H5Dopen2(f.get(), t.dataset.c_str(), H5P_DEFAULT), H5Dclose);
+    Handle f = io::h5::open_file(t.file, false);
+    Handle d = f.valid() ? io::h5::open_dataset(f.get(), t.dataset) : Handle();
     if (d.valid()) out.recorded = recorded_spec(d.get());
   }
   return out;
@@ -402,10 +351,8 @@ void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const
     io::h5::silence_errors();
     cleanup.files.push_back(h5_tmp);
     {
-      Handle f(H5Fcreate(h5_tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+      Handle f = io::h5::create_file(h5_tmp, false);
       if (!f.valid()) throw Error("cannot create '" + h5_tmp + "'");
-      Handle lcpl = io::h5::intermediate_groups_lcpl();
-      const hid_t L = lcpl.get();
       std::vector<std::string> tnames;
       std::vector<int64_t> trows, tcols;
       for (size_t i = 0; i < s.tensors.size(); ++i) {
@@ -413,16 +360,16 @@ void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const
         trows.push_back(s.shapes[i].first);
         tcols.push_back(s.shapes[i].second);
       }
-      write_strings(f.get(), "/tensors/name", tnames, L);
-      write_column(f.get(), "/tensors/rows", trows, L);
-      write_column(f.get(), "/tensors/cols", tcols, L);
+      io::h5::write_column(f.get(), "/tensors/name", tnames);
+      io::h5::write_column(f.get(), "/tensors/rows", trows);
+      io::h5::write_column(f.get(), "/tensors/cols", tcols);
       std::vector<std::string> cnames, cfam;
       for (const auto& c : s.combos) {
         cnames.push_back(c.name);
         cfam.push_back(c.family);
       }
-      write_strings(f.get(), "/combos/name", cnames, L);
-      write_strings(f.get(), "/combos/family", cfam, L);
+      io::h5::write_column(f.get(), "/combos/name", cnames);
+      io::h5::write_column(f.get(), "/combos/family", cfam);
 
       std::vector<int64_t> tensor, combo;
       std::vector<std::string> cname, error;
@@ -444,9 +391,9 @@ void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const
         }
       }
       const hid_t F = f.get();
-      write_column(F, "/results/tensor", tensor, L);
-      write_column(F, "/results/combo", combo, L);
-      write_strings(F, "/results/combo_name", cname, L);
+      io::h5::write_column(F, "/results/tensor", tensor);
+      io::h5::write_column(F, "/results/combo", combo);
+      io::h5::write_column(F, "/results/combo_name", cname);
       // One column per QuantSpec knob (formats/vocab.hpp), typed by its kind;
       // the tensor amax as text (none, auto or the value at %.17g).
       for (const QuantKnob& k : quant_knobs()) {
@@ -466,20 +413,20 @@ void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const
           else if (k.kind == KnobKind::u64) u64.push_back(std::get<uint64_t>(v));
           else integer.push_back(std::get<int64_t>(v));
         }
-        if (as_text) write_strings(F, path, text, L);
-        else if (k.kind == KnobKind::real) write_column(F, path, real, L);
-        else if (k.kind == KnobKind::u64) write_column(F, path, u64, L);
-        else write_column(F, path, integer, L);
+        if (as_text) io::h5::write_column(F, path, text);
+        else if (k.kind == KnobKind::real) io::h5::write_column(F, path, real);
+        else if (k.kind == KnobKind::u64) io::h5::write_column(F, path, u64);
+        else io::h5::write_column(F, path, integer);
       }
-      write_strings(F, "/results/error", error, L);
-      write_column(F, "/results/amax", amax_used, L);
-      write_column(F, "/results/t", t, L);
+      io::h5::write_column(F, "/results/error", error);
+      io::h5::write_column(F, "/results/amax", amax_used);
+      io::h5::write_column(F, "/results/t", t);
       for (size_t i = 0; i < stats.size(); ++i) {
         const std::string path = std::string("/results/") + stats[i].name;
-        if (stats[i].kind == StatKind::count) write_column(F, path, counts[i], L);
-        else write_column(F, path, values[i], L);
+        if (stats[i].kind == StatKind::count) io::h5::write_column(F, path, counts[i]);
+        else io::h5::write_column(F, path, values[i]);
       }
-      Handle root(H5Gopen2(F, "/", H5P_DEFAULT), H5Gclose);
+      Handle root = io::h5::open_root(F);
       io::h5::write_attribute(root.get(), "schema", std::string("exmy sweep-tensors 1"));
     }
   }

@@ -19,7 +19,7 @@
 // name.
 #pragma once
 
-#include <hdf5.h>
+#include "sim/io/h5.hpp"  // hid_t
 
 #include <cstdint>
 #include <limits>

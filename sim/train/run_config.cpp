@@ -35,7 +35,7 @@ const std::vector<ConfigKey> kKeys = {
     {"train.stats_interval", "1", "steps between statistics of quantized operands and GEMMs (/quant, /gemm, /hist; step 1 and the last too; 0: never)"},
     {"train.capture_step", "0", "step whose quantized operands are written exactly to /capture (0: none)"},
     {"train.gemm_stats_rows", "128", "GEMM statistics compare min(this, ceil(M/gemm_stats_sample)) output rows with the unquantized GEMM (0: all)"},
-    {"train.gemm_stats_sample", "32", "GEMM statistics compare one output row in this many (at most gemm_stats_rows)"},
+    {"train.gemm_stats_sample", "64", "GEMM statistics compare one output row in this many (at most gemm_stats_rows)"},
     {"train.recompute", "none", "activation recompute: none, or blocks (each block's forward runs again in backward: the same bits, about a block's activations kept instead of every block's)"},
     {"train.cold_restart_references", "false", "on --resume, start tensor references empty instead of restoring them (the reference implementation)"},
     {"train.init_from", "", "HF checkpoint (directory or .safetensors) whose weights start a new run"},

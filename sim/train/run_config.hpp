@@ -67,7 +67,7 @@ struct RunConfig {
   int64_t stats_interval = 1;
   int64_t capture_step = 0;
   int64_t gemm_stats_rows = 128;   // sim::quant::RuntimeOptions::gemm_stats_rows
-  int64_t gemm_stats_sample = 32;  // sim::quant::RuntimeOptions::gemm_stats_sample
+  int64_t gemm_stats_sample = 64;  // sim::quant::RuntimeOptions::gemm_stats_sample
   // On resume, tensor references start empty instead of restored (the
   // reference implementation's cold restart).
   bool cold_restart_references = false;

@@ -176,39 +176,41 @@ TEST(SumTree, EqualsTheRecursiveDefinition) {
   EXPECT_EQ(bits_of(tree_sum(nullptr, 0).sq), bits_of(0.0));
 }
 
-// The four-lane kernel of the fast path against segment_partial lane by
-// lane: lengths that are and are not multiples of 8 and 4, lanes that overlap, and
-// specials (zeros of both signs, subnormals, huge values, Inf, NaN).
-TEST(SegmentPartials4, EachLaneEqualsSegmentPartial) {
+// The lane kernels of the fast path (four lanes, and eight with AVX-512)
+// against segment_partial lane by lane: lengths that are and are not
+// multiples of 8 and 4, lanes that overlap, and specials (zeros of both
+// signs, subnormals, huge values, Inf, NaN).
+static void check_segment_lanes(int lanes, void (*kernel)(const float* const*, const float* const*, int64_t, SumPartial*)) {
   test::Rng rng(77);
   const float specials[] = {0.0f, -0.0f, 1e-40f, -3e-39f, 3e38f, -3e38f, std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
   int inf_lanes = 0, nan_lanes = 0;
+  const int64_t L = lanes;
   for (const int64_t n : {0, 1, 3, 4, 5, 7, 8, 9, 12, 17, 4095, 4096}) {
     for (int variant = 0; variant < 4; ++variant) {
-      std::vector<float> x = wide_values(rng, 4 * n + 8), xh = wide_values(rng, 4 * n + 8);
+      std::vector<float> x = wide_values(rng, L * n + 8), xh = wide_values(rng, L * n + 8);
       // variant 1: finite specials; 2: also an infinite x-hat in lane 1's
       // range; 3: any specials, and a NaN x in lane 2's range
       if (variant > 0)
-        for (int k = 0; k < 6 && n > 0; ++k) {
+        for (int k = 0; k < 6 * lanes / 4 && n > 0; ++k) {
           auto& v = rng.coin() ? x : xh;
-          v[static_cast<size_t>(rng.range(0, 4 * n - 1))] = specials[rng.range(0, variant == 1 ? 5 : 8)];
+          v[static_cast<size_t>(rng.range(0, L * n - 1))] = specials[rng.range(0, variant == 1 ? 5 : 8)];
         }
       if (variant == 2 && n > 0) xh[static_cast<size_t>(n + rng.range(0, n - 1))] = -specials[6];
       if (variant == 3 && n > 0) x[static_cast<size_t>(2 * n + rng.range(0, n - 1))] = specials[8];
-      const float* xs[4];
-      const float* hs[4];
-      for (int k = 0; k < 4; ++k) {
-        const int64_t at = k == 3 ? 1 : k * n;  // lane 3 overlaps lane 0
+      const float* xs[8];
+      const float* hs[8];
+      for (int k = 0; k < lanes; ++k) {
+        const int64_t at = k == lanes - 1 ? 1 : k * n;  // the last lane overlaps lane 0
         xs[k] = x.data() + at;
         hs[k] = xh.data() + at;
       }
-      SumPartial got[4];
-      detail::segment_partials4(xs, hs, n, got);
-      for (int k = 0; k < 4; ++k) {
+      SumPartial got[8];
+      kernel(xs, hs, n, got);
+      for (int k = 0; k < lanes; ++k) {
         const SumPartial want = segment_partial(xs[k], hs[k], n);
-        const std::string what = "n " + std::to_string(n) + " variant " + std::to_string(variant) + " lane " +
-                                 std::to_string(k);
+        const std::string what = std::to_string(lanes) + " lanes, n " + std::to_string(n) + " variant " +
+                                 std::to_string(variant) + " lane " + std::to_string(k);
         // a NaN sum may carry either operand's NaN: compare NaN as NaN
         auto eq = [](double a, double b) { return std::isnan(a) ? std::isnan(b) : bits_of(a) == bits_of(b); };
         EXPECT_TRUE(eq(got[k].sq, want.sq)) << what;
@@ -223,6 +225,19 @@ TEST(SegmentPartials4, EachLaneEqualsSegmentPartial) {
   }
   EXPECT_GT(inf_lanes, 3);
   EXPECT_GT(nan_lanes, 3);
+}
+
+TEST(SegmentPartials, FourLanesEachEqualSegmentPartial) {
+  check_segment_lanes(4, [](const float* const* x, const float* const* xh, int64_t n, SumPartial* out) {
+    detail::segment_partials4(x, xh, n, out);
+  });
+}
+
+TEST(SegmentPartials, EightLanesEachEqualSegmentPartial) {
+  if (detail::simd_available() != detail::Simd::avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  check_segment_lanes(8, [](const float* const* x, const float* const* xh, int64_t n, SumPartial* out) {
+    detail::avx512::segment_partials8(x, xh, n, out);
+  });
 }
 
 // Rows longer than a segment: many segments per row, a shorter last one, and
