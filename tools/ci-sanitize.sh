@@ -38,9 +38,20 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 # halt_on_error / abort_on_error: the first report fails the test.
 # detect_leaks stays on: libgomp's thread pool is reachable at exit, so
 # OpenMP does not produce leak reports here (checked with GCC 12's libgomp).
-export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}
+# No detect_stack_use_after_return: its fake stack frames do not keep the
+# 64-byte alignment GCC 12 assumes for AVX-512 stack slots, so on an AVX-512
+# CPU an aligned 512-bit move of a local faults (a SEGV at a "high value
+# address" in code as plain as a std::copy of a float[16]).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
-step "ctest -L unit (ASAN_OPTIONS=$ASAN_OPTIONS UBSAN_OPTIONS=$UBSAN_OPTIONS)"
-ctest --test-dir "$BUILD_DIR" -L unit --output-on-failure --no-tests=error -j "$JOBS" "$@"
+step "ctest -L unit, but the data-parallel tests (ASAN_OPTIONS=$ASAN_OPTIONS UBSAN_OPTIONS=$UBSAN_OPTIONS)"
+ctest --test-dir "$BUILD_DIR" -L unit -E '^(Recipes/)?DistTrain' --output-on-failure --no-tests=error -j "$JOBS" "$@"
+# The data-parallel tests run exmy under mpirun: Open MPI's own allocations
+# (many in MCA plugins it has unloaded by exit, so no suppression can name
+# them) are reported as leaks. Every other check stays on; exmy's own leaks
+# are the other tests' business.
+step "ctest -L unit, the data-parallel tests (leak detection off)"
+ASAN_OPTIONS="${ASAN_OPTIONS//detect_leaks=1/detect_leaks=0}" \
+  ctest --test-dir "$BUILD_DIR" -L unit -R '^(Recipes/)?DistTrain' --output-on-failure --no-tests=error -j "$JOBS" "$@"
 
 step "ci-sanitize: passed in $(( $(date +%s) - start )) s"
