@@ -6,8 +6,12 @@
 #include "formats/fast/loops.hpp"
 
 #if defined(__x86_64__)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 #include "formats/fast/avx2_lanes.hpp"
 
 namespace exmy::detail::avx2 {
@@ -298,5 +302,9 @@ bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* 
 }
 
 }  // namespace exmy::detail::avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif

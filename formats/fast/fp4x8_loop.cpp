@@ -11,8 +11,12 @@
 #include "formats/fast/tails.hpp"
 
 #if defined(__x86_64__)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 #include "formats/fast/avx2_lanes.hpp"
 
 namespace exmy::detail::avx2 {
@@ -411,5 +415,9 @@ void fp4_blocks(const QuantPlan& p, const Fp4Magnitudes& m, const BlockConsts* c
   }
 }
 }  // namespace exmy::detail::avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif

@@ -226,7 +226,7 @@ void segment_partials(const float* const* x, const float* const* xh, int64_t n, 
 
 // The vector units the loops are written for, narrowest first. One binary
 // carries every form (each file of a width is compiled for that width
-// alone, with `#pragma GCC target`); the CPU decides at run time.
+// alone, with `#pragma GCC target`, or `#pragma clang attribute` under clang); the CPU decides at run time.
 enum class Simd : uint8_t { scalar, avx2, avx512 };
 const char* simd_name(Simd w);
 // The widest the CPU has: avx2 needs AVX2 and FMA, avx512 needs AVX-512

@@ -4,8 +4,12 @@
 #include "formats/fast/loops.hpp"
 
 #if defined(__x86_64__)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
+#endif
 #include <immintrin.h>
 
 namespace exmy::detail::avx512 {
@@ -72,5 +76,9 @@ void segment_partials8(const float* const x[8], const float* const xh[8], int64_
 
 }  // namespace exmy::detail::avx512
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif

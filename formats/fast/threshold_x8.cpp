@@ -10,8 +10,12 @@
 #include "formats/fast/tails.hpp"
 
 #if defined(__x86_64__)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 #include "formats/fast/avx2_lanes.hpp"
 #include "formats/fast/threshold_walk.hpp"
 
@@ -232,5 +236,9 @@ void threshold_band_lanes(const QuantPlan& p, const ThrRow& band, uint8_t* codes
 }
 
 }  // namespace exmy::detail::avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif
