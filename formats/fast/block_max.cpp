@@ -4,14 +4,10 @@
 #include <vector>
 
 #include "formats/fast/loops.hpp"
+#include "formats/fast/target.hpp"
 
 #if defined(__x86_64__)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+EXMY_TARGET_AVX2
 #include <immintrin.h>
 
 namespace exmy::detail::avx2 {
@@ -136,9 +132,5 @@ uint32_t abs_max_bits(const float* x, int64_t n) {
 }
 
 }  // namespace exmy::detail::avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+EXMY_TARGET_END
 #endif

@@ -2,14 +2,10 @@
 // bands with B a multiple of 16; the other shapes, and the last blocks of a
 // row, take the 8-lane form. The same maxima, so the same bits.
 #include "formats/fast/loops.hpp"
+#include "formats/fast/target.hpp"
 
 #if defined(__x86_64__)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
-#endif
+EXMY_TARGET_AVX512
 // (see threshold_x16.cpp; _mm512_reduce_max_epu32 draws -Wuninitialized)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -66,9 +62,5 @@ uint32_t abs_max_bits(const float* x, int64_t n) {
 }
 
 }  // namespace exmy::detail::avx512
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+EXMY_TARGET_END
 #endif

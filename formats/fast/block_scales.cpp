@@ -4,14 +4,10 @@
 #include <cmath>
 
 #include "formats/fast/loops.hpp"
+#include "formats/fast/target.hpp"
 
 #if defined(__x86_64__)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+EXMY_TARGET_AVX2
 #include "formats/fast/avx2_lanes.hpp"
 
 namespace exmy::detail::avx2 {
@@ -302,9 +298,5 @@ bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* 
 }
 
 }  // namespace exmy::detail::avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+EXMY_TARGET_END
 #endif

@@ -5,15 +5,11 @@
 #include <cstring>
 
 #include "formats/fast/loops.hpp"
+#include "formats/fast/target.hpp"
 #include "formats/fast/tails.hpp"
 
 #if defined(__x86_64__)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+EXMY_TARGET_AVX2
 #include "formats/fast/avx2_lanes.hpp"
 
 namespace exmy::detail::avx2 {
@@ -203,9 +199,5 @@ void f64x4_span(const QuantPlan& p, const BlockConsts& c, const F64Block& vb, co
 }
 
 }  // namespace exmy::detail::avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+EXMY_TARGET_END
 #endif

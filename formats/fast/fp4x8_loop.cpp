@@ -7,16 +7,12 @@
 #include <vector>
 
 #include "formats/fast/loops.hpp"
+#include "formats/fast/target.hpp"
 #include "formats/philox_cpu.hpp"
 #include "formats/fast/tails.hpp"
 
 #if defined(__x86_64__)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+EXMY_TARGET_AVX2
 #include "formats/fast/avx2_lanes.hpp"
 
 namespace exmy::detail::avx2 {
@@ -415,9 +411,5 @@ void fp4_blocks(const QuantPlan& p, const Fp4Magnitudes& m, const BlockConsts* c
   }
 }
 }  // namespace exmy::detail::avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+EXMY_TARGET_END
 #endif

@@ -2,14 +2,10 @@
 // partials side by side, one per lane of an 8-double vector (the 4-lane form
 // is segment_sums.cpp). Lane k is exactly segment_partial(x[k], xh[k], n).
 #include "formats/fast/loops.hpp"
+#include "formats/fast/target.hpp"
 
 #if defined(__x86_64__)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
-#endif
+EXMY_TARGET_AVX512
 #include <immintrin.h>
 
 namespace exmy::detail::avx512 {
@@ -76,9 +72,5 @@ void segment_partials8(const float* const x[8], const float* const xh[8], int64_
 
 }  // namespace exmy::detail::avx512
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+EXMY_TARGET_END
 #endif

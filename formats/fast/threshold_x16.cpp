@@ -6,15 +6,11 @@
 #include <vector>
 
 #include "formats/fast/loops.hpp"
+#include "formats/fast/target.hpp"
 #include "formats/fast/tails.hpp"
 
 #if defined(__x86_64__)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
-#endif
+EXMY_TARGET_AVX512
 // GCC 12's AVX-512 headers start some intrinsics from an undefined vector,
 // which -Wmaybe-uninitialized reports when the file's flags lack AVX-512.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -92,9 +88,5 @@ void threshold_row(const QuantPlan& p, const ThrRow& row, uint8_t* codes, float*
 }
 
 }  // namespace exmy::detail::avx512
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+EXMY_TARGET_END
 #endif

@@ -7,15 +7,11 @@
 #include <vector>
 
 #include "formats/fast/loops.hpp"
+#include "formats/fast/target.hpp"
 #include "formats/fast/tails.hpp"
 
 #if defined(__x86_64__)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+EXMY_TARGET_AVX2
 #include "formats/fast/avx2_lanes.hpp"
 #include "formats/fast/threshold_walk.hpp"
 
@@ -236,9 +232,5 @@ void threshold_band_lanes(const QuantPlan& p, const ThrRow& band, uint8_t* codes
 }
 
 }  // namespace exmy::detail::avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+EXMY_TARGET_END
 #endif
