@@ -469,7 +469,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   const bool nan_ok = nan_representable(p);
   using detail::Loop;
   const bool thr_loop = bs.loop == Loop::threshold_x16 || bs.loop == Loop::threshold_x8 ||
-                        bs.loop == Loop::threshold_lanes_x8;
+                        bs.loop == Loop::threshold_lanes_x8 || bs.loop == Loop::threshold_lanes_x16;
   // the loop of bands the threshold loops decline (finite or not) is fp4x8
   const Loop other = thr_loop ? bs.fallback : bs.loop;
   const bool fp4_loop = other == Loop::fp4x8;
@@ -632,7 +632,8 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   const int64_t nrows = p.has_scale ? r1 - r0 : 1;
   const int64_t rcols = p.has_scale ? cols : (r1 - r0) * cols;
   // The threshold loop with a block per lane takes the whole band at once.
-  const bool thr_lanes = use_thr && bs.loop == Loop::threshold_lanes_x8;
+  const bool thr_lanes =
+      use_thr && (bs.loop == Loop::threshold_lanes_x8 || bs.loop == Loop::threshold_lanes_x16);
   const Loop served = use_thr ? bs.loop : other;
   ++cnt.bands_by_loop[static_cast<int>(served)];
   for (int64_t rr = 0; rr < nrows; ++rr) {
@@ -652,7 +653,8 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
                         .stream = bs.stream};
       if (thr_lanes) {
         row.rows = nrows;
-        detail::avx2::threshold_band_lanes(p, row, codes, values, sc);
+        if (bs.loop == Loop::threshold_lanes_x16) detail::avx512::threshold_band_lanes(p, row, codes, values, sc);
+        else detail::avx2::threshold_band_lanes(p, row, codes, values, sc);
       } else {
         row.stream = bs.stream && bc % 4 == 0;
         row.prefetch = rr < bs.next_rows ? bs.next + rr * cols : nullptr;  // the same row of the next band

@@ -130,6 +130,8 @@ const LoopDecl kLoops[] = {
      threshold_handles, Loop::fp4x8},
     {Loop::threshold_x8, "threshold-x8", Simd::avx2, kSymmetricModes, kBothAriths, 8, false, true, true,
      threshold_handles, Loop::fp4x8},
+    {Loop::threshold_lanes_x16, "threshold-lanes-x16", Simd::avx512, kSymmetricModes, kBothAriths, 8, true, true,
+     true, threshold_handles, Loop::fp4x8},
     {Loop::threshold_lanes_x8, "threshold-lanes-x8", Simd::avx2, kSymmetricModes, kBothAriths, 8, true, true, true,
      threshold_handles, Loop::fp4x8},
     {Loop::fp4x8, "fp4-x8", Simd::avx2, kAllModes, kBothAriths, 1, false, false, false, fp4x8_handles,
@@ -231,6 +233,7 @@ void threshold_row(const QuantPlan& p, const ThrRow& row, uint8_t* codes, float*
 }
 
 void threshold_band_lanes(const QuantPlan& p, const ThrRow& band, uint8_t* codes, float* values, SpanCounts& cnt) {
+  if (have_avx512()) return avx512::threshold_band_lanes(p, band, codes, values, cnt);
   if (have_avx2()) return avx2::threshold_band_lanes(p, band, codes, values, cnt);
   for (int64_t r = 0; r < band.rows; ++r) {
     ThrRow row = band;

@@ -251,8 +251,9 @@ enum class Loop : uint8_t {
   threshold_x8,        // threshold_row, 8 lanes
   threshold_lanes_x8,  // threshold_band_lanes (a block per lane)
   threshold_x16,       // threshold_row, 16 lanes
+  threshold_lanes_x16, // threshold_band_lanes, 16 lanes
 };
-constexpr int kLoopKinds = 6;
+constexpr int kLoopKinds = 7;
 
 constexpr uint16_t mode_bit(Round r) { return static_cast<uint16_t>(1u << static_cast<unsigned>(r)); }
 constexpr uint8_t arith_bit(Arith a) { return static_cast<uint8_t>(1u << static_cast<unsigned>(a)); }
@@ -319,6 +320,8 @@ uint32_t abs_max_bits(const float* x, int64_t n);
 namespace avx512 {
 // Blocks of a width that is a multiple of 16 (others: avx2::threshold_row).
 void threshold_row(const QuantPlan& p, const ThrRow& row, uint8_t* codes, float* values, SpanCounts& cnt);
+// A block per lane, 16 lanes (the last cols % 16 columns: the scalar core).
+void threshold_band_lanes(const QuantPlan& p, const ThrRow& band, uint8_t* codes, float* values, SpanCounts& cnt);
 // 16 lanes for 1xB bands with B a multiple of 16 (others: the avx2 form).
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out);
 uint32_t abs_max_bits(const float* x, int64_t n);

@@ -1,0 +1,166 @@
+// The threshold loop with a block per lane (see threshold_band_lanes) in 16
+// lanes (AVX-512 F/BW/DQ/VL): Bx1 columns and other block widths that are
+// not a multiple of 8. Each lane compares |x| with the thresholds of its own
+// column's block, laid out column by column: a ThrBlock is 16 int32, so the
+// blocks of 16 columns transpose, as a 16x16 matrix, into 16 vectors. The
+// same decisions as the 8-lane form, so the same bits.
+#include <algorithm>
+#include <limits>
+
+#include "formats/fast/loops.hpp"
+#include "formats/fast/target.hpp"
+#include "formats/fast/tails.hpp"
+
+#if defined(__x86_64__)
+EXMY_TARGET_AVX512
+// (see threshold_x16.cpp)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+namespace exmy::detail::avx512 {
+namespace {
+
+// 16x16 transpose of int32: vector k of the result holds element k of every
+// input. Pairs of 32-bit, then of 64-bit elements within each 128-bit lane,
+// then the 128-bit lanes across in two steps.
+inline void transpose16x16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4i + j], 128-bit lane L: element 4L + j of r[4i .. 4i+3]
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // 0x88 takes 128-bit lanes 0 and 2 of each operand, 0xdd lanes 1 and 3
+  for (int j = 0; j < 4; ++j) {
+    const __m512i va = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88), vb = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
+    const __m512i wa = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+    const __m512i wb = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+    r[j] = _mm512_shuffle_i32x4(va, wa, 0x88);
+    r[8 + j] = _mm512_shuffle_i32x4(va, wa, 0xdd);
+    r[4 + j] = _mm512_shuffle_i32x4(vb, wb, 0x88);
+    r[12 + j] = _mm512_shuffle_i32x4(vb, wb, 0xdd);
+  }
+}
+
+template <bool kStream>
+void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes, float* values, SpanCounts& cnt) {
+  static_assert(sizeof(ThrBlock) == 16 * sizeof(int32_t), "ThrBlock: t[7], sat, table[8]");
+  const int64_t cols = band.cols, c16 = cols & ~int64_t{15};
+  // A chunk's layout: arrays of kChunk int32 (thresholds 1..7, saturation,
+  // the bits of x-hat for magnitude codes 0..7), small enough for L1 while
+  // every row of the band runs through the chunk; and per 16 columns the
+  // lanes whose block is the loop's (the others, which the scalar core
+  // encodes, take `unused`: thresholds no |x| exceeds, counted nowhere).
+  constexpr int64_t kChunk = 256;
+  constexpr int kT = 0, kSat = 7, kTab = 8;
+  alignas(64) int32_t lay[16 * kChunk];
+  __mmask16 use[kChunk / 16];
+  ThrBlock unused;
+  for (int k = 0; k < 7; ++k) unused.t[k] = std::numeric_limits<int32_t>::max();
+  unused.sat = std::numeric_limits<int32_t>::max();
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i sign_mask = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512i zero_i = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+  const __m512i sub_lim = _mm512_set1_epi32(1 << p.fe.M);
+  const unsigned sign_shift = 31u - static_cast<unsigned>(__builtin_ctz(p.fe.sign_bit));
+  uint64_t n_sat = 0, n_sub = 0, n_nz = 0, n_uf = 0;
+  for (int64_t c0 = 0; c0 < c16; c0 += kChunk) {
+    const int64_t w = std::min(kChunk, c16 - c0);
+    for (int64_t c = 0; c < w; c += 16) {
+      __m512i r[16];
+      unsigned u = 0;
+      for (int l = 0; l < 16; ++l) {
+        const uint8_t sc = band.code[(c0 + c + l) / band.bc];
+        const ThrBlock* th = band.use[sc] ? &band.thr[sc] : &unused;
+        u |= band.use[sc] ? 1u << l : 0u;
+        r[l] = _mm512_loadu_si512(th);
+      }
+      transpose16x16(r);
+      for (int k = 0; k < 16; ++k) _mm512_store_si512(lay + k * kChunk + c, r[k]);
+      use[c / 16] = static_cast<__mmask16>(u);
+    }
+    for (int64_t rr = 0; rr < band.rows; ++rr) {
+      const float* x = band.x + rr * cols + c0;
+      float* vo = values + band.i0 + rr * cols + c0;
+      uint8_t* co = codes ? codes + band.i0 + rr * cols + c0 : nullptr;
+      // the row's next chunk while this one computes: the band's rows are
+      // more streams than the hardware prefetchers follow
+      const float* pf = c0 + kChunk < c16 ? x + kChunk : nullptr;
+      for (int64_t c = 0; c < w; c += 16) {
+        if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + c), _MM_HINT_T0);
+        const int32_t* l = lay + c;
+        auto at = [l](int k) { return _mm512_load_si512(l + k * kChunk); };
+        const float* tab = reinterpret_cast<const float*>(l + kTab * kChunk);
+        const __m512i xi = _mm512_loadu_si512(x + c);
+        const __m512i ax = _mm512_and_si512(xi, abs_mask);
+        // the code counts the thresholds |x| exceeds; x-hat follows the same
+        // masks up the table (they are nested: each implies the one before)
+        const __mmask16 m1 = _mm512_cmpgt_epi32_mask(ax, at(kT));
+        __m512i code = _mm512_maskz_mov_epi32(m1, one);
+        __m512 xh = _mm512_mask_load_ps(_mm512_load_ps(tab), m1, tab + kChunk);
+        for (int k = 1; k < 7; ++k) {
+          const __mmask16 m = _mm512_cmpgt_epi32_mask(ax, at(kT + k));
+          code = _mm512_mask_add_epi32(code, m, code, one);
+          xh = _mm512_mask_load_ps(xh, m, tab + (k + 1) * kChunk);
+        }
+        const __m512i xs = _mm512_and_si512(xi, sign_mask);
+        xh = _mm512_or_ps(xh, _mm512_castsi512_ps(xs));
+        if constexpr (kStream) {
+          _mm_stream_ps(vo + c, _mm512_castps512_ps128(xh));
+          _mm_stream_ps(vo + c + 4, _mm512_extractf32x4_ps(xh, 1));
+          _mm_stream_ps(vo + c + 8, _mm512_extractf32x4_ps(xh, 2));
+          _mm_stream_ps(vo + c + 12, _mm512_extractf32x4_ps(xh, 3));
+        } else {
+          _mm512_storeu_ps(vo + c, xh);
+        }
+        if (co) {
+          const __m128i c8 = _mm512_cvtepi32_epi8(_mm512_or_si512(code, _mm512_srli_epi32(xs, sign_shift)));
+          if constexpr (kStream) {
+            _mm_stream_si64(reinterpret_cast<long long*>(co + c), _mm_cvtsi128_si64(c8));
+            _mm_stream_si64(reinterpret_cast<long long*>(co + c + 8), _mm_extract_epi64(c8, 1));
+          } else {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(co + c), c8);
+          }
+        }
+        if (band.stats) {
+          const __mmask16 nz = _mm512_cmpgt_epi32_mask(ax, zero_i) & use[c / 16];
+          const __mmask16 zh = _mm512_cmp_ps_mask(xh, _mm512_setzero_ps(), _CMP_EQ_OQ);
+          n_nz += static_cast<uint64_t>(__builtin_popcount(nz));
+          n_uf += static_cast<uint64_t>(__builtin_popcount(nz & zh));
+          n_sub += static_cast<uint64_t>(__builtin_popcount(m1 & _mm512_cmpgt_epi32_mask(sub_lim, code)));
+          n_sat += static_cast<uint64_t>(__builtin_popcount(_mm512_cmpgt_epi32_mask(ax, at(kSat))));
+        }
+      }
+    }
+  }
+  if constexpr (kStream) _mm_sfence();
+  cnt.saturated += n_sat;
+  cnt.subnormal += n_sub;
+  cnt.nonzero += n_nz;
+  cnt.underflow += n_uf;
+  // the last columns (fewer than 16) through the scalar core
+  RandomBits rng(p.seed, p.stream, 8);  // for core_element; these modes draw no bits
+  for (int64_t rr = 0; rr < band.rows; ++rr) {
+    for (int64_t c = c16; c < cols; ++c) {
+      const uint8_t sc = band.code[c / band.bc];
+      if (!band.use[sc]) continue;
+      core_element(p, band.consts[sc], band.x + rr * cols, band.i0 + rr * cols + c, c, codes, values, rng, cnt);
+    }
+  }
+}
+
+}  // namespace
+
+void threshold_band_lanes(const QuantPlan& p, const ThrRow& band, uint8_t* codes, float* values, SpanCounts& cnt) {
+  (band.stream ? threshold_lanes_impl<true> : threshold_lanes_impl<false>)(p, band, codes, values, cnt);
+}
+
+}  // namespace exmy::detail::avx512
+EXMY_TARGET_END
+#endif
