@@ -458,193 +458,156 @@ inline void scalar_element(const QuantPlan& p, const BlockConsts& c, const float
   values[i] = xh;
 }
 
-// Quantizes rows [r0, r1) (one band) of x. `blk0` is the index of the band's
-// first block; `bmax` its blocks' amax bits when already measured. Without a
-// block scale the band is one block-free run. Returns max |x| of the band as
-// bits (NaN above Inf).
-uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0, int64_t r1, int64_t blk0,
-                   const uint32_t* bmax, const QuantOutput& out, float* values, BandState& bs, Counts& cnt,
-                   FirstError& err) {
+// One band's geometry and the call's choices for it, shared by the passes
+// of quantize_band.
+struct Band {
+  int64_t cols = 0, r0 = 0, r1 = 0, blk0 = 0;
+  int64_t bc = 0, gc = 0;  // gc blocks of bc columns (without a scale: one block of the whole band)
+  detail::Loop other = detail::Loop::scalar_core;  // the loop of bands the threshold loops decline, or the call's loop
+  bool thr_loop = false, fp4_loop = false, f64_loop = false;
+};
+
+// Pass 1: the blocks' amax bits (NaN detection too), unless the tensor-amax
+// pass already measured them (bmax).
+const uint32_t* band_block_maxima(const QuantPlan& p, const float* x, const Band& g, const uint32_t* bmax,
+                                  BandState& bs) {
+  if (bmax) return bmax;
+  bs.bmax_bits.resize(static_cast<size_t>(g.gc));
+  const float* x0 = x + g.r0 * g.cols;
+  if (p.has_scale) detail::band_block_max_bits(x0, g.r1 - g.r0, g.cols, p.bc, bs.bmax_bits.data());
+  else bs.bmax_bits[0] = detail::abs_max_bits(x0, (g.r1 - g.r0) * g.cols);
+  return bs.bmax_bits.data();
+}
+
+// Pass 2 for the threshold loops: every block's scale code by thresholds,
+// and the loop's constants for each code in the band's range (made once per
+// code and call). Returns false, doing nothing, where the band holds Inf or
+// NaN or codes outside the thresholds' cover (the fallback loop then takes
+// it); else sets band_max.
+bool threshold_scales(const QuantPlan& p, const uint32_t* bm, const Band& g, const QuantOutput& out, BandState& bs,
+                      Counts& cnt, uint32_t& band_max) {
+  bs.code_of.resize(static_cast<size_t>(g.gc));
+  detail::ScaleCodeOut so;
+  if (!detail::block_scale_codes(p, bs.sthr, bm, g.gc, bs.code_of.data(), so)) return false;
+  band_max = so.max_bits;
+  bool zero_scales = false;
+  for (uint32_t code = so.code_min; code <= so.code_max; ++code) {
+    if (!bs.thr_known[code]) {
+      const double s = p.fs.decode(code);
+      bs.thr_use[code] = s != 0.0;  // s = 0 only for zero-scale blocks (policy zero)
+      if (s != 0.0) {
+        bs.consts_by_code[code] = block_consts(p, s);
+        detail::fp4_blocks(p, bs.fp4_mags, &bs.consts_by_code[code], 1, &bs.fp4_by_code[code]);
+        bs.fp4_known[code] = 1;
+        detail::threshold_block(p, bs.consts_by_code[code], bs.fp4_by_code[code], bs.thr_by_code[code]);
+      }
+      bs.thr_known[code] = 1;
+    }
+    zero_scales = zero_scales || !bs.thr_use[code];
+  }
+  bs.scalar.clear();
+  if (zero_scales) {  // the scalar core encodes the zero-scale blocks
+    for (int64_t j = 0; j < g.gc; ++j) {
+      if (bs.thr_use[bs.code_of[static_cast<size_t>(j)]]) continue;
+      bs.scale[static_cast<size_t>(j)].zero = true;
+      bs.nan[static_cast<size_t>(j)] = 0;
+      bs.scalar.push_back(j);
+    }
+    bs.consts.resize(static_cast<size_t>(g.gc));  // the scalar blocks' constants (unused when zero)
+    for (const int64_t j : bs.scalar) bs.consts[static_cast<size_t>(j)] = BlockConsts{0.0, 0.0f};
+  }
+  if (out.scale_codes)
+    std::memcpy(static_cast<uint8_t*>(out.scale_codes) + g.blk0, bs.code_of.data(), static_cast<size_t>(g.gc));
+  cnt.scale_saturated += so.saturated;
+  cnt.scale_underflow += so.underflow;
+  cnt.scale_subnormal += so.subnormal;
+  return true;
+}
+
+// Pass 2 of the common case of the 8-lane FP4 loop in one branch-free loop:
+// scales made by block_scales_vec, one-byte scale codes, no NaN in the band.
+void fp4_scales(const QuantPlan& p, const Band& g, const QuantOutput& out, BandState& bs, Counts& cnt) {
+  auto* scodes = static_cast<uint8_t*>(out.scale_codes);
+  const bool fp32 = p.arith == Arith::fp32;
+  uint64_t saturated = 0, underflow = 0, subnormal = 0;
+  for (int64_t j = 0; j < g.gc; ++j) {
+    const BlockScale& s = bs.scale[static_cast<size_t>(j)];
+    const uint32_t code = s.code & 0xffu;
+    saturated += s.saturated;
+    underflow += s.underflow;
+    subnormal += bs.scale_sub[code];
+    bs.consts[static_cast<size_t>(j)] = fp32 ? block_consts(p, s.s) : BlockConsts{s.s, 0.0f};
+    if (scodes) scodes[g.blk0 + j] = static_cast<uint8_t>(s.code);
+    bs.use_vec[static_cast<size_t>(j)] = !s.zero;
+    // A block's 8-lane constants depend only on its scale (a function of
+    // the scale code within a call): made once per code, then copied.
+    if (!bs.fp4_known[code]) {
+      detail::fp4_blocks(p, bs.fp4_mags, &bs.consts[static_cast<size_t>(j)], 1, &bs.fp4_by_code[code]);
+      bs.fp4_known[code] = 1;
+    }
+    bs.fp4[static_cast<size_t>(j)] = bs.fp4_by_code[code];
+  }
+  cnt.scale_saturated += saturated;
+  cnt.scale_underflow += underflow;
+  cnt.scale_subnormal += subnormal;
+}
+
+// Pass 2 in general: block by block, NaN blocks and zero scales included;
+// scales_done when block_scales_vec made bs.scale already.
+void general_scales(const QuantPlan& p, const uint32_t* bm, const Band& g, bool scales_done, const QuantOutput& out,
+                    BandState& bs, Counts& cnt) {
+  const int sb = p.has_scale ? p.fs.code_bytes() : 1;
+  for (int64_t j = 0; j < g.gc; ++j) {
+    // A NaN poisons its block; without a block scale it stays an element
+    // matter for the scalar loop (the band then skips the vector loops).
+    const bool has_nan = bm[j] > 0x7f800000u;
+    bs.nan[j] = p.has_scale && has_nan;
+    bool zero = false;
+    if (p.has_scale) {
+      if (bs.nan[j]) {
+        bs.scale[j] = BlockScale{p.fs.has_nan ? p.fs.nan_code : 0u, 0.0, false, false, false};
+      } else {
+        if (!scales_done) bs.scale[j] = block_scale(p, float_of(bm[j]));
+        cnt.scale_saturated += bs.scale[j].saturated;
+        cnt.scale_underflow += bs.scale[j].underflow;
+        cnt.scale_subnormal += p.fs.classify(bs.scale[j].code) == CodeClass::subnormal;
+        bs.consts[j] = block_consts(p, bs.scale[j].s);
+        zero = bs.scale[j].zero;
+      }
+      store_code(out.scale_codes, sb, g.blk0 + j, bs.scale[j].code);
+    }
+    if (has_nan || zero) continue;
+    bs.use_vec[j] = g.fp4_loop || g.f64_loop;
+    if (g.f64_loop) bs.f64[j] = detail::f64_block(p, bs.consts[j]);
+  }
+}
+
+// Pass 3: the elements, row-major. The vector loops take the blocks marked
+// in use_vec (the threshold loops: those whose code they use); the rest (NaN
+// blocks, zero-scale blocks, formats the vector loops do not cover) go
+// element by element through the scalar core.
+void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_thr, const QuantOutput& out,
+                   float* values, BandState& bs, Counts& cnt, FirstError& err) {
+  using detail::Loop;
   RandomBits rng(p.seed, p.stream, p.sr_bits > 0 ? p.sr_bits : 8);
   const bool nan_ok = nan_representable(p);
-  using detail::Loop;
-  const bool thr_loop = bs.loop == Loop::threshold_x16 || bs.loop == Loop::threshold_x8 ||
-                        bs.loop == Loop::threshold_lanes_x8 || bs.loop == Loop::threshold_lanes_x16;
-  // the loop of bands the threshold loops decline (finite or not) is fp4x8
-  const Loop other = thr_loop ? bs.fallback : bs.loop;
-  const bool fp4_loop = other == Loop::fp4x8;
-  const bool f64_loop = other == Loop::f64x4;
   auto* codes = static_cast<uint8_t*>(out.codes);
   detail::SpanCounts sc;
-
-  // Block geometry of the band: gc blocks of bc columns (one block of the
-  // whole band without a scale).
-  const int64_t bc = p.has_scale ? p.bc : (r1 - r0) * cols;
-  const int64_t gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 1;
-  bs.scale.resize(static_cast<size_t>(gc));
-  bs.nan.resize(static_cast<size_t>(gc));
-  if (fp4_loop && !bs.fp4_mags_ready) {
-    bs.fp4_mags = detail::fp4_magnitudes(p);
-    bs.fp4_mags_ready = true;
-  }
-
-  // Pass 1: block amax (NaN detection too), unless the tensor-amax pass
-  // already measured it.
-  const uint32_t* bm = bmax;
-  if (!bm) {
-    bs.bmax_bits.resize(static_cast<size_t>(gc));
-    if (p.has_scale) {
-      detail::band_block_max_bits(x + r0 * cols, r1 - r0, cols, p.bc, bs.bmax_bits.data());
-    } else {
-      bs.bmax_bits[0] = detail::abs_max_bits(x + r0 * cols, (r1 - r0) * cols);
-    }
-    bm = bs.bmax_bits.data();
-  }
-
-  // Pass 2: block scales and the constants of each block's element loop.
-  const int sb = p.has_scale ? p.fs.code_bytes() : 1;
-  auto* scodes = static_cast<uint8_t*>(out.scale_codes);
-  // The threshold loop, exact for every finite input, where the mode allows
-  // it and the band holds no Inf or NaN: blocks need only their scale code.
-  bool use_thr = false;
-  uint32_t band_max = 0;
-  if (thr_loop) {
-    bs.code_of.resize(static_cast<size_t>(gc));
-    detail::ScaleCodeOut so;
-    if (detail::block_scale_codes(p, bs.sthr, bm, gc, bs.code_of.data(), so)) {
-      use_thr = true;
-      band_max = so.max_bits;
-      // the loop's constants for every code in the band's range (made once
-      // per code and call)
-      bool zero_scales = false;
-      for (uint32_t code = so.code_min; code <= so.code_max; ++code) {
-        if (!bs.thr_known[code]) {
-          const double s = p.fs.decode(code);
-          bs.thr_use[code] = s != 0.0;  // s = 0 only for zero-scale blocks (policy zero)
-          if (s != 0.0) {
-            bs.consts_by_code[code] = block_consts(p, s);
-            detail::fp4_blocks(p, bs.fp4_mags, &bs.consts_by_code[code], 1, &bs.fp4_by_code[code]);
-            bs.fp4_known[code] = 1;
-            detail::threshold_block(p, bs.consts_by_code[code], bs.fp4_by_code[code], bs.thr_by_code[code]);
-          }
-          bs.thr_known[code] = 1;
-        }
-        zero_scales = zero_scales || !bs.thr_use[code];
-      }
-      bs.scalar.clear();
-      if (zero_scales) {  // the scalar core encodes the zero-scale blocks
-        for (int64_t j = 0; j < gc; ++j) {
-          if (bs.thr_use[bs.code_of[static_cast<size_t>(j)]]) continue;
-          bs.scale[static_cast<size_t>(j)].zero = true;
-          bs.nan[static_cast<size_t>(j)] = 0;
-          bs.scalar.push_back(j);
-        }
-        bs.consts.resize(static_cast<size_t>(gc));  // the scalar blocks' constants (unused when zero)
-        for (const int64_t j : bs.scalar) bs.consts[static_cast<size_t>(j)] = BlockConsts{0.0, 0.0f};
-      }
-      if (scodes) std::memcpy(scodes + blk0, bs.code_of.data(), static_cast<size_t>(gc));
-      cnt.scale_saturated += so.saturated;
-      cnt.scale_underflow += so.underflow;
-      cnt.scale_subnormal += so.subnormal;
-    }
-  }
-  if (!use_thr)
-    for (int64_t j = 0; j < gc; ++j) band_max = std::max(band_max, bm[j]);
-  if (p.has_scale && sb == 1 && !use_thr && !bs.scale_sub_ready) {
-    for (uint32_t code = 0; code < 256; ++code)
-      bs.scale_sub[code] = code < (1u << p.fs.bits) && p.fs.classify(code) == CodeClass::subnormal;
-    bs.scale_sub_ready = true;
-  }
-  if (!use_thr) {
-    bs.consts.assign(static_cast<size_t>(gc), BlockConsts{1.0, 0.0f});
-    bs.nan.assign(static_cast<size_t>(gc), 0);
-    bs.use_vec.assign(static_cast<size_t>(gc), 0);
-    if (f64_loop) bs.f64.resize(static_cast<size_t>(gc));
-    if (fp4_loop) bs.fp4.resize(static_cast<size_t>(gc));
-  }
-  const bool scales_done = !use_thr && p.has_scale && detail::block_scales_vec(p, bm, gc, bs.scale.data());
-  bool fp4_done = false;
-  if (use_thr) {
-    // done above
-  } else if (scales_done && fp4_loop && sb == 1 && band_max <= 0x7f800000u) {
-    // The common case in one branch-free loop: vectorised scales, the 8-lane
-    // element loop, one-byte scale codes, no NaN in the band.
-    const bool fp32 = p.arith == Arith::fp32;
-    uint64_t saturated = 0, underflow = 0, subnormal = 0;
-    for (int64_t j = 0; j < gc; ++j) {
-      const BlockScale& s = bs.scale[static_cast<size_t>(j)];
-      const uint32_t code = s.code & 0xffu;
-      saturated += s.saturated;
-      underflow += s.underflow;
-      subnormal += bs.scale_sub[code];
-      bs.consts[static_cast<size_t>(j)] = fp32 ? block_consts(p, s.s) : BlockConsts{s.s, 0.0f};
-      if (scodes) scodes[blk0 + j] = static_cast<uint8_t>(s.code);
-      bs.use_vec[static_cast<size_t>(j)] = !s.zero;
-      // A block's 8-lane constants depend only on its scale (a function of
-      // the scale code within a call): made once per code, then copied.
-      if (!bs.fp4_known[code]) {
-        detail::fp4_blocks(p, bs.fp4_mags, &bs.consts[static_cast<size_t>(j)], 1, &bs.fp4_by_code[code]);
-        bs.fp4_known[code] = 1;
-      }
-      bs.fp4[static_cast<size_t>(j)] = bs.fp4_by_code[code];
-    }
-    fp4_done = true;
-    cnt.scale_saturated += saturated;
-    cnt.scale_underflow += underflow;
-    cnt.scale_subnormal += subnormal;
-  } else {
-    for (int64_t j = 0; j < gc; ++j) {
-      // A NaN poisons its block; without a block scale it stays an element
-      // matter for the scalar loop (the band then skips the vector loops).
-      const bool has_nan = bm[j] > 0x7f800000u;
-      bs.nan[j] = p.has_scale && has_nan;
-      bool zero = false;
-      if (p.has_scale) {
-        if (bs.nan[j]) {
-          bs.scale[j] = BlockScale{p.fs.has_nan ? p.fs.nan_code : 0u, 0.0, false, false, false};
-        } else {
-          if (!scales_done) bs.scale[j] = block_scale(p, float_of(bm[j]));
-          cnt.scale_saturated += bs.scale[j].saturated;
-          cnt.scale_underflow += bs.scale[j].underflow;
-          cnt.scale_subnormal += p.fs.classify(bs.scale[j].code) == CodeClass::subnormal;
-          bs.consts[j] = block_consts(p, bs.scale[j].s);
-          zero = bs.scale[j].zero;
-        }
-        store_code(out.scale_codes, sb, blk0 + j, bs.scale[j].code);
-      }
-      if (has_nan || zero) continue;
-      bs.use_vec[j] = fp4_loop || f64_loop;
-      if (f64_loop) bs.f64[j] = detail::f64_block(p, bs.consts[j]);
-    }
-  }
-  if (fp4_loop && !use_thr) {
-    if (!fp4_done) detail::fp4_blocks(p, bs.fp4_mags, bs.consts.data(), gc, bs.fp4.data());
-    bs.scalar.clear();
-    for (int64_t j = 0; j < gc; ++j) {
-      bs.use_vec[j] = bs.use_vec[j] && bs.fp4[j].ok;
-      if (!bs.use_vec[j]) bs.scalar.push_back(j);
-    }
-  }
-
-  // Pass 3: elements, row-major. The vector loops take the blocks marked in
-  // use_vec; the rest (NaN blocks, zero-scale blocks, formats the vector
-  // loops do not cover) go element by element through the scalar core.
-  const int64_t nrows = p.has_scale ? r1 - r0 : 1;
-  const int64_t rcols = p.has_scale ? cols : (r1 - r0) * cols;
+  const int64_t nrows = p.has_scale ? g.r1 - g.r0 : 1;
+  const int64_t rcols = p.has_scale ? g.cols : (g.r1 - g.r0) * g.cols;
   // The threshold loop with a block per lane takes the whole band at once.
   const bool thr_lanes =
       use_thr && (bs.loop == Loop::threshold_lanes_x8 || bs.loop == Loop::threshold_lanes_x16);
-  const Loop served = use_thr ? bs.loop : other;
-  ++cnt.bands_by_loop[static_cast<int>(served)];
+  ++cnt.bands_by_loop[static_cast<int>(use_thr ? bs.loop : g.other)];
   for (int64_t rr = 0; rr < nrows; ++rr) {
-    const int64_t i0 = (r0 + rr) * cols;
+    const int64_t i0 = (g.r0 + rr) * g.cols;
     // (threshold_band_lanes takes the band's rows with its first)
     if (use_thr && (!thr_lanes || rr == 0)) {
       detail::ThrRow row{.x = x + i0,
                         .i0 = i0,
                         .cols = rcols,
-                        .bc = bc,
-                        .nblocks = gc,
+                        .bc = g.bc,
+                        .nblocks = g.gc,
                         .code = bs.code_of.data(),
                         .consts = bs.consts_by_code,
                         .thr = bs.thr_by_code,
@@ -656,31 +619,31 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
         if (bs.loop == Loop::threshold_lanes_x16) detail::avx512::threshold_band_lanes(p, row, codes, values, sc);
         else detail::avx2::threshold_band_lanes(p, row, codes, values, sc);
       } else {
-        row.stream = bs.stream && bc % 4 == 0;
-        row.prefetch = rr < bs.next_rows ? bs.next + rr * cols : nullptr;  // the same row of the next band
+        row.stream = bs.stream && g.bc % 4 == 0;
+        row.prefetch = rr < bs.next_rows ? bs.next + rr * g.cols : nullptr;  // the same row of the next band
         if (bs.loop == Loop::threshold_x16) detail::avx512::threshold_row(p, row, codes, values, sc);
         else detail::avx2::threshold_row(p, row, codes, values, sc);
       }
-    } else if (fp4_loop && !use_thr) {
-      const detail::Fp4Row row{x + i0, i0, rcols, bc, gc, bs.consts.data(), bs.fp4.data(), bs.use_vec.data(),
+    } else if (g.fp4_loop && !use_thr) {
+      const detail::Fp4Row row{x + i0, i0, rcols, g.bc, g.gc, bs.consts.data(), bs.fp4.data(), bs.use_vec.data(),
                                out.stats != nullptr};
       detail::avx2::fp4x8_row(p, row, codes, values, rng, sc);
     }
     auto scalar_block = [&](int64_t j) {
-      const int64_t c0 = j * bc, c1 = std::min(rcols, c0 + bc);
+      const int64_t c0 = j * g.bc, c1 = std::min(rcols, c0 + g.bc);
       const bool zero = p.has_scale && !bs.nan[j] && bs.scale[j].zero;
       for (int64_t c = c0; c < c1; ++c)
         scalar_element(p, bs.consts[j], x, i0 + c, bs.nan[j], zero, nan_ok, out, values, rng, cnt, err);
     };
-    if (fp4_loop || use_thr) {  // fp4x8_row or threshold_row did the others
+    if (g.fp4_loop || use_thr) {  // fp4x8_row or threshold_row did the others
       for (const int64_t j : bs.scalar) scalar_block(j);
       continue;
     }
-    for (int64_t j = 0; j < gc; ++j) {
+    for (int64_t j = 0; j < g.gc; ++j) {
       if (!bs.use_vec[j]) {
         scalar_block(j);
-      } else if (f64_loop) {
-        const int64_t c0 = j * bc, c1 = std::min(rcols, c0 + bc);
+      } else if (g.f64_loop) {
+        const int64_t c0 = j * g.bc, c1 = std::min(rcols, c0 + g.bc);
         detail::avx2::f64x4_span(p, bs.consts[j], bs.f64[j], x + i0 + c0, i0 + c0, c1 - c0, codes, values, rng, sc);
       }
     }
@@ -689,6 +652,62 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   cnt.underflow += sc.underflow;
   cnt.saturated += sc.saturated;
   cnt.subnormal += sc.subnormal;
+}
+
+// Quantizes rows [r0, r1) (one band) of x. `blk0` is the index of the band's
+// first block; `bmax` its blocks' amax bits when already measured. Without a
+// block scale the band is one block-free run. Returns max |x| of the band as
+// bits (NaN above Inf).
+uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t r0, int64_t r1, int64_t blk0,
+                       const uint32_t* bmax, const QuantOutput& out, float* values, BandState& bs, Counts& cnt,
+                       FirstError& err) {
+  using detail::Loop;
+  Band g{.cols = cols, .r0 = r0, .r1 = r1, .blk0 = blk0};
+  g.thr_loop = bs.loop == Loop::threshold_x16 || bs.loop == Loop::threshold_x8 ||
+               bs.loop == Loop::threshold_lanes_x8 || bs.loop == Loop::threshold_lanes_x16;
+  g.other = g.thr_loop ? bs.fallback : bs.loop;
+  g.fp4_loop = g.other == Loop::fp4x8;
+  g.f64_loop = g.other == Loop::f64x4;
+  g.bc = p.has_scale ? p.bc : (r1 - r0) * cols;
+  g.gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 1;
+  bs.scale.resize(static_cast<size_t>(g.gc));
+  bs.nan.resize(static_cast<size_t>(g.gc));
+  if (g.fp4_loop && !bs.fp4_mags_ready) {
+    bs.fp4_mags = detail::fp4_magnitudes(p);
+    bs.fp4_mags_ready = true;
+  }
+  const uint32_t* bm = band_block_maxima(p, x, g, bmax, bs);
+
+  // Pass 2: block scales and the constants of each block's element loop.
+  uint32_t band_max = 0;
+  const bool use_thr = g.thr_loop && threshold_scales(p, bm, g, out, bs, cnt, band_max);
+  if (!use_thr) {
+    for (int64_t j = 0; j < g.gc; ++j) band_max = std::max(band_max, bm[j]);
+    const bool one_byte = p.has_scale && p.fs.code_bytes() == 1;
+    if (one_byte && !bs.scale_sub_ready) {
+      for (uint32_t code = 0; code < 256; ++code)
+        bs.scale_sub[code] = code < (1u << p.fs.bits) && p.fs.classify(code) == CodeClass::subnormal;
+      bs.scale_sub_ready = true;
+    }
+    bs.consts.assign(static_cast<size_t>(g.gc), BlockConsts{1.0, 0.0f});
+    bs.nan.assign(static_cast<size_t>(g.gc), 0);
+    bs.use_vec.assign(static_cast<size_t>(g.gc), 0);
+    if (g.f64_loop) bs.f64.resize(static_cast<size_t>(g.gc));
+    if (g.fp4_loop) bs.fp4.resize(static_cast<size_t>(g.gc));
+    const bool scales_done = p.has_scale && detail::block_scales_vec(p, bm, g.gc, bs.scale.data());
+    const bool fp4_common = scales_done && g.fp4_loop && one_byte && band_max <= 0x7f800000u;
+    if (fp4_common) fp4_scales(p, g, out, bs, cnt);
+    else general_scales(p, bm, g, scales_done, out, bs, cnt);
+    if (g.fp4_loop) {
+      if (!fp4_common) detail::fp4_blocks(p, bs.fp4_mags, bs.consts.data(), g.gc, bs.fp4.data());
+      bs.scalar.clear();
+      for (int64_t j = 0; j < g.gc; ++j) {
+        bs.use_vec[j] = bs.use_vec[j] && bs.fp4[j].ok;
+        if (!bs.use_vec[j]) bs.scalar.push_back(j);
+      }
+    }
+  }
+  band_elements(p, x, g, use_thr, out, values, bs, cnt, err);
   return band_max;
 }
 
