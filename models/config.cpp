@@ -522,10 +522,10 @@ sim::ArenaLayout make_layout(const NemotronHConfig& c) {
   L.add("embeddings.weight", {c.vocab_size, H}, true);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    L.add(p + "norm.weight", {H}, false);
+    add_param(L, p + "norm.weight", {H}, false, ParamInit::ones);
     mixer_kind(c.hybrid_override_pattern[static_cast<size_t>(i)]).ops.add_params(L, c, p + "mixer.");
   }
-  L.add("norm_f.weight", {H}, false);
+  add_param(L, "norm_f.weight", {H}, false, ParamInit::ones);
   L.add("lm_head.weight", {c.vocab_size, H}, true);
   return L;
 }
