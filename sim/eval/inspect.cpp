@@ -178,20 +178,10 @@ const std::vector<const QuantStat*>& operand_table_stats() {
   return v;
 }
 
-RunSummary read_run_summary(const std::string& path_in) {
-  std::string path = path_in;
-  std::error_code ec;
-  if (fs::is_directory(path, ec) && fs::exists(fs::path(path) / "run.h5", ec)) path = (fs::path(path) / "run.h5").string();
-  const Reader r(path);
-  RunSummary s;
-  s.path = path;
-  s.attributes = r.attributes();
-  if (s.attributes.count("format") && s.attributes.at("format") == "exmy-checkpoint")
-    throw Error("'" + path + "' is an exmy checkpoint, not a run file (inspect the run's run.h5)");
-  if (!s.attributes.count("schema_version") || !s.attributes.count("config"))
-    throw Error("'" + path + "' is not an exmy run file (no schema_version and config root attributes)");
+namespace {
 
-  // /train
+// The loss summary of /train.
+void read_train(const Reader& r, RunSummary& s) {
   if (r.has("/train/step")) {
     GroupRows g(r, "/train");
     s.train_rows = static_cast<int64_t>(g.step.size());
@@ -221,7 +211,10 @@ RunSummary read_run_summary(const std::string& path_in) {
       s.min_step = m.step;
     }
   }
-  // /eval: the trainer's rows and the quantized evaluations.
+}
+
+// /eval: the trainer's rows and the quantized evaluations.
+void read_evals(const Reader& r, RunSummary& s) {
   if (r.has("/eval/step")) {
     GroupRows g(r, "/eval");
     const auto loss = g.col("loss");
@@ -243,7 +236,10 @@ RunSummary read_run_summary(const std::string& path_in) {
     s.quantized_evals.push_back(std::move(e));
   }
 
-  // Statistics.
+}
+
+// The per-operand and per-GEMM tables of /quant and /gemm, in layer order.
+void read_statistics(const Reader& r, RunSummary& s) {
   std::set<int64_t> steps_seen;
   s.has_quant = r.groups().count("/quant") > 0;
   s.has_gemm = r.groups().count("/gemm") > 0;
@@ -290,6 +286,26 @@ RunSummary read_run_summary(const std::string& path_in) {
     if (a.layer != b.layer) return layer_less(a.layer, b.layer);
     return gemm_rank(a.gemm) != gemm_rank(b.gemm) ? gemm_rank(a.gemm) < gemm_rank(b.gemm) : a.gemm < b.gemm;
   });
+}
+
+}  // namespace
+
+RunSummary read_run_summary(const std::string& path_in) {
+  std::string path = path_in;
+  std::error_code ec;
+  if (fs::is_directory(path, ec) && fs::exists(fs::path(path) / "run.h5", ec)) path = (fs::path(path) / "run.h5").string();
+  const Reader r(path);
+  RunSummary s;
+  s.path = path;
+  s.attributes = r.attributes();
+  if (s.attributes.count("format") && s.attributes.at("format") == "exmy-checkpoint")
+    throw Error("'" + path + "' is an exmy checkpoint, not a run file (inspect the run's run.h5)");
+  if (!s.attributes.count("schema_version") || !s.attributes.count("config"))
+    throw Error("'" + path + "' is not an exmy run file (no schema_version and config root attributes)");
+
+  read_train(r, s);
+  read_evals(r, s);
+  read_statistics(r, s);
   return s;
 }
 
