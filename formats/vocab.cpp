@@ -313,24 +313,29 @@ std::string quantize_options(const QuantSpec& spec) {
 const std::vector<QuantStat>& quant_stats() {
   using S = QuantStats;
   using K = StatKind;
-#define EXMY_COUNT(f, unit, desc) \
-  {#f, unit, desc, K::count, [](const S& s) { return s.f; }, [](const S& s) { return static_cast<double>(s.f); }}
+  using W = StatWorst;
+#define EXMY_COUNT(f, unit, desc, ...)                                                                    \
+  {#f, unit, desc, K::count, [](const S& s) { return s.f; }, [](const S& s) { return static_cast<double>(s.f); } \
+   __VA_OPT__(, ) __VA_ARGS__}
 #define EXMY_SUM(f, desc) {#f, "", desc, K::sum, nullptr, [](const S& s) { return s.f; }}
   static const std::vector<QuantStat> t = {
       EXMY_COUNT(elements, "elements", "number of elements"),
       EXMY_COUNT(nonzero, "elements", "elements with x != 0 (a NaN counts)"),
-      EXMY_COUNT(underflow, "elements", "x != 0 and x-hat = 0"),
-      EXMY_COUNT(saturated, "elements", "scaled magnitude above Fe.max"),
+      EXMY_COUNT(underflow, "elements", "x != 0 and x-hat = 0", W::largest, "nonzero", "underflow"),
+      EXMY_COUNT(saturated, "elements", "scaled magnitude above Fe.max", W::largest, "elements", "saturated"),
       EXMY_COUNT(subnormal, "elements", "element code is a non-zero subnormal of Fe"),
       EXMY_COUNT(blocks, "blocks", "number of blocks (0 without a block scale)"),
-      EXMY_COUNT(scale_underflow, "blocks", "blocks with b > 0 whose scale rounded to 0"),
+      EXMY_COUNT(scale_underflow, "blocks", "blocks with b > 0 whose scale rounded to 0", W::largest, "blocks",
+                 "scale underflow"),
       EXMY_COUNT(scale_subnormal, "blocks", "blocks whose scale code is a non-zero subnormal of Fs"),
-      EXMY_COUNT(scale_saturated, "blocks", "blocks whose unrounded scale exceeded Fs.max"),
+      EXMY_COUNT(scale_saturated, "blocks", "blocks whose unrounded scale exceeded Fs.max", W::largest, "blocks",
+                 "scale saturated"),
       EXMY_SUM(sum_sq, "sum of x^2"),
       EXMY_SUM(sum_sq_err, "sum of (x-hat - x)^2"),
       EXMY_SUM(sum_err, "sum of (x-hat - x)"),
       EXMY_SUM(sum_abs, "sum of |x|"),
-      {"sqnr_db", "dB", "10 log10(sum_sq / sum_sq_err)", K::derived, nullptr, [](const S& s) { return s.sqnr_db(); }},
+      {"sqnr_db", "dB", "10 log10(sum_sq / sum_sq_err)", K::derived, nullptr, [](const S& s) { return s.sqnr_db(); },
+       W::lowest, nullptr, "SQNR min"},
       {"relative_mse", "", "sum_sq_err / sum_sq", K::derived, nullptr, [](const S& s) { return s.relative_mse(); }},
       {"relative_bias", "", "sum_err / sum_abs", K::derived, nullptr, [](const S& s) { return s.relative_bias(); }},
       {"underflow_fraction", "", "underflow / nonzero", K::derived, nullptr,

@@ -167,6 +167,11 @@ enum class StatKind : uint8_t {
   derived,  // computed from the others
 };
 
+// Whether a statistic is a column of `exmy inspect`'s worst-per-layer table
+// of operands, and which way is worse: its largest value over the run (a
+// count, read as a fraction of the count `per`) or its lowest.
+enum class StatWorst : uint8_t { none, largest, lowest };
+
 struct QuantStat {
   const char* name;  // JSON key, HDF5 dataset, CSV column
   const char* unit;  // "elements", "blocks", "dB", ...
@@ -174,6 +179,9 @@ struct QuantStat {
   StatKind kind;
   uint64_t (*count)(const QuantStats&);  // for StatKind::count
   double (*value)(const QuantStats&);    // every kind: the count as a double, the sum, the derived figure
+  StatWorst worst = StatWorst::none;     // its place in `exmy inspect` (sim/eval/inspect.cpp)
+  const char* per = nullptr;             // the count this one is a fraction of there
+  const char* heading = nullptr;         // its column heading there
 };
 
 // The statistics of docs/numerics.md §5: the counts, the four sums, then

@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "formats/error.hpp"
+#include "formats/vocab.hpp"
 #include "models/mixer.hpp"
 
 namespace exmy::models {
@@ -113,10 +114,14 @@ double parse_double(std::string_view key, std::string_view v) {
   return x;
 }
 
+// The one boolean spelling of formats/vocab.hpp (true/false, on/off), as
+// recipes and run configurations read it.
 bool parse_bool(std::string_view key, std::string_view v) {
-  if (v == "true" || v == "1" || v == "True") return true;
-  if (v == "false" || v == "0" || v == "False") return false;
-  bad_value(key, v, "true or false");
+  try {
+    return parse_bool_word(v);
+  } catch (const Error&) {
+    bad_value(key, v, "true or false");
+  }
 }
 
 std::string fmt_double(double x) {
@@ -517,10 +522,10 @@ sim::ArenaLayout make_layout(const NemotronHConfig& c) {
   L.add("embeddings.weight", {c.vocab_size, H}, true);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    L.add(p + "norm.weight", {H}, false);
+    add_param(L, p + "norm.weight", {H}, false, ParamInit::ones);
     mixer_kind(c.hybrid_override_pattern[static_cast<size_t>(i)]).ops.add_params(L, c, p + "mixer.");
   }
-  L.add("norm_f.weight", {H}, false);
+  add_param(L, "norm_f.weight", {H}, false, ParamInit::ones);
   L.add("lm_head.weight", {c.vocab_size, H}, true);
   return L;
 }

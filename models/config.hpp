@@ -12,6 +12,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sim/arena.hpp"
@@ -49,7 +50,7 @@ struct NemotronHConfig {
   double time_step_max = 0.1;
   double time_step_floor = 1e-4;
   double initializer_range = 0.02;
-  bool rescale_prenorm_residual = true;  // out_proj (and down/o) init divided by sqrt(num_hidden_layers)
+  bool rescale_prenorm_residual = true;  // Mamba out_proj init divided by sqrt(num_hidden_layers) (ParamInit::rescaled_out)
 
   bool use_bias = false;         // linear biases of the mixer (unsupported: Nemotron-H has none)
   bool use_conv_bias = true;
@@ -110,6 +111,25 @@ std::vector<std::string> field_names();
 // Parameter counts are read from it, so model-info and the model agree by
 // construction.
 sim::ArenaLayout make_layout(const NemotronHConfig& cfg);
+
+// How NemotronH::init_weights fills a parameter, declared where the
+// parameter is added to the layout (make_layout, a mixer's add_params) and
+// kept in its view (sim::ParamView::init).
+enum class ParamInit : uint8_t {
+  normal = 0,    // N(0, initializer_range)
+  ones,          // norm weights, Mamba's D
+  a_log,         // A_log[h] = log(h + 1)
+  dt_bias,       // softplus^-1(dt), dt = max(exp(U(log time_step_min, log time_step_max)), time_step_floor)
+  conv_uniform,  // U(-1/sqrt(conv_kernel), 1/sqrt(conv_kernel)): PyTorch's depthwise Conv1d default
+  // With rescale_prenorm_residual U(-b, b), b = 1/sqrt(fan_in)/sqrt(num_hidden_layers)
+  // (kaiming_uniform(a=sqrt(5)), then HF's rescale); else normal.
+  rescaled_out,
+};
+// layout.add with the parameter's initialisation.
+inline int add_param(sim::ArenaLayout& layout, std::string name, std::vector<int64_t> shape, bool weight_decay,
+                     ParamInit init) {
+  return layout.add(std::move(name), std::move(shape), weight_decay, static_cast<uint8_t>(init));
+}
 
 // Parameter counts per component, read from make_layout(). Rows come in
 // order: "embeddings"; then for each block type present ("mamba",

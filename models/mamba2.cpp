@@ -51,13 +51,13 @@ void mamba2_add_params(sim::ArenaLayout& L, const NemotronHConfig& c, const std:
   const int64_t H = c.hidden_size;
   L.add(p + "in_proj.weight", {c.mamba_in_proj_dim(), H}, true);
   // HF stores the depthwise conv as (channels, 1, kernel).
-  L.add(p + "conv1d.weight", {c.mamba_conv_dim(), 1, c.conv_kernel}, true);
-  if (c.use_conv_bias) L.add(p + "conv1d.bias", {c.mamba_conv_dim()}, false);
-  L.add(p + "dt_bias", {c.mamba_num_heads}, false);
-  L.add(p + "A_log", {c.mamba_num_heads}, false);
-  L.add(p + "D", {c.mamba_num_heads}, false);
-  L.add(p + "norm.weight", {c.mamba_d_inner()}, false);
-  L.add(p + "out_proj.weight", {H, c.mamba_d_inner()}, true);
+  add_param(L, p + "conv1d.weight", {c.mamba_conv_dim(), 1, c.conv_kernel}, true, ParamInit::conv_uniform);
+  if (c.use_conv_bias) add_param(L, p + "conv1d.bias", {c.mamba_conv_dim()}, false, ParamInit::conv_uniform);
+  add_param(L, p + "dt_bias", {c.mamba_num_heads}, false, ParamInit::dt_bias);
+  add_param(L, p + "A_log", {c.mamba_num_heads}, false, ParamInit::a_log);
+  add_param(L, p + "D", {c.mamba_num_heads}, false, ParamInit::ones);
+  add_param(L, p + "norm.weight", {c.mamba_d_inner()}, false, ParamInit::ones);
+  add_param(L, p + "out_proj.weight", {H, c.mamba_d_inner()}, true, ParamInit::rescaled_out);
 }
 
 void mamba2_add_flops(FlopCount& f, const NemotronHConfig& c, int64_t seq_len) {

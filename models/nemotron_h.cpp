@@ -112,22 +112,22 @@ void NemotronH<T>::init_weights(uint64_t seed) {
     const sim::ParamView& v = views[i];
     Rng rng{seed ^ (0x632be59bd9b4e019ull * (i + 1))};
     T* p = arena_.param(static_cast<int>(i));
-    const auto ends = [&](const char* suffix) { return v.name.ends_with(suffix); };
-    if (ends("norm.weight") || ends("norm_f.weight") || ends("mixer.D")) {
+    const auto init = static_cast<ParamInit>(v.init);  // declared with the parameter (make_layout, add_params)
+    if (init == ParamInit::ones) {
       std::fill_n(p, v.numel, T(1));
-    } else if (ends("mixer.A_log")) {
+    } else if (init == ParamInit::a_log) {
       for (int64_t h = 0; h < v.numel; ++h) p[h] = static_cast<T>(std::log(static_cast<double>(h + 1)));
-    } else if (ends("mixer.dt_bias")) {
+    } else if (init == ParamInit::dt_bias) {
       const double lo = std::log(cfg_.time_step_min), hi = std::log(cfg_.time_step_max);
       for (int64_t h = 0; h < v.numel; ++h) {
         const double dt = std::max(std::exp(rng.uniform() * (hi - lo) + lo), cfg_.time_step_floor);
         p[h] = static_cast<T>(dt + std::log(-std::expm1(-dt)));  // softplus^-1
       }
-    } else if (ends("conv1d.weight") || ends("conv1d.bias")) {
+    } else if (init == ParamInit::conv_uniform) {
       // PyTorch's Conv1d default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = kernel (depthwise).
       const double bound = 1.0 / std::sqrt(static_cast<double>(cfg_.conv_kernel));
       for (int64_t j = 0; j < v.numel; ++j) p[j] = static_cast<T>((2 * rng.uniform() - 1) * bound);
-    } else if (ends("mixer.out_proj.weight") && cfg_.rescale_prenorm_residual) {
+    } else if (init == ParamInit::rescaled_out && cfg_.rescale_prenorm_residual) {
       // kaiming_uniform(a=sqrt(5)) is U(-1/sqrt(fan_in), 1/sqrt(fan_in)); HF then
       // divides by sqrt(num_hidden_layers).
       const double bound = 1.0 / std::sqrt(static_cast<double>(v.shape[1])) /

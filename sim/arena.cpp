@@ -4,7 +4,7 @@
 
 namespace exmy::sim {
 
-int ArenaLayout::add(std::string name, std::vector<int64_t> shape, bool weight_decay) {
+int ArenaLayout::add(std::string name, std::vector<int64_t> shape, bool weight_decay, uint8_t init) {
   if (index_.count(name)) throw Error("parameter '" + name + "' registered twice");
   int64_t n = 1;
   for (int64_t d : shape) {
@@ -17,6 +17,7 @@ int ArenaLayout::add(std::string name, std::vector<int64_t> shape, bool weight_d
   v.offset = size_;
   v.numel = n;
   v.weight_decay = weight_decay;
+  v.init = init;
   size_ += align_up(n);
   num_params_ += n;
   const int i = static_cast<int>(views_.size());

@@ -27,13 +27,14 @@ struct ParamView {
   int64_t offset = 0;          // first element in the arena
   int64_t numel = 0;           // product of shape
   bool weight_decay = true;    // false for norms, biases, A_log, D, dt_bias (the usual no-decay set)
+  uint8_t init = 0;            // how the model initialises it (its own enum, models::ParamInit); 0 by default
 };
 
 class ArenaLayout {
  public:
   // Registers a view and returns its index. Throws exmy::Error on a duplicate
   // name or a non-positive dimension.
-  int add(std::string name, std::vector<int64_t> shape, bool weight_decay);
+  int add(std::string name, std::vector<int64_t> shape, bool weight_decay, uint8_t init = 0);
 
   const std::vector<ParamView>& views() const { return views_; }
   const ParamView& view(int i) const { return views_.at(static_cast<size_t>(i)); }

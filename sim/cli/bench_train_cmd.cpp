@@ -94,6 +94,60 @@ struct RecipeRun {
   }
 };
 
+// n random tokens and targets of cfg's vocabulary (the same for every run).
+void random_tokens(const models::NemotronHConfig& cfg, int64_t n, std::vector<int32_t>& tokens,
+                   std::vector<int32_t>& targets) {
+  tokens.resize(static_cast<size_t>(n));
+  targets.resize(tokens.size());
+  std::mt19937 g(7);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(g() % static_cast<uint32_t>(cfg.vocab_size));
+    targets[i] = static_cast<int32_t>(g() % static_cast<uint32_t>(cfg.vocab_size));
+  }
+}
+
+// The table of bench_recipes: each row against bf16, and each +stats row
+// against its recipe without statistics.
+void print_recipe_table(const std::vector<RecipeRun>& runs, int64_t B, int64_t T, int steps) {
+  const RecipeRun& ref = *std::find_if(runs.begin(), runs.end(), [](const RecipeRun& r) { return r.label == "bf16"; });
+  std::printf("\n%-28s %-8s %10s %10s %9s %9s %12s %9s %9s %10s\n", "recipe", "GEMM", "best ms", "tokens/s", "x bf16",
+              "(mean)", "stats extra", "(mean)", "(median)", "flush ms");
+  for (const auto& r : runs) {
+    const char* gemm = r.quantized ? (r.recipe.gemm.kind == sim::quant::GemmModel::Kind::grouped ? "grouped" : "fp32")
+                                   : "-";
+    char extra[32] = "", extra_mean[32] = "", extra_median[32] = "", flush[32] = "";
+    if (r.stats) {
+      double fb = 1e30;
+      for (size_t i = 1; i < r.flush_times.size(); ++i) fb = std::min(fb, r.flush_times[i]);  // not the warm-up's
+      std::snprintf(flush, sizeof flush, "%.1f", fb * 1e3);
+      const auto off = std::find_if(runs.begin(), runs.end(),
+                                    [&](const RecipeRun& o) { return !o.stats && o.recipe.name == r.recipe.name; });
+      std::snprintf(extra, sizeof extra, "%+.1f%%", 100.0 * (r.best() / off->best() - 1));
+      std::snprintf(extra_mean, sizeof extra_mean, "%+.1f%%", 100.0 * (r.mean() / off->mean() - 1));
+      // Round by round, against the pass without statistics that ran just
+      // before it: a slow spell of the machine hits both, and the median
+      // drops the rounds one of them caught alone.
+      std::vector<double> ratio;
+      for (size_t i = 0; i < r.times.size(); ++i) ratio.push_back(r.times[i] / off->times[i]);
+      std::sort(ratio.begin(), ratio.end());
+      const size_t m = ratio.size() / 2;
+      const double med = ratio.size() % 2 ? ratio[m] : 0.5 * (ratio[m - 1] + ratio[m]);
+      std::snprintf(extra_median, sizeof extra_median, "%+.1f%%", 100.0 * (med - 1));
+    }
+    std::printf("%-28s %-8s %10.1f %10.0f %8.2fx %8.2fx %12s %9s %9s %10s\n", r.label.c_str(), gemm, r.best() * 1e3,
+                static_cast<double>(B * T) / r.best(), r.best() / ref.best(), r.mean() / ref.mean(), extra,
+                extra_mean, extra_median, flush);
+  }
+  std::printf("\n(a pass = forward + backward with the recipe; %d rounds after a warm-up, each running every row\n"
+              "once; best times give the main columns, means the bracketed ones, and (median) the median over\n"
+              "the rounds of each +stats pass against the pass without statistics just before it. +stats:\n"
+              "statistics of every operand and GEMM recorded as run-file rows; `flush ms` writes one pass's rows\n"
+              "to the file (the trainer flushes at each logging step), not counted in the pass. Targets: FP4\n"
+              "recipes <= 1.5x bf16 with fp32 GEMM output, <= 3x with grouped; statistics at every step\n"
+              "<= +10%%.)\n",
+              steps);
+}
+
 int bench_recipes(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int steps, const std::string& list,
                   const std::string& stats_list, const sim::quant::RuntimeOptions& rt_opt) {
   const std::vector<std::string> names = split_list(list);
@@ -112,12 +166,8 @@ int bench_recipes(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int 
   std::printf("exmy bench train --recipe: %s (%.1fM parameters), batch %lld x seq %lld, %d threads (%u hardware)\n",
               cfg.name.c_str(), static_cast<double>(models::parameter_count(cfg)) / 1e6, static_cast<long long>(B),
               static_cast<long long>(T), omp_get_max_threads(), std::thread::hardware_concurrency());
-  std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
-  std::mt19937 g(7);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>(g() % static_cast<uint32_t>(cfg.vocab_size));
-    targets[i] = static_cast<int32_t>(g() % static_cast<uint32_t>(cfg.vocab_size));
-  }
+  std::vector<int32_t> tokens, targets;
+  random_tokens(cfg, B * T, tokens, targets);
   namespace fs = std::filesystem;
   const fs::path scratch = fs::temp_directory_path() / ("exmy-bench-stats-" + std::to_string(::getpid()));
   std::vector<RecipeRun> runs;
@@ -174,122 +224,21 @@ int bench_recipes(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int 
   std::error_code ec;
   fs::remove_all(scratch, ec);
 
-  const RecipeRun& ref = *std::find_if(runs.begin(), runs.end(), [](const RecipeRun& r) { return r.label == "bf16"; });
-  std::printf("\n%-28s %-8s %10s %10s %9s %9s %12s %9s %9s %10s\n", "recipe", "GEMM", "best ms", "tokens/s", "x bf16",
-              "(mean)", "stats extra", "(mean)", "(median)", "flush ms");
-  for (const auto& r : runs) {
-    const char* gemm = r.quantized ? (r.recipe.gemm.kind == sim::quant::GemmModel::Kind::grouped ? "grouped" : "fp32")
-                                   : "-";
-    char extra[32] = "", extra_mean[32] = "", extra_median[32] = "", flush[32] = "";
-    if (r.stats) {
-      double fb = 1e30;
-      for (size_t i = 1; i < r.flush_times.size(); ++i) fb = std::min(fb, r.flush_times[i]);  // not the warm-up's
-      std::snprintf(flush, sizeof flush, "%.1f", fb * 1e3);
-      const auto off = std::find_if(runs.begin(), runs.end(),
-                                    [&](const RecipeRun& o) { return !o.stats && o.recipe.name == r.recipe.name; });
-      std::snprintf(extra, sizeof extra, "%+.1f%%", 100.0 * (r.best() / off->best() - 1));
-      std::snprintf(extra_mean, sizeof extra_mean, "%+.1f%%", 100.0 * (r.mean() / off->mean() - 1));
-      // Round by round, against the pass without statistics that ran just
-      // before it: a slow spell of the machine hits both, and the median
-      // drops the rounds one of them caught alone.
-      std::vector<double> ratio;
-      for (size_t i = 0; i < r.times.size(); ++i) ratio.push_back(r.times[i] / off->times[i]);
-      std::sort(ratio.begin(), ratio.end());
-      const size_t m = ratio.size() / 2;
-      const double med = ratio.size() % 2 ? ratio[m] : 0.5 * (ratio[m - 1] + ratio[m]);
-      std::snprintf(extra_median, sizeof extra_median, "%+.1f%%", 100.0 * (med - 1));
-    }
-    std::printf("%-28s %-8s %10.1f %10.0f %8.2fx %8.2fx %12s %9s %9s %10s\n", r.label.c_str(), gemm, r.best() * 1e3,
-                static_cast<double>(B * T) / r.best(), r.best() / ref.best(), r.mean() / ref.mean(), extra,
-                extra_mean, extra_median, flush);
-  }
-  std::printf("\n(a pass = forward + backward with the recipe; %d rounds after a warm-up, each running every row\n"
-              "once; best times give the main columns, means the bracketed ones, and (median) the median over\n"
-              "the rounds of each +stats pass against the pass without statistics just before it. +stats:\n"
-              "statistics of every operand and GEMM recorded as run-file rows; `flush ms` writes one pass's rows\n"
-              "to the file (the trainer flushes at each logging step), not counted in the pass. Targets: FP4\n"
-              "recipes <= 1.5x bf16 with fp32 GEMM output, <= 3x with grouped; statistics at every step\n"
-              "<= +10%%.)\n",
-              steps);
+  print_recipe_table(runs, B, T, steps);
   return 0;
 }
 
-}  // namespace
-
-int cmd_bench_train(const Args& args) {
-  po::options_description desc(
-      "exmy bench train: forward+backward throughput of a Nemotron-H model and its ratio to the\n"
-      "machine's dense float32 GEMM rate (the CPU MFU)\n\n"
-      "usage: exmy bench train [--model proxy-50m] [--seq-len 512] [--batch 4] [--steps 3] [--threads T]\n"
-      "       exmy bench train --recipe [LIST] [--stats LIST|all|none] [...]: quantized recipes against bf16\n\noptions");
-  // clang-format off
-  desc.add_options()
-    ("help,h", "show this help")
-    ("model", po::value<std::string>()->default_value("proxy-50m"), "preset or config.json")
-    ("set", po::value<std::vector<std::string>>()->composing(), "override a model field: model.FIELD=VALUE")
-    ("seq-len", po::value<int64_t>()->default_value(512), "sequence length")
-    ("batch", po::value<int64_t>()->default_value(4), "sequences per forward/backward")
-    ("steps", po::value<int>()->default_value(3), "timed rounds (each: the reference GEMM once, every precision once)")
-    ("precision", po::value<std::string>()->default_value("fp32,bf16"), "comma-separated precision policies")
-    ("gemm-size", po::value<int64_t>()->default_value(2048), "edge of the reference square GEMM")
-    ("recipe", po::value<std::string>()->implicit_value(kDefaultRecipes),
-     "compare recipes (comma-separated names or .ini files, must include bf16) instead of the MFU; "
-     "alone: bf16,te-nvfp4,nvfp4-no-rht-all,ue5m3-b16,ue5m3-b16-fp32gemm,mxfp4")
-    ("gemm-stats-rows", po::value<int64_t>()->default_value(sim::quant::RuntimeOptions{}.gemm_stats_rows),
-     "with --stats: GEMM statistics compare at most this many output rows (train.gemm_stats_rows; 0: all)")
-    ("gemm-stats-sample", po::value<int64_t>()->default_value(sim::quant::RuntimeOptions{}.gemm_stats_sample),
-     "with --stats: one output row in this many (train.gemm_stats_sample)")
-    ("stats", po::value<std::string>()->default_value("all"),
-     "with --recipe: recipes also timed with statistics at every step (comma-separated, all, none)")
-    ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)");
-  // clang-format on
-  po::variables_map vm;
-  if (parse_or_help(args, desc, {}, vm)) return 0;
-  if (const int n = sim::checked_threads(vm["threads"].as<int>(), "--threads"); n > 0) omp_set_num_threads(n);
-  models::NemotronHConfig cfg = models::resolve_config(vm["model"].as<std::string>());
-  if (vm.count("set"))
-    for (const auto& s : vm["set"].as<std::vector<std::string>>()) models::apply_override(cfg, s);
-  models::validate(cfg);
-  const int64_t T = vm["seq-len"].as<int64_t>(), B = vm["batch"].as<int64_t>();
-  const int steps = std::max(1, vm["steps"].as<int>());
-  if (T <= 0 || B <= 0) throw Error("--seq-len and --batch must be positive");
-  {  // every model of the comparison is built up front
-    size_t models = 0;
-    if (vm.count("recipe")) {
-      const size_t n_recipes = split_list(vm["recipe"].as<std::string>()).size();
-      const std::string st = vm["stats"].as<std::string>();
-      models = n_recipes + (st == "all" ? n_recipes : st == "none" ? 0 : split_list(st).size());
-    } else {
-      models = split_list(vm["precision"].as<std::string>()).size();
-    }
-    sim::require_memory(static_cast<double>(std::max<size_t>(models, 1)) * models::training_memory(cfg, B, T).total(),
-                        "exmy bench train (" + std::to_string(models) + " models " + cfg.name + ", batch " +
-                            std::to_string(B) + " x " + std::to_string(T) + ")",
-                        "lower --batch or --seq-len, or compare fewer recipes at once");
-  }
-  if (vm.count("recipe")) {
-    sim::quant::RuntimeOptions rt_opt;
-    rt_opt.seed = 1;
-    rt_opt.gemm_stats_rows = vm["gemm-stats-rows"].as<int64_t>();
-    rt_opt.gemm_stats_sample = vm["gemm-stats-sample"].as<int64_t>();
-    if (rt_opt.gemm_stats_rows < 0 || rt_opt.gemm_stats_sample < 1)
-      throw Error("--gemm-stats-rows must be >= 0 and --gemm-stats-sample >= 1");
-    return bench_recipes(cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>(), rt_opt);
-  }
-  const int64_t n = vm["gemm-size"].as<int64_t>();
-  if (n <= 0) throw Error("--gemm-size must be positive");
-
+// The MFU: a pass of each precision policy against the dense float32 GEMM
+// rate (sim::gemm on n x n x n), in interleaved rounds.
+int bench_precisions(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int steps, const std::string& precisions,
+                     int64_t n) {
   const double flops_tok = models::flops_per_token(cfg, T).training();
   std::printf("exmy bench train: %s (%.1fM parameters), batch %lld x seq %lld, %d threads (%u hardware)\n",
               cfg.name.c_str(), static_cast<double>(models::parameter_count(cfg)) / 1e6, static_cast<long long>(B),
               static_cast<long long>(T), omp_get_max_threads(), std::thread::hardware_concurrency());
   std::printf("model FLOPs per token (forward + backward): %.3f MFLOP\n", flops_tok / 1e6);
-  std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
-  std::mt19937 g(7);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>(g() % static_cast<uint32_t>(cfg.vocab_size));
-    targets[i] = static_cast<int32_t>(g() % static_cast<uint32_t>(cfg.vocab_size));
-  }
+  std::vector<int32_t> tokens, targets;
+  random_tokens(cfg, B * T, tokens, targets);
   struct Run {
     std::string policy;
     std::unique_ptr<sim::LinearFactory<float>> factory;
@@ -297,7 +246,7 @@ int cmd_bench_train(const Args& args) {
     double best = 1e30, total = 0;
   };
   std::vector<Run> runs;
-  std::stringstream ss(vm["precision"].as<std::string>());
+  std::stringstream ss(precisions);
   for (std::string p; std::getline(ss, p, ',');) {
     Run r;
     r.policy = p;
@@ -347,6 +296,79 @@ int cmd_bench_train(const Args& args) {
               "policy once; best times give the main columns, means the last; GFLOP/s counts the model's FLOPs)\n",
               steps);
   return 0;
+}
+
+po::options_description bench_train_options() {
+  po::options_description desc(
+      "exmy bench train: forward+backward throughput of a Nemotron-H model and its ratio to the\n"
+      "machine's dense float32 GEMM rate (the CPU MFU)\n\n"
+      "usage: exmy bench train [--model proxy-50m] [--seq-len 512] [--batch 4] [--steps 3] [--threads T]\n"
+      "       exmy bench train --recipe [LIST] [--stats LIST|all|none] [...]: quantized recipes against bf16\n\noptions");
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help")
+    ("model", po::value<std::string>()->default_value("proxy-50m"), "preset or config.json")
+    ("set", po::value<std::vector<std::string>>()->composing(), "override a model field: model.FIELD=VALUE")
+    ("seq-len", po::value<int64_t>()->default_value(512), "sequence length")
+    ("batch", po::value<int64_t>()->default_value(4), "sequences per forward/backward")
+    ("steps", po::value<int>()->default_value(3), "timed rounds (each: the reference GEMM once, every precision once)")
+    ("precision", po::value<std::string>()->default_value("fp32,bf16"), "comma-separated precision policies")
+    ("gemm-size", po::value<int64_t>()->default_value(2048), "edge of the reference square GEMM")
+    ("recipe", po::value<std::string>()->implicit_value(kDefaultRecipes),
+     "compare recipes (comma-separated names or .ini files, must include bf16) instead of the MFU; "
+     "alone: bf16,te-nvfp4,nvfp4-no-rht-all,ue5m3-b16,ue5m3-b16-fp32gemm,mxfp4")
+    ("gemm-stats-rows", po::value<int64_t>()->default_value(sim::quant::RuntimeOptions{}.gemm_stats_rows),
+     "with --stats: GEMM statistics compare at most this many output rows (train.gemm_stats_rows; 0: all)")
+    ("gemm-stats-sample", po::value<int64_t>()->default_value(sim::quant::RuntimeOptions{}.gemm_stats_sample),
+     "with --stats: one output row in this many (train.gemm_stats_sample)")
+    ("stats", po::value<std::string>()->default_value("all"),
+     "with --recipe: recipes also timed with statistics at every step (comma-separated, all, none)")
+    ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)");
+  // clang-format on
+  return desc;
+}
+
+}  // namespace
+
+int cmd_bench_train(const Args& args) {
+  po::options_description desc = bench_train_options();
+  po::variables_map vm;
+  if (parse_or_help(args, desc, {}, vm)) return 0;
+  if (const int n = sim::checked_threads(vm["threads"].as<int>(), "--threads"); n > 0) omp_set_num_threads(n);
+  models::NemotronHConfig cfg = models::resolve_config(vm["model"].as<std::string>());
+  if (vm.count("set"))
+    for (const auto& s : vm["set"].as<std::vector<std::string>>()) models::apply_override(cfg, s);
+  models::validate(cfg);
+  const int64_t T = vm["seq-len"].as<int64_t>(), B = vm["batch"].as<int64_t>();
+  const int steps = std::max(1, vm["steps"].as<int>());
+  if (T <= 0 || B <= 0) throw Error("--seq-len and --batch must be positive");
+  {  // every model of the comparison is built up front
+    size_t models = 0;
+    if (vm.count("recipe")) {
+      const size_t n_recipes = split_list(vm["recipe"].as<std::string>()).size();
+      const std::string st = vm["stats"].as<std::string>();
+      models = n_recipes + (st == "all" ? n_recipes : st == "none" ? 0 : split_list(st).size());
+    } else {
+      models = split_list(vm["precision"].as<std::string>()).size();
+    }
+    sim::require_memory(static_cast<double>(std::max<size_t>(models, 1)) * models::training_memory(cfg, B, T).total(),
+                        "exmy bench train (" + std::to_string(models) + " models " + cfg.name + ", batch " +
+                            std::to_string(B) + " x " + std::to_string(T) + ")",
+                        "lower --batch or --seq-len, or compare fewer recipes at once");
+  }
+  if (vm.count("recipe")) {
+    sim::quant::RuntimeOptions rt_opt;
+    rt_opt.seed = 1;
+    rt_opt.gemm_stats_rows = vm["gemm-stats-rows"].as<int64_t>();
+    rt_opt.gemm_stats_sample = vm["gemm-stats-sample"].as<int64_t>();
+    if (rt_opt.gemm_stats_rows < 0 || rt_opt.gemm_stats_sample < 1)
+      throw Error("--gemm-stats-rows must be >= 0 and --gemm-stats-sample >= 1");
+    return bench_recipes(cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>(), rt_opt);
+  }
+  const int64_t n = vm["gemm-size"].as<int64_t>();
+  if (n <= 0) throw Error("--gemm-size must be positive");
+
+  return bench_precisions(cfg, B, T, steps, vm["precision"].as<std::string>(), n);
 }
 
 }  // namespace exmy::cli

@@ -91,9 +91,7 @@ double trainer_val_loss(const std::string& run_file, int64_t step) {
   return NAN;
 }
 
-}  // namespace
-
-int cmd_eval(const Args& args) {
+po::options_description eval_options() {
   po::options_description desc(
       "exmy eval: validation loss of a checkpoint with the forward pass quantized by a recipe\n\n"
       "usage: exmy eval CHECKPOINT|RUN_DIR|HF_DIR --recipe R --policy P [--policy P2 ...] [--batches N]\n"
@@ -121,26 +119,15 @@ int cmd_eval(const Args& args) {
     ("no-write", "print only; append nothing to the run file")
     ("dump-logits", po::value<std::string>(), "write the logits of the evaluated batches to this file (.npy, file.h5:/dset or raw float32; rows = batches x batch_size x seq_len, columns = vocabulary; one --policy)");
   // clang-format on
-  po::positional_options_description pos;
-  pos.add("target", 1);
-  po::variables_map vm;
-  if (parse_or_help(args, desc, pos, vm)) return 0;
-  if (!vm.count("target")) throw Error("exmy eval needs a checkpoint or a run directory (exmy eval --help)");
-  if (!vm.count("recipe")) throw Error("exmy eval needs --recipe NAME|FILE (the fp32 recipe gives the unquantized loss)");
-  Target target = resolve_target(vm["target"].as<std::string>());
-  // It appends to the run file: one writer per run directory (a live
-  // training run holds the lock), taken before the checkpoint is read (a
-  // live run rotates its checkpoints). --no-write only reads a checkpoint,
-  // which is written atomically, and takes no lock.
-  const bool write = !vm.count("no-write") && !target.run_file.empty() && target.hf.empty();
-  io::RunLock lock;
-  if (write) {
-    lock = io::RunLock(fs::path(target.run_file).parent_path(), "exmy eval");
-    target = resolve_target(vm["target"].as<std::string>());
-  }
+  return desc;
+}
 
-  // --set: recipe.* keys go to the recipe, the rest to the run configuration.
-  std::vector<std::string> run_sets, recipe_sets;
+// The run configuration to evaluate under: the checkpoint's, or for an HF
+// checkpoint the defaults (or --config's sections but [model]) with its
+// config.json as the model; then --set. The recipe.* keys of --set go to
+// `recipe_sets`.
+train::RunConfig eval_config(const po::variables_map& vm, const Target& target, std::vector<std::string>& recipe_sets) {
+  std::vector<std::string> run_sets;
   if (vm.count("set"))
     for (const auto& s : vm["set"].as<std::vector<std::string>>()) (s.starts_with("recipe.") ? recipe_sets : run_sets).push_back(s);
   // An HF checkpoint brings its architecture, not a run: the run keys
@@ -163,9 +150,95 @@ int cmd_eval(const Args& args) {
   } else if (vm.count("config")) {
     throw Error("--config goes with an HF checkpoint (a run's checkpoint holds its configuration)");
   }
-  const train::RunConfig cfg =
-      target.hf.empty() ? train::parse_run_config(train::checkpoint_config(target.checkpoint), target.checkpoint, run_sets)
-                        : train::parse_run_config(run_text, run_origin, run_sets);
+  return target.hf.empty() ? train::parse_run_config(train::checkpoint_config(target.checkpoint), target.checkpoint, run_sets)
+                           : train::parse_run_config(run_text, run_origin, run_sets);
+}
+
+// What every policy of one `exmy eval` shares.
+struct EvalJob {
+  const train::RunConfig& cfg;
+  const sim::quant::Recipe& recipe;
+  const Target& target;
+  const std::string& name;   // the /eval subgroup
+  const std::string& shown;  // the checkpoint as the header names it
+  const std::string& dump;   // --dump-logits, or empty
+  const eval::EvalData& data;
+  const eval::EvalBatches& vb;
+};
+
+// Loads the model, calibrates it under calibrated:N (`calibration`: its
+// windows), evaluates under policy p and prints its line (the header line
+// too when `first`).
+eval::EvalResult run_policy(const EvalJob& e, const eval::ActPolicy& p, const std::vector<int32_t>& calibration,
+                            bool first) {
+  eval::QuantEvalModel m(e.cfg, e.recipe, p);
+  eval::EvalResult r;
+  if (e.target.hf.empty()) {
+    r.step = m.load_checkpoint(e.target.checkpoint);
+  } else {
+    m.load_hf(e.target.hf);
+    r.step = 0;
+  }
+  r.name = e.name;
+  r.policy = p;
+  if (first) {
+    std::printf("exmy eval: %s (step %lld), model %s, recipe %s (%lld linears quantized), %lld batches x %lld x %lld "
+                "tokens, %d threads\n",
+                e.shown.c_str(), static_cast<long long>(r.step), e.cfg.model_name.c_str(), e.recipe.name.c_str(),
+                static_cast<long long>(m.quantized_linears()), static_cast<long long>(e.vb.batches),
+                static_cast<long long>(e.cfg.batch_size), static_cast<long long>(e.cfg.seq_len), omp_get_max_threads());
+    if (m.scaled_activations() < m.quantized_linears())
+      std::printf("  the policy acts on %lld of them (the others' activations have no tensor scale in this recipe)\n",
+                  static_cast<long long>(m.scaled_activations()));
+  }
+  if (p.kind == eval::ActPolicy::Kind::calibrated) {
+    m.calibrate(calibration, e.cfg.seq_len, e.cfg.batch_size);
+    r.calibration_sequences = p.n;
+  }
+  std::vector<float> logits;
+  const auto res = m.evaluate(e.vb, e.dump.empty() ? nullptr : &logits);
+  if (!e.dump.empty()) {
+    io::OutputSet out;
+    const int64_t V = e.cfg.model.vocab_size;
+    out.add_tensor(e.dump, logits.data(), static_cast<int64_t>(logits.size()) / V, V);
+    out.commit();
+  }
+  r.loss = res.loss;
+  r.batches = e.vb.batches;
+  r.tokens = res.tokens;
+  std::printf("  %-16s val loss %.6f nats/token (%.4f bits/token)", eval::act_policy_name(p).c_str(), r.loss,
+              r.loss / std::log(2.0));
+  const double base = trainer_val_loss(e.target.run_file, r.step);
+  if (std::isfinite(base) && e.vb.batches == std::min(e.cfg.eval_batches, e.data.val_windows / e.cfg.batch_size))
+    std::printf(" | training's validation loss %.6f (%+.6f)", base, r.loss - base);
+  std::printf("\n");
+  return r;
+}
+
+}  // namespace
+
+int cmd_eval(const Args& args) {
+  po::options_description desc = eval_options();
+  po::positional_options_description pos;
+  pos.add("target", 1);
+  po::variables_map vm;
+  if (parse_or_help(args, desc, pos, vm)) return 0;
+  if (!vm.count("target")) throw Error("exmy eval needs a checkpoint or a run directory (exmy eval --help)");
+  if (!vm.count("recipe")) throw Error("exmy eval needs --recipe NAME|FILE (the fp32 recipe gives the unquantized loss)");
+  Target target = resolve_target(vm["target"].as<std::string>());
+  // It appends to the run file: one writer per run directory (a live
+  // training run holds the lock), taken before the checkpoint is read (a
+  // live run rotates its checkpoints). --no-write only reads a checkpoint,
+  // which is written atomically, and takes no lock.
+  const bool write = !vm.count("no-write") && !target.run_file.empty() && target.hf.empty();
+  io::RunLock lock;
+  if (write) {
+    lock = io::RunLock(fs::path(target.run_file).parent_path(), "exmy eval");
+    target = resolve_target(vm["target"].as<std::string>());
+  }
+
+  std::vector<std::string> recipe_sets;
+  const train::RunConfig cfg = eval_config(vm, target, recipe_sets);
   const std::string shown = target.hf.empty() ? target.checkpoint : target.hf;
   sim::quant::Recipe recipe = sim::quant::load_recipe(vm["recipe"].as<std::string>());
   for (const auto& s : recipe_sets) sim::quant::apply_recipe_override(recipe, s);
@@ -215,52 +288,10 @@ int cmd_eval(const Args& args) {
     }
   }
 
+  const EvalJob job{cfg, recipe, target, name, shown, dump, data, vb};
   std::vector<eval::EvalResult> results;
-  for (size_t i = 0; i < policies.size(); ++i) {
-    const eval::ActPolicy& p = policies[i];
-    eval::QuantEvalModel m(cfg, recipe, p);
-    eval::EvalResult r;
-    if (target.hf.empty()) {
-      r.step = m.load_checkpoint(target.checkpoint);
-    } else {
-      m.load_hf(target.hf);
-      r.step = 0;
-    }
-    r.name = name;
-    r.policy = p;
-    if (results.empty()) {
-      std::printf("exmy eval: %s (step %lld), model %s, recipe %s (%lld linears quantized), %lld batches x %lld x %lld "
-                  "tokens, %d threads\n",
-                  shown.c_str(), static_cast<long long>(r.step), cfg.model_name.c_str(), recipe.name.c_str(),
-                  static_cast<long long>(m.quantized_linears()), static_cast<long long>(vb.batches),
-                  static_cast<long long>(cfg.batch_size), static_cast<long long>(cfg.seq_len), omp_get_max_threads());
-      if (m.scaled_activations() < m.quantized_linears())
-        std::printf("  the policy acts on %lld of them (the others' activations have no tensor scale in this recipe)\n",
-                    static_cast<long long>(m.scaled_activations()));
-    }
-    if (p.kind == eval::ActPolicy::Kind::calibrated) {
-      m.calibrate(calibration[i], cfg.seq_len, cfg.batch_size);
-      r.calibration_sequences = p.n;
-    }
-    std::vector<float> logits;
-    const auto res = m.evaluate(vb, dump.empty() ? nullptr : &logits);
-    if (!dump.empty()) {
-      io::OutputSet out;
-      const int64_t V = cfg.model.vocab_size;
-      out.add_tensor(dump, logits.data(), static_cast<int64_t>(logits.size()) / V, V);
-      out.commit();
-    }
-    r.loss = res.loss;
-    r.batches = vb.batches;
-    r.tokens = res.tokens;
-    std::printf("  %-16s val loss %.6f nats/token (%.4f bits/token)", eval::act_policy_name(p).c_str(), r.loss,
-                r.loss / std::log(2.0));
-    const double base = trainer_val_loss(target.run_file, r.step);
-    if (std::isfinite(base) && vb.batches == std::min(cfg.eval_batches, data.val_windows / cfg.batch_size))
-      std::printf(" | training's validation loss %.6f (%+.6f)", base, r.loss - base);
-    std::printf("\n");
-    results.push_back(r);
-  }
+  for (size_t i = 0; i < policies.size(); ++i)
+    results.push_back(run_policy(job, policies[i], calibration[i], results.empty()));
 
   if (!dump.empty())
     std::printf("logits of %lld batches x %lld x %lld tokens (vocabulary %lld, float32) written to %s\n",

@@ -50,9 +50,7 @@ std::string plot_script() {
   return path.empty() ? std::string(EXMY_SOURCE_DIR) + "/" + rel : path;
 }
 
-}  // namespace
-
-int cmd_sweep(const Args& args) {
+po::options_description sweep_options() {
   po::options_description desc(
       "exmy sweep: run a grid of training runs and summarize them (docs/sweeps.md)\n\n"
       "usage: exmy sweep FILE --out DIR [--jobs N] [--run I] [--set key=value ...]\n"
@@ -78,56 +76,48 @@ int cmd_sweep(const Args& args) {
     ("no-summary", "do not summarize after running")
     ("no-plots", "summarize without running the plot script");
   // clang-format on
-  po::positional_options_description pos;
-  pos.add("file", 1);
-  po::variables_map vm;
-  if (parse_or_help(args, desc, pos, vm)) return 0;
-  if (!vm.count("file")) throw Error("missing the sweep file (usage: exmy sweep FILE --out DIR; see --help)");
-  sweep::SweepSpec spec = sweep::load_sweep(vm["file"].as<std::string>());
-  if (vm.count("set"))
-    for (const auto& a : vm["set"].as<std::vector<std::string>>()) {
-      const size_t eq = a.find('=');
-      if (eq == std::string::npos || eq == 0) throw Error("bad --set '" + a + "' (expected section.key=value)");
-      const std::string key = sweep::canonical_key(a.substr(0, eq));
-      for (const auto& k : spec.axis_keys())
-        if (k == key) throw Error("--set " + key + ": '" + key + "' is an axis of the sweep");
-      spec.fixed.emplace_back(key, a.substr(eq + 1));
-    }
-  const auto runs = sweep::expand(spec);
-  const std::string out = vm.count("out") ? vm["out"].as<std::string>() : "";
+  return desc;
+}
 
-  if (vm.count("list")) {
-    const bool status = !out.empty() && fs::exists(fs::path(out) / "index.json");
-    const int w = static_cast<int>(std::to_string(runs.size()).size());
-    std::printf("sweep %s: %zu runs (base %s)\n", spec.name.c_str(), runs.size(), spec.base.c_str());
-    for (const auto& r : runs) {
-      std::string st;
-      if (status) {
-        const auto s = sweep::run_state(out, r);
-        st = std::string(sweep::status_name(s.status));
-        if (s.status == sweep::RunStatus::interrupted) st += " at step " + std::to_string(s.checkpoint);
-        if (!s.message.empty()) st += ": " + s.message;
-      }
-      std::printf("%*lld  %s%s%s\n", w, static_cast<long long>(r.index), r.name.c_str(), st.empty() ? "" : "  ",
-                  st.c_str());
-    }
-    return 0;
+// --set key=value: fixed for every run, after the file's [set]; an axis
+// cannot be set.
+void add_sets(sweep::SweepSpec& spec, const std::vector<std::string>& sets) {
+  for (const auto& a : sets) {
+    const size_t eq = a.find('=');
+    if (eq == std::string::npos || eq == 0) throw Error("bad --set '" + a + "' (expected section.key=value)");
+    const std::string key = sweep::canonical_key(a.substr(0, eq));
+    for (const auto& k : spec.axis_keys())
+      if (k == key) throw Error("--set " + key + ": '" + key + "' is an axis of the sweep");
+    spec.fixed.emplace_back(key, a.substr(eq + 1));
   }
-  if (out.empty()) throw Error("--out DIR is required (or --list)");
+}
 
-  sweep::SummaryOptions sopt;
-  if (!vm.count("no-plots")) sopt.plot_script = plot_script();
-
-  if (vm.count("summarize")) {
-    if (!fs::exists(fs::path(out) / "index.json")) throw Error("'" + out + "' holds no sweep (no index.json)");
-    sweep::write_summary(spec, runs, out, sopt);
-    std::printf("summary: %s/summary.md, %s/summary.csv\n", out.c_str(), out.c_str());
-    return 0;
+// --list: the runs, with their status when `out` holds the sweep.
+void list_runs(const sweep::SweepSpec& spec, const std::vector<sweep::RunSpec>& runs, const std::string& out) {
+  const bool status = !out.empty() && fs::exists(fs::path(out) / "index.json");
+  const int w = static_cast<int>(std::to_string(runs.size()).size());
+  std::printf("sweep %s: %zu runs (base %s)\n", spec.name.c_str(), runs.size(), spec.base.c_str());
+  for (const auto& r : runs) {
+    std::string st;
+    if (status) {
+      const auto s = sweep::run_state(out, r);
+      st = std::string(sweep::status_name(s.status));
+      if (s.status == sweep::RunStatus::interrupted) st += " at step " + std::to_string(s.checkpoint);
+      if (!s.message.empty()) st += ": " + s.message;
+    }
+    std::printf("%*lld  %s%s%s\n", w, static_cast<long long>(r.index), r.name.c_str(), st.empty() ? "" : "  ",
+                st.c_str());
   }
+}
 
-  if (!fs::exists(spec.base))
-    throw Error(spec.path + ": base configuration '" + spec.base +
-                "' not found (paths in a sweep file are relative to the working directory)");
+void summarize(const sweep::SweepSpec& spec, const std::vector<sweep::RunSpec>& runs, const std::string& out,
+               const sweep::SummaryOptions& sopt) {
+  sweep::write_summary(spec, runs, out, sopt);
+  std::printf("summary: %s/summary.md, %s/summary.csv\n", out.c_str(), out.c_str());
+}
+
+// --jobs, --threads, --run, --launch.
+sweep::RunnerOptions runner_options(const po::variables_map& vm) {
   sweep::RunnerOptions ropt;
   ropt.exmy = self_exe();
   ropt.jobs = vm["jobs"].as<int>();
@@ -140,6 +130,42 @@ int cmd_sweep(const Args& args) {
     for (std::string w; words >> w;) ropt.launch.push_back(w);
     if (ropt.launch.empty()) throw Error("--launch needs a launcher command, e.g. --launch \"mpirun -np 4\"");
   }
+  return ropt;
+}
+
+}  // namespace
+
+int cmd_sweep(const Args& args) {
+  po::options_description desc = sweep_options();
+  po::positional_options_description pos;
+  pos.add("file", 1);
+  po::variables_map vm;
+  if (parse_or_help(args, desc, pos, vm)) return 0;
+  if (!vm.count("file")) throw Error("missing the sweep file (usage: exmy sweep FILE --out DIR; see --help)");
+  sweep::SweepSpec spec = sweep::load_sweep(vm["file"].as<std::string>());
+  if (vm.count("set")) add_sets(spec, vm["set"].as<std::vector<std::string>>());
+  const auto runs = sweep::expand(spec);
+  const std::string out = vm.count("out") ? vm["out"].as<std::string>() : "";
+
+  if (vm.count("list")) {
+    list_runs(spec, runs, out);
+    return 0;
+  }
+  if (out.empty()) throw Error("--out DIR is required (or --list)");
+
+  sweep::SummaryOptions sopt;
+  if (!vm.count("no-plots")) sopt.plot_script = plot_script();
+
+  if (vm.count("summarize")) {
+    if (!fs::exists(fs::path(out) / "index.json")) throw Error("'" + out + "' holds no sweep (no index.json)");
+    summarize(spec, runs, out, sopt);
+    return 0;
+  }
+
+  if (!fs::exists(spec.base))
+    throw Error(spec.path + ": base configuration '" + spec.base +
+                "' not found (paths in a sweep file are relative to the working directory)");
+  sweep::RunnerOptions ropt = runner_options(vm);
   ropt.stop = &install_stop_signals();
   const sweep::SweepOutcome o = sweep::run_sweep(spec, runs, out, ropt);
   std::signal(SIGINT, SIG_DFL);
@@ -152,8 +178,7 @@ int cmd_sweep(const Args& args) {
     if (s != sweep::RunStatus::done && s != sweep::RunStatus::diverged && s != sweep::RunStatus::failed) ++unfinished;
   }
   if (unfinished == 0 && !vm.count("no-summary")) {
-    sweep::write_summary(spec, runs, out, sopt);
-    std::printf("summary: %s/summary.md, %s/summary.csv\n", out.c_str(), out.c_str());
+    summarize(spec, runs, out, sopt);
   } else if (unfinished > 0) {
     std::printf("%lld of %zu runs not finished yet; the summary is written when all are (or with --summarize)\n",
                 static_cast<long long>(unfinished), runs.size());

@@ -130,6 +130,22 @@ std::vector<double> ratio(const std::vector<double>& num, const std::vector<doub
   return v;
 }
 
+// The rows of one operand group a statistic of the operand table is ranked
+// by: a count as a fraction of its `per` (or the stored `<name>_fraction`
+// of the statistics table, where the file has it), another as stored.
+std::vector<double> operand_column(const GroupRows& g, const QuantStat& st) {
+  if (!st.per) return g.col(st.name);
+  const std::string stored = std::string(st.name) + "_fraction";
+  const auto& all = quant_stats();
+  const bool in_table = std::any_of(all.begin(), all.end(), [&](const QuantStat& o) { return o.name == stored; });
+  return in_table && g.has(stored) ? g.col(stored) : ratio(g.col(st.name), g.col(st.per));
+}
+
+// Its name in the CSV: "<name>_fraction" or "<name>_min".
+std::string operand_csv_name(const QuantStat& st) {
+  return std::string(st.name) + (st.per ? "_fraction" : "_min");
+}
+
 // "a/b/c" -> components.
 std::vector<std::string> components(const std::string& path) {
   std::vector<std::string> v;
@@ -152,20 +168,20 @@ std::string join(const std::vector<std::string>& v, size_t from, size_t to, char
 
 }  // namespace
 
-RunSummary read_run_summary(const std::string& path_in) {
-  std::string path = path_in;
-  std::error_code ec;
-  if (fs::is_directory(path, ec) && fs::exists(fs::path(path) / "run.h5", ec)) path = (fs::path(path) / "run.h5").string();
-  const Reader r(path);
-  RunSummary s;
-  s.path = path;
-  s.attributes = r.attributes();
-  if (s.attributes.count("format") && s.attributes.at("format") == "exmy-checkpoint")
-    throw Error("'" + path + "' is an exmy checkpoint, not a run file (inspect the run's run.h5)");
-  if (!s.attributes.count("schema_version") || !s.attributes.count("config"))
-    throw Error("'" + path + "' is not an exmy run file (no schema_version and config root attributes)");
+const std::vector<const QuantStat*>& operand_table_stats() {
+  static const std::vector<const QuantStat*> v = [] {
+    std::vector<const QuantStat*> r;
+    for (const QuantStat& st : quant_stats())
+      if (st.worst != StatWorst::none) r.push_back(&st);
+    return r;
+  }();
+  return v;
+}
 
-  // /train
+namespace {
+
+// The loss summary of /train.
+void read_train(const Reader& r, RunSummary& s) {
   if (r.has("/train/step")) {
     GroupRows g(r, "/train");
     s.train_rows = static_cast<int64_t>(g.step.size());
@@ -195,7 +211,10 @@ RunSummary read_run_summary(const std::string& path_in) {
       s.min_step = m.step;
     }
   }
-  // /eval: the trainer's rows and the quantized evaluations.
+}
+
+// /eval: the trainer's rows and the quantized evaluations.
+void read_evals(const Reader& r, RunSummary& s) {
   if (r.has("/eval/step")) {
     GroupRows g(r, "/eval");
     const auto loss = g.col("loss");
@@ -217,7 +236,10 @@ RunSummary read_run_summary(const std::string& path_in) {
     s.quantized_evals.push_back(std::move(e));
   }
 
-  // Statistics.
+}
+
+// The per-operand and per-GEMM tables of /quant and /gemm, in layer order.
+void read_statistics(const Reader& r, RunSummary& s) {
   std::set<int64_t> steps_seen;
   s.has_quant = r.groups().count("/quant") > 0;
   s.has_gemm = r.groups().count("/gemm") > 0;
@@ -230,12 +252,9 @@ RunSummary read_run_summary(const std::string& path_in) {
     row.layer = join(c, 0, c.size() - 2, '.');
     row.gemm = c[c.size() - 2];
     row.operand = c.back();
-    const auto uf = g.has("underflow_fraction") ? g.col("underflow_fraction") : ratio(g.col("underflow"), g.col("nonzero"));
-    row.underflow = worst_of(uf, g.step, Pick::largest);
-    row.saturated = worst_of(ratio(g.col("saturated"), g.col("elements")), g.step, Pick::largest);
-    row.scale_underflow = worst_of(ratio(g.col("scale_underflow"), g.col("blocks")), g.step, Pick::largest);
-    row.scale_saturated = worst_of(ratio(g.col("scale_saturated"), g.col("blocks")), g.step, Pick::largest);
-    row.sqnr_db = worst_of(g.col("sqnr_db"), g.step, Pick::lowest);
+    for (const QuantStat* st : operand_table_stats())
+      row.worst.push_back(worst_of(operand_column(g, *st), g.step,
+                                   st->worst == StatWorst::lowest ? Pick::lowest : Pick::largest));
     s.operands.push_back(std::move(row));
   }
   for (const auto& rel : r.step_groups("/gemm")) {
@@ -267,6 +286,26 @@ RunSummary read_run_summary(const std::string& path_in) {
     if (a.layer != b.layer) return layer_less(a.layer, b.layer);
     return gemm_rank(a.gemm) != gemm_rank(b.gemm) ? gemm_rank(a.gemm) < gemm_rank(b.gemm) : a.gemm < b.gemm;
   });
+}
+
+}  // namespace
+
+RunSummary read_run_summary(const std::string& path_in) {
+  std::string path = path_in;
+  std::error_code ec;
+  if (fs::is_directory(path, ec) && fs::exists(fs::path(path) / "run.h5", ec)) path = (fs::path(path) / "run.h5").string();
+  const Reader r(path);
+  RunSummary s;
+  s.path = path;
+  s.attributes = r.attributes();
+  if (s.attributes.count("format") && s.attributes.at("format") == "exmy-checkpoint")
+    throw Error("'" + path + "' is an exmy checkpoint, not a run file (inspect the run's run.h5)");
+  if (!s.attributes.count("schema_version") || !s.attributes.count("config"))
+    throw Error("'" + path + "' is not an exmy run file (no schema_version and config root attributes)");
+
+  read_train(r, s);
+  read_evals(r, s);
+  read_statistics(r, s);
   return s;
 }
 
@@ -468,16 +507,25 @@ void print_run_summary(std::FILE* out, const RunSummary& s, const InspectOptions
   if (!s.operands.empty()) {
     std::fprintf(out, "\noperands: underflow = non-zero inputs flushed to zero, saturated = elements clamped,\n"
                       "scale underflow / saturated = block scales that underflowed / clamped, lowest SQNR\n");
-    const auto rows = pick_rows<OperandRow>(s.operands, opt.top, [](const OperandRow& r) {
-      return std::max({or_zero(r.underflow), or_zero(r.saturated), or_zero(r.scale_underflow), or_zero(r.scale_saturated)});
+    const auto& stats = operand_table_stats();
+    // Rows are ranked by their largest fraction.
+    const auto rows = pick_rows<OperandRow>(s.operands, opt.top, [&](const OperandRow& r) {
+      double m = 0;
+      for (size_t i = 0; i < stats.size(); ++i)
+        if (stats[i]->per) m = std::max(m, or_zero(r.worst[i]));
+      return m;
     });
     std::vector<std::vector<std::string>> t;
-    for (const auto* r : rows)
-      t.push_back({r->layer, r->gemm, r->operand, cell(r->underflow, pct), cell(r->saturated, pct),
-                   cell(r->scale_underflow, pct), cell(r->scale_saturated, pct),
-                   cell(r->sqnr_db, [](double v) { return fmt("%.1f dB", v); })});
-    print_table(out, {"layer", "gemm", "operand", "underflow", "saturated", "scale underflow", "scale saturated", "SQNR min"},
-                t);
+    for (const auto* r : rows) {
+      std::vector<std::string> cells = {r->layer, r->gemm, r->operand};
+      for (size_t i = 0; i < stats.size(); ++i)
+        cells.push_back(stats[i]->per ? cell(r->worst[i], pct)
+                                      : cell(r->worst[i], [u = stats[i]->unit](double v) { return fmt("%.1f", v) + " " + u; }));
+      t.push_back(std::move(cells));
+    }
+    std::vector<std::string> head = {"layer", "gemm", "operand"};
+    for (const QuantStat* st : stats) head.push_back(st->heading);
+    print_table(out, head, t);
   }
   if (!s.gemms.empty()) {
     std::fprintf(out,
@@ -504,13 +552,10 @@ std::string summary_csv(const RunSummary& s) {
     else o += ",,";
     o += "," + std::to_string(w.rows) + "\n";
   };
-  for (const auto& r : s.operands) {
-    add("operand", r.layer, r.gemm, r.operand, "underflow_fraction", r.underflow);
-    add("operand", r.layer, r.gemm, r.operand, "saturated_fraction", r.saturated);
-    add("operand", r.layer, r.gemm, r.operand, "scale_underflow_fraction", r.scale_underflow);
-    add("operand", r.layer, r.gemm, r.operand, "scale_saturated_fraction", r.scale_saturated);
-    add("operand", r.layer, r.gemm, r.operand, "sqnr_db_min", r.sqnr_db);
-  }
+  const auto& stats = operand_table_stats();
+  for (const auto& r : s.operands)
+    for (size_t i = 0; i < stats.size(); ++i)
+      add("operand", r.layer, r.gemm, r.operand, operand_csv_name(*stats[i]).c_str(), r.worst[i]);
   for (const auto& r : s.gemms) {
     add("gemm", r.layer, r.gemm, "", "multiplicative_bias", r.gradient_bias);
     add("gemm", r.layer, r.gemm, "", "magnitude_bias", r.magnitude_bias);

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "formats/vocab.hpp"
+
 namespace exmy::eval {
 
 // One figure of one operand or GEMM over the run: its worst value and the
@@ -30,16 +32,16 @@ struct Worst {
   bool present() const { return step >= 0; }
 };
 
-// The figures of the operand table. Fractions are in [0, 1]:
-//   underflow        underflow_fraction (underflow / nonzero): non-zero inputs flushed to zero
-//   saturated        saturated / elements: elements clamped at the format's maximum
-//   scale_underflow  scale_underflow / blocks: block scales that underflowed
-//   scale_saturated  scale_saturated / blocks: block scales clamped at the scale format's maximum
-//   sqnr_db          the lowest SQNR (dB)
+// The figures of the operand table: one per row of quant_stats()
+// (formats/vocab.hpp) whose `worst` is set, in the table's order
+// (operand_table_stats()). A count is a fraction in [0, 1] of the count its
+// row names as `per` (underflow: the stored underflow_fraction where the
+// file has it); the others are their own lowest value (SQNR in dB).
 struct OperandRow {
   std::string layer, gemm, operand;
-  Worst underflow, saturated, scale_underflow, scale_saturated, sqnr_db;
+  std::vector<Worst> worst;  // worst[i]: operand_table_stats()[i]
 };
+const std::vector<const QuantStat*>& operand_table_stats();
 // The figures of the GEMM table: the largest |multiplicative bias| gain − 1
 // (signed; for wgrad the recipe's gradient bias), the largest |magnitude
 // bias| (mean|ŷ| − mean|y|)/mean|y| (signed; it grows with noise, so it is

@@ -50,8 +50,8 @@ struct RuntimeOptions {
   // and statistics at every step stay cheap; gemm_stats_rows = 0 compares all
   // M rows. One row in 64 (32 tokens of a 2048-token step, each with all N
   // outputs: tens of thousands of outputs) is plenty for the four figures;
-  // one in 32 cost about +5% of a proxy-50m step more, one in 16 +10%
-  // (docs/benchmarks.md).
+  // one in 32 costs about three times as much on proxy-50m (docs/benchmarks.md,
+  // "Statistics sums").
   int64_t gemm_stats_rows = 128;
   int64_t gemm_stats_sample = 64;
 };

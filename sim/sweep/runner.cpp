@@ -431,10 +431,10 @@ void write_run_attributes(const std::string& run_h5, const SweepSpec& spec, cons
   if (!io::h5::flush_file(f.get())) throw Error("cannot flush '" + run_h5 + "'");
 }
 
-SweepOutcome run_sweep(const SweepSpec& spec, const std::vector<RunSpec>& runs, const std::string& out,
-                       const RunnerOptions& opt) {
-  if (opt.exmy.empty()) throw Error("run_sweep: no exmy binary given");
-  if (opt.jobs < 1) throw Error("--jobs must be at least 1, got " + std::to_string(opt.jobs));
+namespace {
+
+// The runs this call runs: all, or --run's one.
+std::vector<const RunSpec*> select_runs(const std::vector<RunSpec>& runs, const RunnerOptions& opt) {
   std::vector<const RunSpec*> selected;
   if (opt.only) {
     if (*opt.only < 0 || *opt.only >= static_cast<int64_t>(runs.size()))
@@ -444,9 +444,11 @@ SweepOutcome run_sweep(const SweepSpec& spec, const std::vector<RunSpec>& runs, 
   } else {
     for (const auto& r : runs) selected.push_back(&r);
   }
-  write_index(spec, runs, out);
+  return selected;
+}
 
-  // Every existing run directory must be this run of this sweep.
+// Every existing run directory must be this run of this sweep.
+void check_run_dirs(const std::vector<const RunSpec*>& selected, const std::string& out) {
   for (const RunSpec* r : selected) {
     const fs::path dir = run_dir(out, *r);
     std::error_code ec;
@@ -467,6 +469,17 @@ SweepOutcome run_sweep(const SweepSpec& spec, const std::vector<RunSpec>& runs, 
       throw Error("'" + dir.string() + "' was run with other settings (" + saved.value("args", nlohmann::json()).dump() +
                   "); choose another --out, or remove it to redo it");
   }
+}
+
+}  // namespace
+
+SweepOutcome run_sweep(const SweepSpec& spec, const std::vector<RunSpec>& runs, const std::string& out,
+                       const RunnerOptions& opt) {
+  if (opt.exmy.empty()) throw Error("run_sweep: no exmy binary given");
+  if (opt.jobs < 1) throw Error("--jobs must be at least 1, got " + std::to_string(opt.jobs));
+  const std::vector<const RunSpec*> selected = select_runs(runs, opt);
+  write_index(spec, runs, out);
+  check_run_dirs(selected, out);
 
   SweepOutcome o;
   o.selected = static_cast<int64_t>(selected.size());

@@ -337,15 +337,10 @@ std::vector<RunRow> collect_rows(const SweepSpec& spec, const std::vector<RunSpe
   return rows;
 }
 
-std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSpec>& runs, const std::string& out,
-                                  const SummaryOptions& opt) {
-  const auto rows = collect_rows(spec, runs, out);
-  const auto keys = spec.axis_keys();
-  const auto shorts = short_names(keys);
-  const fs::path dir(out);
-  fs::create_directories(dir);
+namespace {
 
-  // summary.csv: every figure at full precision.
+// summary.csv: every figure at full precision.
+std::string runs_csv(const std::vector<std::string>& keys, const std::vector<RunRow>& rows) {
   std::string csv = "index,name,status";
   for (const auto& k : keys) {
     csv += ',';
@@ -369,9 +364,12 @@ std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSp
            "," + fig(r.grad_bias_worst) + "," + (r.has_file ? std::to_string(r.tokens) : std::string()) + "," +
            num(r.tokens_per_s) + "," + num(r.elapsed_s) + "," + csv_field(r.message) + "\n";
   }
-  write_text_atomic(dir / "summary.csv", csv);
+  return csv;
 
-  // summary_roles.csv: per run and role, means and maxima over layers and steps.
+}
+
+// summary_roles.csv: per run and role, means and maxima over layers and steps.
+std::string roles_csv(const std::vector<std::string>& keys, const std::vector<RunRow>& rows) {
   std::string roles = "index,name";
   for (const auto& k : keys) {
     roles += ',';
@@ -394,10 +392,15 @@ std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSp
                "," + num(x.sqnr_db_mean) + "," + num(x.multiplicative_bias_mean) + "," + num(x.magnitude_bias_mean) + "," + num(x.relative_error_mean) +
                "\n";
     }
-  write_text_atomic(dir / "summary_roles.csv", roles);
+  return roles;
 
-  // summary.md: the table people read.
-  std::ostringstream md;
+}
+
+// summary.md up to its group section: the counts, what the columns mean,
+// the table of runs and the messages of runs that did not finish.
+void runs_md(std::ostringstream& md, const SweepSpec& spec, const std::vector<RunSpec>& runs,
+             const std::vector<RunRow>& rows, const std::vector<std::string>& keys,
+             const std::map<std::string, std::string>& shorts) {
   int64_t counts[6] = {0, 0, 0, 0, 0, 0};
   for (const auto& r : rows) ++counts[static_cast<int>(r.status)];
   md << "# Sweep " << spec.name << "\n\n";
@@ -449,77 +452,96 @@ std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSp
         md << "* run " << r.run->index << " (" << status_name(r.status) << "): " << md_cell(r.message) << "\n";
   }
 
-  // Means and spread over the group_over axis (e.g. seeds).
-  if (!spec.group_over.empty()) {
-    size_t g_axis = 0;
-    for (size_t a = 0; a < spec.axes.size(); ++a)
-      for (const auto& k : spec.axes[a].keys)
-        if (k == spec.group_over) g_axis = a;
-    std::map<std::vector<int64_t>, std::vector<const RunRow*>> groups;
-    std::vector<std::vector<int64_t>> order;
-    for (const auto& r : rows) {
-      auto key = r.run->position;
-      key[g_axis] = -1;
-      if (!groups.count(key)) order.push_back(key);
-      groups[key].push_back(&r);
-    }
-    std::string gcsv;
-    for (size_t a = 0; a < spec.axes.size(); ++a)
-      if (a != g_axis)
-        for (const auto& k : spec.axes[a].keys) gcsv += csv_field(k) + ",";
-    gcsv += "runs,finished,diverged,train_loss_mean,train_loss_sd,train_loss_min,train_loss_max,val_loss_mean,"
-            "val_loss_sd,val_loss_min,val_loss_max,gap_val_mean,gap_val_sd\n";
-    md << "\n## Over " << spec.group_over << "\n\nMean ± sample standard deviation (min..max) over the runs that "
-       << "finished without diverging.\n\n|";
-    for (size_t a = 0; a < spec.axes.size(); ++a)
-      if (a != g_axis)
-        for (const auto& k : spec.axes[a].keys) md << " " << md_cell(shorts.at(k)) << " |";
-    md << " runs | final-window train loss (last N steps) | val loss |" << (spec.reference.empty() ? "" : " gap |") << "\n|";
-    for (size_t a = 0; a < spec.axes.size(); ++a)
-      if (a != g_axis)
-        for (size_t k = 0; k < spec.axes[a].keys.size(); ++k) md << "---|";
-    md << "---|---:|---:|" << (spec.reference.empty() ? "" : "---:|") << "\n";
-    for (const auto& key : order) {
-      const auto& members = groups[key];
-      std::vector<double> tl, vl, gv;
-      int64_t finished = 0, diverged = 0;
-      for (const RunRow* r : members) {
-        if (r->status != RunStatus::done && r->status != RunStatus::diverged) continue;
-        ++finished;
-        if (!r->diverged.empty()) {
-          ++diverged;
-          continue;
-        }
-        tl.push_back(r->final_train_loss);
-        vl.push_back(r->final_val_loss);
-        gv.push_back(r->gap_val);
-      }
-      const Stat t = stat_of(tl), v = stat_of(vl), g = stat_of(gv);
-      const RunRow& first = *members.front();
-      md << "|";
-      for (size_t a = 0; a < spec.axes.size(); ++a) {
-        if (a == g_axis) continue;
-        for (size_t k = 0; k < spec.axes[a].keys.size(); ++k) {
-          const std::string& val = spec.axes[a].values[k][static_cast<size_t>(first.run->position[a])];
-          md << " " << md_cell(val) << " |";
-          gcsv += csv_field(val) + ",";
-        }
-      }
-      auto cell = [](const Stat& s) {
-        if (s.n == 0) return std::string();
-        return fmt("%.4f", s.mean) + " ± " + fmt("%.4f", s.sd) + " (" + fmt("%.4f", s.min) + ".." +
-               fmt("%.4f", s.max) + ")";
-      };
-      md << " " << finished << "/" << members.size() << (diverged ? " (" + std::to_string(diverged) + " diverged)" : "")
-         << " | " << cell(t) << " | " << cell(v) << " |";
-      if (!spec.reference.empty()) md << " " << (g.n ? fmt("%+.4f", g.mean) + " ± " + fmt("%.4f", g.sd) : "") << " |";
-      md << "\n";
-      gcsv += std::to_string(members.size()) + "," + std::to_string(finished) + "," + std::to_string(diverged) + "," +
-              num(t.mean) + "," + num(t.sd) + "," + num(t.min) + "," + num(t.max) + "," + num(v.mean) + "," +
-              num(v.sd) + "," + num(v.min) + "," + num(v.max) + "," + num(g.mean) + "," + num(g.sd) + "\n";
-    }
-    write_text_atomic(dir / "summary_groups.csv", gcsv);
+}
+
+// Means and spread over the group_over axis (e.g. seeds): summary.md's
+// section, and summary_groups.csv as the result.
+std::string groups_md_csv(std::ostringstream& md, const SweepSpec& spec, const std::vector<RunRow>& rows,
+                          const std::map<std::string, std::string>& shorts) {
+  size_t g_axis = 0;
+  for (size_t a = 0; a < spec.axes.size(); ++a)
+    for (const auto& k : spec.axes[a].keys)
+      if (k == spec.group_over) g_axis = a;
+  std::map<std::vector<int64_t>, std::vector<const RunRow*>> groups;
+  std::vector<std::vector<int64_t>> order;
+  for (const auto& r : rows) {
+    auto key = r.run->position;
+    key[g_axis] = -1;
+    if (!groups.count(key)) order.push_back(key);
+    groups[key].push_back(&r);
   }
+  std::string gcsv;
+  for (size_t a = 0; a < spec.axes.size(); ++a)
+    if (a != g_axis)
+      for (const auto& k : spec.axes[a].keys) gcsv += csv_field(k) + ",";
+  gcsv += "runs,finished,diverged,train_loss_mean,train_loss_sd,train_loss_min,train_loss_max,val_loss_mean,"
+          "val_loss_sd,val_loss_min,val_loss_max,gap_val_mean,gap_val_sd\n";
+  md << "\n## Over " << spec.group_over << "\n\nMean ± sample standard deviation (min..max) over the runs that "
+     << "finished without diverging.\n\n|";
+  for (size_t a = 0; a < spec.axes.size(); ++a)
+    if (a != g_axis)
+      for (const auto& k : spec.axes[a].keys) md << " " << md_cell(shorts.at(k)) << " |";
+  md << " runs | final-window train loss (last N steps) | val loss |" << (spec.reference.empty() ? "" : " gap |") << "\n|";
+  for (size_t a = 0; a < spec.axes.size(); ++a)
+    if (a != g_axis)
+      for (size_t k = 0; k < spec.axes[a].keys.size(); ++k) md << "---|";
+  md << "---|---:|---:|" << (spec.reference.empty() ? "" : "---:|") << "\n";
+  for (const auto& key : order) {
+    const auto& members = groups[key];
+    std::vector<double> tl, vl, gv;
+    int64_t finished = 0, diverged = 0;
+    for (const RunRow* r : members) {
+      if (r->status != RunStatus::done && r->status != RunStatus::diverged) continue;
+      ++finished;
+      if (!r->diverged.empty()) {
+        ++diverged;
+        continue;
+      }
+      tl.push_back(r->final_train_loss);
+      vl.push_back(r->final_val_loss);
+      gv.push_back(r->gap_val);
+    }
+    const Stat t = stat_of(tl), v = stat_of(vl), g = stat_of(gv);
+    const RunRow& first = *members.front();
+    md << "|";
+    for (size_t a = 0; a < spec.axes.size(); ++a) {
+      if (a == g_axis) continue;
+      for (size_t k = 0; k < spec.axes[a].keys.size(); ++k) {
+        const std::string& val = spec.axes[a].values[k][static_cast<size_t>(first.run->position[a])];
+        md << " " << md_cell(val) << " |";
+        gcsv += csv_field(val) + ",";
+      }
+    }
+    auto cell = [](const Stat& s) {
+      if (s.n == 0) return std::string();
+      return fmt("%.4f", s.mean) + " ± " + fmt("%.4f", s.sd) + " (" + fmt("%.4f", s.min) + ".." +
+             fmt("%.4f", s.max) + ")";
+    };
+    md << " " << finished << "/" << members.size() << (diverged ? " (" + std::to_string(diverged) + " diverged)" : "")
+       << " | " << cell(t) << " | " << cell(v) << " |";
+    if (!spec.reference.empty()) md << " " << (g.n ? fmt("%+.4f", g.mean) + " ± " + fmt("%.4f", g.sd) : "") << " |";
+    md << "\n";
+    gcsv += std::to_string(members.size()) + "," + std::to_string(finished) + "," + std::to_string(diverged) + "," +
+            num(t.mean) + "," + num(t.sd) + "," + num(t.min) + "," + num(t.max) + "," + num(v.mean) + "," +
+            num(v.sd) + "," + num(v.min) + "," + num(v.max) + "," + num(g.mean) + "," + num(g.sd) + "\n";
+  }
+  return gcsv;
+}
+
+}  // namespace
+
+std::vector<RunRow> write_summary(const SweepSpec& spec, const std::vector<RunSpec>& runs, const std::string& out,
+                                  const SummaryOptions& opt) {
+  const auto rows = collect_rows(spec, runs, out);
+  const auto keys = spec.axis_keys();
+  const auto shorts = short_names(keys);
+  const fs::path dir(out);
+  fs::create_directories(dir);
+  write_text_atomic(dir / "summary.csv", runs_csv(keys, rows));
+  write_text_atomic(dir / "summary_roles.csv", roles_csv(keys, rows));
+  std::ostringstream md;
+  runs_md(md, spec, runs, rows, keys, shorts);
+  if (!spec.group_over.empty()) write_text_atomic(dir / "summary_groups.csv", groups_md_csv(md, spec, rows, shorts));
   md << "\nPlots (analysis/sweep_plots.py): plots/loss_curves.png, plots/<metric>_by_<axis>.png.\n";
   write_text_atomic(dir / "summary.md", md.str());
   run_plots(opt, out);

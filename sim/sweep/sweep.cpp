@@ -128,6 +128,24 @@ std::vector<std::string> SweepSpec::axis_keys() const {
   return k;
 }
 
+namespace {
+
+// A zipped key may repeat a value (keep_last_bf16 = 0, 2, 0), but two
+// positions of a zip axis must differ somewhere.
+void check_zip_positions(const std::vector<Axis>& axes, const std::string& origin) {
+  for (const auto& a : axes) {
+    std::set<std::vector<std::string>> seen;
+    for (int64_t i = 0; i < a.size(); ++i) {
+      std::vector<std::string> tuple;
+      for (const auto& v : a.values) tuple.push_back(v[static_cast<size_t>(i)]);
+      if (!seen.insert(tuple).second)
+        throw Error(origin + ": [zip." + a.name + "] position " + std::to_string(i + 1) + " repeats an earlier one");
+    }
+  }
+}
+
+}  // namespace
+
 SweepSpec parse_sweep(const std::string& text, const std::string& origin) {
   const sim::quant::IniFile ini = sim::quant::parse_ini(text, origin);
   SweepSpec s;
@@ -199,17 +217,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& origin) {
       a.values.push_back(std::move(values));
     }
   }
-  // A zipped key may repeat a value (keep_last_bf16 = 0, 2, 0), but two
-  // positions of a zip axis must differ somewhere.
-  for (const auto& a : s.axes) {
-    std::set<std::vector<std::string>> seen;
-    for (int64_t i = 0; i < a.size(); ++i) {
-      std::vector<std::string> tuple;
-      for (const auto& v : a.values) tuple.push_back(v[static_cast<size_t>(i)]);
-      if (!seen.insert(tuple).second)
-        throw Error(origin + ": [zip." + a.name + "] position " + std::to_string(i + 1) + " repeats an earlier one");
-    }
-  }
+  check_zip_positions(s.axes, origin);
   if (s.name.empty()) s.name = fs::path(origin).stem().string();
   if (s.base.empty()) throw Error(origin + ": [sweep] needs base = <run configuration> (e.g. experiments/proxy-tiny.ini)");
   if (s.axes.empty()) throw Error(origin + ": the sweep has no axis (add a [grid] or [zip.NAME] section)");

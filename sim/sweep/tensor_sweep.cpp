@@ -304,6 +304,131 @@ TensorSweep run_tensor_sweep(const std::vector<TensorRef>& tensors, const std::v
   return s;
 }
 
+namespace {
+
+std::string combo_name(const TensorSweep& s, const TensorResult& r) {
+  return r.combo == SIZE_MAX ? std::string("recorded") : s.combos[r.combo].name;
+}
+std::string combo_family(const TensorSweep& s, const TensorResult& r) {
+  return r.combo == SIZE_MAX ? std::string("recorded") : s.combos[r.combo].family;
+}
+
+// The CSV of `exmy sweep-tensors`: one row per call, its knobs and the
+// statistics of the table (formats/vocab.hpp).
+void write_results_csv(const TensorSweep& s, const std::string& path) {
+  std::ofstream o(path, std::ios::binary | std::ios::trunc);
+  o << "tensor,rows,cols,combo,family,";
+  for (const QuantKnob& k : quant_knobs()) o << k.name << ",";
+  o << "amax,t,";
+  for (const QuantStat& c : quant_stats()) o << c.name << ",";
+  o << "error\n";
+  for (const auto& r : s.results) {
+    const QuantSpec& q = r.spec;
+    const QuantStats& st = r.stats;
+    o << csv_field(s.tensors[r.tensor].name) << "," << s.shapes[r.tensor].first << "," << s.shapes[r.tensor].second
+      << "," << csv_field(combo_name(s, r)) << "," << csv_field(combo_family(s, r)) << ",";
+    for (const QuantKnob& k : quant_knobs()) o << csv_field(csv_knob(k, q)) << ",";
+    o << (r.error.empty() ? num(r.info.amax) : "") << ","
+      << (r.error.empty() ? num(r.info.t) : "") << ",";
+    // The statistics of the table (formats/vocab.hpp), empty for a failed call.
+    for (const QuantStat& c : quant_stats()) {
+      if (r.error.empty()) o << (c.kind == StatKind::count ? std::to_string(c.count(st)) : num(c.value(st)));
+      o << ",";
+    }
+    o << csv_field(r.error) << "\n";
+  }
+  o.close();
+  if (!o) throw Error("cannot write '" + path + "'");
+}
+
+// One column per QuantSpec knob (formats/vocab.hpp), typed by its kind;
+// the tensor amax as text (none, auto or the value at %.17g).
+void write_knob_columns(hid_t F, const TensorSweep& s) {
+  for (const QuantKnob& k : quant_knobs()) {
+    const std::string path = std::string("/results/") + k.name;
+    const bool as_text = k.kind == KnobKind::text;
+    std::vector<std::string> text;
+    std::vector<double> real;
+    std::vector<int64_t> integer;
+    std::vector<uint64_t> u64;
+    for (const auto& r : s.results) {
+      if (as_text) {
+        text.push_back(csv_knob(k, r.spec));
+        continue;
+      }
+      const KnobValue v = typed_value(k, r.spec);
+      if (k.kind == KnobKind::real) real.push_back(std::get<double>(v));
+      else if (k.kind == KnobKind::u64) u64.push_back(std::get<uint64_t>(v));
+      else integer.push_back(std::get<int64_t>(v));
+    }
+    if (as_text) io::h5::write_column(F, path, text);
+    else if (k.kind == KnobKind::real) io::h5::write_column(F, path, real);
+    else if (k.kind == KnobKind::u64) io::h5::write_column(F, path, u64);
+    else io::h5::write_column(F, path, integer);
+  }
+}
+
+// The HDF5 file of `exmy sweep-tensors`: /tensors, /combos and one
+// /results column per knob and statistic.
+void write_results_h5(const TensorSweep& s, const std::string& file) {
+  Handle f = io::h5::create_file(file, false);
+  if (!f.valid()) throw Error("cannot create '" + file + "'");
+  std::vector<std::string> tnames;
+  std::vector<int64_t> trows, tcols;
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    tnames.push_back(s.tensors[i].name);
+    trows.push_back(s.shapes[i].first);
+    tcols.push_back(s.shapes[i].second);
+  }
+  io::h5::write_column(f.get(), "/tensors/name", tnames);
+  io::h5::write_column(f.get(), "/tensors/rows", trows);
+  io::h5::write_column(f.get(), "/tensors/cols", tcols);
+  std::vector<std::string> cnames, cfam;
+  for (const auto& c : s.combos) {
+    cnames.push_back(c.name);
+    cfam.push_back(c.family);
+  }
+  io::h5::write_column(f.get(), "/combos/name", cnames);
+  io::h5::write_column(f.get(), "/combos/family", cfam);
+
+  std::vector<int64_t> tensor, combo;
+  std::vector<std::string> cname, error;
+  std::vector<double> amax_used, t;
+  const auto& stats = quant_stats();
+  std::vector<std::vector<uint64_t>> counts(stats.size());  // StatKind::count columns
+  std::vector<std::vector<double>> values(stats.size());    // the others
+  for (const auto& r : s.results) {
+    const QuantStats& st = r.stats;
+    tensor.push_back(static_cast<int64_t>(r.tensor));
+    combo.push_back(r.combo == SIZE_MAX ? -1 : static_cast<int64_t>(r.combo));
+    cname.push_back(combo_name(s, r));
+    error.push_back(r.error);
+    amax_used.push_back(r.error.empty() ? r.info.amax : NAN);
+    t.push_back(r.error.empty() ? static_cast<double>(r.info.t) : NAN);
+    for (size_t i = 0; i < stats.size(); ++i) {
+      if (stats[i].kind == StatKind::count) counts[i].push_back(stats[i].count(st));
+      else values[i].push_back(r.error.empty() ? stats[i].value(st) : NAN);
+    }
+  }
+  const hid_t F = f.get();
+  io::h5::write_column(F, "/results/tensor", tensor);
+  io::h5::write_column(F, "/results/combo", combo);
+  io::h5::write_column(F, "/results/combo_name", cname);
+  write_knob_columns(F, s);
+  io::h5::write_column(F, "/results/error", error);
+  io::h5::write_column(F, "/results/amax", amax_used);
+  io::h5::write_column(F, "/results/t", t);
+  for (size_t i = 0; i < stats.size(); ++i) {
+    const std::string path = std::string("/results/") + stats[i].name;
+    if (stats[i].kind == StatKind::count) io::h5::write_column(F, path, counts[i]);
+    else io::h5::write_column(F, path, values[i]);
+  }
+  Handle root = io::h5::open_root(F);
+  io::h5::write_attribute(root.get(), "schema", std::string("exmy sweep-tensors 1"));
+}
+
+}  // namespace
+
 void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const std::string& h5_path) {
   // Both outputs are checked before either is written (sim/io/atomic_file.hpp).
   const io::OutputTarget csv_at = csv_path.empty() ? io::OutputTarget{} : io::output_target(csv_path);
@@ -317,118 +442,14 @@ void write_tensor_sweep(const TensorSweep& s, const std::string& csv_path, const
       for (const auto& f : files) fs::remove(f, ec);
     }
   } cleanup;
-  auto combo_name = [&](const TensorResult& r) { return r.combo == SIZE_MAX ? std::string("recorded") : s.combos[r.combo].name; };
-  auto family = [&](const TensorResult& r) { return r.combo == SIZE_MAX ? std::string("recorded") : s.combos[r.combo].family; };
-
   if (!csv_path.empty()) {
     cleanup.files.push_back(csv_tmp);
-    std::ofstream o(csv_tmp, std::ios::binary | std::ios::trunc);
-    o << "tensor,rows,cols,combo,family,";
-    for (const QuantKnob& k : quant_knobs()) o << k.name << ",";
-    o << "amax,t,";
-    for (const QuantStat& c : quant_stats()) o << c.name << ",";
-    o << "error\n";
-    for (const auto& r : s.results) {
-      const QuantSpec& q = r.spec;
-      const QuantStats& st = r.stats;
-      o << csv_field(s.tensors[r.tensor].name) << "," << s.shapes[r.tensor].first << "," << s.shapes[r.tensor].second
-        << "," << csv_field(combo_name(r)) << "," << csv_field(family(r)) << ",";
-      for (const QuantKnob& k : quant_knobs()) o << csv_field(csv_knob(k, q)) << ",";
-      o << (r.error.empty() ? num(r.info.amax) : "") << ","
-        << (r.error.empty() ? num(r.info.t) : "") << ",";
-      // The statistics of the table (formats/vocab.hpp), empty for a failed call.
-      for (const QuantStat& c : quant_stats()) {
-        if (r.error.empty()) o << (c.kind == StatKind::count ? std::to_string(c.count(st)) : num(c.value(st)));
-        o << ",";
-      }
-      o << csv_field(r.error) << "\n";
-    }
-    o.close();
-    if (!o) throw Error("cannot write '" + csv_tmp + "'");
+    write_results_csv(s, csv_tmp);
   }
-
   if (!h5_path.empty()) {
     io::h5::silence_errors();
     cleanup.files.push_back(h5_tmp);
-    {
-      Handle f = io::h5::create_file(h5_tmp, false);
-      if (!f.valid()) throw Error("cannot create '" + h5_tmp + "'");
-      std::vector<std::string> tnames;
-      std::vector<int64_t> trows, tcols;
-      for (size_t i = 0; i < s.tensors.size(); ++i) {
-        tnames.push_back(s.tensors[i].name);
-        trows.push_back(s.shapes[i].first);
-        tcols.push_back(s.shapes[i].second);
-      }
-      io::h5::write_column(f.get(), "/tensors/name", tnames);
-      io::h5::write_column(f.get(), "/tensors/rows", trows);
-      io::h5::write_column(f.get(), "/tensors/cols", tcols);
-      std::vector<std::string> cnames, cfam;
-      for (const auto& c : s.combos) {
-        cnames.push_back(c.name);
-        cfam.push_back(c.family);
-      }
-      io::h5::write_column(f.get(), "/combos/name", cnames);
-      io::h5::write_column(f.get(), "/combos/family", cfam);
-
-      std::vector<int64_t> tensor, combo;
-      std::vector<std::string> cname, error;
-      std::vector<double> amax_used, t;
-      const auto& stats = quant_stats();
-      std::vector<std::vector<uint64_t>> counts(stats.size());  // StatKind::count columns
-      std::vector<std::vector<double>> values(stats.size());    // the others
-      for (const auto& r : s.results) {
-        const QuantStats& st = r.stats;
-        tensor.push_back(static_cast<int64_t>(r.tensor));
-        combo.push_back(r.combo == SIZE_MAX ? -1 : static_cast<int64_t>(r.combo));
-        cname.push_back(combo_name(r));
-        error.push_back(r.error);
-        amax_used.push_back(r.error.empty() ? r.info.amax : NAN);
-        t.push_back(r.error.empty() ? static_cast<double>(r.info.t) : NAN);
-        for (size_t i = 0; i < stats.size(); ++i) {
-          if (stats[i].kind == StatKind::count) counts[i].push_back(stats[i].count(st));
-          else values[i].push_back(r.error.empty() ? stats[i].value(st) : NAN);
-        }
-      }
-      const hid_t F = f.get();
-      io::h5::write_column(F, "/results/tensor", tensor);
-      io::h5::write_column(F, "/results/combo", combo);
-      io::h5::write_column(F, "/results/combo_name", cname);
-      // One column per QuantSpec knob (formats/vocab.hpp), typed by its kind;
-      // the tensor amax as text (none, auto or the value at %.17g).
-      for (const QuantKnob& k : quant_knobs()) {
-        const std::string path = std::string("/results/") + k.name;
-        const bool as_text = k.kind == KnobKind::text;
-        std::vector<std::string> text;
-        std::vector<double> real;
-        std::vector<int64_t> integer;
-        std::vector<uint64_t> u64;
-        for (const auto& r : s.results) {
-          if (as_text) {
-            text.push_back(csv_knob(k, r.spec));
-            continue;
-          }
-          const KnobValue v = typed_value(k, r.spec);
-          if (k.kind == KnobKind::real) real.push_back(std::get<double>(v));
-          else if (k.kind == KnobKind::u64) u64.push_back(std::get<uint64_t>(v));
-          else integer.push_back(std::get<int64_t>(v));
-        }
-        if (as_text) io::h5::write_column(F, path, text);
-        else if (k.kind == KnobKind::real) io::h5::write_column(F, path, real);
-        else if (k.kind == KnobKind::u64) io::h5::write_column(F, path, u64);
-        else io::h5::write_column(F, path, integer);
-      }
-      io::h5::write_column(F, "/results/error", error);
-      io::h5::write_column(F, "/results/amax", amax_used);
-      io::h5::write_column(F, "/results/t", t);
-      for (size_t i = 0; i < stats.size(); ++i) {
-        const std::string path = std::string("/results/") + stats[i].name;
-        if (stats[i].kind == StatKind::count) io::h5::write_column(F, path, counts[i]);
-        else io::h5::write_column(F, path, values[i]);
-      }
-      Handle root = io::h5::open_root(F);
-      io::h5::write_attribute(root.get(), "schema", std::string("exmy sweep-tensors 1"));
-    }
+    write_results_h5(s, h5_tmp);
   }
   if (!csv_path.empty()) io::place_output(csv_tmp, csv_at, csv_path);
   if (!h5_path.empty()) io::place_output(h5_tmp, h5_at, h5_path);

@@ -146,12 +146,24 @@ std::string trim(const std::string& s) {
 
 const std::vector<ConfigKey>& config_keys() { return kKeys; }
 
-RunConfig parse_run_config(const std::string& ini_text, const std::string& origin,
-                           const std::vector<std::string>& overrides) {
+namespace {
+
+// The keys of a configuration after the file and --set: the run keys
+// (defaults filled in), the model fields and the recipe overrides, each in
+// the order given.
+struct Settings {
   std::map<std::string, std::string> v;
+  std::vector<std::pair<std::string, std::string>> model_fields;
+  std::vector<std::pair<std::string, std::string>> recipe_sets;  // file, then --set
+};
+
+Settings gather_settings(const std::string& ini_text, const std::string& origin,
+                         const std::vector<std::string>& overrides) {
+  Settings st;
+  auto& v = st.v;
+  auto& model_fields = st.model_fields;
+  auto& recipe_sets = st.recipe_sets;
   for (const auto& k : kKeys) v[k.name] = k.default_value;
-  std::vector<std::pair<std::string, std::string>> model_fields;  // in the order given
-  std::vector<std::pair<std::string, std::string>> recipe_sets;   // in the order given (file, then --set)
   auto set = [&](const std::string& key, const std::string& value) {
     if (key.starts_with(kRecipePrefix)) {
       recipe_sets.emplace_back(key, value);
@@ -182,8 +194,12 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
     if (!is_known(key) && !key.starts_with(kRecipePrefix)) unknown_key("--set: ", key);
     set(key, trim(s.substr(eq + 1)));
   }
+  return st;
+}
 
-  RunConfig c;
+// [model]: the preset or config.json, then the fields given.
+void read_model(RunConfig& c, std::map<std::string, std::string>& v,
+                const std::vector<std::pair<std::string, std::string>>& model_fields) {
   c.model_name = v["model.name"];
   // A resolved configuration (text()) lists every field; it then does not
   // need the preset or config.json it came from (which may have moved).
@@ -201,7 +217,11 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
       if ((pass == 0) == pattern) models::apply_override(c.model, key, value);
     }
   models::validate(c.model);
+}
 
+// [train], with the recipe and its overrides.
+void read_train(RunConfig& c, std::map<std::string, std::string>& v,
+                const std::vector<std::pair<std::string, std::string>>& recipe_sets) {
   c.steps = as_int(v, "train.steps", 1);
   c.batch_size = as_int(v, "train.batch_size", 1);
   c.seq_len = as_int(v, "train.seq_len", 1);
@@ -239,7 +259,10 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
   c.export_hf = v["train.export_hf"];
   if (c.export_hf != "none" && c.export_hf != "fp32" && c.export_hf != "bf16")
     bad("train.export_hf", c.export_hf, "none, fp32 or bf16");
+}
 
+// [optim]: the schedule and AdamW.
+void read_optim(RunConfig& c, std::map<std::string, std::string>& v) {
   c.schedule.kind = sim::parse_lr_kind(v["optim.schedule"]);
   c.schedule.peak = as_double(v, "optim.lr");
   c.schedule.warmup = as_int(v, "optim.warmup_steps", 0);
@@ -258,7 +281,10 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
   if (!(c.adamw.weight_decay >= 0)) throw Error("optim.weight_decay must be >= 0");
   c.grad_clip = as_double(v, "optim.grad_clip");
   if (!(c.grad_clip >= 0)) throw Error("optim.grad_clip must be >= 0 (0 switches clipping off)");
+}
 
+// [data].
+void read_data(RunConfig& c, std::map<std::string, std::string>& v) {
   c.data_path = v["data.path"];
   c.data_format = v["data.format"];
   if (c.data_format != "auto" && c.data_format != "flat" && c.data_format != "megatron")
@@ -270,8 +296,19 @@ RunConfig parse_run_config(const std::string& ini_text, const std::string& origi
   c.synthetic_tokens = as_int(v, "data.synthetic_tokens", 2);
   c.synthetic_branching = as_int(v, "data.synthetic_branching", 1);
   c.synthetic_seed = as_uint(v, "data.synthetic_seed");
+}
 
-  c.values = v;
+}  // namespace
+
+RunConfig parse_run_config(const std::string& ini_text, const std::string& origin,
+                           const std::vector<std::string>& overrides) {
+  Settings st = gather_settings(ini_text, origin, overrides);
+  RunConfig c;
+  read_model(c, st.v, st.model_fields);
+  read_train(c, st.v, st.recipe_sets);
+  read_optim(c, st.v);
+  read_data(c, st.v);
+  c.values = st.v;
   return c;
 }
 

@@ -452,6 +452,20 @@ class Trainer {
   void log_step(int64_t step, double loss, double lr, double grad_norm, double inv_accum, Session& ss);
   void evaluate_and_log(int64_t step, TrainResult& res);
   void finish(TrainResult& res, const Session& ss);
+  // Whether a stop was asked for (SIGINT); every rank stops at the same step
+  // (a signal may reach them apart).
+  bool stop_requested() {
+    double stop = hooks_.stop ? hooks_.stop->load() : 0;
+    if (comm_.size() > 1) comm_.max(std::span<double>(&stop, 1));
+    return stop != 0;
+  }
+  // A checkpoint inside session ss, with the session's time so far counted
+  // in its elapsed time.
+  void checkpoint_in(const Session& ss) {
+    state_.elapsed_s += seconds_since(ss.start);
+    write_checkpoint();
+    state_.elapsed_s -= seconds_since(ss.start);
+  }
 
   // The validation forward runs the recipe with the tensor references as
   // they stand after the step, and leaves them so: the training run must not
@@ -570,10 +584,7 @@ TrainResult Trainer::run() {
   say_plan(ss.first);
   if (ss.first >= total) return nothing_to_do(res);
   for (int64_t s = ss.first; s < total; ++s) {
-    // Every rank stops at the same step (a signal may reach them apart).
-    double stop = hooks_.stop ? hooks_.stop->load() : 0;
-    if (comm_.size() > 1) comm_.max(std::span<double>(&stop, 1));
-    if (stop != 0) {
+    if (stop_requested()) {
       res.status = TrainStatus::interrupted;
       break;
     }
@@ -595,11 +606,7 @@ TrainResult Trainer::run() {
     if (hooks_.after_step && run_) hooks_.after_step(step, *model_, *run_);
     if (step % cfg_.log_interval == 0 || step == total || step == 1) log_step(step, loss, lr, grad_norm, inv_accum, ss);
     if ((cfg_.eval_interval > 0 && step % cfg_.eval_interval == 0) || step == total) evaluate_and_log(step, res);
-    if ((cfg_.checkpoint_interval > 0 && step % cfg_.checkpoint_interval == 0) || step == total) {
-      state_.elapsed_s += seconds_since(ss.start);
-      write_checkpoint();
-      state_.elapsed_s -= seconds_since(ss.start);
-    }
+    if ((cfg_.checkpoint_interval > 0 && step % cfg_.checkpoint_interval == 0) || step == total) checkpoint_in(ss);
   }
   finish(res, ss);
   return res;

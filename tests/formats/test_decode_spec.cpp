@@ -121,7 +121,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The preset table of docs/numerics.md §1, field by field, with max and min positive.
-TEST(Presets, ContractTable) {
+TEST(Presets, NumericsTable) {
   struct Row {
     const char* name;
     int E, M;

@@ -19,6 +19,7 @@
 
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
+#include "formats/vocab.hpp"
 #include "sim/io/run_file.hpp"
 #include "tests/cli_support.hpp"
 #include "tests/train/test_support.hpp"
@@ -42,22 +43,14 @@ bool same_double(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0
 
 // Every figure of a CSV row against a QuantStats, exactly.
 void expect_row(const std::map<std::string, std::string>& row, const QuantStats& s, const std::string& what) {
-  const std::pair<const char*, uint64_t> counts[] = {
-      {"elements", s.elements}, {"nonzero", s.nonzero}, {"underflow", s.underflow},
-      {"saturated", s.saturated}, {"subnormal", s.subnormal}, {"blocks", s.blocks},
-      {"scale_underflow", s.scale_underflow}, {"scale_subnormal", s.scale_subnormal},
-      {"scale_saturated", s.scale_saturated}};
-  for (const auto& [k, v] : counts) EXPECT_EQ(row.at(k), std::to_string(v)) << what << " " << k;
-  const std::pair<const char*, double> sums[] = {{"sum_sq", s.sum_sq},
-                                                 {"sum_sq_err", s.sum_sq_err},
-                                                 {"sum_err", s.sum_err},
-                                                 {"sum_abs", s.sum_abs},
-                                                 {"sqnr_db", s.sqnr_db()},
-                                                 {"relative_mse", s.relative_mse()},
-                                                 {"relative_bias", s.relative_bias()},
-                                                 {"underflow_fraction", s.underflow_fraction()}};
-  for (const auto& [k, v] : sums)
-    EXPECT_TRUE(same_double(std::stod(row.at(k)), v)) << what << " " << k << ": " << row.at(k) << " vs " << v;
+  for (const QuantStat& st : quant_stats()) {
+    if (st.kind == StatKind::count) {
+      EXPECT_EQ(row.at(st.name), std::to_string(st.count(s))) << what << " " << st.name;
+    } else {
+      EXPECT_TRUE(same_double(std::stod(row.at(st.name)), st.value(s)))
+          << what << " " << st.name << ": " << row.at(st.name) << " vs " << st.value(s);
+    }
+  }
 }
 
 // One capture for the suite's tests (each test runs in its own process).
@@ -174,11 +167,14 @@ TEST_F(Captured, RowsEqualQuantizeAndRecordedReplaysTraining) {
     size_t k = 0;
     while (k < step.size() && !(step[k] == 2 && mb[k] == 0)) ++k;
     ASSERT_LT(k, step.size()) << q;
-    for (const char* c : {"elements", "nonzero", "underflow", "saturated", "subnormal", "blocks", "scale_underflow",
-                          "scale_subnormal", "scale_saturated"})
-      EXPECT_EQ(std::stod(row.at(c)), io::read_run_column(run_h5(), q + "/" + c)[k]) << q << " " << c;
-    for (const char* c : {"sum_sq", "sum_sq_err", "sum_err", "sum_abs"})
-      EXPECT_TRUE(same_double(std::stod(row.at(c)), io::read_run_column(run_h5(), q + "/" + c)[k])) << q << " " << c;
+    for (const QuantStat& st : quant_stats()) {
+      const char* c = st.name;
+      if (st.kind == StatKind::count) {
+        EXPECT_EQ(std::stod(row.at(c)), io::read_run_column(run_h5(), q + "/" + c)[k]) << q << " " << c;
+      } else if (st.kind == StatKind::sum) {
+        EXPECT_TRUE(same_double(std::stod(row.at(c)), io::read_run_column(run_h5(), q + "/" + c)[k])) << q << " " << c;
+      }
+    }
     stochastic += row.at("round").starts_with("stochastic");
   }
   EXPECT_EQ(stochastic, 24u);  // dgrad-dy and wgrad-dy of the 12 linears

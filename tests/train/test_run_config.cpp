@@ -2,6 +2,12 @@
 // one-line errors for unknown keys and bad values, and the resolved text.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+
+#include "formats/error.hpp"
+#include "models/config.hpp"
+#include "sim/quant/recipe.hpp"
 #include "sim/train/run_config.hpp"
 #include "tests/train/test_support.hpp"
 
@@ -128,6 +134,34 @@ TEST(RunConfig, ResolvedTextReadsBackToTheSameConfiguration) {
   EXPECT_EQ(models::describe(b.model), models::describe(a.model));
   EXPECT_EQ(b.values, a.values);
   EXPECT_DOUBLE_EQ(b.adamw.beta2, 0.99);
+}
+
+// One boolean spelling for every reader: a model configuration field, a
+// recipe knob and a run configuration key accept the same words with the
+// same meaning (formats/vocab.hpp's parse_bool_word) and reject the rest.
+TEST(RunConfig, BooleansAreSpelledAlikeInModelConfigsRecipesAndRunConfigs) {
+  for (const std::string w : {"true", "false", "on", "off", "1", "0", "True", "False", "yes", "no", ""}) {
+    std::optional<bool> model, recipe, run;
+    try {
+      models::NemotronHConfig c = models::preset_config("proxy-tiny");
+      models::apply_override(c, "model.use_conv_bias=" + w);
+      model = c.use_conv_bias;
+    } catch (const Error&) {
+    }
+    try {
+      const std::string text = "[recipe]\ndescription = b\nlayers = all\nlm_head = " + w + "\n[all]\nelem = e2m1\nscale = ue4m3\n";
+      recipe = sim::quant::parse_recipe(text, "b", "test").lm_head;
+    } catch (const Error&) {
+    }
+    try {
+      run = parse_run_config("", "test.ini", {"train.cold_restart_references=" + w}).cold_restart_references;
+    } catch (const Error&) {
+    }
+    EXPECT_EQ(model, recipe) << "'" << w << "'";
+    EXPECT_EQ(model, run) << "'" << w << "'";
+    const bool yes = w == "true" || w == "on", no = w == "false" || w == "off";
+    EXPECT_EQ(model, yes || no ? std::optional<bool>(yes) : std::nullopt) << "'" << w << "'";
+  }
 }
 
 }  // namespace

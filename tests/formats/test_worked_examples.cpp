@@ -39,7 +39,7 @@ void expect_values(const std::vector<float>& got, const std::vector<float>& want
                                                  << hex(want[i]);
 }
 
-TEST(ContractExamples, E2m1Rne) {
+TEST(WorkedExamples, E2m1Rne) {
   QuantSpec s;
   s.elem = parse_format("e2m1");
   const std::vector<float> x = {-100, -0.75f, -0.25f, 0, 0.25f, 0.5f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5, 100};
@@ -52,7 +52,7 @@ TEST(ContractExamples, E2m1Rne) {
         << hex(x[i]);
 }
 
-TEST(ContractExamples, Ue5m3Rne) {
+TEST(WorkedExamples, Ue5m3Rne) {
   QuantSpec s;
   s.elem = parse_format("ue5m3");
   const std::vector<float> x = {0, 0x1p-18f, 0x1p-17f, 0x1p-14f, 61440, 1e5f};
@@ -60,7 +60,7 @@ TEST(ContractExamples, Ue5m3Rne) {
   expect_values(run_all(s, x), want, "ue5m3 rne");
 }
 
-TEST(ContractExamples, E2m1StochasticFast8) {
+TEST(WorkedExamples, E2m1StochasticFast8) {
   const Format f = parse_format("e2m1");
   EXPECT_EQ(f.decode(encode_exact(f, 0.75, Round::stochastic_fast, 8, 127, true).code), 0.5);
   EXPECT_EQ(f.decode(encode_exact(f, 0.75, Round::stochastic_fast, 8, 128, true).code), 1.0);
@@ -85,7 +85,7 @@ TEST(ContractExamples, E2m1StochasticFast8) {
 
 // The 1x1 e2m1/ue5m3 example: fp32 arithmetic meets a tie in the block scale
 // (resolved to even, 40960); exact arithmetic gives 36864.
-TEST(ContractExamples, Ue5m3ScaleFp32VersusExact) {
+TEST(WorkedExamples, Ue5m3ScaleFp32VersusExact) {
   const float x = 7.209771652307365e-15f;
   for (Arith a : {Arith::fp32, Arith::exact}) {
     QuantSpec s;
