@@ -29,14 +29,6 @@ bool valid_key(const std::string& k) {
   return true;
 }
 
-int64_t parse_positive(const std::string& v, const std::string& what) {
-  int64_t x = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || p != v.data() + v.size() || x <= 0)
-    throw Error(what + ": expected a positive integer, got '" + v + "'");
-  return x;
-}
-
 double parse_double(const std::string& v, const std::string& what) {
   try {
     size_t used = 0;

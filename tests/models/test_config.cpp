@@ -35,10 +35,10 @@ TEST(Config, Nemotron8BHasExactlyThePublishedParameterCount) {
   int64_t sum = 0;
   for (const auto& r : parameter_breakdown(c)) {
     sum += r.total();
-    if (r.block == "mamba" && r.component == "in_proj") EXPECT_EQ(r.per_layer, 18560 * 4096);
-    if (r.block == "mamba" && r.component == "conv1d") EXPECT_EQ(r.per_layer, 10240 * 4 + 10240);
-    if (r.block == "mlp" && r.component == "up_proj") EXPECT_EQ(r.total(), 24LL * 21504 * 4096);
-    if (r.block == "attention" && r.component == "k_proj") EXPECT_EQ(r.per_layer, 1024 * 4096);
+    if (r.block == "mamba" && r.component == "in_proj") { EXPECT_EQ(r.per_layer, 18560 * 4096); }
+    if (r.block == "mamba" && r.component == "conv1d") { EXPECT_EQ(r.per_layer, 10240 * 4 + 10240); }
+    if (r.block == "mlp" && r.component == "up_proj") { EXPECT_EQ(r.total(), 24LL * 21504 * 4096); }
+    if (r.block == "attention" && r.component == "k_proj") { EXPECT_EQ(r.per_layer, 1024 * 4096); }
   }
   EXPECT_EQ(sum, 8'100'852'736);
 }

@@ -336,7 +336,9 @@ TEST(ScaleCodeTable, CountsEqualTheDefinition) {
       EXPECT_EQ(got.scale_nan, want.scale_nan) << what;
       EXPECT_EQ(got.scale_at_max, want.scale_at_max) << what;
       EXPECT_EQ(got.scale_at_min, want.scale_at_min) << what;
-      if (blocks == 1001) EXPECT_GT(want.scale_at_max + want.scale_zero, 0u) << what;
+      if (blocks == 1001) {
+        EXPECT_GT(want.scale_at_max + want.scale_zero, 0u) << what;
+      }
     }
   }
 }

@@ -230,7 +230,9 @@ TEST(QuantTrain, StaleRatioAndSaturatedFractionOfHeldReferences) {
       EXPECT_EQ(bits(frac[i]), bits(sat[i] / blocks[i])) << "row " << i;
       // Steps 1, 4 (periodic:3), micro-batch 0 of a forward operand: the
       // reference is the call's own amax.
-      if ((step[i] == 1 || step[i] == 4) && mb[i] == 0 && g.ends_with("/fprop-x")) EXPECT_EQ(rho[i], 1.0) << "row " << i;
+      if ((step[i] == 1 || step[i] == 4) && mb[i] == 0 && g.ends_with("/fprop-x")) {
+        EXPECT_EQ(rho[i], 1.0) << "row " << i;
+      }
       held_differs += rho[i] != 1.0;
     }
     ++groups;
