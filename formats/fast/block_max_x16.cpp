@@ -1,6 +1,10 @@
-// Block maxima and max |x| as float32 bits in 16 lanes (AVX-512), for 1xB
-// bands with B a multiple of 16; the other shapes, and the last blocks of a
-// row, take the 8-lane form. The same maxima, so the same bits.
+// Block maxima and max |x| as float32 bits in 16 lanes (AVX-512): 1xB bands
+// with B a multiple of 16, and bands of several rows (BxB, Bx1) whose rows
+// are a multiple of 16 long; the other shapes, and the last blocks of a row,
+// take the 8-lane form. The same maxima, so the same bits.
+#include <cstring>
+#include <vector>
+
 #include "formats/fast/loops.hpp"
 #include "formats/fast/target.hpp"
 
@@ -36,6 +40,29 @@ inline __m512i reduce16(const __m512i m[16]) {
 }  // namespace
 
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
+  if (rows > 1 && cols % 16 == 0) {
+    // B x B and B x 1 blocks: |x| maxima down the columns first (vertical,
+    // no shuffles), two rows per pass over the column maxima, then one row
+    // reduction (none for B x 1: a block per column).
+    thread_local std::vector<uint32_t> colmax;
+    colmax.resize(static_cast<size_t>(cols));
+    uint32_t* cm = colmax.data();
+    int64_t r = 0;
+    for (int64_t c = 0; c < cols; c += 16) _mm512_storeu_si512(cm + c, abs16(x + c));
+    for (r = 1; r + 2 <= rows; r += 2) {
+      const float* a = x + r * cols;
+      const float* b = a + cols;
+      for (int64_t c = 0; c < cols; c += 16)
+        _mm512_storeu_si512(cm + c, _mm512_max_epu32(_mm512_loadu_si512(cm + c),
+                                                     _mm512_max_epu32(abs16(a + c), abs16(b + c))));
+    }
+    for (; r < rows; ++r)
+      for (int64_t c = 0; c < cols; c += 16)
+        _mm512_storeu_si512(cm + c, _mm512_max_epu32(_mm512_loadu_si512(cm + c), abs16(x + r * cols + c)));
+    if (bc == 1) std::memcpy(out, cm, sizeof(uint32_t) * static_cast<size_t>(cols));
+    else band_block_max_bits(reinterpret_cast<const float*>(cm), 1, cols, bc, out);
+    return;
+  }
   if (rows != 1 || bc % 16 != 0) return avx2::band_block_max_bits(x, rows, cols, bc, out);
   const int64_t full = cols / bc, gc = (cols + bc - 1) / bc;
   int64_t j = 0;

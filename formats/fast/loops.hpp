@@ -322,7 +322,8 @@ namespace avx512 {
 void threshold_row(const QuantPlan& p, const ThrRow& row, uint8_t* codes, float* values, SpanCounts& cnt);
 // A block per lane, 16 lanes (the last cols % 16 columns: the scalar core).
 void threshold_band_lanes(const QuantPlan& p, const ThrRow& band, uint8_t* codes, float* values, SpanCounts& cnt);
-// 16 lanes for 1xB bands with B a multiple of 16 (others: the avx2 form).
+// 16 lanes for 1xB bands with B a multiple of 16, and bands of several rows
+// 16k columns wide (others: the avx2 form).
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out);
 uint32_t abs_max_bits(const float* x, int64_t n);
 // Eight segment partials side by side (segment_partials4's eight-lane form).

@@ -41,9 +41,9 @@ TEST(BlockPasses, BandBlockMaxEqualsDefinition) {
   std::mt19937_64 rng(7);
   const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, std::numeric_limits<float>::quiet_NaN(),
                             -std::numeric_limits<float>::quiet_NaN(), 1e-45f, -3e38f};
-  for (const int64_t bc : {8, 16, 24, 32, 64, 7}) {
+  for (const int64_t bc : {8, 16, 24, 32, 64, 7, 1, 4}) {
     for (const int64_t rows : {1, 2, 3, 16, 17}) {
-      for (const int64_t cols : {bc * 8, bc * 9 + 8, bc * 17, bc * 3 + 5, int64_t{8}}) {
+      for (const int64_t cols : {bc * 8, bc * 9 + 8, bc * 17, bc * 3 + 5, int64_t{8}, int64_t{48}, bc * 32}) {
         std::vector<float> x(static_cast<size_t>(rows * cols));
         std::uniform_int_distribution<uint32_t> any;
         for (auto& v : x) {
