@@ -17,6 +17,8 @@ EXMY_TARGET_AVX512
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "formats/fast/thr_step_x16.hpp"
+
 namespace exmy::detail::avx512 {
 namespace {
 
@@ -65,11 +67,8 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
   for (int k = 0; k < 7; ++k) unused.t[k] = std::numeric_limits<int32_t>::max();
   unused.sat = std::numeric_limits<int32_t>::max();
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512i sign_mask = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   const __m512i zero_i = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
-  const __m512i sub_lim = _mm512_set1_epi32(1 << p.fe.M);
-  const unsigned sign_shift = 31u - static_cast<unsigned>(__builtin_ctz(p.fe.sign_bit));
-  uint64_t n_sat = 0, n_sub = 0, n_nz = 0, n_uf = 0;
+  ThrStep16<kStream> out(p.fe);
   for (int64_t c0 = 0; c0 < c16; c0 += kChunk) {
     const int64_t w = std::min(kChunk, c16 - c0);
     for (int64_t c = 0; c < w; c += 16) {
@@ -109,41 +108,15 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
           code = _mm512_mask_add_epi32(code, m, code, one);
           xh = _mm512_mask_load_ps(xh, m, tab + (k + 1) * kChunk);
         }
-        const __m512i xs = _mm512_and_si512(xi, sign_mask);
-        xh = _mm512_or_ps(xh, _mm512_castsi512_ps(xs));
-        if constexpr (kStream) {
-          _mm_stream_ps(vo + c, _mm512_castps512_ps128(xh));
-          _mm_stream_ps(vo + c + 4, _mm512_extractf32x4_ps(xh, 1));
-          _mm_stream_ps(vo + c + 8, _mm512_extractf32x4_ps(xh, 2));
-          _mm_stream_ps(vo + c + 12, _mm512_extractf32x4_ps(xh, 3));
-        } else {
-          _mm512_storeu_ps(vo + c, xh);
-        }
-        if (co) {
-          const __m128i c8 = _mm512_cvtepi32_epi8(_mm512_or_si512(code, _mm512_srli_epi32(xs, sign_shift)));
-          if constexpr (kStream) {
-            _mm_stream_si64(reinterpret_cast<long long*>(co + c), _mm_cvtsi128_si64(c8));
-            _mm_stream_si64(reinterpret_cast<long long*>(co + c + 8), _mm_extract_epi64(c8, 1));
-          } else {
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(co + c), c8);
-          }
-        }
-        if (band.stats) {
-          const __mmask16 nz = _mm512_cmpgt_epi32_mask(ax, zero_i) & use[c / 16];
-          const __mmask16 zh = _mm512_cmp_ps_mask(xh, _mm512_setzero_ps(), _CMP_EQ_OQ);
-          n_nz += static_cast<uint64_t>(__builtin_popcount(nz));
-          n_uf += static_cast<uint64_t>(__builtin_popcount(nz & zh));
-          n_sub += static_cast<uint64_t>(__builtin_popcount(m1 & _mm512_cmpgt_epi32_mask(sub_lim, code)));
-          n_sat += static_cast<uint64_t>(__builtin_popcount(_mm512_cmpgt_epi32_mask(ax, at(kSat))));
-        }
+        xh = out.store(xi, code, xh, vo + c, co ? co + c : nullptr);
+        if (band.stats)
+          out.count(_mm512_cmpgt_epi32_mask(ax, zero_i) & use[c / 16], code, m1, xh,
+                    _mm512_cmpgt_epi32_mask(ax, at(kSat)));
       }
     }
   }
   if constexpr (kStream) _mm_sfence();
-  cnt.saturated += n_sat;
-  cnt.subnormal += n_sub;
-  cnt.nonzero += n_nz;
-  cnt.underflow += n_uf;
+  out.add_to(cnt);
   // the last columns (fewer than 16) through the scalar core
   RandomBits rng(p.seed, p.stream, 8);  // for core_element; these modes draw no bits
   for (int64_t rr = 0; rr < band.rows; ++rr) {

@@ -1,0 +1,69 @@
+// The end of a 16-lane step of the threshold loops (AVX-512), once the
+// magnitude codes and x-hat's magnitudes are known: x-hat and the codes take
+// x's sign and are stored (non-temporally with kStream), and the lanes'
+// statistics are counted. Include only after `EXMY_TARGET_AVX512`.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "formats/fast/loops.hpp"
+
+namespace exmy::detail::avx512 {
+namespace {
+
+template <bool kStream>
+struct ThrStep16 {
+  const __m512i sign_mask = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512i sub_lim;
+  const unsigned sign_shift;
+  uint64_t n_sat = 0, n_sub = 0, n_nz = 0, n_uf = 0;
+
+  explicit ThrStep16(const Format& f)
+      : sub_lim(_mm512_set1_epi32(1 << f.M)), sign_shift(31u - static_cast<unsigned>(__builtin_ctz(f.sign_bit))) {}
+
+  // xi: the input bits; returns x-hat. co is null when no codes are wanted.
+  __attribute__((always_inline)) __m512 store(__m512i xi, __m512i code, __m512 mag, float* vo, uint8_t* co) const {
+    const __m512i xs = _mm512_and_si512(xi, sign_mask);
+    const __m512 xh = _mm512_or_ps(mag, _mm512_castsi512_ps(xs));
+    if constexpr (kStream) {
+      _mm_stream_ps(vo, _mm512_castps512_ps128(xh));
+      _mm_stream_ps(vo + 4, _mm512_extractf32x4_ps(xh, 1));
+      _mm_stream_ps(vo + 8, _mm512_extractf32x4_ps(xh, 2));
+      _mm_stream_ps(vo + 12, _mm512_extractf32x4_ps(xh, 3));
+    } else {
+      _mm512_storeu_ps(vo, xh);
+    }
+    if (co) {
+      const __m128i c8 = _mm512_cvtepi32_epi8(_mm512_or_si512(code, _mm512_srli_epi32(xs, sign_shift)));
+      if constexpr (kStream) {
+        _mm_stream_si64(reinterpret_cast<long long*>(co), _mm_cvtsi128_si64(c8));
+        _mm_stream_si64(reinterpret_cast<long long*>(co + 8), _mm_extract_epi64(c8, 1));
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(co), c8);
+      }
+    }
+    return xh;
+  }
+
+  // nz: the lanes that count and hold x != 0; m1: code >= 1; sat: the lanes
+  // counted as saturated.
+  __attribute__((always_inline)) void count(__mmask16 nz, __m512i code, __mmask16 m1, __m512 xh, __mmask16 sat) {
+    const __mmask16 zh = _mm512_cmp_ps_mask(xh, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    n_nz += static_cast<uint64_t>(__builtin_popcount(nz));
+    n_uf += static_cast<uint64_t>(__builtin_popcount(nz & zh));
+    n_sub += static_cast<uint64_t>(__builtin_popcount(m1 & _mm512_cmpgt_epi32_mask(sub_lim, code)));
+    n_sat += static_cast<uint64_t>(__builtin_popcount(sat));
+  }
+
+  void add_to(SpanCounts& cnt) const {
+    cnt.saturated += n_sat;
+    cnt.subnormal += n_sub;
+    cnt.nonzero += n_nz;
+    cnt.underflow += n_uf;
+  }
+};
+
+}  // namespace
+}  // namespace exmy::detail::avx512
