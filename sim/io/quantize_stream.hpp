@@ -25,6 +25,6 @@ struct QuantizeFiles {
 // the input is read twice (the amax first, docs/numerics.md §3 step 1).
 // `reference`: the scalar reference, on the whole tensor as one band.
 QuantStats quantize_stream(const QuantSpec& spec, TensorReader& in, const QuantizeFiles& files, OutputSet& outputs,
-                           int threads, bool reference = false, int64_t band_bytes = int64_t{4} << 20);
+                           int threads, bool reference = false, int64_t band_bytes = int64_t{1} << 20);
 
 }  // namespace exmy::io
