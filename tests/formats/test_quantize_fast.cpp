@@ -153,6 +153,16 @@ Config random_config(test::Rng& rng) {
   return c;
 }
 
+// Element and scale format by name ("none": no block scale), a br x bc block.
+QuantSpec spec_of(const char* elem, const char* scale, int br, int bc) {
+  QuantSpec s;
+  s.elem = parse_format(elem);
+  if (std::string(scale) != "none") s.scale = parse_format(scale);
+  s.block_rows = br;
+  s.block_cols = bc;
+  return s;
+}
+
 TEST(QuantizeFast, RandomConfigsMatchReference) {
   test::Rng rng(2024);
   int ok = 0, threw = 0, with_nan = 0, with_inf = 0, rht = 0, stochastic = 0, fp32 = 0, saturated = 0,
@@ -226,11 +236,7 @@ TEST(QuantizeFast, LargeTensorsMatchReferenceOverManyRuns) {
   };
   for (const Shape& sh : shapes) {
     for (int variant = 0; variant < 3; ++variant) {
-      QuantSpec s;
-      s.elem = parse_format(sh.elem);
-      if (std::string(sh.scale) != "none") s.scale = parse_format(sh.scale);
-      s.block_rows = sh.br;
-      s.block_cols = sh.bc;
+      QuantSpec s = spec_of(sh.elem, sh.scale, sh.br, sh.bc);
       s.arith = variant == 1 ? Arith::exact : Arith::fp32;
       s.round = variant == 2 ? Round::stochastic_fast : Round::rne;
       s.seed = 9;
@@ -302,11 +308,7 @@ TEST(QuantizeBands, BandsEqualTheWholeTensorCall) {
   };
   for (const Case& cs : cases) {
     for (int variant = 0; variant < 3; ++variant) {
-      QuantSpec s;
-      s.elem = parse_format(cs.elem);
-      if (std::string(cs.scale) != "none") s.scale = parse_format(cs.scale);
-      s.block_rows = cs.br;
-      s.block_cols = cs.bc;
+      QuantSpec s = spec_of(cs.elem, cs.scale, cs.br, cs.bc);
       if (std::string(cs.scale) == "ue8m0") s.rule = ScaleRule::mx_floor;
       s.amax_kind = cs.amax;
       s.amax_value = 2.5;
