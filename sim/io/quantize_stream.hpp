@@ -1,7 +1,8 @@
 // `exmy quantize` on a file (docs/numerics.md §7): the tensor read in bands
 // of rows, quantized band by band by exmy::BandQuantizer and written band by
-// band, with the same buffers for every band, so that memory does not grow
-// with the number of rows. The outputs equal those of exmy::quantize on the
+// band (on a second thread, while the next band is read and quantized),
+// with the same buffers for every band, so that memory does not grow with
+// the number of rows. The outputs equal those of exmy::quantize on the
 // whole tensor, bit for bit.
 #pragma once
 
