@@ -16,17 +16,12 @@ QuantStats quantize_stream(const QuantSpec& spec, TensorReader& in, const Quanti
   const int64_t max_rows = std::min(band, rows);
   const int eb = spec.elem.code_bytes(), sb = spec.scale ? spec.scale->code_bytes() : 1;
   std::vector<float> x(static_cast<size_t>(max_rows * cols));
-  // Two sets of outputs: a band is written (on another thread) while the
-  // next one is read and quantized.
+  // Two sets of outputs (the second made when a second band comes): a band
+  // is written (on another thread) while the next one is read and quantized.
   struct Band {
     std::vector<float> values;
     std::vector<uint8_t> codes, scodes;
   } bands[2];
-  for (Band& b : bands) {
-    b.values.resize(x.size());
-    b.codes.resize(x.size() * static_cast<size_t>(eb));
-    b.scodes.resize(static_cast<size_t>(block_count(spec, max_rows, cols) * sb));
-  }
 
   if (q.needs_amax() && !reference) {
     for (int64_t r0 = 0; r0 < rows; r0 += band) {
@@ -50,6 +45,11 @@ QuantStats quantize_stream(const QuantSpec& spec, TensorReader& in, const Quanti
   for (int64_t r0 = 0, i = 0; r0 < rows; r0 += band, ++i) {
     const int64_t k = std::min(band, rows - r0);
     Band& b = bands[i & 1];  // its last write, two bands back, has finished
+    if (b.values.empty()) {
+      b.values.resize(x.size());
+      b.codes.resize(x.size() * static_cast<size_t>(eb));
+      b.scodes.resize(static_cast<size_t>(block_count(spec, max_rows, cols) * sb));
+    }
     in.read(x.data(), k);
     const QuantOutput out{b.values.data(), b.codes.data(), b.scodes.data(), reference ? &stats : nullptr};
     if (reference) quantize_ref(spec, x.data(), k, cols, out);
