@@ -49,11 +49,18 @@ EXMY_HD uint32_t random_bits(uint64_t seed, uint64_t stream, uint64_t i, int n) 
 }
 
 // Sequential access helper: caches the last Philox block, so a row-major walk
-// over elements costs one Philox evaluation per 4 words.
+// over elements costs one Philox evaluation per 4 words. `first` is the flat
+// index of element 0 of the call in its tensor (a band quantized on its own):
+// element i draws the bits of element first + i.
 class RandomBits {
  public:
-  EXMY_HD RandomBits(uint64_t seed, uint64_t stream, int n) : seed_(seed), stream_(stream), n_(n) {}
-  EXMY_HD uint32_t operator()(uint64_t i) { return random_bits_from_word(word(random_word_index(i, n_)), i, n_); }
+  EXMY_HD RandomBits(uint64_t seed, uint64_t stream, int n, uint64_t first = 0)
+      : seed_(seed), stream_(stream), first_(first), n_(n) {}
+  EXMY_HD uint32_t operator()(uint64_t i) {
+    i += first_;
+    return random_bits_from_word(word(random_word_index(i, n_)), i, n_);
+  }
+  EXMY_HD uint64_t first() const { return first_; }
 
   // Word j of the sequence.
   EXMY_HD uint32_t word(uint64_t j) {
@@ -67,7 +74,7 @@ class RandomBits {
   EXMY_HD int bits() const { return n_; }
 
  private:
-  uint64_t seed_, stream_;
+  uint64_t seed_, stream_, first_;
   int n_;
   bool valid_ = false;
   uint64_t cached_ = 0;

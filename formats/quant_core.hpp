@@ -33,6 +33,10 @@ struct QuantPlan {
   Arith arith = Arith::exact;
   ZeroScale zero_scale = ZeroScale::zero;
   bool saturate = true;
+  // The call's first row in its tensor (0 but for a band quantized on its
+  // own, BandQuantizer): random bits and error messages take the tensor's
+  // element indices.
+  int64_t row0 = 0;
 
   // Tensor level (set by set_tensor_amax).
   double amax = 0;         // reference amax A (NaN when none)

@@ -146,14 +146,18 @@ int64_t block_count(const QuantSpec& spec, int64_t rows, int64_t cols) {
 
 namespace {
 
+// "element (r, c)" of element i of the call, in its tensor's rows.
+std::string element_name(const QuantPlan& p, int64_t i, int64_t cols) {
+  return "element (" + std::to_string(p.row0 + i / cols) + ", " + std::to_string(i % cols) + ")";
+}
+
 [[noreturn]] void throw_nan(const QuantPlan& p, int64_t i, int64_t cols) {
-  throw Error("element (" + std::to_string(i / cols) + ", " + std::to_string(i % cols) +
-              ") is NaN and neither the element format " + format_name(p.fe) +
+  throw Error(element_name(p, i, cols) + " is NaN and neither the element format " + format_name(p.fe) +
               (p.has_scale ? " nor the scale format " + format_name(p.fs) : std::string()) + " has a NaN code");
 }
 
 [[noreturn]] void throw_overflow(const QuantPlan& p, const float* x, int64_t i, int64_t cols) {
-  throw Error("element (" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + ") = " + fmt_float(x[i]) +
+  throw Error(element_name(p, i, cols) + " = " + fmt_float(x[i]) +
               " overflows " + format_name(p.fe) + " with saturation off, and " + format_name(p.fe) +
               " has no Inf or NaN code");
 }
@@ -189,24 +193,36 @@ int rht_axis(const QuantSpec& spec) { return spec.block_rows == 1 ? 1 : 0; }
 
 }  // namespace
 
-double tensor_abs_max(const float* x, int64_t n, int threads) {
-  // max of |x| bits over chunks; NaN bits order above Inf, and max is
-  // associative, so the chunking cannot change the result
+namespace {
+// max |x| bits over x[0..n) (NaN bits above Inf) in chunks; max is
+// associative, so neither the chunking nor the threads change the result
+uint32_t tensor_abs_max_bits(const float* x, int64_t n, int threads) {
   uint32_t m = 0;
   const int64_t chunk = 1 << 16;
 #pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(max : m) schedule(static)
   for (int64_t c = 0; c < n; c += chunk) m = std::max(m, detail::abs_max_bits(x + c, std::min(chunk, n - c)));
-  return amax_of_bits(m);
+  return m;
 }
+}  // namespace
+
+double tensor_abs_max(const float* x, int64_t n, int threads) { return amax_of_bits(tensor_abs_max_bits(x, n, threads)); }
 
 // ---------------------------------------------------------------------------
 // The scalar reference
 // ---------------------------------------------------------------------------
 
 namespace {
+// A band of a larger tensor (BandQuantizer): its first row, the tensor's
+// amax (for a current tensor amax, measured beforehand), and where its
+// segment partials go instead of into the sums.
+struct BandCall {
+  int64_t row0 = 0;
+  double amax = 0;
+  std::vector<SumPartial>* partials = nullptr;
+};
 QuantInfo quantize_ref_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out);
 QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out,
-                        int threads);
+                        int threads, const BandCall* part = nullptr);
 }  // namespace
 
 QuantInfo quantize_ref(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
@@ -589,7 +605,7 @@ void general_scales(const QuantPlan& p, const uint32_t* bm, const Band& g, bool 
 void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_thr, const QuantOutput& out,
                    float* values, BandState& bs, Counts& cnt, FirstError& err) {
   using detail::Loop;
-  RandomBits rng(p.seed, p.stream, p.sr_bits > 0 ? p.sr_bits : 8);
+  RandomBits rng(p.seed, p.stream, p.sr_bits > 0 ? p.sr_bits : 8, static_cast<uint64_t>(p.row0 * g.cols));
   const bool nan_ok = nan_representable(p);
   auto* codes = static_cast<uint8_t*>(out.codes);
   detail::SpanCounts sc;
@@ -747,8 +763,10 @@ void row_partials(const float* x, const float* xh, int64_t r0, int64_t r1, int64
 }
 
 QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out,
-                        int threads) {
+                        int threads, const BandCall* part) {
   QuantPlan p = spec.plan();
+  if (part) p.row0 = part->row0;
+  const bool amax_given = part && spec.amax_kind == AmaxKind::current;  // the tensor's, not the band's
   const int nt = threads > 0 ? threads : omp_get_max_threads();
   const int64_t n = rows * cols;
   std::vector<float> transformed;
@@ -777,10 +795,10 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
       detail::band_block_max_bits(x + r0 * cols, std::min(rows, r0 + band) - r0, cols, p.bc, acc);
       for (int64_t j = 0; j < gc; ++j) m = std::max(m, acc[j]);
     }
-    set_tensor_amax(p, amax_of_bits(m));
+    set_tensor_amax(p, amax_given ? part->amax : amax_of_bits(m));
     bmax = block_max.get();
   } else {
-    set_tensor_amax(p, reference_amax(spec, x, n, nt));
+    set_tensor_amax(p, amax_given ? part->amax : reference_amax(spec, x, n, nt));
   }
 
   std::vector<float> own_values;
@@ -883,13 +901,69 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
     st.scale_underflow = total.scale_underflow;
     st.scale_subnormal = total.scale_subnormal;
     st.scale_saturated = total.scale_saturated;
-    detail::store_sums(tree_sum(partials.data(), static_cast<int64_t>(partials.size())), st);
+    if (part) part->partials->insert(part->partials->end(), partials.begin(), partials.end());
+    else detail::store_sums(tree_sum(partials.data(), static_cast<int64_t>(partials.size())), st);
     *out.stats = st;
   }
   return info;
 }
 
 }  // namespace
+
+BandQuantizer::BandQuantizer(const QuantSpec& spec, int64_t rows, int64_t cols, bool stats, int threads)
+    : spec_(spec), rows_(rows), cols_(cols), stats_(stats), threads_(threads) {
+  spec_.validate();
+  if (stats_) partials_.reserve(static_cast<size_t>(sum_segments(rows, cols)));
+}
+
+// A band must start where a block row does and end inside the tensor.
+void BandQuantizer::check_band(int64_t at, int64_t rows) const {
+  if (at % band_rows() != 0 || rows < 0 || rows > rows_ - at)
+    throw Error("band of rows [" + std::to_string(at) + ", " + std::to_string(at + rows) + ") of a tensor of " +
+                std::to_string(rows_) + " rows in bands of " + std::to_string(band_rows()));
+}
+
+void BandQuantizer::measure(const float* x, int64_t rows) {
+  check_band(measured_rows_, rows);
+  const int64_t n = rows * cols_;
+  if (spec_.rht) {  // the amax of the tensor that is quantized
+    scratch_.assign(x, x + n);
+    hadamard16(scratch_.data(), rows, cols_, rht_axis(spec_), spec_.rht_signs, threads_);
+    x = scratch_.data();
+  }
+  amax_bits_ = std::max(amax_bits_, tensor_abs_max_bits(x, n, threads_));
+  measured_rows_ += rows;
+}
+
+void BandQuantizer::quantize(const float* x, int64_t rows, const QuantOutput& out) {
+  check_band(next_row_, rows);
+  if (needs_amax() && measured_rows_ != rows_) throw Error("BandQuantizer: the tensor amax is not measured yet");
+  QuantStats band_stats;
+  QuantOutput o = out;
+  o.stats = stats_ ? &band_stats : nullptr;
+  const BandCall call{next_row_, amax_of_bits(amax_bits_), &partials_};
+  with_conventions(spec_, x, rows, cols_, o,
+                   [&](const QuantOutput& oo) { return quantize_exmy(spec_, x, rows, cols_, oo, threads_, &call); });
+  next_row_ += rows;
+  QuantStats& c = counts_;  // counts add; the sums wait for the tree over every band's partials
+  c.elements += band_stats.elements;
+  c.nonzero += band_stats.nonzero;
+  c.underflow += band_stats.underflow;
+  c.saturated += band_stats.saturated;
+  c.subnormal += band_stats.subnormal;
+  c.blocks += band_stats.blocks;
+  c.scale_underflow += band_stats.scale_underflow;
+  c.scale_subnormal += band_stats.scale_subnormal;
+  c.scale_saturated += band_stats.scale_saturated;
+}
+
+QuantStats BandQuantizer::stats() const {
+  if (next_row_ != rows_) throw Error("BandQuantizer: statistics before the last band");
+  QuantStats st = counts_;
+  detail::store_sums(tree_sum(partials_.data(), static_cast<int64_t>(partials_.size())), st);
+  return st;
+}
+
 }  // namespace exmy
 
 namespace exmy::detail {

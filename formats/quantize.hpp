@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "formats/format.hpp"
 #include "formats/quant_core.hpp"
@@ -107,6 +108,40 @@ QuantInfo quantize_ref(const QuantSpec& spec, const float* x, int64_t rows, int6
 // (0: OpenMP's default). Same bits as quantize_ref for any thread count.
 QuantInfo quantize(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
                    int threads = 0);
+
+// quantize() over a tensor that arrives in bands of rows, in row order
+// (`exmy quantize` streams a file through it): each band's outputs and the
+// statistics are those of the whole-tensor call, bit for bit, for any
+// thread count. Every band but the last holds a multiple of band_rows()
+// rows. With a current tensor amax (needs_amax()), every band first goes
+// through measure(), in the same order, before quantize() takes the first.
+class BandQuantizer {
+ public:
+  // `stats`: keep the statistics (counts, and the segment partials of the
+  // sums: one per 4096 elements of a row, docs/numerics.md §5).
+  BandQuantizer(const QuantSpec& spec, int64_t rows, int64_t cols, bool stats, int threads = 0);
+  int64_t band_rows() const { return spec_.block_rows; }
+  bool needs_amax() const { return spec_.amax_kind == AmaxKind::current; }
+  // Adds the next `rows` rows to the tensor amax.
+  void measure(const float* x, int64_t rows);
+  // Quantizes the next `rows` rows; `out` points at the band's outputs (its
+  // first element and its first block); out.stats is not used.
+  void quantize(const float* x, int64_t rows, const QuantOutput& out);
+  // The call's statistics, after the last band (made with `stats`).
+  QuantStats stats() const;
+
+ private:
+  void check_band(int64_t at, int64_t rows) const;
+  QuantSpec spec_;
+  int64_t rows_, cols_;
+  bool stats_;
+  int threads_;
+  int64_t measured_rows_ = 0, next_row_ = 0;
+  uint32_t amax_bits_ = 0;          // max |x| bits measured so far (NaN bits above Inf)
+  std::vector<float> scratch_;      // measure()'s transformed band (RHT)
+  QuantStats counts_;               // the bands' counts; sums 0
+  std::vector<SumPartial> partials_;  // every band's segment partials, row-major
+};
 
 // max |x| over x[0..n), NaN if any element is NaN (the current tensor amax),
 // on `threads` OpenMP threads (0: OpenMP's default); the same for any thread

@@ -105,12 +105,14 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
   const __m256i all_ones = _mm256_set1_epi32(-1);
   __m256i acc_sat = zero_i, acc_sub = zero_i, acc_nz = zero_i, acc_uf = zero_i;
   // Stochastic modes: the Philox words of the whole row, 8 counter blocks
-  // per vector step.
+  // per vector step (element i of the call is element rng.first() + i of
+  // its tensor).
   thread_local std::vector<uint32_t> words;
   uint64_t wj0 = 0;
   if constexpr (kSR) {
-    const uint64_t first = random_word_index(static_cast<uint64_t>(row.i0), h) & ~uint64_t{3};
-    const uint64_t last = random_word_index(static_cast<uint64_t>(row.i0 + row.cols - 1), h);
+    const uint64_t i0 = rng.first() + static_cast<uint64_t>(row.i0);
+    const uint64_t first = random_word_index(i0, h) & ~uint64_t{3};
+    const uint64_t last = random_word_index(i0 + static_cast<uint64_t>(row.cols) - 1, h);
     words.resize(static_cast<size_t>(last - first + 1 + 32));
     philox_words(p.seed, p.stream, first, static_cast<int64_t>(last - first + 1), words.data());
     wj0 = first;
@@ -216,9 +218,9 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
       const __m256i sticky = _mm256_castps_si256(_mm256_cmp_ps(frac, zero, _CMP_NEQ_UQ));
       __m256i r = zero_i;
       if constexpr (kSR) {
-        const uint64_t i = static_cast<uint64_t>(i0 + j);
-        if ((i & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
-          r = random8(words.data(), wj0, i, h);
+        const uint64_t i = static_cast<uint64_t>(i0 + j), g = rng.first() + i;
+        if ((g & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
+          r = random8(words.data(), wj0, g, h);
         } else {
           alignas(32) uint32_t rr[8];
           for (int l = 0; l < 8; ++l) rr[l] = rng(i + l);

@@ -13,6 +13,7 @@
 #include "sim/parallel.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/cli/stats_json.hpp"
+#include "sim/io/quantize_stream.hpp"
 #include "sim/io/tensor_io.hpp"
 
 namespace po = boost::program_options;
@@ -84,7 +85,7 @@ int cmd_quantize(const Args& args) {
     ("scales", po::value<std::string>(), "block scale codes, row-major block order, same width rule")
     ("stats", po::value<std::string>(), "statistics as JSON (docs/numerics.md §5)")
     ("threads", po::value<int>()->default_value(0), "threads (0: all cores); results do not depend on it")
-    ("reference", "use the scalar reference implementation");
+    ("reference", "use the scalar reference implementation (on the whole tensor at once; without it the input is streamed in bands)");
   // clang-format on
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
@@ -100,23 +101,12 @@ int cmd_quantize(const Args& args) {
 
   int64_t rows = 0, cols = 0;
   if (vm.count("shape")) parse_shape(vm["shape"].as<std::string>(), rows, cols);
-  const io::Tensor x = io::read_tensor(vm["input"].as<std::string>(), rows, cols);
-
-  const int64_t n = x.rows * x.cols;
-  std::vector<float> values(static_cast<size_t>(n));
-  std::vector<uint8_t> codes(static_cast<size_t>(n * spec.elem.code_bytes()));
-  const int64_t nb = block_count(spec, x.rows, x.cols);
-  std::vector<uint8_t> scodes(static_cast<size_t>(nb * (spec.scale ? spec.scale->code_bytes() : 1)));
-  QuantStats stats;
-  QuantOutput out{values.data(), codes.data(), scodes.data(), &stats};
-  if (vm.count("reference")) quantize_ref(spec, x.data.data(), x.rows, x.cols, out);
-  else quantize(spec, x.data.data(), x.rows, x.cols, out, threads);
-
+  io::TensorReader in(vm["input"].as<std::string>(), rows, cols);  // checks the file before any output exists
+  auto path = [&](const char* o) { return vm.count(o) ? vm[o].as<std::string>() : std::string(); };
+  const io::QuantizeFiles files{path("output"), path("codes"), path("scales"), vm.count("stats") > 0};
   io::OutputSet outputs;
-  outputs.add_tensor(vm["output"].as<std::string>(), values.data(), x.rows, x.cols);
-  if (vm.count("codes")) outputs.add_bytes(vm["codes"].as<std::string>(), codes.data(), codes.size());
-  if (vm.count("scales")) outputs.add_bytes(vm["scales"].as<std::string>(), scodes.data(), nb > 0 ? scodes.size() : 0);
-  if (vm.count("stats")) outputs.add_text(vm["stats"].as<std::string>(), stats_to_json(stats).dump(2) + "\n");
+  const QuantStats stats = io::quantize_stream(spec, in, files, outputs, threads, vm.count("reference") > 0);
+  if (files.stats) outputs.add_text(path("stats"), stats_to_json(stats).dump(2) + "\n");
   outputs.commit();
   return 0;
 }

@@ -1,6 +1,8 @@
 #include "sim/io/tensor_io.hpp"
 
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,19 +34,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-  f.seekg(0, std::ios::end);
-  const auto size = f.tellg();
-  if (size < 0) throw Error("cannot read '" + path + "': not a regular file");
-  f.seekg(0, std::ios::beg);
-  std::vector<uint8_t> buf(static_cast<size_t>(size));
-  if (size > 0 && !f.read(reinterpret_cast<char*>(buf.data()), size))
-    throw Error("cannot read '" + path + "': read failed");
-  return buf;
-}
-
 void check_shape(const std::string& path, int64_t n_file, int64_t& rows, int64_t& cols, bool file_2d,
                  int64_t file_rows, int64_t file_cols) {
   if (rows == 0 && cols == 0) {
@@ -62,10 +51,12 @@ void check_shape(const std::string& path, int64_t n_file, int64_t& rows, int64_t
                 std::to_string(rows * cols) + " elements but '" + path + "' holds " + std::to_string(n_file));
 }
 
-// Parses the Python-literal header of a .npy file (the subset NumPy writes).
-void parse_npy(const std::string& path, const std::vector<uint8_t>& buf, size_t& data_off, int64_t& count,
-               bool& is2d, int64_t& r, int64_t& c) {
+// Parses the Python-literal header of a .npy file (the subset NumPy writes)
+// of `size` bytes; prefix(n) gives its first min(n, size) bytes.
+void parse_npy(const std::string& path, uint64_t size, const std::function<std::vector<uint8_t>(size_t)>& prefix,
+               size_t& data_off, int64_t& count, bool& is2d, int64_t& r, int64_t& c) {
   static const uint8_t magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+  std::vector<uint8_t> buf = prefix(12);
   if (buf.size() < 10 || std::memcmp(buf.data(), magic, 6) != 0) throw Error("'" + path + "' is not a .npy file (bad magic)");
   const int major = buf[6];
   size_t hlen, hoff;
@@ -80,7 +71,8 @@ void parse_npy(const std::string& path, const std::vector<uint8_t>& buf, size_t&
   } else {
     throw Error("'" + path + "' has unsupported .npy version " + std::to_string(major));
   }
-  if (hoff + hlen > buf.size()) throw Error("'" + path + "' is a truncated .npy file (header runs past the end)");
+  if (hoff + hlen > size) throw Error("'" + path + "' is a truncated .npy file (header runs past the end)");
+  buf = prefix(hoff + hlen);
   const std::string h(reinterpret_cast<const char*>(buf.data() + hoff), hlen);
   auto value_of = [&](const std::string& key) -> std::string {
     const auto k = h.find("'" + key + "'");
@@ -131,8 +123,8 @@ void parse_npy(const std::string& path, const std::vector<uint8_t>& buf, size_t&
   r = is2d ? dims[0] : 1;
   c = is2d ? dims[1] : count;
   data_off = hoff + hlen;
-  if (buf.size() - data_off != static_cast<size_t>(count) * 4)
-    throw Error("'" + path + "' holds " + std::to_string((buf.size() - data_off) / 4) + " float32 values but its header says " +
+  if (size - data_off != static_cast<uint64_t>(count) * 4)
+    throw Error("'" + path + "' holds " + std::to_string((size - data_off) / 4) + " float32 values but its header says " +
                 std::to_string(count));
 }
 
@@ -289,26 +281,18 @@ Tensor read_h5_isolated(const std::string& spec, int64_t rows, int64_t cols) {
   return out;
 }
 
-void write_h5(const std::string& file, const std::string& dset, const float* data, int64_t rows, int64_t cols) {
-  static H5Silence silence;
-  H5Id f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  if (f.id < 0) throw Error("cannot create HDF5 file '" + file + "'");
-  H5Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-  H5Pset_create_intermediate_group(lcpl.id, 1);
-  hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)};
-  H5Id s(H5Screate_simple(2, dims, nullptr), H5Sclose);
-  H5Id d(H5Dcreate2(f.id, dset.c_str(), H5T_IEEE_F32LE, s.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
-  if (d.id < 0) throw Error("cannot create dataset '" + dset + "' in '" + file + "'");
-  if (H5Dwrite(d.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-    throw Error("cannot write dataset '" + dset + "' in '" + file + "'");
-}
-
-void write_bytes_file(const std::string& path, const void* data, size_t n) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw Error("cannot write '" + path + "': " + std::strerror(errno));
-  const bool ok = n == 0 || std::fwrite(data, 1, n, f) == n;
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) throw Error("cannot write '" + path + "': " + std::strerror(errno));
+// The .npy header of a 2-D little-endian float32 array.
+std::vector<uint8_t> npy_header(int64_t rows, int64_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  // Pad so that the data starts at a multiple of 64 bytes, ending in '\n'.
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::vector<uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  out.push_back(static_cast<uint8_t>(header.size() & 0xff));
+  out.push_back(static_cast<uint8_t>(header.size() >> 8));
+  out.insert(out.end(), header.begin(), header.end());
+  return out;
 }
 
 }  // namespace
@@ -340,42 +324,91 @@ Tensor read_tensor(const std::string& path, int64_t rows, int64_t cols) {
 
 Tensor read_tensor_in_process(const std::string& path, int64_t rows, int64_t cols) {
   check_requested_shape(rows, cols);
-  const FileKind kind = file_kind(path);
-  if (kind == FileKind::hdf5) return read_h5(path, rows, cols);
-  const std::vector<uint8_t> buf = read_file(path);
+  if (file_kind(path) == FileKind::hdf5) return read_h5(path, rows, cols);
+  TensorReader in(path, rows, cols);
   Tensor t;
-  if (kind == FileKind::npy) {
-    size_t off;
-    int64_t count, r, c;
-    bool is2d;
-    parse_npy(path, buf, off, count, is2d, r, c);
-    check_shape(path, count, rows, cols, is2d, r, c);
-    t.shape_known = is2d;
-    t.data.resize(static_cast<size_t>(count));
-    if (count > 0) std::memcpy(t.data.data(), buf.data() + off, static_cast<size_t>(count) * 4);
-  } else {
-    if (rows == 0 && cols == 0) throw Error("'" + path + "' is a raw float32 file: give its shape with --shape R,C");
-    if (buf.size() % 4 != 0)
-      throw Error("'" + path + "' is " + std::to_string(buf.size()) + " bytes, not a whole number of float32 values");
-    check_shape(path, static_cast<int64_t>(buf.size() / 4), rows, cols, false, 0, 0);
-    t.data.resize(buf.size() / 4);
-    if (!buf.empty()) std::memcpy(t.data.data(), buf.data(), buf.size());
-  }
-  t.rows = rows;
-  t.cols = cols;
+  t.rows = in.rows();
+  t.cols = in.cols();
+  t.shape_known = in.shape_known();
+  t.data.resize(static_cast<size_t>(t.rows * t.cols));
+  in.read(t.data.data(), t.rows);
   return t;
 }
 
+TensorReader::TensorReader(const std::string& path, int64_t rows, int64_t cols) : path_(path) {
+  check_requested_shape(rows, cols);
+  const FileKind kind = file_kind(path);
+  if (kind == FileKind::hdf5) {  // read whole, in a child process (read_tensor)
+    Tensor t = read_tensor(path, rows, cols);
+    rows_ = t.rows;
+    cols_ = t.cols;
+    shape_known_ = t.shape_known;
+    whole_ = std::move(t.data);
+    return;
+  }
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw Error("cannot read '" + path + "': not a regular file");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  try {
+    if (kind == FileKind::npy) {
+      size_t off;
+      int64_t count, r, c;
+      bool is2d;
+      auto prefix = [&](size_t n) {
+        std::vector<uint8_t> b(static_cast<size_t>(std::min<uint64_t>(n, size)));
+        read_at(b.data(), b.size(), 0);
+        return b;
+      };
+      parse_npy(path, size, prefix, off, count, is2d, r, c);
+      check_shape(path, count, rows, cols, is2d, r, c);
+      shape_known_ = is2d;
+      data_off_ = off;
+    } else {
+      if (rows == 0 && cols == 0) throw Error("'" + path + "' is a raw float32 file: give its shape with --shape R,C");
+      if (size % 4 != 0)
+        throw Error("'" + path + "' is " + std::to_string(size) + " bytes, not a whole number of float32 values");
+      check_shape(path, static_cast<int64_t>(size / 4), rows, cols, false, 0, 0);
+    }
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+  rows_ = rows;
+  cols_ = cols;
+}
+
+TensorReader::~TensorReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void TensorReader::read_at(void* dst, size_t n, uint64_t at) const {
+  auto* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(at));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw Error("cannot read '" + path_ + "': read failed");
+    p += got;
+    at += static_cast<uint64_t>(got);
+    n -= static_cast<size_t>(got);
+  }
+}
+
+void TensorReader::read(float* dst, int64_t rows) {
+  if (rows < 0 || rows > rows_ - next_) throw Error("cannot read '" + path_ + "': rows past its end");
+  const int64_t first = next_ * cols_, n = rows * cols_;
+  if (n == 0) return;
+  if (fd_ < 0) std::memcpy(dst, whole_.data() + first, sizeof(float) * static_cast<size_t>(n));
+  else read_at(dst, sizeof(float) * static_cast<size_t>(n), data_off_ + sizeof(float) * static_cast<uint64_t>(first));
+  next_ += rows;
+}
+
 std::vector<uint8_t> npy_bytes(const float* data, int64_t rows, int64_t cols) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
-                       std::to_string(cols) + "), }";
-  // Pad so that the data starts at a multiple of 64 bytes, ending in '\n'.
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::vector<uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
-  out.push_back(static_cast<uint8_t>(header.size() & 0xff));
-  out.push_back(static_cast<uint8_t>(header.size() >> 8));
-  out.insert(out.end(), header.begin(), header.end());
+  std::vector<uint8_t> out = npy_header(rows, cols);
   const auto* p = reinterpret_cast<const uint8_t*>(data);
   out.insert(out.end(), p, p + rows * cols * 4);
   return out;
@@ -397,34 +430,98 @@ OutputSet::Pending OutputSet::pending_for(const std::string& dest, const std::st
   return p;
 }
 
-void OutputSet::add_tensor(const std::string& path, const float* data, int64_t rows, int64_t cols) {
-  switch (file_kind(path)) {
-    case FileKind::hdf5: {
-      std::string file, dset;
-      split_h5_path(path, file, dset);
-      const Pending p = pending_for(file, dset);
-      pending_.push_back(p);
-      write_h5(p.tmp, dset, data, rows, cols);
-      return;
-    }
-    case FileKind::npy: {
-      const auto bytes = npy_bytes(data, rows, cols);
-      add_bytes(path, bytes.data(), bytes.size());
-      return;
-    }
-    case FileKind::raw: add_bytes(path, data, static_cast<size_t>(rows * cols) * 4); return;
+// An open temporary: a file of bytes, or an HDF5 dataset written in
+// hyperslabs of whole rows.
+struct OutputSet::Sink {
+  std::string path, dataset;  // the temporary; the HDF5 dataset's name
+  std::FILE* f = nullptr;
+  std::unique_ptr<H5Id> h5, dset;  // (closed in reverse order: dataset first)
+  int64_t cols = 0, rows_done = 0;
+  ~Sink() {
+    if (f) std::fclose(f);
   }
+  void fail() const { throw Error("cannot write '" + path + "': " + std::strerror(errno)); }
+  void append(const void* data, size_t n) {
+    if (n == 0) return;
+    if (f) {
+      if (std::fwrite(data, 1, n, f) != n) fail();
+      return;
+    }
+    const hsize_t rows = n / (4 * static_cast<size_t>(cols)), elems = n / 4;
+    const hsize_t start[2] = {static_cast<hsize_t>(rows_done), 0}, count[2] = {rows, static_cast<hsize_t>(cols)};
+    H5Id file_space(H5Dget_space(dset->id), H5Sclose);
+    H5Id mem(H5Screate_simple(1, &elems, nullptr), H5Sclose);
+    if (file_space.id < 0 || mem.id < 0 ||
+        H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
+        H5Dwrite(dset->id, H5T_NATIVE_FLOAT, mem.id, file_space.id, H5P_DEFAULT, data) < 0)
+      throw Error("cannot write dataset '" + dataset + "' in '" + path + "'");
+    rows_done += static_cast<int64_t>(rows);
+  }
+  void close() {
+    if (f) {
+      std::FILE* g = f;
+      f = nullptr;
+      if (std::fclose(g) != 0) fail();
+    }
+    dset.reset();
+    h5.reset();
+  }
+};
+
+size_t OutputSet::open_tensor(const std::string& path, int64_t rows, int64_t cols) {
+  if (file_kind(path) != FileKind::hdf5) {
+    const size_t k = open_bytes(path);
+    if (file_kind(path) == FileKind::npy) {
+      const auto header = npy_header(rows, cols);
+      append(k, header.data(), header.size());
+    }
+    return k;
+  }
+  static H5Silence silence;
+  std::string file, dset;
+  split_h5_path(path, file, dset);
+  Pending p = pending_for(file, dset);
+  auto sink = std::make_shared<Sink>();
+  sink->path = p.tmp;
+  sink->dataset = dset;
+  sink->cols = cols;
+  p.sink = sink;
+  pending_.push_back(p);
+  sink->h5 = std::make_unique<H5Id>(H5Fcreate(p.tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (sink->h5->id < 0) throw Error("cannot create HDF5 file '" + p.tmp + "'");
+  H5Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.id, 1);
+  hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)};
+  H5Id space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+  sink->dset = std::make_unique<H5Id>(
+      H5Dcreate2(sink->h5->id, dset.c_str(), H5T_IEEE_F32LE, space.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  if (sink->dset->id < 0) throw Error("cannot create dataset '" + dset + "' in '" + p.tmp + "'");
+  return pending_.size() - 1;
 }
 
-void OutputSet::add_bytes(const std::string& path, const void* data, size_t n) {
-  const Pending p = pending_for(path, "");
+size_t OutputSet::open_bytes(const std::string& path) {
+  Pending p = pending_for(path, "");
+  auto sink = std::make_shared<Sink>();
+  sink->path = p.tmp;
+  p.sink = sink;
   pending_.push_back(p);
-  write_bytes_file(p.tmp, data, n);
+  sink->f = std::fopen(p.tmp.c_str(), "wb");
+  if (!sink->f) sink->fail();
+  return pending_.size() - 1;
 }
+
+void OutputSet::append(size_t output, const void* data, size_t n) { pending_.at(output).sink->append(data, n); }
+
+void OutputSet::add_tensor(const std::string& path, const float* data, int64_t rows, int64_t cols) {
+  append(open_tensor(path, rows, cols), data, static_cast<size_t>(rows * cols) * 4);
+}
+
+void OutputSet::add_bytes(const std::string& path, const void* data, size_t n) { append(open_bytes(path), data, n); }
 
 void OutputSet::add_text(const std::string& path, const std::string& text) { add_bytes(path, text.data(), text.size()); }
 
 void OutputSet::commit() {
+  for (auto& p : pending_) p.sink->close();
   for (auto& p : pending_) {
     if (!p.h5_dataset.empty() && !p.target.stream && fs::exists(p.target.file)) {
       // Copy the dataset into the existing file, replacing one of that name.
@@ -447,7 +544,8 @@ void OutputSet::commit() {
 }
 
 OutputSet::~OutputSet() {
-  for (const auto& p : pending_) {
+  for (auto& p : pending_) {
+    p.sink.reset();  // closed first
     std::error_code ec;
     if (!p.tmp.empty()) fs::remove(p.tmp, ec);
   }

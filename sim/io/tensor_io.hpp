@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,36 @@ Tensor read_tensor(const std::string& path, int64_t rows, int64_t cols);
 // The same with HDF5 read in this process (the fuzz target, which follows
 // libhdf5's crashes and coverage in-process).
 Tensor read_tensor_in_process(const std::string& path, int64_t rows, int64_t cols);
+
+// A float32 tensor read in bands of rows, in order (`exmy quantize` streams
+// its input): opening checks the file, its header and the shape as
+// read_tensor does, with the same messages; read() gives the next rows.
+// Raw and .npy files are read piece by piece from the file; an HDF5
+// dataset is read whole (in a child process, by read_tensor) and handed out
+// from memory.
+class TensorReader {
+ public:
+  TensorReader(const std::string& path, int64_t rows, int64_t cols);
+  ~TensorReader();
+  TensorReader(const TensorReader&) = delete;
+  TensorReader& operator=(const TensorReader&) = delete;
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  bool shape_known() const { return shape_known_; }  // the file itself carried a 2-D shape
+  // The next `rows` rows into dst (rows * cols floats). Throws exmy::Error.
+  void read(float* dst, int64_t rows);
+  // Back to row 0, for another pass.
+  void rewind() { next_ = 0; }
+
+ private:
+  void read_at(void* dst, size_t n, uint64_t at) const;
+  std::string path_;
+  int fd_ = -1;            // raw or .npy file
+  uint64_t data_off_ = 0;  // where its values start
+  std::vector<float> whole_;  // an HDF5 dataset
+  int64_t rows_ = 0, cols_ = 0, next_ = 0;
+  bool shape_known_ = false;
+};
 
 // Kind of a path by its name.
 enum class FileKind { raw, npy, hdf5 };
@@ -58,14 +89,22 @@ class OutputSet {
   void add_bytes(const std::string& path, const void* data, size_t n);
   // Text.
   void add_text(const std::string& path, const std::string& text);
-  // Renames every temporary into place.
+  // Outputs written in pieces, in order: open_tensor (a float32 tensor of
+  // rows x cols, by the name of `path`) or open_bytes returns the output's
+  // number; append adds its next piece (whole rows of a tensor, as bytes).
+  size_t open_tensor(const std::string& path, int64_t rows, int64_t cols);
+  size_t open_bytes(const std::string& path);
+  void append(size_t output, const void* data, size_t n);
+  // Closes every output and renames every temporary into place.
   void commit();
 
  private:
+  struct Sink;  // an open temporary (tensor_io.cpp)
   struct Pending {
     std::string tmp, dest;
     OutputTarget target;     // what stands at dest (sim/io/atomic_file.hpp)
     std::string h5_dataset;  // non-empty: copy this dataset into an existing HDF5 file
+    std::shared_ptr<Sink> sink;
   };
   std::vector<Pending> pending_;
   Pending pending_for(const std::string& dest, const std::string& h5_dataset);

@@ -3,6 +3,7 @@
 // two of them: what the fast-path tests compare against quantize_ref.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
@@ -37,6 +38,39 @@ inline Outcome run(const QuantSpec& s, const std::vector<float>& x, int64_t rows
   const QuantOutput out{r.values.data(), r.codes.data(), r.scodes.data(), &r.stats};
   try {
     r.info = impl == 0 ? quantize_ref(s, x.data(), rows, cols, out) : quantize(s, x.data(), rows, cols, out, impl);
+  } catch (const Error& e) {
+    r.threw = true;
+    r.error = e.what();
+  }
+  return r;
+}
+
+// The call through BandQuantizer, in bands of `band` rows (a multiple of
+// its band_rows()), with `threads` threads: measured first where it needs
+// the tensor amax. A band call decides nothing at tensor level, so info is
+// left as it is.
+inline Outcome run_bands(const QuantSpec& s, const std::vector<float>& x, int64_t rows, int64_t cols, int64_t band,
+                         int threads) {
+  Outcome r;
+  const int64_t n = rows * cols;
+  r.values.assign(static_cast<size_t>(n), float_of(0xdeadbeefu));
+  r.codes.assign(static_cast<size_t>(n * s.elem.code_bytes()), 0xa5);
+  const int64_t nb = block_count(s, rows, cols);
+  const int sb = s.scale ? s.scale->code_bytes() : 1;
+  r.scodes.assign(static_cast<size_t>(nb * sb), 0xa5);
+  try {
+    BandQuantizer q(s, rows, cols, true, threads);
+    if (q.needs_amax())
+      for (int64_t r0 = 0; r0 < rows; r0 += band) q.measure(x.data() + r0 * cols, std::min(band, rows - r0));
+    int64_t blk = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += band) {
+      const int64_t br = std::min(band, rows - r0);
+      q.quantize(x.data() + r0 * cols, br,
+                 {r.values.data() + r0 * cols, r.codes.data() + r0 * cols * s.elem.code_bytes(),
+                  r.scodes.data() + blk * sb, nullptr});
+      blk += s.scale ? block_count(s, br, cols) : 0;
+    }
+    r.stats = q.stats();
   } catch (const Error& e) {
     r.threw = true;
     r.error = e.what();

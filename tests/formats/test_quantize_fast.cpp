@@ -42,6 +42,7 @@ using test::hex;
 using test::difference;
 using test::Outcome;
 using test::run;
+using test::run_bands;
 
 // ---------------------------------------------------------------------------
 // Random specs and tensors
@@ -152,6 +153,16 @@ Config random_config(test::Rng& rng) {
   return c;
 }
 
+// Element and scale format by name ("none": no block scale), a br x bc block.
+QuantSpec spec_of(const char* elem, const char* scale, int br, int bc) {
+  QuantSpec s;
+  s.elem = parse_format(elem);
+  if (std::string(scale) != "none") s.scale = parse_format(scale);
+  s.block_rows = br;
+  s.block_cols = bc;
+  return s;
+}
+
 TEST(QuantizeFast, RandomConfigsMatchReference) {
   test::Rng rng(2024);
   int ok = 0, threw = 0, with_nan = 0, with_inf = 0, rht = 0, stochastic = 0, fp32 = 0, saturated = 0,
@@ -225,11 +236,7 @@ TEST(QuantizeFast, LargeTensorsMatchReferenceOverManyRuns) {
   };
   for (const Shape& sh : shapes) {
     for (int variant = 0; variant < 3; ++variant) {
-      QuantSpec s;
-      s.elem = parse_format(sh.elem);
-      if (std::string(sh.scale) != "none") s.scale = parse_format(sh.scale);
-      s.block_rows = sh.br;
-      s.block_cols = sh.bc;
+      QuantSpec s = spec_of(sh.elem, sh.scale, sh.br, sh.bc);
       s.arith = variant == 1 ? Arith::exact : Arith::fp32;
       s.round = variant == 2 ? Round::stochastic_fast : Round::rne;
       s.seed = 9;
@@ -251,6 +258,81 @@ TEST(QuantizeFast, LargeTensorsMatchReferenceOverManyRuns) {
         ASSERT_TRUE(f.info.abs_max.has_value()) << what;
         if (variant == 2) EXPECT_TRUE(std::isnan(*f.info.abs_max)) << what;
         else EXPECT_EQ(*f.info.abs_max, static_cast<double>(m)) << what;
+      }
+    }
+  }
+}
+
+// BandQuantizer (a tensor streamed in bands of rows) gives the whole-tensor
+// call's bits: the random configurations in bands of 1-3 block rows (a last
+// band shorter than the others), 1 and 2 threads; and, large enough for the
+// threshold loops and rows of several sum segments, 1x16, 16x1, 16x16 and
+// mx 1x32 blocks with current, given and no tensor amax, no block scale,
+// rne and stochastic rounding, the RHT, conventions and a NaN element.
+TEST(QuantizeBands, BandsEqualTheWholeTensorCall) {
+  test::Rng rng(1616);
+  int compared = 0, threw = 0, several = 0;
+  for (int k = 0; k < 400; ++k) {
+    const Config c = random_config(rng);
+    const int64_t band = c.spec.block_rows * rng.range(1, 3);
+    for (int threads : {1, 2}) {
+      const Outcome whole = run(c.spec, c.x, c.rows, c.cols, threads);
+      Outcome bands = run_bands(c.spec, c.x, c.rows, c.cols, band, threads);
+      bands.info = whole.info;
+      EXPECT_EQ(difference(whole, bands, c.x), "") << "config " << k << " (" << c.desc << "), bands of " << band
+                                                   << " rows, " << threads << " thread(s)";
+      ++compared;
+      threw += whole.threw;
+      several += c.rows > band;
+    }
+  }
+  EXPECT_GT(threw, 5);
+  EXPECT_GT(several, compared / 3);
+
+  struct Case {
+    const char* elem;
+    const char* scale;
+    int br, bc;
+    AmaxKind amax;
+    Round round;
+    bool rht;
+  };
+  const Case cases[] = {
+      {"e2m1", "ue5m3", 1, 16, AmaxKind::current, Round::rne, false},
+      {"e2m1", "ue5m3", 1, 16, AmaxKind::given, Round::stochastic, false},
+      {"e2m1", "ue5m3", 1, 16, AmaxKind::current, Round::stochastic_fast, true},
+      {"e2m1", "ue4m3", 16, 1, AmaxKind::current, Round::rne, true},
+      {"e4m3", "ue8m0", 16, 16, AmaxKind::none, Round::stochastic, false},
+      {"e2m1", "ue8m0", 1, 32, AmaxKind::none, Round::rne, false},
+      {"e5m2", "none", 1, 16, AmaxKind::current, Round::stochastic_fast, false},
+  };
+  for (const Case& cs : cases) {
+    for (int variant = 0; variant < 3; ++variant) {
+      QuantSpec s = spec_of(cs.elem, cs.scale, cs.br, cs.bc);
+      if (std::string(cs.scale) == "ue8m0") s.rule = ScaleRule::mx_floor;
+      s.amax_kind = cs.amax;
+      s.amax_value = 2.5;
+      s.round = cs.round;
+      s.sr_bits = variant == 1 ? 16 : 8;
+      s.seed = 77;
+      s.stream = 5;
+      s.rht = cs.rht;
+      if (variant == 2) s.codes = CodeConvention::te, s.dequant = DequantOrder::scale_first;
+      const int64_t rows = 16 * 5 + (cs.br == 1 ? 5 : 0), cols = 4096 + 64;  // rows of two sum segments
+      std::vector<float> x(static_cast<size_t>(rows * cols));
+      for (float& v : x) v = draw(rng, 0, 8, false, false);
+      for (int64_t j = 0; j < cols; ++j) x[static_cast<size_t>(40 * cols + j)] = 0.0f;  // zero blocks
+      if (variant == 1 && !s.elem.has_nan && !(s.scale && s.scale->has_nan))
+        x[static_cast<size_t>(67 * cols + 33)] = std::numeric_limits<float>::quiet_NaN();
+      const std::string what = std::string(cs.elem) + "/" + cs.scale + " " + std::to_string(cs.br) + "x" +
+                               std::to_string(cs.bc) + " variant " + std::to_string(variant);
+      for (int threads : {1, 2}) {
+        const Outcome whole = run(s, x, rows, cols, threads);
+        for (const int64_t band : {int64_t{16}, int64_t{48}, rows}) {
+          Outcome bands = run_bands(s, x, rows, cols, band, threads);
+          bands.info = whole.info;
+          EXPECT_EQ(difference(whole, bands, x), "") << what << ", bands of " << band << ", " << threads << " thread(s)";
+        }
       }
     }
   }

@@ -165,6 +165,35 @@ TEST_F(CliTest, NpyAndHdf5) {
   EXPECT_EQ(slurp(dir / "c.f32"), a);
 }
 
+// The input is streamed in bands of about 1 MiB: a tensor of several bands
+// (and a last, shorter one) gives the same bytes in every output as the
+// whole-tensor reference, for 1 and 2 threads, with a current tensor amax
+// (read twice) and stochastic rounding.
+TEST_F(CliTest, StreamedBandsEqualTheWholeTensorReference) {
+  std::vector<uint32_t> bits(static_cast<size_t>(700) * 1024);
+  uint32_t h = 12345;
+  for (uint32_t& b : bits) {
+    h = h * 1103515245u + 12345u;
+    float v = std::ldexp(static_cast<float>(static_cast<int>(h >> 8) % 2001 - 1000), -8);
+    std::memcpy(&b, &v, 4);
+  }
+  write_f32(dir / "x.f32", bits);
+  const std::string common = "quantize --input " + P("x.f32") +
+                             " --shape 700,1024 --elem e2m1 --scale ue5m3 --block 1x16 --tensor-amax auto"
+                             " --round stochastic --seed 5 --stream 3";
+  auto outs = [&](const std::string& tag) {
+    return " --output " + P(tag + ".f32") + " --codes " + P(tag + ".codes") + " --scales " + P(tag + ".scales") +
+           " --stats " + P(tag + ".json");
+  };
+  ASSERT_EQ(exmy(common + " --reference" + outs("ref")).status, 0);
+  for (const char* t : {"1", "2"}) {
+    ASSERT_EQ(exmy(common + " --threads " + t + outs(t)).status, 0);
+    for (const char* ext : {".f32", ".codes", ".scales", ".json"})
+      EXPECT_EQ(slurp(dir / (std::string(t) + ext)), slurp(dir / (std::string("ref") + ext))) << t << ext;
+  }
+  EXPECT_EQ(slurp(dir / "ref.f32").size(), bits.size() * 4);
+}
+
 // Bad input: non-zero exit, one line naming the problem, no output written.
 TEST_F(CliTest, BadInputIsOneLineAndWritesNothing) {
   write_f32(dir / "x.f32", std::vector<uint32_t>(32, 0x3f800000u));
