@@ -10,9 +10,6 @@
 
 #if defined(__x86_64__)
 EXMY_TARGET_AVX512
-// (see threshold_x16.cpp; _mm512_reduce_max_epu32 draws -Wuninitialized)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 namespace exmy::detail::avx512 {

@@ -6,8 +6,6 @@
 
 #if defined(__x86_64__)
 EXMY_TARGET_AVX512
-// (see threshold_x16.cpp: _mm512_cvtps_pd draws -Wmaybe-uninitialized)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 namespace exmy::detail::avx512 {

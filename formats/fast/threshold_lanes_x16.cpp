@@ -13,8 +13,6 @@
 
 #if defined(__x86_64__)
 EXMY_TARGET_AVX512
-// (see threshold_x16.cpp)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include "formats/fast/thr_step_x16.hpp"

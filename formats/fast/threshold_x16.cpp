@@ -11,9 +11,6 @@
 
 #if defined(__x86_64__)
 EXMY_TARGET_AVX512
-// GCC 12's AVX-512 headers start some intrinsics from an undefined vector,
-// which -Wmaybe-uninitialized reports when the file's flags lack AVX-512.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include "formats/fast/thr_step_x16.hpp"

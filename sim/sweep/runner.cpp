@@ -142,7 +142,8 @@ class Session {
 
   void say(const char* fmt, auto... args) {
     if (!opt_.out) return;
-    std::fprintf(opt_.out, fmt, args...);
+    if constexpr (sizeof...(args) == 0) std::fputs(fmt, opt_.out);
+    else std::fprintf(opt_.out, fmt, args...);
     std::fflush(opt_.out);
   }
 

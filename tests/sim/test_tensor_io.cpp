@@ -395,7 +395,7 @@ TEST_F(TensorIo, QuantizeStreamWritesNpyAndHdf5InBands) {
     in.add_bytes(path("x.f32"), x.data(), x.size() * 4);
     in.commit();
   }
-  for (const std::string out_path : {path("y.npy"), path("y.h5") + ":/g/y"}) {
+  for (const std::string& out_path : {path("y.npy"), path("y.h5") + ":/g/y"}) {
     TensorReader in(path("x.f32"), rows, cols);
     OutputSet out;
     quantize_stream(s, in, {out_path, "", "", false}, out, 1, false, 4 * cols * 5);
