@@ -152,8 +152,8 @@ namespace {
               (p.has_scale ? " nor the scale format " + format_name(p.fs) : std::string()) + " has a NaN code");
 }
 
-[[noreturn]] void throw_overflow(const QuantPlan& p, const float* x, int64_t i, int64_t cols) {
-  throw Error("element (" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + ") = " + fmt_float(x[i]) +
+[[noreturn]] void throw_overflow(const QuantPlan& p, float xi, int64_t i, int64_t cols) {
+  throw Error("element (" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + ") = " + fmt_float(xi) +
               " overflows " + format_name(p.fe) + " with saturation off, and " + format_name(p.fe) +
               " has no Inf or NaN code");
 }
@@ -874,8 +874,12 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
 namespace exmy::detail {
 
 void throw_element_error(const QuantPlan& p, const float* x, int64_t i, int64_t cols) {
-  if (std::isnan(x[i])) throw_nan(p, i, cols);
-  throw_overflow(p, x, i, cols);
+  throw_element_error(p, x[i], i, cols);
+}
+
+void throw_element_error(const QuantPlan& p, float xi, int64_t i, int64_t cols) {
+  if (std::isnan(xi)) throw_nan(p, i, cols);
+  throw_overflow(p, xi, i, cols);
 }
 
 void store_sums(const SumPartial& sums, QuantStats& st) {
