@@ -117,6 +117,7 @@ int cmd_eval(const Args& args) {
     ("batches", po::value<int64_t>()->default_value(0), "validation batches of train.batch_size sequences (0: the run's train.eval_batches)")
     ("set", po::value<std::vector<std::string>>()->composing(),
      "override: recipe.SECTION.KNOB=VALUE for the recipe, section.key=value for the run configuration (repeatable)")
+    ("device", po::value<std::string>(), kTrainingDeviceHelp)
     ("name", po::value<std::string>(), "name of the /eval subgroup (default: the recipe's name)")
     ("no-write", "print only; append nothing to the run file")
     ("dump-logits", po::value<std::string>(), "write the logits of the evaluated batches to this file (.npy, file.h5:/dset or raw float32; rows = batches x batch_size x seq_len, columns = vocabulary; one --policy)");
@@ -125,6 +126,7 @@ int cmd_eval(const Args& args) {
   pos.add("target", 1);
   po::variables_map vm;
   if (parse_or_help(args, desc, pos, vm)) return 0;
+  const std::string device = training_device_option(vm);
   if (!vm.count("target")) throw Error("exmy eval needs a checkpoint or a run directory (exmy eval --help)");
   if (!vm.count("recipe")) throw Error("exmy eval needs --recipe NAME|FILE (the fp32 recipe gives the unquantized loss)");
   Target target = resolve_target(vm["target"].as<std::string>());
@@ -143,6 +145,7 @@ int cmd_eval(const Args& args) {
   std::vector<std::string> run_sets, recipe_sets;
   if (vm.count("set"))
     for (const auto& s : vm["set"].as<std::vector<std::string>>()) (s.starts_with("recipe.") ? recipe_sets : run_sets).push_back(s);
+  if (!device.empty()) run_sets.push_back("train.device=" + device);
   // An HF checkpoint brings its architecture, not a run: the run keys
   // (data, batch shape, seed) are the defaults and --set.
   // --config gives them from a run configuration (its [model] section is
@@ -166,6 +169,7 @@ int cmd_eval(const Args& args) {
   const train::RunConfig cfg =
       target.hf.empty() ? train::parse_run_config(train::checkpoint_config(target.checkpoint), target.checkpoint, run_sets)
                         : train::parse_run_config(run_text, run_origin, run_sets);
+  sim::require_training_device(cfg.device, "train.device");
   const std::string shown = target.hf.empty() ? target.checkpoint : target.hf;
   sim::quant::Recipe recipe = sim::quant::load_recipe(vm["recipe"].as<std::string>());
   for (const auto& s : recipe_sets) sim::quant::apply_recipe_override(recipe, s);

@@ -13,6 +13,7 @@
 #include "sim/parallel.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/cli/stats_json.hpp"
+#include "sim/device/device.hpp"
 #include "sim/io/tensor_io.hpp"
 
 namespace po = boost::program_options;
@@ -84,7 +85,8 @@ int cmd_quantize(const Args& args) {
     ("scales", po::value<std::string>(), "block scale codes, row-major block order, same width rule")
     ("stats", po::value<std::string>(), "statistics as JSON (docs/numerics.md §5)")
     ("threads", po::value<int>()->default_value(0), "threads (0: all cores); results do not depend on it")
-    ("reference", "use the scalar reference implementation");
+    ("device", po::value<std::string>()->default_value("cpu"), "cpu, cuda or cuda:N: where to quantize (the same bits)")
+    ("reference", "use the scalar reference implementation (CPU)");
   // clang-format on
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
@@ -94,6 +96,10 @@ int cmd_quantize(const Args& args) {
   const QuantSpec spec = knob_options_spec(vm);
   spec.validate();
   const int threads = sim::checked_threads(vm["threads"].as<int>(), "--threads");
+  const sim::Device device = sim::parse_device(vm["device"].as<std::string>(), "--device");
+  if (device.is_cuda() && vm.count("reference"))
+    throw Error("--reference is the CPU's scalar reference; it does not go with --device " + sim::device_name(device));
+  sim::require_device(device, "--device");
   // Every output path is checked before any work (sim/io/atomic_file.hpp).
   for (const char* o : {"output", "codes", "scales", "stats"})
     if (vm.count(o)) io::check_output_path(vm[o].as<std::string>());
@@ -110,7 +116,7 @@ int cmd_quantize(const Args& args) {
   QuantStats stats;
   QuantOutput out{values.data(), codes.data(), scodes.data(), &stats};
   if (vm.count("reference")) quantize_ref(spec, x.data.data(), x.rows, x.cols, out);
-  else quantize(spec, x.data.data(), x.rows, x.cols, out, threads);
+  else sim::quantize_on(device, spec, x.data.data(), x.rows, x.cols, out, threads);
 
   io::OutputSet outputs;
   outputs.add_tensor(vm["output"].as<std::string>(), values.data(), x.rows, x.cols);
