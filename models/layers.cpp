@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "models/layer_rows.hpp"
 #include "sim/parallel.hpp"
 #include "sim/tensor.hpp"
 
@@ -45,12 +46,10 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int64_t
 #pragma omp parallel for schedule(static) if (N * C >= sim::parallel_min_work())
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * C;
-    T ss = 0;
-    for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
-    const T r = T(1) / std::sqrt(ss / static_cast<T>(C) + static_cast<T>(eps));
+    const T r = rmsnorm_rstd(xr, C, eps);
     rstd[n] = r;
     T* o = out + n * C;
-    for (int64_t c = 0; c < C; ++c) o[c] = w[c] * (xr[c] * r);
+    for (int64_t c = 0; c < C; ++c) o[c] = rmsnorm_out(w[c], xr[c], r);
   }
 }
 
@@ -61,14 +60,11 @@ void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const
     const T* xr = x + n * C;
     const T* go = dout + n * C;
     const T r = rstd[n];
-    T dot = 0;
-    for (int64_t c = 0; c < C; ++c) dot += go[c] * w[c] * (xr[c] * r);
-    const T m = dot / static_cast<T>(C);
+    const T m = rmsnorm_grad_mean(go, w, xr, r, C);
     T* d = dx + n * C;
     for (int64_t c = 0; c < C; ++c) {
-      const T xh = xr[c] * r;
-      d[c] += r * (go[c] * w[c] - xh * m);
-      pdw[c] += go[c] * xh;
+      d[c] += rmsnorm_dx(go[c], w[c], xr[c], r, m);
+      pdw[c] += rmsnorm_dw(go[c], xr[c], r);
     }
   });
 }
@@ -192,19 +188,13 @@ void conv1d_silu_backward(T* dx, int64_t lddx, T* dw, T* dbias, const T* dout, c
 template <class T>
 void relu2_forward(T* out, const T* in, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= sim::parallel_min_work())
-  for (int64_t i = 0; i < n; ++i) {
-    const T r = in[i] > T(0) ? in[i] : T(0);
-    out[i] = r * r;
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = relu2(in[i]);
 }
 
 template <class T>
 void relu2_backward(T* din, const T* dout, const T* in, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= sim::parallel_min_work())
-  for (int64_t i = 0; i < n; ++i) {
-    const T r = in[i] > T(0) ? in[i] : T(0);
-    din[i] += dout[i] * (T(2) * r);
-  }
+  for (int64_t i = 0; i < n; ++i) din[i] += relu2_grad(dout[i], in[i]);
 }
 
 template <class T>
