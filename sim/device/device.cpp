@@ -41,7 +41,7 @@ DeviceInventory device_inventory() {
 std::string device_problem(const Device& d, const DeviceInventory& inv, std::string_view what) {
   if (!d.is_cuda()) return {};
   const std::string head = std::string(what) + " " + device_name(d) + ": ";
-  if (!inv.built_with_cuda) return head + "exmy was built without CUDA (nvcc not found at build time)";
+  if (!inv.built_with_cuda) return head + "exmy was built without CUDA (EXMY_CUDA=OFF, or no nvcc at build time)";
   if (inv.count <= 0)
     return head + "no CUDA device is visible (cudaGetDeviceCount: " +
            (inv.error.empty() ? std::string("0 devices") : inv.error) + ")";

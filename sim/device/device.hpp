@@ -41,7 +41,7 @@ DeviceInventory device_inventory();
 
 // The one line naming why `d` cannot be used on a machine with `inv`, or
 // empty when it can:
-//   --device cuda: exmy was built without CUDA (nvcc not found at build time)
+//   --device cuda: exmy was built without CUDA (EXMY_CUDA=OFF, or no nvcc at build time)
 //   --device cuda: no CUDA device is visible (cudaGetDeviceCount: <error>)
 //   --device cuda:3: this machine has 1 CUDA device (0)
 std::string device_problem(const Device& d, const DeviceInventory& inv, std::string_view what);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -20,6 +21,13 @@
 namespace fs = std::filesystem;
 
 namespace {
+
+// The exmy binary: $EXMY_BINARY_PATH (tools/gpu-check.sh runs a carried
+// build elsewhere), else the one this test was built with.
+std::string exmy_binary() {
+  const char* p = std::getenv("EXMY_BINARY_PATH");
+  return p && *p ? p : EXMY_BINARY;
+}
 
 #define EXMY_REQUIRE_CUDA()                                                                    \
   do {                                                                                         \
@@ -63,7 +71,7 @@ TEST(CliCuda, QuantizeWritesTheCpuFiles) {
   for (const std::string& spec : specs) {
     for (const char* device : {"cpu", "cuda"}) {
       const std::string d = (dir / device).string();
-      const std::string cmd = std::string(EXMY_BINARY) + " quantize --input " + (dir / "x.f32").string() + " --shape " +
+      const std::string cmd = exmy_binary() + " quantize --input " + (dir / "x.f32").string() + " --shape " +
                               std::to_string(rows) + "," + std::to_string(cols) + " " + spec + " --device " + device +
                               " --output " + d + ".y --codes " + d + ".c --scales " + d + ".s --stats " + d + ".json";
       const auto r = exmy::test::run_cli({"/bin/sh", "-c", cmd});
@@ -83,7 +91,7 @@ TEST(CliCuda, QuantizeWritesTheCpuFiles) {
 TEST(CliCuda, BenchQuantizeOnTheDevice) {
   EXMY_REQUIRE_CUDA();
   const auto r = exmy::test::run_cli(
-      {EXMY_BINARY, "bench", "quantize", "--device", "cuda", "--elements", "1048576", "--cols", "1024", "--repeat", "2"});
+      {exmy_binary(), "bench", "quantize", "--device", "cuda", "--elements", "1048576", "--cols", "1024", "--repeat", "2"});
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* row : {"float32 copy (d2d)", "e2m1/ue5m3 1x16 rne exact", "e2m1/ue5m3 1x16 exact, held",
                           "e2m1/ue5m3 16x1 rne exact", "e2m1/e4m3 16x16 rne fp32", "e2m1/e4m3 1x16 fp32 (NVFP4)",

@@ -218,7 +218,7 @@ TEST_F(CliTest, BadInputIsOneLineAndWritesNothing) {
 TEST_F(CliTest, DeviceCudaWithoutADeviceIsOneLineAndWritesNothing) {
   write_f32(dir / "x.f32", std::vector<uint32_t>(32, 0x3f800000u));
   const exmy::sim::DeviceInventory inv = exmy::sim::device_inventory();
-  const std::string why = !inv.built_with_cuda ? "exmy was built without CUDA (nvcc not found at build time)"
+  const std::string why = !inv.built_with_cuda ? "exmy was built without CUDA (EXMY_CUDA=OFF, or no nvcc at build time)"
                           : inv.count == 0     ? "no CUDA device is visible (cudaGetDeviceCount: "
                                                : "this machine has " + std::to_string(inv.count) + " CUDA device";
   const std::string dev = inv.count == 0 ? "cuda" : "cuda:" + std::to_string(inv.count);

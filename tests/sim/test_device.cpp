@@ -58,7 +58,7 @@ TEST(Device, ProblemsInOneLine) {
   const DeviceInventory zero{true, 0, ""};
   const DeviceInventory one{true, 1, ""}, four{true, 4, ""};
   for (const DeviceInventory& inv : {none, failed, zero, one, four}) EXPECT_EQ(device_problem(cpu, inv, "--device"), "");
-  EXPECT_EQ(device_problem(cuda, none, "--device"), "--device cuda: exmy was built without CUDA (nvcc not found at build time)");
+  EXPECT_EQ(device_problem(cuda, none, "--device"), "--device cuda: exmy was built without CUDA (EXMY_CUDA=OFF, or no nvcc at build time)");
   EXPECT_EQ(device_problem(cuda3, failed, "--device"),
             "--device cuda:3: no CUDA device is visible (cudaGetDeviceCount: no CUDA-capable device is detected)");
   EXPECT_EQ(device_problem(cuda, zero, "train.device"), "train.device cuda: no CUDA device is visible (cudaGetDeviceCount: 0 devices)");
