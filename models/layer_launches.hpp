@@ -75,4 +75,71 @@ void relu2_backward_launches(const L& launch, float* din, const float* dout, con
   launch("relu2_backward", n, [=] EXMY_HD_LAMBDA(int64_t i) { din[i] += relu2_grad(dout[i], in[i]); });
 }
 
+// cross_entropy_forward of models/layers.hpp: a thread per row (its max,
+// its double sum in column order, its loss), then one thread for the mean
+// in row order; the mean and the count land in device memory.
+template <class L>
+void cross_entropy_forward_launches(const L& launch, double* losses, double* mean, int64_t* counted,
+                                    const float* logits, const int32_t* targets, int64_t N, int64_t V) {
+  launch("cross_entropy_forward rows", N,
+         [=] EXMY_HD_LAMBDA(int64_t n) { ce_row_forward(losses, logits, targets, n, V); });
+  launch("cross_entropy_forward mean", 1,
+         [=] EXMY_HD_LAMBDA(int64_t) { *mean = ce_mean(losses, targets, N, counted); });
+}
+
+// Scratch floats of cross_entropy_backward: each row's max and 1/sum.
+inline int64_t cross_entropy_backward_scratch(int64_t N) { return 2 * N; }
+
+// cross_entropy_backward (dlogits +=): a thread per row for its max and
+// 1/sum, a thread per element of the counted rows for its term, then a
+// thread per counted row subtracting scale at its target, as the CPU does
+// after the row's terms.
+template <class L>
+void cross_entropy_backward_launches(const L& launch, float* dlogits, const float* logits, const int32_t* targets,
+                                     int64_t N, int64_t V, double scale, float* scratch) {
+  float* row_max = scratch;
+  float* row_inv = scratch + N;
+  const float sc = static_cast<float>(scale);
+  launch("cross_entropy_backward rows", N, [=] EXMY_HD_LAMBDA(int64_t n) {
+    if (targets[n] < 0) return;
+    const float* l = logits + n * V;
+    row_max[n] = ce_row_max(l, V);
+    row_inv[n] = static_cast<float>(1.0 / ce_row_sumexp(l, V, row_max[n]));
+  });
+  launch("cross_entropy_backward terms", N * V, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / V;
+    if (targets[n] < 0) return;
+    dlogits[i] += ce_grad(sc, logits[i], row_max[n], row_inv[n]);
+  });
+  launch("cross_entropy_backward targets", N, [=] EXMY_HD_LAMBDA(int64_t n) {
+    if (targets[n] >= 0) dlogits[n * V + targets[n]] -= sc;
+  });
+}
+
+// embedding_forward: a thread per output element (a copy, no arithmetic).
+template <class L>
+void embedding_forward_launches(const L& launch, float* out, const int32_t* tokens, const float* wte, int64_t N,
+                                int64_t C) {
+  launch("embedding_forward", N * C, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / C;
+    out[i] = wte[static_cast<int64_t>(tokens[n]) * C + i % C];
+  });
+}
+
+// embedding_backward (dwte +=) without atomics: the positions grouped by
+// token (TokenGroups, layers_cuda.hpp), a thread per (distinct token,
+// column) adding that token's rows of dout in increasing position, which is
+// the CPU's order for every element of dwte.
+template <class L>
+void embedding_backward_launches(const L& launch, float* dwte, const float* dout, const int32_t* rows,
+                                 const int64_t* starts, const int64_t* positions, int64_t distinct, int64_t C) {
+  launch("embedding_backward", distinct * C, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t k = i / C, c = i % C;
+    float* d = dwte + static_cast<int64_t>(rows[k]) * C + c;
+    float acc = *d;
+    for (int64_t j = starts[k]; j < starts[k + 1]; ++j) acc += dout[positions[j] * C + c];
+    *d = acc;
+  });
+}
+
 }  // namespace exmy::models

@@ -15,6 +15,8 @@
 
 namespace exmy::models {
 
+using sim::hd_exp;
+using sim::hd_log;
 using sim::hd_sqrt;
 
 // RMSNorm. rstd of a row xr (C): 1/sqrt(mean(x^2) + eps), the squares summed
@@ -59,6 +61,55 @@ template <class T>
 EXMY_HD T relu2_grad(T dout, T x) {
   const T r = x > T(0) ? x : T(0);
   return dout * (T(2) * r);
+}
+
+// Cross-entropy of one row l (V) of logits. The max (as std::max orders it,
+// element after element), the sum of exp(l - max) in double in column order,
+// the row's loss max + log(sum) - l[target] in double, and one element's
+// gradient term scale * (exp(l - max) * inv), inv = 1 / sum rounded to T.
+template <class T>
+EXMY_HD T ce_row_max(const T* l, int64_t V) {
+  T mx = l[0];
+  for (int64_t v = 1; v < V; ++v) mx = mx < l[v] ? l[v] : mx;
+  return mx;
+}
+template <class T>
+EXMY_HD double ce_row_sumexp(const T* l, int64_t V, T mx) {
+  double s = 0;
+  for (int64_t v = 0; v < V; ++v) s += static_cast<double>(hd_exp(l[v] - mx));
+  return s;
+}
+template <class T>
+EXMY_HD double ce_row_loss(T mx, double sumexp, T l_target) {
+  return static_cast<double>(mx) + hd_log(sumexp) - static_cast<double>(l_target);
+}
+template <class T>
+EXMY_HD T ce_grad(T sc, T lv, T mx, T inv) {
+  return sc * (hd_exp(lv - mx) * inv);
+}
+// Row n of the forward: losses[n] (0 for an ignored row, target < 0).
+template <class T>
+EXMY_HD void ce_row_forward(double* losses, const T* logits, const int32_t* targets, int64_t n, int64_t V) {
+  if (targets[n] < 0) {
+    losses[n] = 0;
+    return;
+  }
+  const T* l = logits + n * V;
+  const T mx = ce_row_max(l, V);
+  losses[n] = ce_row_loss(mx, ce_row_sumexp(l, V, mx), l[targets[n]]);
+}
+// The reported loss: the mean of the counted rows' losses, summed in double
+// in row order; *counted gets their number.
+EXMY_HD double ce_mean(const double* losses, const int32_t* targets, int64_t N, int64_t* counted) {
+  double total = 0;
+  int64_t cnt = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] < 0) continue;
+    total += losses[n];
+    ++cnt;
+  }
+  if (counted) *counted = cnt;
+  return cnt ? total / static_cast<double>(cnt) : 0.0;
 }
 
 }  // namespace exmy::models

@@ -207,27 +207,8 @@ template <class T>
 double cross_entropy_forward(double* losses, int64_t* counted, const T* logits, const int32_t* targets, int64_t N,
                              int64_t V) {
 #pragma omp parallel for schedule(static) if (N * V >= sim::parallel_min_work())
-  for (int64_t n = 0; n < N; ++n) {
-    if (targets[n] < 0) {
-      losses[n] = 0;
-      continue;
-    }
-    const T* l = logits + n * V;
-    T mx = l[0];
-    for (int64_t v = 1; v < V; ++v) mx = std::max(mx, l[v]);
-    double s = 0;
-    for (int64_t v = 0; v < V; ++v) s += static_cast<double>(std::exp(l[v] - mx));
-    losses[n] = static_cast<double>(mx) + std::log(s) - static_cast<double>(l[targets[n]]);
-  }
-  double total = 0;
-  int64_t cnt = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    if (targets[n] < 0) continue;
-    total += losses[n];
-    ++cnt;
-  }
-  if (counted) *counted = cnt;
-  return cnt ? total / static_cast<double>(cnt) : 0.0;
+  for (int64_t n = 0; n < N; ++n) ce_row_forward(losses, logits, targets, n, V);
+  return ce_mean(losses, targets, N, counted);
 }
 
 template <class T>
@@ -237,13 +218,10 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets,
     if (targets[n] < 0) continue;
     const T* l = logits + n * V;
     T* d = dlogits + n * V;
-    T mx = l[0];
-    for (int64_t v = 1; v < V; ++v) mx = std::max(mx, l[v]);
-    double s = 0;
-    for (int64_t v = 0; v < V; ++v) s += static_cast<double>(std::exp(l[v] - mx));
-    const T inv = static_cast<T>(1.0 / s);
+    const T mx = ce_row_max(l, V);
+    const T inv = static_cast<T>(1.0 / ce_row_sumexp(l, V, mx));
     const T sc = static_cast<T>(scale);
-    for (int64_t v = 0; v < V; ++v) d[v] += sc * (std::exp(l[v] - mx) * inv);
+    for (int64_t v = 0; v < V; ++v) d[v] += ce_grad(sc, l[v], mx, inv);
     d[targets[n]] -= sc;
   }
 }

@@ -24,4 +24,30 @@ EXMY_HD double hd_sqrt(double x) {
 #endif
 }
 
+// exp and log: the host's libm (glibc) and the device's libdevice are each
+// accurate to a few ulp but not the same functions, so results through them
+// are bit-identical between the CPU and its host emulation only; on a
+// device they carry the FP32 budget their callers state.
+EXMY_HD float hd_exp(float x) {
+#if defined(__CUDA_ARCH__)
+  return expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+EXMY_HD double hd_exp(double x) {
+#if defined(__CUDA_ARCH__)
+  return ::exp(x);
+#else
+  return std::exp(x);
+#endif
+}
+EXMY_HD double hd_log(double x) {
+#if defined(__CUDA_ARCH__)
+  return ::log(x);
+#else
+  return std::log(x);
+#endif
+}
+
 }  // namespace exmy::sim

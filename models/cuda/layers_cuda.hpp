@@ -6,14 +6,34 @@
 //   the host, host pointers; always built, so CI compares them with the CPU
 //   layers (tests/models/test_layers_cuda.cpp).
 // Shapes and accumulation (+=) as in models/layers.hpp; scratch is
-// rmsnorm_backward_scratch(N, C) floats.
+// rmsnorm_backward_scratch(N, C) and cross_entropy_backward_scratch(N)
+// floats. cross_entropy_forward writes the mean loss and the counted rows
+// to *mean and *counted (device memory for the kernels).
+//
+// Bits: the emulation equals the CPU bit for bit everywhere. On a device,
+// RMSNorm, squared ReLU and AdamW equal it too (IEEE +, *, /, sqrt in the
+// CPU's order); cross-entropy goes through exp and log, whose device
+// versions are not the host libm's, so it carries an FP32 budget
+// (tests/models/test_layers_cuda.cpp derives it).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "models/layer_launches.hpp"  // rmsnorm_backward_scratch
 
 namespace exmy::models {
+
+// The positions of a token batch grouped by token, for embedding_backward:
+// rows[k] is the k-th distinct token (increasing), positions[starts[k] ..
+// starts[k + 1]) the positions holding it, increasing. Made on the host
+// (the host feeds the token batches).
+struct TokenGroups {
+  std::vector<int32_t> rows;
+  std::vector<int64_t> starts;  // rows.size() + 1
+  std::vector<int64_t> positions;
+};
+TokenGroups group_tokens(const int32_t* tokens, int64_t N);
 
 #define EXMY_LAYER_KERNELS(suffix)                                                                                  \
   void rmsnorm_forward_##suffix(float* out, float* rstd, const float* x, const float* w, int64_t N, int64_t C,      \
@@ -21,7 +41,14 @@ namespace exmy::models {
   void rmsnorm_backward_##suffix(float* dx, float* dw, const float* dout, const float* x, const float* w,           \
                                  const float* rstd, int64_t N, int64_t C, float* scratch);                          \
   void relu2_forward_##suffix(float* out, const float* in, int64_t n);                                              \
-  void relu2_backward_##suffix(float* din, const float* dout, const float* in, int64_t n);
+  void relu2_backward_##suffix(float* din, const float* dout, const float* in, int64_t n);                          \
+  void cross_entropy_forward_##suffix(double* losses, double* mean, int64_t* counted, const float* logits,           \
+                                      const int32_t* targets, int64_t N, int64_t V);                                 \
+  void cross_entropy_backward_##suffix(float* dlogits, const float* logits, const int32_t* targets, int64_t N,        \
+                                       int64_t V, double scale, float* scratch);                                     \
+  void embedding_forward_##suffix(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C);       \
+  void embedding_backward_##suffix(float* dwte, const float* dout, const int32_t* rows, const int64_t* starts,       \
+                                   const int64_t* positions, int64_t distinct, int64_t C);
 
 EXMY_LAYER_KERNELS(emulated)
 #if defined(EXMY_HAVE_CUDA)

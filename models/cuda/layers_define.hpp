@@ -24,6 +24,25 @@ void EXMY_CAT(relu2_backward, EXMY_SUFFIX)(float* din, const float* dout, const 
   relu2_backward_launches(EXMY_LAUNCHER{}, din, dout, in, n);
 }
 
+void EXMY_CAT(cross_entropy_forward, EXMY_SUFFIX)(double* losses, double* mean, int64_t* counted, const float* logits,
+                                                  const int32_t* targets, int64_t N, int64_t V) {
+  cross_entropy_forward_launches(EXMY_LAUNCHER{}, losses, mean, counted, logits, targets, N, V);
+}
+void EXMY_CAT(cross_entropy_backward, EXMY_SUFFIX)(float* dlogits, const float* logits, const int32_t* targets,
+                                                   int64_t N, int64_t V, double scale, float* scratch) {
+  cross_entropy_backward_launches(EXMY_LAUNCHER{}, dlogits, logits, targets, N, V, scale, scratch);
+}
+
+void EXMY_CAT(embedding_forward, EXMY_SUFFIX)(float* out, const int32_t* tokens, const float* wte, int64_t N,
+                                              int64_t C) {
+  embedding_forward_launches(EXMY_LAUNCHER{}, out, tokens, wte, N, C);
+}
+void EXMY_CAT(embedding_backward, EXMY_SUFFIX)(float* dwte, const float* dout, const int32_t* rows,
+                                               const int64_t* starts, const int64_t* positions, int64_t distinct,
+                                               int64_t C) {
+  embedding_backward_launches(EXMY_LAUNCHER{}, dwte, dout, rows, starts, positions, distinct, C);
+}
+
 }  // namespace exmy::models
 
 #undef EXMY_CAT

@@ -10,6 +10,7 @@
 //   device; every test reports SKIPPED without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -64,11 +65,13 @@ Vec randn(size_t n, uint64_t seed, float scale = 1.0f) {
   do {                      \
   } while (0)
 #define KERNEL(name) name##_emulated
-struct Buffer {
-  Vec v;
-  explicit Buffer(const Vec& init) : v(init) {}
-  float* ptr() { return v.data(); }
-  Vec get() const { return v; }
+constexpr bool kOnDevice = false;
+template <class T>
+struct BufferOf {
+  std::vector<T> v;
+  explicit BufferOf(const std::vector<T>& init) : v(init) {}
+  T* ptr() { return v.data(); }
+  std::vector<T> get() const { return v; }
 };
 #else
 #define EXMY_REQUIRE_CUDA()                                                           \
@@ -80,22 +83,25 @@ struct Buffer {
     }                                                                                 \
   } while (0)
 #define KERNEL(name) name##_cuda
-struct Buffer {
-  float* d = nullptr;
+constexpr bool kOnDevice = true;
+template <class T>
+struct BufferOf {
+  T* d = nullptr;
   size_t n;
-  explicit Buffer(const Vec& init) : n(init.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(1, n) * 4), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(d, init.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  explicit BufferOf(const std::vector<T>& init) : n(init.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(d, init.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
   }
-  ~Buffer() { cudaFree(d); }
-  float* ptr() { return d; }
-  Vec get() const {
-    Vec v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), d, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ~BufferOf() { cudaFree(d); }
+  T* ptr() { return d; }
+  std::vector<T> get() const {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
     return v;
   }
 };
 #endif
+using Buffer = BufferOf<float>;
 
 // Shapes with a partial last row block (N % 32 != 0), one row, one block.
 const int64_t kShapes[][2] = {{67, 96}, {1, 5}, {32, 33}, {130, 17}};
@@ -175,6 +181,91 @@ TEST(LayerKernels, AdamW) {
   expect_bits(kp.get(), p, "adamw params");
   expect_bits(km.get(), Vec(opt.exp_avg().begin(), opt.exp_avg().end()), "adamw exp_avg");
   expect_bits(kv.get(), Vec(opt.exp_avg_sq().begin(), opt.exp_avg_sq().end()), "adamw exp_avg_sq");
+}
+
+// Embedding: the forward copies; the backward, with tokens repeated many
+// times (the order of the adds then matters), equals the CPU's
+// channel-block loop bit for bit without atomics.
+TEST(LayerKernels, Embedding) {
+  EXMY_REQUIRE_CUDA();
+  const int64_t N = 300, C = 70, Vocab = 50;
+  std::vector<int32_t> tokens(static_cast<size_t>(N));
+  std::mt19937 rng(40);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % 9 == 0 ? rng() % Vocab : rng() % 5);  // skewed
+  const Vec wte = randn(static_cast<size_t>(Vocab * C), 41), dout = randn(static_cast<size_t>(N * C), 42, 3.0f);
+  Vec out(static_cast<size_t>(N * C)), dwte = randn(wte.size(), 43);
+  embedding_forward(out.data(), tokens.data(), wte.data(), N, C);
+  const TokenGroups g = group_tokens(tokens.data(), N);
+  ASSERT_EQ(g.starts.back(), N);
+  BufferOf<int32_t> ktokens(tokens), krows(g.rows);
+  BufferOf<int64_t> kstarts(g.starts), kpos(g.positions);
+  Buffer kwte(wte), kout(Vec(out.size(), -1.0f)), kdout(dout), kdwte(dwte);
+  embedding_backward(dwte.data(), dout.data(), tokens.data(), N, C);
+  KERNEL(embedding_forward)(kout.ptr(), ktokens.ptr(), kwte.ptr(), N, C);
+  KERNEL(embedding_backward)(kdwte.ptr(), kdout.ptr(), krows.ptr(), kstarts.ptr(), kpos.ptr(),
+                             static_cast<int64_t>(g.rows.size()), C);
+  expect_bits(kout.get(), out, "embedding forward");
+  expect_bits(kdwte.get(), dwte, "embedding backward");
+}
+
+// Cross-entropy: the emulation bit for bit; on a device within the budget
+// its exp and log leave (sim/hd_math.hpp). The budget: CUDA's expf is within
+// 2 ulp and glibc's within 1, so each term exp(l - max) differs by at most
+// 3 ulp, a relative 3 * 2^-23 (the max is exact on both). The double sum of
+// these positive terms then differs by at most that relative amount (its
+// own rounding, ~2^-53 per add, is negligible), so log(sum), and with it a
+// row's loss and the mean, differ by at most 3 * 2^-23 absolute (plus the
+// two double logs' ~2^-52 relative): tested with 4 * 2^-23. A gradient term
+// sc * (exp(l - max) * inv): exp 3 * 2^-23 relative, inv = fl(1 / sum) 3 *
+// 2^-23 from the sum plus a rounding each side, the two products a rounding
+// each side: at most 9 * 2^-23 relative of the term; the += into dlogits and
+// the -= scale at the target add a rounding of the result on each side:
+// tested with 10 * 2^-23 |term| + 2 ulp(|dlogits|).
+TEST(LayerKernels, CrossEntropy) {
+  EXMY_REQUIRE_CUDA();
+  const int64_t N = 45, V = 300;
+  const Vec logits = randn(static_cast<size_t>(N * V), 30, 4.0f);
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) targets[static_cast<size_t>(n)] = n % 7 == 3 ? -1 : static_cast<int32_t>((n * 37) % V);
+  std::vector<double> losses(static_cast<size_t>(N));
+  int64_t counted = 0;
+  const double mean = cross_entropy_forward(losses.data(), &counted, logits.data(), targets.data(), N, V);
+  const double scale = 1.0 / static_cast<double>(counted);
+  Vec dl = randn(logits.size(), 31, 1e-3f);
+  BufferOf<double> klosses(std::vector<double>(losses.size(), -1.0)), kmean(std::vector<double>(1, -1.0));
+  BufferOf<int64_t> kcounted(std::vector<int64_t>(1, -1));
+  BufferOf<int32_t> ktargets(targets);
+  Buffer klogits(logits), kdl(dl), scratch(Vec(static_cast<size_t>(cross_entropy_backward_scratch(N)), 0.0f));
+  cross_entropy_backward(dl.data(), logits.data(), targets.data(), N, V, scale);
+  KERNEL(cross_entropy_forward)(klosses.ptr(), kmean.ptr(), kcounted.ptr(), klogits.ptr(), ktargets.ptr(), N, V);
+  KERNEL(cross_entropy_backward)(kdl.ptr(), klogits.ptr(), ktargets.ptr(), N, V, scale, scratch.ptr());
+  EXPECT_EQ(kcounted.get()[0], counted);
+  EXPECT_LT(counted, N);  // ignored rows were there
+  const std::vector<double> got_losses = klosses.get();
+  const Vec got_dl = kdl.get();
+  if (!kOnDevice) {
+    EXPECT_EQ(std::memcmp(got_losses.data(), losses.data(), losses.size() * sizeof(double)), 0) << "row losses";
+    EXPECT_EQ(std::memcmp(kmean.get().data(), &mean, sizeof mean), 0) << "mean loss";
+    expect_bits(got_dl, dl, "cross-entropy dlogits");
+    return;
+  }
+  const double loss_tol = 4.0 * std::ldexp(1.0, -23);
+  for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(got_losses[static_cast<size_t>(n)], losses[static_cast<size_t>(n)], loss_tol) << n;
+  EXPECT_NEAR(kmean.get()[0], mean, loss_tol);
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[static_cast<size_t>(n)] < 0) continue;
+    const float* l = logits.data() + n * V;
+    const double mx = *std::max_element(l, l + V);
+    double s = 0;
+    for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(l[v]) - mx);
+    for (int64_t v = 0; v < V; ++v) {
+      const size_t i = static_cast<size_t>(n * V + v);
+      const double term = scale * std::exp(static_cast<double>(l[v]) - mx) / s;
+      const double tol = 10.0 * std::ldexp(1.0, -23) * std::fabs(term) +
+                         2.0 * std::fabs(std::nextafter(dl[i], INFINITY) - dl[i]);
+      ASSERT_NEAR(got_dl[i], dl[i], tol) << "row " << n << " column " << v;
+    }
+  }
 }
 
 }  // namespace
