@@ -24,6 +24,29 @@ inline int64_t rmsnorm_backward_scratch(int64_t N, int64_t C) {
   return N + (N + kGradRowBlock - 1) / kGradRowBlock * C;
 }
 
+// acc (C) += the column sums over rows [0, N) of term(n, c), in the order of
+// sim::rows_with_column_sums: a thread per (row block, column) makes the
+// block's partial (rows in order, from +0) into part (ceil(N /
+// kGradRowBlock) x C), then a thread per column adds the partials in block
+// order.
+template <class L, class Term>
+void column_sums_launches(const L& launch, const char* name, float* acc, int64_t N, int64_t C, float* part,
+                          Term term) {
+  const int64_t nb = (N + kGradRowBlock - 1) / kGradRowBlock;
+  launch(name, nb * C, [=] EXMY_HD_LAMBDA(int64_t j) {
+    const int64_t b = j / C, c = j % C;
+    const int64_t n1 = (b + 1) * kGradRowBlock < N ? (b + 1) * kGradRowBlock : N;
+    float p = 0.0f;
+    for (int64_t n = b * kGradRowBlock; n < n1; ++n) p += term(n, c);
+    part[j] = p;
+  });
+  launch(name, C, [=] EXMY_HD_LAMBDA(int64_t c) {
+    float a = acc[c];
+    for (int64_t b = 0; b < nb; ++b) a += part[b * C + c];
+    acc[c] = a;
+  });
+}
+
 // rmsnorm_forward of models/layers.hpp: a thread per row for rstd (its sum
 // in column order), then a thread per element.
 template <class L>
@@ -35,15 +58,11 @@ void rmsnorm_forward_launches(const L& launch, float* out, float* rstd, const fl
 }
 
 // rmsnorm_backward of models/layers.hpp (dx +=, dw +=): a thread per row for
-// its mean, a thread per element for dx, a thread per (row block, column)
-// for the block's partial of dw (rows in order, from +0), then a thread per
-// column adding the partials in block order, as rows_with_column_sums does.
+// its mean, a thread per element for dx, then dw by column_sums_launches.
 template <class L>
 void rmsnorm_backward_launches(const L& launch, float* dx, float* dw, const float* dout, const float* x,
                                const float* w, const float* rstd, int64_t N, int64_t C, float* scratch) {
   float* mean = scratch;
-  float* part = scratch + N;
-  const int64_t nb = (N + kGradRowBlock - 1) / kGradRowBlock;
   launch("rmsnorm_backward mean", N, [=] EXMY_HD_LAMBDA(int64_t n) {
     mean[n] = rmsnorm_grad_mean(dout + n * C, w, x + n * C, rstd[n], C);
   });
@@ -51,18 +70,115 @@ void rmsnorm_backward_launches(const L& launch, float* dx, float* dw, const floa
     const int64_t n = i / C;
     dx[i] += rmsnorm_dx(dout[i], w[i % C], x[i], rstd[n], mean[n]);
   });
-  launch("rmsnorm_backward dw partials", nb * C, [=] EXMY_HD_LAMBDA(int64_t j) {
-    const int64_t b = j / C, c = j % C;
-    const int64_t n1 = (b + 1) * kGradRowBlock < N ? (b + 1) * kGradRowBlock : N;
-    float p = 0.0f;
-    for (int64_t n = b * kGradRowBlock; n < n1; ++n) p += rmsnorm_dw(dout[n * C + c], x[n * C + c], rstd[n]);
-    part[j] = p;
+  column_sums_launches(launch, "rmsnorm_backward dw", dw, N, C, scratch + N, [=] EXMY_HD_LAMBDA(int64_t n, int64_t c) {
+    return rmsnorm_dw(dout[n * C + c], x[n * C + c], rstd[n]);
   });
-  launch("rmsnorm_backward dw", C, [=] EXMY_HD_LAMBDA(int64_t c) {
-    float acc = dw[c];
-    for (int64_t b = 0; b < nb; ++b) acc += part[b * C + c];
-    dw[c] = acc;
+}
+
+// Scratch floats of gated_rmsnorm_backward: the per-(row, group) means (N x
+// G) and the partial column sums of dw.
+inline int64_t gated_rmsnorm_backward_scratch(int64_t N, int64_t D, int64_t G) {
+  return N * G + (N + kGradRowBlock - 1) / kGradRowBlock * D;
+}
+
+// gated_rmsnorm_forward: a thread per (row, group) for its rstd (storing the
+// gated values into out on the way, as the CPU does), then a thread per
+// element scaling them.
+template <class L>
+void gated_rmsnorm_forward_launches(const L& launch, float* out, float* rstd, const float* y, int64_t ldy,
+                                    const float* z, int64_t ldz, const float* w, int64_t N, int64_t D, int64_t G,
+                                    double eps) {
+  const int64_t gs = D / G;
+  launch("gated_rmsnorm_forward rstd", N * G, [=] EXMY_HD_LAMBDA(int64_t j) {
+    const int64_t n = j / G, g = j % G;
+    rstd[j] = gated_rstd(out + n * D, y + n * ldy, z + n * ldz, g * gs, (g + 1) * gs, eps);
   });
+  launch("gated_rmsnorm_forward out", N * D, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / D, c = i % D;
+    out[i] = rmsnorm_out(w[c], out[i], rstd[n * G + c / gs]);
+  });
+}
+
+// gated_rmsnorm_backward (dy +=, dz +=, dw +=): a thread per (row, group)
+// for its mean, a thread per element for dy and dz, then dw by
+// column_sums_launches.
+template <class L>
+void gated_rmsnorm_backward_launches(const L& launch, float* dy, int64_t lddy, float* dz, int64_t lddz, float* dw,
+                                     const float* dout, const float* y, int64_t ldy, const float* z, int64_t ldz,
+                                     const float* w, const float* rstd, int64_t N, int64_t D, int64_t G,
+                                     float* scratch) {
+  const int64_t gs = D / G;
+  float* mean = scratch;
+  launch("gated_rmsnorm_backward mean", N * G, [=] EXMY_HD_LAMBDA(int64_t j) {
+    const int64_t n = j / G, g = j % G;
+    mean[j] = gated_grad_mean(dout + n * D, w, y + n * ldy, z + n * ldz, rstd[j], g * gs, (g + 1) * gs);
+  });
+  launch("gated_rmsnorm_backward dy dz", N * D, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / D, c = i % D, j = n * G + c / gs;
+    const GatedGrads<float> d = gated_grads(dout[i], w[c], y[n * ldy + c], z[n * ldz + c], rstd[j], mean[j]);
+    dy[n * lddy + c] += d.dy;
+    dz[n * lddz + c] += d.dz;
+  });
+  column_sums_launches(launch, "gated_rmsnorm_backward dw", dw, N, D, scratch + N * G,
+                       [=] EXMY_HD_LAMBDA(int64_t n, int64_t c) {
+                         const int64_t j = n * G + c / gs;
+                         return gated_grads(dout[n * D + c], w[c], y[n * ldy + c], z[n * ldz + c], rstd[j], mean[j]).dw;
+                       });
+}
+
+// conv1d_silu_forward: a thread per output element (its taps in the CPU's
+// order, conv1d_pre, then silu).
+template <class L>
+void conv1d_silu_forward_launches(const L& launch, float* out, const float* x, int64_t ldx, const float* w,
+                                  const float* bias, int64_t B, int64_t T, int64_t Cc, int64_t K) {
+  launch("conv1d_silu_forward", B * T * Cc, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t bt = i / Cc, c = i % Cc;
+    out[i] = silu_hd(conv1d_pre(x, ldx, w, bias, bt, bt % T, c, K));
+  });
+}
+
+// Scratch floats of conv1d_silu_backward: the gradient at the
+// pre-activation (B x T x Cc).
+inline int64_t conv1d_silu_backward_scratch(int64_t B, int64_t T, int64_t Cc) { return B * T * Cc; }
+
+// conv1d_silu_backward (dx +=, dw +=, dbias +=), in the CPU's orders: a
+// thread per element for the gradient at the pre-activation (recomputed);
+// a thread per element of dx adding its taps' terms by increasing t (the
+// CPU's outer loop); a thread per (c, k) of dw and per c of dbias summing
+// over b, then t.
+template <class L>
+void conv1d_silu_backward_launches(const L& launch, float* dx, int64_t lddx, float* dw, float* dbias,
+                                   const float* dout, const float* x, int64_t ldx, const float* w, const float* bias,
+                                   int64_t B, int64_t T, int64_t Cc, int64_t K, float* scratch) {
+  float* dp = scratch;
+  launch("conv1d_silu_backward dpre", B * T * Cc, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t bt = i / Cc, c = i % Cc;
+    dp[i] = silu_grad(dout[i], conv1d_pre(x, ldx, w, bias, bt, bt % T, c, K));
+  });
+  launch("conv1d_silu_backward dx", B * T * Cc, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t bts = i / Cc, c = i % Cc, ts = bts % T, b0 = bts - ts;
+    float* d = dx + bts * lddx + c;
+    float acc = *d;
+    for (int64_t t = ts; t < T && t <= ts + K - 1; ++t) acc += w[c * K + (ts - t + K - 1)] * dp[(b0 + t) * Cc + c];
+    *d = acc;
+  });
+  launch("conv1d_silu_backward dw", Cc * K, [=] EXMY_HD_LAMBDA(int64_t j) {
+    const int64_t c = j / K, k = j % K;
+    float acc = dw[j];
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t ts = t + k - (K - 1);
+        if (ts < 0) continue;
+        acc += dp[(b * T + t) * Cc + c] * x[(b * T + ts) * ldx + c];
+      }
+    dw[j] = acc;
+  });
+  if (dbias)
+    launch("conv1d_silu_backward dbias", Cc, [=] EXMY_HD_LAMBDA(int64_t c) {
+      float acc = dbias[c];
+      for (int64_t bt = 0; bt < B * T; ++bt) acc += dp[bt * Cc + c];
+      dbias[c] = acc;
+    });
 }
 
 // relu2_forward / relu2_backward (din +=) of models/layers.hpp: a thread per element.

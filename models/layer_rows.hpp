@@ -51,6 +51,71 @@ EXMY_HD T rmsnorm_dw(T go, T x, T r) {
   return go * (x * r);
 }
 
+// sigmoid and silu (as models/layers.hpp's, through hd_exp).
+template <class T>
+EXMY_HD T sigmoid_hd(T x) {
+  return T(1) / (T(1) + hd_exp(-x));
+}
+template <class T>
+EXMY_HD T silu_hd(T x) {
+  return x * sigmoid_hd(x);
+}
+
+// dout * silu'(p) (the conv1d + SiLU backward through its activation).
+template <class T>
+EXMY_HD T silu_grad(T go, T p) {
+  const T s = sigmoid_hd(p);
+  return go * (s * (T(1) + p * (T(1) - s)));
+}
+
+// The causal depthwise conv1d's pre-activation at (bt, c), t = bt % T: the
+// bias (or 0), then w[c, k] x[bt + k - (K-1), c] added for k = 0, 1, ...
+// (taps before t = 0 skipped): the CPU's order, which loops k outside c.
+template <class T>
+EXMY_HD T conv1d_pre(const T* x, int64_t ldx, const T* w, const T* bias, int64_t bt, int64_t t, int64_t c,
+                     int64_t K) {
+  T o = bias ? bias[c] : T(0);
+  for (int64_t k = 0; k < K; ++k) {
+    if (t + k - (K - 1) < 0) continue;
+    o += w[c * K + k] * x[(bt + k - (K - 1)) * ldx + c];
+  }
+  return o;
+}
+
+// Gated grouped RMSNorm (models/layers.hpp), one group [c0, c1) of a row:
+// rstd over g = y * silu(z) (squares summed in column order), each g stored
+// into v[c] on the way (the output is then rmsnorm_out(w, v, rstd)).
+template <class T>
+EXMY_HD T gated_rstd(T* v, const T* yr, const T* zr, int64_t c0, int64_t c1, double eps) {
+  T ss = 0;
+  for (int64_t c = c0; c < c1; ++c) {
+    const T g = yr[c] * silu_hd(zr[c]);
+    v[c] = g;
+    ss += g * g;
+  }
+  return T(1) / hd_sqrt(ss / static_cast<T>(c1 - c0) + static_cast<T>(eps));
+}
+// Backward, per group: the mean over [c0, c1) of dout * w * (g * rstd).
+template <class T>
+EXMY_HD T gated_grad_mean(const T* go, const T* w, const T* yr, const T* zr, T r, int64_t c0, int64_t c1) {
+  T dot = 0;
+  for (int64_t c = c0; c < c1; ++c) dot += go[c] * w[c] * (yr[c] * silu_hd(zr[c]) * r);
+  return dot / static_cast<T>(c1 - c0);
+}
+// Backward, per element: the terms added to dy, dz and dw.
+template <class T>
+struct GatedGrads {
+  T dy, dz, dw;
+};
+template <class T>
+EXMY_HD GatedGrads<T> gated_grads(T go, T w, T y, T z, T r, T m) {
+  const T s = sigmoid_hd(z);
+  const T sz = z * s;       // silu(z)
+  const T gh = y * sz * r;  // normalised gated value
+  const T dg = r * (go * w - gh * m);
+  return {dg * sz, dg * y * (s * (T(1) + z * (T(1) - s))), go * gh};  // silu'(z) in dz
+}
+
 // Squared ReLU: relu(x)^2, and the gradient term dout * 2 relu(x).
 template <class T>
 EXMY_HD T relu2(T x) {

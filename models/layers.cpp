@@ -79,15 +79,9 @@ void gated_rmsnorm_forward(T* out, T* rstd, const T* y, int64_t ldy, const T* z,
     const T* zr = z + n * ldz;
     T* o = out + n * D;
     for (int64_t g = 0; g < G; ++g) {
-      T ss = 0;
-      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) {
-        const T v = yr[c] * silu(zr[c]);
-        o[c] = v;
-        ss += v * v;
-      }
-      const T r = T(1) / std::sqrt(ss / static_cast<T>(gs) + static_cast<T>(eps));
+      const T r = gated_rstd(o, yr, zr, g * gs, (g + 1) * gs, eps);
       rstd[n * G + g] = r;
-      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) o[c] = w[c] * (o[c] * r);
+      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) o[c] = rmsnorm_out(w[c], o[c], r);
     }
   }
 }
@@ -104,17 +98,12 @@ void gated_rmsnorm_backward(T* dy, int64_t lddy, T* dz, int64_t lddz, T* dw, con
     T* dzr = dz + n * lddz;
     for (int64_t g = 0; g < G; ++g) {
       const T r = rstd[n * G + g];
-      T dot = 0;
-      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) dot += go[c] * w[c] * (yr[c] * silu(zr[c]) * r);
-      const T m = dot / static_cast<T>(gs);
+      const T m = gated_grad_mean(go, w, yr, zr, r, g * gs, (g + 1) * gs);
       for (int64_t c = g * gs; c < (g + 1) * gs; ++c) {
-        const T s = sigmoid(zr[c]);
-        const T sz = zr[c] * s;               // silu(z)
-        const T gh = yr[c] * sz * r;          // normalised gated value
-        const T dg = r * (go[c] * w[c] - gh * m);
-        dyr[c] += dg * sz;
-        dzr[c] += dg * yr[c] * (s * (T(1) + zr[c] * (T(1) - s)));  // silu'(z)
-        pdw[c] += go[c] * gh;
+        const GatedGrads<T> d = gated_grads(go[c], w[c], yr[c], zr[c], r, m);
+        dyr[c] += d.dy;
+        dzr[c] += d.dz;
+        pdw[c] += d.dw;
       }
     }
   });
@@ -134,7 +123,7 @@ void conv1d_silu_forward(T* out, const T* x, int64_t ldx, const T* w, const T* b
       const T* xr = x + (bt + k - (K - 1)) * ldx;
       for (int64_t c = 0; c < Cc; ++c) o[c] += w[c * K + k] * xr[c];
     }
-    for (int64_t c = 0; c < Cc; ++c) o[c] = silu(o[c]);
+    for (int64_t c = 0; c < Cc; ++c) o[c] = silu_hd(o[c]);
   }
 }
 
@@ -160,11 +149,7 @@ void conv1d_silu_backward(T* dx, int64_t lddx, T* dw, T* dbias, const T* dout, c
           for (int64_t c = c0; c < c1; ++c) dp[c - c0] += w[c * K + k] * xb[ts * ldx + c];
         }
         const T* go = dout + (b * T_ + t) * Cc;
-        for (int64_t c = c0; c < c1; ++c) {
-          const T p = dp[c - c0];
-          const T s = sigmoid(p);
-          dp[c - c0] = go[c] * (s * (T(1) + p * (T(1) - s)));
-        }
+        for (int64_t c = c0; c < c1; ++c) dp[c - c0] = silu_grad(go[c], dp[c - c0]);
       }
       for (int64_t t = 0; t < T_; ++t) {
         const T* dp = dpre.data() + t * cw;

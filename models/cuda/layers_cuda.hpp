@@ -6,15 +6,17 @@
 //   the host, host pointers; always built, so CI compares them with the CPU
 //   layers (tests/models/test_layers_cuda.cpp).
 // Shapes and accumulation (+=) as in models/layers.hpp; scratch is
-// rmsnorm_backward_scratch(N, C) and cross_entropy_backward_scratch(N)
+// rmsnorm_backward_scratch(N, C), gated_rmsnorm_backward_scratch(N, D, G),
+// conv1d_silu_backward_scratch(B, T, Cc) and cross_entropy_backward_scratch(N)
 // floats. cross_entropy_forward writes the mean loss and the counted rows
 // to *mean and *counted (device memory for the kernels).
 //
 // Bits: the emulation equals the CPU bit for bit everywhere. On a device,
-// RMSNorm, squared ReLU and AdamW equal it too (IEEE +, *, /, sqrt in the
-// CPU's order); cross-entropy goes through exp and log, whose device
-// versions are not the host libm's, so it carries an FP32 budget
-// (tests/models/test_layers_cuda.cpp derives it).
+// RMSNorm, squared ReLU, the embedding and AdamW equal it too (IEEE +, *,
+// /, sqrt in the CPU's order); cross-entropy, the gated norm and the conv1d
+// go through exp (and log), whose device versions are not the host libm's,
+// so they carry FP32 budgets (tests/models/test_layers_cuda.cpp derives
+// them).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +50,18 @@ TokenGroups group_tokens(const int32_t* tokens, int64_t N);
                                        int64_t V, double scale, float* scratch);                                     \
   void embedding_forward_##suffix(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C);       \
   void embedding_backward_##suffix(float* dwte, const float* dout, const int32_t* rows, const int64_t* starts,       \
-                                   const int64_t* positions, int64_t distinct, int64_t C);
+                                   const int64_t* positions, int64_t distinct, int64_t C);                           \
+  void gated_rmsnorm_forward_##suffix(float* out, float* rstd, const float* y, int64_t ldy, const float* z,           \
+                                      int64_t ldz, const float* w, int64_t N, int64_t D, int64_t G, double eps);     \
+  void gated_rmsnorm_backward_##suffix(float* dy, int64_t lddy, float* dz, int64_t lddz, float* dw,                  \
+                                       const float* dout, const float* y, int64_t ldy, const float* z, int64_t ldz,  \
+                                       const float* w, const float* rstd, int64_t N, int64_t D, int64_t G,           \
+                                       float* scratch);                                                              \
+  void conv1d_silu_forward_##suffix(float* out, const float* x, int64_t ldx, const float* w, const float* bias,      \
+                                    int64_t B, int64_t T, int64_t Cc, int64_t K);                                    \
+  void conv1d_silu_backward_##suffix(float* dx, int64_t lddx, float* dw, float* dbias, const float* dout,            \
+                                     const float* x, int64_t ldx, const float* w, const float* bias, int64_t B,      \
+                                     int64_t T, int64_t Cc, int64_t K, float* scratch);
 
 EXMY_LAYER_KERNELS(emulated)
 #if defined(EXMY_HAVE_CUDA)

@@ -43,6 +43,29 @@ void EXMY_CAT(embedding_backward, EXMY_SUFFIX)(float* dwte, const float* dout, c
   embedding_backward_launches(EXMY_LAUNCHER{}, dwte, dout, rows, starts, positions, distinct, C);
 }
 
+void EXMY_CAT(gated_rmsnorm_forward, EXMY_SUFFIX)(float* out, float* rstd, const float* y, int64_t ldy,
+                                                  const float* z, int64_t ldz, const float* w, int64_t N, int64_t D,
+                                                  int64_t G, double eps) {
+  gated_rmsnorm_forward_launches(EXMY_LAUNCHER{}, out, rstd, y, ldy, z, ldz, w, N, D, G, eps);
+}
+void EXMY_CAT(gated_rmsnorm_backward, EXMY_SUFFIX)(float* dy, int64_t lddy, float* dz, int64_t lddz, float* dw,
+                                                   const float* dout, const float* y, int64_t ldy, const float* z,
+                                                   int64_t ldz, const float* w, const float* rstd, int64_t N,
+                                                   int64_t D, int64_t G, float* scratch) {
+  gated_rmsnorm_backward_launches(EXMY_LAUNCHER{}, dy, lddy, dz, lddz, dw, dout, y, ldy, z, ldz, w, rstd, N, D, G,
+                                  scratch);
+}
+
+void EXMY_CAT(conv1d_silu_forward, EXMY_SUFFIX)(float* out, const float* x, int64_t ldx, const float* w,
+                                                const float* bias, int64_t B, int64_t T, int64_t Cc, int64_t K) {
+  conv1d_silu_forward_launches(EXMY_LAUNCHER{}, out, x, ldx, w, bias, B, T, Cc, K);
+}
+void EXMY_CAT(conv1d_silu_backward, EXMY_SUFFIX)(float* dx, int64_t lddx, float* dw, float* dbias, const float* dout,
+                                                 const float* x, int64_t ldx, const float* w, const float* bias,
+                                                 int64_t B, int64_t T, int64_t Cc, int64_t K, float* scratch) {
+  conv1d_silu_backward_launches(EXMY_LAUNCHER{}, dx, lddx, dw, dbias, dout, x, ldx, w, bias, B, T, Cc, K, scratch);
+}
+
 }  // namespace exmy::models
 
 #undef EXMY_CAT

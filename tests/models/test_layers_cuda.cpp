@@ -208,6 +208,159 @@ TEST(LayerKernels, Embedding) {
   expect_bits(kdwte.get(), dwte, "embedding backward");
 }
 
+// Gated grouped RMSNorm, forward and backward (strided y and z, as the
+// mixer passes them): the emulation bit for bit. On a device silu goes
+// through exp, so a budget, in u = 2^-23 (at least an ulp, relative): exp
+// within 3u (2 ulp CUDA, 1 ulp glibc), sigmoid = 1 / (1 + e) adds a rounding
+// per operation on each side, 5u; silu 6u; g = y silu(z) 7u; the squares
+// 14u, their sum likewise (positive terms), rstd = 1 / sqrt(ss / gs + eps)
+// half of that plus three roundings, 10u; out = w (g rstd) 19u: tested with
+// 24u relative. Backward: every input of a term (s, silu, g, rstd) within
+// 24u; the group mean m within 24u of M = mean |dout w g rstd| (not of |m|,
+// which may cancel); dg = r (dout w - gh m) then within 24u of r (|dout w| +
+// |gh| M) plus its four roundings, and each term a product or two more, all
+// well inside 64u of its magnitude S (computed in double below), plus a
+// rounding of the += result on each side (2 ulp of the result); dw sums such
+// terms: 64u of the sum of |terms| plus 2 ulp.
+TEST(LayerKernels, GatedRmsNorm) {
+  EXMY_REQUIRE_CUDA();
+  const int64_t N = 70, D = 48, G = 3, ldy = 60, ldz = 52, gs = D / G;
+  const double eps = 1e-5;
+  const Vec y = randn(static_cast<size_t>(N * ldy), 50), z = randn(static_cast<size_t>(N * ldz), 51, 2.0f),
+            w = randn(static_cast<size_t>(D), 52, 0.5f), dout = randn(static_cast<size_t>(N * D), 53);
+  Vec out(static_cast<size_t>(N * D)), rstd(static_cast<size_t>(N * G));
+  gated_rmsnorm_forward(out.data(), rstd.data(), y.data(), ldy, z.data(), ldz, w.data(), N, D, G, eps);
+  Vec dy = randn(y.size(), 54, 0.1f), dz = randn(z.size(), 55, 0.1f), dw = randn(w.size(), 56);
+  Buffer ky(y), kz(z), kw(w), kdout(dout), kout(Vec(out.size(), -1.0f)), kr(Vec(rstd.size(), -1.0f));
+  Buffer kdy(dy), kdz(dz), kdw(dw), scratch(Vec(static_cast<size_t>(gated_rmsnorm_backward_scratch(N, D, G)), 0.0f));
+  KERNEL(gated_rmsnorm_forward)(kout.ptr(), kr.ptr(), ky.ptr(), ldy, kz.ptr(), ldz, kw.ptr(), N, D, G, eps);
+  // the backward of both from the CPU's rstd, so that only the backward is compared
+  Buffer kcpu_r(rstd);
+  const Vec dy0 = dy, dw0 = dw;
+  gated_rmsnorm_backward(dy.data(), ldy, dz.data(), ldz, dw.data(), dout.data(), y.data(), ldy, z.data(), ldz,
+                         w.data(), rstd.data(), N, D, G);
+  KERNEL(gated_rmsnorm_backward)(kdy.ptr(), ldy, kdz.ptr(), ldz, kdw.ptr(), kdout.ptr(), ky.ptr(), ldy, kz.ptr(), ldz,
+                                 kw.ptr(), kcpu_r.ptr(), N, D, G, scratch.ptr());
+  if (!kOnDevice) {
+    expect_bits(kout.get(), out, "gated rmsnorm out");
+    expect_bits(kr.get(), rstd, "gated rmsnorm rstd");
+    expect_bits(kdy.get(), dy, "gated rmsnorm dy");
+    expect_bits(kdz.get(), dz, "gated rmsnorm dz");
+    expect_bits(kdw.get(), dw, "gated rmsnorm dw");
+    return;
+  }
+  const double u = std::ldexp(1.0, -23);
+  auto ulp = [](float f) { return static_cast<double>(std::fabs(std::nextafter(f, INFINITY) - f)); };
+  const Vec gout = kout.get(), gr = kr.get(), gdy = kdy.get(), gdz = kdz.get(), gdw = kdw.get();
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(gout[i], out[i], 24 * u * std::fabs(out[i]) + ulp(out[i])) << i;
+  for (size_t i = 0; i < rstd.size(); ++i) ASSERT_NEAR(gr[i], rstd[i], 24 * u * rstd[i]) << i;
+  std::vector<double> dw_mag(static_cast<size_t>(D), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g) {
+      const double r = rstd[static_cast<size_t>(n * G + g)];
+      auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+      double M = 0;
+      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) {
+        const double zc = z[static_cast<size_t>(n * ldz + c)], gh = y[static_cast<size_t>(n * ldy + c)] * zc * sig(zc) * r;
+        M += std::fabs(dout[static_cast<size_t>(n * D + c)] * w[static_cast<size_t>(c)] * gh);
+      }
+      M /= static_cast<double>(gs);
+      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) {
+        const size_t iy = static_cast<size_t>(n * ldy + c), iz = static_cast<size_t>(n * ldz + c);
+        const double zc = z[iz], s = sig(zc), sz = zc * s, gh = y[iy] * sz * r;
+        const double go = dout[static_cast<size_t>(n * D + c)];
+        const double dg_mag = r * (std::fabs(go * w[static_cast<size_t>(c)]) + std::fabs(gh) * M);
+        const double dsilu = std::fabs(s * (1 + zc * (1 - s)));
+        ASSERT_NEAR(gdy[iy], dy[iy], 64 * u * dg_mag * std::fabs(sz) + 2 * ulp(dy[iy])) << n << "," << c;
+        ASSERT_NEAR(gdz[iz], dz[iz], 64 * u * dg_mag * std::fabs(y[iy]) * dsilu + 2 * ulp(dz[iz])) << n << "," << c;
+        dw_mag[static_cast<size_t>(c)] += std::fabs(go * gh);
+      }
+    }
+  for (int64_t c = 0; c < D; ++c)
+    ASSERT_NEAR(gdw[static_cast<size_t>(c)], dw[static_cast<size_t>(c)],
+                64 * u * (dw_mag[static_cast<size_t>(c)] + std::fabs(dw0[static_cast<size_t>(c)])) + 2 * ulp(dw[static_cast<size_t>(c)]))
+        << c;
+  // the strided columns past D are untouched
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = D; c < ldy; ++c) ASSERT_EQ(bits(gdy[static_cast<size_t>(n * ldy + c)]), bits(dy0[static_cast<size_t>(n * ldy + c)]));
+}
+
+// Causal depthwise conv1d + SiLU, with and without bias, a strided input
+// and a sequence shorter than the kernel: the emulation bit for bit. On a
+// device, in u = 2^-23: the pre-activation is the CPU's exactly (IEEE + and
+// * in its order); silu within 6u (exp 3u, then the add, the division and
+// the product, a rounding each side), tested with 8u relative. Backward:
+// silu'(p) = s (1 + p (1 - s)) may cancel, so the gradient at the
+// pre-activation is within 16u of its magnitude |dout| s (1 + |p| |1 - s|)
+// (s within 5u, four more operations); dx, dw and dbias add products of
+// those with exact factors: within 16u of the sum of the terms' magnitudes,
+// plus a rounding of each += result (2 ulp of the result).
+TEST(LayerKernels, Conv1dSilu) {
+  EXMY_REQUIRE_CUDA();
+  struct Shape {
+    int64_t B, T, Cc, K, ldx;
+    bool bias;
+  };
+  for (const Shape& sh : {Shape{2, 37, 20, 4, 26, true}, Shape{3, 2, 9, 4, 9, false}}) {
+    const auto [B, T, Cc, K, ldx, with_bias] = sh;
+    const size_t n = static_cast<size_t>(B * T * Cc);
+    const Vec x = randn(static_cast<size_t>(B * T * ldx), 60, 1.5f), w = randn(static_cast<size_t>(Cc * K), 61, 0.7f),
+              bias = randn(static_cast<size_t>(Cc), 62), dout = randn(n, 63);
+    const float* bp = with_bias ? bias.data() : nullptr;
+    Vec out(n), dx = randn(x.size(), 64, 0.1f), dw = randn(w.size(), 65, 0.1f), dbias = randn(bias.size(), 66, 0.1f);
+    Buffer kx(x), kw(w), kb(bias), kdout(dout), kout(Vec(n, -1.0f)), kdx(dx), kdw(dw), kdb(dbias);
+    Buffer scratch(Vec(static_cast<size_t>(conv1d_silu_backward_scratch(B, T, Cc)), 0.0f));
+    float* kbp = with_bias ? kb.ptr() : nullptr;
+    const Vec db0 = dbias;
+    conv1d_silu_forward(out.data(), x.data(), ldx, w.data(), bp, B, T, Cc, K);
+    conv1d_silu_backward(dx.data(), ldx, dw.data(), with_bias ? dbias.data() : nullptr, dout.data(), x.data(), ldx,
+                         w.data(), bp, B, T, Cc, K);
+    KERNEL(conv1d_silu_forward)(kout.ptr(), kx.ptr(), ldx, kw.ptr(), kbp, B, T, Cc, K);
+    KERNEL(conv1d_silu_backward)(kdx.ptr(), ldx, kdw.ptr(), with_bias ? kdb.ptr() : nullptr, kdout.ptr(), kx.ptr(), ldx,
+                                 kw.ptr(), kbp, B, T, Cc, K, scratch.ptr());
+    const std::string what = "conv1d T=" + std::to_string(T) + (with_bias ? " bias" : " no bias");
+    if (!kOnDevice) {
+      expect_bits(kout.get(), out, what + " out");
+      expect_bits(kdx.get(), dx, what + " dx");
+      expect_bits(kdw.get(), dw, what + " dw");
+      expect_bits(kdb.get(), dbias, what + " dbias");
+      continue;
+    }
+    const double u = std::ldexp(1.0, -23);
+    auto ulp = [](float f) { return static_cast<double>(std::fabs(std::nextafter(f, INFINITY) - f)); };
+    const Vec gout = kout.get(), gdx = kdx.get(), gdw = kdw.get(), gdb = kdb.get();
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(gout[i], out[i], 8 * u * std::fabs(out[i]) + ulp(out[i])) << what << " " << i;
+    // magnitudes of the gradient at the pre-activation, then of the sums
+    std::vector<double> mdp(n);
+    for (int64_t bt = 0; bt < B * T; ++bt)
+      for (int64_t c = 0; c < Cc; ++c) {
+        double p = bp ? bp[c] : 0.0;
+        for (int64_t k = 0; k < K; ++k)
+          if (bt % T + k - (K - 1) >= 0) p += static_cast<double>(w[static_cast<size_t>(c * K + k)]) * x[static_cast<size_t>((bt + k - (K - 1)) * ldx + c)];
+        const double s = 1.0 / (1.0 + std::exp(-p));
+        mdp[static_cast<size_t>(bt * Cc + c)] = std::fabs(dout[static_cast<size_t>(bt * Cc + c)]) * s * (1 + std::fabs(p) * std::fabs(1 - s));
+      }
+    std::vector<double> mdx(x.size(), 0.0), mdw(w.size(), 0.0), mdb(bias.size(), 0.0);
+    for (int64_t bt = 0; bt < B * T; ++bt)
+      for (int64_t c = 0; c < Cc; ++c) {
+        const double m = mdp[static_cast<size_t>(bt * Cc + c)];
+        mdb[static_cast<size_t>(c)] += m;
+        for (int64_t k = 0; k < K; ++k) {
+          if (bt % T + k - (K - 1) < 0) continue;
+          const size_t ix = static_cast<size_t>((bt + k - (K - 1)) * ldx + c);
+          mdx[ix] += m * std::fabs(w[static_cast<size_t>(c * K + k)]);
+          mdw[static_cast<size_t>(c * K + k)] += m * std::fabs(x[ix]);
+        }
+      }
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gdx[i], dx[i], 16 * u * mdx[i] + 2 * ulp(dx[i])) << what << " dx " << i;
+    for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(gdw[i], dw[i], 16 * u * mdw[i] + 2 * ulp(dw[i])) << what << " dw " << i;
+    if (with_bias)
+      for (size_t i = 0; i < bias.size(); ++i) ASSERT_NEAR(gdb[i], dbias[i], 16 * u * mdb[i] + 2 * ulp(dbias[i])) << what << " dbias " << i;
+    else
+      for (size_t i = 0; i < bias.size(); ++i) ASSERT_EQ(bits(gdb[i]), bits(db0[i])) << what;
+  }
+}
+
 // Cross-entropy: the emulation bit for bit; on a device within the budget
 // its exp and log leave (sim/hd_math.hpp). The budget: CUDA's expf is within
 // 2 ulp and glibc's within 1, so each term exp(l - max) differs by at most
