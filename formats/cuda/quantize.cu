@@ -30,6 +30,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "formats/conventions.hpp"
@@ -250,6 +251,17 @@ __device__ void flush_counts(const Counts& local, unsigned long long* totals) {
   }
 }
 
+// The plan the tensor_plan_kernel wrote, copied into the block's shared
+// memory (read by every element: a broadcast from shared memory rather than
+// a global load each time). Every thread of the block must call it.
+static_assert(sizeof(QuantPlan) % 4 == 0 && std::is_trivially_copyable_v<QuantPlan>);
+__device__ const QuantPlan& block_plan(const QuantPlan* pp, uint32_t* smem) {
+  const auto* src = reinterpret_cast<const uint32_t*>(pp);
+  for (unsigned i = threadIdx.x; i < sizeof(QuantPlan) / 4; i += blockDim.x) smem[i] = src[i];
+  __syncthreads();
+  return *reinterpret_cast<const QuantPlan*>(smem);
+}
+
 // Tensor amax as the max over the bits of |x| (NaN above every magnitude).
 __global__ void abs_bits_max_kernel(const float* x, int64_t n, unsigned int* result) {
   unsigned int m = 0;
@@ -282,7 +294,8 @@ __global__ void tensor_plan_kernel(QuantPlan p, AmaxKind kind, double given, con
 // Without a block scale: one thread per element.
 __global__ void quantize_noscale_kernel(const QuantPlan* pp, const float* x, int64_t n, void* codes, float* values,
                                         unsigned long long* totals, unsigned long long* first_error) {
-  const QuantPlan& p = *pp;
+  __shared__ alignas(QuantPlan) uint32_t plan_words[sizeof(QuantPlan) / 4];
+  const QuantPlan& p = block_plan(pp, plan_words);
   Counts cnt = {};
   const BlockConsts c{1.0, 0.0f};
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -296,7 +309,8 @@ __global__ void quantize_noscale_kernel(const QuantPlan* pp, const float* x, int
 __global__ void quantize_blocks_kernel(const QuantPlan* pp, const float* x, int64_t rows, int64_t cols, int group,
                                        void* codes, void* scale_codes, float* values, unsigned long long* totals,
                                        unsigned long long* first_error) {
-  const QuantPlan& p = *pp;
+  __shared__ alignas(QuantPlan) uint32_t plan_words[sizeof(QuantPlan) / 4];
+  const QuantPlan& p = block_plan(pp, plan_words);
   Counts cnt = {};
   const int lane = threadIdx.x & 31;
   const int per_warp = 32 / group;
