@@ -13,8 +13,10 @@
 # build-cuda/gpu-bundle/ (bin/, lib/); carry that one folder there and run
 # this script (under 8 minutes). Without the bundle it builds the binaries
 # itself (needs cmake, nvcc, GoogleTest, HDF5, Boost). The report
-# (report.txt), the logs and the gtest XML go to $OUT when it is set (the
-# device tool brings $OUT back), else to build-cuda/gpu-check/. Exit status:
+# (report.txt, with the tests' summaries and the benchmarks), nvidia-smi's and
+# the CPU's description, and the tests' logs and gtest XML (logs.tar.gz) go
+# to $OUT when it is set (the device tool brings $OUT back), else to
+# build-cuda/gpu-check/. Exit status:
 # 0 when every test ran and passed, 3 when any was skipped (no device seen),
 # else the first failing binary's status.
 set -euo pipefail
@@ -60,6 +62,10 @@ fi
 out=${OUT:-build-cuda/gpu-check}
 mkdir -p "$out"
 report="$out/report.txt"
+# the binaries' logs and gtest XML travel as one archive (the device tool
+# brings at most 8 files back)
+logs=$(mktemp -d)
+trap 'tar -czf "$out/logs.tar.gz" -C "$logs" . 2>/dev/null; rm -rf "$logs"' EXIT
 { nvidia-smi || echo "nvidia-smi: not available"; } >"$out/nvidia-smi.txt" 2>&1
 if ! { [ -x "$bundle/bin/exmy" ] && LD_LIBRARY_PATH="$PWD/$bundle/lib" "$bundle/bin/test_cuda" --gtest_list_tests >/dev/null 2>&1; }; then
   echo "gpu-check: no runnable $bundle; building it"
@@ -79,10 +85,10 @@ status=0
 for t in $tests; do
   name=$(basename "$t")
   rc=0
-  timeout 300 "$bundle/bin/$name" --gtest_output=xml:"$out/$name.xml" >"$out/$name.log" 2>&1 || rc=$?
-  summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/$name.log" | tr '\n' ' ')
+  timeout 300 "$bundle/bin/$name" --gtest_output=xml:"$logs/$name.xml" >"$logs/$name.log" 2>&1 || rc=$?
+  summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?" "$logs/$name.log" | tr '\n' ' ')
   echo "$name: exit $rc; $summary" | tee -a "$report"
-  grep -E "^\[  FAILED  \] [A-Za-z]" "$out/$name.log" >>"$report" || true
+  grep -E "^\[  FAILED  \] [A-Za-z]" "$logs/$name.log" >>"$report" || true
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
 done
 # the device benchmark (needs the device), then the CPU one (needs none)
@@ -103,7 +109,7 @@ if [ "$status" -ne 0 ]; then
   exit "$status"
 fi
 # (CudaPath.NoDeviceIsAnError is skipped exactly when a device is present)
-if grep -q "needs a CUDA device" "$out"/*.log; then
+if grep -q "needs a CUDA device" "$logs"/*.log; then
   echo "gpu-check: tests were skipped (no CUDA device seen): nothing was checked" | tee -a "$report"
   exit 3
 fi
