@@ -4,10 +4,11 @@
 //
 // What runs where:
 // - device: the tensor amax for `--tensor-amax auto` (an integer max over the
-//   bits of |x|, NaN if any element is NaN), block amax, block scales and
-//   element encoding, integer statistics (atomics), the segment partials of
-//   the double sums;
-// - host: validation and the plan, the random Hadamard transform (applied
+//   bits of |x|, NaN if any element is NaN) and the tensor-level scale from
+//   it (set_tensor_amax, one thread), block amax, block scales and element
+//   encoding, integer statistics (atomics), the segment partials of the
+//   double sums;
+// - host: validation and the plan's format part, the random Hadamard transform (applied
 //   with exmy::hadamard16 before upload, for now), the error message for the
 //   first unrepresentable element, and the tree that combines the segment
 //   partials of the double sums (docs/numerics.md §5), which the device
