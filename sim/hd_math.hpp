@@ -1,6 +1,10 @@
 // Math for EXMY_HD (host + device) code shared by the CPU and the CUDA
-// kernels: the same correctly rounded operation on both sides (device code
-// is compiled with --prec-div=true --prec-sqrt=true --fmad=false).
+// kernels. sqrt is correctly rounded on both sides (device code is compiled
+// with --prec-div=true --prec-sqrt=true --fmad=false), so results through it
+// are the same bits. exp and log: the host's libm (glibc) and the device's
+// libdevice are each accurate to a few ulp but not the same functions, so
+// results through them are bit-identical between the CPU and its host
+// emulation only; on a device they carry the FP32 budget their callers state.
 #pragma once
 
 #include <cmath>
@@ -9,45 +13,20 @@
 
 namespace exmy::sim {
 
-EXMY_HD float hd_sqrt(float x) {
+// hd_NAME(float) and hd_NAME(double): std::NAME on the host, the device's
+// NAMEf / NAME in device code.
 #if defined(__CUDA_ARCH__)
-  return sqrtf(x);
+#define EXMY_HD_MATH(name)                                         \
+  EXMY_HD float hd_##name(float x) { return ::name##f(x); }        \
+  EXMY_HD double hd_##name(double x) { return ::name(x); }
 #else
-  return std::sqrt(x);
+#define EXMY_HD_MATH(name)                                         \
+  EXMY_HD float hd_##name(float x) { return std::name(x); }        \
+  EXMY_HD double hd_##name(double x) { return std::name(x); }
 #endif
-}
-EXMY_HD double hd_sqrt(double x) {
-#if defined(__CUDA_ARCH__)
-  return ::sqrt(x);
-#else
-  return std::sqrt(x);
-#endif
-}
-
-// exp and log: the host's libm (glibc) and the device's libdevice are each
-// accurate to a few ulp but not the same functions, so results through them
-// are bit-identical between the CPU and its host emulation only; on a
-// device they carry the FP32 budget their callers state.
-EXMY_HD float hd_exp(float x) {
-#if defined(__CUDA_ARCH__)
-  return expf(x);
-#else
-  return std::exp(x);
-#endif
-}
-EXMY_HD double hd_exp(double x) {
-#if defined(__CUDA_ARCH__)
-  return ::exp(x);
-#else
-  return std::exp(x);
-#endif
-}
-EXMY_HD double hd_log(double x) {
-#if defined(__CUDA_ARCH__)
-  return ::log(x);
-#else
-  return std::log(x);
-#endif
-}
+EXMY_HD_MATH(sqrt)
+EXMY_HD_MATH(exp)
+EXMY_HD_MATH(log)
+#undef EXMY_HD_MATH
 
 }  // namespace exmy::sim
