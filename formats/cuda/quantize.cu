@@ -2,7 +2,8 @@
 //
 // Launch shape. Without a block scale, one thread per element (grid-stride).
 // With a block scale, each scale block is owned by a group of G lanes of one
-// warp, G = min(32, next power of two >= block size): the group reduces the
+// warp, G = min(32, next power of two >= block size), or 1 for column blocks
+// (R x 1, so that a warp reads 32 adjacent columns): the group reduces the
 // block amax over the integer bits of |x| with shuffles, every lane of the
 // group then computes the same block_scale() (the core is deterministic, so
 // no broadcast is needed), and the lanes encode the block's elements. The
@@ -229,8 +230,12 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
   }
 }
 
-// Lanes per scale block: min(32, next power of two >= block size).
+// Lanes per scale block: min(32, next power of two >= block size); one for
+// column blocks (R x 1), so that the 32 lanes of a warp own 32 adjacent
+// columns and read each row of them as one coalesced 128-byte line (a group
+// per block would read a few bytes from each of R rows).
 int group_size(const QuantPlan& p) {
+  if (p.bc == 1) return 1;
   const int64_t block_size = static_cast<int64_t>(p.br) * p.bc;
   int group = 1;
   while (group < 32 && group < block_size) group <<= 1;
