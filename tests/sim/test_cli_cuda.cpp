@@ -93,7 +93,7 @@ TEST(CliCuda, BenchQuantizeOnTheDevice) {
   const auto r = exmy::test::run_cli(
       {exmy_binary(), "bench", "quantize", "--device", "cuda", "--elements", "1048576", "--cols", "1024", "--repeat", "2"});
   ASSERT_EQ(r.status, 0) << r.out;
-  for (const char* row : {"float32 copy (d2d)", "e2m1/ue5m3 1x16 rne exact", "e2m1/ue5m3 1x16 exact, held",
+  for (const char* row : {"float32 copy (d2d)", "memory floor, 1 pass", "memory floor, 2 passes", "e2m1/ue5m3 1x16 rne exact", "e2m1/ue5m3 1x16 exact, held",
                           "e2m1/ue5m3 16x1 rne exact", "e2m1/e4m3 16x16 rne fp32", "e2m1/e4m3 1x16 fp32 (NVFP4)",
                           "e2m1/ue8m0 1x32 mx-floor", "e2m1/ue5m3 1x16 sr-fast8"}) {
     const size_t at = r.out.find(std::string(row) + " ");
