@@ -156,8 +156,8 @@ std::string element_name(const QuantPlan& p, int64_t i, int64_t cols) {
               (p.has_scale ? " nor the scale format " + format_name(p.fs) : std::string()) + " has a NaN code");
 }
 
-[[noreturn]] void throw_overflow(const QuantPlan& p, const float* x, int64_t i, int64_t cols) {
-  throw Error(element_name(p, i, cols) + " = " + fmt_float(x[i]) +
+[[noreturn]] void throw_overflow(const QuantPlan& p, float xi, int64_t i, int64_t cols) {
+  throw Error(element_name(p, i, cols) + " = " + fmt_float(xi) +
               " overflows " + format_name(p.fe) + " with saturation off, and " + format_name(p.fe) +
               " has no Inf or NaN code");
 }
@@ -969,8 +969,12 @@ QuantStats BandQuantizer::stats() const {
 namespace exmy::detail {
 
 void throw_element_error(const QuantPlan& p, const float* x, int64_t i, int64_t cols) {
-  if (std::isnan(x[i])) throw_nan(p, i, cols);
-  throw_overflow(p, x, i, cols);
+  throw_element_error(p, x[i], i, cols);
+}
+
+void throw_element_error(const QuantPlan& p, float xi, int64_t i, int64_t cols) {
+  if (std::isnan(xi)) throw_nan(p, i, cols);
+  throw_overflow(p, xi, i, cols);
 }
 
 void store_sums(const SumPartial& sums, QuantStats& st) {

@@ -161,6 +161,8 @@ namespace detail {
 // Throws the error for element i of x: NaN without a NaN code, or overflow
 // with saturation off and no Inf/NaN code.
 [[noreturn]] void throw_element_error(const QuantPlan& p, const float* x, int64_t i, int64_t cols);
+// The same, given the element's value (for tensors held elsewhere, e.g. on a device).
+[[noreturn]] void throw_element_error(const QuantPlan& p, float xi, int64_t i, int64_t cols);
 // Stores the four double sums of docs/numerics.md §5, combined by the
 // segment tree of formats/quant_sums.hpp, into st: the Inf rule applied, a
 // NaN sum as the canonical NaN.

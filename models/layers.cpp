@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "models/layer_rows.hpp"
 #include "sim/parallel.hpp"
 #include "sim/tensor.hpp"
 
@@ -45,12 +46,10 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int64_t
 #pragma omp parallel for schedule(static) if (N * C >= sim::parallel_min_work())
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * C;
-    T ss = 0;
-    for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
-    const T r = T(1) / std::sqrt(ss / static_cast<T>(C) + static_cast<T>(eps));
+    const T r = rmsnorm_rstd(xr, C, eps);
     rstd[n] = r;
     T* o = out + n * C;
-    for (int64_t c = 0; c < C; ++c) o[c] = w[c] * (xr[c] * r);
+    for (int64_t c = 0; c < C; ++c) o[c] = rmsnorm_out(w[c], xr[c], r);
   }
 }
 
@@ -61,14 +60,11 @@ void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const
     const T* xr = x + n * C;
     const T* go = dout + n * C;
     const T r = rstd[n];
-    T dot = 0;
-    for (int64_t c = 0; c < C; ++c) dot += go[c] * w[c] * (xr[c] * r);
-    const T m = dot / static_cast<T>(C);
+    const T m = rmsnorm_grad_mean(go, w, xr, r, C);
     T* d = dx + n * C;
     for (int64_t c = 0; c < C; ++c) {
-      const T xh = xr[c] * r;
-      d[c] += r * (go[c] * w[c] - xh * m);
-      pdw[c] += go[c] * xh;
+      d[c] += rmsnorm_dx(go[c], w[c], xr[c], r, m);
+      pdw[c] += rmsnorm_dw(go[c], xr[c], r);
     }
   });
 }
@@ -83,15 +79,9 @@ void gated_rmsnorm_forward(T* out, T* rstd, const T* y, int64_t ldy, const T* z,
     const T* zr = z + n * ldz;
     T* o = out + n * D;
     for (int64_t g = 0; g < G; ++g) {
-      T ss = 0;
-      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) {
-        const T v = yr[c] * silu(zr[c]);
-        o[c] = v;
-        ss += v * v;
-      }
-      const T r = T(1) / std::sqrt(ss / static_cast<T>(gs) + static_cast<T>(eps));
+      const T r = gated_rstd(o, yr, zr, g * gs, (g + 1) * gs, eps);
       rstd[n * G + g] = r;
-      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) o[c] = w[c] * (o[c] * r);
+      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) o[c] = rmsnorm_out(w[c], o[c], r);
     }
   }
 }
@@ -108,17 +98,12 @@ void gated_rmsnorm_backward(T* dy, int64_t lddy, T* dz, int64_t lddz, T* dw, con
     T* dzr = dz + n * lddz;
     for (int64_t g = 0; g < G; ++g) {
       const T r = rstd[n * G + g];
-      T dot = 0;
-      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) dot += go[c] * w[c] * (yr[c] * silu(zr[c]) * r);
-      const T m = dot / static_cast<T>(gs);
+      const T m = gated_grad_mean(go, w, yr, zr, r, g * gs, (g + 1) * gs);
       for (int64_t c = g * gs; c < (g + 1) * gs; ++c) {
-        const T s = sigmoid(zr[c]);
-        const T sz = zr[c] * s;               // silu(z)
-        const T gh = yr[c] * sz * r;          // normalised gated value
-        const T dg = r * (go[c] * w[c] - gh * m);
-        dyr[c] += dg * sz;
-        dzr[c] += dg * yr[c] * (s * (T(1) + zr[c] * (T(1) - s)));  // silu'(z)
-        pdw[c] += go[c] * gh;
+        const GatedGrads<T> d = gated_grads(go[c], w[c], yr[c], zr[c], r, m);
+        dyr[c] += d.dy;
+        dzr[c] += d.dz;
+        pdw[c] += d.dw;
       }
     }
   });
@@ -138,7 +123,7 @@ void conv1d_silu_forward(T* out, const T* x, int64_t ldx, const T* w, const T* b
       const T* xr = x + (bt + k - (K - 1)) * ldx;
       for (int64_t c = 0; c < Cc; ++c) o[c] += w[c * K + k] * xr[c];
     }
-    for (int64_t c = 0; c < Cc; ++c) o[c] = silu(o[c]);
+    for (int64_t c = 0; c < Cc; ++c) o[c] = silu_hd(o[c]);
   }
 }
 
@@ -164,11 +149,7 @@ void conv1d_silu_backward(T* dx, int64_t lddx, T* dw, T* dbias, const T* dout, c
           for (int64_t c = c0; c < c1; ++c) dp[c - c0] += w[c * K + k] * xb[ts * ldx + c];
         }
         const T* go = dout + (b * T_ + t) * Cc;
-        for (int64_t c = c0; c < c1; ++c) {
-          const T p = dp[c - c0];
-          const T s = sigmoid(p);
-          dp[c - c0] = go[c] * (s * (T(1) + p * (T(1) - s)));
-        }
+        for (int64_t c = c0; c < c1; ++c) dp[c - c0] = silu_grad(go[c], dp[c - c0]);
       }
       for (int64_t t = 0; t < T_; ++t) {
         const T* dp = dpre.data() + t * cw;
@@ -192,19 +173,13 @@ void conv1d_silu_backward(T* dx, int64_t lddx, T* dw, T* dbias, const T* dout, c
 template <class T>
 void relu2_forward(T* out, const T* in, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= sim::parallel_min_work())
-  for (int64_t i = 0; i < n; ++i) {
-    const T r = in[i] > T(0) ? in[i] : T(0);
-    out[i] = r * r;
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = relu2(in[i]);
 }
 
 template <class T>
 void relu2_backward(T* din, const T* dout, const T* in, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= sim::parallel_min_work())
-  for (int64_t i = 0; i < n; ++i) {
-    const T r = in[i] > T(0) ? in[i] : T(0);
-    din[i] += dout[i] * (T(2) * r);
-  }
+  for (int64_t i = 0; i < n; ++i) din[i] += relu2_grad(dout[i], in[i]);
 }
 
 template <class T>
@@ -217,27 +192,8 @@ template <class T>
 double cross_entropy_forward(double* losses, int64_t* counted, const T* logits, const int32_t* targets, int64_t N,
                              int64_t V) {
 #pragma omp parallel for schedule(static) if (N * V >= sim::parallel_min_work())
-  for (int64_t n = 0; n < N; ++n) {
-    if (targets[n] < 0) {
-      losses[n] = 0;
-      continue;
-    }
-    const T* l = logits + n * V;
-    T mx = l[0];
-    for (int64_t v = 1; v < V; ++v) mx = std::max(mx, l[v]);
-    double s = 0;
-    for (int64_t v = 0; v < V; ++v) s += static_cast<double>(std::exp(l[v] - mx));
-    losses[n] = static_cast<double>(mx) + std::log(s) - static_cast<double>(l[targets[n]]);
-  }
-  double total = 0;
-  int64_t cnt = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    if (targets[n] < 0) continue;
-    total += losses[n];
-    ++cnt;
-  }
-  if (counted) *counted = cnt;
-  return cnt ? total / static_cast<double>(cnt) : 0.0;
+  for (int64_t n = 0; n < N; ++n) ce_row_forward(losses, logits, targets, n, V);
+  return ce_mean(losses, targets, N, counted);
 }
 
 template <class T>
@@ -247,13 +203,10 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets,
     if (targets[n] < 0) continue;
     const T* l = logits + n * V;
     T* d = dlogits + n * V;
-    T mx = l[0];
-    for (int64_t v = 1; v < V; ++v) mx = std::max(mx, l[v]);
-    double s = 0;
-    for (int64_t v = 0; v < V; ++v) s += static_cast<double>(std::exp(l[v] - mx));
-    const T inv = static_cast<T>(1.0 / s);
+    const T mx = ce_row_max(l, V);
+    const T inv = static_cast<T>(1.0 / ce_row_sumexp(l, V, mx));
     const T sc = static_cast<T>(scale);
-    for (int64_t v = 0; v < V; ++v) d[v] += sc * (std::exp(l[v] - mx) * inv);
+    for (int64_t v = 0; v < V; ++v) d[v] += ce_grad(sc, l[v], mx, inv);
     d[targets[n]] -= sc;
   }
 }

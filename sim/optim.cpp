@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "formats/error.hpp"
+#include "sim/adamw_update.hpp"
 #include "sim/parallel.hpp"
 
 namespace exmy::sim {
@@ -41,19 +42,21 @@ AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg) : cfg_(cfg) {
   resize_zero(v_, layout.size());
 }
 
+AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t t, double lr, double grad_scale) {
+  const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(t));
+  return AdamWScalars{static_cast<float>(cfg.beta1),       static_cast<float>(cfg.beta2),
+                      static_cast<float>(1.0 - cfg.beta1), static_cast<float>(1.0 - cfg.beta2),
+                      static_cast<float>(lr / bc1),        static_cast<float>(std::sqrt(bc2)),
+                      static_cast<float>(cfg.eps),         static_cast<float>(grad_scale),
+                      static_cast<float>(1.0 - lr * cfg.weight_decay)};
+}
+
 void AdamW::step(std::span<float> params, std::span<const float> grads, double lr, double grad_scale) {
   if (params.size() != m_.size() || grads.size() != m_.size())
     throw Error("AdamW::step: arena size does not match the optimizer state");
   ++t_;
-  const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(t_));
-  const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(t_));
-  const float b1 = static_cast<float>(cfg_.beta1), b2 = static_cast<float>(cfg_.beta2);
-  const float one_b1 = static_cast<float>(1.0 - cfg_.beta1), one_b2 = static_cast<float>(1.0 - cfg_.beta2);
-  const float step_size = static_cast<float>(lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float eps = static_cast<float>(cfg_.eps);
-  const float gs = static_cast<float>(grad_scale);
-  const float decay = static_cast<float>(1.0 - lr * cfg_.weight_decay);
+  const AdamWScalars s = adamw_scalars(cfg_, t_, lr, grad_scale);
   float* p = params.data();
   const float* g = grads.data();
   float* m = m_.data();
@@ -64,15 +67,8 @@ void AdamW::step(std::span<float> params, std::span<const float> grads, double l
 #pragma omp parallel for schedule(dynamic, 1) if (static_cast<int64_t>(m_.size()) >= parallel_min_work())
   for (int64_t k = 0; k < nv; ++k) {
     const auto [off, n] = ranges_[static_cast<size_t>(k)];
-    const float dk = decay_[static_cast<size_t>(k)] ? decay : 1.0f;
-    for (int64_t i = off; i < off + n; ++i) {
-      const float gi = g[i] * gs;
-      p[i] *= dk;
-      m[i] = b1 * m[i] + one_b1 * gi;
-      v[i] = b2 * v[i] + one_b2 * (gi * gi);
-      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-      p[i] -= step_size * (m[i] / denom);
-    }
+    const float dk = decay_[static_cast<size_t>(k)] ? s.decay : 1.0f;
+    for (int64_t i = off; i < off + n; ++i) adamw_update(p[i], m[i], v[i], g[i], dk, s);
   }
 }
 

@@ -37,6 +37,12 @@ struct AdamWConfig {
   double weight_decay = 0.1;  // decoupled; only on views flagged weight_decay (the arena's no-decay set is exempt)
 };
 
+struct AdamWScalars;  // sim/adamw_update.hpp
+
+// The FP32 scalars of update t (1-based) at learning rate lr: the bias
+// corrections formed in double, each scalar rounded to float once.
+AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t t, double lr, double grad_scale);
+
 // AdamW exactly as PyTorch's single-tensor implementation orders it, in FP32:
 //   p *= 1 - lr*wd                      (decay views only)
 //   m  = b1 m + (1-b1) g

@@ -1,83 +1,116 @@
 #!/usr/bin/env bash
-# The GPU checks in one short run: the CUDA kernels against the CPU, bit for
-# bit (tests/formats/test_cuda.cpp, the tests labelled "gpu").
+# The GPU checks in one short run, one report: every test labelled "gpu"
+# (the CUDA kernels and `exmy quantize --device cuda` against the CPU, bit
+# for bit: tests/formats/test_cuda.cpp, tests/models/test_layers_cuda.cpp,
+# tests/sim/test_cli_cuda.cpp), `exmy bench quantize --device cuda --repeat 3`
+# and the CPU benchmark of that machine's cores.
 #
 #   tools/gpu-check.sh            # on a machine with a CUDA device
-#   tools/gpu-check.sh --build    # only build build-cuda/ (portable, no -march=native)
+#   tools/gpu-check.sh --build    # only build build-cuda/ and its bundle (portable, no -march=native)
 #
-# It also runs `exmy bench quantize` on that machine's CPU cores, when
-# build-cuda/exmy-bench-v3 is there: --build links it statically for
-# x86-64-v3 (AVX2+FMA) from a second build, build-v3/, of the formats library.
-#
-# Prepared for a lent device machine: build here with --build, carry
-# build-cuda/tests/formats/test_cuda, build-cuda/devlibs (the libraries it
-# loads) and build-cuda/exmy-bench-v3 there and run this script; logs and the
-# gtest XML go to $OUT when it is set (the device tool brings $OUT back),
-# else to build-cuda/gpu-check/. Without the carried binary it builds
-# test_cuda itself (needs cmake, nvcc, GoogleTest). Exit status: 0 when every
-# test ran and passed, 3 when any was skipped (no device seen), else the
-# tests' own failure status.
+# Prepared for a lent device machine: build here with --build, which puts
+# every binary the checks run and the shared libraries they load into
+# build-cuda/gpu-bundle/ (bin/, lib/); carry that one folder there and run
+# this script (under 8 minutes). Without the bundle it builds the binaries
+# itself (needs cmake, nvcc, GoogleTest, HDF5, Boost). The report
+# (report.txt, with the tests' summaries and the benchmarks), nvidia-smi's and
+# the CPU's description, and the tests' logs and gtest XML (logs.tar.gz) go
+# to $OUT when it is set (the device tool brings $OUT back), else to
+# build-cuda/gpu-check/. Exit status:
+# 0 when every test ran and passed, 3 when any was skipped (no device seen),
+# else the first failing binary's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/portable-lib.sh
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
-bin=build-cuda/tests/formats/test_cuda
+bundle=build-cuda/gpu-bundle
+# the gpu-labelled test binaries (build-cuda/ paths) and the targets that make them
+tests="tests/formats/test_cuda tests/models/test_layers_cuda tests/sim/test_cli_cuda"
+targets="exmy test_cuda test_cuda_emulated test_layers_cuda test_layers_cuda_emulated test_cli_cuda"
 
 build() {
-  # portable code: the binary may run on another CPU than the one that built it
-  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DEXMY_CUDA=ON -DEXMY_NATIVE=OFF >/dev/null
-  cmake --build build-cuda -j"$(nproc 2>/dev/null || echo 2)" --target test_cuda test_cuda_emulated
-  copy_libs build-cuda/devlibs "$bin"  # libgomp, libcudart, where the device host lacks them
+  # portable code: the binaries may run on another CPU than the one that built them
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DEXMY_CUDA=ON -DEXMY_NATIVE=OFF -DEXMY_MPI=OFF >/dev/null
+  # shellcheck disable=SC2086
+  cmake --build build-cuda -j"$(nproc 2>/dev/null || echo 2)" --target $targets
+  rm -rf "$bundle"
+  mkdir -p "$bundle/bin"
+  cp build-cuda/exmy "$bundle/bin/"
+  for t in $tests; do cp "build-cuda/$t" "$bundle/bin/"; done
+  # libgomp, libcudart, HDF5, Boost, where the device host lacks them
+  copy_libs "$bundle/lib" "$bundle"/bin/*
 }
 
 build_bench() {
   configure_v3
   cmake --build build-v3 -j"$(nproc 2>/dev/null || echo 2)" --target exmy_formats
-  mkdir -p build-cuda
+  mkdir -p "$bundle/bin"
   g++ -std=c++20 -O2 -march=x86-64-v3 -fopenmp -static -I. \
-    tools/bench_quantize_main.cpp sim/cli/bench_cmd.cpp build-v3/formats/libexmy_formats.a \
-    -lboost_program_options -o build-cuda/exmy-bench-v3
+    tools/bench_quantize_main.cpp sim/cli/bench_cmd.cpp sim/device/device.cpp build-v3/formats/libexmy_formats.a \
+    -lboost_program_options -o "$bundle/bin/exmy-bench-v3"
 }
 
 if [ "${1:-}" = "--build" ]; then
   build
   build_bench
-  echo "gpu-check: built $bin and build-cuda/exmy-bench-v3"
+  echo "gpu-check: built $bundle ($(du -sh "$bundle" | cut -f1)); carry it to the device machine"
   exit 0
 fi
 
 out=${OUT:-build-cuda/gpu-check}
 mkdir -p "$out"
+report="$out/report.txt"
+# the binaries' logs and gtest XML travel as one archive (the device tool
+# brings at most 8 files back)
+logs=$(mktemp -d)
+trap 'tar -czf "$out/logs.tar.gz" -C "$logs" . 2>/dev/null; rm -rf "$logs"' EXIT
 { nvidia-smi || echo "nvidia-smi: not available"; } >"$out/nvidia-smi.txt" 2>&1
-if ! { [ -x "$bin" ] && "$bin" --gtest_list_tests >/dev/null 2>&1; }; then
-  echo "gpu-check: no runnable $bin; building it"
+if ! { [ -x "$bundle/bin/exmy" ] && LD_LIBRARY_PATH="$PWD/$bundle/lib" "$bundle/bin/test_cuda" --gtest_list_tests >/dev/null 2>&1; }; then
+  echo "gpu-check: no runnable $bundle; building it"
   build >"$out/build.log" 2>&1 || { echo "gpu-check: build failed (see $out/build.log)"; exit 2; }
 fi
-status=0
-# carried libraries (libgomp, libcudart) where the host lacks them
-[ -d build-cuda/devlibs ] && export LD_LIBRARY_PATH="$PWD/build-cuda/devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# the reference vectors of this checkout, wherever the binary was built
+# carried libraries where the host lacks them
+export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# the reference vectors of this checkout and the exmy binary of the bundle,
+# wherever the binaries were built
 export EXMY_VECTORS_FILE="$PWD/tests/reference/quantize.jsonl"
-"$bin" --gtest_output=xml:"$out/test_cuda.xml" >"$out/test_cuda.log" 2>&1 || status=$?
-tail -n 30 "$out/test_cuda.log"
-# the CPU benchmark runs whatever the tests said (it needs no GPU)
-if [ -x build-cuda/exmy-bench-v3 ]; then
+export EXMY_BINARY_PATH="$PWD/$bundle/bin/exmy"
+{
+  echo "exmy gpu-check, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+  head -n 12 "$out/nvidia-smi.txt"
+} >"$report"
+status=0
+for t in $tests; do
+  name=$(basename "$t")
+  rc=0
+  timeout 300 "$bundle/bin/$name" --gtest_output=xml:"$logs/$name.xml" >"$logs/$name.log" 2>&1 || rc=$?
+  summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?" "$logs/$name.log" | tr '\n' ' ')
+  echo "$name: exit $rc; $summary" | tee -a "$report"
+  grep -E "^\[  FAILED  \] [A-Za-z]" "$logs/$name.log" >>"$report" || true
+  if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
+done
+# the device benchmark (needs the device), then the CPU one (needs none)
+echo "--- exmy bench quantize --device cuda --repeat 3" >>"$report"
+timeout 120 "$bundle/bin/exmy" bench quantize --device cuda --repeat 3 >>"$report" 2>&1 ||
+  echo "gpu-check: bench quantize --device cuda failed" | tee -a "$report"
+if [ -x "$bundle/bin/exmy-bench-v3" ]; then
   { grep -m1 "model name" /proc/cpuinfo; nproc; grep -m1 "^flags" /proc/cpuinfo; lscpu; } >"$out/cpu.txt" 2>&1 || true
   for t in "$(nproc)" 4; do
-    OMP_PROC_BIND=close OMP_WAIT_POLICY=passive build-cuda/exmy-bench-v3 quantize --threads "$t" \
-      >"$out/bench-$t.txt" 2>&1 || echo "gpu-check: bench with $t threads failed"
-    cat "$out/bench-$t.txt"
+    echo "--- exmy bench quantize --threads $t (CPU, x86-64-v3 build)" >>"$report"
+    OMP_PROC_BIND=close OMP_WAIT_POLICY=passive timeout 120 "$bundle/bin/exmy-bench-v3" quantize --threads "$t" \
+      >>"$report" 2>&1 || echo "gpu-check: bench with $t threads failed" | tee -a "$report"
   done
 fi
+cat "$report"
 if [ "$status" -ne 0 ]; then
-  echo "gpu-check: FAILED (status $status)"
+  echo "gpu-check: FAILED (status $status)" | tee -a "$report"
   exit "$status"
 fi
 # (CudaPath.NoDeviceIsAnError is skipped exactly when a device is present)
-if grep -q "needs a CUDA device" "$out/test_cuda.log"; then
-  echo "gpu-check: tests were skipped (no CUDA device seen): nothing was checked"
+if grep -q "needs a CUDA device" "$logs"/*.log; then
+  echo "gpu-check: tests were skipped (no CUDA device seen): nothing was checked" | tee -a "$report"
   exit 3
 fi
-echo "gpu-check: passed"
+echo "gpu-check: passed" | tee -a "$report"

@@ -2,7 +2,8 @@
 //
 // Launch shape. Without a block scale, one thread per element (grid-stride).
 // With a block scale, each scale block is owned by a group of G lanes of one
-// warp, G = min(32, next power of two >= block size): the group reduces the
+// warp, G = min(32, next power of two >= block size), or 1 for column blocks
+// (R x 1, so that a warp reads 32 adjacent columns): the group reduces the
 // block amax over the integer bits of |x| with shuffles, every lane of the
 // group then computes the same block_scale() (the core is deterministic, so
 // no broadcast is needed), and the lanes encode the block's elements. The
@@ -16,6 +17,12 @@
 // makes the segment's partial with the shared segment_partial (its terms one
 // after another in column order), and the host combines the copied-back
 // partials with the fixed tree, as quantize() does.
+//
+// The tensor-level plan (the reference amax and t, docs/numerics.md §3 step
+// 1) is made on the device by a one-thread kernel from the amax kernel's
+// result, and the quantize kernels read it from device memory: no host round
+// trip between the passes. quantize_cuda copies host tensors through a
+// CudaQuantizer; the host emulation runs the same per-block functions.
 #include "formats/cuda/quantize_cuda.hpp"
 
 #include <cuda_runtime.h>
@@ -24,6 +31,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "formats/conventions.hpp"
@@ -44,12 +52,20 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
 
-// A device allocation freed on scope exit.
+// A device allocation freed on scope exit; reserve() grows it (never shrinks).
 template <class T>
 struct DeviceBuffer {
   T* ptr = nullptr;
-  explicit DeviceBuffer(size_t count) {
-    if (count > 0) check(cudaMalloc(reinterpret_cast<void**>(&ptr), count * sizeof(T)), "cudaMalloc");
+  size_t size = 0;
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t count) { reserve(count); }
+  void reserve(size_t count) {
+    if (count <= size) return;
+    if (ptr) cudaFree(ptr);
+    ptr = nullptr;
+    size = 0;
+    check(cudaMalloc(reinterpret_cast<void**>(&ptr), count * sizeof(T)), "cudaMalloc");
+    size = count;
   }
   ~DeviceBuffer() {
     if (ptr) cudaFree(ptr);
@@ -214,8 +230,12 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
   }
 }
 
-// Lanes per scale block: min(32, next power of two >= block size).
+// Lanes per scale block: min(32, next power of two >= block size); one for
+// column blocks (R x 1), so that the 32 lanes of a warp own 32 adjacent
+// columns and read each row of them as one coalesced 128-byte line (a group
+// per block would read a few bytes from each of R rows).
 int group_size(const QuantPlan& p) {
+  if (p.bc == 1) return 1;
   const int64_t block_size = static_cast<int64_t>(p.br) * p.bc;
   int group = 1;
   while (group < 32 && group < block_size) group <<= 1;
@@ -236,6 +256,17 @@ __device__ void flush_counts(const Counts& local, unsigned long long* totals) {
   }
 }
 
+// The plan the tensor_plan_kernel wrote, copied into the block's shared
+// memory (read by every element: a broadcast from shared memory rather than
+// a global load each time). Every thread of the block must call it.
+static_assert(sizeof(QuantPlan) % 4 == 0 && std::is_trivially_copyable_v<QuantPlan>);
+__device__ const QuantPlan& block_plan(const QuantPlan* pp, uint32_t* smem) {
+  const auto* src = reinterpret_cast<const uint32_t*>(pp);
+  for (unsigned i = threadIdx.x; i < sizeof(QuantPlan) / 4; i += blockDim.x) smem[i] = src[i];
+  __syncthreads();
+  return *reinterpret_cast<const QuantPlan*>(smem);
+}
+
 // Tensor amax as the max over the bits of |x| (NaN above every magnitude).
 __global__ void abs_bits_max_kernel(const float* x, int64_t n, unsigned int* result) {
   unsigned int m = 0;
@@ -246,9 +277,30 @@ __global__ void abs_bits_max_kernel(const float* x, int64_t n, unsigned int* res
   if ((threadIdx.x & 31) == 0) atomicMax(result, m);
 }
 
+// The reference amax A of docs/numerics.md §3 step 1: the given value, the
+// tensor's max |x| from its bits (NaN when any element is NaN), or none (NaN).
+EXMY_HD double reference_amax_of(AmaxKind kind, double given, uint32_t max_abs_bits) {
+  const double nan = double_of(0x7ff8000000000000ull);
+  if (kind == AmaxKind::given) return given;
+  if (kind == AmaxKind::current)
+    return max_abs_bits > 0x7f800000u ? nan : static_cast<double>(float_of(max_abs_bits));
+  return nan;
+}
+
+// The tensor-level decisions on the device (one thread), so that no host
+// round trip separates the amax pass from the quantization: the plan the
+// quantize kernels read.
+__global__ void tensor_plan_kernel(QuantPlan p, AmaxKind kind, double given, const unsigned int* max_abs_bits,
+                                   QuantPlan* out) {
+  set_tensor_amax(p, reference_amax_of(kind, given, kind == AmaxKind::current ? *max_abs_bits : 0u));
+  *out = p;
+}
+
 // Without a block scale: one thread per element.
-__global__ void quantize_noscale_kernel(QuantPlan p, const float* x, int64_t n, void* codes, float* values,
+__global__ void quantize_noscale_kernel(const QuantPlan* pp, const float* x, int64_t n, void* codes, float* values,
                                         unsigned long long* totals, unsigned long long* first_error) {
+  __shared__ alignas(QuantPlan) uint32_t plan_words[sizeof(QuantPlan) / 4];
+  const QuantPlan& p = block_plan(pp, plan_words);
   Counts cnt = {};
   const BlockConsts c{1.0, 0.0f};
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -259,9 +311,11 @@ __global__ void quantize_noscale_kernel(QuantPlan p, const float* x, int64_t n, 
 
 // With a block scale: a group of `group` lanes (a power of two <= 32) per
 // scale block, 32 / group blocks per warp.
-__global__ void quantize_blocks_kernel(QuantPlan p, const float* x, int64_t rows, int64_t cols, int group,
+__global__ void quantize_blocks_kernel(const QuantPlan* pp, const float* x, int64_t rows, int64_t cols, int group,
                                        void* codes, void* scale_codes, float* values, unsigned long long* totals,
                                        unsigned long long* first_error) {
+  __shared__ alignas(QuantPlan) uint32_t plan_words[sizeof(QuantPlan) / 4];
+  const QuantPlan& p = block_plan(pp, plan_words);
   Counts cnt = {};
   const int lane = threadIdx.x & 31;
   const int per_warp = 32 / group;
@@ -299,178 +353,19 @@ int grid_for(int64_t threads_needed) {
 // Backends: the device, and the host emulation of the same kernels
 // ---------------------------------------------------------------------------
 //
-// Each backend gives the bits of the tensor amax (max over bits of |x|) and
-// then runs the quantization, filling values (always), codes and scale
-// codes (when non-null) on the host, and the counters (totals[kCounters]
-// is the lowest unrepresentable flat index, or all ones).
+// Each backend fills values (always), codes and scale codes (when non-null)
+// and the counters (totals[kCounters] is the lowest unrepresentable flat
+// index, or all ones); tensor_info turns the counters into the result.
 
 struct Totals {
   unsigned long long c[kCounters + 1];
 };
 
-class DeviceBackend {
- public:
-  DeviceBackend(const QuantPlan& p, const float* x, int64_t n, int64_t nblocks)
-      : n_(n), nblocks_(nblocks), cb_(p.fe.code_bytes()), sb_(p.has_scale ? p.fs.code_bytes() : 1),
-        x_(static_cast<size_t>(n)), values_(static_cast<size_t>(n)), codes_(static_cast<size_t>(n) * cb_),
-        scales_(static_cast<size_t>(nblocks) * sb_), totals_(kCounters + 1), amax_(1) {
-    if (n > 0) check(cudaMemcpy(x_.ptr, x, sizeof(float) * n, cudaMemcpyHostToDevice), "cudaMemcpy (input)");
-  }
+constexpr unsigned long long kNoError = std::numeric_limits<unsigned long long>::max();
 
-  uint32_t amax_bits() {
-    unsigned int bits = 0;
-    if (n_ == 0) return bits;
-    check(cudaMemset(amax_.ptr, 0, sizeof(unsigned int)), "cudaMemset");
-    abs_bits_max_kernel<<<grid_for(n_), kThreads>>>(x_.ptr, n_, amax_.ptr);
-    check(cudaGetLastError(), "tensor amax kernel launch");
-    check(cudaMemcpy(&bits, amax_.ptr, sizeof bits, cudaMemcpyDeviceToHost), "tensor amax kernel");
-    return bits;
-  }
-
-  Totals run(const QuantPlan& p, int64_t rows, int64_t cols, float* values, void* codes, void* scales) {
-    Totals t = {};
-    t.c[kCounters] = std::numeric_limits<unsigned long long>::max();
-    check(cudaMemcpy(totals_.ptr, t.c, sizeof t.c, cudaMemcpyHostToDevice), "cudaMemcpy (counters)");
-    if (n_ > 0) {
-      if (!p.has_scale) {
-        quantize_noscale_kernel<<<grid_for(n_), kThreads>>>(p, x_.ptr, n_, codes_.ptr, values_.ptr, totals_.ptr,
-                                                            totals_.ptr + kCounters);
-      } else {
-        const int group = group_size(p);
-        const int64_t warps = (nblocks_ + (32 / group) - 1) / (32 / group);
-        quantize_blocks_kernel<<<grid_for(warps * 32), kThreads>>>(p, x_.ptr, rows, cols, group, codes_.ptr,
-                                                                   scales_.ptr, values_.ptr, totals_.ptr,
-                                                                   totals_.ptr + kCounters);
-      }
-      check(cudaGetLastError(), "quantize kernel launch");
-      check(cudaDeviceSynchronize(), "quantize kernel");
-    }
-    check(cudaMemcpy(t.c, totals_.ptr, sizeof t.c, cudaMemcpyDeviceToHost), "cudaMemcpy (counters)");
-    if (n_ > 0)
-      check(cudaMemcpy(values, values_.ptr, sizeof(float) * n_, cudaMemcpyDeviceToHost), "cudaMemcpy (values)");
-    if (codes && n_ > 0)
-      check(cudaMemcpy(codes, codes_.ptr, static_cast<size_t>(n_) * cb_, cudaMemcpyDeviceToHost), "cudaMemcpy (codes)");
-    if (scales && nblocks_ > 0)
-      check(cudaMemcpy(scales, scales_.ptr, static_cast<size_t>(nblocks_) * sb_, cudaMemcpyDeviceToHost),
-            "cudaMemcpy (scale codes)");
-    return t;
-  }
-
-  // After run: the segment partials of the double sums, into out[0..segments).
-  void partials(int64_t rows, int64_t cols, SumPartial* out) {
-    const int64_t segs = sum_segments(rows, cols);
-    if (segs == 0) return;
-    DeviceBuffer<SumPartial> part(static_cast<size_t>(segs));
-    segment_sums_kernel<<<grid_for(segs), kThreads>>>(x_.ptr, values_.ptr, rows, cols, part.ptr);
-    check(cudaGetLastError(), "segment sums kernel launch");
-    check(cudaMemcpy(out, part.ptr, sizeof(SumPartial) * static_cast<size_t>(segs), cudaMemcpyDeviceToHost),
-          "segment sums kernel");
-  }
-
- private:
-  int64_t n_, nblocks_;
-  int cb_, sb_;
-  DeviceBuffer<float> x_, values_;
-  DeviceBuffer<uint8_t> codes_, scales_;
-  DeviceBuffer<unsigned long long> totals_;
-  DeviceBuffer<unsigned int> amax_;
-};
-
-// The kernels' per-block code run on the host: blocks in order, the lanes of
-// a block's group one after another, the group's amax reduced as the
-// shuffles would.
-class EmulatedBackend {
- public:
-  EmulatedBackend(const float* x, int64_t n) : x_(x), n_(n) {}
-
-  uint32_t amax_bits() const {
-    uint32_t m = 0;
-    for (int64_t i = 0; i < n_; ++i) m = std::max(m, bits_of(x_[i]) & 0x7fffffffu);
-    return m;
-  }
-
-  Totals run(const QuantPlan& p, int64_t rows, int64_t cols, float* values, void* codes, void* scales) const {
-    Totals t = {};
-    t.c[kCounters] = std::numeric_limits<unsigned long long>::max();
-    Counts cnt = {};
-    if (!p.has_scale) {
-      const BlockConsts c{1.0, 0.0f};
-      for (int64_t i = 0; i < n_; ++i) quantize_element(p, c, x_, i, codes, values, cnt, &t.c[kCounters]);
-    } else if (n_ > 0) {
-      const int group = group_size(p);
-      const int64_t nblocks = ((rows + p.br - 1) / p.br) * ((cols + p.bc - 1) / p.bc);
-      for (int64_t blk = 0; blk < nblocks; ++blk) {
-        const BlockGeom b = block_geom(p, rows, cols, blk);
-        uint32_t m = 0;
-        for (int l = 0; l < group; ++l) m = std::max(m, block_amax_part(x_, b, l, group));
-        for (int l = 0; l < group; ++l)
-          quantize_block_part(p, x_, blk, b, m, l, group, codes, scales, values, cnt, &t.c[kCounters]);
-      }
-    }
-    for (int k = 0; k < kCounters; ++k) t.c[k] = cnt.c[k];
-    return t;
-  }
-
-  // The segment kernel's threads one after another, on the values run wrote.
-  void partials(int64_t rows, int64_t cols, const float* values, SumPartial* out) const {
-    for (int64_t i = 0; i < sum_segments(rows, cols); ++i) out[i] = tensor_segment_partial(x_, values, cols, i);
-  }
-
- private:
-  const float* x_;
-  int64_t n_;
-};
-
-// quantize_cuda with either backend.
-QuantInfo quantize_with(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols, const QuantOutput& out,
-                        bool emulate) {
-  QuantPlan p = spec.plan();  // validates; throws exmy::Error
-  if (!emulate && !cuda_available()) throw Error("quantize_cuda: " + cuda_device_description());
-  const int64_t n = rows * cols;
-  const int64_t nblocks = block_count(spec, rows, cols);
-
-  // RHT on the host (exmy::hadamard16 gives the same bits as hadamard16_ref).
-  std::vector<float> transformed;
-  const float* x = x_in;
-  if (spec.rht) {
-    transformed.assign(x_in, x_in + n);
-    hadamard16(transformed.data(), rows, cols, spec.block_rows == 1 ? 1 : 0, spec.rht_signs);
-    x = transformed.data();
-  }
-
-  std::vector<float> own_values;
-  float* values = out.values;
-  if (!values) {
-    own_values.resize(static_cast<size_t>(n));
-    values = own_values.data();
-  }
-
-  auto quantize_on = [&](auto& backend) {
-    // docs/numerics.md §3 step 1: the reference amax, then t.
-    double A = std::numeric_limits<double>::quiet_NaN();
-    if (spec.amax_kind == AmaxKind::given) {
-      A = spec.amax_value;
-    } else if (spec.amax_kind == AmaxKind::current) {
-      const uint32_t bits = backend.amax_bits();
-      A = bits > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(float_of(bits));
-    }
-    set_tensor_amax(p, A);
-    return backend.run(p, rows, cols, values, out.codes, out.scale_codes);
-  };
-  Totals totals;
-  std::vector<SumPartial> partials(static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0));
-  if (emulate) {
-    EmulatedBackend backend(x, n);
-    totals = quantize_on(backend);
-    if (out.stats) backend.partials(rows, cols, values, partials.data());
-  } else {
-    DeviceBackend backend(p, x, n, nblocks);
-    totals = quantize_on(backend);
-    if (out.stats) backend.partials(rows, cols, partials.data());
-  }
-  if (totals.c[kCounters] != std::numeric_limits<unsigned long long>::max())
-    detail::throw_element_error(p, x, static_cast<int64_t>(totals.c[kCounters]), cols);
-
+// The result of a run from its plan, counters and sum partials.
+QuantInfo tensor_info(const QuantPlan& p, const Totals& totals, int64_t rows, int64_t cols, int64_t nblocks,
+                      const std::vector<SumPartial>& partials, QuantStats* stats) {
   QuantInfo info;
   info.amax = p.amax;
   info.t = p.t;
@@ -478,9 +373,9 @@ QuantInfo quantize_with(const QuantSpec& spec, const float* x_in, int64_t rows, 
     info.block_grid_rows = (rows + p.br - 1) / p.br;
     info.block_grid_cols = (cols + p.bc - 1) / p.bc;
   }
-  if (out.stats) {
+  if (stats) {
     QuantStats st;
-    st.elements = static_cast<uint64_t>(n);
+    st.elements = static_cast<uint64_t>(rows * cols);
     st.blocks = static_cast<uint64_t>(nblocks);
     st.nonzero = totals.c[kNonzero];
     st.underflow = totals.c[kUnderflow];
@@ -490,9 +385,159 @@ QuantInfo quantize_with(const QuantSpec& spec, const float* x_in, int64_t rows, 
     st.scale_subnormal = totals.c[kScaleSubnormal];
     st.scale_saturated = totals.c[kScaleSaturated];
     detail::store_sums(tree_sum(partials.data(), static_cast<int64_t>(partials.size())), st);
-    *out.stats = st;
+    *stats = st;
   }
   return info;
+}
+
+// The input the kernels see: x, or its random Hadamard transform (on the
+// host, for now; exmy::hadamard16 gives the same bits as hadamard16_ref).
+const float* transformed_input(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
+                               std::vector<float>& buffer) {
+  if (!spec.rht) return x;
+  buffer.assign(x, x + rows * cols);
+  hadamard16(buffer.data(), rows, cols, spec.block_rows == 1 ? 1 : 0, spec.rht_signs);
+  return buffer.data();
+}
+
+}  // namespace
+
+// The device backend on device pointers, with its scratch kept between calls.
+struct CudaQuantizer::Impl {
+  DeviceBuffer<unsigned long long> totals{kCounters + 1};
+  DeviceBuffer<unsigned int> amax{1};
+  DeviceBuffer<QuantPlan> plan{1};
+  DeviceBuffer<float> values;  // when the caller asks for none
+  DeviceBuffer<SumPartial> partials;
+
+  // x and the tensors of out are on the device, out.stats on the host; the
+  // spec's transform and conventions are the caller's business.
+  QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
+    QuantPlan p = spec.plan();  // validates; throws exmy::Error
+    const int64_t n = rows * cols;
+    const int64_t nblocks = block_count(spec, rows, cols);
+    float* vals = out.values;
+    if (!vals && n > 0) {
+      values.reserve(static_cast<size_t>(n));
+      vals = values.ptr;
+    }
+    Totals t = {};
+    t.c[kCounters] = kNoError;
+    check(cudaMemcpyAsync(totals.ptr, t.c, sizeof t.c, cudaMemcpyHostToDevice), "cudaMemcpy (counters)");
+    if (spec.amax_kind == AmaxKind::current) {
+      check(cudaMemsetAsync(amax.ptr, 0, sizeof(unsigned int)), "cudaMemset");
+      if (n > 0) abs_bits_max_kernel<<<grid_for(n), kThreads>>>(x, n, amax.ptr);
+      check(cudaGetLastError(), "tensor amax kernel launch");
+    }
+    tensor_plan_kernel<<<1, 1>>>(p, spec.amax_kind, spec.amax_value, amax.ptr, plan.ptr);
+    check(cudaGetLastError(), "tensor plan kernel launch");
+    if (n > 0) {
+      if (!p.has_scale) {
+        quantize_noscale_kernel<<<grid_for(n), kThreads>>>(plan.ptr, x, n, out.codes, vals, totals.ptr,
+                                                           totals.ptr + kCounters);
+      } else {
+        const int group = group_size(p);
+        const int64_t warps = (nblocks + (32 / group) - 1) / (32 / group);
+        quantize_blocks_kernel<<<grid_for(warps * 32), kThreads>>>(plan.ptr, x, rows, cols, group, out.codes,
+                                                                   out.scale_codes, vals, totals.ptr,
+                                                                   totals.ptr + kCounters);
+      }
+      check(cudaGetLastError(), "quantize kernel launch");
+    }
+    std::vector<SumPartial> host_partials(static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0));
+    if (!host_partials.empty()) {
+      partials.reserve(host_partials.size());
+      segment_sums_kernel<<<grid_for(static_cast<int64_t>(host_partials.size())), kThreads>>>(x, vals, rows, cols,
+                                                                                              partials.ptr);
+      check(cudaGetLastError(), "segment sums kernel launch");
+      check(cudaMemcpyAsync(host_partials.data(), partials.ptr, sizeof(SumPartial) * host_partials.size(),
+                            cudaMemcpyDeviceToHost),
+            "cudaMemcpy (sum partials)");
+    }
+    check(cudaMemcpyAsync(t.c, totals.ptr, sizeof t.c, cudaMemcpyDeviceToHost), "cudaMemcpy (counters)");
+    check(cudaMemcpyAsync(&p, plan.ptr, sizeof p, cudaMemcpyDeviceToHost), "cudaMemcpy (plan)");
+    check(cudaStreamSynchronize(0), "quantize kernels");
+    if (t.c[kCounters] != kNoError) {
+      const int64_t i = static_cast<int64_t>(t.c[kCounters]);
+      float xi = 0.0f;
+      check(cudaMemcpy(&xi, x + i, sizeof xi, cudaMemcpyDeviceToHost), "cudaMemcpy (element)");
+      detail::throw_element_error(p, xi, i, cols);
+    }
+    return tensor_info(p, t, rows, cols, nblocks, host_partials, out.stats);
+  }
+};
+
+namespace {
+
+// quantize_cuda without the conventions: host tensors through device copies.
+QuantInfo quantize_host_via_device(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols,
+                                   const QuantOutput& out) {
+  spec.validate();
+  if (!cuda_available()) throw Error("quantize_cuda: " + cuda_device_description());
+  const int64_t n = rows * cols;
+  const size_t cb = static_cast<size_t>(spec.elem.code_bytes());
+  const size_t scale_bytes =
+      static_cast<size_t>(block_count(spec, rows, cols)) * (spec.scale ? spec.scale->code_bytes() : 1);
+  std::vector<float> transformed;
+  const float* x = transformed_input(spec, x_in, rows, cols, transformed);
+  DeviceBuffer<float> dx(static_cast<size_t>(n)), dv(out.values ? static_cast<size_t>(n) : 0);
+  DeviceBuffer<uint8_t> dc(out.codes ? static_cast<size_t>(n) * cb : 0);
+  DeviceBuffer<uint8_t> ds(out.scale_codes ? scale_bytes : 0);
+  if (n > 0) check(cudaMemcpy(dx.ptr, x, sizeof(float) * n, cudaMemcpyHostToDevice), "cudaMemcpy (input)");
+  CudaQuantizer::Impl impl;
+  const QuantInfo info = impl.run(spec, dx.ptr, rows, cols, QuantOutput{dv.ptr, dc.ptr, ds.ptr, out.stats});
+  if (out.values && n > 0)
+    check(cudaMemcpy(out.values, dv.ptr, sizeof(float) * n, cudaMemcpyDeviceToHost), "cudaMemcpy (values)");
+  if (out.codes && n > 0)
+    check(cudaMemcpy(out.codes, dc.ptr, static_cast<size_t>(n) * cb, cudaMemcpyDeviceToHost), "cudaMemcpy (codes)");
+  if (out.scale_codes && scale_bytes > 0)
+    check(cudaMemcpy(out.scale_codes, ds.ptr, scale_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (scale codes)");
+  return info;
+}
+
+// The kernels' per-block code run on the host: blocks in order, the lanes of
+// a block's group one after another, the group's amax reduced as the
+// shuffles would, the segment kernel's threads one after another.
+QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols,
+                            const QuantOutput& out) {
+  QuantPlan p = spec.plan();  // validates; throws exmy::Error
+  const int64_t n = rows * cols;
+  const int64_t nblocks = block_count(spec, rows, cols);
+  std::vector<float> transformed;
+  const float* x = transformed_input(spec, x_in, rows, cols, transformed);
+  std::vector<float> own_values;
+  float* values = out.values;
+  if (!values) {
+    own_values.resize(static_cast<size_t>(n));
+    values = own_values.data();
+  }
+  uint32_t max_abs_bits = 0;
+  if (spec.amax_kind == AmaxKind::current)
+    for (int64_t i = 0; i < n; ++i) max_abs_bits = std::max(max_abs_bits, bits_of(x[i]) & 0x7fffffffu);
+  set_tensor_amax(p, reference_amax_of(spec.amax_kind, spec.amax_value, max_abs_bits));
+
+  Totals t = {};
+  t.c[kCounters] = kNoError;
+  Counts cnt = {};
+  if (!p.has_scale) {
+    const BlockConsts c{1.0, 0.0f};
+    for (int64_t i = 0; i < n; ++i) quantize_element(p, c, x, i, out.codes, values, cnt, &t.c[kCounters]);
+  } else if (n > 0) {
+    const int group = group_size(p);
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      const BlockGeom b = block_geom(p, rows, cols, blk);
+      uint32_t m = 0;
+      for (int l = 0; l < group; ++l) m = std::max(m, block_amax_part(x, b, l, group));
+      for (int l = 0; l < group; ++l)
+        quantize_block_part(p, x, blk, b, m, l, group, out.codes, out.scale_codes, values, cnt, &t.c[kCounters]);
+    }
+  }
+  for (int k = 0; k < kCounters; ++k) t.c[k] = cnt.c[k];
+  std::vector<SumPartial> partials(static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0));
+  for (size_t i = 0; i < partials.size(); ++i)
+    partials[i] = tensor_segment_partial(x, values, cols, static_cast<int64_t>(i));
+  if (t.c[kCounters] != kNoError) detail::throw_element_error(p, x, static_cast<int64_t>(t.c[kCounters]), cols);
+  return tensor_info(p, t, rows, cols, nblocks, partials, out.stats);
 }
 
 }  // namespace
@@ -501,38 +546,54 @@ QuantInfo quantize_with(const QuantSpec& spec, const float* x_in, int64_t rows, 
 // Entry points
 // ---------------------------------------------------------------------------
 
-bool cuda_available() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // clear the error state of the failed query
-    return false;
-  }
-  return n > 0;
-}
-
-std::string cuda_device_description() {
+int cuda_device_count(std::string* error) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    return std::string("no CUDA device (") + cudaGetErrorString(e) + ")";
+    if (error) *error = cudaGetErrorString(e);
+    return 0;
   }
+  return n;
+}
+
+bool cuda_available() { return cuda_device_count(nullptr) > 0; }
+
+std::string cuda_device_description() {
+  std::string error;
+  const int n = cuda_device_count(&error);
+  if (!error.empty()) return "no CUDA device (" + error + ")";
   if (n == 0) return "no CUDA device";
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "CUDA device 0 (properties unavailable)";
   return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
 }
 
+void cuda_select_device(int index) { check(cudaSetDevice(index), "cudaSetDevice"); }
+
+CudaQuantizer::CudaQuantizer() : impl_(std::make_unique<Impl>()) {}
+CudaQuantizer::~CudaQuantizer() = default;
+
+QuantInfo CudaQuantizer::run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
+                             const QuantOutput& out) {
+  if (spec.rht)
+    throw Error("CudaQuantizer: the random Hadamard transform is not implemented on device tensors yet "
+                "(quantize_cuda applies it on the host)");
+  if (conventions_apply(spec))
+    throw Error("CudaQuantizer: the code and dequantization conventions of other implementations are not "
+                "implemented on device tensors yet (quantize_cuda applies them on the host)");
+  return impl_->run(spec, x, rows, cols, out);
+}
+
 QuantInfo quantize_cuda(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
   return with_conventions(spec, x, rows, cols, out,
-                          [&](const QuantOutput& o) { return quantize_with(spec, x, rows, cols, o, false); });
+                          [&](const QuantOutput& o) { return quantize_host_via_device(spec, x, rows, cols, o); });
 }
 
 QuantInfo quantize_cuda_emulated(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
                                  const QuantOutput& out) {
   return with_conventions(spec, x, rows, cols, out,
-                          [&](const QuantOutput& o) { return quantize_with(spec, x, rows, cols, o, true); });
+                          [&](const QuantOutput& o) { return quantize_emulated(spec, x, rows, cols, o); });
 }
 
 }  // namespace exmy

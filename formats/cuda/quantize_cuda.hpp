@@ -4,20 +4,25 @@
 //
 // What runs where:
 // - device: the tensor amax for `--tensor-amax auto` (an integer max over the
-//   bits of |x|, NaN if any element is NaN), block amax, block scales and
-//   element encoding, integer statistics (atomics), the segment partials of
-//   the double sums;
-// - host: validation and the plan, the random Hadamard transform (applied
+//   bits of |x|, NaN if any element is NaN) and the tensor-level scale from
+//   it (set_tensor_amax, one thread), block amax, block scales and element
+//   encoding, integer statistics (atomics), the segment partials of the
+//   double sums;
+// - host: validation and the plan's format part, the random Hadamard transform (applied
 //   with exmy::hadamard16 before upload, for now), the error message for the
 //   first unrepresentable element, and the tree that combines the segment
 //   partials of the double sums (docs/numerics.md §5), which the device
 //   makes one thread per segment.
 //
-// Host pointers in and out; device buffers are allocated and freed inside
-// each call. Only available when exmy is built with CUDA (EXMY_HAVE_CUDA).
+// Two entry points: quantize_cuda takes host pointers (device buffers are
+// allocated and freed inside each call); a CudaQuantizer takes device
+// pointers and keeps its small device buffers from call to call (the
+// benchmark and, later, the training backend). Only available when exmy is
+// built with CUDA (EXMY_HAVE_CUDA).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "formats/quantize.hpp"
@@ -36,6 +41,37 @@ std::string cuda_device_description();
 // flat index is named, as quantize does), when no device is available, or
 // when a CUDA call fails.
 QuantInfo quantize_cuda(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out);
+
+// Number of visible CUDA devices; 0 with `error` set to the runtime's words
+// when the query fails (no driver, no device).
+int cuda_device_count(std::string* error);
+
+// Makes device `index` current for this host thread (cudaSetDevice).
+void cuda_select_device(int index);
+
+// Quantization of tensors that are already on the current device. run()
+// has quantize_cuda's contract except that x and every non-null pointer of
+// `out` but out.stats are device pointers (out.stats is on the host), and
+// that the random Hadamard transform and the code/dequantization
+// conventions of other implementations are not supported there yet (an
+// exmy::Error says so; quantize_cuda applies them on the host). The tensor
+// amax and the tensor-level scale are computed on the device, so the only
+// host synchronisation is the final copy of the counters and the plan (and
+// of the sum partials with statistics). Scratch is grown, never shrunk:
+// repeated calls at one size allocate nothing.
+class CudaQuantizer {
+ public:
+  CudaQuantizer();
+  ~CudaQuantizer();
+  CudaQuantizer(const CudaQuantizer&) = delete;
+  CudaQuantizer& operator=(const CudaQuantizer&) = delete;
+  QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out);
+
+  struct Impl;  // defined in quantize.cu (quantize_cuda uses it too)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
 
 // For tests: the same call with the kernels' per-block code run on the host
 // (blocks in order, the lanes of each block's group one after another), no

@@ -1,6 +1,14 @@
 // `exmy bench quantize`: throughput of quantize+dequantize against a plain
-// float32 copy measured in the same run.
+// float32 copy measured in the same run, on the CPU or (--device cuda) on a
+// CUDA device with the data resident there.
 #include <omp.h>
+
+#if defined(EXMY_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include "formats/cuda/quantize_cuda.hpp"
+#include "sim/cuda/memory_floor.hpp"
+#endif
 
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -21,6 +29,7 @@
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/device/device.hpp"
 #include "sim/parallel.hpp"
 #include "sim/sysmem.hpp"
 
@@ -146,12 +155,110 @@ void memory_floor(const float* x, float* y, uint8_t* codes, int64_t n, int threa
   }
 }
 
+#if defined(EXMY_HAVE_CUDA)
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+// A device allocation freed on scope exit.
+struct DeviceBytes {
+  void* ptr = nullptr;
+  explicit DeviceBytes(size_t bytes) { cuda_check(cudaMalloc(&ptr, bytes), "cudaMalloc"); }
+  ~DeviceBytes() { cudaFree(ptr); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+};
+
+// The same rows on the current CUDA device: x, the values, codes and scale
+// codes stay on the device; every timing is a CUDA-event interval on the
+// default stream, the copy a device-to-device cudaMemcpy of the float32
+// tensor, timed in alternation with each row. A quantize call includes its
+// final copy of the counters (and the plan) to the host, which it needs to
+// report unrepresentable elements: that synchronisation is in the time.
+void bench_quantize_cuda(const std::vector<float>& x, int64_t rows, int64_t cols, int repeat, bool with_stats) {
+  const int64_t n = rows * cols;
+  int dev = 0;
+  cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  const double need = static_cast<double>(n) * (4.0 + 4.0 + 1.0 + 4.0) + static_cast<double>(n) / 16.0 + 64;
+  if (need > static_cast<double>(free_bytes))
+    throw Error("exmy bench quantize --device cuda:" + std::to_string(dev) + " needs " +
+                std::to_string(static_cast<long long>(need)) + " bytes of device memory, " +
+                std::to_string(free_bytes) + " free (lower --elements)");
+  DeviceBytes dx(sizeof(float) * n), dy(sizeof(float) * n), dcodes(static_cast<size_t>(n)),
+      dscales(static_cast<size_t>(n / 16 + 16)), dword(sizeof(unsigned));
+  cuda_check(cudaMemcpy(dx.ptr, x.data(), sizeof(float) * n, cudaMemcpyHostToDevice), "cudaMemcpy (input)");
+  cudaEvent_t start, stop;
+  cuda_check(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
+  auto seconds = [&](auto&& f) {
+    cuda_check(cudaEventRecord(start), "cudaEventRecord");
+    f();
+    cuda_check(cudaEventRecord(stop), "cudaEventRecord");
+    cuda_check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    return ms * 1e-3;
+  };
+  auto copy = [&] {
+    cuda_check(cudaMemcpyAsync(dy.ptr, dx.ptr, sizeof(float) * n, cudaMemcpyDeviceToDevice), "cudaMemcpy (copy)");
+  };
+  CudaQuantizer quantizer;  // its scratch is allocated by the warm-up call
+  const float* xd = static_cast<const float*>(dx.ptr);
+  std::printf("exmy bench quantize --device cuda: %lld x %lld float32 (%.0f MiB) on the device, best of %d, stats %s\n",
+              static_cast<long long>(rows), static_cast<long long>(cols), n * 4.0 / (1 << 20), repeat,
+              with_stats ? "on" : "off");
+  std::printf("device: cuda:%d %s (sm_%d%d, %.0f GiB)\n", dev, prop.name, prop.major, prop.minor,
+              total_bytes / double(1 << 30));
+  double copy_best = 1e30;
+  std::printf("%-28s %14s %8s\n", "", "device", "ratio");
+  struct Row {
+    std::string name;
+    double copy_s, kernel_s;
+  };
+  std::vector<Row> table;
+  auto timed_row = [&](const std::string& name, auto&& kernel) {
+    copy();
+    kernel();  // warm-up
+    Row r{name, 1e30, 1e30};
+    for (int i = 0; i < repeat; ++i) {
+      r.copy_s = std::min(r.copy_s, seconds(copy));
+      r.kernel_s = std::min(r.kernel_s, seconds(kernel));
+    }
+    copy_best = std::min(copy_best, r.copy_s);
+    table.push_back(r);
+  };
+  for (const bool amax_pass : {false, true})
+    timed_row(amax_pass ? "memory floor, 2 passes" : "memory floor, 1 pass", [&] {
+      sim::cuda_memory_floor(xd, static_cast<float*>(dy.ptr), static_cast<uint8_t*>(dcodes.ptr), n, amax_pass,
+                             static_cast<unsigned*>(dword.ptr));
+    });
+  for (const auto& v : variants(tensor_abs_max(x.data(), n, 0))) {
+    QuantStats st;
+    const QuantOutput out{static_cast<float*>(dy.ptr), static_cast<uint8_t*>(dcodes.ptr),
+                          static_cast<uint8_t*>(dscales.ptr), with_stats ? &st : nullptr};
+    timed_row(v.name, [&] { quantizer.run(v.spec, xd, rows, cols, out); });
+  }
+  std::printf("%-28s %10.1f Me/s %8s\n", "float32 copy (d2d)", n / copy_best / 1e6, "1.00");
+  for (const Row& r : table)
+    std::printf("%-28s %10.1f Me/s %8.2f\n", r.name.c_str(), n / r.kernel_s / 1e6, r.copy_s / r.kernel_s);
+  std::printf("(ratio = device-to-device copy time / quantize+dequantize time, CUDA events, timed in alternation;\n"
+              " the memory floors move what a one-pass quantizer, and one after a tensor-amax pass, must move;\n"
+              " each quantize call includes the copy of its counters to the host)\n");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+#endif
+
 }  // namespace
 
 int cmd_bench(const Args& args) {
   po::options_description desc(
       "exmy bench: throughput benchmarks\n\n"
-      "usage: exmy bench quantize [--elements N] [--repeat K] [--threads T] [--stats]\n\noptions");
+      "usage: exmy bench quantize [--elements N] [--repeat K] [--threads T] [--stats] [--device cpu|cuda|cuda:N]\n\noptions");
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
@@ -160,7 +267,9 @@ int cmd_bench(const Args& args) {
     ("cols", po::value<int64_t>()->default_value(4096), "row length of the tensor")
     ("repeat", po::value<int>()->default_value(5), "repetitions; the best time is reported")
     ("threads", po::value<int>()->default_value(0), "threads for the multi-threaded column (0: all cores)")
-    ("stats", "also collect the statistics of each call (docs/numerics.md §5)");
+    ("stats", "also collect the statistics of each call (docs/numerics.md §5)")
+    ("device", po::value<std::string>()->default_value("cpu"),
+     "cpu, or cuda[:N]: the tensors resident on that CUDA device, timed with CUDA events");
   // clang-format on
   po::positional_options_description pos;
   pos.add("what", 1);
@@ -181,7 +290,19 @@ int cmd_bench(const Args& args) {
   const int asked = sim::checked_threads(vm["threads"].as<int>(), "--threads");
   const int all = asked > 0 ? asked : omp_get_max_threads();
   const bool with_stats = vm.count("stats") > 0;
+  const sim::Device device = sim::parse_device(vm["device"].as<std::string>(), "--device");
+  sim::require_device(device, "--device");
 
+  if (device.is_cuda()) {
+    std::vector<float> x(static_cast<size_t>(n));
+    std::mt19937 rng(42);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : x) v = nd(rng);
+#if defined(EXMY_HAVE_CUDA)
+    bench_quantize_cuda(x, rows, cols, repeat, with_stats);
+#endif
+    return 0;
+  }
   // input, copy/values, codes, scale codes, and the kernels' own scratch (at most one more float32 tensor)
   sim::require_memory(static_cast<double>(n) * (4.0 + 4.0 + 1.0 + 4.0) + static_cast<double>(n) / 16.0,
                       "exmy bench quantize (" + std::to_string(n) + " elements)", "lower --elements");

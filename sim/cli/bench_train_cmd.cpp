@@ -323,7 +323,9 @@ po::options_description bench_train_options() {
      "with --stats: one output row in this many (train.gemm_stats_sample)")
     ("stats", po::value<std::string>()->default_value("all"),
      "with --recipe: recipes also timed with statistics at every step (comma-separated, all, none)")
-    ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)");
+    ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)")
+    ("device", po::value<std::string>()->default_value("cpu"),
+     "cpu, cuda or cuda:N; only cpu so far: the GPU training backend is not implemented yet");
   // clang-format on
   return desc;
 }
@@ -334,6 +336,7 @@ int cmd_bench_train(const Args& args) {
   po::options_description desc = bench_train_options();
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
+  training_device_option(vm);
   if (const int n = sim::checked_threads(vm["threads"].as<int>(), "--threads"); n > 0) omp_set_num_threads(n);
   models::NemotronHConfig cfg = models::resolve_config(vm["model"].as<std::string>());
   if (vm.count("set"))

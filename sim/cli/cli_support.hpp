@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/device/device.hpp"
+
 #ifndef EXMY_SOURCE_DIR
 #define EXMY_SOURCE_DIR "."
 #endif
@@ -53,6 +55,20 @@ inline const std::atomic<int>& install_stop_signals() {
   std::signal(SIGTERM, exmy_on_stop_signal);
   std::signal(SIGPIPE, exmy_on_stop_signal);
   return g_stop_signal;
+}
+
+// The --device option of the training commands (train, eval, bench train),
+// checked before any work: its canonical value ("cpu"), empty when absent.
+// A CUDA device fails with one line (the GPU training backend does not
+// exist yet; sim/device/device.hpp).
+inline const char* const kTrainingDeviceHelp =
+    "cpu, cuda or cuda:N (sets train.device); only cpu trains so far: the GPU training backend is not implemented yet";
+
+inline std::string training_device_option(const boost::program_options::variables_map& vm) {
+  if (!vm.count("device")) return {};
+  const sim::Device d = sim::parse_device(vm["device"].as<std::string>(), "--device");
+  sim::require_training_device(d, "--device");
+  return sim::device_name(d);
 }
 
 // `rel` (a path inside the repository) from the working directory when it

@@ -115,6 +115,7 @@ po::options_description eval_options() {
     ("batches", po::value<int64_t>()->default_value(0), "validation batches of train.batch_size sequences (0: the run's train.eval_batches)")
     ("set", po::value<std::vector<std::string>>()->composing(),
      "override: recipe.SECTION.KNOB=VALUE for the recipe, section.key=value for the run configuration (repeatable)")
+    ("device", po::value<std::string>(), kTrainingDeviceHelp)
     ("name", po::value<std::string>(), "name of the /eval subgroup (default: the recipe's name)")
     ("no-write", "print only; append nothing to the run file")
     ("dump-logits", po::value<std::string>(), "write the logits of the evaluated batches to this file (.npy, file.h5:/dset or raw float32; rows = batches x batch_size x seq_len, columns = vocabulary; one --policy)");
@@ -128,8 +129,10 @@ po::options_description eval_options() {
 // `recipe_sets`.
 train::RunConfig eval_config(const po::variables_map& vm, const Target& target, std::vector<std::string>& recipe_sets) {
   std::vector<std::string> run_sets;
+  const std::string device = training_device_option(vm);
   if (vm.count("set"))
     for (const auto& s : vm["set"].as<std::vector<std::string>>()) (s.starts_with("recipe.") ? recipe_sets : run_sets).push_back(s);
+  if (!device.empty()) run_sets.push_back("train.device=" + device);
   // An HF checkpoint brings its architecture, not a run: the run keys
   // (data, batch shape, seed) are the defaults and --set.
   // --config gives them from a run configuration (its [model] section is
@@ -150,8 +153,11 @@ train::RunConfig eval_config(const po::variables_map& vm, const Target& target, 
   } else if (vm.count("config")) {
     throw Error("--config goes with an HF checkpoint (a run's checkpoint holds its configuration)");
   }
-  return target.hf.empty() ? train::parse_run_config(train::checkpoint_config(target.checkpoint), target.checkpoint, run_sets)
-                           : train::parse_run_config(run_text, run_origin, run_sets);
+  train::RunConfig cfg = target.hf.empty()
+                            ? train::parse_run_config(train::checkpoint_config(target.checkpoint), target.checkpoint, run_sets)
+                            : train::parse_run_config(run_text, run_origin, run_sets);
+  sim::require_training_device(cfg.device, "train.device");
+  return cfg;
 }
 
 // What every policy of one `exmy eval` shares.
@@ -223,6 +229,7 @@ int cmd_eval(const Args& args) {
   pos.add("target", 1);
   po::variables_map vm;
   if (parse_or_help(args, desc, pos, vm)) return 0;
+  training_device_option(vm);  // a device this run cannot use: one line before any work
   if (!vm.count("target")) throw Error("exmy eval needs a checkpoint or a run directory (exmy eval --help)");
   if (!vm.count("recipe")) throw Error("exmy eval needs --recipe NAME|FILE (the fp32 recipe gives the unquantized loss)");
   Target target = resolve_target(vm["target"].as<std::string>());

@@ -13,6 +13,7 @@
 #include "sim/parallel.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/cli/stats_json.hpp"
+#include "sim/device/device.hpp"
 #include "sim/io/quantize_stream.hpp"
 #include "sim/io/tensor_io.hpp"
 
@@ -85,7 +86,8 @@ int cmd_quantize(const Args& args) {
     ("scales", po::value<std::string>(), "block scale codes, row-major block order, same width rule")
     ("stats", po::value<std::string>(), "statistics as JSON (docs/numerics.md §5)")
     ("threads", po::value<int>()->default_value(0), "threads (0: all cores); results do not depend on it")
-    ("reference", "use the scalar reference implementation (on the whole tensor at once; without it the input is streamed in bands)");
+    ("device", po::value<std::string>()->default_value("cpu"), "cpu, cuda or cuda:N: where to quantize (the same bits)")
+    ("reference", "use the scalar reference implementation (CPU, on the whole tensor at once; without it the CPU streams the input in bands)");
   // clang-format on
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
@@ -95,18 +97,38 @@ int cmd_quantize(const Args& args) {
   const QuantSpec spec = knob_options_spec(vm);
   spec.validate();
   const int threads = sim::checked_threads(vm["threads"].as<int>(), "--threads");
+  const sim::Device device = sim::parse_device(vm["device"].as<std::string>(), "--device");
+  if (device.is_cuda() && vm.count("reference"))
+    throw Error("--reference is the CPU's scalar reference; it does not go with --device " + sim::device_name(device));
+  sim::require_device(device, "--device");
   // Every output path is checked before any work (sim/io/atomic_file.hpp).
   for (const char* o : {"output", "codes", "scales", "stats"})
     if (vm.count(o)) io::check_output_path(vm[o].as<std::string>());
 
   int64_t rows = 0, cols = 0;
   if (vm.count("shape")) parse_shape(vm["shape"].as<std::string>(), rows, cols);
-  io::TensorReader in(vm["input"].as<std::string>(), rows, cols);  // checks the file before any output exists
   auto path = [&](const char* o) { return vm.count(o) ? vm[o].as<std::string>() : std::string(); };
-  const io::QuantizeFiles files{path("output"), path("codes"), path("scales"), vm.count("stats") > 0};
   io::OutputSet outputs;
-  const QuantStats stats = io::quantize_stream(spec, in, files, outputs, threads, vm.count("reference") > 0);
-  if (files.stats) outputs.add_text(path("stats"), stats_to_json(stats).dump(2) + "\n");
+  QuantStats stats;
+  if (device.is_cuda()) {
+    // The device quantizes the whole tensor in one call (the CPU streams it).
+    const io::Tensor x = io::read_tensor(path("input"), rows, cols);
+    const int64_t n = x.rows * x.cols;
+    std::vector<float> values(static_cast<size_t>(n));
+    std::vector<uint8_t> codes(static_cast<size_t>(n * spec.elem.code_bytes()));
+    const int64_t nb = block_count(spec, x.rows, x.cols);
+    std::vector<uint8_t> scodes(static_cast<size_t>(nb * (spec.scale ? spec.scale->code_bytes() : 1)));
+    sim::quantize_on(device, spec, x.data.data(), x.rows, x.cols, QuantOutput{values.data(), codes.data(), scodes.data(), &stats},
+                     threads);
+    outputs.add_tensor(path("output"), values.data(), x.rows, x.cols);
+    if (vm.count("codes")) outputs.add_bytes(path("codes"), codes.data(), codes.size());
+    if (vm.count("scales")) outputs.add_bytes(path("scales"), scodes.data(), nb > 0 ? scodes.size() : 0);
+  } else {
+    io::TensorReader in(path("input"), rows, cols);  // checks the file before any output exists
+    const io::QuantizeFiles files{path("output"), path("codes"), path("scales"), vm.count("stats") > 0};
+    stats = io::quantize_stream(spec, in, files, outputs, threads, vm.count("reference") > 0);
+  }
+  if (vm.count("stats")) outputs.add_text(path("stats"), stats_to_json(stats).dump(2) + "\n");
   outputs.commit();
   return 0;
 }

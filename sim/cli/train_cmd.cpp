@@ -1,4 +1,5 @@
-// `exmy train`: train a Nemotron-H model on the CPU (sim/train/trainer.hpp).
+// `exmy train`: train a Nemotron-H model on the CPU (sim/train/trainer.hpp); the
+// GPU training backend (train.device = cuda) is not implemented yet.
 //
 //   exmy train                                   the default job: experiments/proxy-default.ini
 //   exmy train --config FILE --out DIR [--steps N] [--set key=value ...]
@@ -75,6 +76,7 @@ int cmd_train(const Args& args) {
     ("steps", po::value<int64_t>(), "total optimizer steps of the run (overrides train.steps)")
     ("model", po::value<std::string>(), "model preset or HF config.json (sets model.name; exmy model-info lists them)")
     ("recipe", po::value<std::string>(), "quantization recipe, a name or an .ini file (sets train.recipe; default fp32)")
+    ("device", po::value<std::string>(), kTrainingDeviceHelp)
     ("capture-step", po::value<int64_t>(), "write the exact operands of step N to the run file's /capture (sets train.capture_step)")
     ("set", po::value<std::vector<std::string>>()->composing(), "override a key: section.key=value (repeatable)")
     ("force", "replace a run already in --out")
@@ -102,6 +104,7 @@ int cmd_train(const Args& args) {
   std::vector<std::string> sets;
   if (vm.count("model")) sets.push_back("model.name=" + vm["model"].as<std::string>());
   if (vm.count("recipe")) sets.push_back("train.recipe=" + vm["recipe"].as<std::string>());
+  if (const std::string d = training_device_option(vm); !d.empty()) sets.push_back("train.device=" + d);
   if (vm.count("capture-step")) {
     if (vm["capture-step"].as<int64_t>() <= 0) throw Error("--capture-step must be positive");
     sets.push_back("train.capture_step=" + std::to_string(vm["capture-step"].as<int64_t>()));
@@ -130,6 +133,7 @@ int cmd_train(const Args& args) {
     const std::string dir = vm["resume"].as<std::string>();
     const train::RunConfig cfg =
         train::resume_config(dir, steps, sets, vm.count("allow-changes") > 0, hooks.comm->rank() == 0);
+    sim::require_training_device(cfg.device, "train.device");
     if (auto spec = eval::training_eval_from_config(cfg))
       hooks.after_step = eval::make_training_eval_hook(cfg, std::move(*spec), hooks.after_step);
     r = train::train_resume(dir, cfg, hooks, build);
@@ -142,6 +146,7 @@ int cmd_train(const Args& args) {
     std::vector<std::string> all = sets;
     if (steps) all.push_back("train.steps=" + std::to_string(*steps));
     const train::RunConfig cfg = train::load_run_config(config, all);
+    sim::require_training_device(cfg.device, "train.device");
     if (auto spec = eval::training_eval_from_config(cfg))
       hooks.after_step = eval::make_training_eval_hook(cfg, std::move(*spec), hooks.after_step);
     r = train::train_new(cfg, out, hooks, build, default_job || vm.count("force") > 0);

@@ -27,6 +27,7 @@ const std::vector<ConfigKey> kKeys = {
     {"train.recipe", "fp32", "quantization recipe: a name (exmy train --recipes lists them) or an .ini file; recipe.SECTION.KNOB=VALUE overrides a knob"},
     {"train.seed", "1", "seed of the weight initialization and of the data order"},
     {"train.threads", "0", "OpenMP threads (0: OpenMP's default); results do not depend on it"},
+    {"train.device", "cpu", "cpu, cuda or cuda:N; the GPU training backend is not implemented yet (only cpu trains)"},
     {"train.log_interval", "10", "steps between progress lines and /train rows"},
     {"train.eval_interval", "100", "steps between validation losses (0: only at the end)"},
     {"train.eval_batches", "4", "validation micro-batches per evaluation"},
@@ -243,6 +244,7 @@ void read_train(RunConfig& c, std::map<std::string, std::string>& v,
     sim::quant::apply_recipe_override(c.recipe, "recipe.unquantized", "bf16");
   c.seed = as_uint(v, "train.seed");
   c.threads = sim::checked_threads(as_int(v, "train.threads", 0), "train.threads");
+  c.device = sim::parse_device(v["train.device"], "train.device");
   c.log_interval = as_int(v, "train.log_interval", 1);
   c.eval_interval = as_int(v, "train.eval_interval", 0);
   c.eval_batches = as_int(v, "train.eval_batches", 1);

@@ -8,6 +8,7 @@
 // Keys (section.key; config_keys() lists them with defaults and help):
 //   model.name           preset or config.json; model.FIELD overrides any HF field
 //   train.*              steps, batch, sequence length, accumulation, precision, recipe, seed, threads,
+//                        device,
 //                        intervals, statistics and capture
 //   recipe.SECTION.KNOB  overrides of the recipe's knobs (docs/recipes.md), applied in order; in an INI
 //                        file, keys `SECTION.KNOB = value` of a [recipe] section
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "models/config.hpp"
+#include "sim/device/device.hpp"
 #include "sim/optim.hpp"
 #include "sim/quant/recipe.hpp"
 
@@ -56,6 +58,7 @@ struct RunConfig {
   sim::quant::Recipe recipe;
   uint64_t seed = 1;
   int threads = 0;  // 0: OpenMP's default
+  sim::Device device;  // train.device: cpu (the only training backend so far) or cuda[:N]
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // 0: only at the end
   int64_t eval_batches = 4;

@@ -869,8 +869,8 @@ TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const Tr
 
 bool resumable_key(const std::string& key) {
   static const char* const kResumable[] = {
-      "train.steps",          "train.threads",           "train.log_interval",     "train.eval_interval",
-      "train.eval_batches",   "train.checkpoint_interval", "train.keep_checkpoints", "train.stats_interval",
+      "train.steps",          "train.threads",           "train.device",           "train.log_interval",
+      "train.eval_interval",  "train.eval_batches",   "train.checkpoint_interval", "train.keep_checkpoints", "train.stats_interval",
       "train.capture_step",   "train.gemm_stats_rows",   "train.gemm_stats_sample", "train.cold_restart_references",
       "train.recompute",
       "train.export_hf"};

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/device/device.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -221,6 +223,9 @@ TEST_F(CliTest, BadInputIsOneLineAndWritesNothing) {
       {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --rht --block 1x32" + out, "rht"},
       {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --sr-bits 40 --round stochastic" + out, "40"},
       {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --output " + P("nodir/y.f32"), "nodir"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --device gpu" + out,
+       "--device gpu: expected cpu, cuda or cuda:N"},
+      {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --device cuda --reference" + out, "--reference"},
   };
   for (const auto& c : cases) {
     const CmdResult r = exmy(c.args);
@@ -235,6 +240,28 @@ TEST_F(CliTest, BadInputIsOneLineAndWritesNothing) {
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
   EXPECT_EQ(left.size(), 3u);
+}
+
+// --device cuda where it cannot run (no CUDA build, no device): one line
+// naming why, nothing written; an index past the last device likewise.
+TEST_F(CliTest, DeviceCudaWithoutADeviceIsOneLineAndWritesNothing) {
+  write_f32(dir / "x.f32", std::vector<uint32_t>(32, 0x3f800000u));
+  const exmy::sim::DeviceInventory inv = exmy::sim::device_inventory();
+  const std::string why = !inv.built_with_cuda ? "exmy was built without CUDA (EXMY_CUDA=OFF, or no nvcc at build time)"
+                          : inv.count == 0     ? "no CUDA device is visible (cudaGetDeviceCount: "
+                                               : "this machine has " + std::to_string(inv.count) + " CUDA device";
+  const std::string dev = inv.count == 0 ? "cuda" : "cuda:" + std::to_string(inv.count);
+  const std::string out = " --output " + P("y.f32") + " --codes " + P("c.bin") + " --stats " + P("s.json");
+  for (const std::string args : {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --device " + dev + out,
+                                 "bench quantize --elements 4096 --cols 64 --repeat 1 --device " + dev}) {
+    const CmdResult r = exmy(args);
+    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_EQ(r.err.rfind("exmy: error: --device " + dev + ": " + why, 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir / "y.f32"));
+  EXPECT_FALSE(fs::exists(dir / "c.bin"));
+  EXPECT_FALSE(fs::exists(dir / "s.json"));
 }
 
 // An error after a file of the same name existed keeps the old file.
@@ -396,7 +423,6 @@ TEST(Cli, HelpAndFormats) {
   EXPECT_NE(exmy("nonsense").status, 0);
 }
 
-}  // namespace
 
 // `exmy bench quantize` on a small tensor: every row is printed with a
 // throughput and a ratio; an unknown benchmark is a one-line error.
@@ -426,3 +452,5 @@ TEST_F(CliTest, BenchQuantizeSmallRun) {
   EXPECT_NE(bad.err.find("unknown benchmark 'nonsense'"), std::string::npos) << bad.err;
   EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
 }
+
+}  // namespace

@@ -20,9 +20,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "sim/device/device.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/train/checkpoint.hpp"
 #include "tests/train/test_support.hpp"
@@ -530,6 +532,37 @@ void expect_one_line_error(const std::vector<std::string>& argv, const std::stri
   EXPECT_EQ(r.out.rfind("exmy: error: ", 0), 0u) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
+}
+
+// --device / train.device: cpu trains; a CUDA device is refused in one line
+// before any work, naming why: no CUDA build, no device, or (where a device
+// is there) the GPU training backend that does not exist yet.
+TEST(CliTrain, DeviceCudaIsRefusedInOneLine) {
+  TempDir d;
+  const sim::DeviceInventory inv = sim::device_inventory();
+  const std::string why = !inv.built_with_cuda ? "exmy was built without CUDA"
+                          : inv.count == 0     ? "no CUDA device is visible"
+                                               : "the GPU training backend is not implemented yet";
+  auto with_device = [&](const std::string& out, const std::string& device) {
+    return std::vector<std::string>{kExmy, "train", "--config", kTinyIni, "--out", out, "--device", device};
+  };
+  expect_one_line_error(with_device(d / "a", "cuda"), "--device cuda: " + why);
+  expect_one_line_error(train_args(d / "b", {"train.device=cuda:0"}), "train.device cuda:0: " + why);
+  expect_one_line_error(with_device(d / "c", "cuda:x"), "--device cuda:x: expected cpu, cuda or cuda:N");
+  expect_one_line_error(train_args(d / "e", {"train.device=gpu"}), "train.device gpu: expected cpu, cuda or cuda:N");
+  expect_one_line_error({kExmy, "eval", "--device", "cuda"}, "--device cuda: " + why);
+  expect_one_line_error({kExmy, "bench", "train", "--device", "cuda"}, "--device cuda: " + why);
+  for (const char* dir : {"a", "b", "c", "e"}) EXPECT_FALSE(fs::exists(d / dir)) << dir;
+  // cpu trains, and the resolved configuration records it
+  auto cpu = with_device(d / "f", "cpu");
+  for (const char* s : {"train.steps=2", "train.batch_size=2", "train.seq_len=16", "train.eval_batches=1"})
+    cpu.insert(cpu.end(), {"--set", s});
+  const Result r = run(cpu);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream f(d / "f/config.ini");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_NE(ss.str().find("\ndevice = cpu\n"), std::string::npos) << ss.str();
 }
 
 TEST(CliTrain, BadInputGetsOneLineErrors) {

@@ -1,0 +1,261 @@
+// The launch sequences of the layer kernels, written once over a launcher
+// (sim/kernel_launch.hpp): models/cuda/layers.cu instantiates them with
+// DeviceLaunch, models/layers_emulated.cpp with HostLaunch. Each thread body
+// is a call of the per-row/per-element functions of models/layer_rows.hpp,
+// which the CPU layers (models/layers.cpp) call too, in the same order, so
+// the results equal the CPU's bit for bit. Float32 only (the training type).
+#pragma once
+
+#include <cstdint>
+
+#include "models/layer_rows.hpp"
+#include "sim/kernel_launch.hpp"
+
+namespace exmy::models {
+
+// Rows per partial column sum of the weight gradients: sim::kRowBlock of
+// rows_with_column_sums, which fixes the CPU's order (checked in
+// models/layers_emulated.cpp).
+inline constexpr int64_t kGradRowBlock = 32;
+
+// Scratch floats of rmsnorm_backward: the per-row means (N) and the partial
+// column sums (ceil(N / kGradRowBlock) x C).
+inline int64_t rmsnorm_backward_scratch(int64_t N, int64_t C) {
+  return N + (N + kGradRowBlock - 1) / kGradRowBlock * C;
+}
+
+// acc (C) += the column sums over rows [0, N) of term(n, c), in the order of
+// sim::rows_with_column_sums: a thread per (row block, column) makes the
+// block's partial (rows in order, from +0) into part (ceil(N /
+// kGradRowBlock) x C), then a thread per column adds the partials in block
+// order.
+template <class L, class Term>
+void column_sums_launches(const L& launch, const char* name, float* acc, int64_t N, int64_t C, float* part,
+                          Term term) {
+  const int64_t nb = (N + kGradRowBlock - 1) / kGradRowBlock;
+  launch(name, nb * C, [=] EXMY_HD_LAMBDA(int64_t j) {
+    const int64_t b = j / C, c = j % C;
+    const int64_t n1 = (b + 1) * kGradRowBlock < N ? (b + 1) * kGradRowBlock : N;
+    float p = 0.0f;
+    for (int64_t n = b * kGradRowBlock; n < n1; ++n) p += term(n, c);
+    part[j] = p;
+  });
+  launch(name, C, [=] EXMY_HD_LAMBDA(int64_t c) {
+    float a = acc[c];
+    for (int64_t b = 0; b < nb; ++b) a += part[b * C + c];
+    acc[c] = a;
+  });
+}
+
+// rmsnorm_forward of models/layers.hpp: a thread per row for rstd (its sum
+// in column order), then a thread per element.
+template <class L>
+void rmsnorm_forward_launches(const L& launch, float* out, float* rstd, const float* x, const float* w, int64_t N,
+                              int64_t C, double eps) {
+  launch("rmsnorm_forward rstd", N, [=] EXMY_HD_LAMBDA(int64_t n) { rstd[n] = rmsnorm_rstd(x + n * C, C, eps); });
+  launch("rmsnorm_forward out", N * C,
+         [=] EXMY_HD_LAMBDA(int64_t i) { out[i] = rmsnorm_out(w[i % C], x[i], rstd[i / C]); });
+}
+
+// rmsnorm_backward of models/layers.hpp (dx +=, dw +=): a thread per row for
+// its mean, a thread per element for dx, then dw by column_sums_launches.
+template <class L>
+void rmsnorm_backward_launches(const L& launch, float* dx, float* dw, const float* dout, const float* x,
+                               const float* w, const float* rstd, int64_t N, int64_t C, float* scratch) {
+  float* mean = scratch;
+  launch("rmsnorm_backward mean", N, [=] EXMY_HD_LAMBDA(int64_t n) {
+    mean[n] = rmsnorm_grad_mean(dout + n * C, w, x + n * C, rstd[n], C);
+  });
+  launch("rmsnorm_backward dx", N * C, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / C;
+    dx[i] += rmsnorm_dx(dout[i], w[i % C], x[i], rstd[n], mean[n]);
+  });
+  column_sums_launches(launch, "rmsnorm_backward dw", dw, N, C, scratch + N, [=] EXMY_HD_LAMBDA(int64_t n, int64_t c) {
+    return rmsnorm_dw(dout[n * C + c], x[n * C + c], rstd[n]);
+  });
+}
+
+// Scratch floats of gated_rmsnorm_backward: the per-(row, group) means (N x
+// G) and the partial column sums of dw.
+inline int64_t gated_rmsnorm_backward_scratch(int64_t N, int64_t D, int64_t G) {
+  return N * G + (N + kGradRowBlock - 1) / kGradRowBlock * D;
+}
+
+// gated_rmsnorm_forward: a thread per (row, group) for its rstd (storing the
+// gated values into out on the way, as the CPU does), then a thread per
+// element scaling them.
+template <class L>
+void gated_rmsnorm_forward_launches(const L& launch, float* out, float* rstd, const float* y, int64_t ldy,
+                                    const float* z, int64_t ldz, const float* w, int64_t N, int64_t D, int64_t G,
+                                    double eps) {
+  const int64_t gs = D / G;
+  launch("gated_rmsnorm_forward rstd", N * G, [=] EXMY_HD_LAMBDA(int64_t j) {
+    const int64_t n = j / G, g = j % G;
+    rstd[j] = gated_rstd(out + n * D, y + n * ldy, z + n * ldz, g * gs, (g + 1) * gs, eps);
+  });
+  launch("gated_rmsnorm_forward out", N * D, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / D, c = i % D;
+    out[i] = rmsnorm_out(w[c], out[i], rstd[n * G + c / gs]);
+  });
+}
+
+// gated_rmsnorm_backward (dy +=, dz +=, dw +=): a thread per (row, group)
+// for its mean, a thread per element for dy and dz, then dw by
+// column_sums_launches.
+template <class L>
+void gated_rmsnorm_backward_launches(const L& launch, float* dy, int64_t lddy, float* dz, int64_t lddz, float* dw,
+                                     const float* dout, const float* y, int64_t ldy, const float* z, int64_t ldz,
+                                     const float* w, const float* rstd, int64_t N, int64_t D, int64_t G,
+                                     float* scratch) {
+  const int64_t gs = D / G;
+  float* mean = scratch;
+  launch("gated_rmsnorm_backward mean", N * G, [=] EXMY_HD_LAMBDA(int64_t j) {
+    const int64_t n = j / G, g = j % G;
+    mean[j] = gated_grad_mean(dout + n * D, w, y + n * ldy, z + n * ldz, rstd[j], g * gs, (g + 1) * gs);
+  });
+  launch("gated_rmsnorm_backward dy dz", N * D, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / D, c = i % D, j = n * G + c / gs;
+    const GatedGrads<float> d = gated_grads(dout[i], w[c], y[n * ldy + c], z[n * ldz + c], rstd[j], mean[j]);
+    dy[n * lddy + c] += d.dy;
+    dz[n * lddz + c] += d.dz;
+  });
+  column_sums_launches(launch, "gated_rmsnorm_backward dw", dw, N, D, scratch + N * G,
+                       [=] EXMY_HD_LAMBDA(int64_t n, int64_t c) {
+                         const int64_t j = n * G + c / gs;
+                         return gated_grads(dout[n * D + c], w[c], y[n * ldy + c], z[n * ldz + c], rstd[j], mean[j]).dw;
+                       });
+}
+
+// conv1d_silu_forward: a thread per output element (its taps in the CPU's
+// order, conv1d_pre, then silu).
+template <class L>
+void conv1d_silu_forward_launches(const L& launch, float* out, const float* x, int64_t ldx, const float* w,
+                                  const float* bias, int64_t B, int64_t T, int64_t Cc, int64_t K) {
+  launch("conv1d_silu_forward", B * T * Cc, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t bt = i / Cc, c = i % Cc;
+    out[i] = silu_hd(conv1d_pre(x, ldx, w, bias, bt, bt % T, c, K));
+  });
+}
+
+// Scratch floats of conv1d_silu_backward: the gradient at the
+// pre-activation (B x T x Cc).
+inline int64_t conv1d_silu_backward_scratch(int64_t B, int64_t T, int64_t Cc) { return B * T * Cc; }
+
+// conv1d_silu_backward (dx +=, dw +=, dbias +=), in the CPU's orders: a
+// thread per element for the gradient at the pre-activation (recomputed);
+// a thread per element of dx adding its taps' terms by increasing t (the
+// CPU's outer loop); a thread per (c, k) of dw and per c of dbias summing
+// over b, then t.
+template <class L>
+void conv1d_silu_backward_launches(const L& launch, float* dx, int64_t lddx, float* dw, float* dbias,
+                                   const float* dout, const float* x, int64_t ldx, const float* w, const float* bias,
+                                   int64_t B, int64_t T, int64_t Cc, int64_t K, float* scratch) {
+  float* dp = scratch;
+  launch("conv1d_silu_backward dpre", B * T * Cc, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t bt = i / Cc, c = i % Cc;
+    dp[i] = silu_grad(dout[i], conv1d_pre(x, ldx, w, bias, bt, bt % T, c, K));
+  });
+  launch("conv1d_silu_backward dx", B * T * Cc, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t bts = i / Cc, c = i % Cc, ts = bts % T, b0 = bts - ts;
+    float* d = dx + bts * lddx + c;
+    float acc = *d;
+    for (int64_t t = ts; t < T && t <= ts + K - 1; ++t) acc += w[c * K + (ts - t + K - 1)] * dp[(b0 + t) * Cc + c];
+    *d = acc;
+  });
+  launch("conv1d_silu_backward dw", Cc * K, [=] EXMY_HD_LAMBDA(int64_t j) {
+    const int64_t c = j / K, k = j % K;
+    float acc = dw[j];
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t ts = t + k - (K - 1);
+        if (ts < 0) continue;
+        acc += dp[(b * T + t) * Cc + c] * x[(b * T + ts) * ldx + c];
+      }
+    dw[j] = acc;
+  });
+  if (dbias)
+    launch("conv1d_silu_backward dbias", Cc, [=] EXMY_HD_LAMBDA(int64_t c) {
+      float acc = dbias[c];
+      for (int64_t bt = 0; bt < B * T; ++bt) acc += dp[bt * Cc + c];
+      dbias[c] = acc;
+    });
+}
+
+// relu2_forward / relu2_backward (din +=) of models/layers.hpp: a thread per element.
+template <class L>
+void relu2_forward_launches(const L& launch, float* out, const float* in, int64_t n) {
+  launch("relu2_forward", n, [=] EXMY_HD_LAMBDA(int64_t i) { out[i] = relu2(in[i]); });
+}
+template <class L>
+void relu2_backward_launches(const L& launch, float* din, const float* dout, const float* in, int64_t n) {
+  launch("relu2_backward", n, [=] EXMY_HD_LAMBDA(int64_t i) { din[i] += relu2_grad(dout[i], in[i]); });
+}
+
+// cross_entropy_forward of models/layers.hpp: a thread per row (its max,
+// its double sum in column order, its loss), then one thread for the mean
+// in row order; the mean and the count land in device memory.
+template <class L>
+void cross_entropy_forward_launches(const L& launch, double* losses, double* mean, int64_t* counted,
+                                    const float* logits, const int32_t* targets, int64_t N, int64_t V) {
+  launch("cross_entropy_forward rows", N,
+         [=] EXMY_HD_LAMBDA(int64_t n) { ce_row_forward(losses, logits, targets, n, V); });
+  launch("cross_entropy_forward mean", 1,
+         [=] EXMY_HD_LAMBDA(int64_t) { *mean = ce_mean(losses, targets, N, counted); });
+}
+
+// Scratch floats of cross_entropy_backward: each row's max and 1/sum.
+inline int64_t cross_entropy_backward_scratch(int64_t N) { return 2 * N; }
+
+// cross_entropy_backward (dlogits +=): a thread per row for its max and
+// 1/sum, a thread per element of the counted rows for its term, then a
+// thread per counted row subtracting scale at its target, as the CPU does
+// after the row's terms.
+template <class L>
+void cross_entropy_backward_launches(const L& launch, float* dlogits, const float* logits, const int32_t* targets,
+                                     int64_t N, int64_t V, double scale, float* scratch) {
+  float* row_max = scratch;
+  float* row_inv = scratch + N;
+  const float sc = static_cast<float>(scale);
+  launch("cross_entropy_backward rows", N, [=] EXMY_HD_LAMBDA(int64_t n) {
+    if (targets[n] < 0) return;
+    const float* l = logits + n * V;
+    row_max[n] = ce_row_max(l, V);
+    row_inv[n] = static_cast<float>(1.0 / ce_row_sumexp(l, V, row_max[n]));
+  });
+  launch("cross_entropy_backward terms", N * V, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / V;
+    if (targets[n] < 0) return;
+    dlogits[i] += ce_grad(sc, logits[i], row_max[n], row_inv[n]);
+  });
+  launch("cross_entropy_backward targets", N, [=] EXMY_HD_LAMBDA(int64_t n) {
+    if (targets[n] >= 0) dlogits[n * V + targets[n]] -= sc;
+  });
+}
+
+// embedding_forward: a thread per output element (a copy, no arithmetic).
+template <class L>
+void embedding_forward_launches(const L& launch, float* out, const int32_t* tokens, const float* wte, int64_t N,
+                                int64_t C) {
+  launch("embedding_forward", N * C, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / C;
+    out[i] = wte[static_cast<int64_t>(tokens[n]) * C + i % C];
+  });
+}
+
+// embedding_backward (dwte +=) without atomics: the positions grouped by
+// token (TokenGroups, layers_cuda.hpp), a thread per (distinct token,
+// column) adding that token's rows of dout in increasing position, which is
+// the CPU's order for every element of dwte.
+template <class L>
+void embedding_backward_launches(const L& launch, float* dwte, const float* dout, const int32_t* rows,
+                                 const int64_t* starts, const int64_t* positions, int64_t distinct, int64_t C) {
+  launch("embedding_backward", distinct * C, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t k = i / C, c = i % C;
+    float* d = dwte + static_cast<int64_t>(rows[k]) * C + c;
+    float acc = *d;
+    for (int64_t j = starts[k]; j < starts[k + 1]; ++j) acc += dout[positions[j] * C + c];
+    *d = acc;
+  });
+}
+
+}  // namespace exmy::models

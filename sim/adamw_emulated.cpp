@@ -1,0 +1,10 @@
+// The host emulation of the AdamW kernel (sim/adamw_update.hpp).
+#include "sim/adamw_update.hpp"
+
+namespace exmy::sim {
+
+void adamw_update_emulated(float* p, float* m, float* v, const float* g, int64_t n, float dk, const AdamWScalars& s) {
+  adamw_range_launches(HostLaunch{}, p, m, v, g, n, dk, s);
+}
+
+}  // namespace exmy::sim

@@ -1,0 +1,11 @@
+// The AdamW kernel on a CUDA device: sim/adamw_update.hpp's launch with
+// sim::DeviceLaunch (the arithmetic is adamw_update, shared with the CPU).
+#include "sim/adamw_update.hpp"
+
+namespace exmy::sim {
+
+void adamw_update_cuda(float* p, float* m, float* v, const float* g, int64_t n, float dk, const AdamWScalars& s) {
+  adamw_range_launches(DeviceLaunch{}, p, m, v, g, n, dk, s);
+}
+
+}  // namespace exmy::sim

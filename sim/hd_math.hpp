@@ -1,0 +1,32 @@
+// Math for EXMY_HD (host + device) code shared by the CPU and the CUDA
+// kernels. sqrt is correctly rounded on both sides (device code is compiled
+// with --prec-div=true --prec-sqrt=true --fmad=false), so results through it
+// are the same bits. exp and log: the host's libm (glibc) and the device's
+// libdevice are each accurate to a few ulp but not the same functions, so
+// results through them are bit-identical between the CPU and its host
+// emulation only; on a device they carry the FP32 budget their callers state.
+#pragma once
+
+#include <cmath>
+
+#include "formats/format.hpp"  // EXMY_HD
+
+namespace exmy::sim {
+
+// hd_NAME(float) and hd_NAME(double): std::NAME on the host, the device's
+// NAMEf / NAME in device code.
+#if defined(__CUDA_ARCH__)
+#define EXMY_HD_MATH(name)                                         \
+  EXMY_HD float hd_##name(float x) { return ::name##f(x); }        \
+  EXMY_HD double hd_##name(double x) { return ::name(x); }
+#else
+#define EXMY_HD_MATH(name)                                         \
+  EXMY_HD float hd_##name(float x) { return std::name(x); }        \
+  EXMY_HD double hd_##name(double x) { return std::name(x); }
+#endif
+EXMY_HD_MATH(sqrt)
+EXMY_HD_MATH(exp)
+EXMY_HD_MATH(log)
+#undef EXMY_HD_MATH
+
+}  // namespace exmy::sim

@@ -1,0 +1,425 @@
+// The layer and AdamW kernels (models/cuda/layers_cuda.hpp,
+// sim/adamw_update.hpp) against the CPU implementations, bit for bit: the
+// CPU defines every order (row sums in column order, weight-gradient
+// partials per 32-row block added in block order), and the kernels follow it.
+//
+// Built twice:
+// - test_layers_cuda_emulated (label "unit"): the kernels' launches with
+//   their threads run on the host (sim::HostLaunch), on every machine;
+// - test_layers_cuda (label "gpu", only with CUDA): the real kernels on the
+//   device; every test reports SKIPPED without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "models/cuda/layers_cuda.hpp"
+#include "models/layers.hpp"
+#include "sim/adamw_update.hpp"
+#include "sim/arena.hpp"
+#include "sim/optim.hpp"
+
+#if !defined(EXMY_TEST_EMULATED)
+#include <cuda_runtime.h>
+#endif
+
+namespace exmy::models {
+namespace {
+
+using Vec = std::vector<float>;
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+void expect_bits(const Vec& got, const Vec& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < want.size() && bad < 5; ++i)
+    if (bits(got[i]) != bits(want[i])) {
+      ADD_FAILURE() << what << " element " << i << ": " << got[i] << " (0x" << std::hex << bits(got[i])
+                    << "), CPU " << want[i] << " (0x" << bits(want[i]) << std::dec << ")";
+      ++bad;
+    }
+}
+
+Vec randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  Vec v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+// Buffers the implementation under test works on: host vectors for the
+// emulation, device copies for the kernels.
+#if defined(EXMY_TEST_EMULATED)
+#define EXMY_REQUIRE_CUDA() \
+  do {                      \
+  } while (0)
+#define KERNEL(name) name##_emulated
+constexpr bool kOnDevice = false;
+template <class T>
+struct BufferOf {
+  std::vector<T> v;
+  explicit BufferOf(const std::vector<T>& init) : v(init) {}
+  T* ptr() { return v.data(); }
+  std::vector<T> get() const { return v; }
+};
+#else
+#define EXMY_REQUIRE_CUDA()                                                           \
+  do {                                                                                \
+    int n = 0;                                                                        \
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {                            \
+      cudaGetLastError();                                                             \
+      GTEST_SKIP() << "needs a CUDA device";                                          \
+    }                                                                                 \
+  } while (0)
+#define KERNEL(name) name##_cuda
+constexpr bool kOnDevice = true;
+template <class T>
+struct BufferOf {
+  T* d = nullptr;
+  size_t n;
+  explicit BufferOf(const std::vector<T>& init) : n(init.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(d, init.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~BufferOf() { cudaFree(d); }
+  T* ptr() { return d; }
+  std::vector<T> get() const {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+};
+#endif
+using Buffer = BufferOf<float>;
+
+// Shapes with a partial last row block (N % 32 != 0), one row, one block.
+const int64_t kShapes[][2] = {{67, 96}, {1, 5}, {32, 33}, {130, 17}};
+
+TEST(LayerKernels, RmsNormForward) {
+  EXMY_REQUIRE_CUDA();
+  for (const auto& [N, C] : kShapes) {
+    const Vec x = randn(static_cast<size_t>(N * C), 1 + N), w = randn(static_cast<size_t>(C), 2, 0.5f);
+    Vec out(x.size()), rstd(static_cast<size_t>(N));
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5);
+    Buffer dx(x), dw(w), dout(Vec(x.size(), -1.0f)), drstd(Vec(rstd.size(), -1.0f));
+    KERNEL(rmsnorm_forward)(dout.ptr(), drstd.ptr(), dx.ptr(), dw.ptr(), N, C, 1e-5);
+    const std::string what = "rmsnorm forward " + std::to_string(N) + "x" + std::to_string(C);
+    expect_bits(dout.get(), out, what + " out");
+    expect_bits(drstd.get(), rstd, what + " rstd");
+  }
+}
+
+TEST(LayerKernels, RmsNormBackwardAccumulates) {
+  EXMY_REQUIRE_CUDA();
+  for (const auto& [N, C] : kShapes) {
+    const size_t n = static_cast<size_t>(N * C);
+    const Vec x = randn(n, 3 + N), w = randn(static_cast<size_t>(C), 4, 0.5f), g = randn(n, 5 + N);
+    Vec out(n), rstd(static_cast<size_t>(N));
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5);
+    // both gradients start non-zero: the kernels add, as the CPU does
+    Vec dx = randn(n, 6), dw = randn(static_cast<size_t>(C), 7);
+    Buffer kdx(dx), kdw(dw), kg(g), kx(x), kw(w), kr(rstd);
+    Buffer scratch(Vec(static_cast<size_t>(rmsnorm_backward_scratch(N, C)), 0.0f));
+    rmsnorm_backward(dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C);
+    KERNEL(rmsnorm_backward)(kdx.ptr(), kdw.ptr(), kg.ptr(), kx.ptr(), kw.ptr(), kr.ptr(), N, C, scratch.ptr());
+    const std::string what = "rmsnorm backward " + std::to_string(N) + "x" + std::to_string(C);
+    expect_bits(kdx.get(), dx, what + " dx");
+    expect_bits(kdw.get(), dw, what + " dw");
+  }
+}
+
+TEST(LayerKernels, SquaredRelu) {
+  EXMY_REQUIRE_CUDA();
+  Vec in = randn(1000, 8, 3.0f);
+  in[0] = 0.0f, in[1] = -0.0f, in[2] = 1e30f, in[3] = -1e30f, in[4] = std::numeric_limits<float>::denorm_min();
+  const Vec g = randn(in.size(), 9);
+  Vec out(in.size()), din = randn(in.size(), 10);
+  Buffer kin(in), kg(g), kout(Vec(in.size(), -1.0f)), kdin(din);
+  relu2_forward(out.data(), in.data(), static_cast<int64_t>(in.size()));
+  relu2_backward(din.data(), g.data(), in.data(), static_cast<int64_t>(in.size()));
+  KERNEL(relu2_forward)(kout.ptr(), kin.ptr(), static_cast<int64_t>(in.size()));
+  KERNEL(relu2_backward)(kdin.ptr(), kg.ptr(), kin.ptr(), static_cast<int64_t>(in.size()));
+  expect_bits(kout.get(), out, "relu2 forward");
+  expect_bits(kdin.get(), din, "relu2 backward");
+  EXPECT_TRUE(std::isinf(out[2]));  // the overflow is the CPU's too
+}
+
+// Three AdamW steps of an arena with decayed and exempt views against
+// sim::AdamW::step, parameters and both moments bit for bit.
+TEST(LayerKernels, AdamW) {
+  EXMY_REQUIRE_CUDA();
+  sim::ArenaLayout L;
+  L.add("a.weight", {37, 5}, true);
+  L.add("norm.weight", {19}, false);
+  L.add("b.weight", {300}, true);
+  sim::AdamWConfig cfg;
+  sim::AdamW opt(L, cfg);
+  const size_t n = static_cast<size_t>(L.size());
+  Vec p = randn(n, 11), m(n, 0.0f), v(n, 0.0f);
+  Buffer kp(p), km(m), kv(v);
+  for (int64_t t = 1; t <= 3; ++t) {
+    const Vec g = randn(n, 20 + static_cast<uint64_t>(t), 0.1f);
+    const double lr = 3e-3 * static_cast<double>(t), scale = 0.5;
+    opt.step(p, g, lr, scale);
+    Buffer kg(g);
+    const sim::AdamWScalars s = sim::adamw_scalars(cfg, t, lr, scale);
+    for (const auto& view : L.views())
+      sim::KERNEL(adamw_update)(kp.ptr() + view.offset, km.ptr() + view.offset, kv.ptr() + view.offset,
+                                kg.ptr() + view.offset, view.numel, view.weight_decay ? s.decay : 1.0f, s);
+  }
+  expect_bits(kp.get(), p, "adamw params");
+  expect_bits(km.get(), Vec(opt.exp_avg().begin(), opt.exp_avg().end()), "adamw exp_avg");
+  expect_bits(kv.get(), Vec(opt.exp_avg_sq().begin(), opt.exp_avg_sq().end()), "adamw exp_avg_sq");
+}
+
+// Embedding: the forward copies; the backward, with tokens repeated many
+// times (the order of the adds then matters), equals the CPU's
+// channel-block loop bit for bit without atomics.
+TEST(LayerKernels, Embedding) {
+  EXMY_REQUIRE_CUDA();
+  const int64_t N = 300, C = 70, Vocab = 50;
+  std::vector<int32_t> tokens(static_cast<size_t>(N));
+  std::mt19937 rng(40);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % 9 == 0 ? rng() % Vocab : rng() % 5);  // skewed
+  const Vec wte = randn(static_cast<size_t>(Vocab * C), 41), dout = randn(static_cast<size_t>(N * C), 42, 3.0f);
+  Vec out(static_cast<size_t>(N * C)), dwte = randn(wte.size(), 43);
+  embedding_forward(out.data(), tokens.data(), wte.data(), N, C);
+  const TokenGroups g = group_tokens(tokens.data(), N);
+  ASSERT_EQ(g.starts.back(), N);
+  BufferOf<int32_t> ktokens(tokens), krows(g.rows);
+  BufferOf<int64_t> kstarts(g.starts), kpos(g.positions);
+  Buffer kwte(wte), kout(Vec(out.size(), -1.0f)), kdout(dout), kdwte(dwte);
+  embedding_backward(dwte.data(), dout.data(), tokens.data(), N, C);
+  KERNEL(embedding_forward)(kout.ptr(), ktokens.ptr(), kwte.ptr(), N, C);
+  KERNEL(embedding_backward)(kdwte.ptr(), kdout.ptr(), krows.ptr(), kstarts.ptr(), kpos.ptr(),
+                             static_cast<int64_t>(g.rows.size()), C);
+  expect_bits(kout.get(), out, "embedding forward");
+  expect_bits(kdwte.get(), dwte, "embedding backward");
+}
+
+// Gated grouped RMSNorm, forward and backward (strided y and z, as the
+// mixer passes them): the emulation bit for bit. On a device silu goes
+// through exp, so a budget, in u = 2^-23 (at least an ulp, relative): exp
+// within 3u (2 ulp CUDA, 1 ulp glibc), sigmoid = 1 / (1 + e) adds a rounding
+// per operation on each side, 5u; silu 6u; g = y silu(z) 7u; the squares
+// 14u, their sum likewise (positive terms), rstd = 1 / sqrt(ss / gs + eps)
+// half of that plus three roundings, 10u; out = w (g rstd) 19u: tested with
+// 24u relative. Backward: every input of a term (s, silu, g, rstd) within
+// 24u; the group mean m within 24u of M = mean |dout w g rstd| (not of |m|,
+// which may cancel); dg = r (dout w - gh m) then within 24u of r (|dout w| +
+// |gh| M) plus its four roundings, and each term a product or two more, all
+// well inside 64u of its magnitude S (computed in double below), plus a
+// rounding of the += result on each side (2 ulp of the result); dw sums such
+// terms: 64u of the sum of |terms| plus 2 ulp.
+TEST(LayerKernels, GatedRmsNorm) {
+  EXMY_REQUIRE_CUDA();
+  const int64_t N = 70, D = 48, G = 3, ldy = 60, ldz = 52, gs = D / G;
+  const double eps = 1e-5;
+  const Vec y = randn(static_cast<size_t>(N * ldy), 50), z = randn(static_cast<size_t>(N * ldz), 51, 2.0f),
+            w = randn(static_cast<size_t>(D), 52, 0.5f), dout = randn(static_cast<size_t>(N * D), 53);
+  Vec out(static_cast<size_t>(N * D)), rstd(static_cast<size_t>(N * G));
+  gated_rmsnorm_forward(out.data(), rstd.data(), y.data(), ldy, z.data(), ldz, w.data(), N, D, G, eps);
+  Vec dy = randn(y.size(), 54, 0.1f), dz = randn(z.size(), 55, 0.1f), dw = randn(w.size(), 56);
+  Buffer ky(y), kz(z), kw(w), kdout(dout), kout(Vec(out.size(), -1.0f)), kr(Vec(rstd.size(), -1.0f));
+  Buffer kdy(dy), kdz(dz), kdw(dw), scratch(Vec(static_cast<size_t>(gated_rmsnorm_backward_scratch(N, D, G)), 0.0f));
+  KERNEL(gated_rmsnorm_forward)(kout.ptr(), kr.ptr(), ky.ptr(), ldy, kz.ptr(), ldz, kw.ptr(), N, D, G, eps);
+  // the backward of both from the CPU's rstd, so that only the backward is compared
+  Buffer kcpu_r(rstd);
+  const Vec dy0 = dy, dw0 = dw;
+  gated_rmsnorm_backward(dy.data(), ldy, dz.data(), ldz, dw.data(), dout.data(), y.data(), ldy, z.data(), ldz,
+                         w.data(), rstd.data(), N, D, G);
+  KERNEL(gated_rmsnorm_backward)(kdy.ptr(), ldy, kdz.ptr(), ldz, kdw.ptr(), kdout.ptr(), ky.ptr(), ldy, kz.ptr(), ldz,
+                                 kw.ptr(), kcpu_r.ptr(), N, D, G, scratch.ptr());
+  if (!kOnDevice) {
+    expect_bits(kout.get(), out, "gated rmsnorm out");
+    expect_bits(kr.get(), rstd, "gated rmsnorm rstd");
+    expect_bits(kdy.get(), dy, "gated rmsnorm dy");
+    expect_bits(kdz.get(), dz, "gated rmsnorm dz");
+    expect_bits(kdw.get(), dw, "gated rmsnorm dw");
+    return;
+  }
+  const double u = std::ldexp(1.0, -23);
+  auto ulp = [](float f) { return static_cast<double>(std::fabs(std::nextafter(f, INFINITY) - f)); };
+  const Vec gout = kout.get(), gr = kr.get(), gdy = kdy.get(), gdz = kdz.get(), gdw = kdw.get();
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(gout[i], out[i], 24 * u * std::fabs(out[i]) + ulp(out[i])) << i;
+  for (size_t i = 0; i < rstd.size(); ++i) ASSERT_NEAR(gr[i], rstd[i], 24 * u * rstd[i]) << i;
+  std::vector<double> dw_mag(static_cast<size_t>(D), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g) {
+      const double r = rstd[static_cast<size_t>(n * G + g)];
+      auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+      double M = 0;
+      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) {
+        const double zc = z[static_cast<size_t>(n * ldz + c)], gh = y[static_cast<size_t>(n * ldy + c)] * zc * sig(zc) * r;
+        M += std::fabs(dout[static_cast<size_t>(n * D + c)] * w[static_cast<size_t>(c)] * gh);
+      }
+      M /= static_cast<double>(gs);
+      for (int64_t c = g * gs; c < (g + 1) * gs; ++c) {
+        const size_t iy = static_cast<size_t>(n * ldy + c), iz = static_cast<size_t>(n * ldz + c);
+        const double zc = z[iz], s = sig(zc), sz = zc * s, gh = y[iy] * sz * r;
+        const double go = dout[static_cast<size_t>(n * D + c)];
+        const double dg_mag = r * (std::fabs(go * w[static_cast<size_t>(c)]) + std::fabs(gh) * M);
+        const double dsilu = std::fabs(s * (1 + zc * (1 - s)));
+        ASSERT_NEAR(gdy[iy], dy[iy], 64 * u * dg_mag * std::fabs(sz) + 2 * ulp(dy[iy])) << n << "," << c;
+        ASSERT_NEAR(gdz[iz], dz[iz], 64 * u * dg_mag * std::fabs(y[iy]) * dsilu + 2 * ulp(dz[iz])) << n << "," << c;
+        dw_mag[static_cast<size_t>(c)] += std::fabs(go * gh);
+      }
+    }
+  for (int64_t c = 0; c < D; ++c)
+    ASSERT_NEAR(gdw[static_cast<size_t>(c)], dw[static_cast<size_t>(c)],
+                64 * u * (dw_mag[static_cast<size_t>(c)] + std::fabs(dw0[static_cast<size_t>(c)])) + 2 * ulp(dw[static_cast<size_t>(c)]))
+        << c;
+  // the strided columns past D are untouched
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = D; c < ldy; ++c) ASSERT_EQ(bits(gdy[static_cast<size_t>(n * ldy + c)]), bits(dy0[static_cast<size_t>(n * ldy + c)]));
+}
+
+// Causal depthwise conv1d + SiLU, with and without bias, a strided input
+// and a sequence shorter than the kernel: the emulation bit for bit. On a
+// device, in u = 2^-23: the pre-activation is the CPU's exactly (IEEE + and
+// * in its order); silu within 6u (exp 3u, then the add, the division and
+// the product, a rounding each side), tested with 8u relative. Backward:
+// silu'(p) = s (1 + p (1 - s)) may cancel, so the gradient at the
+// pre-activation is within 16u of its magnitude |dout| s (1 + |p| |1 - s|)
+// (s within 5u, four more operations); dx, dw and dbias add products of
+// those with exact factors: within 16u of the sum of the terms' magnitudes,
+// plus a rounding of each += result (2 ulp of the result).
+TEST(LayerKernels, Conv1dSilu) {
+  EXMY_REQUIRE_CUDA();
+  struct Shape {
+    int64_t B, T, Cc, K, ldx;
+    bool bias;
+  };
+  for (const Shape& sh : {Shape{2, 37, 20, 4, 26, true}, Shape{3, 2, 9, 4, 9, false}}) {
+    const auto [B, T, Cc, K, ldx, with_bias] = sh;
+    const size_t n = static_cast<size_t>(B * T * Cc);
+    const Vec x = randn(static_cast<size_t>(B * T * ldx), 60, 1.5f), w = randn(static_cast<size_t>(Cc * K), 61, 0.7f),
+              bias = randn(static_cast<size_t>(Cc), 62), dout = randn(n, 63);
+    const float* bp = with_bias ? bias.data() : nullptr;
+    Vec out(n), dx = randn(x.size(), 64, 0.1f), dw = randn(w.size(), 65, 0.1f), dbias = randn(bias.size(), 66, 0.1f);
+    Buffer kx(x), kw(w), kb(bias), kdout(dout), kout(Vec(n, -1.0f)), kdx(dx), kdw(dw), kdb(dbias);
+    Buffer scratch(Vec(static_cast<size_t>(conv1d_silu_backward_scratch(B, T, Cc)), 0.0f));
+    float* kbp = with_bias ? kb.ptr() : nullptr;
+    const Vec db0 = dbias;
+    conv1d_silu_forward(out.data(), x.data(), ldx, w.data(), bp, B, T, Cc, K);
+    conv1d_silu_backward(dx.data(), ldx, dw.data(), with_bias ? dbias.data() : nullptr, dout.data(), x.data(), ldx,
+                         w.data(), bp, B, T, Cc, K);
+    KERNEL(conv1d_silu_forward)(kout.ptr(), kx.ptr(), ldx, kw.ptr(), kbp, B, T, Cc, K);
+    KERNEL(conv1d_silu_backward)(kdx.ptr(), ldx, kdw.ptr(), with_bias ? kdb.ptr() : nullptr, kdout.ptr(), kx.ptr(), ldx,
+                                 kw.ptr(), kbp, B, T, Cc, K, scratch.ptr());
+    const std::string what = "conv1d T=" + std::to_string(T) + (with_bias ? " bias" : " no bias");
+    if (!kOnDevice) {
+      expect_bits(kout.get(), out, what + " out");
+      expect_bits(kdx.get(), dx, what + " dx");
+      expect_bits(kdw.get(), dw, what + " dw");
+      expect_bits(kdb.get(), dbias, what + " dbias");
+      continue;
+    }
+    const double u = std::ldexp(1.0, -23);
+    auto ulp = [](float f) { return static_cast<double>(std::fabs(std::nextafter(f, INFINITY) - f)); };
+    const Vec gout = kout.get(), gdx = kdx.get(), gdw = kdw.get(), gdb = kdb.get();
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(gout[i], out[i], 8 * u * std::fabs(out[i]) + ulp(out[i])) << what << " " << i;
+    // magnitudes of the gradient at the pre-activation, then of the sums
+    std::vector<double> mdp(n);
+    for (int64_t bt = 0; bt < B * T; ++bt)
+      for (int64_t c = 0; c < Cc; ++c) {
+        double p = bp ? bp[c] : 0.0;
+        for (int64_t k = 0; k < K; ++k)
+          if (bt % T + k - (K - 1) >= 0) p += static_cast<double>(w[static_cast<size_t>(c * K + k)]) * x[static_cast<size_t>((bt + k - (K - 1)) * ldx + c)];
+        const double s = 1.0 / (1.0 + std::exp(-p));
+        mdp[static_cast<size_t>(bt * Cc + c)] = std::fabs(dout[static_cast<size_t>(bt * Cc + c)]) * s * (1 + std::fabs(p) * std::fabs(1 - s));
+      }
+    std::vector<double> mdx(x.size(), 0.0), mdw(w.size(), 0.0), mdb(bias.size(), 0.0);
+    for (int64_t bt = 0; bt < B * T; ++bt)
+      for (int64_t c = 0; c < Cc; ++c) {
+        const double m = mdp[static_cast<size_t>(bt * Cc + c)];
+        mdb[static_cast<size_t>(c)] += m;
+        for (int64_t k = 0; k < K; ++k) {
+          if (bt % T + k - (K - 1) < 0) continue;
+          const size_t ix = static_cast<size_t>((bt + k - (K - 1)) * ldx + c);
+          mdx[ix] += m * std::fabs(w[static_cast<size_t>(c * K + k)]);
+          mdw[static_cast<size_t>(c * K + k)] += m * std::fabs(x[ix]);
+        }
+      }
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gdx[i], dx[i], 16 * u * mdx[i] + 2 * ulp(dx[i])) << what << " dx " << i;
+    for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(gdw[i], dw[i], 16 * u * mdw[i] + 2 * ulp(dw[i])) << what << " dw " << i;
+    if (with_bias)
+      for (size_t i = 0; i < bias.size(); ++i) ASSERT_NEAR(gdb[i], dbias[i], 16 * u * mdb[i] + 2 * ulp(dbias[i])) << what << " dbias " << i;
+    else
+      for (size_t i = 0; i < bias.size(); ++i) ASSERT_EQ(bits(gdb[i]), bits(db0[i])) << what;
+  }
+}
+
+// Cross-entropy: the emulation bit for bit; on a device within the budget
+// its exp and log leave (sim/hd_math.hpp). The budget: CUDA's expf is within
+// 2 ulp and glibc's within 1, so each term exp(l - max) differs by at most
+// 3 ulp, a relative 3 * 2^-23 (the max is exact on both). The double sum of
+// these positive terms then differs by at most that relative amount (its
+// own rounding, ~2^-53 per add, is negligible), so log(sum), and with it a
+// row's loss and the mean, differ by at most 3 * 2^-23 absolute (plus the
+// two double logs' ~2^-52 relative): tested with 4 * 2^-23. A gradient term
+// sc * (exp(l - max) * inv): exp 3 * 2^-23 relative, inv = fl(1 / sum) 3 *
+// 2^-23 from the sum plus a rounding each side, the two products a rounding
+// each side: at most 9 * 2^-23 relative of the term; the += into dlogits and
+// the -= scale at the target add a rounding of the result on each side:
+// tested with 10 * 2^-23 |term| + 2 ulp(|dlogits|).
+TEST(LayerKernels, CrossEntropy) {
+  EXMY_REQUIRE_CUDA();
+  const int64_t N = 45, V = 300;
+  const Vec logits = randn(static_cast<size_t>(N * V), 30, 4.0f);
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) targets[static_cast<size_t>(n)] = n % 7 == 3 ? -1 : static_cast<int32_t>((n * 37) % V);
+  std::vector<double> losses(static_cast<size_t>(N));
+  int64_t counted = 0;
+  const double mean = cross_entropy_forward(losses.data(), &counted, logits.data(), targets.data(), N, V);
+  const double scale = 1.0 / static_cast<double>(counted);
+  Vec dl = randn(logits.size(), 31, 1e-3f);
+  BufferOf<double> klosses(std::vector<double>(losses.size(), -1.0)), kmean(std::vector<double>(1, -1.0));
+  BufferOf<int64_t> kcounted(std::vector<int64_t>(1, -1));
+  BufferOf<int32_t> ktargets(targets);
+  Buffer klogits(logits), kdl(dl), scratch(Vec(static_cast<size_t>(cross_entropy_backward_scratch(N)), 0.0f));
+  cross_entropy_backward(dl.data(), logits.data(), targets.data(), N, V, scale);
+  KERNEL(cross_entropy_forward)(klosses.ptr(), kmean.ptr(), kcounted.ptr(), klogits.ptr(), ktargets.ptr(), N, V);
+  KERNEL(cross_entropy_backward)(kdl.ptr(), klogits.ptr(), ktargets.ptr(), N, V, scale, scratch.ptr());
+  EXPECT_EQ(kcounted.get()[0], counted);
+  EXPECT_LT(counted, N);  // ignored rows were there
+  const std::vector<double> got_losses = klosses.get();
+  const Vec got_dl = kdl.get();
+  if (!kOnDevice) {
+    EXPECT_EQ(std::memcmp(got_losses.data(), losses.data(), losses.size() * sizeof(double)), 0) << "row losses";
+    EXPECT_EQ(std::memcmp(kmean.get().data(), &mean, sizeof mean), 0) << "mean loss";
+    expect_bits(got_dl, dl, "cross-entropy dlogits");
+    return;
+  }
+  const double loss_tol = 4.0 * std::ldexp(1.0, -23);
+  for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(got_losses[static_cast<size_t>(n)], losses[static_cast<size_t>(n)], loss_tol) << n;
+  EXPECT_NEAR(kmean.get()[0], mean, loss_tol);
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[static_cast<size_t>(n)] < 0) continue;
+    const float* l = logits.data() + n * V;
+    const double mx = *std::max_element(l, l + V);
+    double s = 0;
+    for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(l[v]) - mx);
+    for (int64_t v = 0; v < V; ++v) {
+      const size_t i = static_cast<size_t>(n * V + v);
+      const double term = scale * std::exp(static_cast<double>(l[v]) - mx) / s;
+      const double tol = 10.0 * std::ldexp(1.0, -23) * std::fabs(term) +
+                         2.0 * std::fabs(std::nextafter(dl[i], INFINITY) - dl[i]);
+      ASSERT_NEAR(got_dl[i], dl[i], tol) << "row " << n << " column " << v;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace exmy::models
