@@ -252,7 +252,7 @@ TEST_F(CliTest, DeviceCudaWithoutADeviceIsOneLineAndWritesNothing) {
                                                : "this machine has " + std::to_string(inv.count) + " CUDA device";
   const std::string dev = inv.count == 0 ? "cuda" : "cuda:" + std::to_string(inv.count);
   const std::string out = " --output " + P("y.f32") + " --codes " + P("c.bin") + " --stats " + P("s.json");
-  for (const std::string args : {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --device " + dev + out,
+  for (const std::string& args : {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --device " + dev + out,
                                  "bench quantize --elements 4096 --cols 64 --repeat 1 --device " + dev}) {
     const CmdResult r = exmy(args);
     EXPECT_EQ(r.status, 1) << args;
