@@ -28,7 +28,7 @@ std::string body(const Recipe& r) {
 const std::vector<std::string> kShipped = {"bf16",      "fp32",      "te-nvfp4",          "nvfp4-no-rht-all",
                                            "te-nvfp4-grouped", "nvfp4-no-rht-all-grouped",
                                            "ue5m3-b16", "ue5m3-b16-fp32gemm", "ue5m3-b32", "ue5m3-te-settings",
-                                           "mxfp4",     "mxfp8",     "fp8-current"};
+                                           "mxfp4",     "mxfp8",     "fp8-current", "nvfp4-4over6"};
 
 LinearInfo linear(int layer, LinearKind kind, const std::string& name = "l") {
   LinearInfo i;
