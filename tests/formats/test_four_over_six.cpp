@@ -10,8 +10,8 @@
 // modes depend on the element's flat index, so there the two candidates
 // are whole-tensor calls and values, codes, scale codes and scale_four are
 // compared. The threaded path must give the reference's bits at every
-// thread count, and the fast loops must leave these plans to the scalar
-// core.
+// thread count. (That the fast loops leave these plans to the scalar core
+// is part of FastLoops.EachCaseServedByTheLoopThatClaimsItAndEqualToReference.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "formats/error.hpp"
-#include "formats/fast/loops.hpp"
 #include "formats/quant_sums.hpp"
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
@@ -251,43 +250,6 @@ TEST(FourOverSix, StochasticModesEqualTheWholeTensorRef) {
     }
   }
   EXPECT_GT(four, 0u);
-}
-
-// A large call, where the threshold and FP4 loops would claim the plan
-// without the knob: the scalar core serves every band, with the reference's
-// bits, on every vector width this CPU has.
-TEST(FourOverSix, FastLoopsLeaveItToTheScalarCore) {
-  const detail::Simd saved = detail::simd_width();
-  test::Rng rng(7);
-  const int64_t rows = 64, cols = 1024;
-  const std::vector<float> x = random_input(rng, rows, cols);
-  for (const detail::Simd w : {detail::Simd::scalar, detail::Simd::avx2, detail::Simd::avx512}) {
-    if (detail::simd_available() < w) continue;
-    detail::set_simd_width(w);
-    for (const Shape& sh : kShapes) {
-      QuantSpec s = test::block_spec("e2m1", "e4m3", sh.br, sh.bc, Round::rne, Arith::fp32);
-      s.amax_kind = AmaxKind::current;
-      const QuantSpec off = s;
-      s.four_over_six = FourSix::mse;
-      const QuantPlan p = s.plan();
-      EXPECT_EQ(detail::choose_loop(p, rows * cols, w), detail::Loop::scalar_core) << name_of(s);
-      if (w != detail::Simd::scalar) {
-        EXPECT_NE(detail::choose_loop(off.plan(), rows * cols, w), detail::Loop::scalar_core) << name_of(off);
-      }
-      for (int k = 0; k < detail::kLoopCount; ++k) {
-        EXPECT_FALSE(detail::kLoops[k].four_over_six) << detail::kLoops[k].name;
-      }
-      const test::Outcome ref = test::run(s, x, rows, cols, 0);
-      detail::loop_use_reset();
-      const test::Outcome got = test::run(s, x, rows, cols, 3);
-      uint64_t use[detail::kLoopKinds];
-      detail::loop_use(use);
-      for (int k = 0; k < detail::kLoopKinds; ++k)
-        EXPECT_EQ(use[k] != 0, k == static_cast<int>(detail::Loop::scalar_core)) << name_of(s) << " loop " << k;
-      EXPECT_EQ(test::difference(ref, got, x), "") << name_of(s);
-    }
-  }
-  detail::set_simd_width(saved);
 }
 
 // With the knob off nothing changes: scale_four is 0 and the bits are those
