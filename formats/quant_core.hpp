@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "formats/format.hpp"
+#include "formats/philox.hpp"
 #include "formats/round.hpp"
 
 namespace exmy {
@@ -18,6 +19,10 @@ enum class ScaleRule : uint8_t { amax_rne, amax_up, amax_down, mx_floor, mx_ceil
 enum class Arith : uint8_t { exact, fp32 };
 enum class ZeroScale : uint8_t { zero, one };
 enum class AmaxKind : uint8_t { none, current, given };
+// Four over six (docs/numerics.md §3, "Four over six"): off (every block
+// takes the usual scale), always_4 (every block the 4 scale), or the block
+// error (sum of squared or of absolute errors) that picks each block's scale.
+enum class FourSix : uint8_t { off, always_4, mse, mae };
 
 // Everything a kernel needs, validated and precomputed on the host
 // (QuantSpec::plan in formats/quantize.hpp). Trivially copyable.
@@ -37,12 +42,15 @@ struct QuantPlan {
   // own, BandQuantizer): random bits and error messages take the tensor's
   // element indices.
   int64_t row0 = 0;
+  FourSix four_six = FourSix::off;
+  double four_max = 0;     // four over six: 2^floor(log2 Fe.max), the magnitude the 4 scale maps b to
 
   // Tensor level (set by set_tensor_amax).
   double amax = 0;         // reference amax A (NaN when none)
   float t = 1.0f;          // exact: encode scale t; fp32: G
   float ginv = 1.0f;       // fp32: fl(1/G)
   float g_over_emax = 0;   // fp32: fl(G * fl(1/Fe.max))
+  float g_over_four = 0;   // fp32, four over six: fl(G * (1/four_max)) (a power of two: exact)
   double target = 1.0;     // scale target T (1 without a block scale)
   // Zero-scale guard: the scale 1.0 rounded into Fs.
   uint32_t one_code = 0;
@@ -71,6 +79,7 @@ EXMY_HD void set_tensor_amax(QuantPlan& p, double A) {
   p.ginv = fp32_rne_div(1.0, t);
   const float inv_emax = fp32_rne_div(1.0, p.fe.max);
   p.g_over_emax = static_cast<float>(static_cast<double>(t) * inv_emax);
+  if (p.four_max > 0) p.g_over_four = static_cast<float>(static_cast<double>(t) / p.four_max);
 }
 
 struct BlockScale {
@@ -82,8 +91,10 @@ struct BlockScale {
 };
 
 // Block decode scale from the block amax b = max|x| (finite or +inf; NaN
-// blocks are handled by the caller). docs/numerics.md §3 steps 2-3.
-EXMY_HD BlockScale block_scale(const QuantPlan& p, float b) {
+// blocks are handled by the caller). docs/numerics.md §3 steps 2-3. With
+// `four` (four over six, amax-* rules only), the scale that maps b to
+// four_max instead of Fe.max.
+EXMY_HD BlockScale block_scale(const QuantPlan& p, float b, bool four = false) {
   const Format& fs = p.fs;
   Encoded enc{0u, false, false};
   const bool fp32 = p.arith == Arith::fp32;
@@ -95,10 +106,10 @@ EXMY_HD BlockScale block_scale(const QuantPlan& p, float b) {
                          : p.rule == ScaleRule::amax_up ? Round::up
                                                         : Round::down;
       if (fp32) {
-        const float raw = b * p.g_over_emax;  // fl(b * fl(G * fl(1/Fe.max)))
+        const float raw = b * (four ? p.g_over_four : p.g_over_emax);  // fl(b * fl(G * fl(1/Fe.max)))
         enc = encode_quotient(fs, false, static_cast<double>(raw), 1.0, mode, 0, 0, true);
       } else {
-        enc = encode_quotient(fs, false, static_cast<double>(b) * p.t, p.fe.max, mode, 0, 0, true);
+        enc = encode_quotient(fs, false, static_cast<double>(b) * p.t, four ? p.four_max : p.fe.max, mode, 0, 0, true);
       }
       break;
     }
@@ -213,6 +224,55 @@ EXMY_HD ElemOut encode_element(const QuantPlan& p, const BlockConsts& c, float x
 EXMY_HD uint32_t zero_code(const Format& fe, float x) {
   if (fe.is_signed && fe.negzero && sign_bit(x)) return fe.sign_bit;
   return 0u;
+}
+
+// Where scale block `blk` of an R x C tensor lies: rows [r0, r0 + count /
+// width), columns [c0, c0 + width); its k-th element in row-major order is
+// flat(k).
+struct BlockGeom {
+  int64_t r0, c0, width, count, cols;
+  EXMY_HD int64_t flat(int64_t k) const { return (r0 + k / width) * cols + c0 + k % width; }
+};
+
+EXMY_HD BlockGeom block_geom(const QuantPlan& p, int64_t rows, int64_t cols, int64_t blk) {
+  const int64_t gc = (cols + p.bc - 1) / p.bc;
+  const int64_t r0 = (blk / gc) * p.br, c0 = (blk % gc) * p.bc;
+  const int64_t r1 = r0 + p.br < rows ? r0 + p.br : rows, c1 = c0 + p.bc < cols ? c0 + p.bc : cols;
+  return BlockGeom{r0, c0, c1 - c0, (r1 - r0) * (c1 - c0), cols};
+}
+
+// Four over six (docs/numerics.md §3): the scale of a block with amax b (not
+// NaN) whose usual scale is s6 = block_scale(p, b): the 4 scale
+// block_scale(p, b, true) with always_4 or where the block's error under it
+// is lower, else
+// s6 (ties and NaN errors keep s6); `four` says which. The error of a
+// candidate adds, in double and in the block's row-major element order
+// from 0.0, the term (x-hat - x)^2 (mse) or |x-hat - x| (mae) of every
+// element, x-hat being what the element loop stores under that scale (0 in
+// a zero-scale block) with the element's own random bits.
+EXMY_HD BlockScale four_over_six(const QuantPlan& p, const float* x, const BlockGeom& g, float b, const BlockScale& s6,
+                                 bool& four) {
+  four = p.four_six == FourSix::always_4;
+  if (p.four_six == FourSix::off) return s6;
+  const BlockScale s4 = block_scale(p, b, true);
+  if (four) return s4;
+  const BlockScale* cand[2] = {&s6, &s4};
+  double err[2] = {0.0, 0.0};
+  for (int k = 0; k < 2; ++k) {
+    const BlockConsts c = block_consts(p, cand[k]->s);
+    for (int64_t j = 0; j < g.count; ++j) {
+      const int64_t i = g.flat(j);
+      float xh = 0.0f;
+      if (!cand[k]->zero) {
+        const uint32_t r = is_stochastic(p.round) ? random_bits(p.seed, p.stream, static_cast<uint64_t>(i), p.sr_bits) : 0u;
+        xh = encode_element(p, c, x[i], r).xhat;
+      }
+      const double d = static_cast<double>(xh) - static_cast<double>(x[i]);
+      err[k] += p.four_six == FourSix::mse ? d * d : ::fabs(d);
+    }
+  }
+  four = err[1] < err[0];
+  return four ? s4 : s6;
 }
 
 }  // namespace exmy

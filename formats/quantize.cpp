@@ -97,6 +97,15 @@ void QuantSpec::validate() const {
                 " (expected 1xB, Bx1 or BxB)");
   if (scale_target && !(*scale_target > 0 && std::isfinite(*scale_target)))
     throw Error("scale target " + fmt_float(*scale_target) + " must be a positive finite number");
+  if (four_over_six != FourSix::off) {
+    if (!scale) throw Error("--four-over-six needs a block scale (give --scale)");
+    if (rule != ScaleRule::amax_rne && rule != ScaleRule::amax_up && rule != ScaleRule::amax_down)
+      throw Error("--four-over-six needs an amax-* scale rule (an MX rule gives 4 and Fe.max the same power of two)");
+    if (elem.max == pow2(elem.max_exp))
+      throw Error("--four-over-six needs an element format whose max is not a power of two, got " + format_name(elem));
+    if (dequant == DequantOrder::scale_first)
+      throw Error("--four-over-six compares product-first x-hat; it cannot be combined with --dequant scale-first");
+  }
   if (rht) {
     const bool rows16 = block_rows == 1 && block_cols == 16;
     const bool cols16 = block_cols == 1 && block_rows == 16;
@@ -122,6 +131,8 @@ QuantPlan QuantSpec::plan() const {
   p.arith = arith;
   p.zero_scale = zero_scale;
   p.saturate = saturate;
+  p.four_six = four_over_six;
+  p.four_max = four_over_six != FourSix::off ? pow2(elem.max_exp) : 0.0;
   if (p.has_scale) {
     // T: a float32 value (docs/numerics.md §3), default Fs.max.
     p.target = scale_target ? static_cast<double>(static_cast<float>(*scale_target)) : p.fs.max;
@@ -330,7 +341,9 @@ QuantInfo quantize_ref_exmy(const QuantSpec& spec, const float* x_in, int64_t ro
             }
           continue;
         }
-        const BlockScale bs = block_scale(p, b);
+        bool four = false;
+        const BlockScale bs = four_over_six(p, x, block_geom(p, rows, cols, blk), b, block_scale(p, b), four);
+        st.scale_four += four;
         st.scale_saturated += bs.saturated;
         st.scale_underflow += bs.underflow;
         st.scale_subnormal += p.fs.classify(bs.code) == CodeClass::subnormal;
@@ -385,7 +398,7 @@ namespace {
 
 struct Counts {
   uint64_t nonzero = 0, underflow = 0, saturated = 0, subnormal = 0;
-  uint64_t scale_underflow = 0, scale_subnormal = 0, scale_saturated = 0;
+  uint64_t scale_underflow = 0, scale_subnormal = 0, scale_saturated = 0, scale_four = 0;
   uint64_t bands_by_loop[detail::kLoopKinds] = {};  // bands each loop served
   void add(const Counts& o) {
     for (int k = 0; k < detail::kLoopKinds; ++k) bands_by_loop[k] += o.bands_by_loop[k];
@@ -396,6 +409,7 @@ struct Counts {
     scale_underflow += o.scale_underflow;
     scale_subnormal += o.scale_subnormal;
     scale_saturated += o.scale_saturated;
+    scale_four += o.scale_four;
   }
 };
 
@@ -569,9 +583,11 @@ void fp4_scales(const QuantPlan& p, const Band& g, const QuantOutput& out, BandS
 }
 
 // Pass 2 in general: block by block, NaN blocks and zero scales included;
-// scales_done when block_scales_vec made bs.scale already.
-void general_scales(const QuantPlan& p, const uint32_t* bm, const Band& g, bool scales_done, const QuantOutput& out,
-                    BandState& bs, Counts& cnt) {
+// scales_done when block_scales_vec made bs.scale already. Four over six
+// (whose plans only the scalar core takes) chooses each block's scale here
+// from the block's elements in x.
+void general_scales(const QuantPlan& p, const float* x, const uint32_t* bm, const Band& g, bool scales_done,
+                    const QuantOutput& out, BandState& bs, Counts& cnt) {
   const int sb = p.has_scale ? p.fs.code_bytes() : 1;
   for (int64_t j = 0; j < g.gc; ++j) {
     // A NaN poisons its block; without a block scale it stays an element
@@ -584,6 +600,13 @@ void general_scales(const QuantPlan& p, const uint32_t* bm, const Band& g, bool 
         bs.scale[j] = BlockScale{p.fs.has_nan ? p.fs.nan_code : 0u, 0.0, false, false, false};
       } else {
         if (!scales_done) bs.scale[j] = block_scale(p, float_of(bm[j]));
+        if (p.four_six != FourSix::off) {
+          const int64_t c0 = j * g.bc, width = std::min(g.bc, g.cols - c0);
+          bool four = false;
+          bs.scale[j] = four_over_six(p, x, BlockGeom{g.r0, c0, width, (g.r1 - g.r0) * width, g.cols},
+                                      float_of(bm[j]), bs.scale[j], four);
+          cnt.scale_four += four;
+        }
         cnt.scale_saturated += bs.scale[j].saturated;
         cnt.scale_underflow += bs.scale[j].underflow;
         cnt.scale_subnormal += p.fs.classify(bs.scale[j].code) == CodeClass::subnormal;
@@ -713,7 +736,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
     const bool scales_done = p.has_scale && detail::block_scales_vec(p, bm, g.gc, bs.scale.data());
     const bool fp4_common = scales_done && g.fp4_loop && one_byte && band_max <= 0x7f800000u;
     if (fp4_common) fp4_scales(p, g, out, bs, cnt);
-    else general_scales(p, bm, g, scales_done, out, bs, cnt);
+    else general_scales(p, x, bm, g, scales_done, out, bs, cnt);
     if (g.fp4_loop) {
       if (!fp4_common) detail::fp4_blocks(p, bs.fp4_mags, bs.consts.data(), g.gc, bs.fp4.data());
       bs.scalar.clear();
@@ -901,6 +924,7 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
     st.scale_underflow = total.scale_underflow;
     st.scale_subnormal = total.scale_subnormal;
     st.scale_saturated = total.scale_saturated;
+    st.scale_four = total.scale_four;
     if (part) part->partials->insert(part->partials->end(), partials.begin(), partials.end());
     else detail::store_sums(tree_sum(partials.data(), static_cast<int64_t>(partials.size())), st);
     *out.stats = st;
@@ -955,6 +979,7 @@ void BandQuantizer::quantize(const float* x, int64_t rows, const QuantOutput& ou
   c.scale_underflow += band_stats.scale_underflow;
   c.scale_subnormal += band_stats.scale_subnormal;
   c.scale_saturated += band_stats.scale_saturated;
+  c.scale_four += band_stats.scale_four;
 }
 
 QuantStats BandQuantizer::stats() const {

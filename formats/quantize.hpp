@@ -22,6 +22,7 @@ namespace exmy {
 struct QuantStats {
   uint64_t elements = 0, nonzero = 0, underflow = 0, saturated = 0, subnormal = 0;
   uint64_t blocks = 0, scale_underflow = 0, scale_subnormal = 0, scale_saturated = 0;
+  uint64_t scale_four = 0;  // blocks whose four-over-six choice was the 4 scale
   double sum_sq = 0, sum_sq_err = 0, sum_err = 0, sum_abs = 0;
 
   double relative_mse() const { return sum_sq_err / sum_sq; }
@@ -52,6 +53,7 @@ struct QuantSpec {
   AmaxKind amax_kind = AmaxKind::none;
   double amax_value = 0;                // for AmaxKind::given
   std::optional<double> scale_target;   // T; default Fs.max
+  FourSix four_over_six = FourSix::off; // per-block choice of the scale to Fe.max or to 2^floor(log2 Fe.max)
   Round round = Round::rne;
   int sr_bits = 8;
   uint64_t seed = 0, stream = 0;

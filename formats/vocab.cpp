@@ -97,6 +97,18 @@ const OptionTable<DequantOrder>& dequant_order_options() {
   return t;
 }
 
+const OptionTable<FourSix>& four_over_six_options() {
+  static const OptionTable<FourSix> t = {
+      "four-over-six measure",
+      {
+          {"off", FourSix::off, "every block takes the scale to Fe.max (the usual rule)"},
+          {"always-4", FourSix::always_4, "every block takes the scale to 2^floor(log2 Fe.max) (the paper's always_4)"},
+          {"mse", FourSix::mse, "the scale with the lower sum of (x-hat - x)^2 over the block (Cook et al. 2025)"},
+          {"mae", FourSix::mae, "the scale with the lower sum of |x-hat - x| over the block"},
+      }};
+  return t;
+}
+
 // ---------------------------------------------------------------------------
 // Spelling of values
 // ---------------------------------------------------------------------------
@@ -197,6 +209,11 @@ const std::vector<QuantKnob>& quant_knobs() {
        },
        [](const S& s) { return s.scale_target ? real_text(*s.scale_target) : std::string("default"); }, nullptr,
        [](const S& s) { return s.scale_target.has_value(); }},
+      {"four_over_six", "four-over-six", "MEASURE",
+       "per block, the scale to Fe.max or to 2^floor(log2 Fe.max) (4 for e2m1), whichever errs less:",
+       KnobKind::text, nullptr, true, [](S& s, V v) { s.four_over_six = four_over_six_options().parse(v); },
+       [](const S& s) { return std::string(four_over_six_options().name(s.four_over_six)); },
+       [] { return rows_help(four_over_six_options()); }, [](const S& s) { return s.four_over_six != FourSix::off; }},
       {"round", "round", "MODE", "element rounding mode:", KnobKind::text, nullptr, true,
        [](S& s, V v) { s.round = round_options().parse(v); },
        [](const S& s) { return std::string(round_options().name(s.round)); }, [] { return rows_help(round_options()); },
@@ -330,6 +347,7 @@ const std::vector<QuantStat>& quant_stats() {
       EXMY_COUNT(scale_subnormal, "blocks", "blocks whose scale code is a non-zero subnormal of Fs"),
       EXMY_COUNT(scale_saturated, "blocks", "blocks whose unrounded scale exceeded Fs.max", W::largest, "blocks",
                  "scale saturated"),
+      EXMY_COUNT(scale_four, "blocks", "blocks whose four-over-six choice was the 4 scale (0 with it off)"),
       EXMY_SUM(sum_sq, "sum of x^2"),
       EXMY_SUM(sum_sq_err, "sum of (x-hat - x)^2"),
       EXMY_SUM(sum_err, "sum of (x-hat - x)"),

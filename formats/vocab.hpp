@@ -81,6 +81,7 @@ const OptionTable<ZeroScale>& zero_scale_options();
 const OptionTable<AmaxKind>& tensor_amax_options();
 const OptionTable<CodeConvention>& code_convention_options();
 const OptionTable<DequantOrder>& dequant_order_options();
+const OptionTable<FourSix>& four_over_six_options();
 
 // ---------------------------------------------------------------------------
 // Spelling of values

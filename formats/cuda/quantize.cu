@@ -95,6 +95,7 @@ enum Counter : int {
   kScaleUnderflow,
   kScaleSubnormal,
   kScaleSaturated,
+  kScaleFour,
   kCounters
 };
 
@@ -156,20 +157,6 @@ EXMY_HD void quantize_element(const QuantPlan& p, const BlockConsts& c, const fl
   values[i] = xh;
 }
 
-// Where scale block `blk` lies: rows [r0, r0 + count / width), columns
-// [c0, c0 + width); its k-th element in row-major order is flat(k).
-struct BlockGeom {
-  int64_t r0, c0, width, count, cols;
-  EXMY_HD int64_t flat(int64_t k) const { return (r0 + k / width) * cols + c0 + k % width; }
-};
-
-EXMY_HD BlockGeom block_geom(const QuantPlan& p, int64_t rows, int64_t cols, int64_t blk) {
-  const int64_t gc = (cols + p.bc - 1) / p.bc;
-  const int64_t r0 = (blk / gc) * p.br, c0 = (blk % gc) * p.bc;
-  const int64_t r1 = r0 + p.br < rows ? r0 + p.br : rows, c1 = c0 + p.bc < cols ? c0 + p.bc : cols;
-  return BlockGeom{r0, c0, c1 - c0, (r1 - r0) * (c1 - c0), cols};
-}
-
 // Lane l of a group of `group` lanes: max of the bits of |x| over elements
 // l, l + group, ... of the block (as unsigned integers, which orders non-NaN
 // magnitudes like floats and puts every NaN above +Inf).
@@ -205,9 +192,12 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
     }
     return;
   }
-  // Every lane computes the same scale from the same b (no broadcast needed).
-  const BlockScale bs = block_scale(p, float_of(m));
+  // Every lane computes the same scale from the same b (no broadcast needed),
+  // and with four over six the same choice from the whole block.
+  bool four = false;
+  const BlockScale bs = four_over_six(p, x, b, float_of(m), block_scale(p, float_of(m)), four);
   if (l == 0) {
+    cnt.c[kScaleFour] += four;
     cnt.c[kScaleSaturated] += bs.saturated;
     cnt.c[kScaleUnderflow] += bs.underflow;
     cnt.c[kScaleSubnormal] += p.fs.classify(bs.code) == CodeClass::subnormal;
@@ -384,6 +374,7 @@ QuantInfo tensor_info(const QuantPlan& p, const Totals& totals, int64_t rows, in
     st.scale_underflow = totals.c[kScaleUnderflow];
     st.scale_subnormal = totals.c[kScaleSubnormal];
     st.scale_saturated = totals.c[kScaleSaturated];
+    st.scale_four = totals.c[kScaleFour];
     detail::store_sums(tree_sum(partials.data(), static_cast<int64_t>(partials.size())), st);
     *stats = st;
   }

@@ -126,24 +126,24 @@ constexpr uint8_t kBothAriths = arith_bit(Arith::exact) | arith_bit(Arith::fp32)
 }  // namespace
 
 const LoopDecl kLoops[] = {
-    {Loop::threshold_x16, "threshold-x16", Simd::avx512, kSymmetricModes, kBothAriths, 16, false, true, true,
+    {Loop::threshold_x16, "threshold-x16", Simd::avx512, kSymmetricModes, kBothAriths, 16, false, true, true, false,
      threshold_handles, Loop::fp4x8},
-    {Loop::threshold_x8, "threshold-x8", Simd::avx2, kSymmetricModes, kBothAriths, 8, false, true, true,
+    {Loop::threshold_x8, "threshold-x8", Simd::avx2, kSymmetricModes, kBothAriths, 8, false, true, true, false,
      threshold_handles, Loop::fp4x8},
     {Loop::threshold_lanes_x16, "threshold-lanes-x16", Simd::avx512, kSymmetricModes, kBothAriths, 8, true, true,
-     true, threshold_handles, Loop::fp4x8},
-    {Loop::threshold_lanes_x8, "threshold-lanes-x8", Simd::avx2, kSymmetricModes, kBothAriths, 8, true, true, true,
+     true, false, threshold_handles, Loop::fp4x8},
+    {Loop::threshold_lanes_x8, "threshold-lanes-x8", Simd::avx2, kSymmetricModes, kBothAriths, 8, true, true, true, false,
      threshold_handles, Loop::fp4x8},
-    {Loop::fp4x8, "fp4-x8", Simd::avx2, kAllModes, kBothAriths, 1, false, false, false, fp4x8_handles,
+    {Loop::fp4x8, "fp4-x8", Simd::avx2, kAllModes, kBothAriths, 1, false, false, false, false, fp4x8_handles,
      Loop::scalar_core},
-    {Loop::f64x4, "f64-x4", Simd::avx2, kAllModes, kBothAriths, 1, false, false, false, f64x4_handles,
+    {Loop::f64x4, "f64-x4", Simd::avx2, kAllModes, kBothAriths, 1, false, false, false, false, f64x4_handles,
      Loop::scalar_core},
 };
 const int kLoopCount = static_cast<int>(sizeof(kLoops) / sizeof(kLoops[0]));
 
 namespace {
 const LoopDecl kScalarCore{Loop::scalar_core, "scalar-core", Simd::scalar, 0xffff, 0xff, 1, false, false, false,
-                           nullptr, Loop::scalar_core};
+                           true, nullptr, Loop::scalar_core};
 }  // namespace
 
 const LoopDecl& loop_decl(Loop l) {
@@ -157,6 +157,7 @@ bool loop_claims(const LoopDecl& d, const QuantPlan& p, int64_t n, Simd w) {
   if (d.needs > w || !(d.modes & mode_bit(p.round)) || !(d.ariths & arith_bit(p.arith))) return false;
   if (d.needs_scale && !p.has_scale) return false;
   if (d.needs_large && n < kThresholdMinElements) return false;
+  if (p.four_six != FourSix::off && !d.four_over_six) return false;
   // without a block scale a band is one run: no block width to declare
   if (p.has_scale && (p.bc % d.bc_multiple == 0) == d.bc_other) return false;
   return d.formats(p);

@@ -274,6 +274,10 @@ struct LoopDecl {
   bool bc_other;    // true: only widths that are NOT multiples of bc_multiple
   bool needs_scale;
   bool needs_large;                   // at least kThresholdMinElements elements in the call
+  // Whether it handles four over six (docs/numerics.md §3), whose scale
+  // choice needs every element of a block under two scales first: no vector
+  // loop does, so those plans take the scalar core.
+  bool four_over_six;
   bool (*formats)(const QuantPlan&);  // element formats and options handled
   // Bands this loop declines at run time (Inf or NaN in the band, scale
   // codes outside its cover) go to this loop, whose declaration is implied.

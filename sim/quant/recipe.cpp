@@ -182,7 +182,7 @@ const std::vector<RoleKnob>& own_role_knobs() {
 // role's own, each once (checked when the list is built).
 constexpr std::string_view kRoleKnobOrder[] = {
     "elem",    "scale",    "block",     "scale_rule", "arith",     "round",    "sr_bits",  "scale_target",
-    "zero_scale", "dequant", "saturate", "reference", "rht", "rht_signs", "pre_round",
+    "four_over_six", "zero_scale", "dequant", "saturate", "reference", "rht", "rht_signs", "pre_round",
 };
 
 const std::vector<RoleKnob>& role_knobs() {

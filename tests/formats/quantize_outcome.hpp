@@ -112,7 +112,7 @@ inline std::string difference(const Outcome& ref, const Outcome& got, const std:
   const bool counts = a.elements == b.elements && a.nonzero == b.nonzero && a.underflow == b.underflow &&
                       a.saturated == b.saturated && a.subnormal == b.subnormal && a.blocks == b.blocks &&
                       a.scale_underflow == b.scale_underflow && a.scale_subnormal == b.scale_subnormal &&
-                      a.scale_saturated == b.scale_saturated;
+                      a.scale_saturated == b.scale_saturated && a.scale_four == b.scale_four;
   // the sums by bits: NaN sums must be the same NaN, and -0 is not 0
   const bool sums = bits_of(a.sum_sq) == bits_of(b.sum_sq) && bits_of(a.sum_sq_err) == bits_of(b.sum_sq_err) &&
                     bits_of(a.sum_err) == bits_of(b.sum_err) && bits_of(a.sum_abs) == bits_of(b.sum_abs);
@@ -122,7 +122,8 @@ inline std::string difference(const Outcome& ref, const Outcome& got, const std:
       << b.saturated << "/" << a.saturated << " subnormal " << b.subnormal << "/" << a.subnormal << " blocks "
       << b.blocks << "/" << a.blocks << " scale_underflow " << b.scale_underflow << "/" << a.scale_underflow
       << " scale_subnormal " << b.scale_subnormal << "/" << a.scale_subnormal << " scale_saturated "
-      << b.scale_saturated << "/" << a.scale_saturated << " sum_sq " << hex(b.sum_sq) << "/" << hex(a.sum_sq)
+      << b.scale_saturated << "/" << a.scale_saturated << " scale_four " << b.scale_four << "/" << a.scale_four
+      << " sum_sq " << hex(b.sum_sq) << "/" << hex(a.sum_sq)
       << " sum_sq_err " << hex(b.sum_sq_err) << "/" << hex(a.sum_sq_err) << " sum_err " << hex(b.sum_err) << "/"
       << hex(a.sum_err) << " sum_abs " << hex(b.sum_abs) << "/" << hex(a.sum_abs);
     return d.str();

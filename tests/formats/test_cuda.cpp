@@ -102,6 +102,7 @@ void expect_same(const RunOut& got, const RunOut& want, const std::string& what)
   EXPECT_EQ(a.scale_underflow, b.scale_underflow) << what;
   EXPECT_EQ(a.scale_subnormal, b.scale_subnormal) << what;
   EXPECT_EQ(a.scale_saturated, b.scale_saturated) << what;
+  EXPECT_EQ(a.scale_four, b.scale_four) << what;
   EXPECT_EQ(bits_of(a.sum_sq), bits_of(b.sum_sq)) << what;
   EXPECT_EQ(bits_of(a.sum_sq_err), bits_of(b.sum_sq_err)) << what;
   EXPECT_EQ(bits_of(a.sum_err), bits_of(b.sum_err)) << what;
@@ -249,6 +250,45 @@ TEST(CudaRandom, MatchesReference) {
 
 // The transform runs on the host; the quantization of the transformed tensor
 // must still match, along rows (1x16) and columns (16x1).
+// Four over six (docs/numerics.md §3): the kernel's lanes make the shared
+// core's per-block choice, so the bits and scale_four are the reference's.
+TEST(CudaRandom, FourOverSix) {
+  EXMY_REQUIRE_CUDA();
+  uint64_t seed = 7;
+  uint64_t four = 0, blocks = 0;
+  for (const char* scale : {"ue8m0", "e4m3", "ue5m3"}) {
+    for (const char* block : {"1x16", "16x16", "16x1"}) {
+      for (const FourSix m : {FourSix::mse, FourSix::mae, FourSix::always_4}) {
+        for (const Round mode : {Round::rne, Round::stochastic_fastest}) {
+          QuantSpec spec;
+          spec.elem = parse_format("e2m1");
+          spec.scale = parse_format(scale);
+          parse_block(block, spec.block_rows, spec.block_cols);
+          spec.four_over_six = m;
+          spec.round = mode;
+          spec.seed = ++seed;
+          spec.amax_kind = AmaxKind::current;
+          spec.arith = (seed & 1) ? Arith::fp32 : Arith::exact;
+          if (std::string(scale) == "e4m3") spec.scale_target = 256.0;
+          const std::vector<float> x = random_tensor(67 * 97, seed, false);
+          const std::string what = std::string(scale) + " " + block + " " + std::to_string(int(m));
+          const RunOut want = run(spec, 67, 97, [&](const QuantOutput& o) {
+            return quantize_ref(spec, x.data(), 67, 97, o);
+          });
+          const RunOut got = run(spec, 67, 97, [&](const QuantOutput& o) {
+            return kImpl(spec, x.data(), 67, 97, o);
+          });
+          expect_same(got, want, what);
+          four += want.stats.scale_four;
+          blocks += want.stats.blocks;
+        }
+      }
+    }
+  }
+  EXPECT_GT(four, 0u);
+  EXPECT_LT(four, blocks);
+}
+
 TEST(CudaRandom, Hadamard) {
   EXMY_REQUIRE_CUDA();
   for (const char* block : {"1x16", "16x1"}) {

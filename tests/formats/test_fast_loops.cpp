@@ -1,5 +1,6 @@
 // The fast path's declared loops (formats/fast/loops.hpp): for every
-// rounding mode, block shape, arithmetic and element format below, on every
+// rounding mode, block shape, arithmetic and element format below (and with
+// four over six, which only the scalar core takes), on every
 // vector width this CPU has, the call must be served by the loop the
 // declarations give it (every band of it, or the loop the threshold loops
 // hand bands with Inf to), that loop's declaration must list the case, and
@@ -70,14 +71,24 @@ TEST_P(FastLoops, EachCaseServedByTheLoopThatClaimsItAndEqualToReference) {
   for (const Case& cs : kCases) {
     for (const Shape& sh : kShapes) {
       for (const Round mode : test::kAllModes) {
-        for (const Arith arith : {Arith::exact, Arith::fp32}) {
+        for (const Arith arith : {Arith::exact, Arith::fp32})
+        for (const FourSix four : {FourSix::off, FourSix::mse}) {
           QuantSpec s = test::block_spec(cs.elem, cs.scale, sh.br, sh.bc, mode, arith);
           s.sr_bits = 8;
           s.seed = 5 + static_cast<uint64_t>(compared);
+          // Four over six (no loop declares it: the scalar core), on the
+          // formats it takes, with one deterministic and one stochastic mode.
+          s.four_over_six = four;
+          if (four != FourSix::off &&
+              (s.elem.max == pow2(s.elem.max_exp) || (mode != Round::rne && mode != Round::stochastic_fastest)))
+            continue;
           const QuantPlan p = s.plan();
           const Loop want = detail::choose_loop(p, rows * cols, w);
           const detail::LoopDecl& d = detail::loop_decl(want);
-          const std::string what = name_of(s, w) + " -> " + d.name;
+          const std::string what = name_of(s, w) + (four != FourSix::off ? " four-over-six" : "") + " -> " + d.name;
+          if (four != FourSix::off) {
+            EXPECT_EQ(want, Loop::scalar_core) << what;
+          }
           // the loop's declaration lists the case
           if (want != Loop::scalar_core) {
             EXPECT_LE(d.needs, w) << what;

@@ -268,7 +268,8 @@ TEST(QuantizeFast, LargeTensorsMatchReferenceOverManyRuns) {
 // band shorter than the others), 1 and 2 threads; and, large enough for the
 // threshold loops and rows of several sum segments, 1x16, 16x1, 16x16 and
 // mx 1x32 blocks with current, given and no tensor amax, no block scale,
-// rne and stochastic rounding, the RHT, conventions and a NaN element.
+// rne and stochastic rounding, the RHT, conventions, four over six and a
+// NaN element.
 TEST(QuantizeBands, BandsEqualTheWholeTensorCall) {
   test::Rng rng(1616);
   int compared = 0, threw = 0, several = 0;
@@ -296,8 +297,11 @@ TEST(QuantizeBands, BandsEqualTheWholeTensorCall) {
     AmaxKind amax;
     Round round;
     bool rht;
+    FourSix four = FourSix::off;
   };
   const Case cases[] = {
+      {"e2m1", "e4m3", 1, 16, AmaxKind::current, Round::rne, false, FourSix::mse},
+      {"e2m1", "ue5m3", 16, 16, AmaxKind::given, Round::stochastic, false, FourSix::mae},
       {"e2m1", "ue5m3", 1, 16, AmaxKind::current, Round::rne, false},
       {"e2m1", "ue5m3", 1, 16, AmaxKind::given, Round::stochastic, false},
       {"e2m1", "ue5m3", 1, 16, AmaxKind::current, Round::stochastic_fast, true},
@@ -317,7 +321,8 @@ TEST(QuantizeBands, BandsEqualTheWholeTensorCall) {
       s.seed = 77;
       s.stream = 5;
       s.rht = cs.rht;
-      if (variant == 2) s.codes = CodeConvention::te, s.dequant = DequantOrder::scale_first;
+      s.four_over_six = cs.four;
+      if (variant == 2 && cs.four == FourSix::off) s.codes = CodeConvention::te, s.dequant = DequantOrder::scale_first;
       const int64_t rows = 16 * 5 + (cs.br == 1 ? 5 : 0), cols = 4096 + 64;  // rows of two sum segments
       std::vector<float> x(static_cast<size_t>(rows * cols));
       for (float& v : x) v = draw(rng, 0, 8, false, false);

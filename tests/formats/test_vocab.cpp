@@ -53,6 +53,7 @@ TEST(Vocab, EveryOptionRowParsesBackToItsValue) {
   expect_rows_parse_back(tensor_amax_options());
   expect_rows_parse_back(code_convention_options());
   expect_rows_parse_back(dequant_order_options());
+  expect_rows_parse_back(four_over_six_options());
   // The older entry points read the same tables.
   for (const auto& r : round_options().rows) EXPECT_EQ(parse_round(r.name), r.value);
   for (const auto& r : scale_rule_options().rows) EXPECT_EQ(parse_scale_rule(r.name), r.value);
@@ -72,7 +73,7 @@ std::string fields(const QuantSpec& s) {
     << s.block_cols << " " << int(s.rule) << " " << int(s.amax_kind) << " " << s.amax_value << " "
     << (s.scale_target ? *s.scale_target : -1.0) << " " << int(s.round) << " " << s.sr_bits << " " << s.seed << " "
     << s.stream << " " << int(s.arith) << " " << int(s.zero_scale) << " " << s.saturate << " " << s.rht << " "
-    << s.rht_signs << " " << int(s.codes) << " " << int(s.dequant);
+    << s.rht_signs << " " << int(s.codes) << " " << int(s.dequant) << " " << int(s.four_over_six);
   return o.str();
 }
 
@@ -98,6 +99,7 @@ QuantSpec all_changed() {
   s.rht_signs = 0x04D2;
   s.codes = CodeConvention::te;
   s.dequant = DequantOrder::scale_first;
+  s.four_over_six = FourSix::mae;
   return s;
 }
 
@@ -203,6 +205,7 @@ TEST(Vocab, StatisticsTableCoversQuantStats) {
   st.elements = 1, st.nonzero = 2, st.underflow = 3, st.saturated = 4, st.subnormal = 5;
   st.blocks = 6, st.scale_underflow = 7, st.scale_subnormal = 8, st.scale_saturated = 9;
   st.sum_sq = 10, st.sum_sq_err = 11, st.sum_err = 12, st.sum_abs = 13;
+  st.scale_four = 14;
   std::set<std::string> names;
   double counts = 0, sums = 0;
   size_t derived = 0;
@@ -219,8 +222,8 @@ TEST(Vocab, StatisticsTableCoversQuantStats) {
       ++derived;
     }
   }
-  // Every field of QuantStats is a row: 1 + ... + 9 and 10 + ... + 13.
-  EXPECT_EQ(counts, 45.0);
+  // Every field of QuantStats is a row: 1 + ... + 9 + 14 and 10 + ... + 13.
+  EXPECT_EQ(counts, 59.0);
   EXPECT_EQ(sums, 46.0);
   EXPECT_EQ(derived, 4u);
 }

@@ -28,7 +28,7 @@ std::string body(const Recipe& r) {
 const std::vector<std::string> kShipped = {"bf16",      "fp32",      "te-nvfp4",          "nvfp4-no-rht-all",
                                            "te-nvfp4-grouped", "nvfp4-no-rht-all-grouped",
                                            "ue5m3-b16", "ue5m3-b16-fp32gemm", "ue5m3-b32", "ue5m3-te-settings",
-                                           "mxfp4",     "mxfp8",     "fp8-current"};
+                                           "mxfp4",     "mxfp8",     "fp8-current", "nvfp4-4over6"};
 
 LinearInfo linear(int layer, LinearKind kind, const std::string& name = "l") {
   LinearInfo i;
@@ -258,7 +258,7 @@ TEST(Recipe, KnobValuesAreReadAsEverywhereElse) {
     const std::string text = role_spec_string(s);
     EXPECT_NE(text.find(std::string(k.name) + "=" + k.print(s.q)), std::string::npos) << k.name << ": " << text;
   }
-  EXPECT_EQ(role_knob_names().size(), 15u);
+  EXPECT_EQ(role_knob_names().size(), 16u);  // four_over_six the 16th
 }
 
 TEST(Recipe, BadRecipesAreRejectedNamingTheKey) {

@@ -565,6 +565,26 @@ TEST(CliTrain, DeviceCudaIsRefusedInOneLine) {
   EXPECT_NE(ss.str().find("\ndevice = cpu\n"), std::string::npos) << ss.str();
 }
 
+// The shipped four-over-six recipe trains, and its /quant rows count the
+// blocks that chose the 4 scale (some, not all).
+TEST(CliTrain, FourOverSixRecipeTrainsAndCountsItsBlocks) {
+  TempDir d;
+  std::vector<std::string> a = train_args(d / "run", {"train.steps=2", "train.stats_interval=1"});
+  for (const char* x : {"--recipe", "nvfp4-4over6"}) a.push_back(x);
+  const Result r = run(a);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("done: 2 steps"), std::string::npos) << r.out;
+  const std::string g = "/quant/layers.0.mixer.in_proj/fprop/fprop-x/";
+  const std::vector<double> four = io::read_run_column(d / "run/run.h5", g + "scale_four"),
+                            blocks = io::read_run_column(d / "run/run.h5", g + "blocks");
+  ASSERT_EQ(four.size(), 2u);
+  ASSERT_EQ(blocks.size(), 2u);
+  for (size_t k = 0; k < four.size(); ++k) {
+    EXPECT_GT(four[k], 0.0);
+    EXPECT_LT(four[k], blocks[k]);
+  }
+}
+
 TEST(CliTrain, BadInputGetsOneLineErrors) {
   TempDir d;
   expect_one_line_error(train_args(d / "a", {"train.bogus=1"}), "unknown configuration key 'train.bogus'");
