@@ -969,17 +969,7 @@ void BandQuantizer::quantize(const float* x, int64_t rows, const QuantOutput& ou
   with_conventions(spec_, x, rows, cols_, o,
                    [&](const QuantOutput& oo) { return quantize_exmy(spec_, x, rows, cols_, oo, threads_, &call); });
   next_row_ += rows;
-  QuantStats& c = counts_;  // counts add; the sums wait for the tree over every band's partials
-  c.elements += band_stats.elements;
-  c.nonzero += band_stats.nonzero;
-  c.underflow += band_stats.underflow;
-  c.saturated += band_stats.saturated;
-  c.subnormal += band_stats.subnormal;
-  c.blocks += band_stats.blocks;
-  c.scale_underflow += band_stats.scale_underflow;
-  c.scale_subnormal += band_stats.scale_subnormal;
-  c.scale_saturated += band_stats.scale_saturated;
-  c.scale_four += band_stats.scale_four;
+  counts_.add_counts(band_stats);  // the sums wait for the tree over every band's partials
 }
 
 QuantStats BandQuantizer::stats() const {

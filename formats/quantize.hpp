@@ -30,6 +30,13 @@ struct QuantStats {
   double relative_bias() const { return sum_err / sum_abs; }
   double underflow_fraction() const { return static_cast<double>(underflow) / static_cast<double>(nonzero); }
   bool operator==(const QuantStats&) const = default;
+  // Adds o's counts (every integer field; the double sums only the fixed
+  // tree over segment partials forms, docs/numerics.md §5).
+  void add_counts(const QuantStats& o) {
+    elements += o.elements, nonzero += o.nonzero, underflow += o.underflow, saturated += o.saturated;
+    subnormal += o.subnormal, blocks += o.blocks, scale_underflow += o.scale_underflow;
+    scale_subnormal += o.scale_subnormal, scale_saturated += o.scale_saturated, scale_four += o.scale_four;
+  }
 };
 
 // What to do, as a user states it (`exmy quantize` options, recipe roles).

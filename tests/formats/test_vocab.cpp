@@ -228,6 +228,39 @@ TEST(Vocab, StatisticsTableCoversQuantStats) {
   EXPECT_EQ(derived, 4u);
 }
 
+// QuantStats::add_counts (streamed bands) adds every count of the table and
+// leaves the sums alone.
+TEST(Vocab, AddCountsAddsEveryCountOfTheTable) {
+  QuantStats a, b;
+  uint64_t k = 1;
+  for (const QuantStat& s : quant_stats()) {
+    if (s.kind != StatKind::count) continue;
+    // the table's accessor reads the field; set it through a pointer found by value
+    auto set = [&](QuantStats& st, uint64_t v) {
+      for (uint64_t* f : {&st.elements, &st.nonzero, &st.underflow, &st.saturated, &st.subnormal, &st.blocks,
+                          &st.scale_underflow, &st.scale_subnormal, &st.scale_saturated, &st.scale_four}) {
+        const uint64_t old = *f;
+        *f = 0xdead;
+        const bool mine = s.count(st) == 0xdead;
+        *f = old;
+        if (mine) *f = v;
+      }
+    };
+    set(a, k);
+    set(b, 100 * k);
+    ++k;
+  }
+  a.sum_sq = 1.5, b.sum_sq = 2.5;
+  QuantStats c = a;
+  c.add_counts(b);
+  for (const QuantStat& s : quant_stats()) {
+    if (s.kind == StatKind::count) {
+      EXPECT_EQ(s.count(c), s.count(a) + s.count(b)) << s.name;
+    }
+  }
+  EXPECT_EQ(c.sum_sq, 1.5);
+}
+
 std::string read_doc(const std::string& rel) {
   std::ifstream in(std::string(EXMY_SOURCE_DIR) + "/" + rel);
   std::stringstream ss;
