@@ -27,9 +27,8 @@
 #include "sim/device/device.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/train/checkpoint.hpp"
+#include "tests/cli_support.hpp"
 #include "tests/train/test_support.hpp"
-
-extern char** environ;
 
 namespace exmy::train {
 namespace {
@@ -41,89 +40,8 @@ const std::string kExmy = EXMY_BINARY;
 const std::string kTinyIni = std::string(EXMY_SOURCE_DIR) + "/experiments/proxy-tiny.ini";
 const char* kPython = "/usr/bin/python3";
 
-struct Result {
-  int status = -1;  // exit code, or 128 + signal
-  std::string out;  // stdout and stderr together
-};
-
-// A child process with stdout and stderr on one pipe.
-class Child {
- public:
-  // `env` of NAME=VALUE strings; empty: this process's environment.
-  explicit Child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    std::vector<char*> envp;
-    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), env.empty() ? environ : envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(fds[1]);
-    fd_ = fds[0];
-    if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (fd_ >= 0) ::close(fd_);
-  }
-  // Reads output until `count` lines containing `needle` have arrived (or
-  // EOF, or the timeout); returns whether they did.
-  bool wait_for(const std::string& needle, int count, int timeout_s = 60) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    for (;;) {
-      int seen = 0;
-      for (size_t p = out_.find(needle); p != std::string::npos; p = out_.find(needle, p + 1)) ++seen;
-      if (seen >= count) return true;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || !read_some(static_cast<int>(left.count()))) return false;
-    }
-  }
-  void signal(int sig) { ::kill(pid_, sig); }
-  pid_t pid() const { return pid_; }
-  Result finish(int timeout_s = 60) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    // Until EOF (a quiet second is not the end: the child may be busy).
-    while (std::chrono::steady_clock::now() < end && !eof_) read_some(1000);
-    int st = 0;
-    ::waitpid(pid_, &st, 0);
-    pid_ = -1;
-    Result r;
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    r.out = out_;
-    return r;
-  }
-  const std::string& output() const { return out_; }
-
- private:
-  // false at EOF or timeout
-  bool read_some(int timeout_ms) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, timeout_ms) <= 0) return false;
-    char buf[4096];
-    const ssize_t n = ::read(fd_, buf, sizeof buf);
-    if (n <= 0) {
-      eof_ = true;
-      return false;
-    }
-    out_.append(buf, static_cast<size_t>(n));
-    return true;
-  }
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  bool eof_ = false;
-  std::string out_;
-};
+using Result = test::CliResult;
+using test::Child;
 
 Result run(const std::vector<std::string>& argv) { return Child(argv).finish(); }
 

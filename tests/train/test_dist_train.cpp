@@ -7,6 +7,7 @@
 // the job with a line naming it and leaves a checkpoint that resumes.
 // Skipped when exmy was built without MPI or no mpirun was found.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <hdf5.h>
 
 #include <chrono>
@@ -254,6 +255,35 @@ TEST(DistTrainFaults, KilledRankEndsTheJobAndTheCheckpointResumes) {
   const int64_t at = std::stoll(fs::path(ckpts.back()).stem().string().substr(5));
   const auto resumed = run_ranks(2, {"train", "--resume", dir.string(), "--steps", std::to_string(at + 1)});
   EXPECT_EQ(resumed.status, 0) << resumed.out;
+}
+
+// Ctrl-C at the terminal of `mpirun -np 2 exmy train`: the terminal sends
+// SIGINT to mpirun, which passes the stop on to the ranks (as SIGTERM);
+// every rank stops after the same step, rank 0 writes its checkpoint, the
+// job exits non-zero, and the run resumes from that step on 2 ranks.
+TEST(DistTrainFaults, CtrlCStopsEveryRankAtOneStepAndTheRunResumes) {
+  REQUIRE_MPI();
+  TempDir d;
+  const fs::path dir = d / "run";
+  std::vector<std::string> argv = {kMpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
+                                   kExmy};
+  const auto args = tiny_args(dir, {"train.steps=100000", "train.eval_interval=0", "train.stats_interval=0"});
+  argv.insert(argv.end(), args.begin(), args.end());
+  test::Child job(argv);
+  ASSERT_TRUE(job.wait_for("| loss ", 3, 120)) << job.output();
+  job.signal(SIGINT);
+  const test::CliResult r = job.finish(120);
+  EXPECT_NE(r.status, 0) << r.out;
+  const size_t at = r.out.find("interrupted at step ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const int64_t step = std::stoll(r.out.substr(at + 20));
+  EXPECT_GE(step, 3) << r.out;
+  const auto ckpts = list_checkpoints((dir / "checkpoints").string());
+  ASSERT_FALSE(ckpts.empty()) << r.out;
+  EXPECT_EQ(fs::path(ckpts.back()).filename().string(), train::checkpoint_name(step)) << r.out;
+  const auto resumed = run_ranks(2, {"train", "--resume", dir.string(), "--steps", std::to_string(step + 2)});
+  EXPECT_EQ(resumed.status, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("resuming at step " + std::to_string(step)), std::string::npos) << resumed.out;
 }
 
 // A rank that hangs (stopped with SIGSTOP) is caught by the collective
