@@ -113,7 +113,7 @@ const OptionTable<RhtKind>& rht_kind_options() {
   static const OptionTable<RhtKind> t = {
       "Hadamard transform kind",
       {
-          {"random", RhtKind::random, "signs s_i from rht_signs (bits 0..15) and its splitmix64 expansion (16..127)"},
+          {"random", RhtKind::random, "signs from rht_signs and its splitmix64 expansion (docs/numerics.md §3)"},
           {"deterministic", RhtKind::deterministic, "no signs: the normalized Sylvester Hadamard matrix"},
       }};
   return t;
