@@ -272,7 +272,7 @@ const std::vector<QuantKnob>& quant_knobs() {
       {"rht_size", "rht-size", "N", "points of the Hadamard transform: 16, 32, 64 or 128", KnobKind::integer, nullptr,
        true,
        [](S& s, V v) {
-         const int n = static_cast<int>(parse_uint("rht_size", v, 16, 128));
+         const int n = static_cast<int>(parse_uint("rht_size", v, 0, 1u << 20));
          Rht{n}.validate();
          s.rht_size = n;
        },
