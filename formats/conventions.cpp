@@ -43,7 +43,7 @@ void ConventionScratch::finish(const QuantSpec& spec, const QuantInfo& info, con
   std::vector<float> transformed;
   if (spec.rht) {  // the conventions look at the tensor that was quantized
     transformed.assign(x, x + rows * cols);
-    hadamard16_ref(transformed.data(), rows, cols, spec.block_rows == 1 ? 1 : 0, spec.rht_signs);
+    apply_rht_ref(spec, transformed.data(), rows, cols);
     x = transformed.data();
   }
   apply_conventions(spec, p, x, rows, cols, out);

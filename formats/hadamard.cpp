@@ -1,14 +1,15 @@
-// The 16-point random Hadamard transform of docs/numerics.md §3:
-//   x'_j = 1/4 * sum_i s_i x_i H_ij,  H_ij = (-1)^popcount(i & j),
-// with the exact sum rounded once to bf16 (rne), as Transformer Engine does
-// before quantizing the wgrad operands.
+// The n-point Hadamard transforms of docs/numerics.md §3 (n = 16, 32, 64, 128):
+//   x'_j = 1/sqrt(n) * sum_i s_i x_i H_ij,  H_ij = (-1)^popcount(i & j),
+// the exact sum rounded once to bf16 (rne) for n = 16 and 64, where 1/sqrt(n)
+// is a power of two, as Transformer Engine does before quantizing the wgrad
+// operands; for n = 32 and 128 the exact sum in round-to-odd double form is
+// first multiplied (double, rne) by the double nearest 1/sqrt(2).
 //
-// Exactness: a segment whose 16 inputs span at most 48 binades (from the
-// lowest set bit of the smallest to the top of the largest) sums exactly in
-// double, so the fast Walsh-Hadamard butterflies are exact there. Other
+// Exactness: a segment whose n inputs span at most 52 - log2(n) binades (from
+// the lowest set bit of the smallest to the top of the largest) sums exactly
+// in double, so the fast Walsh-Hadamard butterflies are exact there. Other
 // segments take a 320-bit fixed-point accumulator. Either way the exact sum
-// reaches the rounding core in round-to-odd form, so the bf16 result is the
-// correctly rounded one.
+// reaches the rounding core in round-to-odd form.
 #include <omp.h>
 
 #include <algorithm>
@@ -23,13 +24,16 @@
 namespace exmy {
 namespace {
 
-// bf16 (rne) of 1/4 of a sum held in round-to-odd form. The quarter is exact
-// in double; the result is first rounded to odd at float precision (24 bits:
+// bf16 (rne) of a sum held in round-to-odd form, times 1/sqrt(n): for n = 32
+// and 128 the sum is first multiplied by the double nearest 1/sqrt(2) (one
+// double rne product); the power of two (1/4 or 1/8) is exact in double; the
+// result is first rounded to odd at float precision (24 bits:
 // at least two more than bf16 in every binade, float subnormals included),
 // then to bf16 with round-to-nearest-even on the float's bits. Overflow gives
 // Inf, as bf16 rounding without saturation does.
-float to_bf16(double s_rto_times4) {
-  const double v = s_rto_times4 * 0.25;
+float to_bf16(double s_rto, int n) {
+  const double r = (n == 32 || n == 128) ? s_rto * 0x1.6a09e667f3bcdp-1 : s_rto;
+  const double v = r * (n <= 32 ? 0.25 : 0.125);
   if (std::isnan(v)) return std::numeric_limits<float>::quiet_NaN();
   const float f = static_cast<float>(v);
   const double fd = f;
@@ -48,11 +52,11 @@ int low_exp(float x) {
   return e == 0 ? -149 : e - 150;
 }
 
-// Exact sum of 16 signed floats in a 320-bit two's complement fixed-point
+// Exact sum of n <= 128 signed floats in a 320-bit two's complement fixed-point
 // number with its lowest bit worth 2^-149, returned in round-to-odd form.
-double exact_sum_rto(const float* t) {
+double exact_sum_rto(const float* t, int n) {
   uint64_t acc[5] = {0, 0, 0, 0, 0};
-  for (int k = 0; k < 16; ++k) {
+  for (int k = 0; k < n; ++k) {
     const uint32_t b = bits_of(t[k]);
     const int e = static_cast<int>((b >> 23) & 0xff);
     uint64_t m = b & 0x7fffffu;
@@ -98,7 +102,7 @@ double exact_sum_rto(const float* t) {
     // An exact zero sum is -0 only when every term is -0, as IEEE addition
     // gives in any order (the butterfly path agrees).
     bool all_neg_zero = true;
-    for (int k = 0; k < 16; ++k) all_neg_zero = all_neg_zero && bits_of(t[k]) == 0x80000000u;
+    for (int k = 0; k < n; ++k) all_neg_zero = all_neg_zero && bits_of(t[k]) == 0x80000000u;
     return all_neg_zero ? -0.0 : 0.0;
   }
   auto bit = [&](int p) -> uint64_t { return p < 0 ? 0 : (acc[p / 64] >> (p % 64)) & 1u; };
@@ -112,24 +116,28 @@ double exact_sum_rto(const float* t) {
   return neg ? -mag : mag;
 }
 
-void transform_segment(float* seg, uint16_t signs) {
-  float t[16];
+int log2_size(int n) { return __builtin_ctz(static_cast<unsigned>(n)); }
+
+bool h_neg(int i, int j) { return (__builtin_popcount(static_cast<unsigned>(i & j)) & 1) != 0; }
+
+void transform_segment(float* seg, const bool* neg, int n) {
+  float t[kMaxRht];
   bool finite = true;
   int hi = -1000, lo = 1000;
-  for (int i = 0; i < 16; ++i) {
-    t[i] = (signs >> i) & 1 ? -seg[i] : seg[i];
+  for (int i = 0; i < n; ++i) {
+    t[i] = neg[i] ? -seg[i] : seg[i];
     if (!std::isfinite(t[i])) finite = false;
     if (t[i] != 0.0f) {
       hi = std::max(hi, ilog2(static_cast<double>(t[i])));
       lo = std::min(lo, low_exp(t[i]));
     }
   }
-  double y[16];
-  for (int i = 0; i < 16; ++i) y[i] = t[i];
-  if (!finite || hi - lo <= 48) {
-    // Exact in double: every partial sum is a multiple of 2^lo below 2^(hi+5).
-    for (int h = 1; h < 16; h <<= 1)
-      for (int i = 0; i < 16; i += 2 * h)
+  double y[kMaxRht];
+  for (int i = 0; i < n; ++i) y[i] = t[i];
+  if (!finite || hi - lo <= 52 - log2_size(n)) {
+    // Exact in double: every partial sum is a multiple of 2^lo below 2^(hi+1+log2 n).
+    for (int h = 1; h < n; h <<= 1)
+      for (int i = 0; i < n; i += 2 * h)
         for (int j = i; j < i + h; ++j) {
           const double a = y[j], b = y[j + h];
           y[j] = a + b;
@@ -137,95 +145,147 @@ void transform_segment(float* seg, uint16_t signs) {
         }
     // The butterflies subtract partial sums, and -(c + d) is not (-c) + (-d)
     // for signed zeros. An exact zero output takes the sign of the direct
-    // sum: -0 only when all its 16 terms are -0.
+    // sum: -0 only when all its n terms are -0.
     bool all_zero = true;
-    for (int i = 0; i < 16; ++i) all_zero = all_zero && t[i] == 0.0f;
-    for (int j = 0; j < 16; ++j) {
+    for (int i = 0; i < n; ++i) all_zero = all_zero && t[i] == 0.0f;
+    for (int j = 0; j < n; ++j) {
       if (y[j] == 0.0 && finite) {
         bool all_neg = all_zero;
-        for (int i = 0; i < 16 && all_neg; ++i)
-          all_neg = (sign_bit(t[i]) != ((__builtin_popcount(static_cast<unsigned>(i & j)) & 1) != 0));
+        for (int i = 0; i < n && all_neg; ++i) all_neg = (sign_bit(t[i]) != h_neg(i, j));
         y[j] = all_neg ? -0.0 : 0.0;
       }
-      seg[j] = to_bf16(y[j]);
+      seg[j] = to_bf16(y[j], n);
     }
     return;
   }
-  for (int j = 0; j < 16; ++j) {
-    float u[16];
-    for (int i = 0; i < 16; ++i) u[i] = (__builtin_popcount(static_cast<unsigned>(i & j)) & 1) ? -t[i] : t[i];
-    seg[j] = to_bf16(exact_sum_rto(u));
+  for (int j = 0; j < n; ++j) {
+    float u[kMaxRht];
+    for (int i = 0; i < n; ++i) u[i] = h_neg(i, j) ? -t[i] : t[i];
+    seg[j] = to_bf16(exact_sum_rto(u, n), n);
   }
 }
 
-void check_axis(int64_t rows, int64_t cols, int axis) {
+void check_transform(const Rht& t, int64_t rows, int64_t cols, int axis) {
+  t.validate();
   const int64_t len = axis == 1 ? cols : rows;
-  if (len % 16 != 0)
-    throw Error("the Hadamard transform runs over 16-element segments, but the " +
+  if (len % t.size != 0)
+    throw Error("the Hadamard transform runs over " + std::to_string(t.size) + "-element segments, but the " +
                 std::string(axis == 1 ? "row length " : "column length ") + std::to_string(len) +
-                " is not a multiple of 16");
+                " is not a multiple of " + std::to_string(t.size));
 }
 
-void run(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs, int threads, bool parallel) {
-  check_axis(rows, cols, axis);
+// Segment s of the transform's axis: its first element and its stride.
+float* segment_base(float* x, int64_t cols, int axis, int n, int64_t s, int64_t& stride) {
   if (axis == 1) {
-    const int64_t nseg = rows * cols / 16;
+    stride = 1;
+    return x + n * s;
+  }
+  stride = cols;
+  return x + (s / cols) * n * cols + (s % cols);
+}
+
+void run(float* x, int64_t rows, int64_t cols, int axis, const Rht& t, int threads, bool parallel) {
+  check_transform(t, rows, cols, axis);
+  const int n = t.size;
+  bool neg[kMaxRht];
+  rht_sign_vector(t, neg);
+  if (axis == 1) {
+    const int64_t nseg = rows * cols / n;
 #pragma omp parallel for num_threads(threads) if (parallel) schedule(static)
-    for (int64_t s = 0; s < nseg; ++s) transform_segment(x + 16 * s, signs);
+    for (int64_t s = 0; s < nseg; ++s) transform_segment(x + n * s, neg, n);
   } else {
-    const int64_t nseg = rows / 16;
+    const int64_t nseg = rows / n;
 #pragma omp parallel for num_threads(threads) if (parallel) schedule(static)
     for (int64_t s = 0; s < nseg; ++s) {
-      float seg[16];
+      float seg[kMaxRht];
       for (int64_t c = 0; c < cols; ++c) {
-        for (int i = 0; i < 16; ++i) seg[i] = x[(16 * s + i) * cols + c];
-        transform_segment(seg, signs);
-        for (int i = 0; i < 16; ++i) x[(16 * s + i) * cols + c] = seg[i];
+        for (int i = 0; i < n; ++i) seg[i] = x[(n * s + i) * cols + c];
+        transform_segment(seg, neg, n);
+        for (int i = 0; i < n; ++i) x[(n * s + i) * cols + c] = seg[i];
       }
     }
   }
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
 
 }  // namespace
 
-void hadamard16(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs, int threads) {
-  run(x, rows, cols, axis, signs, threads > 0 ? threads : omp_get_max_threads(), true);
+void Rht::validate() const {
+  if (size != 16 && size != 32 && size != 64 && size != 128)
+    throw Error("Hadamard size " + std::to_string(size) + " is not one of 16, 32, 64, 128");
 }
 
-// The reference: every output an independent exact sum of its 16 terms.
-void hadamard16_ref(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs) {
-  check_axis(rows, cols, axis);
-  const int64_t nseg = axis == 1 ? rows * cols / 16 : (rows / 16) * cols;
+// docs/numerics.md §3: s_i = bit i of the mask for i < 16; for 16 <= i < 128,
+// bit i of W = w0 + 2^64 w1, the first two outputs of splitmix64 started
+// from the mask. The deterministic kind has every s_i = +1.
+void rht_sign_vector(const Rht& t, bool* neg) {
+  uint64_t state = t.signs;
+  const uint64_t w[2] = {splitmix64(state), splitmix64(state)};
+  for (int i = 0; i < t.size; ++i) {
+    const bool bit = i < 16 ? ((t.signs >> i) & 1) != 0 : ((w[i / 64] >> (i % 64)) & 1) != 0;
+    neg[i] = t.kind == RhtKind::random && bit;
+  }
+}
+
+void hadamard(float* x, int64_t rows, int64_t cols, int axis, const Rht& t, int threads) {
+  run(x, rows, cols, axis, t, threads > 0 ? threads : omp_get_max_threads(), true);
+}
+
+// The reference: every output an independent exact sum of its n terms, the
+// signs those of the matrix H diag(s) entry by entry.
+void hadamard_ref(float* x, int64_t rows, int64_t cols, int axis, const Rht& t) {
+  check_transform(t, rows, cols, axis);
+  const int n = t.size;
+  bool sgn[kMaxRht];
+  rht_sign_vector(t, sgn);
+  const int64_t nseg = axis == 1 ? rows * cols / n : (rows / n) * cols;
   for (int64_t s = 0; s < nseg; ++s) {
-    float* base;
     int64_t stride;
-    if (axis == 1) {
-      base = x + 16 * s;
-      stride = 1;
-    } else {
-      base = x + (s / cols) * 16 * cols + (s % cols);
-      stride = cols;
-    }
-    float in[16];
-    for (int i = 0; i < 16; ++i) in[i] = base[i * stride];
-    for (int j = 0; j < 16; ++j) {
-      float u[16];
+    float* base = segment_base(x, cols, axis, n, s, stride);
+    float in[kMaxRht];
+    for (int i = 0; i < n; ++i) in[i] = base[i * stride];
+    for (int j = 0; j < n; ++j) {
+      float u[kMaxRht];
       bool finite = true;
-      for (int i = 0; i < 16; ++i) {
-        const bool neg = (((signs >> i) & 1) ^ (__builtin_popcount(static_cast<unsigned>(i & j)) & 1)) != 0;
-        u[i] = neg ? -in[i] : in[i];
+      for (int i = 0; i < n; ++i) {
+        u[i] = sgn[i] != h_neg(i, j) ? -in[i] : in[i];
         finite = finite && std::isfinite(u[i]);
       }
       double s_rto;
       if (finite) {
-        s_rto = exact_sum_rto(u);
+        s_rto = exact_sum_rto(u, n);
       } else {
         s_rto = 0;
-        for (int i = 0; i < 16; ++i) s_rto += u[i];
+        for (int i = 0; i < n; ++i) s_rto += u[i];
       }
-      base[j * stride] = to_bf16(s_rto);
+      base[j * stride] = to_bf16(s_rto, n);
     }
   }
+}
+
+void hadamard16(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs, int threads) {
+  hadamard(x, rows, cols, axis, Rht{16, RhtKind::random, signs}, threads);
+}
+
+void hadamard16_ref(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs) {
+  hadamard_ref(x, rows, cols, axis, Rht{16, RhtKind::random, signs});
+}
+
+Rht rht_of(const QuantSpec& spec) { return Rht{spec.rht_size, spec.rht_kind, spec.rht_signs}; }
+int rht_axis(const QuantSpec& spec) { return spec.block_rows == 1 ? 1 : 0; }
+
+void apply_rht(const QuantSpec& spec, float* x, int64_t rows, int64_t cols, int threads) {
+  hadamard(x, rows, cols, rht_axis(spec), rht_of(spec), threads);
+}
+
+void apply_rht_ref(const QuantSpec& spec, float* x, int64_t rows, int64_t cols) {
+  hadamard_ref(x, rows, cols, rht_axis(spec), rht_of(spec));
 }
 
 }  // namespace exmy

@@ -107,6 +107,7 @@ void QuantSpec::validate() const {
       throw Error("--four-over-six compares product-first x-hat; it cannot be combined with --dequant scale-first");
   }
   if (rht) {
+    Rht{rht_size, rht_kind, rht_signs}.validate();
     const bool rows16 = block_rows == 1 && block_cols == 16;
     const bool cols16 = block_cols == 1 && block_rows == 16;
     if (!rows16 && !cols16)
@@ -200,8 +201,6 @@ double reference_amax(const QuantSpec& spec, const float* x, int64_t n, int thre
   return tensor_abs_max(x, n, threads);
 }
 
-int rht_axis(const QuantSpec& spec) { return spec.block_rows == 1 ? 1 : 0; }
-
 }  // namespace
 
 namespace {
@@ -256,7 +255,7 @@ QuantInfo quantize_ref_exmy(const QuantSpec& spec, const float* x_in, int64_t ro
   const float* x = x_in;
   if (spec.rht) {
     transformed.assign(x_in, x_in + n);
-    hadamard16_ref(transformed.data(), rows, cols, rht_axis(spec), spec.rht_signs);
+    apply_rht_ref(spec, transformed.data(), rows, cols);
     x = transformed.data();
   }
   set_tensor_amax(p, reference_amax(spec, x, n, -1));
@@ -797,7 +796,7 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
   if (spec.rht) {
     transformed.resize(static_cast<size_t>(n));
     std::memcpy(transformed.data(), x_in, sizeof(float) * static_cast<size_t>(n));
-    hadamard16(transformed.data(), rows, cols, rht_axis(spec), spec.rht_signs, nt);
+    apply_rht(spec, transformed.data(), rows, cols, nt);
     x = transformed.data();
   }
   const int64_t band = p.has_scale ? p.br : 64;
@@ -952,7 +951,7 @@ void BandQuantizer::measure(const float* x, int64_t rows) {
   const int64_t n = rows * cols_;
   if (spec_.rht) {  // the amax of the tensor that is quantized
     scratch_.assign(x, x + n);
-    hadamard16(scratch_.data(), rows, cols_, rht_axis(spec_), spec_.rht_signs, threads_);
+    apply_rht(spec_, scratch_.data(), rows, cols_, threads_);
     x = scratch_.data();
   }
   amax_bits_ = std::max(amax_bits_, tensor_abs_max_bits(x, n, threads_));

@@ -52,6 +52,11 @@ enum class DequantOrder : uint8_t {
   scale_first,    // fp32 x-hat = fl(q * fl(s_b * 1/G)): the UE5M3 reference's portable Torch path
 };
 
+// The Hadamard transform's signs (docs/numerics.md §3): random (from the
+// 16-bit mask and its documented expansion) or deterministic (every sign +1:
+// the plain normalized Sylvester Hadamard matrix).
+enum class RhtKind : uint8_t { random, deterministic };
+
 struct QuantSpec {
   Format elem;
   std::optional<Format> scale;  // none: no block scale
@@ -69,6 +74,8 @@ struct QuantSpec {
   bool saturate = true;
   bool rht = false;
   uint16_t rht_signs = 0xD7E8;
+  int rht_size = 16;                    // points of the transform: 16, 32, 64 or 128
+  RhtKind rht_kind = RhtKind::random;
   CodeConvention codes = CodeConvention::exmy;
   DequantOrder dequant = DequantOrder::product_first;
 
@@ -129,7 +136,10 @@ class BandQuantizer {
   // `stats`: keep the statistics (counts, and the segment partials of the
   // sums: one per 4096 elements of a row, docs/numerics.md §5).
   BandQuantizer(const QuantSpec& spec, int64_t rows, int64_t cols, bool stats, int threads = 0);
-  int64_t band_rows() const { return spec_.block_rows; }
+  // A block row, or the transform's rows where it runs down the columns (Bx1).
+  int64_t band_rows() const {
+    return spec_.rht && spec_.block_rows != 1 ? std::max<int64_t>(spec_.block_rows, spec_.rht_size) : spec_.block_rows;
+  }
   bool needs_amax() const { return spec_.amax_kind == AmaxKind::current; }
   // Adds the next `rows` rows to the tensor amax.
   void measure(const float* x, int64_t rows);
@@ -157,10 +167,29 @@ class BandQuantizer {
 // count.
 double tensor_abs_max(const float* x, int64_t n, int threads = 0);
 
-// Random Hadamard transform of docs/numerics.md §3 along rows (axis = 1: each run of
-// 16 consecutive elements of a row) or columns (axis = 0), in place; the
-// result is rounded once to bf16 (rne). The axis length must be a multiple
-// of 16.
+// An n-point Hadamard transform of docs/numerics.md §3.
+constexpr int kMaxRht = 128;
+struct Rht {
+  int size = 16;  // 16, 32, 64 or 128
+  RhtKind kind = RhtKind::random;
+  uint16_t signs = 0xD7E8;
+  void validate() const;  // throws exmy::Error for another size
+  bool operator==(const Rht&) const = default;
+};
+// The transform's sign vector: neg[i] is true where s_i = -1 (size entries).
+void rht_sign_vector(const Rht& t, bool* neg);
+// The transform along rows (axis = 1: each run of t.size consecutive
+// elements of a row) or columns (axis = 0), in place; the result is rounded
+// once to bf16 (rne). The axis length must be a multiple of t.size.
+void hadamard(float* x, int64_t rows, int64_t cols, int axis, const Rht& t, int threads = 0);
+void hadamard_ref(float* x, int64_t rows, int64_t cols, int axis, const Rht& t);
+// A spec's transform (rht_size, rht_kind, rht_signs) along its block axis
+// (rows for a 1xB block, columns for Bx1).
+Rht rht_of(const QuantSpec& spec);
+int rht_axis(const QuantSpec& spec);
+void apply_rht(const QuantSpec& spec, float* x, int64_t rows, int64_t cols, int threads = 0);
+void apply_rht_ref(const QuantSpec& spec, float* x, int64_t rows, int64_t cols);
+// The 16-point random transform with the given mask.
 void hadamard16(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs, int threads = 0);
 void hadamard16_ref(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs);
 

@@ -109,6 +109,16 @@ const OptionTable<FourSix>& four_over_six_options() {
   return t;
 }
 
+const OptionTable<RhtKind>& rht_kind_options() {
+  static const OptionTable<RhtKind> t = {
+      "Hadamard transform kind",
+      {
+          {"random", RhtKind::random, "signs from rht_signs and its splitmix64 expansion (docs/numerics.md §3)"},
+          {"deterministic", RhtKind::deterministic, "no signs: the normalized Sylvester Hadamard matrix"},
+      }};
+  return t;
+}
+
 // ---------------------------------------------------------------------------
 // Spelling of values
 // ---------------------------------------------------------------------------
@@ -248,7 +258,7 @@ const std::vector<QuantKnob>& quant_knobs() {
       {"saturate", "no-saturate", "BOOL", "overflow to Inf/NaN instead of saturating to max", KnobKind::boolean,
        "false", true, [](S& s, V v) { s.saturate = parse_bool_word(v); },
        [](const S& s) { return bool_text(s.saturate); }, nullptr, [](const S& s) { return !s.saturate; }},
-      {"rht", "rht", "BOOL", "apply the 16-point random Hadamard transform along the block axis first",
+      {"rht", "rht", "BOOL", "apply the Hadamard transform (rht_size, rht_kind) along the block axis first",
        KnobKind::boolean, "true", true, [](S& s, V v) { s.rht = parse_bool_word(v); },
        [](const S& s) { return bool_text(s.rht); }, nullptr, [](const S& s) { return s.rht; }},
       {"rht_signs", "rht-signs", "MASK", "16-bit sign mask of the transform (decimal or 0x hex)", KnobKind::text,
@@ -259,6 +269,20 @@ const std::vector<QuantKnob>& quant_knobs() {
          return std::string(buf);
        },
        nullptr, [](const S& s) { return s.rht; }},
+      {"rht_size", "rht-size", "N", "points of the Hadamard transform: 16, 32, 64 or 128", KnobKind::integer, nullptr,
+       true,
+       [](S& s, V v) {
+         const int n = static_cast<int>(parse_uint("rht_size", v, 0, 1u << 20));
+         Rht{n}.validate();
+         s.rht_size = n;
+       },
+       [](const S& s) { return std::to_string(s.rht_size); }, nullptr,
+       [](const S& s) { return s.rht && s.rht_size != 16; }},
+      {"rht_kind", "rht-kind", "KIND", "signs of the Hadamard transform:", KnobKind::text, nullptr, true,
+       [](S& s, V v) { s.rht_kind = rht_kind_options().parse(v); },
+       [](const S& s) { return std::string(rht_kind_options().name(s.rht_kind)); },
+       [] { return rows_help(rht_kind_options()); },
+       [](const S& s) { return s.rht && s.rht_kind != RhtKind::random; }},
   };
   return k;
 }

@@ -82,6 +82,7 @@ const OptionTable<AmaxKind>& tensor_amax_options();
 const OptionTable<CodeConvention>& code_convention_options();
 const OptionTable<DequantOrder>& dequant_order_options();
 const OptionTable<FourSix>& four_over_six_options();
+const OptionTable<RhtKind>& rht_kind_options();
 
 // ---------------------------------------------------------------------------
 // Spelling of values

@@ -382,12 +382,12 @@ QuantInfo tensor_info(const QuantPlan& p, const Totals& totals, int64_t rows, in
 }
 
 // The input the kernels see: x, or its random Hadamard transform (on the
-// host, for now; exmy::hadamard16 gives the same bits as hadamard16_ref).
+// host, for now; exmy::apply_rht gives the same bits as apply_rht_ref).
 const float* transformed_input(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
                                std::vector<float>& buffer) {
   if (!spec.rht) return x;
   buffer.assign(x, x + rows * cols);
-  hadamard16(buffer.data(), rows, cols, spec.block_rows == 1 ? 1 : 0, spec.rht_signs);
+  apply_rht(spec, buffer.data(), rows, cols);
   return buffer.data();
 }
 

@@ -9,7 +9,7 @@
 //   encoding, integer statistics (atomics), the segment partials of the
 //   double sums;
 // - host: validation and the plan's format part, the random Hadamard transform (applied
-//   with exmy::hadamard16 before upload, for now), the error message for the
+//   with exmy::apply_rht before upload, for now: every size and kind), the error message for the
 //   first unrepresentable element, and the tree that combines the segment
 //   partials of the double sums (docs/numerics.md §5), which the device
 //   makes one thread per segment.

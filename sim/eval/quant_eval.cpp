@@ -41,11 +41,11 @@ double nan_max(double a, double b) {
 double operand_amax(const sim::quant::RoleSpec& rs, const float* x, int64_t rows, int64_t cols,
                     std::vector<float>& scratch) {
   if (!rs.q.rht) return sim::quant::abs_max(x, rows * cols);
-  if (cols % 16 != 0)
+  if (cols % rs.q.rht_size != 0)
     throw Error("the random Hadamard transform runs along K = " + std::to_string(cols) +
-                ", which must be a multiple of 16");
+                ", which must be a multiple of " + std::to_string(rs.q.rht_size));
   scratch.assign(x, x + rows * cols);
-  hadamard16(scratch.data(), rows, cols, 1, rs.q.rht_signs);
+  hadamard(scratch.data(), rows, cols, 1, rht_of(rs.q));
   return sim::quant::abs_max(scratch.data(), rows * cols);
 }
 

@@ -71,9 +71,9 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
   const int64_t rows = transpose_src ? src_cols : src_rows;
   const int64_t cols = transpose_src ? src_rows : src_cols;  // K
   const int64_t n = rows * cols;
-  if (rs.q.rht && cols % 16 != 0)
+  if (rs.q.rht && cols % rs.q.rht_size != 0)
     throw Error(info_.name + ", " + std::string(role_name(role)) + ": the random Hadamard transform runs along K = " +
-                std::to_string(cols) + ", which must be a multiple of 16");
+                std::to_string(cols) + ", which must be a multiple of " + std::to_string(rs.q.rht_size));
 
   const float* hp = src;
   if (transpose_src) {
@@ -150,7 +150,7 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
       std::memcpy(ensure(b.hp, n), hp, sizeof(float) * static_cast<size_t>(n));
       hp = b.hp.data();
     }
-    hadamard16(b.hp.data(), rows, cols, 1, q.rht_signs);
+    hadamard(b.hp.data(), rows, cols, 1, rht_of(q));
   }
   const bool grouped = gemm_.kind == GemmModel::Kind::grouped;
   QuantSpec qc = q;

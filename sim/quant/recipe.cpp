@@ -182,7 +182,7 @@ const std::vector<RoleKnob>& own_role_knobs() {
 // role's own, each once (checked when the list is built).
 constexpr std::string_view kRoleKnobOrder[] = {
     "elem",    "scale",    "block",     "scale_rule", "arith",     "round",    "sr_bits",  "scale_target",
-    "four_over_six", "zero_scale", "dequant", "saturate", "reference", "rht", "rht_signs", "pre_round",
+    "four_over_six", "zero_scale", "dequant", "saturate", "reference", "rht", "rht_signs", "rht_size", "rht_kind", "pre_round",
 };
 
 const std::vector<RoleKnob>& role_knobs() {
@@ -671,10 +671,12 @@ void check_specs(const Recipe& r, const std::array<RoleSpec, kNumRoles>& s, cons
     const auto [a, b] = gemm_roles(g);
     const QuantSpec& qa = s[static_cast<size_t>(a)].q;
     const QuantSpec& qb = s[static_cast<size_t>(b)].q;
-    if (qa.rht != qb.rht || (qa.rht && qa.rht_signs != qb.rht_signs))
+    const bool same = qa.rht_size == qb.rht_size && qa.rht_kind == qb.rht_kind &&
+                      (qa.rht_kind == RhtKind::deterministic || qa.rht_signs == qb.rht_signs);
+    if (qa.rht != qb.rht || (qa.rht && !same))
       throw Error(where + std::string(gemm_name(g)) + ": the random Hadamard transform must be on for both operands " +
                   std::string(role_name(a)) + " and " + std::string(role_name(b)) +
-                  " with the same signs, or off for both (the GEMM then sees the transform cancel)");
+                  " with the same size, kind and signs, or off for both (the GEMM then sees the transform cancel)");
   }
   const QuantSpec& fw = s[static_cast<size_t>(Role::fprop_w)].q;
   const QuantSpec& dw = s[static_cast<size_t>(Role::dgrad_w)].q;
@@ -685,7 +687,8 @@ void check_specs(const Recipe& r, const std::array<RoleSpec, kNumRoles>& s, cons
   if (r.shared_dy_reference) {
     const RoleSpec& d = s[static_cast<size_t>(Role::dgrad_dy)];
     const RoleSpec& w = s[static_cast<size_t>(Role::wgrad_dy)];
-    if (!(d.reference == w.reference) || d.q.rht != w.q.rht)
+    if (!(d.reference == w.reference) || d.q.rht != w.q.rht ||
+        (d.q.rht && !(rht_of(d.q) == rht_of(w.q))))
       throw Error(where + "shared_dy_reference: dgrad-dy and wgrad-dy share one dY reference, so they need the same "
                           "reference policy and rht setting (got " +
                   ref_policy_name(d.reference) + (d.q.rht ? " with rht" : "") + " and " + ref_policy_name(w.reference) +

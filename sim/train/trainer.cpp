@@ -265,14 +265,15 @@ class Trainer {
         const int64_t K = g == sim::quant::Gemm::fprop   ? e.info.in_features
                           : g == sim::quant::Gemm::dgrad ? e.info.out_features
                                                          : cfg_.batch_size * cfg_.seq_len;
-        if (K % 16 == 0) continue;
+        const int n = e.specs[static_cast<size_t>(r)].q.rht_size;
+        if (K % n == 0) continue;
         const std::string what =
             g == sim::quant::Gemm::wgrad
                 ? "train.batch_size x train.seq_len = " + std::to_string(K) + " tokens per micro-batch"
                 : std::string(g == sim::quant::Gemm::fprop ? "its input features" : "its output features") + ", " +
                       std::to_string(K);
         throw Error("recipe '" + cfg_.recipe.name + "': " + e.info.name + " " +
-                    std::string(sim::quant::role_name(r)) + " has rht = true, which needs K a multiple of 16, but K is " +
+                    std::string(sim::quant::role_name(r)) + " has rht = true, which needs K a multiple of " + std::to_string(n) + ", but K is " +
                     what + " (set recipe." + std::string(sim::quant::role_name(r)) +
                     ".rht=false for both operands of the GEMM, or change the shape)");
       }

@@ -289,22 +289,47 @@ TEST(CudaRandom, FourOverSix) {
   EXPECT_LT(four, blocks);
 }
 
+// e2m1 / e4m3 with a current amax, fp32 arithmetic and the RHT on `block`.
+QuantSpec rht_spec(const char* block) {
+  QuantSpec spec;
+  spec.elem = parse_format("e2m1");
+  spec.scale = parse_format("e4m3");
+  parse_block(block, spec.block_rows, spec.block_cols);
+  spec.amax_kind = AmaxKind::current;
+  spec.arith = Arith::fp32;
+  spec.rht = true;
+  return spec;
+}
+
 TEST(CudaRandom, Hadamard) {
   EXMY_REQUIRE_CUDA();
   for (const char* block : {"1x16", "16x1"}) {
-    QuantSpec spec;
-    spec.elem = parse_format("e2m1");
-    spec.scale = parse_format("e4m3");
-    parse_block(block, spec.block_rows, spec.block_cols);
-    spec.amax_kind = AmaxKind::current;
-    spec.arith = Arith::fp32;
+    QuantSpec spec = rht_spec(block);
     spec.round = Round::stochastic;
-    spec.rht = true;
     const std::vector<float> x = random_tensor(64 * 48, 77, false);
     const RunOut want = run(spec, 64, 48, [&](const QuantOutput& o) { return quantize_ref(spec, x.data(), 64, 48, o); });
     const RunOut got = run(spec, 64, 48, [&](const QuantOutput& o) { return kImpl(spec, x.data(), 64, 48, o); });
     expect_same(got, want, std::string("rht ") + block);
   }
+}
+
+// The other sizes and the deterministic kind (the transform is applied on the
+// host before upload, by exmy::apply_rht).
+TEST(CudaRandom, HadamardSizesAndKinds) {
+  EXMY_REQUIRE_CUDA();
+  const std::vector<float> x = random_tensor(128 * 128, 78, false);
+  for (const char* block : {"1x16", "16x1"})
+    for (const int n : {32, 64, 128})
+      for (const RhtKind kind : {RhtKind::random, RhtKind::deterministic}) {
+        QuantSpec spec = rht_spec(block);
+        spec.rht_size = n;
+        spec.rht_kind = kind;
+        const RunOut want =
+            run(spec, 128, 128, [&](const QuantOutput& o) { return quantize_ref(spec, x.data(), 128, 128, o); });
+        const RunOut got = run(spec, 128, 128, [&](const QuantOutput& o) { return kImpl(spec, x.data(), 128, 128, o); });
+        expect_same(got, want, std::string("rht ") + block + " size " + std::to_string(n) +
+                                   (kind == RhtKind::random ? " random" : " deterministic"));
+      }
 }
 
 #if !defined(EXMY_TEST_EMULATED)

@@ -28,7 +28,8 @@ std::string body(const Recipe& r) {
 const std::vector<std::string> kShipped = {"bf16",      "fp32",      "te-nvfp4",          "nvfp4-no-rht-all",
                                            "te-nvfp4-grouped", "nvfp4-no-rht-all-grouped",
                                            "ue5m3-b16", "ue5m3-b16-fp32gemm", "ue5m3-b32", "ue5m3-te-settings",
-                                           "mxfp4",     "mxfp8",     "fp8-current", "nvfp4-4over6"};
+                                           "mxfp4",     "mxfp8",     "fp8-current", "nvfp4-4over6",
+                                           "nvfp4-h32-wgrad"};
 
 LinearInfo linear(int layer, LinearKind kind, const std::string& name = "l") {
   LinearInfo i;
@@ -165,6 +166,32 @@ TEST(Recipe, MxAndFp8) {
   EXPECT_EQ(load_recipe("fp32").unquantized, "fp32");
 }
 
+// nvfp4-h32-wgrad: te-nvfp4 with the 32-point transform on both wgrad
+// operands, the other roles without one.
+TEST(Recipe, H32WgradRecipe) {
+  const Recipe r = load_recipe("nvfp4-h32-wgrad");
+  const auto s = r.resolve(linear(0, LinearKind::mlp_up), 24);
+  for (Role role : kRoles) {
+    const QuantSpec& q = s[role_index(role)].q;
+    EXPECT_EQ(q.rht, role_gemm(role) == Gemm::wgrad) << role_name(role);
+    if (q.rht) {
+      EXPECT_EQ(q.rht_size, 32);
+      EXPECT_EQ(q.rht_kind, RhtKind::random);
+      EXPECT_EQ(q.rht_signs, 0xD7E8);
+      EXPECT_NE(role_spec_string(s[role_index(role)]).find("rht_size=32"), std::string::npos);
+    }
+  }
+  // deterministic signs on every role load (only the wgrad roles have the
+  // transform); on one operand alone they do not
+  Recipe d = r;
+  apply_recipe_override(d, "recipe.all.rht_kind", "deterministic");
+  EXPECT_EQ(d.resolve(linear(0, LinearKind::mlp_up), 24)[role_index(Role::wgrad_x)].q.rht_kind,
+            RhtKind::deterministic);
+  Recipe one = r;
+  expect_one_line_naming(error_of([&] { apply_recipe_override(one, "recipe.wgrad-x.rht_kind", "deterministic"); }),
+                         "same size, kind and signs");
+}
+
 const char* kSmall = R"(
 [recipe]
 description = small
@@ -258,7 +285,7 @@ TEST(Recipe, KnobValuesAreReadAsEverywhereElse) {
     const std::string text = role_spec_string(s);
     EXPECT_NE(text.find(std::string(k.name) + "=" + k.print(s.q)), std::string::npos) << k.name << ": " << text;
   }
-  EXPECT_EQ(role_knob_names().size(), 16u);  // four_over_six the 16th
+  EXPECT_EQ(role_knob_names().size(), 18u);  // four_over_six the 16th, rht_size and rht_kind
 }
 
 TEST(Recipe, BadRecipesAreRejectedNamingTheKey) {
@@ -272,6 +299,13 @@ TEST(Recipe, BadRecipesAreRejectedNamingTheKey) {
   expect_one_line_naming(err(std::string(kSmall) + "reference = delayed\n"), "all.reference");
   expect_one_line_naming(err(std::string(kSmall) + "sr_bits = 33\n"), "all.sr_bits");
   expect_one_line_naming(err(std::string(kSmall) + "rht_signs = 0x1FFFF\n"), "all.rht_signs");
+  expect_one_line_naming(err(std::string(kSmall) + "rht_size = 48\n"), "all.rht_size");
+  expect_one_line_naming(err(std::string(kSmall) + "rht_kind = fixed\n"), "all.rht_kind");
+  expect_one_line_naming(
+      err(std::string(kSmall) + "[wgrad-x]\nrht = true\nrht_size = 32\n[wgrad-dy]\nrht = true\n"), "same size");
+  expect_one_line_naming(
+      err(std::string(kSmall) + "[wgrad-x]\nrht = true\nrht_kind = deterministic\n[wgrad-dy]\nrht = true\n"),
+      "same size, kind");
   expect_one_line_naming(err(std::string(kSmall) + "[fprop-x]\nelem = e9m1\n"), "fprop-x.elem");
   expect_one_line_naming(err(std::string(kSmall) + "scale_target = -4\n"), "all.scale_target");
   expect_one_line_naming(err(std::string(kSmall) + "saturate = yes\n"), "all.saturate");

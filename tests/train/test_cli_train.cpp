@@ -503,6 +503,26 @@ TEST(CliTrain, FourOverSixRecipeTrainsAndCountsItsBlocks) {
   }
 }
 
+// The shipped H32 recipe, and a deterministic 128-point transform on
+// wgrad, train.
+TEST(CliTrain, HadamardSizesAndKindsTrain) {
+  TempDir d;
+  struct Case {
+    const char* dir;
+    const char* recipe;
+    std::vector<std::string> sets;
+  };
+  for (const Case& c : {Case{"h32", "nvfp4-h32-wgrad", {"train.steps=2"}},
+                        Case{"h128", "te-nvfp4", {"train.steps=2", "recipe.all.rht_size=128", "recipe.all.rht_kind=deterministic"}}}) {
+    std::vector<std::string> a = train_args(d / c.dir, c.sets);
+    a.push_back("--recipe");
+    a.push_back(c.recipe);
+    const Result r = run(a);
+    ASSERT_EQ(r.status, 0) << c.dir << ": " << r.out;
+    EXPECT_NE(r.out.find("done: 2 steps"), std::string::npos) << r.out;
+  }
+}
+
 TEST(CliTrain, BadInputGetsOneLineErrors) {
   TempDir d;
   expect_one_line_error(train_args(d / "a", {"train.bogus=1"}), "unknown configuration key 'train.bogus'");
@@ -539,6 +559,11 @@ TEST(CliTrain, BadInputGetsOneLineErrors) {
                         "wgrad-dy has rht = true, which needs K a multiple of 16, but K is train.batch_size x "
                         "train.seq_len = 15");
   EXPECT_FALSE(fs::exists(d / "r6/run.h5"));
+  // The same with a 32-point transform along 48 tokens: a multiple of 16, not of 32.
+  expect_one_line_error(with("r6b", {"--recipe", "nvfp4-h32-wgrad"}, {"recipe.keep_last_bf16=0", "train.seq_len=48",
+                                                                       "train.batch_size=1"}),
+                        "wgrad-dy has rht = true, which needs K a multiple of 32, but K is train.batch_size x "
+                        "train.seq_len = 48");
   expect_one_line_error(with("r7", {"--capture-step", "0"}), "--capture-step must be positive");
   expect_one_line_error(train_args(d / "t1", {"train.threads=100000"}), "train.threads = 100000 is outside");
   {  // A model far larger than any machine: refused before anything is allocated.
