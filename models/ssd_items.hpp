@@ -209,19 +209,26 @@ struct SsdGroupScratch {
   T* dacs;                     // (L)
 };
 
-// Floats of one SsdGroupScratch for chunks of up to L tokens, and its
-// pointers carved from p in the order of the struct.
-inline int64_t ssd_group_scratch_size(int64_t L, int64_t P, int64_t N) { return 5 * L * L + 4 * L * P + 2 * L * N + L; }
+// Scratch arrays start 16 elements apart (64 bytes for float) from a
+// 64-byte-aligned base, as the CPU's separate buffers (sim::Buf) do: Eigen's
+// small products may choose their vectorized path by the operands'
+// alignment, so an array aligned differently could give other bits.
+EXMY_HD int64_t ssd_pad(int64_t n) { return (n + 15) / 16 * 16; }
+
+// Elements of one SsdGroupScratch for chunks of up to L tokens, and its
+// arrays carved from p in the order of the struct, each padded by ssd_pad.
+EXMY_HD int64_t ssd_group_scratch_size(int64_t L, int64_t P, int64_t N) {
+  return 5 * ssd_pad(L * L) + 4 * ssd_pad(L * P) + 2 * ssd_pad(L * N) + ssd_pad(L);
+}
 template <class T>
 EXMY_HD SsdGroupScratch<T> ssd_group_scratch(T* p, int64_t L, int64_t P, int64_t N) {
   SsdGroupScratch<T> w;
-  T** ll[] = {&w.CB, &w.M, &w.Lm, &w.dM, &w.dCB};
-  for (T** v : ll) *v = p, p += L * L;
-  T** lp[] = {&w.XDT, &w.dXDT, &w.tmp, &w.dye};
-  for (T** v : lp) *v = p, p += L * P;
-  w.dCg = p;
-  w.dBg = p + L * N;
-  w.dacs = p + 2 * L * N;
+  T** arrays[] = {&w.CB, &w.M, &w.Lm, &w.dM, &w.dCB, &w.XDT, &w.dXDT, &w.tmp, &w.dye, &w.dCg, &w.dBg, &w.dacs};
+  const int64_t sizes[] = {L * L, L * L, L * L, L * L, L * L, L * P, L * P, L * P, L * P, L * N, L * N, L};
+  for (int i = 0; i < 12; ++i) {
+    *arrays[i] = p;
+    p += ssd_pad(sizes[i]);
+  }
   return w;
 }
 

@@ -24,20 +24,25 @@
 
 namespace exmy::models {
 
-// Scratch elements of the forward: per (b, q, g) item CB, M (chunk^2) and XDT
-// (chunk x P); per (b, h) the running state (P x N); per (b, q, h) off (chunk x P).
+// Scratch elements of the forward: per (b, q, g) item CB, M (chunk^2) and
+// XDT (chunk x P); per (b, h) the running state (P x N); per (b, q, h) off
+// (chunk x P). Every array padded by ssd_pad, the scratch 64-byte aligned
+// (as cudaMalloc's and sim::Buf's are).
+inline int64_t ssd_forward_group_scratch(int64_t L, int64_t P) { return 2 * ssd_pad(L * L) + ssd_pad(L * P); }
 inline int64_t ssd_forward_scratch(const SsdDims& d) {
   const int64_t L = d.chunk, P = d.head_dim, N = d.state, BQ = d.batch * d.chunks();
-  return BQ * d.groups * (2 * L * L + L * P) + d.batch * d.heads * P * N + BQ * d.heads * L * P;
+  return BQ * d.groups * ssd_forward_group_scratch(L, P) + d.batch * d.heads * ssd_pad(P * N) +
+         BQ * d.heads * ssd_pad(L * P);
 }
 
 // Scratch elements of the backward: dstates (B,Q,H,P,N), dlast (B,H,Q), per
 // (b, q, h) dye (chunk x P), per (b, h) the running gradient (P x N), per
-// (b, q, g) an SsdGroupScratch, and the partials pA, pD (B,Q,H).
+// (b, q, g) an SsdGroupScratch, and the partials pA, pD (B,Q,H); padded and
+// aligned as the forward's.
 inline int64_t ssd_backward_scratch(const SsdDims& d) {
   const int64_t L = d.chunk, P = d.head_dim, N = d.state, BQ = d.batch * d.chunks(), H = d.heads;
-  return d.states_size() + BQ * H + BQ * H * L * P + d.batch * H * P * N +
-         BQ * d.groups * ssd_group_scratch_size(L, P, N) + 2 * BQ * H;
+  return ssd_pad(d.states_size()) + ssd_pad(BQ * H) + BQ * H * ssd_pad(L * P) + d.batch * H * ssd_pad(P * N) +
+         BQ * d.groups * ssd_group_scratch_size(L, P, N) + 2 * ssd_pad(BQ * H);
 }
 
 template <class L, class Gemm, class T>
@@ -46,20 +51,21 @@ void ssd_chunk_scan_forward_launches(const L& launch, const Gemm& gemm, T* y, T*
                                      const T* A_log, const T* D, const SsdDims& d, T* scratch) {
   const int64_t Lmax = d.chunk, P = d.head_dim, N = d.state, H = d.heads, G = d.groups, Q = d.chunks();
   const int64_t BQ = d.batch * Q;
-  T* s_group = scratch;                                         // BQ*G items of 2 L^2 + L P
-  T* s_cur = s_group + BQ * G * (2 * Lmax * Lmax + Lmax * P);  // B*H items of P N
-  T* s_off = s_cur + d.batch * H * P * N;                       // BQ*H items of L P
+  const int64_t gsz = ssd_forward_group_scratch(Lmax, P), csz = ssd_pad(P * N), osz = ssd_pad(Lmax * P);
+  T* s_group = scratch;                 // BQ*G items: CB, M, XDT
+  T* s_cur = s_group + BQ * G * gsz;    // B*H items: the running state
+  T* s_off = s_cur + d.batch * H * csz;  // BQ*H items: off
   launch("ssd_forward chunk_group", BQ * G, [=] EXMY_HD_LAMBDA(int64_t u) {
-    T* w = s_group + u * (2 * Lmax * Lmax + Lmax * P);
+    T* w = s_group + u * gsz;
     ssd_fwd_chunk_group(gemm, y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, d, u / (Q * G), (u / G) % Q, u % G, w,
-                        w + Lmax * Lmax, w + 2 * Lmax * Lmax);
+                        w + ssd_pad(Lmax * Lmax), w + 2 * ssd_pad(Lmax * Lmax));
   });
   launch("ssd_forward pass_states", d.batch * H, [=] EXMY_HD_LAMBDA(int64_t u) {
-    ssd_fwd_pass_states(states, acs, d, u / H, u % H, s_cur + u * P * N);
+    ssd_fwd_pass_states(states, acs, d, u / H, u % H, s_cur + u * csz);
   });
   launch("ssd_forward chunk_output", BQ * H, [=] EXMY_HD_LAMBDA(int64_t u) {
     ssd_fwd_chunk_output(gemm, y, x, ldx, Cm, ldbc, D, acs, states, d, u / (Q * H), (u / H) % Q, u % H,
-                         s_off + u * Lmax * P);
+                         s_off + u * osz);
   });
 }
 
@@ -70,19 +76,20 @@ void ssd_chunk_scan_backward_launches(const L& launch, const Gemm& gemm, T* dx, 
                                       const T* states, const SsdDims& d, T* scratch) {
   const int64_t Lmax = d.chunk, P = d.head_dim, N = d.state, H = d.heads, G = d.groups, Q = d.chunks();
   const int64_t BQ = d.batch * Q, gsz = ssd_group_scratch_size(Lmax, P, N);
+  const int64_t ysz = ssd_pad(Lmax * P), nsz = ssd_pad(P * N);
   T* dstates = scratch;
-  T* dlast = dstates + d.states_size();
-  T* s_dye = dlast + BQ * H;             // BQ*H items of L P
-  T* s_next = s_dye + BQ * H * Lmax * P;  // B*H items of P N
-  T* s_group = s_next + d.batch * H * P * N;
+  T* dlast = dstates + ssd_pad(d.states_size());
+  T* s_dye = dlast + ssd_pad(BQ * H);     // BQ*H items: dye
+  T* s_next = s_dye + BQ * H * ysz;       // B*H items: the running gradient
+  T* s_group = s_next + d.batch * H * nsz;  // BQ*G items: SsdGroupScratch
   T* pA = s_group + BQ * G * gsz;
-  T* pD = pA + BQ * H;
+  T* pD = pA + ssd_pad(BQ * H);
   launch("ssd_backward dstates_from_outputs", BQ * H, [=] EXMY_HD_LAMBDA(int64_t u) {
     ssd_bwd_dstates_from_outputs(gemm, dstates, dy, Cm, ldbc, acs, d, u / (Q * H), (u / H) % Q, u % H,
-                                 s_dye + u * Lmax * P);
+                                 s_dye + u * ysz);
   });
   launch("ssd_backward dstates_passing", d.batch * H, [=] EXMY_HD_LAMBDA(int64_t u) {
-    ssd_bwd_dstates_passing(dstates, dlast, acs, states, d, u / H, u % H, s_next + u * P * N);
+    ssd_bwd_dstates_passing(dstates, dlast, acs, states, d, u / H, u % H, s_next + u * nsz);
   });
   launch("ssd_backward chunk_group", BQ * G, [=] EXMY_HD_LAMBDA(int64_t u) {
     const int64_t b = u / (Q * G), q = (u / G) % Q;
