@@ -95,6 +95,19 @@ struct Inputs {
   size_t ysize() const { return static_cast<size_t>(d.batch * d.seqlen * xdim); }
 };
 
+// The CPU's chunked forward and what it saves.
+struct CpuForward {
+  AVec y, acs, st;
+};
+CpuForward cpu_forward(const Inputs& in) {
+  const SsdDims& d = in.d;
+  const float *x = in.xbc.data(), *Bm = x + in.xdim, *Cm = Bm + in.gn;
+  CpuForward f{AVec(in.ysize()), AVec(static_cast<size_t>(d.acs_size())), AVec(static_cast<size_t>(d.states_size()))};
+  ssd_chunk_scan_forward(f.y.data(), f.acs.data(), f.st.data(), x, in.ld, Bm, Cm, in.ld, in.dt.data(), in.A_log.data(),
+                         in.D.data(), d);
+  return f;
+}
+
 template <class T, class V>
 std::vector<T> to(const V& v) {
   return std::vector<T>(v.begin(), v.end());
@@ -146,10 +159,8 @@ TEST(SsdKernels, ForwardEqualsCpu) {
     const Inputs in(s, seed += 10);
     const SsdDims& d = in.d;
     const std::string what = "ssd forward " + name_of(s);
-    const float *x = in.xbc.data(), *Bm = x + in.xdim, *Cm = Bm + in.gn;
-    AVec y(in.ysize()), acs(static_cast<size_t>(d.acs_size())), st(static_cast<size_t>(d.states_size()));
-    ssd_chunk_scan_forward(y.data(), acs.data(), st.data(), x, in.ld, Bm, Cm, in.ld, in.dt.data(), in.A_log.data(),
-                           in.D.data(), d);
+    const CpuForward f = cpu_forward(in);
+    const AVec &y = f.y, &acs = f.acs, &st = f.st;
 
     Buffer kxbc(in.xbc), kdt(in.dt), kA(in.A_log), kD(in.D), ky(Vec(y.size(), -1.0f)), kacs(Vec(acs.size(), -1.0f)),
         kst(Vec(st.size(), -1.0f)), scratch(Vec(static_cast<size_t>(ssd_forward_scratch(d)), 0.0f));
@@ -177,9 +188,8 @@ TEST(SsdKernels, BackwardEqualsCpuAndAccumulates) {
     const SsdDims& d = in.d;
     const std::string what = "ssd backward " + name_of(s);
     const float *x = in.xbc.data(), *Bm = x + in.xdim, *Cm = Bm + in.gn;
-    AVec y(in.ysize()), acs(static_cast<size_t>(d.acs_size())), st(static_cast<size_t>(d.states_size()));
-    ssd_chunk_scan_forward(y.data(), acs.data(), st.data(), x, in.ld, Bm, Cm, in.ld, in.dt.data(), in.A_log.data(),
-                           in.D.data(), d);
+    const CpuForward f = cpu_forward(in);
+    const AVec &acs = f.acs, &st = f.st;
     // The gradients accumulate (+=) into what is there; the pad columns of
     // dxBC stay as they are.
     AVec dxbc = aligned(randn(in.xbc.size(), seed + 1, 0.1f)), ddt = aligned(randn(in.dt.size(), seed + 2, 0.1f)),
