@@ -26,14 +26,16 @@
 
 #include <cstdint>
 
+#include "formats/format.hpp"  // EXMY_HD
+
 namespace exmy::models {
 
 struct SsdDims {
   int64_t batch = 1, seqlen = 1, heads = 1, head_dim = 1, groups = 1, state = 1, chunk = 1;
-  int64_t chunks() const { return (seqlen + chunk - 1) / chunk; }
+  EXMY_HD int64_t chunks() const { return (seqlen + chunk - 1) / chunk; }
   // Elements of the saved buffers of the chunked forward.
-  int64_t acs_size() const { return batch * heads * seqlen; }                          // (B,H,T)
-  int64_t states_size() const { return batch * chunks() * heads * head_dim * state; }  // (B,Q,H,P,N)
+  EXMY_HD int64_t acs_size() const { return batch * heads * seqlen; }                          // (B,H,T)
+  EXMY_HD int64_t states_size() const { return batch * chunks() * heads * head_dim * state; }  // (B,Q,H,P,N)
 };
 
 // dt (N,H) = clamp(softplus(dt_raw + dt_bias), lo, hi); dt_raw (N,H) rows of stride ld; dt_bias (H)
