@@ -127,9 +127,10 @@ po::options_description eval_options() {
 // checkpoint the defaults (or --config's sections but [model]) with its
 // config.json as the model; then --set. The recipe.* keys of --set go to
 // `recipe_sets`.
-train::RunConfig eval_config(const po::variables_map& vm, const Target& target, std::vector<std::string>& recipe_sets) {
+// `device`: --device as training_device_option checked it (empty: absent).
+train::RunConfig eval_config(const po::variables_map& vm, const Target& target, const std::string& device,
+                             std::vector<std::string>& recipe_sets) {
   std::vector<std::string> run_sets;
-  const std::string device = training_device_option(vm);
   if (vm.count("set"))
     for (const auto& s : vm["set"].as<std::vector<std::string>>()) (s.starts_with("recipe.") ? recipe_sets : run_sets).push_back(s);
   if (!device.empty()) run_sets.push_back("train.device=" + device);
@@ -229,7 +230,7 @@ int cmd_eval(const Args& args) {
   pos.add("target", 1);
   po::variables_map vm;
   if (parse_or_help(args, desc, pos, vm)) return 0;
-  training_device_option(vm);  // a device this run cannot use: one line before any work
+  const std::string device = training_device_option(vm);  // a device this run cannot use: one line before any work
   if (!vm.count("target")) throw Error("exmy eval needs a checkpoint or a run directory (exmy eval --help)");
   if (!vm.count("recipe")) throw Error("exmy eval needs --recipe NAME|FILE (the fp32 recipe gives the unquantized loss)");
   Target target = resolve_target(vm["target"].as<std::string>());
@@ -245,7 +246,7 @@ int cmd_eval(const Args& args) {
   }
 
   std::vector<std::string> recipe_sets;
-  const train::RunConfig cfg = eval_config(vm, target, recipe_sets);
+  const train::RunConfig cfg = eval_config(vm, target, device, recipe_sets);
   const std::string shown = target.hf.empty() ? target.checkpoint : target.hf;
   sim::quant::Recipe recipe = sim::quant::load_recipe(vm["recipe"].as<std::string>());
   for (const auto& s : recipe_sets) sim::quant::apply_recipe_override(recipe, s);
