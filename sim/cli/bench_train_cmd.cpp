@@ -324,8 +324,7 @@ po::options_description bench_train_options() {
     ("stats", po::value<std::string>()->default_value("all"),
      "with --recipe: recipes also timed with statistics at every step (comma-separated, all, none)")
     ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)")
-    ("device", po::value<std::string>()->default_value("cpu"),
-     "cpu, cuda or cuda:N; only cpu so far: the GPU training backend is not implemented yet");
+    ("device", po::value<std::string>(), kTrainingDeviceHelp);
   // clang-format on
   return desc;
 }
