@@ -3,6 +3,9 @@
 // tree.
 #pragma once
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <boost/program_options.hpp>
 #include <csignal>
@@ -40,9 +43,23 @@ inline bool parse_or_help(const std::vector<std::string>& args, const boost::pro
 // the run file are written as after SIGINT.
 inline std::atomic<int> g_stop_signal{0};
 
+// Set by a command whose output may stop being read when the stop arrives:
+// mpirun, on Ctrl-C, sends SIGTERM to the ranks and stops draining their
+// terminals until it kills them (Open MPI: odls_base_sigkill_timeout, 1 s by
+// default), so rank 0 would block in a write of its progress line and never
+// reach the checkpoint. With the flag, the first stop signal makes stdout and
+// stderr non-blocking: a line that cannot be written then is lost, never the
+// checkpoint.
+inline std::atomic<bool> g_unblock_output_on_stop{false};
+
 extern "C" inline void exmy_on_stop_signal(int sig) {
   int none = 0;
   g_stop_signal.compare_exchange_strong(none, sig);
+  if (g_unblock_output_on_stop.load())
+    for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+      const int flags = ::fcntl(fd, F_GETFL);  // fcntl is async-signal-safe
+      if (flags != -1) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    }
   std::signal(SIGPIPE, SIG_IGN);
   if (sig != SIGPIPE) {
     std::signal(SIGINT, SIG_DFL);

@@ -122,6 +122,7 @@ int cmd_train(const Args& args) {
   // The ranks of the job: this process alone, or every rank mpirun/srun
   // started (sim/dist/comm.hpp); only rank 0 prints progress.
   hooks.comm = &dist::world();
+  g_unblock_output_on_stop = hooks.comm->size() > 1;
   const train::BuildInfo build{EXMY_VERSION, EXMY_GIT_COMMIT};
 
   train::TrainResult r;

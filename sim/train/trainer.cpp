@@ -811,6 +811,12 @@ void Trainer::finish(TrainResult& res, const Session& ss) {
   if (res.status == TrainStatus::interrupted) {
     state_.elapsed_s += session_s;
     const std::string ckpt = write_checkpoint();
+    // The run file is whole before the last line, which may not get out
+    // (a launcher that stops reading the ranks' output on Ctrl-C).
+    if (run_) {
+      run_->close();
+      run_.reset();
+    }
     say("interrupted at step %lld: checkpoint %s; continue with: exmy train --resume %s\n",
         static_cast<long long>(state_.step), ckpt.c_str(), dir_.c_str());
   } else if (res.status == TrainStatus::completed) {
