@@ -33,13 +33,48 @@ double clip_factor(double norm, double max_norm) {
   return max_norm / (norm + 1e-6);
 }
 
-AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg) : cfg_(cfg) {
-  for (const auto& v : layout.views()) {
-    ranges_.emplace_back(v.offset, v.numel);
-    decay_.push_back(v.weight_decay);
+OptimizerShard whole_arena(const ArenaLayout& layout) {
+  return {0, static_cast<int>(layout.views().size()), 0, layout.size()};
+}
+
+OptimizerShard optimizer_shard(const ArenaLayout& layout, int r, int n) {
+  if (n < 1 || r < 0 || r >= n) throw Error("optimizer_shard: rank " + std::to_string(r) + " of " + std::to_string(n));
+  const auto& views = layout.views();
+  const int nv = static_cast<int>(views.size());
+  // The first view that starts at or after rank k's fraction of the arena.
+  const auto start = [&](int k) {
+    if (k >= n) return nv;
+    const int64_t at = static_cast<int64_t>((static_cast<__int128>(layout.size()) * k) / n);
+    int i = 0;
+    while (i < nv && views[static_cast<size_t>(i)].offset < at) ++i;
+    return i;
+  };
+  const auto offset = [&](int i) { return i < nv ? views[static_cast<size_t>(i)].offset : layout.size(); };
+  OptimizerShard s;
+  s.first_view = r == 0 ? 0 : start(r);
+  s.end_view = start(r + 1);
+  s.begin = r == 0 ? 0 : offset(s.first_view);
+  s.end = s.end_view >= nv ? layout.size() : offset(s.end_view);
+  return s;
+}
+
+int64_t largest_shard(const ArenaLayout& layout, int n) {
+  int64_t most = 0;
+  for (int r = 0; r < n; ++r) most = std::max(most, optimizer_shard(layout, r, n).size());
+  return most;
+}
+
+AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg) : AdamW(layout, cfg, whole_arena(layout)) {}
+
+AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard) : cfg_(cfg), shard_(shard) {
+  const auto& views = layout.views();
+  for (const auto& v : views) offsets_.push_back(v.offset);
+  for (int i = shard.first_view; i < shard.end_view; ++i) {
+    ranges_.emplace_back(views[static_cast<size_t>(i)].offset, views[static_cast<size_t>(i)].numel);
+    decay_.push_back(views[static_cast<size_t>(i)].weight_decay);
   }
-  resize_zero(m_, layout.size());
-  resize_zero(v_, layout.size());
+  resize_zero(m_, shard.size());
+  resize_zero(v_, shard.size());
 }
 
 AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t t, double lr, double grad_scale) {
@@ -53,22 +88,24 @@ AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t t, double lr, double 
 }
 
 void AdamW::step(std::span<float> params, std::span<const float> grads, double lr, double grad_scale) {
-  if (params.size() != m_.size() || grads.size() != m_.size())
+  if (static_cast<int64_t>(params.size()) < shard_.end || grads.size() != params.size())
     throw Error("AdamW::step: arena size does not match the optimizer state");
   ++t_;
   const AdamWScalars s = adamw_scalars(cfg_, t_, lr, grad_scale);
   float* p = params.data();
   const float* g = grads.data();
-  float* m = m_.data();
+  float* m = m_.data();  // shard-indexed: arena element i is m[i - shard_.begin]
   float* v = v_.data();
   // Views are the unit of work: each one is a contiguous range with one
   // decay flag, so the inner loop is branch-free and vectorises.
   const int64_t nv = static_cast<int64_t>(ranges_.size());
-#pragma omp parallel for schedule(dynamic, 1) if (static_cast<int64_t>(m_.size()) >= parallel_min_work())
+#pragma omp parallel for schedule(dynamic, 1) if (shard_.size() >= parallel_min_work())
   for (int64_t k = 0; k < nv; ++k) {
     const auto [off, n] = ranges_[static_cast<size_t>(k)];
     const float dk = decay_[static_cast<size_t>(k)] ? s.decay : 1.0f;
-    for (int64_t i = off; i < off + n; ++i) adamw_update(p[i], m[i], v[i], g[i], dk, s);
+    float* mk = m + (off - shard_.begin);
+    float* vk = v + (off - shard_.begin);
+    for (int64_t i = 0; i < n; ++i) adamw_update(p[off + i], mk[i], vk[i], g[off + i], dk, s);
   }
 }
 

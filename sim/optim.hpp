@@ -51,25 +51,63 @@ AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t t, double lr, double 
 // with g = grad * grad_scale (gradient-accumulation averaging and clipping
 // folded into one factor) and t the 1-based update count. The bias
 // corrections are formed in double and rounded to float once per step.
+// The part of the arena one rank's optimizer updates when the optimizer
+// state is sharded over the ranks of a data-parallel job (ZeRO-1): whole
+// views [first_view, end_view), which occupy arena elements [begin, end)
+// (the padding after each view included, so the shards of all ranks tile
+// the arena). The whole arena is one shard.
+struct OptimizerShard {
+  int first_view = 0, end_view = 0;
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+OptimizerShard whole_arena(const ArenaLayout& layout);
+// Rank r's shard of n: contiguous runs of views, rank r's starting at the
+// first view that begins at or after r/n of the arena's elements (a rank may
+// get none when there are fewer large views than ranks). Every element
+// belongs to exactly one rank's shard, in rank order.
+OptimizerShard optimizer_shard(const ArenaLayout& layout, int r, int n);
+// The elements of the largest of n ranks' shards (what each rank's moments
+// must have room for).
+int64_t largest_shard(const ArenaLayout& layout, int n);
+
 class AdamW {
  public:
+  // The state of `shard` (default: the whole arena).
   AdamW(const ArenaLayout& layout, AdamWConfig cfg);
+  AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard);
 
+  // Updates the shard's part of the (whole-arena) params from the
+  // whole-arena grads; the rest of params is left as it is. Each element's
+  // update depends only on that element, so the shards of n ranks together
+  // give the bits of one whole-arena step.
   void step(std::span<float> params, std::span<const float> grads, double lr, double grad_scale);
 
   const AdamWConfig& config() const { return cfg_; }
+  const OptimizerShard& shard() const { return shard_; }
   int64_t steps() const { return t_; }  // updates applied so far
-  // The moments, arena-shaped (for checkpoints); set_steps restores t.
+  // The moments of the shard, shard-shaped (arena element begin + i is index
+  // i), for checkpoints; set_steps restores t.
   std::span<float> exp_avg() { return {m_.data(), m_.size()}; }
   std::span<float> exp_avg_sq() { return {v_.data(), v_.size()}; }
   std::span<const float> exp_avg() const { return {m_.data(), m_.size()}; }
   std::span<const float> exp_avg_sq() const { return {v_.data(), v_.size()}; }
+  // Whether view i is in the shard, and its moments (only then).
+  bool owns(int view) const { return view >= shard_.first_view && view < shard_.end_view; }
+  float* exp_avg_of(int view) { return m_.data() + (offsets_.at(static_cast<size_t>(view)) - shard_.begin); }
+  float* exp_avg_sq_of(int view) { return v_.data() + (offsets_.at(static_cast<size_t>(view)) - shard_.begin); }
+  const float* exp_avg_of(int view) const { return m_.data() + (offsets_.at(static_cast<size_t>(view)) - shard_.begin); }
+  const float* exp_avg_sq_of(int view) const {
+    return v_.data() + (offsets_.at(static_cast<size_t>(view)) - shard_.begin);
+  }
   void set_steps(int64_t t) { t_ = t; }
 
  private:
   AdamWConfig cfg_;
-  std::vector<std::pair<int64_t, int64_t>> ranges_;  // (offset, numel) of each view
-  std::vector<bool> decay_;                          // per view
+  OptimizerShard shard_;
+  std::vector<int64_t> offsets_;                     // arena offset of every view
+  std::vector<std::pair<int64_t, int64_t>> ranges_;  // (offset, numel) of each view of the shard
+  std::vector<bool> decay_;                          // per view of the shard
   Buf<float> m_, v_;
   int64_t t_ = 0;
 };

@@ -11,6 +11,7 @@
 #include "models/config.hpp"
 #include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/optim.hpp"
 #include "sim/sysmem.hpp"
 
 namespace po = boost::program_options;
@@ -52,6 +53,7 @@ int cmd_model_info(const Args& args) {
       ("batch", po::value<int64_t>()->default_value(1), "micro-batch (sequences) for the memory estimate")  //
       ("recompute", po::value<std::string>()->default_value("none"), "activation recompute for the memory estimate: none | blocks (train.recompute)")  //
       ("memory", po::value<double>(), "GiB available for the plan (default: what this machine has available now)")  //
+      ("ranks", po::value<int>()->default_value(1), "data-parallel ranks: the plan of one rank, AdamW moments sharded (train.shard_optimizer)")  //
       ("fields", "also print every configuration field");
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
@@ -103,9 +105,13 @@ int cmd_model_info(const Args& args) {
 
   const std::string recompute = vm["recompute"].as<std::string>();
   if (recompute != "none" && recompute != "blocks") throw Error("--recompute '" + recompute + "' (expected none or blocks)");
-  const models::MemoryEstimate m = models::training_memory(cfg, batch, seq, recompute == "blocks");
-  std::printf("\ntraining memory on the CPU, FP32, micro-batch %lld x %lld tokens, recompute %s:\n",
-              static_cast<long long>(batch), static_cast<long long>(seq), recompute.c_str());
+  const int ranks = vm["ranks"].as<int>();
+  if (ranks < 1) throw Error("--ranks must be at least 1");
+  models::MemoryEstimate m = models::training_memory(cfg, batch, seq, recompute == "blocks");
+  if (ranks > 1) m.optimizer = 8.0 * static_cast<double>(sim::largest_shard(models::make_layout(cfg), ranks));
+  std::printf("\ntraining memory on the CPU, FP32, micro-batch %lld x %lld tokens, recompute %s%s:\n",
+              static_cast<long long>(batch), static_cast<long long>(seq), recompute.c_str(),
+              ranks > 1 ? (", per rank of " + std::to_string(ranks) + " (AdamW moments sharded)").c_str() : "");
   std::printf("  weights %s, gradients %s, AdamW moments %s\n", sim::gib_text(m.params).c_str(), sim::gib_text(m.grads).c_str(),
               sim::gib_text(m.optimizer).c_str());
   std::printf("  activations kept for backward %s, backward workspace %s\n", sim::gib_text(m.activations).c_str(),

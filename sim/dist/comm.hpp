@@ -26,6 +26,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -73,6 +74,38 @@ class SingleComm final : public Comm {
   void barrier() override {}
   std::vector<std::string> gather(const std::string& mine) override { return {mine}; }
   [[noreturn]] void abort(int code) override;
+};
+
+// Another Comm with the wall time spent in its calls added up (waits for
+// slower ranks included): the training loop's communication share.
+class TimedComm final : public Comm {
+ public:
+  explicit TimedComm(Comm& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string name() const override { return inner_.name(); }
+  void send(const void* data, size_t bytes, int dest) override { timed([&] { inner_.send(data, bytes, dest); }); }
+  void recv(void* data, size_t bytes, int src) override { timed([&] { inner_.recv(data, bytes, src); }); }
+  void broadcast(void* data, size_t bytes, int root) override { timed([&] { inner_.broadcast(data, bytes, root); }); }
+  void max(std::span<double> v) override { timed([&] { inner_.max(v); }); }
+  void barrier() override { timed([&] { inner_.barrier(); }); }
+  std::vector<std::string> gather(const std::string& mine) override {
+    std::vector<std::string> out;
+    timed([&] { out = inner_.gather(mine); });
+    return out;
+  }
+  [[noreturn]] void abort(int code) override { inner_.abort(code); }
+  double seconds() const { return seconds_; }  // in calls so far
+
+ private:
+  template <class F>
+  void timed(const F& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  Comm& inner_;
+  double seconds_ = 0;
 };
 
 // An error every rank raises at the same point (a configuration that

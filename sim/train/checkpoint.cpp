@@ -46,7 +46,7 @@ std::string checkpoint_name(int64_t step) {
 }
 
 void save_checkpoint(const std::string& path, const models::NemotronH<float>& model, const sim::AdamW& opt,
-                     const TrainState& state, const CheckpointInfo& info) {
+                     const TrainState& state, const CheckpointInfo& info, const MomentsOf& others) {
   io::h5::silence_errors();
   try {
     io::write_file_atomic(path, [&](const std::string& tmp) {
@@ -73,9 +73,14 @@ void save_checkpoint(const std::string& path, const models::NemotronH<float>& mo
       const auto& views = arena.layout().views();
       for (size_t i = 0; i < views.size(); ++i) {
         const auto& v = views[i];
-        io::h5::write_array(f.get(), "/params/" + v.name, arena.param(static_cast<int>(i)), v.shape);
-        io::h5::write_array(f.get(), "/optimizer/exp_avg/" + v.name, opt.exp_avg().data() + v.offset, v.shape);
-        io::h5::write_array(f.get(), "/optimizer/exp_avg_sq/" + v.name, opt.exp_avg_sq().data() + v.offset, v.shape);
+        const int vi = static_cast<int>(i);
+        io::h5::write_array(f.get(), "/params/" + v.name, arena.param(vi), v.shape);
+        std::pair<const float*, const float*> mv{nullptr, nullptr};
+        if (opt.owns(vi)) mv = {opt.exp_avg_of(vi), opt.exp_avg_sq_of(vi)};
+        else if (others) mv = others(vi);
+        else throw Error("save_checkpoint: the optimizer state of " + v.name + " is on another rank");
+        io::h5::write_array(f.get(), "/optimizer/exp_avg/" + v.name, mv.first, v.shape);
+        io::h5::write_array(f.get(), "/optimizer/exp_avg_sq/" + v.name, mv.second, v.shape);
       }
       const uint64_t rng[2] = {state.data_seed, static_cast<uint64_t>(state.data_position)};
       io::h5::write_array(f.get(), "/rng", rng, {2});
@@ -110,9 +115,11 @@ void load_checkpoint(const std::string& path, models::NemotronH<float>& model, s
   const auto& views = arena.layout().views();
   for (size_t i = 0; i < views.size(); ++i) {
     const auto& v = views[i];
-    io::h5::read_array(f.get(), "/params/" + v.name, arena.param(static_cast<int>(i)), v.shape, what);
-    io::h5::read_array(f.get(), "/optimizer/exp_avg/" + v.name, opt.exp_avg().data() + v.offset, v.shape, what);
-    io::h5::read_array(f.get(), "/optimizer/exp_avg_sq/" + v.name, opt.exp_avg_sq().data() + v.offset, v.shape, what);
+    const int vi = static_cast<int>(i);
+    io::h5::read_array(f.get(), "/params/" + v.name, arena.param(vi), v.shape, what);
+    if (!opt.owns(vi)) continue;
+    io::h5::read_array(f.get(), "/optimizer/exp_avg/" + v.name, opt.exp_avg_of(vi), v.shape, what);
+    io::h5::read_array(f.get(), "/optimizer/exp_avg_sq/" + v.name, opt.exp_avg_sq_of(vi), v.shape, what);
   }
   state.step = need_int(root.get(), "step", path);
   state.data_position = need_int(root.get(), "data_position", path);

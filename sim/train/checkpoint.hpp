@@ -22,8 +22,10 @@
 #include "sim/io/h5.hpp"  // hid_t
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/nemotron_h.hpp"
@@ -61,10 +63,21 @@ struct CheckpointInfo {
   std::string exmy_version, git_commit;
 };
 
+// The AdamW moments (exp_avg, exp_avg_sq) of a view the optimizer does not
+// own: with the optimizer state sharded over the ranks, rank 0 writes the
+// checkpoint and receives the other ranks' views through this, in view
+// order. The pointers stay valid until the next call.
+using MomentsOf = std::function<std::pair<const float*, const float*>(int view)>;
+
+// The checkpoint is the same file whether the moments come from one
+// optimizer or from the shards of several ranks (`others` gives those opt
+// does not own).
 void save_checkpoint(const std::string& path, const models::NemotronH<float>& model, const sim::AdamW& opt,
-                     const TrainState& state, const CheckpointInfo& info);
+                     const TrainState& state, const CheckpointInfo& info, const MomentsOf& others = {});
 // Throws exmy::Error naming the file for a missing, corrupt or mismatched
-// checkpoint (a parameter of the wrong shape, a missing moment, ...).
+// checkpoint (a parameter of the wrong shape, a missing moment, ...). Reads
+// the moments of the views opt owns (a shard: any number of ranks resumes
+// from any checkpoint).
 void load_checkpoint(const std::string& path, models::NemotronH<float>& model, sim::AdamW& opt, TrainState& state);
 // The resolved configuration text a checkpoint was written with.
 std::string checkpoint_config(const std::string& path);

@@ -38,6 +38,7 @@ const std::vector<ConfigKey> kKeys = {
     {"train.gemm_stats_rows", "128", "GEMM statistics compare min(this, ceil(M/gemm_stats_sample)) output rows with the unquantized GEMM (0: all)"},
     {"train.gemm_stats_sample", "64", "GEMM statistics compare one output row in this many (at most gemm_stats_rows)"},
     {"train.recompute", "none", "activation recompute: none, or blocks (each block's forward runs again in backward: the same bits, about a block's activations kept instead of every block's)"},
+    {"train.shard_optimizer", "on", "multi-rank jobs: each rank keeps the AdamW moments of its share of the parameters and the ranks gather the updated weights (ZeRO-1; off: every rank keeps them all); the same bits either way"},
     {"train.cold_restart_references", "false", "on --resume, start tensor references empty instead of restoring them (the reference implementation)"},
     {"train.init_from", "", "HF checkpoint (directory or .safetensors) whose weights start a new run"},
     {"train.export_hf", "none", "at the end, write DIR/hf/ as an HF checkpoint: none, fp32 or bf16"},
@@ -255,6 +256,7 @@ void read_train(RunConfig& c, std::map<std::string, std::string>& v,
   c.gemm_stats_rows = as_int(v, "train.gemm_stats_rows", 0);
   c.gemm_stats_sample = as_int(v, "train.gemm_stats_sample", 1);
   c.cold_restart_references = as_bool(v, "train.cold_restart_references");
+  c.shard_optimizer = as_bool(v, "train.shard_optimizer");
   c.init_from = v["train.init_from"];
   c.recompute = v["train.recompute"];
   if (c.recompute != "none" && c.recompute != "blocks") bad("train.recompute", c.recompute, "none or blocks");

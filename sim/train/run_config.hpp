@@ -75,6 +75,9 @@ struct RunConfig {
   // reference implementation's cold restart).
   bool cold_restart_references = false;
   std::string recompute = "none";  // none | blocks: activation recompute (NemotronH::set_recompute)
+  // Multi-rank jobs: each rank keeps the AdamW moments of its share of the
+  // parameters (ZeRO-1, sim::optimizer_shard) instead of all of them.
+  bool shard_optimizer = true;
   std::string init_from;           // HF checkpoint to start a new run from (empty: init_weights(seed))
   std::string export_hf = "none";  // none | fp32 | bf16: DIR/hf/ at the end of a completed run
   // [optim]

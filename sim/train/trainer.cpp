@@ -89,12 +89,17 @@ void remove_leftovers(const fs::path& dir) {
 
 }  // namespace
 
-void require_training_memory(const RunConfig& cfg) {
-  const models::MemoryEstimate m =
+void require_training_memory(const RunConfig& cfg, int ranks) {
+  models::MemoryEstimate m =
       models::training_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.recompute == "blocks");
+  std::string shard;
+  if (ranks > 1 && cfg.shard_optimizer) {
+    m.optimizer = 8.0 * static_cast<double>(sim::largest_shard(models::make_layout(cfg.model), ranks));
+    shard = " (this rank's shard of " + std::to_string(ranks) + ")";
+  }
   sim::require_memory(m.total(),
                       "training model " + cfg.model_name + " (micro-batch " + std::to_string(cfg.batch_size) + " x " +
-                          std::to_string(cfg.seq_len) + " tokens: weights, gradients and AdamW moments " +
+                          std::to_string(cfg.seq_len) + " tokens: weights, gradients and AdamW moments" + shard + " " +
                           sim::gib_text(m.params + m.grads + m.optimizer) + ", activations and workspace " +
                           sim::gib_text(m.activations + m.workspace) + "; exmy model-info --model " + cfg.model_name + ")",
                       "lower train.batch_size or train.seq_len (train.grad_accum keeps the tokens per step), or "
@@ -185,7 +190,7 @@ class Trainer {
  public:
   Trainer(RunConfig cfg, std::string dir, const TrainHooks& hooks, BuildInfo build)
       : cfg_(std::move(cfg)), dir_(std::move(dir)), hooks_(hooks), build_(std::move(build)),
-        comm_(hooks.comm ? *hooks.comm : single_) {
+        timed_(hooks.comm ? *hooks.comm : single_), comm_(timed_) {
     if (comm_.rank() != 0) hooks_.out = nullptr;  // only rank 0 prints (errors go to stderr)
     check_ranks();
     if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
@@ -216,11 +221,39 @@ class Trainer {
     check_rht_lengths();
     model_->set_bf16_activations(cfg_.precision == "bf16");
     model_->set_recompute(cfg_.recompute == "blocks");
-    opt_ = std::make_unique<sim::AdamW>(model_->arena().layout(), cfg_.adamw);
+    make_optimizer();
     const size_t n = static_cast<size_t>(cfg_.batch_size * cfg_.seq_len);
     tokens_.resize(n);
     targets_.resize(n);
     state_.data_seed = cfg_.seed;
+  }
+
+  // The optimizer of this rank: the whole arena's state, or (a sharded
+  // multi-rank job) its shard's, with every rank's shard known for the
+  // gather of the weights and of the checkpoint's moments.
+  void make_optimizer() {
+    const auto& layout = model_->arena().layout();
+    const int n = comm_.size();
+    if (n > 1 && cfg_.shard_optimizer)
+      for (int r = 0; r < n; ++r) shards_.push_back(sim::optimizer_shard(layout, r, n));
+    opt_ = std::make_unique<sim::AdamW>(layout, cfg_.adamw,
+                                        shards_.empty() ? sim::whole_arena(layout)
+                                                        : shards_[static_cast<size_t>(comm_.rank())]);
+  }
+  // After a sharded update: every rank's shard of the weights to every rank
+  // (a broadcast per rank, in rank order).
+  void gather_weights() {
+    float* p = model_->arena().params().data();
+    for (size_t r = 0; r < shards_.size(); ++r)
+      if (shards_[r].size() > 0)
+        comm_.broadcast(p + shards_[r].begin, static_cast<size_t>(shards_[r].size()) * sizeof(float),
+                        static_cast<int>(r));
+  }
+  // The rank whose shard holds view i.
+  int owner_of(int view) const {
+    for (size_t r = 0; r < shards_.size(); ++r)
+      if (view >= shards_[r].first_view && view < shards_[r].end_view) return static_cast<int>(r);
+    return 0;
   }
 
   // Every rank must run the same configuration with a rank count that
@@ -400,6 +433,7 @@ class Trainer {
     double train_s = 0;         // step time this session
     double window_s = 0;        // step time since the last log line
     int64_t window_tokens = 0;  // tokens since the last log line
+    double comm_s = 0;          // of train_s, in the job's collectives (waits included)
   };
   void say_plan(int64_t first);
   TrainResult nothing_to_do(TrainResult& res);
@@ -505,9 +539,12 @@ class Trainer {
                     " but another rank is at step " + std::to_string(static_cast<int64_t>(v[0] == state_.step ? -v[1] : v[0])) +
                     ": no checkpoint written");
     }
-    if (comm_.rank() == 0) {
+    if (comm_.rank() != 0) {
+      send_moments();
+    } else {
       fs::create_directories(checkpoint_dir());
-      save_checkpoint(path, *model_, *opt_, state_, {cfg_.text(), build_.version, build_.git_commit});
+      save_checkpoint(path, *model_, *opt_, state_, {cfg_.text(), build_.version, build_.git_commit},
+                      receive_moments());
       auto all = list_checkpoints(checkpoint_dir());
       std::error_code ec;  // a checkpoint that cannot be removed is only clutter
       for (size_t i = 0; i + static_cast<size_t>(cfg_.keep_checkpoints) < all.size(); ++i)
@@ -516,6 +553,31 @@ class Trainer {
     comm_.barrier();
     last_checkpoint_ = path;
     return path;
+  }
+
+  // A sharded optimizer's checkpoint: the ranks other than 0 send the
+  // moments of their views in view order, rank 0 receives each view it does
+  // not own as save_checkpoint writes it (one view's buffers at a time).
+  void send_moments() {
+    if (shards_.empty()) return;
+    const auto& views = model_->arena().layout().views();
+    for (int i = opt_->shard().first_view; i < opt_->shard().end_view; ++i) {
+      const size_t bytes = static_cast<size_t>(views[static_cast<size_t>(i)].numel) * sizeof(float);
+      comm_.send(opt_->exp_avg_of(i), bytes, 0);
+      comm_.send(opt_->exp_avg_sq_of(i), bytes, 0);
+    }
+  }
+  MomentsOf receive_moments() {
+    if (shards_.empty()) return {};
+    return [this](int view) {
+      const auto& v = model_->arena().layout().views()[static_cast<size_t>(view)];
+      moment_buf_.resize(2 * static_cast<size_t>(v.numel));
+      const size_t bytes = static_cast<size_t>(v.numel) * sizeof(float);
+      const int owner = owner_of(view);
+      comm_.recv(moment_buf_.data(), bytes, owner);
+      comm_.recv(moment_buf_.data() + v.numel, bytes, owner);
+      return std::pair<const float*, const float*>{moment_buf_.data(), moment_buf_.data() + v.numel};
+    };
   }
 
   // /train/param_norm and /train/param_grad_norm: the norm of each
@@ -553,6 +615,7 @@ class Trainer {
   TrainHooks hooks_;
   BuildInfo build_;
   dist::SingleComm single_;
+  dist::TimedComm timed_;  // the job's Comm, timed
   dist::Comm& comm_;
   RunData data_;
   std::unique_ptr<data::SequenceSampler> sampler_;
@@ -562,6 +625,8 @@ class Trainer {
   std::unique_ptr<TrainingLinearFactory> factory_;
   std::unique_ptr<models::NemotronH<float>> model_;
   std::unique_ptr<sim::AdamW> opt_;
+  std::vector<sim::OptimizerShard> shards_;  // every rank's, when the optimizer is sharded
+  std::vector<float> moment_buf_;            // rank 0: a view's moments received for a checkpoint
   std::unique_ptr<io::RunFile> run_;
   std::unique_ptr<RunFileStatsSink> stats_;
   std::unique_ptr<RunFileCaptureSink> capture_;
@@ -591,6 +656,7 @@ TrainResult Trainer::run() {
     }
     if (hooks_.before_step) hooks_.before_step(s, *model_);
     const auto t0 = Clock::now();
+    const double comm0 = timed_.seconds();
     const double loss = forward_backward(s, s == ss.first);
     const double inv_accum = 1.0 / static_cast<double>(cfg_.grad_accum);
     const double grad_norm = sim::global_norm(model_->arena().grads(), inv_accum);
@@ -602,6 +668,7 @@ TrainResult Trainer::run() {
       break;
     }
     const double lr = update(s, grad_norm, inv_accum);
+    ss.comm_s += timed_.seconds() - comm0;
     record_step(loss, seconds_since(t0), ss, res);
     const int64_t step = state_.step;
     if (hooks_.after_step && run_) hooks_.after_step(step, *model_, *run_);
@@ -620,7 +687,8 @@ void Trainer::say_plan(int64_t first) {
       static_cast<long long>(mc.num_hidden_layers), mc.hybrid_override_pattern.c_str(), cfg_.precision.c_str(),
       omp_get_max_threads(),
       comm_.size() > 1 ? (" per rank, " + std::to_string(comm_.size()) + " ranks (" + comm_.name() + ", " +
-                          std::to_string(cfg_.grad_accum / comm_.size()) + " micro-batches each)")
+                          std::to_string(cfg_.grad_accum / comm_.size()) + " micro-batches each, AdamW state " +
+                          (shards_.empty() ? std::string("on every rank") : "sharded") + ")")
                              .c_str()
                        : "");
   {
@@ -743,6 +811,7 @@ double Trainer::update(int64_t s, double grad_norm, double inv_accum) {
   const double lr = cfg_.schedule.at(s);
   const double clip = sim::clip_factor(grad_norm, cfg_.grad_clip);
   opt_->step(model_->arena().params(), model_->arena().grads(), lr, clip * inv_accum);
+  if (!shards_.empty()) gather_weights();
   state_.step = s + 1;
   state_.data_position = sampler_->position();
   state_.tokens_seen += cfg_.tokens_per_step();
@@ -828,6 +897,9 @@ void Trainer::finish(TrainResult& res, const Session& ss) {
     say("  %s %.4f | val loss %.4f (%.3f bits/token; best %.4f at step %lld)\n",
         final_window_label(state_.step).c_str(), window_loss, res.last_val_loss, res.last_val_loss / std::log(2.0),
         state_.best_val_loss, static_cast<long long>(state_.best_val_step));
+    if (comm_.size() > 1)
+      say("  %d ranks: %.1f%% of rank 0's step time in communication (%.2f s; waits for slower ranks included)\n",
+          comm_.size(), ss.train_s > 0 ? 100.0 * ss.comm_s / ss.train_s : 0.0, ss.comm_s);
     say("  run file %s | checkpoint %s\n", run_path().c_str(), last_checkpoint_.c_str());
     if (cfg_.export_hf != "none" && comm_.rank() == 0) {
       const std::string hf = (fs::path(dir_) / "hf").string();
@@ -848,7 +920,7 @@ void Trainer::finish(TrainResult& res, const Session& ss) {
 TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const TrainHooks& hooks,
                       const BuildInfo& build, bool overwrite) {
   if (out_dir.empty()) throw Error("--out DIR is required");
-  require_training_memory(cfg);  // before anything in the directory is touched
+  require_training_memory(cfg, hooks.comm ? hooks.comm->size() : 1);  // before anything in the directory is touched
   const fs::path dir(out_dir);
   const bool root = !hooks.comm || hooks.comm->rank() == 0;  // rank 0 alone touches the directory
   std::optional<io::RunLock> lock;
@@ -879,7 +951,7 @@ bool resumable_key(const std::string& key) {
       "train.steps",          "train.threads",           "train.device",           "train.log_interval",
       "train.eval_interval",  "train.eval_batches",   "train.checkpoint_interval", "train.keep_checkpoints", "train.stats_interval",
       "train.capture_step",   "train.gemm_stats_rows",   "train.gemm_stats_sample", "train.cold_restart_references",
-      "train.recompute",
+      "train.recompute",      "train.shard_optimizer",
       "train.export_hf"};
   if (key.starts_with("eval.")) return true;
   for (const char* k : kResumable)
@@ -930,7 +1002,7 @@ TrainResult train_resume(const std::string& out_dir, std::optional<int64_t> step
 TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const TrainHooks& hooks,
                          const BuildInfo& build) {
   const fs::path dir(out_dir);
-  require_training_memory(cfg);
+  require_training_memory(cfg, hooks.comm ? hooks.comm->size() : 1);
   // Every rank has read the run's configuration (resume_config probes the
   // lock) before rank 0 takes the lock; rank 0 alone writes.
   const bool root = !hooks.comm || hooks.comm->rank() == 0;

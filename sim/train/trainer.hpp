@@ -100,8 +100,9 @@ RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* o
 // Throws exmy::Error, naming bytes needed and available, when the training
 // memory that `exmy model-info` estimates for the run's model and
 // micro-batch exceeds what the machine has available (sim/sysmem.hpp).
-// Every command that builds a model for a run checks this first.
-void require_training_memory(const RunConfig& cfg);
+// Every command that builds a model for a run checks this first. A rank of
+// an n-rank job with train.shard_optimizer counts its shard of the moments.
+void require_training_memory(const RunConfig& cfg, int ranks = 1);
 
 // Starts a new run in `out_dir` (created if needed). Throws exmy::Error when
 // out_dir already holds a run, unless `overwrite`.

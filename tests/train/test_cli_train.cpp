@@ -421,6 +421,28 @@ TEST(CliTrain, MemoryEstimateIsThePeakWithinTenPercent) {
   }
 }
 
+// `model-info --ranks N`: one rank's plan with the AdamW moments sharded
+// (train.shard_optimizer): an N-th of the moments, up to the imbalance of
+// shards of whole parameters; the weights and gradients stay whole.
+TEST(CliTrain, ModelInfoRanksShardsTheMoments) {
+  const auto gib = [](const std::string& out, const std::string& what) {
+    const size_t at = out.find(what + " ", out.find("\n  weights "));  // in the plan's first line
+    EXPECT_NE(at, std::string::npos) << out;
+    return at == std::string::npos ? 0.0 : std::stod(out.substr(at + what.size() + 1));
+  };
+  const Result one = run({kExmy, "model-info", "--model", "nemotron-h-8b"});
+  const Result eight = run({kExmy, "model-info", "--model", "nemotron-h-8b", "--ranks", "8"});
+  ASSERT_EQ(one.status, 0) << one.out;
+  ASSERT_EQ(eight.status, 0) << eight.out;
+  EXPECT_NE(eight.out.find("per rank of 8 (AdamW moments sharded)"), std::string::npos) << eight.out;
+  EXPECT_EQ(gib(one.out, "weights"), gib(eight.out, "weights"));
+  EXPECT_EQ(gib(one.out, "gradients"), gib(eight.out, "gradients"));
+  const double m1 = gib(one.out, "AdamW moments"), m8 = gib(eight.out, "AdamW moments");
+  EXPECT_GE(m8, m1 / 8 - 0.01);
+  EXPECT_LE(m8, m1 / 8 * 1.15);  // the largest shard; the 8B's embedding is 6.6% of the parameters
+  EXPECT_NE(run({kExmy, "model-info", "--ranks", "0"}).out.find("--ranks must be at least 1"), std::string::npos);
+}
+
 TEST(CliTrain, PrepareDataThenTrainOnTheMegatronFiles) {
   TempDir d;
   fs::create_directories(d / "text");

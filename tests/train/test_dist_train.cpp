@@ -130,6 +130,8 @@ const std::vector<Case>& cases() {
       {"te-nvfp4-rht", {"train.recipe=te-nvfp4"}},
       // delayed:2: each step's amax record is the max over all micro-batches
       {"fp8-delayed", {"train.recipe=fp8-current", "recipe.all.reference=delayed:2"}},
+      // every rank keeps the whole optimizer state (the others shard it)
+      {"fp32-unsharded", {"train.precision=fp32", "train.shard_optimizer=off"}},
   };
   return c;
 }
@@ -147,11 +149,15 @@ TEST_P(DistTrain, RanksGiveTheBitsOfOneProcess) {
     const auto r = run_ranks(n, tiny_args(dir, c.sets));
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find(std::to_string(n) + " ranks"), std::string::npos) << r.out;
+    const bool sharded = std::string(c.name) != "fp32-unsharded";
+    EXPECT_NE(r.out.find(sharded ? "AdamW state sharded" : "AdamW state on every rank"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(std::to_string(n) + " ranks: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("% of rank 0's step time in communication"), std::string::npos) << r.out;
     expect_same_runs(d / "r1", dir, std::string(c.name) + " on " + std::to_string(n) + " ranks");
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, DistTrain, ::testing::Range<size_t>(0, 5), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Recipes, DistTrain, ::testing::Range<size_t>(0, 6), [](const auto& info) {
   std::string n = cases()[info.param].name;
   for (char& ch : n)
     if (ch == '-') ch = '_';

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <numbers>
 #include <random>
+#include <string>
+#include <vector>
 
+#include "formats/error.hpp"
 #include "sim/optim.hpp"
 #include "sim/parallel.hpp"
 #include "tests/train/test_support.hpp"
@@ -87,6 +90,97 @@ TEST(AdamW, MatchesDoubleReferenceWithGradScale) {
       }
   }
   for (size_t k = 0; k < p.size(); ++k) EXPECT_NEAR(p[k], rp[k], 1e-6 * (1 + std::fabs(rp[k]))) << k;
+}
+
+// A layout of views of mixed sizes (one much larger than the rest, as an
+// embedding is) for the sharded optimizer.
+ArenaLayout mixed_views() {
+  ArenaLayout L;
+  L.add("embed", {61, 17}, true);
+  for (int i = 0; i < 9; ++i) {
+    L.add("layers." + std::to_string(i) + ".w", {3 + i, 5}, true);
+    L.add("layers." + std::to_string(i) + ".norm.weight", {7 + i}, false);
+  }
+  L.add("head", {13, 11}, true);
+  return L;
+}
+
+TEST(OptimizerShard, ShardsOfWholeViewsTileTheArenaInRankOrder) {
+  const ArenaLayout L = mixed_views();
+  const int nv = static_cast<int>(L.views().size());
+  int64_t largest_view = 0;
+  for (const auto& v : L.views()) largest_view = std::max(largest_view, v.numel);
+  for (int n = 1; n <= 25; ++n) {
+    int64_t at = 0;
+    int view = 0;
+    for (int r = 0; r < n; ++r) {
+      const OptimizerShard s = optimizer_shard(L, r, n);
+      EXPECT_EQ(s.begin, at) << r << " of " << n;
+      EXPECT_EQ(s.first_view, view) << r << " of " << n;
+      EXPECT_LE(s.begin, s.end);
+      if (s.end_view > s.first_view) {
+        EXPECT_EQ(s.begin, r == 0 ? 0 : L.views()[static_cast<size_t>(s.first_view)].offset);
+        // Balanced up to one view (and its padding): the boundaries sit at the
+        // first view at or after r/n of the arena.
+        EXPECT_LE(s.size(), L.size() / n + largest_view + 64) << r << " of " << n;
+      }
+      at = s.end;
+      view = s.end_view;
+    }
+    EXPECT_EQ(at, L.size()) << n;
+    EXPECT_EQ(view, nv) << n;
+    if (n == 1) EXPECT_EQ(optimizer_shard(L, 0, 1).size(), whole_arena(L).size());
+  }
+  EXPECT_THROW(optimizer_shard(L, 2, 2), Error);
+}
+
+// The ranks' shards stepped apart and put together are the whole-arena
+// optimizer bit for bit: parameters and each view's moments.
+TEST(OptimizerShard, ShardedStepsAreTheWholeStepsBits) {
+  const ArenaLayout L = mixed_views();
+  AdamWConfig c;
+  std::mt19937 gen(11);
+  std::normal_distribution<float> nd;
+  Buf<float> p0(static_cast<size_t>(L.size()), 0.0f), g(p0.size(), 0.0f);
+  for (const auto& v : L.views())
+    for (int64_t i = v.offset; i < v.offset + v.numel; ++i) p0[static_cast<size_t>(i)] = nd(gen);
+  for (const int n : {2, 3, 5}) {
+    AdamW whole(L, c);
+    Buf<float> pw = p0;
+    std::vector<AdamW> shards;
+    for (int r = 0; r < n; ++r) shards.emplace_back(L, c, optimizer_shard(L, r, n));
+    Buf<float> ps = p0;
+    std::mt19937 gg(5);
+    for (int t = 0; t < 3; ++t) {
+      for (const auto& v : L.views())
+        for (int64_t i = v.offset; i < v.offset + v.numel; ++i) g[static_cast<size_t>(i)] = nd(gg);
+      whole.step(pw, g, 1e-2, 0.5);
+      // Each rank steps its own copy; the shards' elements are then gathered.
+      Buf<float> gathered = ps;
+      for (auto& o : shards) {
+        Buf<float> mine = ps;
+        o.step(mine, g, 1e-2, 0.5);
+        for (int64_t i = o.shard().begin; i < o.shard().end; ++i)
+          gathered[static_cast<size_t>(i)] = mine[static_cast<size_t>(i)];
+      }
+      ps = gathered;
+    }
+    for (size_t i = 0; i < pw.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(pw[i]), std::bit_cast<uint32_t>(ps[i])) << "element " << i << ", " << n << " shards";
+    for (int vi = 0; vi < static_cast<int>(L.views().size()); ++vi) {
+      int owners = 0;
+      for (const auto& o : shards) {
+        if (!o.owns(vi)) continue;
+        ++owners;
+        const int64_t k = L.view(vi).numel;
+        for (int64_t i = 0; i < k; ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(o.exp_avg_of(vi)[i]), std::bit_cast<uint32_t>(whole.exp_avg_of(vi)[i]));
+          ASSERT_EQ(std::bit_cast<uint32_t>(o.exp_avg_sq_of(vi)[i]), std::bit_cast<uint32_t>(whole.exp_avg_sq_of(vi)[i]));
+        }
+      }
+      EXPECT_EQ(owners, 1) << "view " << vi;
+    }
+  }
 }
 
 TEST(GlobalNorm, ValueScaleAndThreadIndependence) {
