@@ -131,7 +131,10 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
     os.amax = amax;
     os.reference = r.info.amax;
     os.tensor_scale = r.info.t;
-    if (q.scale) scale_tables_[ri].add(b.scale_codes.data(), r.blocks, os);
+    if (q.scale) {
+      scale_tables_[ri].add(b.scale_codes.data(), r.blocks, os);
+      add_block_ranges(r.hp, rows, cols, q.block_rows, q.block_cols, os);
+    }
     sink->record_operand(key(g, role), os);
   }
   return r.op;

@@ -3,11 +3,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
@@ -131,6 +133,55 @@ double abs_max(const float* x, int64_t n) {
   return tensor_abs_max(x, n, n >= parallel_min_work() ? 0 : 1);
 }
 
+int range_bin(float amax, float m) {
+  // amax / m in double is exact enough for the floor: a quotient of two
+  // 24-bit significands below a power of two stays below it.
+  const int k = std::ilogb(static_cast<double>(amax) / static_cast<double>(m));
+  return std::clamp(k, 0, kRangeHistBins - 1);
+}
+
+void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols, OperandStats& st) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t br = block_rows, bc = block_cols;
+  const int64_t grid_r = (rows + br - 1) / br, grid_c = (cols + bc - 1) / bc;
+  const int threads = rows * cols >= parallel_min_work() ? omp_get_max_threads() : 1;
+  std::vector<std::array<uint64_t, kRangeHistBins>> part(static_cast<size_t>(threads));
+  std::vector<float> hi_buf(static_cast<size_t>(grid_c) * static_cast<size_t>(threads));
+  std::vector<float> lo_buf(hi_buf.size());
+  std::vector<uint8_t> bad_buf(hi_buf.size());
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t gr = 0; gr < grid_r; ++gr) {
+    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    float* hi = hi_buf.data() + t * static_cast<size_t>(grid_c);
+    float* lo = lo_buf.data() + t * static_cast<size_t>(grid_c);
+    uint8_t* bad = bad_buf.data() + t * static_cast<size_t>(grid_c);
+    std::fill(hi, hi + grid_c, 0.0f);
+    std::fill(lo, lo + grid_c, std::numeric_limits<float>::infinity());
+    std::fill(bad, bad + grid_c, uint8_t{0});
+    // The band's rows, each element into its column block.
+    for (int64_t r = gr * br; r < std::min(rows, (gr + 1) * br); ++r) {
+      const float* row = x + r * cols;
+      for (int64_t b = 0; b < grid_c; ++b) {
+        float h = hi[b], l = lo[b];
+        bool nonfinite = false;
+        for (int64_t c = b * bc; c < std::min(cols, (b + 1) * bc); ++c) {
+          const float a = std::fabs(row[c]);
+          nonfinite |= !(a <= std::numeric_limits<float>::max());
+          h = std::max(h, a);
+          l = a > 0 ? std::min(l, a) : l;
+        }
+        hi[b] = h;
+        lo[b] = l;
+        bad[b] |= nonfinite ? 1 : 0;
+      }
+    }
+    for (int64_t b = 0; b < grid_c; ++b)
+      if (!bad[b] && hi[b] > 0) ++part[t][static_cast<size_t>(range_bin(hi[b], lo[b]))];
+  }
+  for (const auto& p : part)
+    for (int k = 0; k < kRangeHistBins; ++k) st.range_hist[static_cast<size_t>(k)] += p[static_cast<size_t>(k)];
+}
+
 ScaleCodeTable::ScaleCodeTable(const Format& fs) : fs_(fs) {
   if (fs.bits > 16) return;
   info_.resize(size_t{1} << fs.bits);
@@ -182,6 +233,7 @@ void ScaleCodeTable::add(const void* codes, int64_t blocks, OperandStats& st) co
     for (; b < blocks; ++b) ++n[0][p[b]];
     for (size_t c = 0; c < std::min<size_t>(256, info_.size()); ++c) {
       const uint64_t count = n[0][c] + n[1][c] + n[2][c] + n[3][c];
+      st.scale_codes[c] += count;
       if (count) tally(info_[c], count);
     }
     return;

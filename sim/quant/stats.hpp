@@ -36,6 +36,16 @@ namespace exmy::sim::quant {
 // Zero and NaN scales are counted apart.
 inline constexpr int kScaleHistBins = 128;
 inline constexpr int kScaleHistMinLog2 = -64;
+// Block dynamic-range histogram: bin k (0..63) counts blocks whose elements
+// are all finite and not all zero with floor(log2(amax / m)) = k, amax the
+// block's max |x| and m its smallest non-zero |x| (bin 63 also holds every
+// larger range). All-zero blocks and blocks holding a NaN or Inf are not
+// counted. The range a block scale cannot help with: elements below
+// amax · 2^-(range the payload covers) underflow whatever the scale.
+inline constexpr int kRangeHistBins = 64;
+// Scale-code histogram: blocks per scale code, for scale formats of at most
+// 8 bits (zeros for wider ones).
+inline constexpr int kScaleCodeBins = 256;
 
 struct OperandStats {
   QuantStats q;              // docs/numerics.md §5
@@ -47,6 +57,8 @@ struct OperandStats {
   uint64_t scale_at_max = 0; // blocks whose scale is the scale format's largest finite value
   uint64_t scale_at_min = 0; // blocks whose scale is the scale format's smallest positive value
   std::array<uint64_t, kScaleHistBins> scale_hist{};
+  std::array<uint64_t, kRangeHistBins> range_hist{};   // blocks by dynamic range (add_block_ranges)
+  std::array<uint64_t, kScaleCodeBins> scale_codes{};  // blocks by scale code (ScaleCodeTable::add)
 
   double sqnr_db() const { return q.sqnr_db(); }
   double fraction_at_max() const { return q.blocks ? static_cast<double>(scale_at_max) / q.blocks : 0.0; }
@@ -176,12 +188,22 @@ using exmy::quantize_options;
 // gives the same value.
 double abs_max(const float* x, int64_t n);
 
+// Adds the blocks of x (rows, cols; row-major) of block_rows x block_cols
+// elements (edge blocks partial, as the quantizer tiles) to range_hist.
+// Counts do not depend on the thread count.
+void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols, OperandStats& st);
+// The range bin of a block with max |x| = amax > 0 and smallest non-zero
+// |x| = m (both finite), as add_block_ranges counts it.
+int range_bin(float amax, float m);
+
 // Scale-code facts of a scale format, precomputed for the histogram.
 class ScaleCodeTable {
  public:
   ScaleCodeTable() = default;
   explicit ScaleCodeTable(const Format& fs);
-  // Adds the blocks' scale codes (code_bytes() each, little-endian) to stats.
+  // Adds the blocks' scale codes (code_bytes() each, little-endian) to
+  // stats: the log2 histogram, the zero/NaN/at-max/at-min counts, and (one-
+  // byte codes) the per-code counts.
   void add(const void* codes, int64_t blocks, OperandStats& stats) const;
 
  private:

@@ -38,7 +38,7 @@ RunFileStatsSink::LayerPaths& RunFileStatsSink::paths(std::string_view layer) {
     Group& h = p.hist[static_cast<size_t>(r)];
     h.step = "/hist/" + tail + "/step";
     h.micro_batch = "/hist/" + tail + "/micro_batch";
-    h.fields = {"/hist/" + tail + "/counts"};
+    h.fields = {"/hist/" + tail + "/counts", "/hist/" + tail + "/range_counts", "/hist/" + tail + "/scale_codes"};
   }
   for (Gemm g : {Gemm::fprop, Gemm::dgrad, Gemm::wgrad}) {
     const std::string tail = name + "/" + std::string(sim::quant::gemm_name(g));
@@ -63,6 +63,8 @@ void RunFileStatsSink::declare_layer(const LayerPaths& p) {
       run_.declare(p.operand[r].fields[i], fields[i].integer ? ElemType::u64 : ElemType::f64, 0, kStatsChunkRows);
     group(p.hist[r]);
     run_.declare(p.hist[r].fields[0], ElemType::u64, sim::quant::kScaleHistBins, kHistChunkRows);
+    run_.declare(p.hist[r].fields[1], ElemType::u64, sim::quant::kRangeHistBins, kHistChunkRows);
+    run_.declare(p.hist[r].fields[2], ElemType::u64, sim::quant::kScaleCodeBins, kHistChunkRows);
   }
   for (size_t k = 0; k < p.gemm.size(); ++k) {
     const Group& g = p.gemm[k];
@@ -93,6 +95,8 @@ void RunFileStatsSink::record_operand(const CallKey& key, const sim::quant::Oper
   run_.append(q.step, key.step);
   const Group& h = p.hist[r];
   run_.append(h.fields[0], std::span<const uint64_t>(s.scale_hist.data(), s.scale_hist.size()));
+  run_.append(h.fields[1], std::span<const uint64_t>(s.range_hist.data(), s.range_hist.size()));
+  run_.append(h.fields[2], std::span<const uint64_t>(s.scale_codes.data(), s.scale_codes.size()));
   run_.append(h.micro_batch, key.micro_batch);
   run_.append(h.step, key.step);
 }

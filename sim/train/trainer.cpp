@@ -396,6 +396,7 @@ class Trainer {
     run_->set_attribute("plan", factory_->recipe_factory().plan_text());
     run_->set_attribute("scale_hist_bins", static_cast<int64_t>(sim::quant::kScaleHistBins));
     run_->set_attribute("scale_hist_min_log2", static_cast<int64_t>(sim::quant::kScaleHistMinLog2));
+    run_->set_attribute("range_hist_bins", static_cast<int64_t>(sim::quant::kRangeHistBins));
     run_->set_attribute("parameters", model_->arena().layout().num_params());
     run_->set_attribute("tokens_per_step", cfg_.tokens_per_step());
     run_->set_attribute("data", data_.stream->describe());

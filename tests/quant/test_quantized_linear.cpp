@@ -327,6 +327,7 @@ TEST(ScaleCodeTable, CountsEqualTheDefinition) {
               std::clamp(static_cast<int>(std::floor(std::log2(std::fabs(s)))) - kScaleHistMinLog2, 0, kScaleHistBins - 1))];
         want.scale_at_max += s == fs.max;
         want.scale_at_min += s == min_pos;
+        if (cb == 1) ++want.scale_codes[c];
       }
       OperandStats got;
       ScaleCodeTable(fs).add(codes.data(), blocks, got);
@@ -336,6 +337,7 @@ TEST(ScaleCodeTable, CountsEqualTheDefinition) {
       EXPECT_EQ(got.scale_nan, want.scale_nan) << what;
       EXPECT_EQ(got.scale_at_max, want.scale_at_max) << what;
       EXPECT_EQ(got.scale_at_min, want.scale_at_min) << what;
+      EXPECT_EQ(got.scale_codes, want.scale_codes) << what;
       if (blocks == 1001) {
         EXPECT_GT(want.scale_at_max + want.scale_zero, 0u) << what;
       }
@@ -745,6 +747,80 @@ TEST(QuantizedLinear, PlanFieldsAndQuantizeOptions) {
   }
   EXPECT_EQ(names.size(), operand_fields().size());
   EXPECT_EQ(gemm_fields().size(), 13u);
+}
+
+}  // namespace
+}  // namespace exmy::sim::quant
+
+namespace exmy::sim::quant {
+namespace {
+
+// The dynamic range of each block from its definition (stats.hpp): the
+// largest k with m * 2^k <= amax (exact in double), for every block of a
+// (rows, cols) tensor taken element by element with the block's indices;
+// all-zero and non-finite blocks left out.
+std::array<uint64_t, kRangeHistBins> ranges_by_definition(const std::vector<float>& x, int64_t rows, int64_t cols,
+                                                          int br, int bc) {
+  std::array<uint64_t, kRangeHistBins> h{};
+  for (int64_t r0 = 0; r0 < rows; r0 += br)
+    for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+      double amax = 0, m = INFINITY;
+      bool finite = true;
+      for (int64_t r = r0; r < std::min(rows, r0 + br); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + bc); ++c) {
+          const double a = std::fabs(static_cast<double>(x[static_cast<size_t>(r * cols + c)]));
+          if (!std::isfinite(a)) finite = false;
+          if (a > amax) amax = a;
+          if (a > 0 && a < m) m = a;
+        }
+      if (!finite || amax == 0) continue;
+      int k = 0;
+      while (k + 1 < kRangeHistBins && std::ldexp(m, k + 1) <= amax) ++k;
+      ++h[static_cast<size_t>(k)];
+    }
+  return h;
+}
+
+// add_block_ranges against the definition: 1D and 2D blocks, partial edge
+// blocks, zero blocks, NaN and Inf, ranges at exact powers of two and past
+// the last bin, with 1 and 2 threads.
+TEST(BlockRanges, CountsEqualTheDefinition) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd;
+  for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 16}, {7, 37}, {33, 64}, {130, 300}})
+    for (const auto [br, bc] : {std::pair<int, int>{1, 16}, {1, 32}, {16, 1}, {16, 16}, {1, 1}}) {
+      std::vector<float> x(static_cast<size_t>(rows * cols));
+      for (size_t i = 0; i < x.size(); ++i) {
+        const uint32_t r = rng();
+        x[i] = std::ldexp(nd(rng), static_cast<int>(r % 40) - 20);
+        if (r % 7 == 0) x[i] = 0;
+        if (r % 97 == 1) x[i] = 0.5f;  // exact ratios with the 1.0s and 2.0s
+        if (r % 97 == 2) x[i] = 2.0f;
+        if (r % 211 == 3) x[i] = 1e-40f;  // subnormal: ranges past bin 63 with the large ones
+        if (r % 211 == 4) x[i] = 1e30f;
+        if (r % 401 == 5) x[i] = NAN;
+        if (r % 401 == 6) x[i] = -INFINITY;
+      }
+      // a zero block
+      for (int64_t i = 0; i < std::min<int64_t>(cols, bc); ++i) x[static_cast<size_t>(i)] = 0;
+      const auto want = ranges_by_definition(x, rows, cols, br, bc);
+      for (const int threads : {1, 2}) {
+        const int saved = omp_get_max_threads();
+        const int64_t saved_work = parallel_min_work();
+        omp_set_num_threads(threads);
+        parallel_min_work() = threads > 1 ? 1 : saved_work;  // small tensors threaded too
+        OperandStats got;
+        add_block_ranges(x.data(), rows, cols, br, bc, got);
+        omp_set_num_threads(saved);
+        parallel_min_work() = saved_work;
+        EXPECT_EQ(got.range_hist, want) << rows << "x" << cols << " blocks " << br << "x" << bc << ", " << threads
+                                        << " threads";
+      }
+    }
+  EXPECT_EQ(range_bin(1.0f, 1.0f), 0);
+  EXPECT_EQ(range_bin(2.0f, 1.0f), 1);
+  EXPECT_EQ(range_bin(std::nextafter(2.0f, 0.0f), 1.0f), 0);
+  EXPECT_EQ(range_bin(3e38f, 1e-45f), kRangeHistBins - 1);
 }
 
 }  // namespace
