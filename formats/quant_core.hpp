@@ -15,7 +15,9 @@
 
 namespace exmy {
 
-enum class ScaleRule : uint8_t { amax_rne, amax_up, amax_down, mx_floor, mx_ceil, mx_even };
+// amax_sr: the amax scale rounded into Fs stochastically ("dithered"
+// scales), from the call's scale stream (scale_random_bits).
+enum class ScaleRule : uint8_t { amax_rne, amax_up, amax_down, mx_floor, mx_ceil, mx_even, amax_sr };
 enum class Arith : uint8_t { exact, fp32 };
 enum class ZeroScale : uint8_t { zero, one };
 enum class AmaxKind : uint8_t { none, current, given };
@@ -34,6 +36,7 @@ struct QuantPlan {
   ScaleRule rule = ScaleRule::amax_rne;
   Round round = Round::rne;
   int sr_bits = 8;         // random bits per element for stochastic modes
+  int scale_sr_bits = 0;   // random bits per block for amax_sr (0 otherwise)
   uint64_t seed = 0, stream = 0;
   Arith arith = Arith::exact;
   ZeroScale zero_scale = ZeroScale::zero;
@@ -82,6 +85,22 @@ EXMY_HD void set_tensor_amax(QuantPlan& p, double A) {
   if (p.four_max > 0) p.g_over_four = static_cast<float>(static_cast<double>(t) / p.four_max);
 }
 
+// The stream of a call's scale random bits (amax_sr): the element stream
+// with its top bit flipped, apart from the bits the call's elements draw.
+inline constexpr uint64_t kScaleStreamBit = uint64_t{1} << 63;
+
+// The scale_sr_bits random bits of block `blk` (the call's row-major block
+// index) of a call over `cols` columns: those of block blk + (row0 / br) *
+// (blocks per row) of the tensor (a band quantized on its own draws its
+// tensor's), by docs/numerics.md §4's formula with the block index for the
+// element index, from stream ^ kScaleStreamBit. 0 for other rules.
+EXMY_HD uint32_t scale_random_bits(const QuantPlan& p, int64_t blk, int64_t cols) {
+  if (p.scale_sr_bits == 0) return 0;
+  const int64_t per_row = (cols + p.bc - 1) / p.bc;
+  const uint64_t k = static_cast<uint64_t>(blk + (p.row0 / p.br) * per_row);
+  return random_bits(p.seed, p.stream ^ kScaleStreamBit, k, p.scale_sr_bits);
+}
+
 struct BlockScale {
   uint32_t code;     // scale code
   double s;          // decoded scale s_b (after the zero-scale guard)
@@ -93,23 +112,28 @@ struct BlockScale {
 // Block decode scale from the block amax b = max|x| (finite or +inf; NaN
 // blocks are handled by the caller). docs/numerics.md §3 steps 2-3. With
 // `four` (four over six, amax-* rules only), the scale that maps b to
-// four_max instead of Fe.max.
-EXMY_HD BlockScale block_scale(const QuantPlan& p, float b, bool four = false) {
+// four_max instead of Fe.max. `rbits`: the block's scale_random_bits
+// (amax_sr only).
+EXMY_HD BlockScale block_scale(const QuantPlan& p, float b, bool four = false, uint32_t rbits = 0) {
   const Format& fs = p.fs;
   Encoded enc{0u, false, false};
   const bool fp32 = p.arith == Arith::fp32;
   switch (p.rule) {
     case ScaleRule::amax_rne:
     case ScaleRule::amax_up:
-    case ScaleRule::amax_down: {
+    case ScaleRule::amax_down:
+    case ScaleRule::amax_sr: {
       const Round mode = p.rule == ScaleRule::amax_rne  ? Round::rne
                          : p.rule == ScaleRule::amax_up ? Round::up
+                         : p.rule == ScaleRule::amax_sr ? Round::stochastic
                                                         : Round::down;
+      const int n = p.rule == ScaleRule::amax_sr ? p.scale_sr_bits : 0;
+      const uint32_t r = p.rule == ScaleRule::amax_sr ? rbits : 0;
       if (fp32) {
         const float raw = b * (four ? p.g_over_four : p.g_over_emax);  // fl(b * fl(G * fl(1/Fe.max)))
-        enc = encode_quotient(fs, false, static_cast<double>(raw), 1.0, mode, 0, 0, true);
+        enc = encode_quotient(fs, false, static_cast<double>(raw), 1.0, mode, n, r, true);
       } else {
-        enc = encode_quotient(fs, false, static_cast<double>(b) * p.t, four ? p.four_max : p.fe.max, mode, 0, 0, true);
+        enc = encode_quotient(fs, false, static_cast<double>(b) * p.t, four ? p.four_max : p.fe.max, mode, n, r, true);
       }
       break;
     }

@@ -90,7 +90,7 @@ void QuantSpec::validate() const {
     throw Error("--convention te needs a signed element format (TE's codes are signed), got " + format_name(elem));
   if (dequant == DequantOrder::scale_first && (arith != Arith::fp32 || !scale))
     throw Error("--dequant scale-first is an order of fp32 arithmetic with a block scale (give --arith fp32 and --scale)");
-  if (is_stochastic(round) && (sr_bits < 1 || sr_bits > 32))
+  if ((is_stochastic(round) || rule == ScaleRule::amax_sr) && (sr_bits < 1 || sr_bits > 32))
     throw Error("--sr-bits " + std::to_string(sr_bits) + " is out of range (expected 1..32)");
   if (block_rows < 1 || block_cols < 1 || (block_rows != 1 && block_cols != 1 && block_rows != block_cols))
     throw Error("bad block shape " + std::to_string(block_rows) + "x" + std::to_string(block_cols) +
@@ -100,7 +100,9 @@ void QuantSpec::validate() const {
   if (four_over_six != FourSix::off) {
     if (!scale) throw Error("--four-over-six needs a block scale (give --scale)");
     if (rule != ScaleRule::amax_rne && rule != ScaleRule::amax_up && rule != ScaleRule::amax_down)
-      throw Error("--four-over-six needs an amax-* scale rule (an MX rule gives 4 and Fe.max the same power of two)");
+      throw Error(rule == ScaleRule::amax_sr
+                      ? "--four-over-six compares two deterministic scales; it cannot be combined with --scale-rule amax-sr"
+                      : "--four-over-six needs an amax-* scale rule (an MX rule gives 4 and Fe.max the same power of two)");
     if (elem.max == pow2(elem.max_exp))
       throw Error("--four-over-six needs an element format whose max is not a power of two, got " + format_name(elem));
     if (dequant == DequantOrder::scale_first)
@@ -127,6 +129,7 @@ QuantPlan QuantSpec::plan() const {
   p.rule = rule;
   p.round = round;
   p.sr_bits = is_stochastic(round) ? sr_bits : 0;
+  p.scale_sr_bits = scale && rule == ScaleRule::amax_sr ? sr_bits : 0;
   p.seed = seed;
   p.stream = stream;
   p.arith = arith;
@@ -341,7 +344,8 @@ QuantInfo quantize_ref_exmy(const QuantSpec& spec, const float* x_in, int64_t ro
           continue;
         }
         bool four = false;
-        const BlockScale bs = four_over_six(p, x, block_geom(p, rows, cols, blk), b, block_scale(p, b), four);
+        const BlockScale bs = four_over_six(p, x, block_geom(p, rows, cols, blk), b,
+                                            block_scale(p, b, false, scale_random_bits(p, blk, cols)), four);
         st.scale_four += four;
         st.scale_saturated += bs.saturated;
         st.scale_underflow += bs.underflow;
@@ -598,7 +602,7 @@ void general_scales(const QuantPlan& p, const float* x, const uint32_t* bm, cons
       if (bs.nan[j]) {
         bs.scale[j] = BlockScale{p.fs.has_nan ? p.fs.nan_code : 0u, 0.0, false, false, false};
       } else {
-        if (!scales_done) bs.scale[j] = block_scale(p, float_of(bm[j]));
+        if (!scales_done) bs.scale[j] = block_scale(p, float_of(bm[j]), false, scale_random_bits(p, g.blk0 + j, g.cols));
         if (p.four_six != FourSix::off) {
           const int64_t c0 = j * g.bc, width = std::min(g.bc, g.cols - c0);
           bool four = false;

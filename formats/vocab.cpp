@@ -42,6 +42,8 @@ const OptionTable<ScaleRule>& scale_rule_options() {
           {"mx-floor", ScaleRule::mx_floor, "2^(floor(log2(b*t)) - floor(log2 Fe.max)) (OCP MX)"},
           {"mx-ceil", ScaleRule::mx_ceil, "as mx-floor with ceil"},
           {"mx-even", ScaleRule::mx_even, "as mx-floor after rounding b*t to Fe's M+1 significant bits"},
+          {"amax-sr", ScaleRule::amax_sr,
+           "block scale b*t/Fe.max rounded into Fs stochastically (dithered), sr_bits bits per block from the call's scale stream"},
       }};
   return t;
 }

@@ -195,7 +195,8 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
   // Every lane computes the same scale from the same b (no broadcast needed),
   // and with four over six the same choice from the whole block.
   bool four = false;
-  const BlockScale bs = four_over_six(p, x, b, float_of(m), block_scale(p, float_of(m)), four);
+  const BlockScale bs =
+      four_over_six(p, x, b, float_of(m), block_scale(p, float_of(m), false, scale_random_bits(p, blk, b.cols)), four);
   if (l == 0) {
     cnt.c[kScaleFour] += four;
     cnt.c[kScaleSaturated] += bs.saturated;

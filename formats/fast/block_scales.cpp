@@ -22,7 +22,8 @@ class ScaleVec {
   explicit ScaleVec(const QuantPlan& p) : p_(p), f_(p.fs) {
     const Format& f = p.fs;
     pow2_fmt_ = !f.subnormals && f.M == 0;
-    ok_ = p.has_scale && ((f.subnormals && f.has_zero) || pow2_fmt_) && f.M <= 40 && f.max >= f.min_normal;
+    ok_ = p.has_scale && ((f.subnormals && f.has_zero) || pow2_fmt_) && f.M <= 40 && f.max >= f.min_normal &&
+          p.rule != ScaleRule::amax_sr;  // dithered scales need each block's random bits: block_scale()
     mx_ = p.rule == ScaleRule::mx_floor || p.rule == ScaleRule::mx_ceil || p.rule == ScaleRule::mx_even;
     exact_ = p.arith == Arith::exact;
     mode_ = mx_ ? Round::rne

@@ -61,8 +61,8 @@ const std::vector<std::string> kElems = {"e2m1", "e2m1", "e2m3", "e3m2", "e4m3",
                                          "e5m20", "e0m3", "e2m0", "e3m0"};
 const std::vector<std::string> kScales = {"none", "ue8m0", "ue8m0", "ue5m3", "ue5m3", "e4m3", "ue4m3", "bf16",
                                           "ue5m3:nans=0", "e5m2", "e8m0"};
-const ScaleRule kRules[] = {ScaleRule::amax_rne, ScaleRule::amax_up,  ScaleRule::amax_down,
-                            ScaleRule::mx_floor, ScaleRule::mx_ceil, ScaleRule::mx_even};
+const ScaleRule kRules[] = {ScaleRule::amax_rne, ScaleRule::amax_up,  ScaleRule::amax_down, ScaleRule::mx_floor,
+                            ScaleRule::mx_ceil,  ScaleRule::mx_even, ScaleRule::amax_sr};
 
 // A float of the tensor: mostly values spread over a few binades around a
 // centre, with zeros of both signs, float subnormals, huge values, and (if
@@ -111,7 +111,7 @@ Config random_config(test::Rng& rng) {
       len = 16 * rng.range(1, 4);
     }
   }
-  s.rule = kRules[rng.range(0, 5)];
+  s.rule = kRules[rng.range(0, 6)];
   s.arith = rng.coin() ? Arith::exact : Arith::fp32;
   s.round = test::kAllModes[rng.range(0, 8)];
   const int bits[] = {1, 2, 4, 8, 8, 12, 16, 16, 23, 24, 32};
@@ -167,7 +167,7 @@ TEST(QuantizeFast, RandomConfigsMatchReference) {
   test::Rng rng(2024);
   int ok = 0, threw = 0, with_nan = 0, with_inf = 0, rht = 0, stochastic = 0, fp32 = 0, saturated = 0,
       scale_underflow = 0, unsaturated = 0, compared = 0;
-  int rules[6] = {};
+  int rules[7] = {};
   int mismatches = 0;
   for (int k = 0; k < 400; ++k) {
     const Config c = random_config(rng);

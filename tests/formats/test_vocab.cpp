@@ -62,7 +62,7 @@ TEST(Vocab, EveryOptionRowParsesBackToItsValue) {
   for (const auto& r : code_convention_options().rows) EXPECT_EQ(parse_code_convention(r.name), r.value);
   for (const auto& r : dequant_order_options().rows) EXPECT_EQ(parse_dequant_order(r.name), r.value);
   EXPECT_EQ(round_options().rows.size(), 9u);
-  EXPECT_EQ(scale_rule_options().rows.size(), 6u);
+  EXPECT_EQ(scale_rule_options().rows.size(), 7u);
 }
 
 // Every field of a QuantSpec, as text, for comparisons.

@@ -29,7 +29,7 @@ const std::vector<std::string> kShipped = {"bf16",      "fp32",      "te-nvfp4",
                                            "te-nvfp4-grouped", "nvfp4-no-rht-all-grouped",
                                            "ue5m3-b16", "ue5m3-b16-fp32gemm", "ue5m3-b32", "ue5m3-te-settings",
                                            "mxfp4",     "mxfp8",     "fp8-current", "nvfp4-4over6",
-                                           "nvfp4-h32-wgrad"};
+                                           "nvfp4-h32-wgrad", "nvfp4-dithered"};
 
 LinearInfo linear(int layer, LinearKind kind, const std::string& name = "l") {
   LinearInfo i;
