@@ -146,37 +146,36 @@ void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows
   const int64_t grid_r = (rows + br - 1) / br, grid_c = (cols + bc - 1) / bc;
   const int threads = rows * cols >= parallel_min_work() ? omp_get_max_threads() : 1;
   std::vector<std::array<uint64_t, kRangeHistBins>> part(static_cast<size_t>(threads));
-  std::vector<float> hi_buf(static_cast<size_t>(grid_c) * static_cast<size_t>(threads));
-  std::vector<float> lo_buf(hi_buf.size());
-  std::vector<uint8_t> bad_buf(hi_buf.size());
+  // Per thread and column block: the max of |x|'s bits (NaN above Inf, so
+  // >= 0x7f800000 means a non-finite element) and the min of (bits - 1),
+  // which sends zeros to the top: + 1 gives the smallest non-zero |x|, or
+  // 0 for a block of zeros. Integer min and max, so the loops vectorise.
+  std::vector<uint32_t> hi_buf(static_cast<size_t>(grid_c) * static_cast<size_t>(threads));
+  std::vector<uint32_t> lo_buf(hi_buf.size());
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t gr = 0; gr < grid_r; ++gr) {
     const size_t t = static_cast<size_t>(omp_get_thread_num());
-    float* hi = hi_buf.data() + t * static_cast<size_t>(grid_c);
-    float* lo = lo_buf.data() + t * static_cast<size_t>(grid_c);
-    uint8_t* bad = bad_buf.data() + t * static_cast<size_t>(grid_c);
-    std::fill(hi, hi + grid_c, 0.0f);
-    std::fill(lo, lo + grid_c, std::numeric_limits<float>::infinity());
-    std::fill(bad, bad + grid_c, uint8_t{0});
-    // The band's rows, each element into its column block.
+    uint32_t* hi = hi_buf.data() + t * static_cast<size_t>(grid_c);
+    uint32_t* lo = lo_buf.data() + t * static_cast<size_t>(grid_c);
+    std::fill(hi, hi + grid_c, 0u);
+    std::fill(lo, lo + grid_c, 0xffffffffu);
     for (int64_t r = gr * br; r < std::min(rows, (gr + 1) * br); ++r) {
       const float* row = x + r * cols;
       for (int64_t b = 0; b < grid_c; ++b) {
-        float h = hi[b], l = lo[b];
-        bool nonfinite = false;
-        for (int64_t c = b * bc; c < std::min(cols, (b + 1) * bc); ++c) {
-          const float a = std::fabs(row[c]);
-          nonfinite |= !(a <= std::numeric_limits<float>::max());
+        const int64_t c0 = b * bc, c1 = std::min(cols, c0 + bc);
+        uint32_t h = hi[b], l = lo[b];
+        for (int64_t c = c0; c < c1; ++c) {
+          const uint32_t a = std::bit_cast<uint32_t>(row[c]) & 0x7fffffffu;
           h = std::max(h, a);
-          l = a > 0 ? std::min(l, a) : l;
+          l = std::min(l, a - 1u);
         }
         hi[b] = h;
         lo[b] = l;
-        bad[b] |= nonfinite ? 1 : 0;
       }
     }
     for (int64_t b = 0; b < grid_c; ++b)
-      if (!bad[b] && hi[b] > 0) ++part[t][static_cast<size_t>(range_bin(hi[b], lo[b]))];
+      if (hi[b] != 0 && hi[b] < 0x7f800000u)
+        ++part[t][static_cast<size_t>(range_bin(std::bit_cast<float>(hi[b]), std::bit_cast<float>(lo[b] + 1u)))];
   }
   for (const auto& p : part)
     for (int k = 0; k < kRangeHistBins; ++k) st.range_hist[static_cast<size_t>(k)] += p[static_cast<size_t>(k)];
