@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Plots of exmy run files: loss curves, layer x step heatmaps of underflow
-and saturation per GEMM operand, and block-scale histograms.
+and saturation per GEMM operand, and block-scale and block-range histograms.
 
     analysis/plot_runs.py RUN.h5 [RUN2.h5 ...] --out DIR
 
@@ -14,6 +14,8 @@ A run directory may stand for its run.h5. Writes PNG files to DIR:
     <run>_scale_hist.png             block-scale histograms (log2 of the decoded scale)
                                      per GEMM operand, summed over layers, at the first
                                      and last sampled steps
+    <run>_range_hist.png             the same for the blocks' dynamic range (log2 of the
+                                     block amax over its smallest non-zero magnitude)
 
 Runs without per-tensor statistics (/quant, /hist: fp32 or bf16 runs, or
 statistics off) get the loss curves only. Files are opened with SWMR read,
@@ -263,10 +265,21 @@ def plot_heatmaps(label, f, stat, out):
 
 
 def plot_scale_hist(label, f, out):
+    return plot_hist(label, f, out, "counts", int(f.attrs.get("scale_hist_min_log2", -64)), "log2(block scale)",
+                     "block-scale histograms", "scale_hist")
+
+
+def plot_range_hist(label, f, out):
+    return plot_hist(label, f, out, "range_counts", 0, "log2(block amax / smallest non-zero |x|)",
+                     "block dynamic-range histograms", "range_hist")
+
+
+def plot_hist(label, f, out, dataset, lo, xlabel, title, suffix):
+    """Per role, the first and last statistics steps' histogram of /hist/.../<dataset>, all layers summed:
+    bin k is the interval [lo + k, lo + k + 1) of the log2 axis."""
     groups = operand_groups(f, "hist")
     if not groups:
         return None
-    lo = int(f.attrs.get("scale_hist_min_log2", -64))
     roles = [r for r in ROLES if any(k[2] == r for k in groups)]
     roles += sorted({k[2] for k in groups} - set(roles))
     ncol = 3 if len(roles) > 2 else len(roles)
@@ -275,12 +288,12 @@ def plot_scale_hist(label, f, out):
     counted = []
     for i, role in enumerate(roles):
         ax = axes[i // ncol][i % ncol]
-        sel = [g for k, g in groups.items() if k[2] == role and "counts" in g]
+        sel = [g for k, g in groups.items() if k[2] == role and dataset in g]
         if not sel:
             ax.axis("off")
             continue
         steps = np.unique(np.concatenate([rows(g, "step") for g in sel]))
-        width = sel[0]["counts"].shape[1]
+        width = sel[0][dataset].shape[1]
         shown = []
         for which, s in (("first", steps[0]), ("last", steps[-1])):
             if which == "last" and s == steps[0]:
@@ -288,15 +301,13 @@ def plot_scale_hist(label, f, out):
             total = np.zeros(width)
             for g in sel:
                 st = rows(g, "step")
-                c = np.asarray(g["counts"][: len(st)], dtype=np.float64)
+                c = np.asarray(g[dataset][: len(st)], dtype=np.float64)
                 total += c[st == s].sum(axis=0)
             shown.append((f"step {int(s)}", total))
         nz = np.nonzero(sum(t for _, t in shown))[0]
         if not nz.size:
-            ax.set_title(f"{role} (no scales)", fontsize=9)
+            ax.set_title(f"{role} (no blocks)", fontsize=9)
             continue
-        # Bin k holds the blocks with floor(log2 scale) = lo + k: the
-        # interval [lo + k, lo + k + 1) on the axis.
         a, b = max(nz[0] - 2, 0), min(nz[-1] + 3, width)
         edges = np.arange(width + 1) + lo
         for name, t in shown:
@@ -304,18 +315,18 @@ def plot_scale_hist(label, f, out):
             ax.stairs(frac[a:b], edges[a : b + 1], label=name)
             counted.append(f"{role} {name}: {int(t.sum())} blocks, mode 2^{int(np.argmax(t)) + lo}")
         ax.set_title(role, fontsize=9)
-        ax.set_xlabel("log2(block scale)", fontsize=8)
+        ax.set_xlabel(xlabel, fontsize=8)
         ax.set_ylabel("fraction of blocks", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for j in range(len(roles), nrow * ncol):
         axes[j // ncol][j % ncol].axis("off")
-    fig.suptitle(f"{label}: block-scale histograms (all layers)", fontsize=10)
+    fig.suptitle(f"{label}: {title} (all layers)", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    path = os.path.join(out, f"{safe(label)}_scale_hist.png")
+    path = os.path.join(out, f"{safe(label)}_{suffix}.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    print(f"{label}: block-scale histograms, " + "; ".join(counted))
+    print(f"{label}: {title}, " + "; ".join(counted))
     return path
 
 
@@ -342,7 +353,7 @@ def main(argv=None):
     written = [plot_losses(runs, args.out)]
     for label, f in runs:
         made = [plot_heatmaps(label, f, "underflow", args.out), plot_heatmaps(label, f, "saturation", args.out),
-                plot_scale_hist(label, f, args.out)]
+                plot_scale_hist(label, f, args.out), plot_range_hist(label, f, args.out)]
         if not any(made):
             print(f"{label}: no per-tensor statistics (/quant, /hist): loss curves only")
         written += [m for m in made if m]

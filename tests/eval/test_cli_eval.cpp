@@ -314,7 +314,8 @@ TEST_F(Runs, PlotScriptWritesPngs) {
   std::vector<std::string> pngs;
   for (const auto& e : fs::directory_iterator(d / "png")) pngs.push_back(e.path().filename().string());
   std::sort(pngs.begin(), pngs.end());
-  EXPECT_EQ(pngs, (std::vector<std::string>{"loss.png", "quant_nvfp4-no-rht-all_saturation.png",
+  EXPECT_EQ(pngs, (std::vector<std::string>{"loss.png", "quant_nvfp4-no-rht-all_range_hist.png",
+                                            "quant_nvfp4-no-rht-all_saturation.png",
                                             "quant_nvfp4-no-rht-all_scale_hist.png",
                                             "quant_nvfp4-no-rht-all_underflow.png"}));
   for (const auto& p : pngs) {
