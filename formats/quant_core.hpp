@@ -127,8 +127,8 @@ EXMY_HD BlockScale block_scale(const QuantPlan& p, float b, bool four = false, u
                          : p.rule == ScaleRule::amax_up ? Round::up
                          : p.rule == ScaleRule::amax_sr ? Round::stochastic
                                                         : Round::down;
-      const int n = p.rule == ScaleRule::amax_sr ? p.scale_sr_bits : 0;
-      const uint32_t r = p.rule == ScaleRule::amax_sr ? rbits : 0;
+      const int n = p.scale_sr_bits;  // 0 but for amax_sr
+      const uint32_t r = rbits;
       if (fp32) {
         const float raw = b * (four ? p.g_over_four : p.g_over_emax);  // fl(b * fl(G * fl(1/Fe.max)))
         enc = encode_quotient(fs, false, static_cast<double>(raw), 1.0, mode, n, r, true);

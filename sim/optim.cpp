@@ -66,7 +66,8 @@ int64_t largest_shard(const ArenaLayout& layout, int n) {
 
 AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg) : AdamW(layout, cfg, whole_arena(layout)) {}
 
-AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard) : cfg_(cfg), shard_(shard) {
+AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard)
+    : cfg_(cfg), shard_(shard), arena_size_(layout.size()) {
   const auto& views = layout.views();
   for (const auto& v : views) offsets_.push_back(v.offset);
   for (int i = shard.first_view; i < shard.end_view; ++i) {
@@ -88,7 +89,7 @@ AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t t, double lr, double 
 }
 
 void AdamW::step(std::span<float> params, std::span<const float> grads, double lr, double grad_scale) {
-  if (static_cast<int64_t>(params.size()) < shard_.end || grads.size() != params.size())
+  if (static_cast<int64_t>(params.size()) != arena_size_ || grads.size() != params.size())
     throw Error("AdamW::step: arena size does not match the optimizer state");
   ++t_;
   const AdamWScalars s = adamw_scalars(cfg_, t_, lr, grad_scale);

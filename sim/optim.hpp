@@ -94,17 +94,19 @@ class AdamW {
   std::span<const float> exp_avg_sq() const { return {v_.data(), v_.size()}; }
   // Whether view i is in the shard, and its moments (only then).
   bool owns(int view) const { return view >= shard_.first_view && view < shard_.end_view; }
-  float* exp_avg_of(int view) { return m_.data() + (offsets_.at(static_cast<size_t>(view)) - shard_.begin); }
-  float* exp_avg_sq_of(int view) { return v_.data() + (offsets_.at(static_cast<size_t>(view)) - shard_.begin); }
-  const float* exp_avg_of(int view) const { return m_.data() + (offsets_.at(static_cast<size_t>(view)) - shard_.begin); }
-  const float* exp_avg_sq_of(int view) const {
-    return v_.data() + (offsets_.at(static_cast<size_t>(view)) - shard_.begin);
-  }
+  float* exp_avg_of(int view) { return m_.data() + local(view); }
+  float* exp_avg_sq_of(int view) { return v_.data() + local(view); }
+  const float* exp_avg_of(int view) const { return m_.data() + local(view); }
+  const float* exp_avg_sq_of(int view) const { return v_.data() + local(view); }
   void set_steps(int64_t t) { t_ = t; }
 
  private:
   AdamWConfig cfg_;
+  // Index in the shard's moments of view i's first element.
+  int64_t local(int view) const { return offsets_.at(static_cast<size_t>(view)) - shard_.begin; }
+
   OptimizerShard shard_;
+  int64_t arena_size_ = 0;
   std::vector<int64_t> offsets_;                     // arena offset of every view
   std::vector<std::pair<int64_t, int64_t>> ranges_;  // (offset, numel) of each view of the shard
   std::vector<bool> decay_;                          // per view of the shard

@@ -157,8 +157,8 @@ bool loop_claims(const LoopDecl& d, const QuantPlan& p, int64_t n, Simd w) {
   if (d.needs > w || !(d.modes & mode_bit(p.round)) || !(d.ariths & arith_bit(p.arith))) return false;
   if (d.needs_scale && !p.has_scale) return false;
   if (d.needs_large && n < kThresholdMinElements) return false;
-  if (p.four_six != FourSix::off && !d.four_over_six) return false;
-  if (p.rule == ScaleRule::amax_sr && !d.four_over_six) return false;  // dithered scales: the scalar core's
+  // four over six and dithered scales (amax_sr): plans only the scalar core takes
+  if ((p.four_six != FourSix::off || p.rule == ScaleRule::amax_sr) && !d.four_over_six) return false;
   // without a block scale a band is one run: no block width to declare
   if (p.has_scale && (p.bc % d.bc_multiple == 0) == d.bc_other) return false;
   return d.formats(p);

@@ -11,7 +11,7 @@
 #include "models/config.hpp"
 #include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
-#include "sim/optim.hpp"
+#include "sim/train/trainer.hpp"
 #include "sim/sysmem.hpp"
 
 namespace po = boost::program_options;
@@ -107,8 +107,7 @@ int cmd_model_info(const Args& args) {
   if (recompute != "none" && recompute != "blocks") throw Error("--recompute '" + recompute + "' (expected none or blocks)");
   const int ranks = vm["ranks"].as<int>();
   if (ranks < 1) throw Error("--ranks must be at least 1");
-  models::MemoryEstimate m = models::training_memory(cfg, batch, seq, recompute == "blocks");
-  if (ranks > 1) m.optimizer = 8.0 * static_cast<double>(sim::largest_shard(models::make_layout(cfg), ranks));
+  const models::MemoryEstimate m = train::rank_training_memory(cfg, batch, seq, recompute == "blocks", ranks);
   std::printf("\ntraining memory on the CPU, FP32, micro-batch %lld x %lld tokens, recompute %s%s:\n",
               static_cast<long long>(batch), static_cast<long long>(seq), recompute.c_str(),
               ranks > 1 ? (", per rank of " + std::to_string(ranks) + " (AdamW moments sharded)").c_str() : "");

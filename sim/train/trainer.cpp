@@ -89,14 +89,18 @@ void remove_leftovers(const fs::path& dir) {
 
 }  // namespace
 
+models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model, int64_t batch, int64_t seq_len,
+                                            bool recompute, int shards) {
+  models::MemoryEstimate m = models::training_memory(model, batch, seq_len, recompute);
+  if (shards > 1) m.optimizer = 8.0 * static_cast<double>(sim::largest_shard(models::make_layout(model), shards));
+  return m;
+}
+
 void require_training_memory(const RunConfig& cfg, int ranks) {
-  models::MemoryEstimate m =
-      models::training_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.recompute == "blocks");
-  std::string shard;
-  if (ranks > 1 && cfg.shard_optimizer) {
-    m.optimizer = 8.0 * static_cast<double>(sim::largest_shard(models::make_layout(cfg.model), ranks));
-    shard = " (this rank's shard of " + std::to_string(ranks) + ")";
-  }
+  const int shards = cfg.shard_optimizer ? ranks : 1;
+  const models::MemoryEstimate m =
+      rank_training_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.recompute == "blocks", shards);
+  const std::string shard = shards > 1 ? " (this rank's shard of " + std::to_string(shards) + ")" : "";
   sim::require_memory(m.total(),
                       "training model " + cfg.model_name + " (micro-batch " + std::to_string(cfg.batch_size) + " x " +
                           std::to_string(cfg.seq_len) + " tokens: weights, gradients and AdamW moments" + shard + " " +

@@ -103,6 +103,10 @@ RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* o
 // Every command that builds a model for a run checks this first. A rank of
 // an n-rank job with train.shard_optimizer counts its shard of the moments.
 void require_training_memory(const RunConfig& cfg, int ranks = 1);
+// models::training_memory of one rank whose AdamW moments are the largest
+// of `shards` optimizer shards (sim::optimizer_shard; 1: all of them).
+models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model, int64_t batch, int64_t seq_len,
+                                            bool recompute, int shards);
 
 // Starts a new run in `out_dir` (created if needed). Throws exmy::Error when
 // out_dir already holds a run, unless `overwrite`.
