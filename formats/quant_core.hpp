@@ -288,7 +288,9 @@ EXMY_HD BlockScale four_over_six(const QuantPlan& p, const float* x, const Block
       const int64_t i = g.flat(j);
       float xh = 0.0f;
       if (!cand[k]->zero) {
-        const uint32_t r = is_stochastic(p.round) ? random_bits(p.seed, p.stream, static_cast<uint64_t>(i), p.sr_bits) : 0u;
+        // the element's bits in its tensor (a band quantized on its own: row0 > 0)
+        const uint64_t k = static_cast<uint64_t>(i + p.row0 * g.cols);
+        const uint32_t r = is_stochastic(p.round) ? random_bits(p.seed, p.stream, k, p.sr_bits) : 0u;
         xh = encode_element(p, c, x[i], r).xhat;
       }
       const double d = static_cast<double>(xh) - static_cast<double>(x[i]);

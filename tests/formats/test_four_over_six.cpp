@@ -244,6 +244,10 @@ TEST(FourOverSix, StochasticModesEqualTheWholeTensorRef) {
           EXPECT_EQ(got.stats.scale_four, ref.out.stats.scale_four) << what;
           for (const int threads : {1, 4})
             EXPECT_EQ(test::difference(got, test::run(s, x, rows, cols, threads), x), "") << what << " " << threads;
+          // bands quantized on their own draw their tensor's random bits
+          test::Outcome bands = test::run_bands(s, x, rows, cols, 2 * s.block_rows, 2);
+          bands.info = got.info;  // a band call decides nothing at tensor level
+          EXPECT_EQ(test::difference(got, bands, x), "") << what << ", bands";
           four += got.stats.scale_four;
         }
       }
