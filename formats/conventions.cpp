@@ -46,7 +46,7 @@ void ConventionScratch::finish(const QuantSpec& spec, const QuantInfo& info, con
     apply_rht_ref(spec, transformed.data(), rows, cols);
     x = transformed.data();
   }
-  apply_conventions(spec, p, x, rows, cols, out);
+  apply_conventions(spec, p, x, rows, cols, out, info.row_t.empty() ? nullptr : info.row_t.data());
 }
 
 bool conventions_apply(const QuantSpec& spec) {
@@ -54,7 +54,7 @@ bool conventions_apply(const QuantSpec& spec) {
 }
 
 void apply_conventions(const QuantSpec& spec, const QuantPlan& p, const float* x, int64_t rows, int64_t cols,
-                       const QuantOutput& out) {
+                       const QuantOutput& out, const float* row_t) {
   if (!conventions_apply(spec)) return;
   const int eb = p.fe.code_bytes();
   const int sb = p.has_scale ? p.fs.code_bytes() : 0;
@@ -66,6 +66,7 @@ void apply_conventions(const QuantSpec& spec, const QuantPlan& p, const float* x
   };
   const uint32_t max_code = p.fe.max_mag;
   for (int64_t r = 0; r < rows; ++r) {
+    const float ginv = row_t ? fp32_rne_div(1.0, row_t[r]) : p.ginv;
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c;
       const float xi = x[i];
@@ -86,7 +87,7 @@ void apply_conventions(const QuantSpec& spec, const QuantPlan& p, const float* x
         const CodeClass cls = p.fe.classify(code);
         if (cls == CodeClass::nan || cls == CodeClass::inf) continue;
         const double s = block_scale(r, c);
-        const float sg = static_cast<float>(s * static_cast<double>(p.ginv));
+        const float sg = static_cast<float>(s * static_cast<double>(ginv));
         const float q = static_cast<float>(p.fe.mag_value(code & p.fe.mag_mask()));
         const float v = q * sg;
         out.values[i] = (p.fe.is_signed && (code & p.fe.sign_bit)) ? -v : v;

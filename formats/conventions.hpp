@@ -29,9 +29,10 @@ struct ConventionScratch {
 // scale set), `out` the outputs (scale codes required when the spec has a
 // block scale and asks for a convention; the callers in formats/ provide
 // them). Statistics are not changed: they describe exmy's decisions, which
-// the conventions do not alter.
+// the conventions do not alter. `row_t`: with row outer scales, each row's
+// encode scale (p.t then unused).
 void apply_conventions(const QuantSpec& spec, const QuantPlan& p, const float* x, int64_t rows, int64_t cols,
-                       const QuantOutput& out);
+                       const QuantOutput& out, const float* row_t = nullptr);
 
 // Runs `core(o)` (one backend's exmy-convention quantization of the call,
 // writing outputs `o`) and rewrites the outputs to the spec's conventions.

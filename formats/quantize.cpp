@@ -108,6 +108,14 @@ void QuantSpec::validate() const {
     if (dequant == DequantOrder::scale_first)
       throw Error("--four-over-six compares product-first x-hat; it cannot be combined with --dequant scale-first");
   }
+  if (outer == OuterScale::row) {
+    if (block_rows != 1)
+      throw Error("--outer-scale row needs blocks along rows (1xB), got " + std::to_string(block_rows) + "x" +
+                  std::to_string(block_cols));
+    if (amax_kind == AmaxKind::given && row_amax.empty())
+      throw Error("--outer-scale row takes one reference amax per row: give --tensor-amax auto (each row's own) "
+                  "or none");
+  }
   if (rht) {
     Rht{rht_size, rht_kind, rht_signs}.validate();
     const bool rows16 = block_rows == 1 && block_cols == 16;
@@ -204,6 +212,42 @@ double reference_amax(const QuantSpec& spec, const float* x, int64_t n, int thre
   return tensor_abs_max(x, n, threads);
 }
 
+// Row outer scales: the given reference of tensor row `row` (NaN without
+// a reference; `current` rows measure their own).
+double given_row_reference(const QuantSpec& spec, int64_t row) {
+  return spec.amax_kind == AmaxKind::given ? spec.row_amax[static_cast<size_t>(row)]
+                                           : std::numeric_limits<double>::quiet_NaN();
+}
+
+// Row outer scales: checks that a given reference has an entry for every
+// row of a call over tensor rows [row0, row0 + rows), and sizes the info's
+// per-row vectors.
+void start_rows(const QuantSpec& spec, int64_t row0, int64_t rows, QuantInfo& info) {
+  if (spec.amax_kind == AmaxKind::given && static_cast<int64_t>(spec.row_amax.size()) < row0 + rows)
+    throw Error("--outer-scale row: " + std::to_string(spec.row_amax.size()) + " row references for a tensor of " +
+                std::to_string(row0 + rows) + " rows");
+  info.row_amax.assign(static_cast<size_t>(rows), 0.0);
+  info.row_abs_max.assign(static_cast<size_t>(rows), 0.0);
+  info.row_t.assign(static_cast<size_t>(rows), 1.0f);
+}
+
+// ... and, after the rows, the call's summary: the largest reference (NaN
+// if any is) and the smallest scale.
+void finish_rows(QuantInfo& info) {
+  double a = 0;
+  float t = std::numeric_limits<float>::max();
+  for (size_t r = 0; r < info.row_t.size(); ++r) {
+    a = std::isnan(a) || std::isnan(info.row_amax[r]) ? std::numeric_limits<double>::quiet_NaN()
+                                                      : std::max(a, info.row_amax[r]);
+    t = std::min(t, info.row_t[r]);
+  }
+  info.amax = info.row_t.empty() ? std::numeric_limits<double>::quiet_NaN() : a;
+  info.t = info.row_t.empty() ? 1.0f : t;
+  double m = 0;
+  for (const double v : info.row_abs_max) m = std::isnan(m) || std::isnan(v) ? v + m : std::max(m, v);
+  info.abs_max = m;
+}
+
 }  // namespace
 
 namespace {
@@ -261,7 +305,19 @@ QuantInfo quantize_ref_exmy(const QuantSpec& spec, const float* x_in, int64_t ro
     apply_rht_ref(spec, transformed.data(), rows, cols);
     x = transformed.data();
   }
-  set_tensor_amax(p, reference_amax(spec, x, n, -1));
+  const bool by_row = spec.outer == OuterScale::row;
+  QuantInfo info;
+  if (by_row) start_rows(spec, 0, rows, info);
+  else set_tensor_amax(p, reference_amax(spec, x, n, -1));
+  // Row outer scales: row r's encode scale from its own reference.
+  auto start_row = [&](int64_t r) {
+    const double m = tensor_amax_ref(x + r * cols, cols);
+    const double a = spec.amax_kind == AmaxKind::current ? m : given_row_reference(spec, r);
+    set_tensor_amax(p, a);
+    info.row_amax[static_cast<size_t>(r)] = p.amax;
+    info.row_abs_max[static_cast<size_t>(r)] = m;
+    info.row_t[static_cast<size_t>(r)] = p.t;
+  };
 
   QuantStats st;
   st.elements = static_cast<uint64_t>(n);
@@ -300,17 +356,20 @@ QuantInfo quantize_ref_exmy(const QuantSpec& spec, const float* x_in, int64_t ro
     if (values) values[i] = xh;
   };
 
-  QuantInfo info;
   info.amax = p.amax;
   info.t = p.t;
   if (!p.has_scale) {
     const BlockConsts c{1.0, 0.0f};
-    for (int64_t i = 0; i < n; ++i) element(i, c);
+    for (int64_t i = 0; i < n; ++i) {
+      if (by_row && i % cols == 0) start_row(i / cols);
+      element(i, c);
+    }
   } else {
     const int64_t gr = (rows + p.br - 1) / p.br, gc = (cols + p.bc - 1) / p.bc;
     info.block_grid_rows = gr;
     info.block_grid_cols = gc;
     for (int64_t bi = 0; bi < gr; ++bi) {
+      if (by_row) start_row(bi);  // blocks of one row (1xB)
       for (int64_t bj = 0; bj < gc; ++bj) {
         const int64_t r0 = bi * p.br, r1 = std::min(rows, r0 + p.br);
         const int64_t c0 = bj * p.bc, c1 = std::min(cols, c0 + p.bc);
@@ -369,7 +428,11 @@ QuantInfo quantize_ref_exmy(const QuantSpec& spec, const float* x_in, int64_t ro
       }
     }
   }
-  if (bad != std::numeric_limits<int64_t>::max()) detail::throw_element_error(p, x, bad, cols);
+  if (by_row) finish_rows(info);
+  if (bad != std::numeric_limits<int64_t>::max()) {
+    if (by_row) start_row(bad / cols);  // the message shows the row's own scale
+    detail::throw_element_error(p, x, bad, cols);
+  }
   if (out.stats) {
     // docs/numerics.md §5: row by row, segment by segment, then the tree
     detail::store_sums(tensor_sums(x, values, rows, cols), st);
@@ -457,6 +520,7 @@ struct BandState {
   // non-temporal stores (the per-block threshold loop also needs bc % 4 == 0).
   bool stream = false;
   const detail::ScaleThr* sthr = nullptr;  // the call's scale-code thresholds (threshold loop)
+  detail::ScaleThr row_sthr;               // ... those of the row, with row outer scales
   // The band this thread quantizes next (its first row and row count), if
   // known: the element loop prefetches it.
   const float* next = nullptr;
@@ -803,7 +867,12 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
     apply_rht(spec, transformed.data(), rows, cols, nt);
     x = transformed.data();
   }
-  const int64_t band = p.has_scale ? p.br : 64;
+  // Row outer scales: every band is one row, quantized with its own plan
+  // (run_band), and the tensor amax is not needed.
+  const bool by_row = spec.outer == OuterScale::row;
+  QuantInfo info;
+  if (by_row) start_rows(spec, p.row0, rows, info);
+  const int64_t band = by_row ? 1 : p.has_scale ? p.br : 64;
   const int64_t nbands = (rows + band - 1) / band;
   const int64_t gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 0;
   // With a block scale and the current amax, one pass measures every
@@ -821,9 +890,9 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
       detail::band_block_max_bits(x + r0 * cols, std::min(rows, r0 + band) - r0, cols, p.bc, acc);
       for (int64_t j = 0; j < gc; ++j) m = std::max(m, acc[j]);
     }
-    set_tensor_amax(p, amax_given ? part->amax : amax_of_bits(m));
+    set_tensor_amax(p, amax_given && !by_row ? part->amax : amax_of_bits(m));
     bmax = block_max.get();
-  } else {
+  } else if (!by_row) {
     set_tensor_amax(p, amax_given ? part->amax : reference_amax(spec, x, n, nt));
   }
 
@@ -845,7 +914,8 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
   // loops' constants cost about ten times the others per scale code, a
   // search with the scalar core, which small tensors do not win back: they
   // claim only calls of kThresholdMinElements or more.)
-  const detail::Loop loop = detail::choose_loop(p, n);
+  // (With row outer scales the constants are made per row: a row is the call.)
+  const detail::Loop loop = detail::choose_loop(p, by_row ? cols : n);
   const detail::Loop fallback = detail::loop_decl(loop).band_fallback;
   detail::ScaleThr sthr;
   if (detail::loop_decl(loop).needs_large) sthr = detail::scale_code_thresholds(p);
@@ -861,6 +931,24 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
     bs.fallback = fallback;
     bs.sthr = &sthr;
     const int64_t r0 = b * band, r1 = std::min(rows, r0 + band);
+    if (by_row) {  // row r0's own tensor scale, and the constants made for it
+      const uint32_t m = bmax ? (gc ? *std::max_element(bmax + b * gc, bmax + (b + 1) * gc) : 0u)
+                              : detail::abs_max_bits(x + r0 * cols, cols);
+      QuantPlan pr = p;
+      set_tensor_amax(pr, spec.amax_kind == AmaxKind::current ? amax_of_bits(m) : given_row_reference(spec, p.row0 + r0));
+      info.row_amax[static_cast<size_t>(r0)] = pr.amax;
+      info.row_abs_max[static_cast<size_t>(r0)] = amax_of_bits(m);
+      info.row_t[static_cast<size_t>(r0)] = pr.t;
+      std::memset(bs.fp4_known, 0, sizeof bs.fp4_known);
+      std::memset(bs.thr_known, 0, sizeof bs.thr_known);
+      if (detail::loop_decl(loop).needs_large) {
+        bs.row_sthr = detail::scale_code_thresholds(pr);
+        bs.sthr = &bs.row_sthr;
+      }
+      bs.next = nullptr;
+      bs.next_rows = 0;
+      return quantize_band(pr, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);
+    }
     // The next band is prefetched while b computes, where a band reads its
     // input twice (block maxima, then elements): with the maxima measured
     // beforehand (current amax) the one pass streams from memory and the
@@ -906,12 +994,15 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
   }
   detail::loop_use_add(total.bands_by_loop);
   const int64_t bad = err.index.load();
-  if (bad != std::numeric_limits<int64_t>::max()) detail::throw_element_error(p, x, bad, cols);
+  if (bad != std::numeric_limits<int64_t>::max()) {
+    if (by_row) set_tensor_amax(p, info.row_amax[static_cast<size_t>(bad / cols)]);  // the row's own scale
+    detail::throw_element_error(p, x, bad, cols);
+  }
 
-  QuantInfo info;
   info.amax = p.amax;
   info.t = p.t;
   info.abs_max = amax_of_bits(amax_bits);
+  if (by_row) finish_rows(info);
   if (p.has_scale) {
     info.block_grid_rows = nbands;
     info.block_grid_cols = gc;

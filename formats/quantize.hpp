@@ -57,6 +57,13 @@ enum class DequantOrder : uint8_t {
 // the plain normalized Sylvester Hadamard matrix).
 enum class RhtKind : uint8_t { random, deterministic };
 
+// The outer (tensor-level) encode scale t of docs/numerics.md §3: one per
+// call, or one per row of the tensor, each from its own row's reference amax
+// ("row outer scales", docs/numerics.md §3; Transformer Engine's
+// row-scaled activations). Rows are the tensor's rows as quantized, blocks
+// along them (1xB).
+enum class OuterScale : uint8_t { tensor, row };
+
 struct QuantSpec {
   Format elem;
   std::optional<Format> scale;  // none: no block scale
@@ -78,6 +85,11 @@ struct QuantSpec {
   RhtKind rht_kind = RhtKind::random;
   CodeConvention codes = CodeConvention::exmy;
   DequantOrder dequant = DequantOrder::product_first;
+  OuterScale outer = OuterScale::tensor;
+  // outer = row with AmaxKind::given: the reference amax of every row of the
+  // tensor (NaN or 0: no scale for that row), indexed by the tensor's row (a
+  // band call reads its own rows' entries).
+  std::vector<double> row_amax;
 
   // Checks the combination; throws exmy::Error naming the problem.
   void validate() const;
@@ -112,6 +124,11 @@ struct QuantInfo {
   // block-amax pass sees every element), so callers that need the amax of a
   // tensor quantized against a given reference need not read it again.
   std::optional<double> abs_max;
+  // outer = row: per row, the reference amax A_r used (NaN: none), the
+  // encode scale t_r and max |x| (NaN if the row holds a NaN); `amax` is then
+  // the largest A_r (NaN if any is NaN) and `t` the smallest t_r.
+  std::vector<double> row_amax, row_abs_max;
+  std::vector<float> row_t;
 };
 
 int64_t block_count(const QuantSpec& spec, int64_t rows, int64_t cols);
@@ -140,7 +157,8 @@ class BandQuantizer {
   int64_t band_rows() const {
     return spec_.rht && spec_.block_rows != 1 ? std::max<int64_t>(spec_.block_rows, spec_.rht_size) : spec_.block_rows;
   }
-  bool needs_amax() const { return spec_.amax_kind == AmaxKind::current; }
+  // (Row outer scales measure each row's amax with the row itself.)
+  bool needs_amax() const { return spec_.amax_kind == AmaxKind::current && spec_.outer == OuterScale::tensor; }
   // Adds the next `rows` rows to the tensor amax.
   void measure(const float* x, int64_t rows);
   // Quantizes the next `rows` rows; `out` points at the band's outputs (its

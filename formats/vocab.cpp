@@ -121,6 +121,16 @@ const OptionTable<RhtKind>& rht_kind_options() {
   return t;
 }
 
+const OptionTable<OuterScale>& outer_scale_options() {
+  static const OptionTable<OuterScale> t = {
+      "outer scale",
+      {
+          {"tensor", OuterScale::tensor, "one encode scale t for the whole tensor (docs/numerics.md §3)"},
+          {"row", OuterScale::row, "one encode scale per row, from the row's own reference amax (1xB blocks)"},
+      }};
+  return t;
+}
+
 // ---------------------------------------------------------------------------
 // Spelling of values
 // ---------------------------------------------------------------------------
@@ -285,6 +295,10 @@ const std::vector<QuantKnob>& quant_knobs() {
        [](const S& s) { return std::string(rht_kind_options().name(s.rht_kind)); },
        [] { return rows_help(rht_kind_options()); },
        [](const S& s) { return s.rht && s.rht_kind != RhtKind::random; }},
+      {"outer_scale", "outer-scale", "KIND", "the outer (tensor-level) encode scale:", KnobKind::text, nullptr, true,
+       [](S& s, V v) { s.outer = outer_scale_options().parse(v); },
+       [](const S& s) { return std::string(outer_scale_options().name(s.outer)); },
+       [] { return rows_help(outer_scale_options()); }, [](const S& s) { return s.outer != OuterScale::tensor; }},
   };
   return k;
 }

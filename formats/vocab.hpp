@@ -83,6 +83,7 @@ const OptionTable<CodeConvention>& code_convention_options();
 const OptionTable<DequantOrder>& dequant_order_options();
 const OptionTable<FourSix>& four_over_six_options();
 const OptionTable<RhtKind>& rht_kind_options();
+const OptionTable<OuterScale>& outer_scale_options();
 
 // ---------------------------------------------------------------------------
 // Spelling of values

@@ -406,6 +406,8 @@ struct CudaQuantizer::Impl {
   // spec's transform and conventions are the caller's business.
   QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
     QuantPlan p = spec.plan();  // validates; throws exmy::Error
+    if (spec.outer == OuterScale::row)
+      throw Error("--outer-scale row is not implemented on the CUDA path yet (the CPU paths have it)");
     const int64_t n = rows * cols;
     const int64_t nblocks = block_count(spec, rows, cols);
     float* vals = out.values;
@@ -465,6 +467,8 @@ namespace {
 QuantInfo quantize_host_via_device(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols,
                                    const QuantOutput& out) {
   spec.validate();
+  if (spec.outer == OuterScale::row)
+    throw Error("--outer-scale row is not implemented on the CUDA path yet (the CPU paths have it)");
   if (!cuda_available()) throw Error("quantize_cuda: " + cuda_device_description());
   const int64_t n = rows * cols;
   const size_t cb = static_cast<size_t>(spec.elem.code_bytes());

@@ -73,7 +73,7 @@ std::string fields(const QuantSpec& s) {
     << s.block_cols << " " << int(s.rule) << " " << int(s.amax_kind) << " " << s.amax_value << " "
     << (s.scale_target ? *s.scale_target : -1.0) << " " << int(s.round) << " " << s.sr_bits << " " << s.seed << " "
     << s.stream << " " << int(s.arith) << " " << int(s.zero_scale) << " " << s.saturate << " " << s.rht << " "
-    << s.rht_signs << " " << int(s.codes) << " " << int(s.dequant) << " " << int(s.four_over_six) << " " << s.rht_size << " " << int(s.rht_kind);
+    << s.rht_signs << " " << int(s.codes) << " " << int(s.dequant) << " " << int(s.four_over_six) << " " << s.rht_size << " " << int(s.rht_kind) << " " << int(s.outer);
   return o.str();
 }
 
@@ -102,6 +102,7 @@ QuantSpec all_changed() {
   s.four_over_six = FourSix::mae;
   s.rht_size = 64;
   s.rht_kind = RhtKind::deterministic;
+  s.outer = OuterScale::row;
   return s;
 }
 
