@@ -49,6 +49,16 @@ double operand_amax(const sim::quant::RoleSpec& rs, const float* x, int64_t rows
   return sim::quant::abs_max(scratch.data(), rows * cols);
 }
 
+// ... per row (row outer scales), NaN for a row holding a NaN.
+std::vector<double> operand_row_amax(const sim::quant::RoleSpec& rs, const float* x, int64_t rows, int64_t cols,
+                                     std::vector<float>& scratch) {
+  operand_amax(rs, x, rows, cols, scratch);  // checks K for the transform
+  const float* t = rs.q.rht ? scratch.data() : x;
+  std::vector<double> a(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) a[static_cast<size_t>(r)] = sim::quant::abs_max(t + r * cols, cols);
+  return a;
+}
+
 bool parse_count(std::string_view s, int64_t& v) {
   const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
   return r.ec == std::errc() && r.ptr == s.data() + s.size() && v >= 1;
@@ -182,7 +192,11 @@ class QuantEvalModel::Factory final : public sim::LinearFactory<float> {
     auto& w = specs[sim::quant::role_index(Role::fprop_w)];
     // The evaluation policy replaces the recipe's forward references; a
     // role without a tensor scale (`none`) keeps none.
-    if (x.reference.kind != RefPolicy::Kind::none) {
+    // Row outer scales on fprop-x (its rows are tokens) run `current` under
+    // every policy: per-token scales are measured with the tokens.
+    if (x.reference.kind != RefPolicy::Kind::none && x.q.outer == OuterScale::row) {
+      x.reference = RefPolicy{RefPolicy::Kind::current, 0};
+    } else if (x.reference.kind != RefPolicy::Kind::none) {
       switch (policy_.kind) {
         case ActPolicy::Kind::current: x.reference = RefPolicy{RefPolicy::Kind::current, 0}; break;
         case ActPolicy::Kind::replay: x.reference = RefPolicy{RefPolicy::Kind::periodic, policy_.n}; break;
@@ -279,8 +293,12 @@ void QuantEvalModel::freeze_weights() {
     const auto& ws = e.spec(Role::fprop_w);
     if (ws.reference.kind == RefPolicy::Kind::none) continue;
     const float* W = model_->arena().param(e.info.name + ".weight");
-    const double a = operand_amax(ws, W, e.info.out_features, e.info.in_features, scratch);
-    runtime_->references().get(reference_key(e.info.name, Role::fprop_w)) = sim::quant::ReferenceState::frozen(a);
+    auto& ref = runtime_->references().get(reference_key(e.info.name, Role::fprop_w));
+    if (ws.q.outer == OuterScale::row)
+      ref = sim::quant::ReferenceState::frozen_rows(
+          operand_row_amax(ws, W, e.info.out_features, e.info.in_features, scratch));
+    else
+      ref = sim::quant::ReferenceState::frozen(operand_amax(ws, W, e.info.out_features, e.info.in_features, scratch));
   }
 }
 

@@ -263,6 +263,20 @@ float tensor_decode_alpha(float t_a, float t_b) {
   return ga * gb;
 }
 
+void apply_outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
+                       const float* row_t_b) {
+  std::vector<float> gb(static_cast<size_t>(N));
+  for (int64_t j = 0; j < N; ++j) gb[static_cast<size_t>(j)] = fp32_rne_div(1.0, row_t_b ? row_t_b[j] : t_b);
+  for (int64_t i = 0; i < M; ++i) {
+    const float ga = fp32_rne_div(1.0, row_t_a ? row_t_a[i] : t_a);
+    float* c = C + i * N;
+    for (int64_t j = 0; j < N; ++j) {
+      const float y = c[j] * (ga * gb[static_cast<size_t>(j)]);
+      c[j] = y != y ? std::numeric_limits<float>::quiet_NaN() : y;
+    }
+  }
+}
+
 namespace {
 
 // The epilogue of both implementations: grid, tensor scales, canonical NaN.

@@ -87,4 +87,12 @@ std::vector<double> quantize_encoded(const QuantSpec& spec, const float* x, int6
 // fl(fl(1/t_a) · fl(1/t_b)): the product of the two tensor decode scales.
 float tensor_decode_alpha(float t_a, float t_b);
 
+// Row outer scales (docs/recipes.md §6): C (M,N), made with alpha = 1,
+// becomes fl(C · alpha_mn), alpha_mn = tensor_decode_alpha(t_a[m], t_b[n]),
+// a NaN the canonical one; the epilogue with alpha = 1 leaves c unchanged,
+// so this is the epilogue of every element with its own alpha. An operand
+// without row scales (row_t null) takes its tensor scale t for every row.
+void apply_outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
+                       const float* row_t_b);
+
 }  // namespace exmy::sim::quant

@@ -95,15 +95,24 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
                   ", micro-batch " + std::to_string(ctx.micro_batch));
     return quantize_decided(d.q, hp, rows, cols, b, nullptr).op;
   }
-  const ReferenceState::Use use = ref.begin_call(rs.reference, ctx.step);
+  // Row outer scales: the reference is one amax per row (held row by row).
+  const bool by_row = rs.q.outer == OuterScale::row;
+  ReferenceState::Use use;
+  try {
+    use = ref.begin_call(rs.reference, ctx.step, by_row ? rows : 0);
+  } catch (const Error& e) {
+    throw Error(info_.name + ", " + std::string(role_name(role)) + ": " + e.what());
+  }
   QuantSpec q = rs.q;
   q.seed = rt_->options().seed;
   q.stream = quant_stream(ctx.step, ctx.micro_batch, info_.layer, info_.kind, role);
   q.amax_kind = use.kind;
-  q.amax_value = use.value;
+  q.amax_value = by_row ? 0 : use.value;
+  if (by_row && use.kind == AmaxKind::given) q.row_amax = std::move(use.rows);
   // A held reference of 0 or NaN means "no tensor scale" (t = 1 either
-  // way); say so in the spec, which `exmy quantize` can then replay.
-  if (use.kind == AmaxKind::given && !(use.value > 0 && std::isfinite(use.value))) {
+  // way); say so in the spec, which `exmy quantize` can then replay. (A
+  // row's 0 or NaN is the same for that row.)
+  if (!by_row && use.kind == AmaxKind::given && !(use.value > 0 && std::isfinite(use.value))) {
     q.amax_kind = AmaxKind::none;
     q.amax_value = 0;
   }
@@ -121,9 +130,9 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
   // others need it for the statistics or a delayed history, and the CPU
   // path measures it anyway in its block-amax pass.
   double amax = r.info.amax;
-  if (use.kind != AmaxKind::current && (sink || ReferenceState::needs_amax(rs.reference)))
+  if ((by_row || use.kind != AmaxKind::current) && (sink || ReferenceState::needs_amax(rs.reference) || by_row))
     amax = r.info.abs_max ? *r.info.abs_max : abs_max(r.hp, n);
-  ref.end_call(rs.reference, ctx.step, amax);
+  ref.end_call(rs.reference, ctx.step, amax, by_row ? &r.info.row_abs_max : nullptr);
 
   if (sink) {
     OperandStats os;
@@ -172,6 +181,10 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
   r.info = quantize(qc, hp, rows, cols, out);
   r.op.dq = b.dq.data();
   r.op.t = r.info.t;
+  if (!r.info.row_t.empty()) {
+    b.row_t = r.info.row_t;
+    r.op.row_t = b.row_t.data();
+  }
   if (grouped) {
     encode_operand(ensure(b.enc, n), qc, b.codes.data(), qc.scale ? b.scale_codes.data() : nullptr, rows, cols);
     r.op.enc = b.enc.data();
@@ -185,7 +198,12 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
   StatsSink* sink = rt_->context().stats && !replay_ ? rt_->stats_sink() : nullptr;
   float* target = accumulate ? ensure(s.out, M * N) : dst;
   if (gemm_.kind == GemmModel::Kind::grouped) {
-    grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, tensor_decode_alpha(a.t, b.t));
+    if (a.row_t || b.row_t) {  // per-row decode scales: each output's own alpha
+      grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, 1.0f);
+      apply_outer_alpha(target, M, N, a.t, a.row_t, b.t, b.row_t);
+    } else {
+      grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, tensor_decode_alpha(a.t, b.t));
+    }
   } else {
     gemm(target, N, a.dq, K, Op::N, b.dq, K, Op::T, M, N, K, false);
   }

@@ -85,6 +85,7 @@ class QuantRuntime {
     Buf<float> dq;  // decoded operand
     std::vector<uint8_t> codes, scale_codes;
     Buf<double> enc;  // encoded operand (grouped GEMM)
+    std::vector<float> row_t;  // row outer scales: each row's encode scale
   };
   struct Scratch {
     OperandBuffers side[2];
@@ -122,6 +123,7 @@ class QuantizedLinear final : public Linear<float> {
     const float* dq = nullptr;    // decoded (rows, K)
     const double* enc = nullptr;  // encoded (grouped model)
     float t = 1;                  // tensor encode scale
+    const float* row_t = nullptr; // row outer scales: each row's (t then unused)
   };
   Operand quantize_operand(Role role, const float* src, int64_t src_rows, int64_t src_cols, bool transpose,
                            QuantRuntime::OperandBuffers& b);

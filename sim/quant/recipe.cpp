@@ -182,7 +182,7 @@ const std::vector<RoleKnob>& own_role_knobs() {
 // role's own, each once (checked when the list is built).
 constexpr std::string_view kRoleKnobOrder[] = {
     "elem",    "scale",    "block",     "scale_rule", "arith",     "round",    "sr_bits",  "scale_target",
-    "four_over_six", "zero_scale", "dequant", "saturate", "reference", "rht", "rht_signs", "rht_size", "rht_kind", "pre_round",
+    "four_over_six", "zero_scale", "dequant", "saturate", "reference", "outer_scale", "rht", "rht_signs", "rht_size", "rht_kind", "pre_round",
 };
 
 const std::vector<RoleKnob>& role_knobs() {
@@ -666,6 +666,15 @@ void check_specs(const Recipe& r, const std::array<RoleSpec, kNumRoles>& s, cons
       throw Error(rw + e.what());
     }
     check_knob_values(rs, rw);
+    // A held reference per row needs rows that are the same at every step:
+    // the weights' (output or input features) and the wgrad operands'
+    // (features), not fprop-x's and dgrad-dy's, whose rows are tokens.
+    const bool held = rs.reference.kind == RefPolicy::Kind::periodic || rs.reference.kind == RefPolicy::Kind::delayed;
+    if (rs.q.outer == OuterScale::row && held && (role == Role::fprop_x || role == Role::dgrad_dy))
+      throw Error(rw + "outer_scale = row with reference = " + ref_policy_name(rs.reference) + ": the rows of " +
+                  std::string(role_name(role)) +
+                  " are tokens, which change every step, so a reference cannot be held row by row (use "
+                  "reference = current, or outer_scale = tensor)");
   }
   for (Gemm g : {Gemm::fprop, Gemm::dgrad, Gemm::wgrad}) {
     const auto [a, b] = gemm_roles(g);
@@ -687,12 +696,13 @@ void check_specs(const Recipe& r, const std::array<RoleSpec, kNumRoles>& s, cons
   if (r.shared_dy_reference) {
     const RoleSpec& d = s[static_cast<size_t>(Role::dgrad_dy)];
     const RoleSpec& w = s[static_cast<size_t>(Role::wgrad_dy)];
-    if (!(d.reference == w.reference) || d.q.rht != w.q.rht ||
-        (d.q.rht && !(rht_of(d.q) == rht_of(w.q))))
+    const auto row = [](const RoleSpec& x) { return x.q.outer == OuterScale::row ? " with row outer scales" : ""; };
+    if (!(d.reference == w.reference) || d.q.rht != w.q.rht || (d.q.rht && !(rht_of(d.q) == rht_of(w.q))) ||
+        d.q.outer != w.q.outer)
       throw Error(where + "shared_dy_reference: dgrad-dy and wgrad-dy share one dY reference, so they need the same "
-                          "reference policy and rht setting (got " +
-                  ref_policy_name(d.reference) + (d.q.rht ? " with rht" : "") + " and " + ref_policy_name(w.reference) +
-                  (w.q.rht ? " with rht" : "") + ")");
+                          "reference policy, rht and outer_scale setting (got " +
+                  ref_policy_name(d.reference) + (d.q.rht ? " with rht" : "") + row(d) + " and " +
+                  ref_policy_name(w.reference) + (w.q.rht ? " with rht" : "") + row(w) + ")");
   }
 }
 

@@ -10,6 +10,10 @@
 //                that step's calls); no history yet: no tensor scale;
 //   none         no tensor scale.
 //
+// With row outer scales (outer_scale = row) the reference is one amax per
+// row of the operand, and periodic and delayed hold and record them row by
+// row (the max over calls and ranks taken per row).
+//
 // The state is part of the training state: save() gives a flat
 // key -> numbers map a checkpoint stores, and load() restores it so that a
 // resumed run continues bit for bit. load(..., cold_restart = true)
@@ -33,14 +37,18 @@ class ReferenceState {
   struct Use {
     AmaxKind kind = AmaxKind::none;  // current: the call measures A itself
     double value = 0;                // A for AmaxKind::given
+    std::vector<double> rows;        // ... per row, for a reference of row outer scales
   };
 
-  // Called before quantizing, with the 1-based optimizer step.
-  Use begin_call(const RefPolicy& p, int64_t step);
+  // Called before quantizing, with the 1-based optimizer step. `rows`: the
+  // call's rows when the operand has row outer scales (the reference is then
+  // one amax per row, held row by row), else 0. Throws exmy::Error when a
+  // held per-row reference has another number of rows.
+  Use begin_call(const RefPolicy& p, int64_t step, int64_t rows = 0);
   // Called after quantizing with max|x| of the quantized tensor (for
-  // `current` calls: the A the call measured). Periodic samples and delayed
-  // records are taken here.
-  void end_call(const RefPolicy& p, int64_t step, double amax);
+  // `current` calls: the A the call measured) and, for row outer scales,
+  // max|x| of each row. Periodic samples and delayed records are taken here.
+  void end_call(const RefPolicy& p, int64_t step, double amax, const std::vector<double>* row_amax = nullptr);
   // True when end_call needs max|x| of a call that did not measure it.
   static bool needs_amax(const RefPolicy& p) { return p.kind == RefPolicy::Kind::delayed; }
 
@@ -52,6 +60,8 @@ class ReferenceState {
   // calibrated activation scale). Under a policy that never samples again
   // in the steps it runs, every call uses `amax`.
   static ReferenceState frozen(double amax);
+  // ... and one per row (row outer scales).
+  static ReferenceState frozen_rows(std::vector<double> row_amax);
 
   // delayed: the max over the calls of the step in progress. A
   // data-parallel run combines it across ranks with max after each step's
@@ -59,12 +69,17 @@ class ReferenceState {
   bool has_step_amax() const { return have_cur_; }
   double step_amax() const { return cur_max_; }
   void set_step_amax(double a) { cur_max_ = a; }
+  // ... and per row (empty for a tensor reference): the same max, row by row.
+  const std::vector<double>& step_row_amax() const { return cur_rows_; }
+  void set_step_row_amax(std::vector<double> a) { cur_rows_ = std::move(a); }
 
   // Inspection (tests, statistics).
   bool has_held() const { return has_held_; }
   double held() const { return held_; }
   int64_t sampled_step() const { return sampled_step_; }
   const std::vector<double>& history() const { return history_; }
+  const std::vector<double>& held_rows() const { return held_rows_; }
+  const std::vector<std::vector<double>>& row_history() const { return row_history_; }
   bool operator==(const ReferenceState&) const = default;
 
  private:
@@ -78,6 +93,11 @@ class ReferenceState {
   int64_t cur_step_ = 0;
   bool have_cur_ = false;
   double cur_max_ = 0;
+  // row outer scales: the same, one entry per row (periodic: held_rows_;
+  // delayed: row_history_, oldest first, and cur_rows_)
+  std::vector<double> held_rows_;
+  std::vector<std::vector<double>> row_history_;
+  std::vector<double> cur_rows_;
 };
 
 // Flat representation a checkpoint stores: key "LAYER/SLOT" -> numbers.

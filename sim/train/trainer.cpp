@@ -474,12 +474,22 @@ class Trainer {
   // rows after its own, in rank order (= micro-batch order).
   void combine_references(bool stats) {
     auto& refs = quant_->references();
+    // (a per-row reference's rows follow the tensor amaxes, in key order)
     std::vector<double> amax;
     for (const auto& [key, st] : refs.states()) amax.push_back(st.has_step_amax() ? st.step_amax() : 0);
+    for (const auto& [key, st] : refs.states())
+      if (st.has_step_amax()) amax.insert(amax.end(), st.step_row_amax().begin(), st.step_row_amax().end());
     if (!amax.empty()) comm_.max(amax);
-    size_t i = 0;
+    size_t i = 0, at = refs.states().size();
     for (const auto& [key, st] : refs.states()) {
-      if (st.has_step_amax()) refs.get(key).set_step_amax(amax[i]);
+      if (st.has_step_amax()) {
+        const size_t nr = st.step_row_amax().size();
+        auto& own = refs.get(key);
+        own.set_step_amax(amax[i]);
+        if (nr) own.set_step_row_amax(std::vector<double>(amax.begin() + static_cast<std::ptrdiff_t>(at),
+                                                          amax.begin() + static_cast<std::ptrdiff_t>(at + nr)));
+        at += nr;
+      }
       ++i;
     }
     if (!stats) return;

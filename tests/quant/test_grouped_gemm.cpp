@@ -314,3 +314,39 @@ TEST(GroupedGemm, FloatPathAccumulatorOverflowAndCancellation) {
 
 }  // namespace
 }  // namespace exmy::sim::quant
+
+namespace exmy::sim::quant {
+namespace {
+
+// Row outer scales: C with alpha = 1, then apply_outer_alpha, equals the
+// definition element by element: the 1x1 GEMM of row m of A and row n of B
+// with the epilogue's alpha = tensor_decode_alpha(t_a[m], t_b[n]) (an
+// operand without row scales: its tensor scale for every row).
+TEST(GroupedGemm, OuterAlphaPerRowIsEachElementsOwnEpilogue) {
+  const int64_t M = 7, N = 5, K = 80;
+  float ta = 1, tb = 1;
+  const auto A = encoded(nvfp4_like(1, 16), M, K, 3, &ta, 40.0);
+  const auto B = encoded(nvfp4_like(1, 16), N, K, 4, &tb);
+  std::vector<float> row_ta(M), row_tb(N);
+  for (int64_t i = 0; i < M; ++i) row_ta[i] = std::ldexp(1.5f, static_cast<int>(i) * 7 - 20);
+  for (int64_t j = 0; j < N; ++j) row_tb[j] = std::ldexp(1.25f, 30 - static_cast<int>(j) * 9);
+  row_ta[2] = FLT_MAX;  // an alpha that underflows
+  const GemmModel m{GemmModel::Kind::grouped, 16, Round::rne, Round::rne, 0};
+  for (const bool a_rows : {true, false})
+    for (const bool b_rows : {true, false}) {
+      std::vector<float> C(M * N);
+      grouped_gemm(C.data(), A.data(), B.data(), M, N, K, m, 1.0f);
+      apply_outer_alpha(C.data(), M, N, ta, a_rows ? row_ta.data() : nullptr, tb, b_rows ? row_tb.data() : nullptr);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          float want = 0;
+          const float alpha = tensor_decode_alpha(a_rows ? row_ta[i] : ta, b_rows ? row_tb[j] : tb);
+          grouped_gemm_ref(&want, A.data() + i * K, B.data() + j * K, 1, 1, K, m, alpha);
+          ASSERT_EQ(std::bit_cast<uint32_t>(C[i * N + j]), std::bit_cast<uint32_t>(want))
+              << i << "," << j << " rows " << a_rows << b_rows;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace exmy::sim::quant

@@ -192,6 +192,36 @@ TEST(Recipe, H32WgradRecipe) {
                          "same size, kind and signs");
 }
 
+// Row outer scales: on the activations and gradients only; held row by row
+// where the rows persist (the wgrad operands), never on token rows.
+TEST(Recipe, RowScaledRecipe) {
+  const Recipe r = load_recipe("nvfp4-row-scaled");
+  const auto s = r.resolve(linear(0, LinearKind::mlp_up), 24);
+  for (Role role : kRoles) {
+    const bool weights = role == Role::fprop_w || role == Role::dgrad_w;
+    EXPECT_EQ(s[role_index(role)].q.outer, weights ? OuterScale::tensor : OuterScale::row) << role_name(role);
+    EXPECT_EQ(role_spec_string(s[role_index(role)]).find("outer_scale=row") != std::string::npos, !weights);
+  }
+  Recipe held = r;
+  apply_recipe_override(held, "recipe.wgrad-x.reference", "periodic:50");
+  apply_recipe_override(held, "recipe.wgrad-dy.reference", "delayed:4");
+  EXPECT_EQ(held.resolve(linear(0, LinearKind::mlp_up), 24)[role_index(Role::wgrad_x)].reference.kind,
+            RefPolicy::Kind::periodic);
+  for (const char* token_role : {"fprop-x", "dgrad-dy"}) {
+    Recipe bad = r;
+    expect_one_line_naming(
+        error_of([&] { apply_recipe_override(bad, std::string("recipe.") + token_role + ".reference", "periodic:50"); }),
+        std::string(token_role) + " are tokens");
+  }
+  Recipe blocks = r;
+  expect_one_line_naming(error_of([&] { apply_recipe_override(blocks, "recipe.weights.outer_scale", "row"); }),
+                         "needs blocks along rows (1xB), got 16x16");
+  Recipe shared = r;
+  apply_recipe_override(shared, "recipe.dgrad-dy.outer_scale", "tensor");
+  expect_one_line_naming(error_of([&] { apply_recipe_override(shared, "recipe.shared_dy_reference", "true"); }),
+                         "outer_scale setting");
+}
+
 const char* kSmall = R"(
 [recipe]
 description = small
@@ -285,7 +315,7 @@ TEST(Recipe, KnobValuesAreReadAsEverywhereElse) {
     const std::string text = role_spec_string(s);
     EXPECT_NE(text.find(std::string(k.name) + "=" + k.print(s.q)), std::string::npos) << k.name << ": " << text;
   }
-  EXPECT_EQ(role_knob_names().size(), 18u);  // four_over_six the 16th, rht_size and rht_kind
+  EXPECT_EQ(role_knob_names().size(), 19u);  // four_over_six the 16th, rht_size, rht_kind, outer_scale
 }
 
 TEST(Recipe, BadRecipesAreRejectedNamingTheKey) {

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "formats/error.hpp"
 #include "sim/quant/reference.hpp"
@@ -140,6 +142,95 @@ TEST(Reference, CheckpointRoundTripAndColdRestart) {
   bad["x/dy"].pop_back();
   EXPECT_THROW(c.load(bad), Error);
   EXPECT_EQ(c.save(), a.save());
+}
+
+}  // namespace
+}  // namespace exmy::sim::quant
+
+namespace exmy::sim::quant {
+namespace {
+
+// One call of an operand with row outer scales: its rows' amaxes.
+ReferenceState::Use call_rows(ReferenceState& s, const RefPolicy& p, int64_t step, const std::vector<double>& rows) {
+  auto u = s.begin_call(p, step, static_cast<int64_t>(rows.size()));
+  double m = 0;
+  for (const double v : rows) m = std::max(m, v);
+  s.end_call(p, step, m, &rows);
+  return u;
+}
+
+TEST(RowReference, PeriodicHoldsEveryRow) {
+  const RefPolicy p = parse_ref_policy("periodic:2");
+  ReferenceState s;
+  EXPECT_EQ(call_rows(s, p, 1, {1, 2, 3}).kind, AmaxKind::current);
+  const auto u = call_rows(s, p, 2, {9, 9, 9});
+  EXPECT_EQ(u.kind, AmaxKind::given);
+  EXPECT_EQ(u.rows, (std::vector<double>{1, 2, 3}));
+  EXPECT_EQ(call_rows(s, p, 3, {4, 5, 6}).kind, AmaxKind::current);
+  EXPECT_EQ(s.held_rows(), (std::vector<double>{4, 5, 6}));
+  EXPECT_EQ(s.held(), 6.0);
+  // another row count is an error naming both
+  try {
+    s.begin_call(p, 4, 2);
+    ADD_FAILURE() << "a held reference of 3 rows served 2";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 3 row amaxes, but the operand has 2 rows"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(s.begin_call(p, 4, 0), Error);  // and a tensor call
+  // frozen per row: a periodic sample of step 1
+  const ReferenceState f = ReferenceState::frozen_rows({0.5, std::nan(""), 2});
+  EXPECT_TRUE(std::isnan(f.held()));
+  ReferenceState g = f;
+  const auto h = g.begin_call(parse_ref_policy("periodic:1000"), 5, 3);
+  EXPECT_EQ(h.kind, AmaxKind::given);
+  EXPECT_EQ(h.rows[0], 0.5);
+  EXPECT_TRUE(std::isnan(h.rows[1]));
+}
+
+TEST(RowReference, DelayedTakesTheMaxPerRowOverTheWindow) {
+  const RefPolicy p = parse_ref_policy("delayed:2");
+  ReferenceState s;
+  EXPECT_EQ(call_rows(s, p, 1, {1, 5}).kind, AmaxKind::none);  // no history yet
+  call_rows(s, p, 1, {3, 1});                                  // a second micro-batch: max per row
+  auto u = call_rows(s, p, 2, {2, 2});
+  EXPECT_EQ(u.kind, AmaxKind::given);
+  EXPECT_EQ(u.rows, (std::vector<double>{3, 5}));
+  EXPECT_EQ(u.value, 5.0);
+  u = call_rows(s, p, 3, {7, 0});
+  EXPECT_EQ(u.rows, (std::vector<double>{3, 5}));  // steps 1 and 2
+  u = call_rows(s, p, 4, {0, 0});
+  EXPECT_EQ(u.rows, (std::vector<double>{7, 2}));  // steps 2 and 3
+  EXPECT_EQ(s.row_history().size(), 2u);
+  // the ranks' combination replaces the step's record row by row
+  s.set_step_row_amax({8, 8});
+  EXPECT_EQ(call_rows(s, p, 5, {0, 0}).rows, (std::vector<double>{8, 8}));
+}
+
+TEST(RowReference, SavedStateRoundTripsAndMalformedIsRefused) {
+  ReferenceState s;
+  const RefPolicy d = parse_ref_policy("delayed:3");
+  for (int step = 1; step <= 4; ++step) call_rows(s, d, step, {1.0 * step, 2.0, std::nan("")});
+  ReferenceState t;
+  t.load(s.save());
+  EXPECT_EQ(t.save().size(), s.save().size());
+  const std::vector<double> a = s.save(), b = t.save();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) << i;
+  EXPECT_EQ(a[0], 2.0);  // the per-row layout's version
+  // the continuation is the same
+  EXPECT_EQ(call_rows(s, d, 5, {0, 0, 0}).rows[0], call_rows(t, d, 5, {0, 0, 0}).rows[0]);
+  // a tensor reference keeps the first layout (older checkpoints read the same)
+  ReferenceState plain;
+  call(plain, parse_ref_policy("periodic:2"), 1, 3.0);
+  EXPECT_EQ(plain.save()[0], 1.0);
+  // truncated or overlong
+  std::vector<double> v = s.save();
+  for (const size_t cut : {v.size() - 1, size_t{9}, size_t{12}}) {
+    std::vector<double> w(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(cut));
+    EXPECT_THROW(t.load(w), Error) << cut;
+  }
+  v.push_back(0);
+  EXPECT_THROW(t.load(v), Error);
 }
 
 }  // namespace
