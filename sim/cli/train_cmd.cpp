@@ -30,9 +30,9 @@
 #ifndef EXMY_VERSION
 #define EXMY_VERSION "unknown"
 #endif
-#ifndef EXMY_GIT_COMMIT
-#define EXMY_GIT_COMMIT "unknown"
-#endif
+namespace exmy {
+const char* build_git_commit();  // generated at build time (cmake/git_commit.cmake)
+}  // namespace exmy
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
 
@@ -123,7 +123,7 @@ int cmd_train(const Args& args) {
   // started (sim/dist/comm.hpp); only rank 0 prints progress.
   hooks.comm = &dist::world();
   g_unblock_output_on_stop = hooks.comm->size() > 1;
-  const train::BuildInfo build{EXMY_VERSION, EXMY_GIT_COMMIT};
+  const train::BuildInfo build{EXMY_VERSION, build_git_commit()};
 
   train::TrainResult r;
   if (vm.count("allow-changes") && !vm.count("resume")) throw Error("--allow-changes goes with --resume");

@@ -78,6 +78,16 @@ for a in ("schema_version", "exmy_version", "git_commit", "config", "seed", "sta
     assert a in f.attrs, a
 assert int(f.attrs["schema_version"]) == 2
 assert "[train]" in f.attrs["config"] and "[model]" in f.attrs["config"]
+# the binary names the commit it was built from (at build time, not configure time)
+import subprocess
+try:
+    head = subprocess.run(["git", "-C", sys.argv[3], "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+except FileNotFoundError:
+    head = ""
+commit = f.attrs["git_commit"]
+commit = commit.decode() if isinstance(commit, bytes) else commit
+if head: assert commit in (head, head + "-dirty"), (commit, head)
 e = f["eval"]["step"].shape[0] if "eval" in f else 0
 print(n, e)
 )";
@@ -85,7 +95,7 @@ print(n, e)
 std::string check_run_file(const TempDir& d, const std::string& path, bool swmr) {
   const std::string script = d / "check.py";
   std::ofstream(script) << kCheckScript;
-  const Result r = run({kPython, script, path, swmr ? "1" : "0"});
+  const Result r = run({kPython, script, path, swmr ? "1" : "0", EXMY_SOURCE_DIR});
   EXPECT_EQ(r.status, 0) << r.out;
   return r.out;
 }
