@@ -205,13 +205,14 @@ TEST(SweepTensors, GridFileNpyInputAndErrors) {
     std::ofstream o(grid);
     o << "[nvfp4]\nformat = e2m1/e4m3/1x16\ntensor-amax = auto\nscale-target = 2688\n"
          "[mx]\nformat = e2m1/ue8m0/1x32\nscale_rule = mx-floor\nround = rne, rtz\n"
-         "[rht]\nformat = e2m1/e4m3/1x16\nrht = on\n";
+         "[rht]\nformat = e2m1/e4m3/1x16\nrht = on\n"
+         "[rows]\nformat = e2m1/e4m3/1x16\ntensor-amax = auto\narith = fp32\nouter-scale = tensor, row\n";
   }
   const std::string csv = tmp / "g.csv";
   const Result r = run({kExmy, "sweep-tensors", npy, "--grid", grid, "--csv", csv});
   ASSERT_EQ(r.status, 0) << r.out;
   const auto rows = read_csv(csv);
-  ASSERT_EQ(rows.size(), 4u);
+  ASSERT_EQ(rows.size(), 6u);
   EXPECT_EQ(rows[0].at("tensor"), "x.npy");
   EXPECT_EQ(rows[0].at("combo"), "nvfp4");
   EXPECT_EQ(rows[1].at("combo"), "mx:round=rne");
@@ -232,6 +233,20 @@ TEST(SweepTensors, GridFileNpyInputAndErrors) {
   EXPECT_NE(rows[3].at("error").find("not a multiple of 16"), std::string::npos) << rows[3].at("error");
   EXPECT_EQ(rows[3].at("underflow"), "");
   EXPECT_NE(r.out.find("(1 not applicable"), std::string::npos) << r.out;
+  // Row outer scales: the rows family's second row is quantize() with one
+  // scale per row, and differs from the tensor scale's row.
+  EXPECT_EQ(rows[5].at("combo"), "rows:outer-scale=row");
+  EXPECT_EQ(rows[5].at("outer_scale"), "row");
+  QuantSpec by_row;
+  by_row.elem = parse_format("e2m1");
+  by_row.scale = parse_format("e4m3");
+  by_row.amax_kind = AmaxKind::current;
+  by_row.arith = Arith::fp32;
+  by_row.outer = OuterScale::row;
+  QuantStats rs;
+  quantize(by_row, x.data(), 64, 100, QuantOutput{nullptr, nullptr, nullptr, &rs}, 1);
+  expect_row(rows[5], rs, "rows:outer-scale=row");
+  EXPECT_NE(rows[4].at("sum_sq_err"), rows[5].at("sum_sq_err"));
 
   auto one_line = [](const Result& x, const std::string& needle) {
     EXPECT_EQ(x.status, 1) << x.out;
