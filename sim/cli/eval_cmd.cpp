@@ -5,7 +5,7 @@
 //             [--set key=value ...] [--name NAME] [--no-write]
 //
 // The validation loss with the forward pass quantized by recipe R under the
-// activation-scale policy P (current | replay:D | calibrated:N), one line per
+// activation-scale policy P (current | replay:D | calibrated:N | checkpoint), one line per
 // policy, and one row per policy appended to the run file's
 // /eval/NAME/POLICY group (NAME: the recipe's name unless --name).
 #include <boost/program_options.hpp>
@@ -104,6 +104,8 @@ po::options_description eval_options() {
       "  replay:D       sampled on evaluation batch 1, D+1, 2D+1, ... and held (cold start)\n"
       "  calibrated:N   the largest amax over the first N training windows of the run's sampler,\n"
       "                 run unquantized, then frozen\n"
+      "  checkpoint     the training run's own held references (periodic, delayed) as the\n"
+      "                 checkpoint holds them, weights' too, frozen; current roles measure\n"
       "Rows go to the run file's /eval/NAME/POLICY group (docs/eval.md).\n\noptions");
   // clang-format off
   desc.add_options()

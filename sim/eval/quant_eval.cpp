@@ -12,6 +12,7 @@
 
 #include "formats/error.hpp"
 #include "formats/quantize.hpp"
+#include "sim/io/h5.hpp"
 #include "sim/optim.hpp"
 #include "sim/quant/stats.hpp"
 #include "sim/train/checkpoint.hpp"
@@ -59,6 +60,9 @@ std::vector<double> operand_row_amax(const sim::quant::RoleSpec& rs, const float
   return a;
 }
 
+// A policy that holds its reference between calls (its state is in checkpoints).
+bool held(const RefPolicy& p) { return p.kind == RefPolicy::Kind::periodic || p.kind == RefPolicy::Kind::delayed; }
+
 bool parse_count(std::string_view s, int64_t& v) {
   const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
   return r.ec == std::errc() && r.ptr == s.data() + s.size() && v >= 1;
@@ -69,6 +73,10 @@ bool parse_count(std::string_view s, int64_t& v) {
 ActPolicy parse_act_policy(std::string_view s) {
   ActPolicy p;
   if (s == "current") return p;
+  if (s == "checkpoint") {
+    p.kind = ActPolicy::Kind::checkpoint;
+    return p;
+  }
   const size_t c = s.find(':');
   const std::string_view head = s.substr(0, c);
   if (c != std::string_view::npos && (head == "replay" || head == "calibrated") && parse_count(s.substr(c + 1), p.n) &&
@@ -77,7 +85,7 @@ ActPolicy parse_act_policy(std::string_view s) {
     return p;
   }
   throw Error("bad activation-scale policy '" + std::string(s) +
-              "' (expected current, replay:D or calibrated:N with D, N >= 1)");
+              "' (expected current, replay:D, calibrated:N with D, N >= 1, or checkpoint)");
 }
 
 std::string act_policy_name(const ActPolicy& p) {
@@ -85,6 +93,7 @@ std::string act_policy_name(const ActPolicy& p) {
     case ActPolicy::Kind::current: return "current";
     case ActPolicy::Kind::replay: return "replay:" + std::to_string(p.n);
     case ActPolicy::Kind::calibrated: return "calibrated:" + std::to_string(p.n);
+    case ActPolicy::Kind::checkpoint: return "checkpoint";
   }
   return "?";
 }
@@ -190,6 +199,7 @@ class QuantEvalModel::Factory final : public sim::LinearFactory<float> {
     auto specs = recipe_.resolve(info, num_blocks_);
     auto& x = specs[sim::quant::role_index(Role::fprop_x)];
     auto& w = specs[sim::quant::role_index(Role::fprop_w)];
+    const RefPolicy train_x = x.reference, train_w = w.reference;  // the recipe's own (policy checkpoint)
     // The evaluation policy replaces the recipe's forward references; a
     // role without a tensor scale (`none`) keeps none.
     // Row outer scales on fprop-x (its rows are tokens) run `current` under
@@ -201,10 +211,15 @@ class QuantEvalModel::Factory final : public sim::LinearFactory<float> {
         case ActPolicy::Kind::current: x.reference = RefPolicy{RefPolicy::Kind::current, 0}; break;
         case ActPolicy::Kind::replay: x.reference = RefPolicy{RefPolicy::Kind::periodic, policy_.n}; break;
         case ActPolicy::Kind::calibrated: x.reference = kFrozen; break;
+        case ActPolicy::Kind::checkpoint:
+          x.reference = held(x.reference) ? kFrozen : RefPolicy{RefPolicy::Kind::current, 0};
+          break;
       }
     }
     if (w.reference.kind != RefPolicy::Kind::none) w.reference = kFrozen;
     Entry e{info, specs};
+    e.train_x = train_x;
+    e.train_w = train_w;
     auto q = std::make_unique<sim::quant::QuantizedLinear>(info, specs, recipe_.gemm, recipe_.shared_dy_reference, rt_);
     auto lin = std::make_unique<QuantEvalModel::Linear>(info, std::move(q), unquantized_->make(info),
                                                        specs[sim::quant::role_index(Role::fprop_x)], &calibrating_);
@@ -217,6 +232,7 @@ class QuantEvalModel::Factory final : public sim::LinearFactory<float> {
     sim::LinearInfo info;
     std::array<sim::quant::RoleSpec, sim::quant::kNumRoles> specs;
     QuantEvalModel::Linear* linear = nullptr;
+    RefPolicy train_x, train_w;  // the recipe's forward references, as training held them
     const sim::quant::RoleSpec& spec(Role r) const { return specs[sim::quant::role_index(r)]; }
   };
   const std::vector<Entry>& entries() const { return entries_; }
@@ -266,6 +282,9 @@ void QuantEvalModel::set_params(std::span<const float> arena) {
   if (arena.size() != dst.size())
     throw Error("evaluation model: the weights hold " + std::to_string(arena.size()) + " values, the model " +
                 std::to_string(dst.size()) + " (another configuration?)");
+  if (policy_.kind == ActPolicy::Kind::checkpoint)
+    throw Error("policy checkpoint reads the tensor references of an exmy checkpoint (exmy eval RUN_DIR or "
+                "--checkpoint FILE); weights alone have none");
   std::copy(arena.begin(), arena.end(), dst.begin());
   freeze_weights();
   reset_activations();
@@ -278,10 +297,36 @@ int64_t QuantEvalModel::load_checkpoint(const std::string& path) {
   train::load_checkpoint(path, *model_, opt, state);
   freeze_weights();
   reset_activations();
+  if (policy_.kind == ActPolicy::Kind::checkpoint) freeze_checkpointed(path, state.step);
   return state.step;
 }
 
+void QuantEvalModel::freeze_checkpointed(const std::string& path, int64_t step) {
+  io::h5::silence_errors();
+  const io::h5::Handle f = io::h5::open_file(path, false);
+  if (!f.valid()) throw Error("cannot read checkpoint '" + path + "'");
+  for (const auto& e : factory_->entries()) {
+    for (const auto& [role, trained] : {std::pair{Role::fprop_x, e.train_x}, std::pair{Role::fprop_w, e.train_w}}) {
+      if (!held(trained)) continue;
+      const std::string key = reference_key(e.info.name, role);
+      const std::string ds = "/layer_state/" + key;
+      if (!io::h5::path_exists(f.get(), ds))
+        throw Error("policy checkpoint: '" + path + "' holds no tensor reference " + key +
+                    " (was the run trained with recipe " + recipe_.name + "?)");
+      sim::quant::ReferenceState st;
+      try {
+        st.load(io::h5::read_f64_array(f.get(), ds, "checkpoint '" + path + "'"));
+        runtime_->references().get(key) = st.frozen_at(trained, step + 1);
+      } catch (const Error& err) {
+        throw Error("policy checkpoint: '" + path + "', " + key + ": " + err.what());
+      }
+    }
+  }
+}
+
 void QuantEvalModel::load_hf(const std::string& path) {
+  if (policy_.kind == ActPolicy::Kind::checkpoint)
+    throw Error("policy checkpoint reads the tensor references of an exmy checkpoint; an HF checkpoint has none");
   models::load_hf_weights(*model_, path);
   freeze_weights();
   reset_activations();
@@ -430,7 +475,12 @@ std::vector<std::string> split_list(std::string_view s) {
 TrainingEvalSpec parse_training_eval(std::string_view recipes, std::string_view policies) {
   TrainingEvalSpec s;
   for (const auto& r : split_list(recipes)) s.recipes.push_back(sim::quant::load_recipe(r));
-  for (const auto& p : split_list(policies)) s.policies.push_back(parse_act_policy(p));
+  for (const auto& p : split_list(policies)) {
+    s.policies.push_back(parse_act_policy(p));
+    if (s.policies.back().kind == ActPolicy::Kind::checkpoint)
+      throw Error("eval.policies: checkpoint evaluates a checkpoint's tensor references; run exmy eval on the "
+                  "run's checkpoint instead");
+  }
   if (s.policies.empty()) s.policies.push_back(ActPolicy{});
   return s;
 }

@@ -23,6 +23,14 @@
 //                       through the forward pass in the recipe's unquantized
 //                       precision (bf16 or fp32), as Transformer Engine's
 //                       and ModelOpt's calibration run unquantized.
+//     checkpoint        the training run's own references as its
+//                       checkpoint holds them, frozen: a periodic
+//                       reference's held sample, a delayed one's window max
+//                       (the deployment of sample-and-hold scaling); a
+//                       `current` role measures its X. The weights likewise
+//                       take the checkpoint's held reference where the
+//                       recipe holds theirs (else the amax at load). Needs
+//                       an exmy checkpoint trained with the recipe.
 //   A role whose recipe reference is `none` (MX recipes: no tensor scale)
 //   keeps `none`: the policy does not apply to it.
 //
@@ -62,12 +70,12 @@ namespace exmy::eval {
 
 // The activation-scale policy of an evaluation.
 struct ActPolicy {
-  enum class Kind : uint8_t { current, replay, calibrated };
+  enum class Kind : uint8_t { current, replay, calibrated, checkpoint };
   Kind kind = Kind::current;
   int64_t n = 0;  // D of replay:D, N of calibrated:N
   bool operator==(const ActPolicy&) const = default;
 };
-// current | replay:D | calibrated:N (D, N >= 1); throws exmy::Error naming
+// current | replay:D | calibrated:N (D, N >= 1) | checkpoint; throws exmy::Error naming
 // the bad value and what is accepted.
 ActPolicy parse_act_policy(std::string_view s);
 std::string act_policy_name(const ActPolicy& p);
@@ -155,6 +163,9 @@ class QuantEvalModel {
   class Factory;
   void freeze_weights();
   void reset_activations();
+  // policy checkpoint: the forward references the checkpoint at `path`
+  // (written after optimizer step `step`) holds, frozen.
+  void freeze_checkpointed(const std::string& path, int64_t step);
 
   train::RunConfig cfg_;
   sim::quant::Recipe recipe_;

@@ -120,6 +120,19 @@ ReferenceState ReferenceState::frozen_rows(std::vector<double> row_amax) {
   return r;
 }
 
+ReferenceState ReferenceState::frozen_at(const RefPolicy& p, int64_t next_step) const {
+  if (p.kind == RefPolicy::Kind::periodic) {
+    if (!has_held_) throw Error("the periodic reference holds no sample");
+    return held_rows_.empty() ? frozen(held_) : frozen_rows(held_rows_);
+  }
+  if (p.kind != RefPolicy::Kind::delayed) throw Error("a " + ref_policy_name(p) + " reference holds nothing");
+  ReferenceState c = *this;
+  const size_t rows = !cur_rows_.empty() ? cur_rows_.size() : row_history_.empty() ? 0 : row_history_.back().size();
+  const Use u = c.begin_call(p, next_step, static_cast<int64_t>(rows));
+  if (u.kind == AmaxKind::none) return frozen(std::numeric_limits<double>::quiet_NaN());
+  return u.rows.empty() ? frozen(u.value) : frozen_rows(u.rows);
+}
+
 // Layout: version, has_held, held, sampled_step, have_cur, cur_step,
 // cur_max, L, history[L]; version 2 (row outer scales) then adds
 // R, held_rows[R], R', cur_rows[R'], H, and H times (R_i, row_history_i[R_i]).

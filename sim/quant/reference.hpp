@@ -62,6 +62,12 @@ class ReferenceState {
   static ReferenceState frozen(double amax);
   // ... and one per row (row outer scales).
   static ReferenceState frozen_rows(std::vector<double> row_amax);
+  // The reference this state gives the next call (of step `next_step`)
+  // under a held policy p, frozen: periodic, the held sample; delayed, the
+  // window's max (as the next training step would see it; no history: no
+  // tensor scale). Throws exmy::Error when a periodic state holds no sample
+  // or p is not periodic or delayed.
+  ReferenceState frozen_at(const RefPolicy& p, int64_t next_step) const;
 
   // delayed: the max over the calls of the step in progress. A
   // data-parallel run combines it across ranks with max after each step's

@@ -61,7 +61,7 @@ const std::vector<ConfigKey> kKeys = {
     {"data.synthetic_branching", "4", "synthetic: successors per state of the Markov chain"},
     {"data.synthetic_seed", "7", "synthetic: seed of the chain and of its sample"},
     {"eval.recipes", "", "recipes whose quantized forward is evaluated at every validation step, comma-separated names or files (empty: none; rows in /eval/RECIPE/POLICY, docs/eval.md)"},
-    {"eval.policies", "current", "activation-scale policies of eval.recipes, comma-separated: current, replay:D, calibrated:N"},
+    {"eval.policies", "current", "activation-scale policies of eval.recipes, comma-separated: current, replay:D, calibrated:N (checkpoint: exmy eval only)"},
     {"eval.batches", "0", "validation batches of each quantized evaluation (0: train.eval_batches)"},
 };
 

@@ -12,6 +12,7 @@
 
 #include "formats/quantize.hpp"
 #include "sim/eval/quant_eval.hpp"
+#include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/quant/stats.hpp"
 #include "sim/train/checkpoint.hpp"
@@ -297,6 +298,65 @@ TEST(EvalAgainstTraining, Fp32RecipeEqualsTheValidationLoss) {
     EXPECT_EQ(m.load_checkpoint(res.checkpoint), 4);
     EXPECT_EQ(bits(m.evaluate(validation_batches(cfg, data)).loss), bits(res.last_val_loss));
   }
+}
+
+// Policy checkpoint: the forward references a ue5m3-b16 run (periodic:3
+// here) checkpointed, frozen: the evaluation's fprop-x and fprop-w states
+// hold exactly the checkpoint's samples (the weights' sampled at step 4,
+// not the final weights' amax), and its loss is that of those scales.
+// Mismatched inputs are one-line errors.
+TEST(EvalPolicy, CheckpointFreezesTheTrainingRunsOwnReferences) {
+  TempDir d;
+  const auto cfg = tiny({"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:3", "train.steps=5"});
+  train::TrainHooks h;
+  h.out = nullptr;
+  h.keep_params = true;
+  const auto res = train::train_new(cfg, d.path(), h, {});
+  ASSERT_EQ(res.status, train::TrainStatus::completed);
+  auto recipe = run_recipe(cfg, sim::quant::load_recipe("ue5m3-b16"));
+  sim::quant::apply_recipe_override(recipe, "recipe.all.reference=periodic:3");
+  const ActPolicy ck = parse_act_policy("checkpoint");
+  EXPECT_EQ(act_policy_name(ck), "checkpoint");
+  QuantEvalModel m(cfg, recipe, ck);
+  EXPECT_EQ(m.load_checkpoint(res.checkpoint), 5);
+  const std::string layer = "layers.0.mixer.in_proj";
+  io::h5::silence_errors();
+  const io::h5::Handle f = io::h5::open_file(res.checkpoint, false);
+  ASSERT_TRUE(f.valid());
+  for (const Role role : {Role::fprop_x, Role::fprop_w}) {
+    const std::string key = QuantEvalModel::reference_key(layer, role);
+    const auto saved = io::h5::read_f64_array(f.get(), "/layer_state/" + key, "checkpoint");
+    ASSERT_EQ(saved[1], 1.0) << key;  // held
+    EXPECT_EQ(saved[3], 4.0) << key;  // sampled at step 4 (1, 4, 7, ...)
+    const auto& st = m.runtime().references().get(key);
+    ASSERT_TRUE(st.has_held()) << key;
+    EXPECT_EQ(st.held(), saved[2]) << key;
+  }
+  // the weights' sample of step 4 is not the final weights' amax
+  QuantEvalModel cur(cfg, recipe, ActPolicy{});
+  cur.load_checkpoint(res.checkpoint);
+  const std::string wkey = QuantEvalModel::reference_key(layer, Role::fprop_w);
+  EXPECT_NE(cur.runtime().references().get(wkey).held(), m.runtime().references().get(wkey).held());
+  const EvalData data = open_eval_data(cfg);
+  const EvalBatches vb = validation_batches(cfg, data);
+  const auto a = m.evaluate(vb), b = cur.evaluate(vb);
+  EXPECT_TRUE(std::isfinite(a.loss));
+  EXPECT_NE(bits(a.loss), bits(b.loss));
+  // the state after evaluating is still the checkpoint's (frozen)
+  EXPECT_EQ(m.runtime().references().get(wkey).held(),
+            io::h5::read_f64_array(f.get(), "/layer_state/" + wkey, "checkpoint")[2]);
+
+  // errors: weights without references, an HF checkpoint, a run trained otherwise, in-training
+  QuantEvalModel p(cfg, recipe, ck);
+  expect_error([&] { p.set_params(res.params); }, "policy checkpoint reads the tensor references");
+  expect_error([&] { p.load_hf(d / "none"); }, "an HF checkpoint has none");
+  TempDir d2;
+  const auto plain_cfg = tiny({"train.steps=2"});
+  const auto plain = train::train_new(plain_cfg, d2.path(), h, {});
+  ASSERT_EQ(plain.status, train::TrainStatus::completed);
+  QuantEvalModel q(plain_cfg, recipe, ck);
+  expect_error([&] { q.load_checkpoint(plain.checkpoint); }, "holds no tensor reference " + QuantEvalModel::reference_key(layer, Role::fprop_x));
+  expect_error([&] { parse_training_eval("ue5m3-b16", "current,checkpoint"); }, "eval.policies: checkpoint");
 }
 
 // The in-training hook: rows under /eval/RECIPE/POLICY at the trainer's

@@ -235,3 +235,34 @@ TEST(RowReference, SavedStateRoundTripsAndMalformedIsRefused) {
 
 }  // namespace
 }  // namespace exmy::sim::quant
+
+namespace exmy::sim::quant {
+namespace {
+
+// What a checkpointed state gives the next step, frozen (exmy eval's policy
+// checkpoint): periodic, the held sample; delayed, the window's max with
+// the last step recorded; per row likewise.
+TEST(Reference, FrozenAtTheNextStep) {
+  const RefPolicy per = parse_ref_policy("periodic:2"), del = parse_ref_policy("delayed:2");
+  ReferenceState p;
+  call(p, per, 1, 3.0);
+  call(p, per, 2, 5.0);
+  ReferenceState fp = p.frozen_at(per, 3);  // step 3 would sample again; the deployment keeps 3.0
+  EXPECT_EQ(fp.held(), 3.0);
+  EXPECT_EQ(fp.begin_call(per, 100).value, 3.0);
+  ReferenceState d;
+  call(d, del, 1, 2.0);
+  call(d, del, 2, 7.0);
+  call(d, del, 3, 4.0);
+  EXPECT_EQ(d.frozen_at(del, 4).held(), 7.0);  // max over steps 2 and 3
+  ReferenceState dr;
+  call_rows(dr, del, 1, {1, 9});
+  call_rows(dr, del, 2, {4, 2});
+  EXPECT_EQ(dr.frozen_at(del, 3).held_rows(), (std::vector<double>{4, 9}));
+  EXPECT_THROW(ReferenceState{}.frozen_at(per, 1), Error);  // nothing sampled
+  EXPECT_TRUE(std::isnan(ReferenceState{}.frozen_at(del, 1).held()));  // no history: no scale
+  EXPECT_THROW(p.frozen_at(parse_ref_policy("current"), 3), Error);
+}
+
+}  // namespace
+}  // namespace exmy::sim::quant
