@@ -1,5 +1,6 @@
 #include "formats/philox_cpu.hpp"
 
+#include "formats/fast/loops.hpp"
 #include "formats/philox.hpp"
 
 #if defined(__AVX2__)
@@ -11,6 +12,14 @@ namespace exmy {
 void philox_words(uint64_t seed, uint64_t stream, uint64_t j0, int64_t count, uint32_t* out) {
   uint64_t c = j0 >> 2;  // first counter block
   int64_t k = 0;
+#if defined(__x86_64__)
+  if (detail::simd_width() >= detail::Simd::avx512 && count >= 64) {  // 16 blocks a step
+    const int64_t steps = count / 64;
+    detail::avx512::philox_words64(seed, stream, c, steps, out);
+    k = steps * 64;
+    c += static_cast<uint64_t>(steps) * 16;
+  }
+#endif
 #if defined(__AVX2__)
   // Eight counter blocks side by side: lane i of C0..C3 is the state of block c + i.
   const __m256i M0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u));

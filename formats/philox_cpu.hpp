@@ -1,5 +1,6 @@
-// Many consecutive Philox4x32-10 words at once on the CPU (8 counter blocks
-// per AVX2 step), bit-identical to philox_block() of formats/philox.hpp.
+// Many consecutive Philox4x32-10 words at once on the CPU (16 counter blocks
+// per AVX-512 step, 8 per AVX2 step, by the vector width in use),
+// bit-identical to philox_block() of formats/philox.hpp.
 #pragma once
 
 #include <cstdint>

@@ -733,7 +733,8 @@ void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_t
     } else if (g.fp4_loop && !use_thr) {
       const detail::Fp4Row row{x + i0, i0, rcols, g.bc, g.gc, bs.consts.data(), bs.fp4.data(), bs.use_vec.data(),
                                out.stats != nullptr};
-      detail::avx2::fp4x8_row(p, row, codes, values, rng, sc);
+      if (g.other == Loop::fp4x16) detail::avx512::fp4x16_row(p, row, codes, values, rng, sc);
+      else detail::avx2::fp4x8_row(p, row, codes, values, rng, sc);
     }
     auto scalar_block = [&](int64_t j) {
       const int64_t c0 = j * g.bc, c1 = std::min(rcols, c0 + g.bc);
@@ -772,7 +773,7 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   g.thr_loop = bs.loop == Loop::threshold_x16 || bs.loop == Loop::threshold_x8 ||
                bs.loop == Loop::threshold_lanes_x8 || bs.loop == Loop::threshold_lanes_x16;
   g.other = g.thr_loop ? bs.fallback : bs.loop;
-  g.fp4_loop = g.other == Loop::fp4x8;
+  g.fp4_loop = g.other == Loop::fp4x8 || g.other == Loop::fp4x16;
   g.f64_loop = g.other == Loop::f64x4;
   g.bc = p.has_scale ? p.bc : (r1 - r0) * cols;
   g.gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 1;

@@ -134,6 +134,8 @@ const LoopDecl kLoops[] = {
      true, false, threshold_handles, Loop::fp4x8},
     {Loop::threshold_lanes_x8, "threshold-lanes-x8", Simd::avx2, kSymmetricModes, kBothAriths, 8, true, true, true, false,
      threshold_handles, Loop::fp4x8},
+    {Loop::fp4x16, "fp4-x16", Simd::avx512, kAllModes, kBothAriths, 16, false, false, false, false, fp4x8_handles,
+     Loop::scalar_core},
     {Loop::fp4x8, "fp4-x8", Simd::avx2, kAllModes, kBothAriths, 1, false, false, false, false, fp4x8_handles,
      Loop::scalar_core},
     {Loop::f64x4, "f64-x4", Simd::avx2, kAllModes, kBothAriths, 1, false, false, false, false, f64x4_handles,

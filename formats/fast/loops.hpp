@@ -252,8 +252,9 @@ enum class Loop : uint8_t {
   threshold_lanes_x8,  // threshold_band_lanes (a block per lane)
   threshold_x16,       // threshold_row, 16 lanes
   threshold_lanes_x16, // threshold_band_lanes, 16 lanes
+  fp4x16,              // avx512::fp4x16_row
 };
-constexpr int kLoopKinds = 7;
+constexpr int kLoopKinds = 8;
 
 constexpr uint16_t mode_bit(Round r) { return static_cast<uint16_t>(1u << static_cast<unsigned>(r)); }
 constexpr uint8_t arith_bit(Arith a) { return static_cast<uint8_t>(1u << static_cast<unsigned>(a)); }
@@ -330,6 +331,14 @@ void threshold_band_lanes(const QuantPlan& p, const ThrRow& band, uint8_t* codes
 // 16k columns wide (others: the avx2 form).
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out);
 uint32_t abs_max_bits(const float* x, int64_t n);
+// fp4x8_row's per-block form in 16 lanes, for blocks of a width that is a
+// multiple of 16 (or no block scale); the row's last partial step and the
+// uncertain lanes: the scalar core.
+void fp4x16_row(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng,
+                SpanCounts& cnt);
+// Philox words of `steps` x 16 counter blocks from block c on: out[64 s + 4 i + w]
+// = word w of block c + 16 s + i (philox_words' AVX-512 form).
+void philox_words64(uint64_t seed, uint64_t stream, uint64_t c, int64_t steps, uint32_t* out);
 // Eight segment partials side by side (segment_partials4's eight-lane form).
 void segment_partials8(const float* const x[8], const float* const xh[8], int64_t n, SumPartial out[8]);
 }  // namespace avx512

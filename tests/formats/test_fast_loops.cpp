@@ -176,7 +176,8 @@ TEST(FastLoopTable, BenchmarkConfigurations) {
             Loop::fp4x8);  // too small for the thresholds' search
   EXPECT_EQ(detail::choose_loop(col, n, Simd::avx512), Loop::threshold_lanes_x16);
   EXPECT_EQ(detail::choose_loop(col, n, Simd::avx2), Loop::threshold_lanes_x8);
-  EXPECT_EQ(detail::choose_loop(sr, n, Simd::avx512), Loop::fp4x8);
+  EXPECT_EQ(detail::choose_loop(sr, n, Simd::avx512), Loop::fp4x16);
+  EXPECT_EQ(detail::choose_loop(sr, n, Simd::avx2), Loop::fp4x8);
   EXPECT_EQ(detail::choose_loop(e4, n, Simd::avx512), Loop::f64x4);
   for (const QuantPlan& p : {nv, col, sr, e4}) EXPECT_EQ(detail::choose_loop(p, n, Simd::scalar), Loop::scalar_core);
 }

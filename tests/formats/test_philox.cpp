@@ -2,14 +2,17 @@
 // known-answer vectors for philox4x32_10 and against an independent
 // implementation of the algorithm written here; the element-to-bits mapping
 // (bytes, halves, words; top n bits) against an independent computation; and
-// the RandomBits cache against random_bits in sequential and random order.
+// the RandomBits cache against random_bits in sequential and random order;
+// philox_words (the vector forms) against philox_block on every width.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "formats/fast/loops.hpp"
 #include "formats/philox.hpp"
+#include "formats/philox_cpu.hpp"
 #include "test_support.hpp"
 
 namespace exmy {
@@ -186,6 +189,35 @@ TEST(Philox, StreamAndSeedMatter) {
   EXPECT_NE(base, philox_word(1, 2, 0));
   EXPECT_NE(base, philox_word(2, 1, 0));
   EXPECT_NE(philox_word(1, 1, 4), philox_word(1, 1, 4 + (hi << 2)));  // counter high word
+}
+
+// philox_words on every vector width the CPU has equals philox_block word
+// by word: counts around the 16- and 8-block steps (and their tails), and
+// first blocks just below 2^32 so that the counter's low word carries into
+// its high word inside a vector step.
+TEST(Philox, WordsEqualBlocksOnEveryWidth) {
+  const detail::Simd saved = detail::simd_width();
+  int widths = 0;
+  for (const detail::Simd w : {detail::Simd::scalar, detail::Simd::avx2, detail::Simd::avx512}) {
+    if (detail::simd_available() < w) continue;
+    ++widths;
+    detail::set_simd_width(w);
+    for (const uint64_t block0 : {uint64_t{0}, uint64_t{5}, (uint64_t{1} << 32) - 7, (uint64_t{3} << 32) - 16}) {
+      for (const int64_t count : {int64_t{1}, int64_t{31}, int64_t{32}, int64_t{63}, int64_t{64}, int64_t{65},
+                                  int64_t{100}, int64_t{128}, int64_t{200}, int64_t{1000}}) {
+        const uint64_t seed = 0x1234567890abcdefull + block0, stream = 0xfeedface00000000ull | uint64_t(count);
+        std::vector<uint32_t> got(static_cast<size_t>(count));
+        philox_words(seed, stream, block0 * 4, count, got.data());
+        for (int64_t k = 0; k < count; ++k) {
+          const PhiloxBlock b = philox_block(seed, stream, block0 + static_cast<uint64_t>(k / 4));
+          ASSERT_EQ(got[static_cast<size_t>(k)], b.w[k % 4])
+              << detail::simd_name(w) << " block0 " << block0 << " count " << count << " word " << k;
+        }
+      }
+    }
+  }
+  detail::set_simd_width(saved);
+  EXPECT_GE(widths, 1);
 }
 
 }  // namespace

@@ -1,0 +1,276 @@
+// The FP4 multiply-and-convert loop (see fp4x8_loop.cpp) in 16 lanes
+// (AVX-512 F/BW/DQ/VL), per block, for blocks whose width is a multiple of
+// 16: every rounding mode, both arithmetics. Each lane makes the decisions of
+// the 8-lane form with the same float32 operations, so the bits are the
+// same; lanes the uncertainty rule marks, and the last partial step of a
+// row, go to the scalar core.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "formats/fast/loops.hpp"
+#include "formats/fast/target.hpp"
+#include "formats/fast/tails.hpp"
+#include "formats/philox_cpu.hpp"
+
+#if defined(__x86_64__)
+EXMY_TARGET_AVX512
+#include <immintrin.h>
+
+namespace exmy::detail::avx512 {
+namespace {
+
+// Random bits of the 16 elements i .. i+15 from the words of their row
+// (w[k] is word j0 + k); i is a multiple of 4 when n <= 8, of 2 when n <= 16.
+inline __m512i random16(const uint32_t* w, uint64_t j0, uint64_t i, int n) {
+  if (n <= 8) {
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + ((i >> 2) - j0))));
+    return _mm512_srl_epi32(b, _mm_cvtsi32_si128(8 - n));
+  }
+  if (n <= 16) {
+    const __m512i b = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ((i >> 1) - j0))));
+    return _mm512_srl_epi32(b, _mm_cvtsi32_si128(16 - n));
+  }
+  return _mm512_srl_epi32(_mm512_loadu_si512(w + (i - j0)), _mm_cvtsi32_si128(32 - n));
+}
+
+// docs/numerics.md §2's decision to round a magnitude away from zero (the
+// 8-lane away_from_zero as a lane mask): k the index of the lower
+// neighbour, F the h+1 bits below it, sticky the lanes with bits lost below
+// F, neg the negative inputs, r the lane's h random bits.
+template <Round MODE>
+inline __mmask16 away_mask(__m512i k, __m512i F, __mmask16 sticky, __mmask16 neg, __m512i r, __m512i two_n_m1,
+                           __m512i two_n1_m1) {
+  const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+  const __mmask16 Fnz = _mm512_cmpgt_epi32_mask(F, zero);
+  const __mmask16 inexact = Fnz | sticky;
+  const __mmask16 lo_odd = _mm512_test_epi32_mask(k, one);
+  if constexpr (MODE == Round::rne) {
+    return Fnz & (sticky | lo_odd);
+  } else if constexpr (MODE == Round::rna) {
+    return Fnz;
+  } else if constexpr (MODE == Round::rtz) {
+    return 0;
+  } else if constexpr (MODE == Round::up) {
+    return static_cast<__mmask16>(~neg & inexact);
+  } else if constexpr (MODE == Round::down) {
+    return neg & inexact;
+  } else if constexpr (MODE == Round::odd) {
+    return static_cast<__mmask16>(~lo_odd & inexact);
+  } else if constexpr (MODE == Round::stochastic) {
+    // round F/2 to nearest even, then away when that plus r reaches 2^h
+    const __m512i jj = _mm512_srli_epi32(F, 1);
+    const __mmask16 F_odd = _mm512_test_epi32_mask(F, one);
+    const __mmask16 j_odd = _mm512_test_epi32_mask(jj, one);
+    const __m512i rn = _mm512_mask_add_epi32(jj, F_odd & (sticky | j_odd), jj, one);
+    return _mm512_cmpgt_epi32_mask(_mm512_add_epi32(rn, r), two_n_m1);
+  } else if constexpr (MODE == Round::stochastic_fast) {
+    return _mm512_cmpgt_epi32_mask(_mm512_add_epi32(_mm512_add_epi32(F, _mm512_add_epi32(r, r)), one), two_n1_m1);
+  } else {
+    return _mm512_cmpgt_epi32_mask(_mm512_add_epi32(_mm512_srli_epi32(F, 1), r), two_n_m1);
+  }
+}
+
+template <Round MODE, Arith ARITH>
+void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng,
+                 SpanCounts& cnt) {
+  const Format& f = p.fe;
+  constexpr bool kSR = MODE == Round::stochastic || MODE == Round::stochastic_fast || MODE == Round::stochastic_fastest;
+  constexpr bool kExact = ARITH == Arith::exact;
+  constexpr bool kCvtRne = MODE == Round::rne;
+  const int h = kSR ? p.sr_bits : 0;
+  const int64_t align = h <= 8 ? 4 : h <= 16 ? 2 : 1;
+
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i sign_mask = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512 vmax = _mm512_set1_ps(static_cast<float>(f.max));
+  const __m512 inf = _mm512_set1_ps(INFINITY);
+  const __m512 tiny = _mm512_set1_ps(std::ldexp(1.0f, -100));
+  const __m512 tol_rel = _mm512_set1_ps(std::ldexp(1.0f, -20));
+  const __m512 one_f = _mm512_set1_ps(1.0f);
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512i emin_b = _mm512_set1_epi32(f.emin + 127);
+  const __m512i shift_b = _mm512_set1_epi32(h + 1 + f.M + 254);
+  const __m512i shift_rne = _mm512_set1_epi32(f.M + 254);
+  const __m128i cnt_h1 = _mm_cvtsi32_si128(h + 1);
+  const __m128i cnt_M = _mm_cvtsi32_si128(f.M);
+  const __m512i Fmask = _mm512_set1_epi32((1 << (h + 1)) - 1);
+  const __m512i zero_i = _mm512_setzero_si512();
+  const __m512i max_mag = _mm512_set1_epi32(static_cast<int>(f.max_mag));
+  const __m512i sub_lim = _mm512_set1_epi32(1 << f.M);
+  const __m512i sign_bit = _mm512_set1_epi32(static_cast<int>(f.sign_bit));
+  const __m512i two_n_m1 = _mm512_set1_epi32((1 << h) - 1);
+  const __m512i two_n1_m1 = _mm512_set1_epi32((2 << h) - 1);
+  const int cb = f.code_bytes();
+  uint64_t n_sat = 0, n_sub = 0, n_nz = 0, n_uf = 0;
+
+  // Stochastic modes: the Philox words of the whole row (element i of the
+  // call is element rng.first() + i of its tensor).
+  thread_local std::vector<uint32_t> words;
+  uint64_t wj0 = 0;
+  if constexpr (kSR) {
+    const uint64_t i0 = rng.first() + static_cast<uint64_t>(row.i0);
+    const uint64_t first = random_word_index(i0, h) & ~uint64_t{3};
+    const uint64_t last = random_word_index(i0 + static_cast<uint64_t>(row.cols) - 1, h);
+    words.resize(static_cast<size_t>(last - first + 1 + 32));
+    philox_words(p.seed, p.stream, first, static_cast<int64_t>(last - first + 1), words.data());
+    wj0 = first;
+  }
+
+  // Lanes the scalar core redoes after the loop (a call inside it would
+  // spill the vector state).
+  struct Pending {
+    int64_t block, j;
+    uint32_t mask;
+  };
+  thread_local std::vector<Pending> pending;
+  pending.resize(static_cast<size_t>(row.cols / 16 + 2 * row.nblocks + 2));
+  size_t np = 0;
+
+  for (int64_t b = 0; b < row.nblocks; ++b) {
+    if (!row.use[b]) continue;
+    const BlockConsts& c = row.consts[b];
+    const Fp4Block& vb = row.vb[b];
+    const __m512 vr = _mm512_set1_ps(vb.r);
+    const __m512 vmul = _mm512_set1_ps(p.has_scale ? c.mb : p.t);
+    const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(vb.table));
+    const int64_t i0 = row.i0 + b * row.bc;
+    const int64_t n = std::min(row.bc, row.cols - b * row.bc);
+    const float* x = row.x + b * row.bc;
+    auto step = [&](int64_t j) __attribute__((always_inline)) {
+      const __m512 x16 = _mm512_loadu_ps(x + j);
+      const __m512i xi = _mm512_castps_si512(x16);
+      const __mmask16 neg = _mm512_movepi32_mask(xi);
+      const __mmask16 nz = _mm512_cmp_ps_mask(x16, zero, _CMP_NEQ_UQ);
+      __m512 v;
+      __mmask16 unsure;
+      if constexpr (kExact) {
+        v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xi, abs_mask)), vr);
+        // tiny (float-subnormal, or underflowed to 0) products of non-zero x
+        // lose precision: let the core decide
+        unsure = _mm512_cmp_ps_mask(v, tiny, _CMP_LT_OQ) & nz;
+      } else {
+        v = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_mul_ps(x16, vmul)), abs_mask));
+        unsure = 0;
+      }
+      unsure |= _mm512_cmp_ps_mask(v, inf, _CMP_NLT_UQ);
+      if (!f.is_signed) unsure |= neg;
+
+      const __m512i ee = _mm512_max_epi32(_mm512_srli_epi32(_mm512_castps_si512(v), 23), emin_b);
+      __m512i kk;
+      if constexpr (kCvtRne) {
+        // one rounding of v * 2^(M-ee) to nearest even (fp4x8_impl)
+        const __m512 Wr =
+            _mm512_mul_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(shift_rne, ee), 23)));
+        kk = _mm512_cvtps_epi32(Wr);
+        if constexpr (kExact) {
+          const __m512 d = _mm512_abs_ps(_mm512_sub_ps(Wr, _mm512_cvtepi32_ps(kk)));
+          const __m512 off_tie = _mm512_abs_ps(_mm512_sub_ps(d, half));
+          unsure |= _mm512_cmp_ps_mask(off_tie, _mm512_mul_ps(Wr, tol_rel), _CMP_LE_OQ);
+        }
+      } else {
+        const __m512 p2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(shift_b, ee), 23));
+        const __m512 Ws = _mm512_mul_ps(v, p2);
+        const __m512 Wf = _mm512_roundscale_ps(Ws, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        const __m512 frac = _mm512_sub_ps(Ws, Wf);
+        if constexpr (kExact) {
+          const __m512 tol = _mm512_mul_ps(Ws, tol_rel);
+          const __mmask16 near = _mm512_cmp_ps_mask(frac, tol, _CMP_LE_OQ) |
+                                 _mm512_cmp_ps_mask(frac, _mm512_sub_ps(one_f, tol), _CMP_GE_OQ);
+          unsure |= near & _mm512_cmp_ps_mask(v, zero, _CMP_NEQ_UQ);
+        }
+        const __m512i W = _mm512_cvttps_epi32(Wf);
+        const __m512i k = _mm512_srl_epi32(W, cnt_h1);
+        const __m512i F = _mm512_and_si512(W, Fmask);
+        const __mmask16 sticky = _mm512_cmp_ps_mask(frac, zero, _CMP_NEQ_UQ);
+        __m512i r = zero_i;
+        if constexpr (kSR) {
+          const uint64_t i = static_cast<uint64_t>(i0 + j), g = rng.first() + i;
+          if ((g & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
+            r = random16(words.data(), wj0, g, h);
+          } else {
+            alignas(64) uint32_t rr[16];
+            for (int l = 0; l < 16; ++l) rr[l] = rng(i + l);
+            r = _mm512_load_si512(rr);
+          }
+        }
+        const __mmask16 away = away_mask<MODE>(k, F, sticky, neg, r, two_n_m1, two_n1_m1);
+        kk = _mm512_mask_add_epi32(k, away, k, _mm512_set1_epi32(1));
+      }
+      __m512i code = _mm512_add_epi32(_mm512_sll_epi32(_mm512_sub_epi32(ee, emin_b), cnt_M), kk);
+      code = _mm512_min_epi32(code, max_mag);
+      // (permutexvar takes the low 4 bits: codes above 7 are lanes the
+      // scalar core redoes)
+      __m512 xh = _mm512_permutexvar_ps(code, table);
+      if (f.is_signed) {
+        xh = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(xh), _mm512_and_si512(xi, sign_mask)));
+        code = _mm512_mask_or_epi32(code, neg, code, sign_bit);
+      }
+      _mm512_storeu_ps(values + i0 + j, xh);
+      if (codes) {
+        if (cb == 1) _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i0 + j), _mm512_cvtepi32_epi8(code));
+        else _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 2 * (i0 + j)), _mm512_cvtepi32_epi16(code));
+      }
+      if (row.stats) {
+        if constexpr (kCvtRne && kExact) {
+          const __m512 dm = _mm512_abs_ps(_mm512_sub_ps(v, vmax));
+          unsure |= _mm512_cmp_ps_mask(dm, _mm512_mul_ps(v, tol_rel), _CMP_LE_OQ);
+        }
+        const __mmask16 ok = static_cast<__mmask16>(~unsure);
+        const __mmask16 above = _mm512_cmp_ps_mask(v, vmax, _CMP_GT_OQ);
+        const __m512i mag = _mm512_andnot_si512(sign_bit, code);
+        const __mmask16 is_sub = _mm512_cmpgt_epi32_mask(sub_lim, mag) & _mm512_cmpgt_epi32_mask(mag, zero_i);
+        const __mmask16 zh = _mm512_cmp_ps_mask(xh, zero, _CMP_EQ_OQ);
+        n_sat += static_cast<uint64_t>(__builtin_popcount(above & ok));
+        n_sub += static_cast<uint64_t>(__builtin_popcount(is_sub & ok));
+        n_nz += static_cast<uint64_t>(__builtin_popcount(nz & ok));
+        n_uf += static_cast<uint64_t>(__builtin_popcount(nz & zh & ok));
+      }
+      if (unsure) pending[np++] = Pending{b, j, unsure};
+    };
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) step(j);
+    if (j < n) pending[np++] = Pending{b, j, (1u << (n - j)) - 1u};  // the tail (fewer than 16)
+  }
+  for (size_t k = 0; k < np; ++k) {
+    const Pending& q = pending[k];
+    const float* x = row.x + q.block * row.bc;
+    const int64_t i0 = row.i0 + q.block * row.bc;
+    for (int l = 0; l < 16; ++l)
+      if (q.mask & (1u << l)) core_element(p, row.consts[q.block], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
+  }
+  cnt.saturated += n_sat;
+  cnt.subnormal += n_sub;
+  cnt.nonzero += n_nz;
+  cnt.underflow += n_uf;
+}
+
+template <Arith A>
+void fp4x16_by_mode(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng,
+                    SpanCounts& cnt) {
+  switch (p.round) {
+    case Round::rne: return fp4x16_impl<Round::rne, A>(p, row, codes, values, rng, cnt);
+    case Round::rna: return fp4x16_impl<Round::rna, A>(p, row, codes, values, rng, cnt);
+    case Round::rtz: return fp4x16_impl<Round::rtz, A>(p, row, codes, values, rng, cnt);
+    case Round::up: return fp4x16_impl<Round::up, A>(p, row, codes, values, rng, cnt);
+    case Round::down: return fp4x16_impl<Round::down, A>(p, row, codes, values, rng, cnt);
+    case Round::odd: return fp4x16_impl<Round::odd, A>(p, row, codes, values, rng, cnt);
+    case Round::stochastic: return fp4x16_impl<Round::stochastic, A>(p, row, codes, values, rng, cnt);
+    case Round::stochastic_fast: return fp4x16_impl<Round::stochastic_fast, A>(p, row, codes, values, rng, cnt);
+    case Round::stochastic_fastest:
+      return fp4x16_impl<Round::stochastic_fastest, A>(p, row, codes, values, rng, cnt);
+  }
+}
+
+}  // namespace
+
+void fp4x16_row(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng,
+                SpanCounts& cnt) {
+  if (p.arith == Arith::exact) fp4x16_by_mode<Arith::exact>(p, row, codes, values, rng, cnt);
+  else fp4x16_by_mode<Arith::fp32>(p, row, codes, values, rng, cnt);
+}
+
+}  // namespace exmy::detail::avx512
+EXMY_TARGET_END
+#endif
