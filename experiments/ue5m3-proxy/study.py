@@ -9,6 +9,7 @@ python3-matplotlib) from the repository root:
     study.py run --part long       # the long-horizon subset
     study.py extract --part main   # (re)extract the finished runs of runs/
     study.py tables                # RESULTS.md's tables and plots from data/
+    study.py selftest              # the tables' statistics against hand computations
 
 The runs live in runs/ue5m3-proxy-2/<part>/ (not committed); what the
 results are made from is committed under experiments/ue5m3-proxy/data/:
@@ -359,9 +360,14 @@ def main():
     e = sub.add_parser("extract")
     e.add_argument("--part", choices=PARTS, default="main")
     sub.add_parser("build")
+    sub.add_parser("selftest", help="check the statistics of study_tables.py")
     t = sub.add_parser("tables")
     t.add_argument("--no-plots", action="store_true")
     a = ap.parse_args()
+    if a.cmd == "selftest":
+        from study_tables import selftest
+        selftest()
+        return
     if a.cmd == "tables":
         from study_tables import tables
         tables(DATA, HERE, plots=not a.no_plots)

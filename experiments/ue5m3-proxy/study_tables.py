@@ -444,3 +444,20 @@ def long_plots(data, here, long_runs, lc):
     fig.tight_layout()
     fig.savefig(here / "long_horizon.png", dpi=110)
     plt.close(fig)
+
+
+def selftest():
+    """The statistics above against hand computations (ctest study_tables.selftest)."""
+    p = paired([1.0, 2.0, 3.0, 4.0, 5.0])
+    # mean 3, s = sqrt(2.5), half width t(0.975, 4) s / sqrt(5) = 2.776 * 0.70711
+    assert abs(p[0] - 3.0) < 1e-12 and abs(p[1] - 2.776 * math.sqrt(0.5)) < 1e-9, p
+    assert 1.0 <= p[2][0] < 3.0 < p[2][1] <= 5.0 and p[3] == 5, p
+    assert resolved(p)
+    q = paired([-1.0, 1.0, -1.0, 1.0, 0.0])
+    assert q[0] == 0.0 and not resolved(q) and q[3] == 2, q
+    assert paired([]) is None and math.isnan(paired([0.5])[1])
+    ys = [1.0 + 0.01 * ((k * 7919) % 13 - 6) for k in range(120)]
+    ys[90] += 0.5
+    sp, rise = spikes_of(ys)
+    assert sp == [90] and abs(rise - (ys[90] - mean(ys[40:90]))) < 1e-12, (sp, rise)
+    print("study_tables: selftest passed")
