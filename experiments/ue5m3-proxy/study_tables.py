@@ -142,13 +142,14 @@ def tables(data, here, plots=True):
     res, unres = [], 0
     for i, a in enumerate(recipes):
         for b in recipes[i + 1:]:
-            p = paired(diffs(a, b, "final_val_loss"))
+            d = diffs(a, b, "final_val_loss")
+            p = paired(d)
             if p is None:
                 continue
             if resolved(p):
                 lo, hi = (b, a) if p[0] > 0 else (a, b)
-                res.append(f"* {lo} < {hi}: Δ = {abs(p[0]):.4f} ± {p[1]:.4f} ({max(p[3], len(seeds) - p[3])} of "
-                           f"{len(diffs(a, b, 'final_val_loss'))} seeds)")
+                same = p[3] if p[0] > 0 else sum(1 for x in d if x < 0)
+                res.append(f"* {lo} < {hi}: Δ = {abs(p[0]):.4f} ± {p[1]:.4f} ({same} of {len(d)} seeds)")
             else:
                 unres += 1
     out.append(f"{len(res)} of {len(res) + unres} pairs are resolved at 95%; the other {unres} are not:\n")
@@ -375,8 +376,9 @@ def make_plots(data, here, runs, recipes, seeds, diffs, paired_fn, stats):
         ax.plot(steps, ys, label=rc, lw=1.2)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xlabel("step")
-    ax.set_ylabel("train loss − bf16 (same seed; mean over seeds, 25-step running mean)")
-    ax.set_ylim(-0.05, 0.12)
+    ax.set_ylabel("train loss − bf16, nats/token")
+    ax.set_title("training loss minus bf16 of the same seed (mean over seeds, 25-step running mean)")
+    ax.set_ylim(-0.02, 0.06)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(here / "loss_gap_curves.png", dpi=110)
