@@ -303,7 +303,6 @@ def run_one(part, index, name, recipe, seed, lock):
         return f"{name}: evaluation failed (rc {rc}, {log})"
     t2 = time.time()
     rows, lines = extract_run(part, index, name, recipe, seed, t1 - t0)
-    rows["run"]["wall_s"] = repr(t1 - t0)
     with lock:
         store(part, name, rows, lines)
     return f"{name}: done (train {t1 - t0:.0f}s, eval {t2 - t1:.0f}s, val {rows['run']['final_val_loss'][:7]})"
@@ -329,11 +328,11 @@ def cmd_run(a):
 
 def cmd_extract(a):
     runs = sweep_runs(a.part)
+    old = {r["name"]: r for r in read_csv(part_dir(a.part) / "runs.csv")}
     for index, name, recipe, seed in runs:
         run_dir = RUNS / a.part / name
         if not (run_dir / "run.h5").exists():
             continue
-        old = {r["name"]: r for r in read_csv(part_dir(a.part) / "runs.csv")}
         rows, lines = extract_run(a.part, index, name, recipe, seed, float(old.get(name, {}).get("wall_s", "nan")))
         store(a.part, name, rows, lines)
         print(f"study: extracted {name}")

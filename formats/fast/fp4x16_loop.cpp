@@ -11,7 +11,6 @@
 #include "formats/fast/loops.hpp"
 #include "formats/fast/target.hpp"
 #include "formats/fast/tails.hpp"
-#include "formats/philox_cpu.hpp"
 
 #if defined(__x86_64__)
 EXMY_TARGET_AVX512
@@ -109,21 +108,10 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   // call is element rng.first() + i of its tensor).
   thread_local std::vector<uint32_t> words;
   uint64_t wj0 = 0;
-  if constexpr (kSR) {
-    const uint64_t i0 = rng.first() + static_cast<uint64_t>(row.i0);
-    const uint64_t first = random_word_index(i0, h) & ~uint64_t{3};
-    const uint64_t last = random_word_index(i0 + static_cast<uint64_t>(row.cols) - 1, h);
-    words.resize(static_cast<size_t>(last - first + 1 + 32));
-    philox_words(p.seed, p.stream, first, static_cast<int64_t>(last - first + 1), words.data());
-    wj0 = first;
-  }
+  if constexpr (kSR) wj0 = fp4_row_words(p, row, rng, h, words);
 
-  // Lanes the scalar core redoes after the loop (a call inside it would
-  // spill the vector state).
-  struct Pending {
-    int64_t block, j;
-    uint32_t mask;
-  };
+  // Lanes the scalar core redoes after the loop (Fp4Pending).
+  using Pending = Fp4Pending;
   thread_local std::vector<Pending> pending;
   pending.resize(static_cast<size_t>(row.cols / 16 + 2 * row.nblocks + 2));
   size_t np = 0;
@@ -233,13 +221,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
     for (; j + 16 <= n; j += 16) step(j);
     if (j < n) pending[np++] = Pending{b, j, (1u << (n - j)) - 1u};  // the tail (fewer than 16)
   }
-  for (size_t k = 0; k < np; ++k) {
-    const Pending& q = pending[k];
-    const float* x = row.x + q.block * row.bc;
-    const int64_t i0 = row.i0 + q.block * row.bc;
-    for (int l = 0; l < 16; ++l)
-      if (q.mask & (1u << l)) core_element(p, row.consts[q.block], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
-  }
+  fp4_redo_pending(p, row, pending, np, 16, codes, values, rng, cnt);
   cnt.saturated += n_sat;
   cnt.subnormal += n_sub;
   cnt.nonzero += n_nz;

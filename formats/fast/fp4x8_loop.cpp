@@ -8,7 +8,6 @@
 
 #include "formats/fast/loops.hpp"
 #include "formats/fast/target.hpp"
-#include "formats/philox_cpu.hpp"
 #include "formats/fast/tails.hpp"
 
 #if defined(__x86_64__)
@@ -104,27 +103,15 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
   const int cb = f.code_bytes();
   const __m256i all_ones = _mm256_set1_epi32(-1);
   __m256i acc_sat = zero_i, acc_sub = zero_i, acc_nz = zero_i, acc_uf = zero_i;
-  // Stochastic modes: the Philox words of the whole row, 8 counter blocks
-  // per vector step (element i of the call is element rng.first() + i of
-  // its tensor).
+  // Stochastic modes: the Philox words of the whole row (fp4_row_words).
   thread_local std::vector<uint32_t> words;
   uint64_t wj0 = 0;
-  if constexpr (kSR) {
-    const uint64_t i0 = rng.first() + static_cast<uint64_t>(row.i0);
-    const uint64_t first = random_word_index(i0, h) & ~uint64_t{3};
-    const uint64_t last = random_word_index(i0 + static_cast<uint64_t>(row.cols) - 1, h);
-    words.resize(static_cast<size_t>(last - first + 1 + 32));
-    philox_words(p.seed, p.stream, first, static_cast<int64_t>(last - first + 1), words.data());
-    wj0 = first;
-  }
+  if constexpr (kSR) wj0 = fp4_row_words(p, row, rng, h, words);
 
   // Lanes the scalar core must redo, collected here and redone after the
   // loop: a function call inside the loop would make the compiler keep the
   // vector state in memory (every ymm register is caller-saved).
-  struct Pending {
-    int64_t block, j;
-    uint32_t mask;
-  };
+  using Pending = Fp4Pending;
   thread_local std::vector<Pending> pending;
   pending.resize(static_cast<size_t>(row.cols / 8 + 2 * row.nblocks + 2));
   size_t np = 0;
@@ -283,20 +270,17 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
   }
   if (j < n) pending[np++] = Pending{b, j, (1u << (n - j)) - 1u};  // the tail (fewer than 8)
   }
-  for (size_t k = 0; k < np; ++k) {
-    const Pending& q = pending[k];
-    if constexpr (kLanes) {  // q.j counts from the row's start; lanes of other blocks are not ours
+  if constexpr (kLanes) {  // q.j counts from the row's start; lanes of other blocks are not ours
+    for (size_t k = 0; k < np; ++k) {
+      const Pending& q = pending[k];
       for (int l = 0; l < 8; ++l) {
         const int64_t col = q.j + l, blk = col / row.bc;
         if ((q.mask & (1u << l)) && row.use[blk])
           core_element(p, row.consts[blk], row.x, row.i0 + col, col, codes, values, rng, cnt);
       }
-      continue;
     }
-    const float* x = row.x + q.block * row.bc;
-    const int64_t i0 = row.i0 + q.block * row.bc;
-    for (int l = 0; l < 8; ++l)
-      if (q.mask & (1u << l)) core_element(p, row.consts[q.block], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
+  } else {
+    fp4_redo_pending(p, row, pending, np, 8, codes, values, rng, cnt);
   }
   // lane sums stay below 2^31: a row is far shorter than 2^31 elements
   cnt.saturated += hsum_neg(acc_sat);

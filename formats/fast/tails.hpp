@@ -3,9 +3,11 @@
 // unit. Internal to formats/fast/.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "formats/fast/loops.hpp"
+#include "formats/philox_cpu.hpp"
 
 namespace exmy::detail {
 
@@ -27,6 +29,40 @@ inline void core_element(const QuantPlan& p, const BlockConsts& c, const float* 
     }
   }
   values[i] = e.xhat;
+}
+
+// The Philox words an FP4 loop's stochastic mode draws h bits per element
+// from, for the whole row (element i of the call is element rng.first() + i
+// of its tensor): words[k] is word j0 + k, with 32 words of slack past the
+// row for vector loads. Returns j0.
+inline uint64_t fp4_row_words(const QuantPlan& p, const Fp4Row& row, const RandomBits& rng, int h,
+                              std::vector<uint32_t>& words) {
+  const uint64_t i0 = rng.first() + static_cast<uint64_t>(row.i0);
+  const uint64_t first = random_word_index(i0, h) & ~uint64_t{3};
+  const uint64_t last = random_word_index(i0 + static_cast<uint64_t>(row.cols) - 1, h);
+  words.resize(static_cast<size_t>(last - first + 1 + 32));
+  philox_words(p.seed, p.stream, first, static_cast<int64_t>(last - first + 1), words.data());
+  return first;
+}
+
+// Lanes a per-block FP4 loop leaves to the scalar core, collected during
+// the loop and redone after it (a call inside the loop would make the
+// compiler keep the vector state in memory): bit l of mask is element j + l
+// of block `block`.
+struct Fp4Pending {
+  int64_t block, j;
+  uint32_t mask;
+};
+
+inline void fp4_redo_pending(const QuantPlan& p, const Fp4Row& row, const std::vector<Fp4Pending>& pending, size_t n,
+                             int lanes, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
+  for (size_t k = 0; k < n; ++k) {
+    const Fp4Pending& q = pending[k];
+    const float* x = row.x + q.block * row.bc;
+    const int64_t i0 = row.i0 + q.block * row.bc;
+    for (int l = 0; l < lanes; ++l)
+      if (q.mask & (1u << l)) core_element(p, row.consts[q.block], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
+  }
 }
 
 // Elements j .. j+n-1 of block `block` of a row, which a threshold loop's
