@@ -500,18 +500,20 @@ struct BandState {
   std::vector<BlockConsts> consts;
   std::vector<uint8_t> nan, use_vec;
   std::vector<int64_t> scalar;  // with the 8-lane loop: the blocks it leaves to the scalar core
-  bool scale_sub_ready = false;  // scale_sub holds the plan's scale format (one-byte codes)
-  uint8_t scale_sub[256] = {};   // 1 where a scale code is a non-zero subnormal
   uint8_t fp4_known[256] = {};  // fp4_by_code[code] is made (for this call's plan)
   detail::Fp4Block fp4_by_code[256];
-  // The threshold loop's constants by scale code, made for this call's plan
-  // the first time a block has that code: known, whether the loop takes
-  // such blocks (not zero-scale ones), the thresholds, the block constants.
+  // Constants by scale code, for bands whose scale codes are made by
+  // thresholds (coded_scales), made for this call's plan the first time a
+  // block has that code: known (the block constants, fp4_by_code, code_use),
+  // whether blocks of the code are quantized at all (not zero-scale ones),
+  // whether the FP4 loops take them, and the threshold loops' thresholds.
+  uint8_t code_known[256] = {};
+  uint8_t code_use[256] = {};
+  uint8_t fp4_use[256] = {};
   uint8_t thr_known[256] = {};
-  uint8_t thr_use[256] = {};
   detail::ThrBlock thr_by_code[256];
   BlockConsts consts_by_code[256];
-  std::vector<uint8_t> code_of;  // with the threshold loop: each block's scale code
+  std::vector<uint8_t> code_of;  // with coded scales: each block's scale code
   std::vector<detail::F64Block> f64;
   std::vector<detail::Fp4Block> fp4;
   detail::Fp4Magnitudes fp4_mags;
@@ -562,6 +564,7 @@ struct Band {
   int64_t bc = 0, gc = 0;  // gc blocks of bc columns (without a scale: one block of the whole band)
   detail::Loop other = detail::Loop::scalar_core;  // the loop of bands the threshold loops decline, or the call's loop
   bool thr_loop = false, fp4_loop = false, f64_loop = false;
+  bool coded = false;  // scale codes and constants by code (coded_scales)
 };
 
 // Pass 1: the blocks' amax bits (NaN detection too), unless the tensor-amax
@@ -576,42 +579,56 @@ const uint32_t* band_block_maxima(const QuantPlan& p, const float* x, const Band
   return bs.bmax_bits.data();
 }
 
-// Pass 2 for the threshold loops: every block's scale code by thresholds,
-// and the loop's constants for each code in the band's range (made once per
-// code and call). Returns false, doing nothing, where the band holds Inf or
-// NaN or codes outside the thresholds' cover (the fallback loop then takes
-// it); else sets band_max.
-bool threshold_scales(const QuantPlan& p, const uint32_t* bm, const Band& g, const QuantOutput& out, BandState& bs,
-                      Counts& cnt, uint32_t& band_max) {
+// Pass 2 by scale-code thresholds (the threshold loops; the FP4 loops on
+// large calls): every block's scale code from its amax bits, and the
+// constants of each code in the band's range, made once per code and call
+// (with the thresholds of the threshold loops when `thresholds`). Returns
+// false, doing nothing, where the band holds Inf or NaN or codes outside the
+// thresholds' cover (the general pass then takes it); else sets band_max.
+// Blocks the band's loop does not take (zero-scale ones; with the FP4 loops
+// also those whose reciprocal scale is not a normal float) are listed in
+// bs.scalar with their constants in bs.consts.
+bool coded_scales(const QuantPlan& p, const uint32_t* bm, const Band& g, bool thresholds, const QuantOutput& out,
+                  BandState& bs, Counts& cnt, uint32_t& band_max) {
   bs.code_of.resize(static_cast<size_t>(g.gc));
   detail::ScaleCodeOut so;
   if (!detail::block_scale_codes(p, bs.sthr, bm, g.gc, bs.code_of.data(), so)) return false;
   band_max = so.max_bits;
-  bool zero_scales = false;
+  const uint8_t* use = thresholds ? bs.code_use : bs.fp4_use;
+  bool scalar_blocks = false;
   for (uint32_t code = so.code_min; code <= so.code_max; ++code) {
-    if (!bs.thr_known[code]) {
+    if (!bs.code_known[code]) {
       const double s = p.fs.decode(code);
-      bs.thr_use[code] = s != 0.0;  // s = 0 only for zero-scale blocks (policy zero)
+      bs.code_use[code] = s != 0.0;  // s = 0 only for zero-scale blocks (policy zero)
+      bs.fp4_use[code] = 0;
       if (s != 0.0) {
         bs.consts_by_code[code] = block_consts(p, s);
-        detail::fp4_blocks(p, bs.fp4_mags, &bs.consts_by_code[code], 1, &bs.fp4_by_code[code]);
-        bs.fp4_known[code] = 1;
-        detail::threshold_block(p, bs.consts_by_code[code], bs.fp4_by_code[code], bs.thr_by_code[code]);
+        if (!bs.fp4_known[code]) {
+          detail::fp4_blocks(p, bs.fp4_mags, &bs.consts_by_code[code], 1, &bs.fp4_by_code[code]);
+          bs.fp4_known[code] = 1;
+        }
+        bs.fp4_use[code] = bs.fp4_by_code[code].ok;
       }
+      bs.code_known[code] = 1;
+    }
+    if (thresholds && bs.code_use[code] && !bs.thr_known[code]) {
+      detail::threshold_block(p, bs.consts_by_code[code], bs.fp4_by_code[code], bs.thr_by_code[code]);
       bs.thr_known[code] = 1;
     }
-    zero_scales = zero_scales || !bs.thr_use[code];
+    scalar_blocks = scalar_blocks || !use[code];
   }
   bs.scalar.clear();
-  if (zero_scales) {  // the scalar core encodes the zero-scale blocks
+  if (scalar_blocks) {  // the scalar core encodes them
+    bs.consts.resize(static_cast<size_t>(g.gc));
     for (int64_t j = 0; j < g.gc; ++j) {
-      if (bs.thr_use[bs.code_of[static_cast<size_t>(j)]]) continue;
-      bs.scale[static_cast<size_t>(j)].zero = true;
+      const uint8_t code = bs.code_of[static_cast<size_t>(j)];
+      if (use[code]) continue;
+      const bool zero = !bs.code_use[code];
+      bs.scale[static_cast<size_t>(j)].zero = zero;
       bs.nan[static_cast<size_t>(j)] = 0;
+      bs.consts[static_cast<size_t>(j)] = zero ? BlockConsts{0.0, 0.0f} : bs.consts_by_code[code];
       bs.scalar.push_back(j);
     }
-    bs.consts.resize(static_cast<size_t>(g.gc));  // the scalar blocks' constants (unused when zero)
-    for (const int64_t j : bs.scalar) bs.consts[static_cast<size_t>(j)] = BlockConsts{0.0, 0.0f};
   }
   if (out.scale_codes)
     std::memcpy(static_cast<uint8_t*>(out.scale_codes) + g.blk0, bs.code_of.data(), static_cast<size_t>(g.gc));
@@ -619,34 +636,6 @@ bool threshold_scales(const QuantPlan& p, const uint32_t* bm, const Band& g, con
   cnt.scale_underflow += so.underflow;
   cnt.scale_subnormal += so.subnormal;
   return true;
-}
-
-// Pass 2 of the common case of the 8-lane FP4 loop in one branch-free loop:
-// scales made by block_scales_vec, one-byte scale codes, no NaN in the band.
-void fp4_scales(const QuantPlan& p, const Band& g, const QuantOutput& out, BandState& bs, Counts& cnt) {
-  auto* scodes = static_cast<uint8_t*>(out.scale_codes);
-  const bool fp32 = p.arith == Arith::fp32;
-  uint64_t saturated = 0, underflow = 0, subnormal = 0;
-  for (int64_t j = 0; j < g.gc; ++j) {
-    const BlockScale& s = bs.scale[static_cast<size_t>(j)];
-    const uint32_t code = s.code & 0xffu;
-    saturated += s.saturated;
-    underflow += s.underflow;
-    subnormal += bs.scale_sub[code];
-    bs.consts[static_cast<size_t>(j)] = fp32 ? block_consts(p, s.s) : BlockConsts{s.s, 0.0f};
-    if (scodes) scodes[g.blk0 + j] = static_cast<uint8_t>(s.code);
-    bs.use_vec[static_cast<size_t>(j)] = !s.zero;
-    // A block's 8-lane constants depend only on its scale (a function of
-    // the scale code within a call): made once per code, then copied.
-    if (!bs.fp4_known[code]) {
-      detail::fp4_blocks(p, bs.fp4_mags, &bs.consts[static_cast<size_t>(j)], 1, &bs.fp4_by_code[code]);
-      bs.fp4_known[code] = 1;
-    }
-    bs.fp4[static_cast<size_t>(j)] = bs.fp4_by_code[code];
-  }
-  cnt.scale_saturated += saturated;
-  cnt.scale_underflow += underflow;
-  cnt.scale_subnormal += subnormal;
 }
 
 // Pass 2 in general: block by block, NaN blocks and zero scales included;
@@ -717,7 +706,7 @@ void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_t
                         .code = bs.code_of.data(),
                         .consts = bs.consts_by_code,
                         .thr = bs.thr_by_code,
-                        .use = bs.thr_use,
+                        .use = bs.code_use,
                         .stats = out.stats != nullptr,
                         .stream = bs.stream};
       if (thr_lanes) {
@@ -731,8 +720,12 @@ void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_t
         else detail::avx2::threshold_row(p, row, codes, values, sc);
       }
     } else if (g.fp4_loop && !use_thr) {
-      const detail::Fp4Row row{x + i0, i0, rcols, g.bc, g.gc, bs.consts.data(), bs.fp4.data(), bs.use_vec.data(),
-                               out.stats != nullptr};
+      // by scale code (coded_scales), or per block (general_scales)
+      const detail::Fp4Row row =
+          g.coded ? detail::Fp4Row{x + i0, i0, rcols, g.bc, g.gc, bs.consts_by_code, bs.fp4_by_code, bs.fp4_use,
+                                   out.stats != nullptr, bs.code_of.data(), bs.stream}
+                  : detail::Fp4Row{x + i0, i0, rcols, g.bc, g.gc, bs.consts.data(), bs.fp4.data(), bs.use_vec.data(),
+                                   out.stats != nullptr, nullptr, bs.stream};
       if (g.other == Loop::fp4x16) detail::avx512::fp4x16_row(p, row, codes, values, rng, sc);
       else detail::avx2::fp4x8_row(p, row, codes, values, rng, sc);
     }
@@ -786,27 +779,25 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   const uint32_t* bm = band_block_maxima(p, x, g, bmax, bs);
 
   // Pass 2: block scales and the constants of each block's element loop.
+  // The threshold loops, and the FP4 loops with one-byte scale codes, take
+  // the codes by coded_scales and their constants by code; the rest (and
+  // bands with Inf or NaN) go through general_scales.
   uint32_t band_max = 0;
-  const bool use_thr = g.thr_loop && threshold_scales(p, bm, g, out, bs, cnt, band_max);
-  if (!use_thr) {
+  const bool one_byte = p.has_scale && p.fs.code_bytes() == 1;
+  const bool fp4_coded = g.fp4_loop && !g.thr_loop && one_byte && p.bc % (g.other == Loop::fp4x16 ? 16 : 8) == 0;
+  g.coded = (g.thr_loop || fp4_coded) && coded_scales(p, bm, g, g.thr_loop, out, bs, cnt, band_max);
+  const bool use_thr = g.thr_loop && g.coded;
+  if (!g.coded) {
     for (int64_t j = 0; j < g.gc; ++j) band_max = std::max(band_max, bm[j]);
-    const bool one_byte = p.has_scale && p.fs.code_bytes() == 1;
-    if (one_byte && !bs.scale_sub_ready) {
-      for (uint32_t code = 0; code < 256; ++code)
-        bs.scale_sub[code] = code < (1u << p.fs.bits) && p.fs.classify(code) == CodeClass::subnormal;
-      bs.scale_sub_ready = true;
-    }
     bs.consts.assign(static_cast<size_t>(g.gc), BlockConsts{1.0, 0.0f});
     bs.nan.assign(static_cast<size_t>(g.gc), 0);
     bs.use_vec.assign(static_cast<size_t>(g.gc), 0);
     if (g.f64_loop) bs.f64.resize(static_cast<size_t>(g.gc));
     if (g.fp4_loop) bs.fp4.resize(static_cast<size_t>(g.gc));
     const bool scales_done = p.has_scale && detail::block_scales_vec(p, bm, g.gc, bs.scale.data());
-    const bool fp4_common = scales_done && g.fp4_loop && one_byte && band_max <= 0x7f800000u;
-    if (fp4_common) fp4_scales(p, g, out, bs, cnt);
-    else general_scales(p, x, bm, g, scales_done, out, bs, cnt);
+    general_scales(p, x, bm, g, scales_done, out, bs, cnt);
     if (g.fp4_loop) {
-      if (!fp4_common) detail::fp4_blocks(p, bs.fp4_mags, bs.consts.data(), g.gc, bs.fp4.data());
+      detail::fp4_blocks(p, bs.fp4_mags, bs.consts.data(), g.gc, bs.fp4.data());
       bs.scalar.clear();
       for (int64_t j = 0; j < g.gc; ++j) {
         bs.use_vec[j] = bs.use_vec[j] && bs.fp4[j].ok;
@@ -918,8 +909,14 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
   // (With row outer scales the constants are made per row: a row is the call.)
   const detail::Loop loop = detail::choose_loop(p, by_row ? cols : n);
   const detail::Loop fallback = detail::loop_decl(loop).band_fallback;
+  // Scale codes by thresholds (block_scale_codes) for the loops that take
+  // codes by thresholds, where the call is large enough to win back making
+  // them (without them, block_scale_codes computes each code).
+  const bool fp4_loop = loop == detail::Loop::fp4x8 || loop == detail::Loop::fp4x16;
+  const bool want_sthr =
+      detail::loop_decl(loop).needs_large || (fp4_loop && (by_row ? cols : n) >= detail::kThresholdMinElements);
   detail::ScaleThr sthr;
-  if (detail::loop_decl(loop).needs_large) sthr = detail::scale_code_thresholds(p);
+  if (want_sthr) sthr = detail::scale_code_thresholds(p);
   Counts total;
   FirstError err;
   uint32_t amax_bits = 0;  // max of the block maxima, |x| bits (NaN above Inf)
@@ -942,7 +939,8 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
       info.row_t[static_cast<size_t>(r0)] = pr.t;
       std::memset(bs.fp4_known, 0, sizeof bs.fp4_known);
       std::memset(bs.thr_known, 0, sizeof bs.thr_known);
-      if (detail::loop_decl(loop).needs_large) {
+      std::memset(bs.code_known, 0, sizeof bs.code_known);
+      if (want_sthr) {
         bs.row_sthr = detail::scale_code_thresholds(pr);
         bs.sthr = &bs.row_sthr;
       }

@@ -16,6 +16,8 @@
 EXMY_TARGET_AVX512
 #include <immintrin.h>
 
+#include "formats/fast/thr_step_x16.hpp"
+
 namespace exmy::detail::avx512 {
 namespace {
 
@@ -102,6 +104,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   const __m512i two_n_m1 = _mm512_set1_epi32((1 << h) - 1);
   const __m512i two_n1_m1 = _mm512_set1_epi32((2 << h) - 1);
   const int cb = f.code_bytes();
+  const bool stream = row.stream;
   uint64_t n_sat = 0, n_sub = 0, n_nz = 0, n_uf = 0;
 
   // Stochastic modes: the Philox words of the whole row (element i of the
@@ -117,9 +120,10 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   size_t np = 0;
 
   for (int64_t b = 0; b < row.nblocks; ++b) {
-    if (!row.use[b]) continue;
-    const BlockConsts& c = row.consts[b];
-    const Fp4Block& vb = row.vb[b];
+    const int64_t k = row.key(b);
+    if (!row.use[k]) continue;
+    const BlockConsts& c = row.consts[k];
+    const Fp4Block& vb = row.vb[k];
     const __m512 vr = _mm512_set1_ps(vb.r);
     const __m512 vmul = _mm512_set1_ps(p.has_scale ? c.mb : p.t);
     const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(vb.table));
@@ -195,10 +199,21 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
         xh = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(xh), _mm512_and_si512(xi, sign_mask)));
         code = _mm512_mask_or_epi32(code, neg, code, sign_bit);
       }
-      _mm512_storeu_ps(values + i0 + j, xh);
+      float* vo = values + i0 + j;
+      if (stream) {  // (16-byte aligned: see Fp4Row::stream)
+        stream_values16(vo, xh);
+      } else {
+        _mm512_storeu_ps(vo, xh);
+      }
       if (codes) {
-        if (cb == 1) _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i0 + j), _mm512_cvtepi32_epi8(code));
-        else _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 2 * (i0 + j)), _mm512_cvtepi32_epi16(code));
+        uint8_t* co = codes + cb * (i0 + j);
+        if (cb == 2) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(co), _mm512_cvtepi32_epi16(code));
+        } else if (stream) {
+          stream_codes16(co, _mm512_cvtepi32_epi8(code));
+        } else {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(co), _mm512_cvtepi32_epi8(code));
+        }
       }
       if (row.stats) {
         if constexpr (kCvtRne && kExact) {
@@ -221,6 +236,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
     for (; j + 16 <= n; j += 16) step(j);
     if (j < n) pending[np++] = Pending{b, j, (1u << (n - j)) - 1u};  // the tail (fewer than 16)
   }
+  if (stream) _mm_sfence();  // the streamed stores land before the scalar core's
   fp4_redo_pending(p, row, pending, np, 16, codes, values, rng, cnt);
   cnt.saturated += n_sat;
   cnt.subnormal += n_sub;

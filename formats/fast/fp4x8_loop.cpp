@@ -132,9 +132,10 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
   const float* bc_base = reinterpret_cast<const float*>(row.consts);
 
   for (int64_t b = 0; b < (kLanes ? 1 : row.nblocks); ++b) {
-  if (!kLanes && !row.use[b]) continue;
-  const BlockConsts& c = row.consts[b];
-  const Fp4Block& vb = row.vb[b];
+  const int64_t key = kLanes ? b : row.key(b);
+  if (!kLanes && !row.use[key]) continue;
+  const BlockConsts& c = row.consts[key];
+  const Fp4Block& vb = row.vb[key];
   const __m256 vr = _mm256_set1_ps(vb.r);
   const __m256 vmb = _mm256_set1_ps(c.mb);
   const __m256 table = _mm256_loadu_ps(vb.table);

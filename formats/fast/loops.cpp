@@ -210,10 +210,11 @@ void f64x4_span(const QuantPlan& p, const BlockConsts& c, const F64Block& vb, co
 void fp4x8_row(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
   if (have_avx2()) return avx2::fp4x8_row(p, row, codes, values, rng, cnt);
   for (int64_t b = 0; b < row.nblocks; ++b) {
-    if (!row.use[b]) continue;
+    if (!row.use[row.key(b)]) continue;
     const int64_t n = std::min(row.bc, row.cols - b * row.bc);
     for (int64_t j = 0; j < n; ++j)
-      core_element(p, row.consts[b], row.x + b * row.bc, row.i0 + b * row.bc + j, j, codes, values, rng, cnt);
+      core_element(p, row.consts[row.key(b)], row.x + b * row.bc, row.i0 + b * row.bc + j, j, codes, values, rng,
+                   cnt);
   }
 }
 

@@ -88,8 +88,12 @@ Fp4Magnitudes fp4_magnitudes(const QuantPlan& p);
 void fp4_blocks(const QuantPlan& p, const Fp4Magnitudes& m, const BlockConsts* c, int64_t n, Fp4Block* out);
 
 // One row of a band: `cols` elements starting at flat index i0, cut into
-// blocks of bc columns (the last may be partial). Blocks with use[b] false
-// are skipped (the caller encodes them).
+// blocks of bc columns (the last may be partial). Block b's constants are
+// consts[k] and vb[k], and it is skipped (the caller encodes it) where
+// use[k] is 0, with k = b, or, when `code` is set, k = code[b] (its scale
+// code: the tables are then by code, and blocks cost one byte to look up).
+// The block-per-lane form of the 8-lane loop (widths not a multiple of 8)
+// takes per-block tables only.
 struct Fp4Row {
   const float* x;
   int64_t i0, cols, bc, nblocks;
@@ -97,6 +101,12 @@ struct Fp4Row {
   const Fp4Block* vb;
   const uint8_t* use;
   bool stats = true;  // count nonzero/underflow/saturated/subnormal
+  const uint8_t* code = nullptr;
+  // Non-temporal stores of the values and one-byte codes (outputs far larger
+  // than the cache; values 16-byte aligned, rows a multiple of 4 long): the
+  // 16-lane loop only.
+  bool stream = false;
+  int64_t key(int64_t b) const { return code ? code[b] : b; }  // index of block b's constants
 };
 void fp4x8_row(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt);
 

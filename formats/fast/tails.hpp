@@ -61,7 +61,8 @@ inline void fp4_redo_pending(const QuantPlan& p, const Fp4Row& row, const std::v
     const float* x = row.x + q.block * row.bc;
     const int64_t i0 = row.i0 + q.block * row.bc;
     for (int l = 0; l < lanes; ++l)
-      if (q.mask & (1u << l)) core_element(p, row.consts[q.block], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
+      if (q.mask & (1u << l))
+        core_element(p, row.consts[row.key(q.block)], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
   }
 }
 

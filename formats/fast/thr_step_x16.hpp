@@ -13,6 +13,19 @@
 namespace exmy::detail::avx512 {
 namespace {
 
+// Non-temporal stores of 16 floats (vo 16-byte aligned) and of 16 one-byte
+// codes.
+__attribute__((always_inline)) inline void stream_values16(float* vo, __m512 v) {
+  _mm_stream_ps(vo, _mm512_castps512_ps128(v));
+  _mm_stream_ps(vo + 4, _mm512_extractf32x4_ps(v, 1));
+  _mm_stream_ps(vo + 8, _mm512_extractf32x4_ps(v, 2));
+  _mm_stream_ps(vo + 12, _mm512_extractf32x4_ps(v, 3));
+}
+__attribute__((always_inline)) inline void stream_codes16(uint8_t* co, __m128i c8) {
+  _mm_stream_si64(reinterpret_cast<long long*>(co), _mm_cvtsi128_si64(c8));
+  _mm_stream_si64(reinterpret_cast<long long*>(co + 8), _mm_extract_epi64(c8, 1));
+}
+
 template <bool kStream>
 struct ThrStep16 {
   const __m512i sign_mask = _mm512_set1_epi32(static_cast<int>(0x80000000u));
@@ -28,18 +41,14 @@ struct ThrStep16 {
     const __m512i xs = _mm512_and_si512(xi, sign_mask);
     const __m512 xh = _mm512_or_ps(mag, _mm512_castsi512_ps(xs));
     if constexpr (kStream) {
-      _mm_stream_ps(vo, _mm512_castps512_ps128(xh));
-      _mm_stream_ps(vo + 4, _mm512_extractf32x4_ps(xh, 1));
-      _mm_stream_ps(vo + 8, _mm512_extractf32x4_ps(xh, 2));
-      _mm_stream_ps(vo + 12, _mm512_extractf32x4_ps(xh, 3));
+      stream_values16(vo, xh);
     } else {
       _mm512_storeu_ps(vo, xh);
     }
     if (co) {
       const __m128i c8 = _mm512_cvtepi32_epi8(_mm512_or_si512(code, _mm512_srli_epi32(xs, sign_shift)));
       if constexpr (kStream) {
-        _mm_stream_si64(reinterpret_cast<long long*>(co), _mm_cvtsi128_si64(c8));
-        _mm_stream_si64(reinterpret_cast<long long*>(co + 8), _mm_extract_epi64(c8, 1));
+        stream_codes16(co, c8);
       } else {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(co), c8);
       }

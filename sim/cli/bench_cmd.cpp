@@ -175,7 +175,8 @@ struct DeviceBytes {
 // tensor, timed in alternation with each row. A quantize call includes its
 // final copy of the counters (and the plan) to the host, which it needs to
 // report unrepresentable elements: that synchronisation is in the time.
-void bench_quantize_cuda(const std::vector<float>& x, int64_t rows, int64_t cols, int repeat, bool with_stats) {
+void bench_quantize_cuda(const std::vector<float>& x, int64_t rows, int64_t cols, int repeat, bool with_stats,
+                         const std::string& only) {
   const int64_t n = rows * cols;
   int dev = 0;
   cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
@@ -237,6 +238,7 @@ void bench_quantize_cuda(const std::vector<float>& x, int64_t rows, int64_t cols
                              static_cast<unsigned*>(dword.ptr));
     });
   for (const auto& v : variants(tensor_abs_max(x.data(), n, 0))) {
+    if (std::string(v.name).find(only) == std::string::npos) continue;
     QuantStats st;
     const QuantOutput out{static_cast<float*>(dy.ptr), static_cast<uint8_t*>(dcodes.ptr),
                           static_cast<uint8_t*>(dscales.ptr), with_stats ? &st : nullptr};
@@ -258,7 +260,8 @@ void bench_quantize_cuda(const std::vector<float>& x, int64_t rows, int64_t cols
 int cmd_bench(const Args& args) {
   po::options_description desc(
       "exmy bench: throughput benchmarks\n\n"
-      "usage: exmy bench quantize [--elements N] [--repeat K] [--threads T] [--stats] [--device cpu|cuda|cuda:N]\n\noptions");
+      "usage: exmy bench quantize [--elements N] [--repeat K] [--threads T] [--stats] [--rows TEXT]\n"
+      "                          [--device cpu|cuda|cuda:N]\n\noptions");
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
@@ -268,6 +271,8 @@ int cmd_bench(const Args& args) {
     ("repeat", po::value<int>()->default_value(5), "repetitions; the best time is reported")
     ("threads", po::value<int>()->default_value(0), "threads for the multi-threaded column (0: all cores)")
     ("stats", "also collect the statistics of each call (docs/numerics.md §5)")
+    ("rows", po::value<std::string>()->default_value(""),
+     "time only the configurations whose name contains TEXT (the copy and the memory floors always run)")
     ("device", po::value<std::string>()->default_value("cpu"),
      "cpu, or cuda[:N]: the tensors resident on that CUDA device, timed with CUDA events");
   // clang-format on
@@ -292,6 +297,13 @@ int cmd_bench(const Args& args) {
   const bool with_stats = vm.count("stats") > 0;
   const sim::Device device = sim::parse_device(vm["device"].as<std::string>(), "--device");
   sim::require_device(device, "--device");
+  const std::string only = vm["rows"].as<std::string>();
+  {
+    const auto all_rows = variants(1.0);
+    if (std::none_of(all_rows.begin(), all_rows.end(),
+                     [&](const Variant& v) { return std::string(v.name).find(only) != std::string::npos; }))
+      throw Error("--rows '" + only + "' names no configuration of exmy bench quantize");
+  }
 
   if (device.is_cuda()) {
     std::vector<float> x(static_cast<size_t>(n));
@@ -299,7 +311,7 @@ int cmd_bench(const Args& args) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : x) v = nd(rng);
 #if defined(EXMY_HAVE_CUDA)
-    bench_quantize_cuda(x, rows, cols, repeat, with_stats);
+    bench_quantize_cuda(x, rows, cols, repeat, with_stats, only);
 #endif
     return 0;
   }
@@ -314,6 +326,9 @@ int cmd_bench(const Args& args) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : x) v = nd(rng);
   }
+  std::vector<Variant> chosen;
+  for (const auto& v : variants(tensor_abs_max(x.data(), n, all)))
+    if (std::string(v.name).find(only) != std::string::npos) chosen.push_back(v);
   std::printf("exmy bench quantize: %lld x %lld float32 (%.0f MiB), best of %d, stats %s\n",
               static_cast<long long>(rows), static_cast<long long>(cols), n * 4.0 / (1 << 20), repeat,
               with_stats ? "on" : "off");
@@ -348,7 +363,7 @@ int cmd_bench(const Args& args) {
                  r.c[k], r.s[k]);
     table.push_back(r);
   }
-  for (const auto& v : variants(tensor_abs_max(x.data(), n, all))) {
+  for (const auto& v : chosen) {
     Row r{v.name, {}, {}};
     for (int k = 0; k < 2; ++k) {
       QuantStats st;

@@ -694,19 +694,32 @@ TEST(QuantizeFast, M0FormatsFollowTheCodeParity) {
 // non-temporal stores when the values are 16-byte aligned; the result must
 // not change. Also a misaligned value buffer (regular stores), a row
 // length that is not a multiple of 4, and 16x1 blocks (the loop with a block
-// per lane, rows a multiple of 4 but not of 8).
+// per lane, rows a multiple of 4 but not of 8). Rounding to nearest takes
+// the threshold loop; the stochastic modes the FP4 multiply-and-convert
+// loops (streamed by the 16-lane one).
 TEST(QuantizeFast, StreamedOutputsMatchReference) {
   test::Rng rng(31337);
   struct Shape {
     int64_t rows, cols;
     size_t offset;  // floats the value buffer starts past a 64-byte boundary
     int br, bc;
+    Round mode;
+    int sr_bits;
   };
-  for (const Shape sh : {Shape{3300, 4096, 0, 1, 16}, Shape{3300, 4096, 1, 1, 16}, Shape{2690, 5001, 0, 1, 16},
-                         Shape{3300, 4092, 0, 16, 1}}) {
+  for (const Shape sh :
+       {Shape{3300, 4096, 0, 1, 16, Round::rne, 0}, Shape{3300, 4096, 1, 1, 16, Round::rne, 0},
+        Shape{2690, 5001, 0, 1, 16, Round::rne, 0}, Shape{3300, 4092, 0, 16, 1, Round::rne, 0},
+        Shape{3300, 4096, 0, 1, 16, Round::stochastic_fast, 8}, Shape{3300, 4096, 1, 1, 16, Round::stochastic, 16},
+        Shape{3300, 4092, 0, 1, 16, Round::stochastic_fast, 8}}) {
     QuantSpec s = ue5m3_1x16();
     s.block_rows = sh.br;
     s.block_cols = sh.bc;
+    s.round = sh.mode;
+    if (sh.sr_bits) {
+      s.sr_bits = sh.sr_bits;
+      s.seed = 4242;
+      s.stream = 7;
+    }
     const int64_t n = sh.rows * sh.cols;
     ASSERT_GE(n * 5, int64_t{64} << 20);
     std::vector<float> x(static_cast<size_t>(n));
@@ -722,7 +735,8 @@ TEST(QuantizeFast, StreamedOutputsMatchReference) {
       std::vector<uint8_t> codes(static_cast<size_t>(n), 0xa5), sc(want_sc.size(), 0xa5);
       std::fill(got, got + n, float_of(0xdeadbeefu));
       quantize(s, x.data(), sh.rows, sh.cols, QuantOutput{got, codes.data(), sc.data(), nullptr}, threads);
-      const std::string what = std::to_string(sh.br) + "x" + std::to_string(sh.bc) + " blocks, " +
+      const std::string what = std::string(test::mode_name(sh.mode)) + " " + std::to_string(sh.br) + "x" + std::to_string(sh.bc) +
+                               " blocks, " +
                                std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " offset " +
                                std::to_string(sh.offset) + ", " + std::to_string(threads) + " thread(s)";
       EXPECT_EQ(std::memcmp(got, want.data(), sizeof(float) * static_cast<size_t>(n)), 0) << what;

@@ -43,6 +43,18 @@ CmdResult exmy(const std::string& args) {
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ss.str()};
 }
 
+// Runs `exmy <args>` with stdout and stderr into `text`; true when it exits 0.
+bool exmy_output(const std::string& args, std::string& text) {
+  const fs::path outf = fs::temp_directory_path() / ("exmy_cli_out_" + std::to_string(::getpid()));
+  const int rc = std::system((std::string(EXMY_BINARY) + " " + args + " >" + outf.string() + " 2>&1").c_str());
+  std::ifstream f(outf);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  fs::remove(outf);
+  text = ss.str();
+  return rc == 0;
+}
+
 std::vector<uint8_t> slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -427,14 +439,8 @@ TEST(Cli, HelpAndFormats) {
 // `exmy bench quantize` on a small tensor: every row is printed with a
 // throughput and a ratio; an unknown benchmark is a one-line error.
 TEST_F(CliTest, BenchQuantizeSmallRun) {
-  const std::string outp = P("bench.txt");
-  const std::string cmd = std::string(EXMY_BINARY) + " bench quantize --elements 65536 --cols 1024 --repeat 1 --threads 2 >" +
-                          outp + " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
-  std::ifstream f(outp);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
+  std::string text;
+  ASSERT_TRUE(exmy_output("bench quantize --elements 65536 --cols 1024 --repeat 1 --threads 2", text)) << text;
   for (const char* row : {"float32 copy", "memory floor, 1 pass", "memory floor, 2 passes", "e2m1/ue5m3 1x16 rne exact",
                           "e2m1/ue5m3 1x16 exact, held", "e2m1/e4m3 16x16 rne fp32", "e2m1/e4m3 1x16 fp32 (NVFP4)",
                           "e2m1/ue8m0 1x32 mx-floor",
@@ -451,6 +457,22 @@ TEST_F(CliTest, BenchQuantizeSmallRun) {
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.err.find("unknown benchmark 'nonsense'"), std::string::npos) << bad.err;
   EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+}
+
+// `--rows TEXT` times only the configurations whose name contains TEXT
+// (with the copy and the floors); TEXT that names none is a one-line error.
+TEST_F(CliTest, BenchQuantizeRowsFilter) {
+  std::string text;
+  ASSERT_TRUE(exmy_output("bench quantize --elements 65536 --cols 1024 --repeat 1 --threads 1 --rows sr-fast8", text))
+      << text;
+  EXPECT_NE(text.find("e2m1/ue5m3 1x16 sr-fast8 "), std::string::npos) << text;
+  EXPECT_NE(text.find("memory floor, 2 passes "), std::string::npos) << text;
+  EXPECT_EQ(text.find("mx-floor"), std::string::npos) << text;
+  EXPECT_EQ(text.find("rne exact"), std::string::npos) << text;
+  const CmdResult none = exmy("bench quantize --elements 65536 --cols 1024 --rows e9m9");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("--rows 'e9m9'"), std::string::npos) << none.err;
+  EXPECT_EQ(std::count(none.err.begin(), none.err.end(), '\n'), 1) << none.err;
 }
 
 }  // namespace
