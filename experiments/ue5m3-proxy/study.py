@@ -315,11 +315,12 @@ def cmd_run(a):
         sys.exit("study: build-study/exmy is missing: run `study.py build` first")
     runs = sweep_runs(a.part)
     todo = [r for r in runs if not digest_path(a.part, r[1]).exists()]
+    done = len(runs) - len(todo)
     if a.only:
         todo = [r for r in todo if r[0] in set(int(x) for x in a.only.split(","))]
     if a.limit:
         todo = todo[:a.limit]
-    print(f"study: {a.part}: {len(runs) - len(todo)} of {len(runs)} runs in data/, {len(todo)} to run", flush=True)
+    print(f"study: {a.part}: {done} of {len(runs)} runs in data/, {len(todo)} to run now", flush=True)
     lock = threading.Lock()
     with ThreadPoolExecutor(max_workers=a.jobs) as ex:
         for msg in ex.map(lambda r: run_one(a.part, *r, lock), todo):
