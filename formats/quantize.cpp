@@ -895,8 +895,9 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
     values = own_values.data();
   }
 
-  // Outputs much larger than the last-level cache go past it with
+  // Values much larger than the last-level cache go past it with
   // non-temporal stores, as memcpy does: they would only evict the input.
+  // (The one-byte codes stay cached: formats/fast/thr_step_x16.hpp.)
   // (Not with statistics: the sums read the values right back.)
   constexpr int64_t kStreamBytes = int64_t{64} << 20;
   const bool stream =

@@ -207,13 +207,8 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
       }
       if (codes) {
         uint8_t* co = codes + cb * (i0 + j);
-        if (cb == 2) {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(co), _mm512_cvtepi32_epi16(code));
-        } else if (stream) {
-          stream_codes16(co, _mm512_cvtepi32_epi8(code));
-        } else {
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(co), _mm512_cvtepi32_epi8(code));
-        }
+        if (cb == 2) _mm256_storeu_si256(reinterpret_cast<__m256i*>(co), _mm512_cvtepi32_epi16(code));
+        else _mm_storeu_si128(reinterpret_cast<__m128i*>(co), _mm512_cvtepi32_epi8(code));  // (cached: thr_step_x16.hpp)
       }
       if (row.stats) {
         if constexpr (kCvtRne && kExact) {

@@ -1,6 +1,6 @@
 // The end of a 16-lane step of the threshold loops (AVX-512), once the
 // magnitude codes and x-hat's magnitudes are known: x-hat and the codes take
-// x's sign and are stored (non-temporally with kStream), and the lanes'
+// x's sign and are stored (the values non-temporally with kStream), and the lanes'
 // statistics are counted. Include only after `EXMY_TARGET_AVX512`.
 #pragma once
 
@@ -13,17 +13,17 @@
 namespace exmy::detail::avx512 {
 namespace {
 
-// Non-temporal stores of 16 floats (vo 16-byte aligned) and of 16 one-byte
-// codes.
+// Non-temporal stores of 16 floats (vo 16-byte aligned). The one-byte codes
+// of a streamed output go through the cache all the same: 8- or 16-byte
+// non-temporal pieces of a line cost more than the line's read for
+// ownership (on an Intel Xeon, family 6 model 207, a one-pass quantizer's
+// traffic moves at 0.56 of memcpy's rate with the codes streamed and 0.75
+// with them cached; docs/benchmarks.md).
 __attribute__((always_inline)) inline void stream_values16(float* vo, __m512 v) {
   _mm_stream_ps(vo, _mm512_castps512_ps128(v));
   _mm_stream_ps(vo + 4, _mm512_extractf32x4_ps(v, 1));
   _mm_stream_ps(vo + 8, _mm512_extractf32x4_ps(v, 2));
   _mm_stream_ps(vo + 12, _mm512_extractf32x4_ps(v, 3));
-}
-__attribute__((always_inline)) inline void stream_codes16(uint8_t* co, __m128i c8) {
-  _mm_stream_si64(reinterpret_cast<long long*>(co), _mm_cvtsi128_si64(c8));
-  _mm_stream_si64(reinterpret_cast<long long*>(co + 8), _mm_extract_epi64(c8, 1));
 }
 
 template <bool kStream>
@@ -47,11 +47,7 @@ struct ThrStep16 {
     }
     if (co) {
       const __m128i c8 = _mm512_cvtepi32_epi8(_mm512_or_si512(code, _mm512_srli_epi32(xs, sign_shift)));
-      if constexpr (kStream) {
-        stream_codes16(co, c8);
-      } else {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(co), c8);
-      }
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(co), c8);
     }
     return xh;
   }

@@ -46,10 +46,8 @@ struct ThrStep {
       const __m256i sc = _mm256_or_si256(code, _mm256_srl_epi32(xs, sign_shift));
       const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(sc), _mm256_extracti128_si256(sc, 1));
       const __m128i p8 = _mm_packus_epi16(p16, p16);
-      if constexpr (kStream)
-        _mm_stream_si64(reinterpret_cast<long long*>(co), _mm_cvtsi128_si64(p8));
-      else
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(co), p8);
+      // (codes through the cache even when streaming: see thr_step_x16.hpp)
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(co), p8);
     }
     return xh;
   }

@@ -127,7 +127,8 @@ void parallel_copy(float* dst, const float* src, int64_t n, int threads) {
 // What the memory system alone allows a quantizer: the traffic of a
 // one-pass quantize+dequantize (read x; write values and one-byte codes)
 // with next to no arithmetic, written the way exmy::quantize writes large
-// outputs (non-temporal stores unless statistics are on), and the same after
+// outputs (the values with non-temporal stores unless statistics are on, the
+// codes through the cache), and the same after
 // a read-only pass over x, as the current tensor amax needs.
 void memory_floor(const float* x, float* y, uint8_t* codes, int64_t n, int threads, bool amax_pass, bool stream) {
   const int64_t chunk = 1 << 14;  // multiple of 8
@@ -143,7 +144,8 @@ void memory_floor(const float* x, float* y, uint8_t* codes, int64_t n, int threa
         const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(k));
         _mm_stream_ps(y + i, _mm256_castps256_ps128(v));
         _mm_stream_ps(y + i + 4, _mm256_extractf128_ps(v, 1));
-        _mm_stream_si64(reinterpret_cast<long long*>(codes + i), static_cast<long long>(i));
+        const long long c8 = static_cast<long long>(i);  // codes through the cache, as quantize stores them
+        std::memcpy(codes + i, &c8, 8);
       }
       _mm_sfence();
     }
