@@ -579,8 +579,9 @@ const uint32_t* band_block_maxima(const QuantPlan& p, const float* x, const Band
   return bs.bmax_bits.data();
 }
 
-// Pass 2 by scale-code thresholds (the threshold loops; the FP4 loops on
-// large calls): every block's scale code from its amax bits, and the
+// Pass 2 by scale code (the threshold loops; the FP4 loops with one-byte
+// scale codes): every block's scale code from its amax bits
+// (block_scale_codes, by amax thresholds where bs.sthr has them), and the
 // constants of each code in the band's range, made once per code and call
 // (with the thresholds of the threshold loops when `thresholds`). Returns
 // false, doing nothing, where the band holds Inf or NaN or codes outside the
