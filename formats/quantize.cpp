@@ -785,7 +785,9 @@ uint32_t quantize_band(const QuantPlan& p, const float* x, int64_t cols, int64_t
   // bands with Inf or NaN) go through general_scales.
   uint32_t band_max = 0;
   const bool one_byte = p.has_scale && p.fs.code_bytes() == 1;
-  const bool fp4_coded = g.fp4_loop && !g.thr_loop && one_byte && p.bc % (g.other == Loop::fp4x16 ? 16 : 8) == 0;
+  // (widths a multiple of 8: not the 8-lane loop's block-per-lane form; the
+  // 16-lane loop claims multiples of 16 only)
+  const bool fp4_coded = g.fp4_loop && !g.thr_loop && one_byte && p.bc % 8 == 0;
   g.coded = (g.thr_loop || fp4_coded) && coded_scales(p, bm, g, g.thr_loop, out, bs, cnt, band_max);
   const bool use_thr = g.thr_loop && g.coded;
   if (!g.coded) {

@@ -95,6 +95,14 @@ std::vector<Variant> variants(double held_amax) {
   return v;
 }
 
+// The configurations whose name contains `only` (all of them for "").
+std::vector<Variant> chosen_variants(double held_amax, const std::string& only) {
+  std::vector<Variant> v;
+  for (const Variant& c : variants(held_amax))
+    if (std::string(c.name).find(only) != std::string::npos) v.push_back(c);
+  return v;
+}
+
 template <class F>
 double best_seconds(int repeat, F&& f) {
   double best = 1e30;
@@ -239,8 +247,7 @@ void bench_quantize_cuda(const std::vector<float>& x, int64_t rows, int64_t cols
       sim::cuda_memory_floor(xd, static_cast<float*>(dy.ptr), static_cast<uint8_t*>(dcodes.ptr), n, amax_pass,
                              static_cast<unsigned*>(dword.ptr));
     });
-  for (const auto& v : variants(tensor_abs_max(x.data(), n, 0))) {
-    if (std::string(v.name).find(only) == std::string::npos) continue;
+  for (const auto& v : chosen_variants(tensor_abs_max(x.data(), n, 0), only)) {
     QuantStats st;
     const QuantOutput out{static_cast<float*>(dy.ptr), static_cast<uint8_t*>(dcodes.ptr),
                           static_cast<uint8_t*>(dscales.ptr), with_stats ? &st : nullptr};
@@ -300,12 +307,8 @@ int cmd_bench(const Args& args) {
   const sim::Device device = sim::parse_device(vm["device"].as<std::string>(), "--device");
   sim::require_device(device, "--device");
   const std::string only = vm["rows"].as<std::string>();
-  {
-    const auto all_rows = variants(1.0);
-    if (std::none_of(all_rows.begin(), all_rows.end(),
-                     [&](const Variant& v) { return std::string(v.name).find(only) != std::string::npos; }))
-      throw Error("--rows '" + only + "' names no configuration of exmy bench quantize");
-  }
+  if (chosen_variants(1.0, only).empty())  // (before the tensor is made)
+    throw Error("--rows '" + only + "' names no configuration of exmy bench quantize");
 
   if (device.is_cuda()) {
     std::vector<float> x(static_cast<size_t>(n));
@@ -328,9 +331,7 @@ int cmd_bench(const Args& args) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : x) v = nd(rng);
   }
-  std::vector<Variant> chosen;
-  for (const auto& v : variants(tensor_abs_max(x.data(), n, all)))
-    if (std::string(v.name).find(only) != std::string::npos) chosen.push_back(v);
+  const std::vector<Variant> chosen = chosen_variants(tensor_abs_max(x.data(), n, all), only);
   std::printf("exmy bench quantize: %lld x %lld float32 (%.0f MiB), best of %d, stats %s\n",
               static_cast<long long>(rows), static_cast<long long>(cols), n * 4.0 / (1 << 20), repeat,
               with_stats ? "on" : "off");
