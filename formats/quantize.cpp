@@ -722,11 +722,12 @@ void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_t
       }
     } else if (g.fp4_loop && !use_thr) {
       // by scale code (coded_scales), or per block (general_scales)
-      const detail::Fp4Row row =
+      detail::Fp4Row row =
           g.coded ? detail::Fp4Row{x + i0, i0, rcols, g.bc, g.gc, bs.consts_by_code, bs.fp4_by_code, bs.fp4_use,
                                    out.stats != nullptr, bs.code_of.data(), bs.stream}
                   : detail::Fp4Row{x + i0, i0, rcols, g.bc, g.gc, bs.consts.data(), bs.fp4.data(), bs.use_vec.data(),
                                    out.stats != nullptr, nullptr, bs.stream};
+      row.prefetch = rr < bs.next_rows ? bs.next + rr * g.cols : nullptr;  // the same row of the next band
       if (g.other == Loop::fp4x16) detail::avx512::fp4x16_row(p, row, codes, values, rng, sc);
       else detail::avx2::fp4x8_row(p, row, codes, values, rng, sc);
     }
@@ -952,11 +953,13 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
       bs.next_rows = 0;
       return quantize_band(pr, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);
     }
-    // The next band is prefetched while b computes, where a band reads its
-    // input twice (block maxima, then elements): with the maxima measured
-    // beforehand (current amax) the one pass streams from memory and the
-    // hardware prefetcher suffices.
-    const bool prefetch = !bmax && b + 1 < end;
+    // The next band is prefetched while b computes: where a band reads its
+    // input twice (block maxima, then elements) so that the second read
+    // hits the cache, and also where the maxima were measured beforehand
+    // (current amax), since the hardware prefetcher alone leaves the loops'
+    // arithmetic and the memory traffic in turn rather than at once
+    // (docs/benchmarks.md).
+    const bool prefetch = b + 1 < end;
     bs.next = prefetch ? x + r1 * cols : nullptr;
     bs.next_rows = prefetch ? std::min(rows, r1 + band) - r1 : 0;
     return quantize_band(p, x, cols, r0, r1, b * gc, bmax ? bmax + b * gc : nullptr, out, values, bs, cnt, err);

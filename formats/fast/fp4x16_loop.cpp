@@ -38,10 +38,10 @@ inline __m512i random16(const uint32_t* w, uint64_t j0, uint64_t i, int n) {
 // docs/numerics.md §2's decision to round a magnitude away from zero (the
 // 8-lane away_from_zero as a lane mask): k the index of the lower
 // neighbour, F the h+1 bits below it, sticky the lanes with bits lost below
-// F, neg the negative inputs, r the lane's h random bits.
+// F, neg the negative inputs, r the lane's h random bits. (stochastic_fast
+// and _fastest need no mask: the step adds their carry to k directly.)
 template <Round MODE>
-inline __mmask16 away_mask(__m512i k, __m512i F, __mmask16 sticky, __mmask16 neg, __m512i r, __m512i two_n_m1,
-                           __m512i two_n1_m1) {
+inline __mmask16 away_mask(__m512i k, __m512i F, __mmask16 sticky, __mmask16 neg, __m512i r, __m512i two_n_m1) {
   const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
   const __mmask16 Fnz = _mm512_cmpgt_epi32_mask(F, zero);
   const __mmask16 inexact = Fnz | sticky;
@@ -65,10 +65,9 @@ inline __mmask16 away_mask(__m512i k, __m512i F, __mmask16 sticky, __mmask16 neg
     const __mmask16 j_odd = _mm512_test_epi32_mask(jj, one);
     const __m512i rn = _mm512_mask_add_epi32(jj, F_odd & (sticky | j_odd), jj, one);
     return _mm512_cmpgt_epi32_mask(_mm512_add_epi32(rn, r), two_n_m1);
-  } else if constexpr (MODE == Round::stochastic_fast) {
-    return _mm512_cmpgt_epi32_mask(_mm512_add_epi32(_mm512_add_epi32(F, _mm512_add_epi32(r, r)), one), two_n1_m1);
   } else {
-    return _mm512_cmpgt_epi32_mask(_mm512_add_epi32(_mm512_srli_epi32(F, 1), r), two_n_m1);
+    static_assert(MODE == Round::stochastic, "stochastic_fast and _fastest add their carry in the step");
+    return 0;
   }
 }
 
@@ -102,7 +101,6 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   const __m512i sub_lim = _mm512_set1_epi32(1 << f.M);
   const __m512i sign_bit = _mm512_set1_epi32(static_cast<int>(f.sign_bit));
   const __m512i two_n_m1 = _mm512_set1_epi32((1 << h) - 1);
-  const __m512i two_n1_m1 = _mm512_set1_epi32((2 << h) - 1);
   const int cb = f.code_bytes();
   const bool stream = row.stream;
   uint64_t n_sat = 0, n_sub = 0, n_nz = 0, n_uf = 0;
@@ -130,6 +128,10 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
     const int64_t i0 = row.i0 + b * row.bc;
     const int64_t n = std::min(row.bc, row.cols - b * row.bc);
     const float* x = row.x + b * row.bc;
+    if (row.prefetch) {
+      const float* pf = row.prefetch + b * row.bc;
+      for (int64_t j = 0; j < n; j += 16) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
+    }
     auto step = [&](int64_t j) __attribute__((always_inline)) {
       const __m512 x16 = _mm512_loadu_ps(x + j);
       const __m512i xi = _mm512_castps_si512(x16);
@@ -187,8 +189,18 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
             r = _mm512_load_si512(rr);
           }
         }
-        const __mmask16 away = away_mask<MODE>(k, F, sticky, neg, r, two_n_m1, two_n1_m1);
-        kk = _mm512_mask_add_epi32(k, away, k, _mm512_set1_epi32(1));
+        if constexpr (MODE == Round::stochastic_fast) {
+          // away exactly when F + 2r + 1 carries into bit h+1 (F + 2r + 1 <
+          // 2^(h+2)): k + away in one sum
+          kk = _mm512_srl_epi32(_mm512_add_epi32(_mm512_add_epi32(W, _mm512_add_epi32(r, r)), _mm512_set1_epi32(1)),
+                                cnt_h1);
+        } else if constexpr (MODE == Round::stochastic_fastest) {
+          // away exactly when F/2 + r carries into bit h (F/2 + r < 2^(h+1))
+          kk = _mm512_srl_epi32(_mm512_add_epi32(_mm512_srli_epi32(W, 1), r), _mm_cvtsi32_si128(h));
+        } else {
+          const __mmask16 away = away_mask<MODE>(k, F, sticky, neg, r, two_n_m1);
+          kk = _mm512_mask_add_epi32(k, away, k, _mm512_set1_epi32(1));
+        }
       }
       __m512i code = _mm512_add_epi32(_mm512_sll_epi32(_mm512_sub_epi32(ee, emin_b), cnt_M), kk);
       code = _mm512_min_epi32(code, max_mag);
@@ -232,7 +244,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
     if (j < n) pending[np++] = Pending{b, j, (1u << (n - j)) - 1u};  // the tail (fewer than 16)
   }
   if (stream) _mm_sfence();  // the streamed stores land before the scalar core's
-  fp4_redo_pending(p, row, pending, np, 16, codes, values, rng, cnt);
+  fp4_redo_pending(p, row, pending, np, 16, codes, values, rng, words.data(), wj0, cnt);
   cnt.saturated += n_sat;
   cnt.subnormal += n_sub;
   cnt.nonzero += n_nz;

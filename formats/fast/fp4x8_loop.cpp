@@ -142,6 +142,10 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
   const int64_t i0 = kLanes ? row.i0 : row.i0 + b * row.bc;
   const int64_t n = kLanes ? row.cols : std::min(row.bc, row.cols - b * row.bc);
   const float* x = kLanes ? row.x : row.x + b * row.bc;
+  if (!kLanes && row.prefetch) {
+    const float* pf = row.prefetch + b * row.bc;
+    for (int64_t j = 0; j < n; j += 16) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
+  }
   // One step: elements j .. j+7 of the block (kLanes: of the row).
   auto step = [&](int64_t j) __attribute__((always_inline)) {
     __m256i bidx = zero_i;
@@ -215,8 +219,18 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
           r = _mm256_load_si256(reinterpret_cast<const __m256i*>(rr));
         }
       }
-      const __m256i away = away_from_zero<MODE, Lanes32>(k, F, sticky, negi, r, two_n_m1, two_n1_m1);
-      kk = _mm256_sub_epi32(k, away);  // away lanes are -1
+      if constexpr (MODE == Round::stochastic_fast) {
+        // away exactly when F + 2r + 1 carries into bit h+1 (F + 2r + 1 <
+        // 2^(h+2)): k + away in one sum
+        kk = _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(W, _mm256_add_epi32(r, r)), _mm256_set1_epi32(1)),
+                              cnt_h1);
+      } else if constexpr (MODE == Round::stochastic_fastest) {
+        // away exactly when F/2 + r carries into bit h (F/2 + r < 2^(h+1))
+        kk = _mm256_srl_epi32(_mm256_add_epi32(_mm256_srli_epi32(W, 1), r), _mm_cvtsi32_si128(h));
+      } else {
+        const __m256i away = away_from_zero<MODE, Lanes32>(k, F, sticky, negi, r, two_n_m1, two_n1_m1);
+        kk = _mm256_sub_epi32(k, away);  // away lanes are -1
+      }
     }
     __m256i code = _mm256_add_epi32(_mm256_sll_epi32(_mm256_sub_epi32(ee, emin_b), cnt_M), kk);
     code = _mm256_min_epi32(code, max_mag);
@@ -281,7 +295,7 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
       }
     }
   } else {
-    fp4_redo_pending(p, row, pending, np, 8, codes, values, rng, cnt);
+    fp4_redo_pending(p, row, pending, np, 8, codes, values, rng, words.data(), wj0, cnt);
   }
   // lane sums stay below 2^31: a row is far shorter than 2^31 elements
   cnt.saturated += hsum_neg(acc_sat);

@@ -106,6 +106,9 @@ struct Fp4Row {
   // than the cache; values 16-byte aligned, rows a multiple of 4 long): the
   // 16-lane loop only.
   bool stream = false;
+  // The same row of the next band (or null): one cache line of it is
+  // prefetched per 16 elements, as ThrRow::prefetch (per-block steps only).
+  const float* prefetch = nullptr;
   int64_t key(int64_t b) const { return code ? code[b] : b; }  // index of block b's constants
 };
 void fp4x8_row(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt);

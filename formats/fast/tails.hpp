@@ -12,9 +12,9 @@
 namespace exmy::detail {
 
 // The scalar path for one element, used for tails and uncertain lanes.
-inline void core_element(const QuantPlan& p, const BlockConsts& c, const float* x, int64_t i, int64_t j,
-                           uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
-  const uint32_t r = is_stochastic(p.round) ? rng(static_cast<uint64_t>(i)) : 0u;
+// r: the element's random bits (stochastic modes; else unused).
+inline void core_element_r(const QuantPlan& p, const BlockConsts& c, const float* x, int64_t i, int64_t j, uint32_t r,
+                           uint8_t* codes, float* values, SpanCounts& cnt) {
   const ElemOut e = encode_element(p, c, x[j], r);
   cnt.saturated += (e.flags & kSaturated) ? 1 : 0;
   cnt.nonzero += x[j] != 0.0f;
@@ -29,6 +29,11 @@ inline void core_element(const QuantPlan& p, const BlockConsts& c, const float* 
     }
   }
   values[i] = e.xhat;
+}
+
+inline void core_element(const QuantPlan& p, const BlockConsts& c, const float* x, int64_t i, int64_t j,
+                         uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
+  core_element_r(p, c, x, i, j, is_stochastic(p.round) ? rng(static_cast<uint64_t>(i)) : 0u, codes, values, cnt);
 }
 
 // The Philox words an FP4 loop's stochastic mode draws h bits per element
@@ -54,15 +59,27 @@ struct Fp4Pending {
   uint32_t mask;
 };
 
+// In stochastic modes the lanes' random bits come from the row's words
+// (fp4_row_words: words[k] is word j0 + k), not from a Philox block each.
 inline void fp4_redo_pending(const QuantPlan& p, const Fp4Row& row, const std::vector<Fp4Pending>& pending, size_t n,
-                             int lanes, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
+                             int lanes, uint8_t* codes, float* values, RandomBits& rng, const uint32_t* words,
+                             uint64_t j0, SpanCounts& cnt) {
+  const bool sr = is_stochastic(p.round);
+  const int h = rng.bits();
   for (size_t k = 0; k < n; ++k) {
     const Fp4Pending& q = pending[k];
     const float* x = row.x + q.block * row.bc;
     const int64_t i0 = row.i0 + q.block * row.bc;
-    for (int l = 0; l < lanes; ++l)
-      if (q.mask & (1u << l))
-        core_element(p, row.consts[row.key(q.block)], x, i0 + q.j + l, q.j + l, codes, values, rng, cnt);
+    for (int l = 0; l < lanes; ++l) {
+      if (!(q.mask & (1u << l))) continue;
+      const int64_t i = i0 + q.j + l;
+      uint32_t r = 0;
+      if (sr) {
+        const uint64_t g = rng.first() + static_cast<uint64_t>(i);
+        r = random_bits_from_word(words[random_word_index(g, h) - j0], g, h);
+      }
+      core_element_r(p, row.consts[row.key(q.block)], x, i, q.j + l, r, codes, values, cnt);
+    }
   }
 }
 
