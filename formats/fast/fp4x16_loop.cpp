@@ -86,7 +86,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   const __m512 vmax = _mm512_set1_ps(static_cast<float>(f.max));
   const __m512 inf = _mm512_set1_ps(INFINITY);
   const __m512 tiny = _mm512_set1_ps(std::ldexp(1.0f, -100));
-  const __m512 tol_rel = _mm512_set1_ps(std::ldexp(1.0f, -20));
+  const __m512 tol_rel = _mm512_set1_ps(std::ldexp(1.0f, -22));
   const __m512 one_f = _mm512_set1_ps(1.0f);
   const __m512 half = _mm512_set1_ps(0.5f);
   const __m512 zero = _mm512_setzero_ps();

@@ -80,7 +80,7 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
   const __m256 vt = _mm256_set1_ps(p.t);
   const __m256 inf = _mm256_set1_ps(INFINITY);
   const __m256 tiny = _mm256_set1_ps(std::ldexp(1.0f, -100));
-  const __m256 tol_rel = _mm256_set1_ps(std::ldexp(1.0f, -20));
+  const __m256 tol_rel = _mm256_set1_ps(std::ldexp(1.0f, -22));
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 zero = _mm256_setzero_ps();
   // in biased exponents: ee_b = max(exponent field, emin + 127) and

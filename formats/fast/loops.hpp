@@ -62,8 +62,10 @@ void f64x4_span(const QuantPlan& p, const BlockConsts& c, const F64Block& vb, co
 // The 8-lane float32 loop for formats with at most 8 magnitudes (E + M <= 3:
 // e2m1 and smaller), where the dequantized value of every code of a block
 // is precomputed exactly into an 8-entry table. Same uncertainty rule as
-// above, at float precision: a lane within 2^-20 (relative) of a decision
-// boundary goes to the scalar core.
+// above, at float precision: v' = fl(|x| fl(t / s)) is within 2^-23 (1 +
+// 2^-21) of v, relative, so a lane within 2^-22 (relative) of a decision
+// boundary goes to the scalar core (docs/numerics.md, "How the fast CPU path
+// stays exact").
 struct Fp4Block {
   float r = 1;          // exact arithmetic: fl(t / s) (no scale: t)
   bool ok = true;       // r is a normal float32 (else the block takes the scalar loop)

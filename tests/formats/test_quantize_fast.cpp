@@ -484,6 +484,87 @@ TEST(QuantizeFast, FP4ThresholdLoopAtDecisionPoints) {
   EXPECT_GT(at_points, 750000);
 }
 
+// The FP4 loops' uncertainty rule in the stochastic modes, whose decisions
+// fall on a finer grid than the nearest modes': the h+1 bits below a
+// magnitude's lower neighbour (docs/numerics.md, "How the fast CPU path stays
+// exact"). Inputs on and within a few float32 ulps of points of that grid in
+// every step between neighbouring magnitudes, as in the test above, for each
+// stochastic mode, several random-bit widths and both arithmetics: the
+// loops (1 and 2 threads) must give the reference's bits.
+TEST(QuantizeFast, FP4LoopsAtStochasticDecisionPoints) {
+  test::Rng rng(6061);
+  struct Case {
+    const char* elem;
+    const char* scale;
+    int br, bc;
+    int64_t rows, cols;
+    double target;  // 0: none
+  };
+  const Case cases[] = {
+      {"e2m1", "ue5m3", 1, 16, 48, 400, 448.0}, {"e2m1", "e4m3", 1, 16, 20, 96, 0.0},
+      {"e2m1", "ue8m0", 1, 32, 16, 100, 0.0},   {"e2m1", "e4m3", 16, 16, 40, 72, 0.0},
+      {"e1m2", "ue5m3", 1, 16, 12, 64, 2048.0}, {"e2m1", "ue5m3", 1, 8, 16, 60, 6.0},
+  };
+  const Round modes[] = {Round::stochastic, Round::stochastic_fast, Round::stochastic_fastest};
+  int compared = 0, at_points = 0;
+  for (const Case& cs : cases) {
+    for (const Round mode : modes) {
+      for (const int h : {2, 8, 13}) {
+        for (const Arith arith : {Arith::exact, Arith::fp32}) {
+          QuantSpec s = test::block_spec(cs.elem, cs.scale, cs.br, cs.bc, mode, arith);
+          if (cs.target > 0) s.scale_target = cs.target;
+          s.sr_bits = h;
+          s.seed = 77;
+          s.stream = 3;
+          const std::string what = std::string(cs.elem) + "/" + cs.scale + " " + std::to_string(cs.br) + "x" +
+                                   std::to_string(cs.bc) + " " + test::mode_name(mode) + " h=" + std::to_string(h) +
+                                   (arith == Arith::exact ? " exact" : " fp32");
+          std::vector<float> x(static_cast<size_t>(cs.rows * cs.cols));
+          // ordinary values over a dozen binades (no huge ones: the scales
+          // of the blocks, and so fl(t / s), stay ordinary)
+          for (float& v : x) v = (rng.coin() ? -1.0f : 1.0f) * rng.float_in(-6, 6);
+          const Outcome first = run(s, x, cs.rows, cs.cols, 0);
+          ASSERT_FALSE(first.threw) << what << ": " << first.error;
+          const Format& fe = s.elem;
+          const int64_t gc = (cs.cols + cs.bc - 1) / cs.bc;
+          const double grid = std::ldexp(1.0, h + 1);
+          for (int64_t r = 0; r < cs.rows; ++r) {
+            for (int64_t c = 0; c < cs.cols; ++c) {
+              const int64_t bi = r / cs.br, bj = c / cs.bc;
+              const double sc = s.scale->decode(first.scodes[static_cast<size_t>(bi * gc + bj)]);
+              if (!(sc > 0)) continue;
+              float bmax = 0;  // keep each block's largest element (and so its scale)
+              for (int64_t rr = bi * cs.br; rr < std::min(cs.rows, (bi + 1) * cs.br); ++rr)
+                for (int64_t cc = bj * cs.bc; cc < std::min(cs.cols, (bj + 1) * cs.bc); ++cc)
+                  bmax = std::max(bmax, std::fabs(x[static_cast<size_t>(rr * cs.cols + cc)]));
+              float& e = x[static_cast<size_t>(r * cs.cols + c)];
+              if (std::fabs(e) == bmax) continue;
+              // a point m / 2^(h+1) of the way from magnitude q-1 to q
+              const uint32_t q = static_cast<uint32_t>(rng.range(1, static_cast<int64_t>(fe.max_mag)));
+              const double lo = fe.mag_value(q - 1), hi = fe.mag_value(q);
+              const double m = static_cast<double>(rng.range(0, static_cast<int64_t>(grid)));
+              const double v = lo + (hi - lo) * m / grid;
+              const float at = static_cast<float>(v * sc / first.info.t);
+              const int32_t off = static_cast<int32_t>(rng.range(-3, 3));
+              const float y = float_of(static_cast<uint32_t>(static_cast<int32_t>(bits_of(at)) + off));
+              if (!(y < bmax) || !(y > 0)) continue;
+              e = rng.coin() ? -y : y;
+              ++at_points;
+            }
+          }
+          const Outcome ref = run(s, x, cs.rows, cs.cols, 0);
+          ASSERT_FALSE(ref.threw) << what << ": " << ref.error;
+          ASSERT_EQ(ref.scodes, first.scodes) << what << ": moving elements changed a block scale";
+          for (int threads : {1, 2}) EXPECT_EQ(difference(ref, run(s, x, cs.rows, cs.cols, threads), x), "") << what;
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 108);
+  EXPECT_GT(at_points, 80000);
+}
+
 // The UE5M3 paper's element and block format: e2m1 with ue5m3 1x16 scales,
 // current tensor amax, scale target 448, rne, exact arithmetic.
 QuantSpec ue5m3_1x16() {
