@@ -273,6 +273,8 @@ def tables(data, here, plots=True):
                        f"{' (steps ' + ', '.join(str(k + 1) for k in spikes[:8]) + ')' if spikes else ''} | "
                        f"{rise:.3f} | {'no' if r['finite'] == '1' else 'yes'} |")
         out.append("")
+        out += gap_windows_table(long_runs, lc)
+        out += precursor_table(data, long_runs, lc)
         if plots:
             long_plots(data, here, long_runs, lc)
 
@@ -398,12 +400,114 @@ def spikes_of(ys, window=50, k=5.0):
     return spikes, rise
 
 
+def gap_windows_table(long_runs, lc, width=500):
+    """The mean per-step training-loss gap to the bf16 run (same seed, same batches) over windows of `width`
+    steps: does the gap grow with the horizon?"""
+    ref = next((r["name"] for r in long_runs if r["recipe"] == "bf16"), None)
+    if ref is None:
+        return []
+    last = max(lc[ref])
+    wins = [(lo, min(lo + width - 1, last)) for lo in range(1, last + 1, width)]
+    out = [f"Training-loss gap to bf16, the mean of the per-step differences over windows of {width} steps:\n",
+           "| recipe | " + " | ".join(f"{lo}–{hi}" for lo, hi in wins) + " |",
+           "|---|" + "---|" * len(wins)]
+    for r in sorted(long_runs, key=lambda r: RECIPES.index(r["recipe"])):
+        if r["name"] == ref:
+            continue
+        c = lc[r["name"]]
+        cells = []
+        for lo, hi in wins:
+            d = [c[k] - lc[ref][k] for k in range(lo, hi + 1) if k in c and k in lc[ref]]
+            cells.append(f"{mean(d):+.4f}" if d else "—")
+        out.append(f"| {r['recipe']} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def departure(series, step, window=10):
+    """The last value of a statistic logged before `step`, as standard deviations (z) away from the mean of the
+    `window` values logged before it: (logged step, z), or None with fewer values. Equal to a constant window:
+    z = 0; different from one: z = inf."""
+    before = sorted(k for k in series if k < step)
+    if len(before) < window + 1:
+        return None
+    k = before[-1]
+    prev = [series[j] for j in before[-1 - window:-1]]
+    m, s = mean(prev), sd(prev)
+    if s == 0:
+        return k, 0.0 if series[k] == m else math.inf
+    return k, (series[k] - m) / s
+
+
+STAT_KEYS = {"underflow": "underflow", "saturated": "saturation", "scale_underflow": "scale underflow",
+             "scale_saturated": "scale saturation", "sqnr_db": "SQNR", "stale_ratio_max": "ρ max"}
+
+
+def long_series(data):
+    """Every logged statistic of the long runs: {name: {label: {step: value}}}, per role and per GEMM; series
+    constant over the whole run (nothing to depart from, e.g. ρ under current scaling) left out."""
+    out = defaultdict(lambda: defaultdict(dict))
+    for s in read(data / "long" / "stats.csv"):
+        for k, label in STAT_KEYS.items():
+            out[s["name"]][f"{s['operand']} {label}"][int(s["step"])] = f(s[k])
+    for g in read(data / "long" / "gemm.csv"):
+        out[g["name"]][f"{g['gemm']} gain − 1"][int(g["step"])] = f(g["gain_minus_1"])
+    return {n: {lb: v for lb, v in ser.items() if len(set(v.values())) > 1} for n, ser in out.items()}
+
+
+def precursors(series, spike_steps, z=3.0):
+    """For one run: ([(label, logged step, spike step, z)] of statistics whose last value before a spike departs
+    by more than z, pairs checked), and the same count over every logged step (the base rate)."""
+    hits, pairs = [], 0
+    for label, v in series.items():
+        for sp in spike_steps:
+            d = departure(v, sp)
+            if d is not None:
+                pairs += 1
+                if abs(d[1]) > z:
+                    hits.append((label, d[0], sp, d[1]))
+    base_hits = base_pairs = 0
+    for v in series.values():
+        for k in sorted(v):
+            d = departure(v, k + 1)
+            if d is not None and d[0] == k:
+                base_pairs += 1
+                base_hits += abs(d[1]) > z
+    return hits, pairs, base_hits, base_pairs
+
+
+def precursor_table(data, long_runs, lc):
+    series = long_series(data)
+    rows = []
+    for r in sorted(long_runs, key=lambda r: RECIPES.index(r["recipe"])):
+        if r["name"] not in series:
+            continue
+        st = sorted(lc[r["name"]])
+        spike_steps = [st[i] for i in spikes_of([lc[r["name"]][k] for k in st])[0]]
+        hits, pairs, bh, bp = precursors(series[r["name"]], spike_steps)
+        hits.sort(key=lambda h: -abs(h[3]))
+        listed = "; ".join(f"{lb} {zz:+.1f} (step {k}, spike {sp})" for lb, k, sp, zz in hits[:6])
+        rows.append(f"| {r['recipe']} | {len(series[r['name']])} | {len(spike_steps)} | {len(hits)} of {pairs} "
+                    f"({100 * len(hits) / max(pairs, 1):.1f}%) | {bh} of {bp} ({100 * bh / max(bp, 1):.1f}%) | "
+                    f"{listed or '—'}{' ...' if len(hits) > 6 else ''} |")
+    if not rows:
+        return []
+    return ["Statistics before the spikes: each statistic's last value logged before a spike (every 50 steps, so "
+            "3 to 49 steps before it) as standard deviations z from the mean of its 10 values logged before "
+            "that, against the same measure at every logged step (the base rate). Statistics: per role "
+            "underflow, saturation, scale underflow, scale saturation, SQNR and ρ max, per GEMM gain − 1 "
+            "(aggregated over the quantized layers), those constant over the run left out.\n",
+            "| recipe | statistics | spikes | beyond 3 sd before a spike | beyond 3 sd at any logged step | "
+            "largest departures before a spike |",
+            "|---|---|---|---|---|---|", *rows, ""]
+
+
 def long_plots(data, here, long_runs, lc):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = {r["name"]: r["recipe"] for r in long_runs}
+    names = {r["name"]: r["recipe"] for r in sorted(long_runs, key=lambda r: RECIPES.index(r["recipe"]))}
+    color = {rc: f"C{i}" for i, rc in enumerate(RECIPES)}  # one colour per recipe in every panel
     stats = defaultdict(lambda: defaultdict(list))
     for s in read(data / "long" / "stats.csv"):
         stats[(s["name"], s["operand"])]["step"].append(int(s["step"]))
@@ -420,7 +524,7 @@ def long_plots(data, here, long_runs, lc):
         y = [lc[n][k] for k in st]
         w = 25
         ys = [mean(y[max(0, i - w + 1):i + 1]) for i in range(len(y))]
-        ax.plot(st, ys, label=rc, lw=1)
+        ax.plot(st, ys, label=rc, lw=1, color=color[rc])
     ax.set_title("train loss (25-step running mean)")
     ax.set_ylim(1.2, 2.2)
     ax.legend(fontsize=8)
@@ -432,13 +536,13 @@ def long_plots(data, here, long_runs, lc):
         for n, rc in names.items():
             v = stats.get((n, role))
             if v:
-                ax.plot(v["step"], v[key], label=rc, lw=1)
+                ax.plot(v["step"], v[key], label=rc, lw=1, color=color[rc])
         ax.set_title(title)
     ax = axes[2][1]
     for n, rc in names.items():
         v = gm.get((n, "wgrad"))
         if v:
-            ax.plot(v["step"], [100 * b for b in v["bias"]], label=rc, lw=1)
+            ax.plot(v["step"], [100 * b for b in v["bias"]], label=rc, lw=1, color=color[rc])
     ax.axhline(0, color="k", lw=0.6)
     ax.set_title("wgrad gain − 1 (%), mean over layers")
     for a in axes.flat:
@@ -462,4 +566,12 @@ def selftest():
     ys[90] += 0.5
     sp, rise = spikes_of(ys)
     assert sp == [90] and abs(rise - (ys[90] - mean(ys[40:90]))) < 1e-12, (sp, rise)
+    # a departure: the last value before the step against the 10 before it
+    v = {50 * j: 1.0 + 0.1 * (j % 2) for j in range(12)}
+    v[550] = 2.0
+    k, zz = departure(v, 560)
+    assert k == 550 and abs(zz - (2.0 - 1.05) / sd([1.0 + 0.1 * (j % 2) for j in range(1, 11)])) < 1e-12, zz
+    assert departure(v, 500) is None and departure({j: 1.0 for j in range(12)}, 20) == (11, 0.0)
+    hits, pairs, bh, bp = precursors({"s": v}, [560])
+    assert [h[:3] for h in hits] == [("s", 550, 560)] and pairs == 1 and (bh, bp) == (1, 2), (hits, bh, bp)
     print("study_tables: selftest passed")
