@@ -1,12 +1,13 @@
-// What the kernels' work items share (models/ssd_items.hpp): the GEMM
-// functors an item forms its small products with, and the padding of its
-// scratch arrays.
+// What the kernels' work items share (models/ssd_items.hpp,
+// models/attention_items.hpp): the GEMM functors an item forms its small
+// products with, and the padding of its scratch arrays.
 //
 // A functor has sim::gemm_serial's signature: the CPU and the host emulation
 // pass SerialGemm (one Eigen call, so the emulation equals the CPU bit for
 // bit), a device passes NaiveGemm (each output element summed over k in
 // order from +0, or from C when accumulating), whose order is not Eigen's:
-// on a device the results carry an FP32 budget (tests/models/test_ssd_cuda.cpp).
+// on a device the results carry an FP32 budget (tests/models/test_ssd_cuda.cpp,
+// tests/models/test_attention_cuda.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // The comparisons of the kernel tests whose device results carry an FP32
-// budget from test::RunErr (tests/models/run_error.hpp), as test_ssd_cuda.cpp,
-// built twice (tests/models/kernel_test.hpp).
+// budget from test::RunErr (tests/models/run_error.hpp): test_ssd_cuda.cpp
+// and test_attention_cuda.cpp, each built twice (tests/models/kernel_test.hpp).
 // In the emulated build a kernel must equal the CPU bit for bit, and the
 // CPU must lie within 2 u E of the exact value (u = 2^-24, E the RunErr bound
 // of the same element): the premise of the device budget, checked in CI. On
