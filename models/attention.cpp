@@ -1,118 +1,43 @@
 #include "models/attention.hpp"
 
-#include <algorithm>
 #include <array>
-#include <cmath>
 
-#include "sim/gemm.hpp"
+#include "models/attention_items.hpp"
 #include "sim/parallel.hpp"
 #include "sim/tensor.hpp"
 
 namespace exmy::models {
 
 using sim::Buf;
-using sim::gemm_serial;
-using sim::Op;
 
-// Queries are processed in blocks of kQueryBlock rows. Block [i0, i1) needs
-// only the keys [0, i1), so scores, probabilities and both products cover
-// the causal triangle plus at most one block of masked entries per block
-// row: about half of the full T x T work for long sequences.
-constexpr int64_t kQueryBlock = 64;
+// The work items of models/attention_items.hpp, one per (batch, head) in the
+// forward and per (batch, kv head) in the backward, each with its own block
+// scratch (min(S, kQueryBlock) x S).
 
 template <class T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const AttnDims& d) {
-  const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, Hkv = d.kv_heads, rep = Hq / Hkv;
-  const int64_t ldq = Hq * Dh, ldkv = Hkv * Dh;
-  const T scale = T(1) / std::sqrt(static_cast<T>(Dh));
-#pragma omp parallel for schedule(dynamic, 1) if (d.batch * Hq * S * S * Dh >= sim::parallel_min_work())
+  const int64_t S = d.seqlen, Hq = d.q_heads;
+  const SerialGemm gemm;
+#pragma omp parallel for schedule(dynamic, 1) if (d.batch * Hq * S * S * d.head_dim >= sim::parallel_min_work())
   for (int64_t u = 0; u < d.batch * Hq; ++u) {
-    const int64_t b = u / Hq, h = u % Hq, kvh = h / rep;
-    const T* qh = q + b * S * ldq + h * Dh;
-    const T* kh = k + b * S * ldkv + kvh * Dh;
-    const T* vh = v + b * S * ldkv + kvh * Dh;
-    Buf<T> P(static_cast<size_t>(std::min(S, kQueryBlock) * S));
-    for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
-      const int64_t i1 = std::min(S, i0 + kQueryBlock), rows = i1 - i0, keys = i1;
-      // P (rows, keys) = Q[i0:i1] K[0:i1]^T
-      gemm_serial(P.data(), keys, qh + i0 * ldq, ldq, Op::N, kh, ldkv, Op::T, rows, keys, Dh, false);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = i0 + r;
-        T* row = P.data() + r * keys;
-        T mx = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
-          row[j] *= scale;
-          mx = std::max(mx, row[j]);
-        }
-        T sum = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
-        }
-        const T inv = T(1) / sum;
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-        for (int64_t j = i + 1; j < keys; ++j) row[j] = 0;
-        lse[(b * Hq + h) * S + i] = mx + std::log(sum);
-      }
-      gemm_serial(out + (b * S + i0) * ldq + h * Dh, ldq, P.data(), keys, Op::N, vh, ldkv, Op::N, rows, Dh, keys,
-                  false);
-    }
+    Buf<T> P(static_cast<size_t>(attn_block_size(d)));
+    attn_fwd_head(gemm, out, lse, q, k, v, d, u / Hq, u % Hq, P.data());
   }
 }
 
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k,
                         const T* v, const AttnDims& d) {
-  const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, Hkv = d.kv_heads, rep = Hq / Hkv;
-  const int64_t ldq = Hq * Dh, ldkv = Hkv * Dh;
-  const T scale = T(1) / std::sqrt(static_cast<T>(Dh));
+  const int64_t S = d.seqlen, Hq = d.q_heads, Hkv = d.kv_heads;
+  const SerialGemm gemm;
   // One unit per (batch, kv head): the query heads that share a key/value
   // head add their dk, dv in head order, and within a head in query-block
   // order.
-#pragma omp parallel for schedule(dynamic, 1) if (d.batch * Hq * S * S * Dh >= sim::parallel_min_work())
+#pragma omp parallel for schedule(dynamic, 1) if (d.batch * Hq * S * S * d.head_dim >= sim::parallel_min_work())
   for (int64_t u = 0; u < d.batch * Hkv; ++u) {
-    const int64_t b = u / Hkv, kvh = u % Hkv;
-    const T* kh = k + b * S * ldkv + kvh * Dh;
-    const T* vh = v + b * S * ldkv + kvh * Dh;
-    T* dkh = dk + b * S * ldkv + kvh * Dh;
-    T* dvh = dv + b * S * ldkv + kvh * Dh;
-    const size_t pn = static_cast<size_t>(std::min(S, kQueryBlock) * S);
+    const size_t pn = static_cast<size_t>(attn_block_size(d));
     Buf<T> P(pn), dP(pn);
-    for (int64_t h = kvh * rep; h < (kvh + 1) * rep; ++h) {
-      const T* qh = q + b * S * ldq + h * Dh;
-      const T* oh = out + b * S * ldq + h * Dh;
-      const T* doh = dout + b * S * ldq + h * Dh;
-      T* dqh = dq + b * S * ldq + h * Dh;
-      const T* l = lse + (b * Hq + h) * S;
-      for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
-        const int64_t i1 = std::min(S, i0 + kQueryBlock), rows = i1 - i0, keys = i1;
-        // Recompute the probabilities from the saved log-sum-exp.
-        gemm_serial(P.data(), keys, qh + i0 * ldq, ldq, Op::N, kh, ldkv, Op::T, rows, keys, Dh, false);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t i = i0 + r;
-          T* row = P.data() + r * keys;
-          for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(row[j] * scale - l[i]);
-          for (int64_t j = i + 1; j < keys; ++j) row[j] = 0;
-        }
-        // dV[0:i1] += P^T dO[i0:i1];  dP = dO[i0:i1] V[0:i1]^T
-        gemm_serial(dvh, ldkv, P.data(), keys, Op::T, doh + i0 * ldq, ldq, Op::N, keys, Dh, rows, true);
-        gemm_serial(dP.data(), keys, doh + i0 * ldq, ldq, Op::N, vh, ldkv, Op::T, rows, keys, Dh, false);
-        // Softmax backward: dS = P ∘ (dP - rowsum(dO ∘ O)), times the scale
-        // that multiplied the scores.
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t i = i0 + r;
-          T di = 0;
-          for (int64_t e = 0; e < Dh; ++e) di += doh[i * ldq + e] * oh[i * ldq + e];
-          T* row = dP.data() + r * keys;
-          const T* prow = P.data() + r * keys;
-          for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - di) * scale;
-          for (int64_t j = i + 1; j < keys; ++j) row[j] = 0;
-        }
-        // dQ[i0:i1] += dS K[0:i1];  dK[0:i1] += dS^T Q[i0:i1]
-        gemm_serial(dqh + i0 * ldq, ldq, dP.data(), keys, Op::N, kh, ldkv, Op::N, rows, Dh, keys, true);
-        gemm_serial(dkh, ldkv, dP.data(), keys, Op::T, qh + i0 * ldq, ldq, Op::N, keys, Dh, rows, true);
-      }
-    }
+    attn_bwd_kv_head(gemm, dq, dk, dv, dout, out, lse, q, k, v, d, u / Hkv, u % Hkv, P.data(), dP.data());
   }
 }
 

@@ -4,12 +4,10 @@
 // (one thread per item), so both run the same operations in the same order
 // (docs/architecture.md, "CPU and GPU share code").
 //
-// The small products inside an item go through a GEMM functor `gemm` with
-// sim::gemm_serial's signature: the CPU and the host emulation pass
-// SerialGemm (one Eigen call, so the emulation equals the CPU bit for bit),
-// a device passes NaiveGemm (each output element summed over k in order from
-// +0, or from C when accumulating), whose order is not Eigen's: on a device
-// the results carry an FP32 budget (tests/models/test_ssd_cuda.cpp).
+// The small products inside an item go through a GEMM functor `gemm`
+// (models/item_gemm.hpp): SerialGemm on the CPU and in the host emulation,
+// NaiveGemm on a device, whose results carry an FP32 budget
+// (tests/models/test_ssd_cuda.cpp).
 //
 // Items and scratch (every pointer is the item's own; L = the chunk's length
 // Lc, P = head_dim, N = state):
@@ -26,8 +24,8 @@
 #include <cstdint>
 
 #include "formats/format.hpp"  // EXMY_HD
+#include "models/item_gemm.hpp"
 #include "models/ssd.hpp"
-#include "sim/gemm.hpp"
 #include "sim/hd_math.hpp"
 
 namespace exmy::models {
@@ -42,34 +40,6 @@ EXMY_HD SsdChunk ssd_chunk_of(const SsdDims& d, int64_t b, int64_t q) {
   const int64_t left = d.seqlen - t0;
   return {b, q, t0, d.chunk < left ? d.chunk : left};
 }
-
-// The CPU's product: one single-threaded Eigen call (host only).
-struct SerialGemm {
-  template <class T>
-  void operator()(T* C, int64_t ldc, const T* A, int64_t lda, sim::Op opA, const T* B, int64_t ldb, sim::Op opB,
-                  int64_t M, int64_t N, int64_t K, bool accumulate) const {
-    sim::gemm_serial(C, ldc, A, lda, opA, B, ldb, opB, M, N, K, accumulate);
-  }
-};
-
-// The device's product for the one-thread-per-item kernels: each element of
-// C summed over k in order (from +0, or from C when accumulating).
-struct NaiveGemm {
-  template <class T>
-  EXMY_HD void operator()(T* C, int64_t ldc, const T* A, int64_t lda, sim::Op opA, const T* B, int64_t ldb,
-                          sim::Op opB, int64_t M, int64_t N, int64_t K, bool accumulate) const {
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        T s = accumulate ? C[i * ldc + j] : T(0);
-        for (int64_t k = 0; k < K; ++k) {
-          const T a = opA == sim::Op::N ? A[i * lda + k] : A[k * lda + i];
-          const T b = opB == sim::Op::N ? B[k * ldb + j] : B[j * ldb + k];
-          s += a * b;
-        }
-        C[i * ldc + j] = s;
-      }
-  }
-};
 
 // Forward 1, item (b, q, g): for each head of group g, acs (the chunk's
 // cumulative sums of dt A), the diagonal-block output y = (C B^T ∘
@@ -209,16 +179,11 @@ struct SsdGroupScratch {
   T* dacs;                     // (L)
 };
 
-// Scratch arrays start 16 elements apart (64 bytes for float) from a
-// 64-byte-aligned base, as the CPU's separate buffers (sim::Buf) do: Eigen's
-// small products may choose their vectorized path by the operands'
-// alignment, so an array aligned differently could give other bits.
-EXMY_HD int64_t ssd_pad(int64_t n) { return (n + 15) / 16 * 16; }
-
 // Elements of one SsdGroupScratch for chunks of up to L tokens, and its
-// arrays carved from p in the order of the struct, each padded by ssd_pad.
+// arrays carved from p in the order of the struct, each padded by item_pad
+// (models/item_gemm.hpp: 64-byte alignment, as the CPU's buffers).
 EXMY_HD int64_t ssd_group_scratch_size(int64_t L, int64_t P, int64_t N) {
-  return 5 * ssd_pad(L * L) + 4 * ssd_pad(L * P) + 2 * ssd_pad(L * N) + ssd_pad(L);
+  return 5 * item_pad(L * L) + 4 * item_pad(L * P) + 2 * item_pad(L * N) + item_pad(L);
 }
 template <class T>
 EXMY_HD SsdGroupScratch<T> ssd_group_scratch(T* p, int64_t L, int64_t P, int64_t N) {
@@ -227,7 +192,7 @@ EXMY_HD SsdGroupScratch<T> ssd_group_scratch(T* p, int64_t L, int64_t P, int64_t
   const int64_t sizes[] = {L * L, L * L, L * L, L * L, L * L, L * P, L * P, L * P, L * P, L * N, L * N, L};
   for (int i = 0; i < 12; ++i) {
     *arrays[i] = p;
-    p += ssd_pad(sizes[i]);
+    p += item_pad(sizes[i]);
   }
   return w;
 }

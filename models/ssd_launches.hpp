@@ -26,13 +26,13 @@ namespace exmy::models {
 
 // Scratch elements of the forward: per (b, q, g) item CB, M (chunk^2) and
 // XDT (chunk x P); per (b, h) the running state (P x N); per (b, q, h) off
-// (chunk x P). Every array padded by ssd_pad, the scratch 64-byte aligned
+// (chunk x P). Every array padded by item_pad, the scratch 64-byte aligned
 // (as cudaMalloc's and sim::Buf's are).
-inline int64_t ssd_forward_group_scratch(int64_t L, int64_t P) { return 2 * ssd_pad(L * L) + ssd_pad(L * P); }
+inline int64_t ssd_forward_group_scratch(int64_t L, int64_t P) { return 2 * item_pad(L * L) + item_pad(L * P); }
 inline int64_t ssd_forward_scratch(const SsdDims& d) {
   const int64_t L = d.chunk, P = d.head_dim, N = d.state, BQ = d.batch * d.chunks();
-  return BQ * d.groups * ssd_forward_group_scratch(L, P) + d.batch * d.heads * ssd_pad(P * N) +
-         BQ * d.heads * ssd_pad(L * P);
+  return BQ * d.groups * ssd_forward_group_scratch(L, P) + d.batch * d.heads * item_pad(P * N) +
+         BQ * d.heads * item_pad(L * P);
 }
 
 // Scratch elements of the backward: dstates (B,Q,H,P,N), dlast (B,H,Q), per
@@ -41,8 +41,8 @@ inline int64_t ssd_forward_scratch(const SsdDims& d) {
 // aligned as the forward's.
 inline int64_t ssd_backward_scratch(const SsdDims& d) {
   const int64_t L = d.chunk, P = d.head_dim, N = d.state, BQ = d.batch * d.chunks(), H = d.heads;
-  return ssd_pad(d.states_size()) + ssd_pad(BQ * H) + BQ * H * ssd_pad(L * P) + d.batch * H * ssd_pad(P * N) +
-         BQ * d.groups * ssd_group_scratch_size(L, P, N) + 2 * ssd_pad(BQ * H);
+  return item_pad(d.states_size()) + item_pad(BQ * H) + BQ * H * item_pad(L * P) + d.batch * H * item_pad(P * N) +
+         BQ * d.groups * ssd_group_scratch_size(L, P, N) + 2 * item_pad(BQ * H);
 }
 
 template <class L, class Gemm, class T>
@@ -51,14 +51,14 @@ void ssd_chunk_scan_forward_launches(const L& launch, const Gemm& gemm, T* y, T*
                                      const T* A_log, const T* D, const SsdDims& d, T* scratch) {
   const int64_t Lmax = d.chunk, P = d.head_dim, N = d.state, H = d.heads, G = d.groups, Q = d.chunks();
   const int64_t BQ = d.batch * Q;
-  const int64_t gsz = ssd_forward_group_scratch(Lmax, P), csz = ssd_pad(P * N), osz = ssd_pad(Lmax * P);
+  const int64_t gsz = ssd_forward_group_scratch(Lmax, P), csz = item_pad(P * N), osz = item_pad(Lmax * P);
   T* s_group = scratch;                 // BQ*G items: CB, M, XDT
   T* s_cur = s_group + BQ * G * gsz;    // B*H items: the running state
   T* s_off = s_cur + d.batch * H * csz;  // BQ*H items: off
   launch("ssd_forward chunk_group", BQ * G, [=] EXMY_HD_LAMBDA(int64_t u) {
     T* w = s_group + u * gsz;
     ssd_fwd_chunk_group(gemm, y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, d, u / (Q * G), (u / G) % Q, u % G, w,
-                        w + ssd_pad(Lmax * Lmax), w + 2 * ssd_pad(Lmax * Lmax));
+                        w + item_pad(Lmax * Lmax), w + 2 * item_pad(Lmax * Lmax));
   });
   launch("ssd_forward pass_states", d.batch * H, [=] EXMY_HD_LAMBDA(int64_t u) {
     ssd_fwd_pass_states(states, acs, d, u / H, u % H, s_cur + u * csz);
@@ -76,14 +76,14 @@ void ssd_chunk_scan_backward_launches(const L& launch, const Gemm& gemm, T* dx, 
                                       const T* states, const SsdDims& d, T* scratch) {
   const int64_t Lmax = d.chunk, P = d.head_dim, N = d.state, H = d.heads, G = d.groups, Q = d.chunks();
   const int64_t BQ = d.batch * Q, gsz = ssd_group_scratch_size(Lmax, P, N);
-  const int64_t ysz = ssd_pad(Lmax * P), nsz = ssd_pad(P * N);
+  const int64_t ysz = item_pad(Lmax * P), nsz = item_pad(P * N);
   T* dstates = scratch;
-  T* dlast = dstates + ssd_pad(d.states_size());
-  T* s_dye = dlast + ssd_pad(BQ * H);     // BQ*H items: dye
+  T* dlast = dstates + item_pad(d.states_size());
+  T* s_dye = dlast + item_pad(BQ * H);     // BQ*H items: dye
   T* s_next = s_dye + BQ * H * ysz;       // B*H items: the running gradient
   T* s_group = s_next + d.batch * H * nsz;  // BQ*G items: SsdGroupScratch
   T* pA = s_group + BQ * G * gsz;
-  T* pD = pA + ssd_pad(BQ * H);
+  T* pD = pA + item_pad(BQ * H);
   launch("ssd_backward dstates_from_outputs", BQ * H, [=] EXMY_HD_LAMBDA(int64_t u) {
     ssd_bwd_dstates_from_outputs(gemm, dstates, dy, Cm, ldbc, acs, d, u / (Q * H), (u / H) % Q, u % H,
                                  s_dye + u * ysz);

@@ -1,10 +1,11 @@
 // Math for EXMY_HD (host + device) code shared by the CPU and the CUDA
-// kernels. sqrt is correctly rounded on both sides (device code is compiled
-// with --prec-div=true --prec-sqrt=true --fmad=false), so results through it
-// are the same bits. exp and log: the host's libm (glibc) and the device's
-// libdevice are each accurate to a few ulp but not the same functions, so
-// results through them are bit-identical between the CPU and its host
-// emulation only; on a device they carry the FP32 budget their callers state.
+// kernels. max is exact and sqrt correctly rounded on both sides (device
+// code is compiled with --prec-div=true --prec-sqrt=true --fmad=false), so
+// results through them are the same bits. exp and log: the host's libm
+// (glibc) and the device's libdevice are each accurate to a few ulp but not
+// the same functions, so results through them are bit-identical between the
+// CPU and its host emulation only; on a device they carry the FP32 budget
+// their callers state.
 #pragma once
 
 #include <cmath>
@@ -28,5 +29,11 @@ EXMY_HD_MATH(sqrt)
 EXMY_HD_MATH(exp)
 EXMY_HD_MATH(log)
 #undef EXMY_HD_MATH
+
+// std::max's choice, (a < b) ? b : a, for EXMY_HD code: a NaN b keeps a.
+template <class T>
+EXMY_HD T hd_max(T a, T b) {
+  return a < b ? b : a;
+}
 
 }  // namespace exmy::sim

@@ -1,9 +1,9 @@
 // What the kernel tests of tests/models/ share (test_layers_cuda.cpp,
-// test_ssd_cuda.cpp), each built twice: with EXMY_TEST_EMULATED (label
-// "unit", the launches run on the host) and against the device (label
-// "gpu", SKIPPED without a CUDA device). Buffers are host vectors for the
-// emulation and device copies for the kernels; KERNEL(name) picks
-// name_emulated or name_cuda.
+// test_ssd_cuda.cpp, test_attention_cuda.cpp), each built twice: with
+// EXMY_TEST_EMULATED (label "unit", the launches run on the host) and
+// against the device (label "gpu", SKIPPED without a CUDA device). Buffers
+// are host vectors for the emulation and device copies for the kernels;
+// KERNEL(name) picks name_emulated or name_cuda.
 #pragma once
 
 #include <gtest/gtest.h>

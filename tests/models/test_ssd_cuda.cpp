@@ -22,8 +22,9 @@
 // first order and E's own double evaluation) plus 2^-126 absolute (the
 // subnormal range). The emulated build checks the bound's premise on the
 // CPU: |CPU - exact| <= 2 u E for every element, so a bound that fails to
-// cover the CPU's own error fails in CI.
-#include "tests/models/run_error.hpp"  // first: hd_exp(RunErr) before models/ssd_items.hpp
+// cover the CPU's own error fails in CI (the comparisons:
+// tests/models/budget_test.hpp).
+#include "tests/models/budget_test.hpp"  // first: hd_exp(RunErr) before models/ssd_items.hpp
 
 #include <gtest/gtest.h>
 
@@ -36,18 +37,9 @@
 #include "models/cuda/ssd_cuda.hpp"
 #include "models/ssd.hpp"
 #include "sim/tensor.hpp"
-#include "tests/models/kernel_test.hpp"
 
 namespace exmy::models {
 namespace {
-
-using test::RunErr;
-using Bound = std::vector<RunErr>;
-// The CPU's arrays 64-byte aligned, as the kernels' buffers: Eigen's small
-// products may choose their vectorized path by alignment.
-using AVec = sim::Buf<float>;
-AVec aligned(const Vec& v) { return AVec(v.begin(), v.end()); }
-Vec plain(const AVec& v) { return Vec(v.begin(), v.end()); }
 
 struct Shape {
   int64_t batch, seqlen, heads, head_dim, groups, state, chunk;
@@ -106,50 +98,6 @@ CpuForward cpu_forward(const Inputs& in) {
   ssd_chunk_scan_forward(f.y.data(), f.acs.data(), f.st.data(), x, in.ld, Bm, Cm, in.ld, in.dt.data(), in.A_log.data(),
                          in.D.data(), d);
   return f;
-}
-
-template <class T, class V>
-std::vector<T> to(const V& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
-
-// Every element of got within the device budget of want (the CPU's), with
-// bound the RunErr evaluation of the same output.
-void expect_within(const Vec& got, const Vec& want, const Bound& bound, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  const double u = std::ldexp(1.0, -24), tiny = std::ldexp(1.0, -126);
-  int bad = 0;
-  for (size_t i = 0; i < want.size() && bad < 5; ++i) {
-    const double lim = 4 * u * bound[i].e + tiny;
-    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= lim)) {
-      ADD_FAILURE() << what << " element " << i << ": " << got[i] << ", CPU " << want[i] << ", budget " << lim;
-      ++bad;
-    }
-  }
-}
-
-// The premise of the budget, on the CPU: within 2 u E of the exact value.
-void expect_cpu_within_bound(const Vec& cpu, const Bound& bound, const std::string& what) {
-  ASSERT_EQ(cpu.size(), bound.size()) << what;
-  const double u = std::ldexp(1.0, -24), tiny = std::ldexp(1.0, -126);
-  int bad = 0;
-  for (size_t i = 0; i < cpu.size() && bad < 5; ++i)
-    if (!(std::fabs(static_cast<double>(cpu[i]) - bound[i].v) <= 2 * u * bound[i].e + tiny)) {
-      ADD_FAILURE() << what << " element " << i << ": CPU " << cpu[i] << ", exact " << bound[i].v << ", bound "
-                    << 2 * u * bound[i].e;
-      ++bad;
-    }
-}
-
-// The emulation bit for bit; a device within its budget. The budget's
-// premise is checked on the CPU in the emulated build.
-void compare(const Vec& got, const Vec& cpu, const Bound& bound, const std::string& what) {
-  if (!kOnDevice) {
-    expect_bits(got, cpu, what);
-    expect_cpu_within_bound(cpu, bound, what + " (CPU against its bound)");
-  } else {
-    expect_within(got, cpu, bound, what);
-  }
 }
 
 TEST(SsdKernels, ForwardEqualsCpu) {

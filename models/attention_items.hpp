@@ -1,0 +1,154 @@
+// The work items of causal GQA attention (models/attention.hpp) as plain
+// EXMY_HD (host + device) functions: the CPU's OpenMP loops in
+// models/attention.cpp call them, one call per item, and so do the kernels
+// of models/attention_launches.hpp (one thread per item), so both run the
+// same operations in the same order (docs/architecture.md, "CPU and GPU
+// share code").
+//
+// The products QK^T, PV and the backward's go through a GEMM functor `gemm`
+// (models/item_gemm.hpp): SerialGemm on the CPU and in the host emulation,
+// NaiveGemm on a device, whose results carry an FP32 budget
+// (tests/models/test_attention_cuda.cpp).
+//
+// Items and scratch (every pointer is the item's own; S = seqlen):
+//   forward   attn_fwd_head    (b, h):   out and lse of query head h, query
+//                                        block by block; P (attn_block_size)
+//   backward  attn_bwd_kv_head (b, kvh): dq of the query heads that read kv
+//                                        head kvh, and its dk, dv +=, heads
+//                                        in order, query blocks in order;
+//                                        P, dP (attn_block_size each)
+// A block's scores cover at most kQueryBlock x S, so scratch stays linear in
+// the sequence length.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "formats/format.hpp"  // EXMY_HD
+#include "models/attention.hpp"
+#include "models/item_gemm.hpp"
+#include "sim/hd_math.hpp"
+
+namespace exmy::models {
+
+// Queries are processed in blocks of kQueryBlock rows. Block [i0, i1) needs
+// only the keys [0, i1), so scores, probabilities and both products cover
+// the causal triangle plus at most one block of masked entries per block
+// row: about half of the full T x T work for long sequences.
+inline constexpr int64_t kQueryBlock = 64;
+
+// Elements of one block's scores: min(S, kQueryBlock) rows of S keys.
+EXMY_HD int64_t attn_block_size(const AttnDims& d) {
+  return (d.seqlen < kQueryBlock ? d.seqlen : kQueryBlock) * d.seqlen;
+}
+
+// The factor of the scores, 1 / sqrt(head_dim).
+template <class T>
+EXMY_HD T attn_scale(const AttnDims& d) {
+  return T(1) / sim::hd_sqrt(static_cast<T>(d.head_dim));
+}
+
+// The end of the query block that starts at i0.
+EXMY_HD int64_t attn_block_end(const AttnDims& d, int64_t i0) {
+  return d.seqlen < i0 + kQueryBlock ? d.seqlen : i0 + kQueryBlock;
+}
+
+// The probabilities of query block [i0, i1) of one head into P (rows =
+// i1 - i0, keys = i1): row r is the softmax of query i = i0 + r's scaled
+// scores Q_i K_j^T over the keys j <= i, the masked keys zero. The forward
+// (saved = nullptr) normalizes each row by its own sum and writes its
+// log-sum-exp to lse[i]; the backward recomputes the row from the
+// log-sum-exp it saved, saved[i]. qh and kh point at the head's first
+// column, lse and saved at the head's S log-sum-exps.
+template <class T, class Gemm>
+EXMY_HD void attn_block_probs(const Gemm& gemm, T* P, T* lse, const T* saved, const T* qh, const T* kh,
+                              const AttnDims& d, int64_t i0, int64_t i1) {
+  const int64_t ldq = d.q_heads * d.head_dim, ldkv = d.kv_heads * d.head_dim, keys = i1;
+  const T scale = attn_scale<T>(d);
+  gemm(P, keys, qh + i0 * ldq, ldq, sim::Op::N, kh, ldkv, sim::Op::T, i1 - i0, keys, d.head_dim, false);
+  for (int64_t i = i0; i < i1; ++i) {
+    T* row = P + (i - i0) * keys;
+    if (saved) {
+      for (int64_t j = 0; j <= i; ++j) row[j] = sim::hd_exp(row[j] * scale - saved[i]);
+    } else {
+      T mx = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) {
+        row[j] *= scale;
+        mx = sim::hd_max(mx, row[j]);
+      }
+      T sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        row[j] = sim::hd_exp(row[j] - mx);
+        sum += row[j];
+      }
+      const T inv = T(1) / sum;
+      for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+      lse[i] = mx + sim::hd_log(sum);
+    }
+    for (int64_t j = i + 1; j < keys; ++j) row[j] = 0;
+  }
+}
+
+// Forward, item (b, h): for each query block, its probabilities (and the
+// log-sum-exp of each row into lse (B,Hq,S)), then out = P V.
+template <class T, class Gemm>
+EXMY_HD void attn_fwd_head(const Gemm& gemm, T* out, T* lse, const T* q, const T* k, const T* v, const AttnDims& d,
+                           int64_t b, int64_t h, T* P) {
+  const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, kvh = h / (Hq / d.kv_heads);
+  const int64_t ldq = Hq * Dh, ldkv = d.kv_heads * Dh;
+  const T* kh = k + b * S * ldkv + kvh * Dh;
+  const T* vh = v + b * S * ldkv + kvh * Dh;
+  for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
+    const int64_t i1 = attn_block_end(d, i0);
+    attn_block_probs(gemm, P, lse + (b * Hq + h) * S, static_cast<const T*>(nullptr), q + b * S * ldq + h * Dh, kh, d,
+                     i0, i1);
+    gemm(out + (b * S + i0) * ldq + h * Dh, ldq, P, i1, sim::Op::N, vh, ldkv, sim::Op::N, i1 - i0, Dh, i1, false);
+  }
+}
+
+// Backward, item (b, kvh): for each query head h reading kv head kvh, in
+// order, and each of its query blocks, in order: the probabilities again
+// from the saved lse, then dV += P^T dO, dS = P ∘ (dO V^T - rowsum(dO ∘ O))
+// times the scale, dQ += dS K and dK += dS^T Q. The item is the only writer
+// of its heads' dq and of its dk, dv, so their sums keep this order.
+template <class T, class Gemm>
+EXMY_HD void attn_bwd_kv_head(const Gemm& gemm, T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse,
+                              const T* q, const T* k, const T* v, const AttnDims& d, int64_t b, int64_t kvh, T* P,
+                              T* dP) {
+  const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, rep = Hq / d.kv_heads;
+  const int64_t ldq = Hq * Dh, ldkv = d.kv_heads * Dh;
+  const T scale = attn_scale<T>(d);
+  const T* kh = k + b * S * ldkv + kvh * Dh;
+  const T* vh = v + b * S * ldkv + kvh * Dh;
+  T* dkh = dk + b * S * ldkv + kvh * Dh;
+  T* dvh = dv + b * S * ldkv + kvh * Dh;
+  for (int64_t h = kvh * rep; h < (kvh + 1) * rep; ++h) {
+    const T* qh = q + b * S * ldq + h * Dh;
+    const T* oh = out + b * S * ldq + h * Dh;
+    const T* doh = dout + b * S * ldq + h * Dh;
+    T* dqh = dq + b * S * ldq + h * Dh;
+    for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
+      const int64_t i1 = attn_block_end(d, i0), rows = i1 - i0, keys = i1;
+      attn_block_probs(gemm, P, static_cast<T*>(nullptr), lse + (b * Hq + h) * S, qh, kh, d, i0, i1);
+      // dV[0:i1] += P^T dO[i0:i1];  dP = dO[i0:i1] V[0:i1]^T
+      gemm(dvh, ldkv, P, keys, sim::Op::T, doh + i0 * ldq, ldq, sim::Op::N, keys, Dh, rows, true);
+      gemm(dP, keys, doh + i0 * ldq, ldq, sim::Op::N, vh, ldkv, sim::Op::T, rows, keys, Dh, false);
+      // Softmax backward: dS = P ∘ (dP - rowsum(dO ∘ O)), times the scale
+      // that multiplied the scores.
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r;
+        T di = 0;
+        for (int64_t e = 0; e < Dh; ++e) di += doh[i * ldq + e] * oh[i * ldq + e];
+        T* row = dP + r * keys;
+        const T* prow = P + r * keys;
+        for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - di) * scale;
+        for (int64_t j = i + 1; j < keys; ++j) row[j] = 0;
+      }
+      // dQ[i0:i1] += dS K[0:i1];  dK[0:i1] += dS^T Q[i0:i1]
+      gemm(dqh + i0 * ldq, ldq, dP, keys, sim::Op::N, kh, ldkv, sim::Op::N, rows, Dh, keys, true);
+      gemm(dkh, ldkv, dP, keys, sim::Op::T, qh + i0 * ldq, ldq, sim::Op::N, keys, Dh, rows, true);
+    }
+  }
+}
+
+}  // namespace exmy::models
