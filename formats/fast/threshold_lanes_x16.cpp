@@ -72,8 +72,10 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
     for (int64_t c = 0; c < w; c += 16) {
       __m512i r[16];
       unsigned u = 0;
-      for (int l = 0; l < 16; ++l) {
-        const uint8_t sc = band.code[(c0 + c + l) / band.bc];
+      // the blocks of columns c0 + c + l: one division per 16 columns
+      int64_t blk = (c0 + c) / band.bc, in_blk = (c0 + c) % band.bc;
+      for (int l = 0; l < 16; ++l, in_blk = in_blk + 1 == band.bc ? (++blk, 0) : in_blk + 1) {
+        const uint8_t sc = band.code[blk];
         const ThrBlock* th = band.use[sc] ? &band.thr[sc] : &unused;
         u |= band.use[sc] ? 1u << l : 0u;
         r[l] = _mm512_loadu_si512(th);

@@ -161,8 +161,10 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
     for (int64_t c = 0; c < w; c += 8) {
       __m256i lo[8], hi[8];
       alignas(32) int32_t use[8];
-      for (int l = 0; l < 8; ++l) {
-        const uint8_t sc = band.code[(c0 + c + l) / band.bc];
+      // the blocks of columns c0 + c + l: one division per 8 columns
+      int64_t blk = (c0 + c) / band.bc, in_blk = (c0 + c) % band.bc;
+      for (int l = 0; l < 8; ++l, in_blk = in_blk + 1 == band.bc ? (++blk, 0) : in_blk + 1) {
+        const uint8_t sc = band.code[blk];
         const ThrBlock* th = band.use[sc] ? &band.thr[sc] : &unused;
         use[l] = band.use[sc] ? -1 : 0;
         lo[l] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(th->t));
