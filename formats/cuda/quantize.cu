@@ -2,14 +2,17 @@
 //
 // Launch shape. Without a block scale, one thread per element (grid-stride).
 // With a block scale, each scale block is owned by a group of G lanes of one
-// warp, G = min(32, next power of two >= block size), or 1 for column blocks
-// (R x 1, so that a warp reads 32 adjacent columns): the group reduces the
-// block amax over the integer bits of |x| with shuffles, every lane of the
-// group then computes the same block_scale() (the core is deterministic, so
-// no broadcast is needed), and the lanes encode the block's elements. The
-// launch shape never changes a result: every decision is made by the shared
-// core from (plan, element value, flat index), and the random bits of an
-// element come from its flat index (docs/numerics.md §4).
+// warp (group_size: 1, 4 or 32 by block size, 1 for column blocks): the
+// group reduces the block amax over the integer bits of |x| with shuffles,
+// every lane of the group then computes the same block_scale() (the core is
+// deterministic, so no broadcast is needed), and the lanes encode the
+// block's elements. Calls the CPU's threshold loops would take, in 1x16 and
+// 1x32 blocks, take the threshold path instead (one thread per block, a few
+// compares per element; see threshold_block_part). The launch shape never
+// changes a result: every decision is made by the shared core (or from
+// thresholds the core found) from (plan, element value, flat index), and
+// the random bits of an element come from its flat index (docs/numerics.md
+// §4); the device tests run every shape against the CPU.
 //
 // Integer statistics are per-thread counters, reduced per warp and added
 // with 64-bit atomics (integer addition is associative, so the totals are
@@ -35,11 +38,14 @@
 #include <vector>
 
 #include "formats/conventions.hpp"
+#include "formats/cuda/abs_max.cuh"
 #include "formats/error.hpp"
+#include "formats/fast/loops.hpp"
 #include "formats/philox.hpp"
 #include "formats/quant_core.hpp"
 #include "formats/quant_sums.hpp"
 #include "formats/spec.hpp"
+#include "formats/thresholds.hpp"
 
 namespace exmy {
 namespace {
@@ -119,6 +125,8 @@ EXMY_HD void store_code(void* base, int bytes, int64_t i, uint32_t code) {
   for (int k = 0; k < bytes; ++k) q[k] = static_cast<uint8_t>(code >> (8 * k));
 #endif
 }
+
+EXMY_HD uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 // Records element i as unrepresentable; the lowest index wins.
 EXMY_HD void note_error(unsigned long long* first_error, int64_t i) {
@@ -221,16 +229,141 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
   }
 }
 
-// Lanes per scale block: min(32, next power of two >= block size); one for
-// column blocks (R x 1), so that the 32 lanes of a warp own 32 adjacent
-// columns and read each row of them as one coalesced 128-byte line (a group
-// per block would read a few bytes from each of R rows).
+// ---------------------------------------------------------------------------
+// The threshold path: one thread per 1 x B block (B = 16 or 32), for the
+// plans the CPU's threshold loops take (FP4-class signed payloads, one-byte
+// scale codes, the deterministic modes that treat x and -x alike; see
+// formats/fast/loops.hpp, ThrBlock). A block's magnitude codes are the
+// counts of its scale code's thresholds |x| exceeds, which
+// formats/thresholds.hpp finds with the scalar core, so the decisions are
+// the core's; per element a few compares replace the core's arithmetic.
+// The thresholds and x-hat tables of every scale code are made on the
+// device (code_table_entry, one thread per code and threshold) once the
+// tensor scale is known there. Blocks the tables do not cover (NaN or Inf
+// amax, zero scale, a row's last partial block) take quantize_block_part.
+// ---------------------------------------------------------------------------
+
+// A scale code's thresholds and table: the layout of detail::ThrBlock.
+struct CodeTable {
+  int32_t t[7];    // least |x| bits whose magnitude code is >= k+1, minus one
+  int32_t sat;     // least |x| bits the core counts as saturated, minus one
+  float table[8];  // x-hat of magnitude codes 0..7
+};
+constexpr int kMaxScaleCodes = 256;
+
+// Whether a call takes the threshold path (block widths the kernel is
+// instantiated for, rows whose blocks start 16-byte aligned).
+bool threshold_path(const QuantPlan& p, int64_t cols) {
+  const bool symmetric =
+      p.round == Round::rne || p.round == Round::rna || p.round == Round::rtz || p.round == Round::odd;
+  return symmetric && detail::threshold_handles(p) && p.br == 1 && (p.bc == 16 || p.bc == 32) && cols % 4 == 0 &&
+         p.rule != ScaleRule::amax_sr && p.four_six == FourSix::off && p.fs.bits <= 8;
+}
+
+// Entry k (0..7) of scale code `code`'s table: threshold k+1 (k < 7) or the
+// saturation threshold (k = 7), and x-hat of magnitude code k; use[code] is
+// 0 for codes that decode to 0 (blocks the table cannot serve).
+EXMY_HD void code_table_entry(const QuantPlan& p, uint32_t code, int k, CodeTable* tab, uint8_t* use) {
+  const double s = p.fs.decode(code);
+  if (k == 0) use[code] = s != 0.0;
+  if (s == 0.0) return;
+  const BlockConsts c = block_consts(p, s);
+  CodeTable& e = tab[code];
+  e.table[k] = static_cast<uint32_t>(k) <= p.fe.max_mag ? dequant(p, c, static_cast<uint32_t>(k)) : 0.0f;
+  if (k < 7) e.t[k] = detail::element_threshold(p, c, static_cast<uint32_t>(k) + 1);
+  else e.sat = detail::saturation_threshold(p, c);
+}
+
+// The blocks the threshold path leaves to quantize_block_part, out of line
+// so that its registers stay the hot loop's.
+__host__ __device__ __noinline__ void threshold_block_left(const QuantPlan& p, const float* x, int64_t blk,
+                                                         const BlockGeom& b, uint32_t m, void* codes,
+                                                         void* scale_codes, float* values, Counts& cnt,
+                                                         unsigned long long* first_error) {
+  quantize_block_part(p, x, blk, b, m, 0, 1, codes, scale_codes, values, cnt, first_error);
+}
+
+// Block `blk` (1 x BC) of the threshold path. Its scale is block_scale's, as
+// in quantize_block_part, and each element's code the count of thresholds.
+template <int BC>
+EXMY_HD void threshold_block_part(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t blk,
+                                  const CodeTable* tab, const uint8_t* use, void* codes, void* scale_codes,
+                                  float* values, Counts& cnt, unsigned long long* first_error) {
+  const BlockGeom b = block_geom(p, rows, cols, blk);
+  const int64_t i0 = b.flat(0);
+  if (b.count != BC) {  // a row's last, partial block
+    threshold_block_left(p, x, blk, b, block_amax_part(x, b, 0, 1), codes, scale_codes, values, cnt, first_error);
+    return;
+  }
+  uint32_t xb[BC];
+#if defined(__CUDA_ARCH__)
+  for (int j = 0; j < BC; j += 4) {
+    const uint4 q = *reinterpret_cast<const uint4*>(x + i0 + j);
+    xb[j] = q.x, xb[j + 1] = q.y, xb[j + 2] = q.z, xb[j + 3] = q.w;
+  }
+#else
+  for (int j = 0; j < BC; ++j) xb[j] = bits_of(x[i0 + j]);
+#endif
+  uint32_t m = 0;
+  for (int j = 0; j < BC; ++j) m = max_u32(m, xb[j] & 0x7fffffffu);
+  if (m >= 0x7f800000u) {  // a NaN or an infinity: the core's way
+    threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
+    return;
+  }
+  const BlockScale bs = block_scale(p, float_of(m));
+  if (bs.zero || !use[bs.code]) {
+    threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
+    return;
+  }
+  cnt.c[kScaleSaturated] += bs.saturated;
+  cnt.c[kScaleUnderflow] += bs.underflow;
+  cnt.c[kScaleSubnormal] += p.fs.classify(bs.code) == CodeClass::subnormal;
+  store_code(scale_codes, 1, blk, bs.code);
+  const CodeTable& e = tab[bs.code];
+  int32_t t[7];
+  for (int k = 0; k < 7; ++k) t[k] = e.t[k];
+  const int32_t sat = e.sat;
+  const uint32_t sub_lim = 1u << p.fe.M, sign_bit = p.fe.sign_bit;
+  uint32_t q8[BC], vh[BC];
+  for (int j = 0; j < BC; ++j) {
+    const int32_t a = static_cast<int32_t>(xb[j] & 0x7fffffffu);
+    const uint32_t neg = xb[j] >> 31;
+    uint32_t q = 0;
+    for (int k = 0; k < 7; ++k) q += a > t[k];
+    const float mag = e.table[q];
+    vh[j] = bits_of(mag) | (xb[j] & 0x80000000u);
+    q8[j] = q | (neg ? sign_bit : 0u);
+    cnt.c[kNonzero] += a != 0;
+    cnt.c[kUnderflow] += a != 0 && mag == 0.0f;
+    cnt.c[kSubnormal] += q >= 1 && q < sub_lim;
+    cnt.c[kSaturatedCount] += a > sat;
+  }
+#if defined(__CUDA_ARCH__)
+  for (int j = 0; j < BC; j += 4) {
+    *reinterpret_cast<uint4*>(values + i0 + j) = make_uint4(vh[j], vh[j + 1], vh[j + 2], vh[j + 3]);
+    if (codes)
+      *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(codes) + i0 + j) =
+          q8[j] | (q8[j + 1] << 8) | (q8[j + 2] << 16) | (q8[j + 3] << 24);
+  }
+#else
+  for (int j = 0; j < BC; ++j) {
+    values[i0 + j] = float_of(vh[j]);
+    store_code(codes, 1, i0 + j, q8[j]);
+  }
+#endif
+}
+
+// Lanes per scale block: one for column blocks (R x 1), so that the 32
+// lanes of a warp own 32 adjacent columns and read each row of them as one
+// coalesced 128-byte line, and for blocks of at most 16 elements; four for
+// blocks of 17 to 256, 32 above. On an H200 (docs/benchmarks.md) these beat
+// a group as wide as the block (up to 32): every lane of a group computes
+// the block scale, so fewer lanes per block compute it fewer times, and each
+// lane has more elements to keep in flight.
 int group_size(const QuantPlan& p) {
-  if (p.bc == 1) return 1;
   const int64_t block_size = static_cast<int64_t>(p.br) * p.bc;
-  int group = 1;
-  while (group < 32 && group < block_size) group <<= 1;
-  return group;
+  if (p.bc == 1 || block_size <= 16) return 1;
+  return block_size <= 256 ? 4 : 32;
 }
 
 // ---------------------------------------------------------------------------
@@ -256,16 +389,6 @@ __device__ const QuantPlan& block_plan(const QuantPlan* pp, uint32_t* smem) {
   for (unsigned i = threadIdx.x; i < sizeof(QuantPlan) / 4; i += blockDim.x) smem[i] = src[i];
   __syncthreads();
   return *reinterpret_cast<const QuantPlan*>(smem);
-}
-
-// Tensor amax as the max over the bits of |x| (NaN above every magnitude).
-__global__ void abs_bits_max_kernel(const float* x, int64_t n, unsigned int* result) {
-  unsigned int m = 0;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    m = max(m, bits_of(x[i]) & 0x7fffffffu);
-  for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_down_sync(kFullMask, m, off));
-  if ((threadIdx.x & 31) == 0) atomicMax(result, m);
 }
 
 // The reference amax A of docs/numerics.md §3 step 1: the given value, the
@@ -301,8 +424,10 @@ __global__ void quantize_noscale_kernel(const QuantPlan* pp, const float* x, int
 }
 
 // With a block scale: a group of `group` lanes (a power of two <= 32) per
-// scale block, 32 / group blocks per warp.
-__global__ void quantize_blocks_kernel(const QuantPlan* pp, const float* x, int64_t rows, int64_t cols, int group,
+// scale block, 32 / group blocks per warp. Registers are capped for four
+// thread blocks per multiprocessor (the core spills a little): on an H200
+// that ran 1.2-2x faster than one block of 152 registers.
+__global__ void __launch_bounds__(kThreads, 4) quantize_blocks_kernel(const QuantPlan* pp, const float* x, int64_t rows, int64_t cols, int group,
                                        void* codes, void* scale_codes, float* values, unsigned long long* totals,
                                        unsigned long long* first_error) {
   __shared__ alignas(QuantPlan) uint32_t plan_words[sizeof(QuantPlan) / 4];
@@ -324,6 +449,36 @@ __global__ void quantize_blocks_kernel(const QuantPlan* pp, const float* x, int6
     for (int off = group >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off, group));
     if (valid) quantize_block_part(p, x, blk, b, m, l, group, codes, scale_codes, values, cnt, first_error);
   }
+  flush_counts(cnt, totals);
+}
+
+// The threshold path's tables: one thread per scale code and entry.
+__global__ void code_tables_kernel(const QuantPlan* pp, int ncodes, CodeTable* tab, uint8_t* use) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < ncodes * 8) code_table_entry(*pp, static_cast<uint32_t>(i / 8), i % 8, tab, use);
+}
+
+// The threshold path: one thread per 1 x BC block, the tables in shared
+// memory; registers capped for two thread blocks per multiprocessor (on an
+// H200 1.1-1.3x faster than one).
+template <int BC>
+__global__ void __launch_bounds__(kThreads, 2)
+    quantize_thr_kernel(const QuantPlan* pp, const float* x, int64_t rows, int64_t cols, const CodeTable* tab,
+                        const uint8_t* use, int ncodes, void* codes, void* scale_codes, float* values,
+                        unsigned long long* totals, unsigned long long* first_error) {
+  __shared__ alignas(QuantPlan) uint32_t plan_words[sizeof(QuantPlan) / 4];
+  __shared__ CodeTable stab[kMaxScaleCodes];
+  __shared__ uint8_t suse[kMaxScaleCodes];
+  for (int i = static_cast<int>(threadIdx.x); i < ncodes; i += static_cast<int>(blockDim.x)) {
+    stab[i] = tab[i];
+    suse[i] = use[i];
+  }
+  const QuantPlan& p = block_plan(pp, plan_words);  // (its barrier covers the tables too)
+  Counts cnt = {};
+  const int64_t nblocks = rows * ((cols + BC - 1) / BC);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t blk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride)
+    threshold_block_part<BC>(p, x, rows, cols, blk, stab, suse, codes, scale_codes, values, cnt, first_error);
   flush_counts(cnt, totals);
 }
 
@@ -401,6 +556,8 @@ struct CudaQuantizer::Impl {
   DeviceBuffer<QuantPlan> plan{1};
   DeviceBuffer<float> values;  // when the caller asks for none
   DeviceBuffer<SumPartial> partials;
+  DeviceBuffer<CodeTable> tables{kMaxScaleCodes};  // the threshold path's
+  DeviceBuffer<uint8_t> table_use{kMaxScaleCodes};
 
   // x and the tensors of out are on the device, out.stats on the host; the
   // spec's transform and conventions are the caller's business.
@@ -420,13 +577,22 @@ struct CudaQuantizer::Impl {
     check(cudaMemcpyAsync(totals.ptr, t.c, sizeof t.c, cudaMemcpyHostToDevice), "cudaMemcpy (counters)");
     if (spec.amax_kind == AmaxKind::current) {
       check(cudaMemsetAsync(amax.ptr, 0, sizeof(unsigned int)), "cudaMemset");
-      if (n > 0) abs_bits_max_kernel<<<grid_for(n), kThreads>>>(x, n, amax.ptr);
+      if (n > 0) abs_bits_max_kernel<<<abs_max_grid(n, kThreads), kThreads>>>(x, n, amax.ptr);
       check(cudaGetLastError(), "tensor amax kernel launch");
     }
     tensor_plan_kernel<<<1, 1>>>(p, spec.amax_kind, spec.amax_value, amax.ptr, plan.ptr);
     check(cudaGetLastError(), "tensor plan kernel launch");
     if (n > 0) {
-      if (!p.has_scale) {
+      const auto aligned = [](const void* ptr, uintptr_t to) { return reinterpret_cast<uintptr_t>(ptr) % to == 0; };
+      if (p.has_scale && threshold_path(p, cols) && aligned(x, 16) && aligned(vals, 16) && aligned(out.codes, 4)) {
+        const int ncodes = 1 << p.fs.bits;
+        code_tables_kernel<<<(ncodes * 8 + kThreads - 1) / kThreads, kThreads>>>(plan.ptr, ncodes, tables.ptr,
+                                                                               table_use.ptr);
+        check(cudaGetLastError(), "threshold tables kernel launch");
+        auto kernel = p.bc == 16 ? quantize_thr_kernel<16> : quantize_thr_kernel<32>;
+        kernel<<<grid_for(nblocks), kThreads>>>(plan.ptr, x, rows, cols, tables.ptr, table_use.ptr, ncodes,
+                                                out.codes, out.scale_codes, vals, totals.ptr, totals.ptr + kCounters);
+      } else if (!p.has_scale) {
         quantize_noscale_kernel<<<grid_for(n), kThreads>>>(plan.ptr, x, n, out.codes, vals, totals.ptr,
                                                            totals.ptr + kCounters);
       } else {
@@ -518,6 +684,19 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
   if (!p.has_scale) {
     const BlockConsts c{1.0, 0.0f};
     for (int64_t i = 0; i < n; ++i) quantize_element(p, c, x, i, out.codes, values, cnt, &t.c[kCounters]);
+  } else if (n > 0 && threshold_path(p, cols)) {
+    std::vector<CodeTable> tab(kMaxScaleCodes);
+    std::vector<uint8_t> use(kMaxScaleCodes);
+    const int ncodes = 1 << p.fs.bits;
+    for (int i = 0; i < ncodes * 8; ++i) code_table_entry(p, static_cast<uint32_t>(i / 8), i % 8, tab.data(), use.data());
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      if (p.bc == 16)
+        threshold_block_part<16>(p, x, rows, cols, blk, tab.data(), use.data(), out.codes, out.scale_codes, values,
+                                 cnt, &t.c[kCounters]);
+      else
+        threshold_block_part<32>(p, x, rows, cols, blk, tab.data(), use.data(), out.codes, out.scale_codes, values,
+                                 cnt, &t.c[kCounters]);
+    }
   } else if (n > 0) {
     const int group = group_size(p);
     for (int64_t blk = 0; blk < nblocks; ++blk) {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "formats/fast/loops.hpp"
+#include "formats/thresholds.hpp"
 
 namespace exmy::detail {
 
@@ -37,73 +38,10 @@ Fp4Magnitudes fp4_magnitudes(const QuantPlan& p) {
   return m;
 }
 
-namespace {
-
-// Least float32 bit pattern b in [0, 0x7f800000] with pred(b), for a pred
-// that is false at 0, monotone in b, and taken as true at Inf; the search
-// starts at `guess` and gallops outwards, so a close guess costs a few calls.
-template <class Pred>
-uint32_t least_bits(uint32_t guess, Pred pred) {
-  constexpr uint32_t kInf = 0x7f800000u;
-  uint32_t lo, hi;  // pred(lo) is false, pred(hi) true
-  const uint32_t g = std::clamp<uint32_t>(guess, 1u, kInf - 1);
-  if (pred(g)) {
-    hi = g;
-    lo = 0;
-    for (uint32_t d = 1; d <= g; d <<= 1) {
-      if (!pred(g - d)) {
-        lo = g - d;
-        break;
-      }
-      hi = g - d;
-      if (d > (1u << 30)) break;
-    }
-  } else {
-    lo = g;
-    hi = kInf;
-    for (uint64_t d = 1; g + d < kInf; d <<= 1) {
-      const uint32_t c = static_cast<uint32_t>(g + d);
-      if (pred(c)) {
-        hi = c;
-        break;
-      }
-      lo = c;
-    }
-  }
-  while (hi - lo > 1) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    if (pred(mid)) hi = mid;
-    else lo = mid;
-  }
-  return hi;
-}
-
-}  // namespace
-
 void threshold_block(const QuantPlan& p, const BlockConsts& c, const Fp4Block& vb, ThrBlock& out) {
-  const Format& f = p.fe;
   std::copy(vb.table, vb.table + 8, out.table);
-  // |x| of a point v of the element grid: v * s / t (exact) or v / m_b (fp32)
-  auto x_of = [&](double v) {
-    const double x = p.arith == Arith::exact ? v * c.s / p.t : v / static_cast<double>(c.mb);
-    const float xf = static_cast<float>(std::min(x, 3.0e38));
-    return bits_of(xf);
-  };
-  auto enc = [&](uint32_t b) { return encode_element(p, c, float_of(b), 0u); };
-  for (uint32_t k = 1; k <= 7; ++k) {
-    if (k > f.max_mag) {
-      out.t[k - 1] = 0x7f7fffff;
-      continue;
-    }
-    const double lo = f.mag_value(k - 1), hi = f.mag_value(k);
-    // where the code becomes k: the midpoint (nearest modes), the upper
-    // value (toward zero) or just past the lower one (to odd)
-    const double v = p.round == Round::rtz ? hi : p.round == Round::odd ? lo : (lo + hi) / 2;
-    const uint32_t b = least_bits(x_of(v), [&](uint32_t bb) { return (enc(bb).code & f.mag_mask()) >= k; });
-    out.t[k - 1] = static_cast<int32_t>(b - 1);
-  }
-  const uint32_t bs = least_bits(x_of(f.max), [&](uint32_t bb) { return (enc(bb).flags & kSaturated) != 0; });
-  out.sat = static_cast<int32_t>(bs - 1);
+  for (uint32_t k = 1; k <= 7; ++k) out.t[k - 1] = element_threshold(p, c, k);
+  out.sat = saturation_threshold(p, c);
 }
 
 ScaleThr scale_code_thresholds(const QuantPlan& p) {

@@ -6,23 +6,16 @@
 #include <algorithm>
 #include <string>
 
+#include "formats/cuda/abs_max.cuh"
 #include "formats/error.hpp"
 
 namespace exmy::sim {
 namespace {
 
+
 constexpr int kThreads = 256;
 
 int grid_for(int64_t n) { return static_cast<int>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 1 << 16)); }
-
-__global__ void abs_bits_max_kernel(const float* x, int64_t n, unsigned* result) {
-  unsigned m = 0;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    m = max(m, __float_as_uint(x[i]) & 0x7fffffffu);
-  for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_down_sync(0xffffffffu, m, off));
-  if ((threadIdx.x & 31) == 0) atomicMax(result, m);
-}
 
 __global__ void floor_write_kernel(const float* x, float* y, uint8_t* codes, int64_t n, const unsigned* amax_bits) {
   const float k = amax_bits && *amax_bits > 0x7f800000u ? 0.0f : 1.0f;
@@ -42,7 +35,7 @@ void check(cudaError_t e, const char* what) {
 void cuda_memory_floor(const float* x, float* y, uint8_t* codes, int64_t n, bool amax_pass, unsigned* scratch) {
   if (amax_pass) {
     check(cudaMemsetAsync(scratch, 0, sizeof(unsigned)), "cudaMemset");
-    abs_bits_max_kernel<<<grid_for(n), kThreads>>>(x, n, scratch);
+    abs_bits_max_kernel<<<abs_max_grid(n, kThreads), kThreads>>>(x, n, scratch);
     check(cudaGetLastError(), "memory floor amax kernel");
   }
   floor_write_kernel<<<grid_for(n), kThreads>>>(x, y, codes, n, amax_pass ? scratch : nullptr);
