@@ -1,0 +1,114 @@
+// sim::CudaGemm (gemm_cuda.hpp) on cuBLASLt.
+//
+// cuBLAS is column-major: a row-major (r x c) matrix with row stride ld is
+// the column-major (c x r) matrix with leading dimension ld, its transpose.
+// So the row-major C = op(A) op(B) is computed as the column-major
+// C^T = op(B)^T op(A)^T: cuBLAS's first operand is our B (with our opB),
+// its second our A (with our opA), and its (m, n, k) are our (N, M, K).
+#include "sim/cuda/gemm_cuda.hpp"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "formats/error.hpp"
+
+namespace exmy::sim {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error(std::string("cuBLASLt error in ") + what + ": status " + std::to_string(static_cast<int>(s)));
+}
+
+cublasOperation_t op_of(Op op) { return op == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
+
+}  // namespace
+
+struct CudaGemm::Impl {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  // A shape's descriptors and algorithm, chosen once.
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  std::map<Key, Plan> plans;
+
+  ~Impl() {
+    for (auto& [k, p] : plans) {
+      cublasLtMatrixLayoutDestroy(p.a);
+      cublasLtMatrixLayoutDestroy(p.b);
+      cublasLtMatrixLayoutDestroy(p.c);
+      cublasLtMatmulDescDestroy(p.desc);
+    }
+    if (workspace) cudaFree(workspace);
+    if (handle) cublasLtDestroy(handle);
+  }
+
+  const Plan& plan(int64_t ldc, int64_t lda, Op opA, int64_t ldb, Op opB, int64_t M, int64_t N, int64_t K,
+                   GemmOperands operands) {
+    const Key key{ldc, lda, ldb, M, N, K, static_cast<int>(opA), static_cast<int>(opB), static_cast<int>(operands)};
+    if (auto it = plans.find(key); it != plans.end()) return it->second;
+    Plan p;
+    const cudaDataType_t in = operands == GemmOperands::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    const cublasOperation_t ta = op_of(opB), tb = op_of(opA);  // cuBLAS's first operand is our B
+    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
+    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
+    // column-major shapes as stored: our B is (N x K) for opB = N, (K x N) for T
+    const uint64_t m = static_cast<uint64_t>(N), n = static_cast<uint64_t>(M), k = static_cast<uint64_t>(K);
+    check(cublasLtMatrixLayoutCreate(&p.a, in, opB == Op::N ? m : k, opB == Op::N ? k : m, ldb), "layout B");
+    check(cublasLtMatrixLayoutCreate(&p.b, in, opA == Op::N ? k : n, opA == Op::N ? n : k, lda), "layout A");
+    check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, m, n, ldc), "layout C");
+    cublasLtMatmulPreference_t pref = nullptr;
+    check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                               sizeof workspace_bytes),
+          "workspace preference");
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    check(s, "cublasLtMatmulAlgoGetHeuristic");
+    if (found == 0) throw Error("cuBLASLt has no algorithm for a " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                std::to_string(K) + " GEMM");
+    p.algo = result.algo;
+    return plans.emplace(key, p).first->second;
+  }
+};
+
+CudaGemm::CudaGemm(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+  check(cublasLtCreate(&impl_->handle), "cublasLtCreate");
+  impl_->workspace_bytes = workspace_bytes;
+  if (workspace_bytes > 0) check(cudaMalloc(&impl_->workspace, workspace_bytes), "cudaMalloc (GEMM workspace)");
+}
+
+CudaGemm::~CudaGemm() = default;
+
+void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, const void* B, int64_t ldb, Op opB,
+                   int64_t M, int64_t N, int64_t K, bool accumulate, GemmOperands operands) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: C = 0, or C unchanged
+    if (!accumulate)
+      for (int64_t r = 0; r < M; ++r) check(cudaMemsetAsync(C + r * ldc, 0, sizeof(float) * N), "cudaMemset");
+    return;
+  }
+  const Impl::Plan& p = impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  check(cublasLtMatmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
+                       impl_->workspace, impl_->workspace_bytes, 0),
+        "cublasLtMatmul");
+}
+
+}  // namespace exmy::sim

@@ -1,0 +1,40 @@
+// GEMMs on a CUDA device through cuBLASLt, in sim::gemm's terms (row-major
+// C = op(A) · op(B), or C += op(A) · op(B); sim/gemm.hpp): FP32 operands
+// with FP32 arithmetic (CUBLAS_COMPUTE_32F: no TF32), or BF16 operands with
+// FP32 accumulation and an FP32 C (the `bf16` policy's GEMMs, and quantized
+// operands whose decoded values BF16 holds exactly). A result differs from
+// the CPU's only in the order of each output's sums: tests/sim/test_gemm_cuda.cpp
+// states the budget and checks it. Deterministic: a shape's algorithm is
+// the heuristic's first for a fixed workspace, chosen once per CudaGemm and
+// kept, and no algorithm with atomics is asked for, so the same call gives
+// the same bits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "sim/gemm.hpp"
+
+namespace exmy::sim {
+
+enum class GemmOperands : uint8_t { fp32, bf16 };
+
+class CudaGemm {
+ public:
+  // The cuBLASLt handle, a workspace of `workspace_bytes` on the current device.
+  explicit CudaGemm(size_t workspace_bytes = size_t{32} << 20);
+  ~CudaGemm();
+  CudaGemm(const CudaGemm&) = delete;
+  CudaGemm& operator=(const CudaGemm&) = delete;
+
+  // Device pointers. A and B hold float32 (fp32) or bfloat16 bits (bf16),
+  // shaped as in sim::gemm; C is float32. Enqueued on the default stream.
+  void run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, const void* B, int64_t ldb, Op opB, int64_t M,
+           int64_t N, int64_t K, bool accumulate, GemmOperands operands);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace exmy::sim
