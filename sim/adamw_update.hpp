@@ -42,12 +42,38 @@ void adamw_range_launches(const L& launch, float* p, float* m, float* v, const f
   launch("adamw_update", n, [=] EXMY_HD_LAMBDA(int64_t i) { adamw_update(p[i], m[i], v[i], g[i], dk, s); });
 }
 
+// The global gradient norm's blocks (sim::global_norm): block b is the
+// double sum of g[i]^2 over its kNormBlock elements in index order, and the
+// host adds the blocks' sums in block order (global_norm_of_partials), so
+// the device's norm is the CPU's bit for bit.
+inline constexpr int64_t kNormBlock = 4096;
+inline int64_t norm_blocks(int64_t n) { return (n + kNormBlock - 1) / kNormBlock; }
+
+EXMY_HD double norm_block_partial(const float* g, int64_t n, int64_t b) {
+  double s = 0;
+  const int64_t end = (b + 1) * kNormBlock < n ? (b + 1) * kNormBlock : n;
+  for (int64_t i = b * kNormBlock; i < end; ++i) {
+    const double x = g[i];
+    s += x * x;
+  }
+  return s;
+}
+
+// A thread per block (each sums its block in order: correct, not fast).
+template <class L>
+void global_norm_launches(const L& launch, const float* g, int64_t n, double* part) {
+  launch("global_norm_partials", norm_blocks(n), [=] EXMY_HD_LAMBDA(int64_t b) { part[b] = norm_block_partial(g, n, b); });
+}
+
 // adamw_range_launches on the current CUDA device (device pointers, the
 // default stream; only with EXMY_HAVE_CUDA), and with the threads run on the
 // host (host pointers; tests/train/test_optim.cpp compares it with AdamW).
 void adamw_update_emulated(float* p, float* m, float* v, const float* g, int64_t n, float dk, const AdamWScalars& s);
+// ... and global_norm_launches likewise (part: norm_blocks(n) doubles).
+void global_norm_partials_emulated(const float* g, int64_t n, double* part);
 #if defined(EXMY_HAVE_CUDA)
 void adamw_update_cuda(float* p, float* m, float* v, const float* g, int64_t n, float dk, const AdamWScalars& s);
+void global_norm_partials_cuda(const float* g, int64_t n, double* part);
 #endif
 
 }  // namespace exmy::sim

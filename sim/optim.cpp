@@ -11,18 +11,14 @@
 namespace exmy::sim {
 
 double global_norm(std::span<const float> g, double scale) {
-  const int64_t n = static_cast<int64_t>(g.size());
-  const int64_t nb = (n + kNormBlock - 1) / kNormBlock;
+  const int64_t n = static_cast<int64_t>(g.size()), nb = norm_blocks(n);
   std::vector<double> part(static_cast<size_t>(nb), 0.0);
 #pragma omp parallel for schedule(static) if (n >= parallel_min_work())
-  for (int64_t b = 0; b < nb; ++b) {
-    double s = 0;
-    for (int64_t i = b * kNormBlock; i < std::min(n, (b + 1) * kNormBlock); ++i) {
-      const double x = g[static_cast<size_t>(i)];
-      s += x * x;
-    }
-    part[static_cast<size_t>(b)] = s;
-  }
+  for (int64_t b = 0; b < nb; ++b) part[static_cast<size_t>(b)] = norm_block_partial(g.data(), n, b);
+  return global_norm_of_partials(part, scale);
+}
+
+double global_norm_of_partials(std::span<const double> part, double scale) {
   double total = 0;
   for (double s : part) total += s;
   return std::sqrt(total) * std::fabs(scale);

@@ -15,15 +15,17 @@
 #include <utility>
 #include <vector>
 
+#include "sim/adamw_update.hpp"
 #include "sim/arena.hpp"
 #include "sim/tensor.hpp"
 
 namespace exmy::sim {
 
 // sqrt(sum g^2) of the arena times `scale`, summed in double over fixed
-// blocks of kNormBlock elements whose partial sums are added in block order.
-inline constexpr int64_t kNormBlock = 4096;
+// blocks of kNormBlock elements (norm_block_partial, sim/adamw_update.hpp)
+// whose partial sums are added in block order (global_norm_of_partials).
 double global_norm(std::span<const float> g, double scale = 1.0);
+double global_norm_of_partials(std::span<const double> part, double scale = 1.0);
 
 // The factor that brings a gradient of norm `norm` down to `max_norm`
 // (PyTorch's clip_grad_norm_: max_norm / (norm + 1e-6), never above 1).

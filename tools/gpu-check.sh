@@ -50,6 +50,9 @@ build() {
   for t in $tests; do cp "build-cuda/$t" "$bundle/bin/"; done
   # libgomp, libcudart, HDF5, Boost, where the device host lacks them
   copy_libs "$bundle/lib" "$bundle"/bin/*
+  # the commit the binaries were built from (the device's copy of .git may be older)
+  { git rev-parse --short=12 HEAD && git diff --quiet HEAD -- . || echo "(with uncommitted changes)"; } \
+    2>/dev/null | tr '\n' ' ' >"$bundle/commit" || true
 }
 
 build_bench() {
@@ -88,7 +91,7 @@ export LD_LIBRARY_PATH="$PWD/$bundle/lib${cublas_dir:+:$cublas_dir}${LD_LIBRARY_
 export EXMY_VECTORS_FILE="$PWD/tests/reference/quantize.jsonl"
 export EXMY_BINARY_PATH="$PWD/$bundle/bin/exmy"
 {
-  echo "exmy gpu-check, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+  echo "exmy gpu-check, $(date -u +%Y-%m-%dT%H:%M:%SZ), binaries built at commit $(cat "$bundle/commit" 2>/dev/null || echo unknown)"
   head -n 12 "$out/nvidia-smi.txt"
 } >"$report"
 # GPU_CHECK_TEST_TIMEOUT: seconds per test binary; GPU_CHECK_CPU_BENCH=0

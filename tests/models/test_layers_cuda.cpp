@@ -108,6 +108,24 @@ TEST(LayerKernels, AdamW) {
   expect_bits(kv.get(), Vec(opt.exp_avg_sq().begin(), opt.exp_avg_sq().end()), "adamw exp_avg_sq");
 }
 
+// The global gradient norm's block sums (a partial last block, values
+// spread over many binades so that the order of the double sums matters)
+// finished on the host: sim::global_norm's value bit for bit.
+TEST(LayerKernels, GlobalNorm) {
+  EXMY_REQUIRE_CUDA();
+  const int64_t n = 3 * sim::kNormBlock + 123;
+  Vec g = randn(static_cast<size_t>(n), 31);
+  for (int64_t i = 0; i < n; ++i) g[static_cast<size_t>(i)] *= std::ldexp(1.0f, static_cast<int>(i % 23) - 11);
+  Buffer kg(g);
+  BufferOf<double> kpart(std::vector<double>(static_cast<size_t>(sim::norm_blocks(n)), -1.0));
+  sim::KERNEL(global_norm_partials)(kg.ptr(), n, kpart.ptr());
+  const std::vector<double> part = kpart.get();
+  for (double scale : {1.0, 0.25, -3.0}) {
+    const double want = sim::global_norm(g, scale), got = sim::global_norm_of_partials(part, scale);
+    EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << "scale " << scale << ": " << got << " vs " << want;
+  }
+}
+
 // Embedding: the forward copies; the backward, with tokens repeated many
 // times (the order of the adds then matters), equals the CPU's
 // channel-block loop bit for bit without atomics.
