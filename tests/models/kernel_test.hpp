@@ -19,6 +19,8 @@
 
 #if !defined(EXMY_TEST_EMULATED)
 #include <cuda_runtime.h>
+
+#include "tests/require_cuda.hpp"
 #endif
 
 namespace exmy::models {
@@ -68,14 +70,6 @@ struct BufferOf {
   std::vector<T> get() const { return std::vector<T>(v.begin(), v.end()); }
 };
 #else
-#define EXMY_REQUIRE_CUDA()                                                           \
-  do {                                                                                \
-    int n = 0;                                                                        \
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {                            \
-      cudaGetLastError();                                                             \
-      GTEST_SKIP() << "needs a CUDA device";                                          \
-    }                                                                                 \
-  } while (0)
 #define KERNEL(name) name##_cuda
 constexpr bool kOnDevice = true;
 template <class T>

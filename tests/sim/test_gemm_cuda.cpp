@@ -31,18 +31,10 @@
 
 #include "sim/cuda/gemm_cuda.hpp"
 #include "sim/gemm.hpp"
+#include "tests/require_cuda.hpp"
 
 namespace exmy::sim {
 namespace {
-
-#define EXMY_REQUIRE_CUDA()                                  \
-  do {                                                       \
-    int n = 0;                                               \
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {   \
-      cudaGetLastError();                                    \
-      GTEST_SKIP() << "needs a CUDA device";                 \
-    }                                                        \
-  } while (0)
 
 void ok(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
 
@@ -154,26 +146,25 @@ const Case kCases[] = {
     {256, 96, 4096, Op::T, Op::N, true, 0},
 };
 
-TEST(CudaGemm, Fp32WithinBudgetDeterministicAndNearTheCpu) {
-  EXMY_REQUIRE_CUDA();
+// Every case of kCases with operands of one kind.
+void check_cases(GemmOperands kind, uint32_t seed) {
   CudaGemm g;
-  std::mt19937 rng(11);
+  std::mt19937 rng(seed);
   for (const Case& c : kCases) {
     SCOPED_TRACE(testing::Message() << c.M << "x" << c.N << "x" << c.K << " op " << int(c.opA) << int(c.opB)
                                     << (c.accumulate ? " accumulate" : ""));
-    check_case(g, c, GemmOperands::fp32, rng);
+    check_case(g, c, kind, rng);
   }
+}
+
+TEST(CudaGemm, Fp32WithinBudgetDeterministicAndNearTheCpu) {
+  EXMY_REQUIRE_CUDA();
+  check_cases(GemmOperands::fp32, 11);
 }
 
 TEST(CudaGemm, Bf16OperandsWithinBudgetAndDeterministic) {
   EXMY_REQUIRE_CUDA();
-  CudaGemm g;
-  std::mt19937 rng(12);
-  for (const Case& c : kCases) {
-    SCOPED_TRACE(testing::Message() << c.M << "x" << c.N << "x" << c.K << " op " << int(c.opA) << int(c.opB)
-                                    << (c.accumulate ? " accumulate" : ""));
-    check_case(g, c, GemmOperands::bf16, rng);
-  }
+  check_cases(GemmOperands::bf16, 12);
 }
 
 // Not a check: the rates of large products on this device (printed; the
