@@ -1,8 +1,10 @@
 // The fast CPU path of quantize(): a set of declared loops, each with the
 // rounding modes, arithmetics, block shapes and element formats it handles,
 // chosen at run time for the widest vector unit the CPU has (or the one
-// EXMY_SIMD asks for). Internal to formats/quantize.cpp and its tests; the
-// layout and how to add a loop are in docs/architecture.md.
+// EXMY_SIMD asks for). Internal to formats/quantize.cpp and its tests (and
+// formats/cuda/quantize.cu, whose threshold path takes the plans
+// threshold_handles takes); the layout and how to add a loop are in
+// docs/architecture.md.
 //
 // How the multiply-and-convert loops stay bit-exact. In `exact` arithmetic
 // the element value is v = |x| * t / s. The vector loop multiplies by a
