@@ -36,12 +36,12 @@ __attribute__((always_inline)) inline void thr_step16(ThrStep16<kStream>& out, c
   if (stats) out.count(_mm512_cmpgt_epi32_mask(ax, zero_i), code, m1, xh, _mm512_cmpgt_epi32_mask(ax, tsat));
 }
 
-// Rows of 1x16 blocks: a block is one step, so the walk's per-block work
-// (its bounds, the tail test, the step loop's set-up) is most of the cost;
-// here the row's fields are locals and the blocks a plain loop.
+// Rows of whole blocks (widths a multiple of 16 that divide the row): with
+// a block of one or two steps, the walk's per-block work (its bounds, the
+// tail test, the step loop's set-up) is most of the cost; here the row's
+// fields are locals and the blocks a plain loop.
 template <bool kStream>
-void threshold_row16(const QuantPlan& p, const ThrRow& row, uint8_t* codes, float* values, SpanCounts& cnt,
-                     ThrStep16<kStream>& out) {
+void threshold_whole_blocks(const ThrRow& row, uint8_t* codes, float* values, ThrStep16<kStream>& out) {
   const float* const x = row.x;
   const float* const pf = row.prefetch;
   const uint8_t* const code = row.code;
@@ -50,55 +50,41 @@ void threshold_row16(const QuantPlan& p, const ThrRow& row, uint8_t* codes, floa
   float* const vo = values + row.i0;
   uint8_t* const co = codes ? codes + row.i0 : nullptr;
   const bool stats = row.stats;
-  const int64_t full = row.cols / 16;
-  for (int64_t b = 0; b < full; ++b) {
+  const int64_t bc = row.bc, nb = row.cols / bc;
+  for (int64_t b = 0; b < nb; ++b) {
     const uint8_t sc = code[b];
     if (!use[sc]) continue;
-    if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + 16 * b), _MM_HINT_T0);
     const ThrBlock& th = thr[sc];
     __m512i t[7];
     for (int k = 0; k < 7; ++k) t[k] = _mm512_set1_epi32(th.t[k]);
-    thr_step16(out, t, _mm512_set1_epi32(th.sat), _mm512_zextps256_ps512(_mm256_loadu_ps(th.table)), x + 16 * b,
-               vo + 16 * b, co ? co + 16 * b : nullptr, stats);
-  }
-  if (full * 16 < row.cols && use[code[full]]) {  // the last, partial block: the scalar core
-    thread_local std::vector<RowTail> tails;
-    tails.assign(1, RowTail{full, 0, row.cols - full * 16});
-    threshold_tails(p, row, tails, codes, values, cnt);
+    const __m512i tsat = _mm512_set1_epi32(th.sat);
+    // (codes are at most 7: the table's upper half, zeros, is never indexed)
+    const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(th.table));
+    for (int64_t j = b * bc; j < (b + 1) * bc; j += 16) {
+      if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
+      thr_step16(out, t, tsat, table, x + j, vo + j, co ? co + j : nullptr, stats);
+    }
   }
 }
 
 template <bool kStream>
 void threshold_row_impl(const QuantPlan& p, const ThrRow& row, uint8_t* codes, float* values, SpanCounts& cnt) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512i zero_i = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
   ThrStep16<kStream> out(p.fe);
-  if (row.bc == 16) {
-    threshold_row16(p, row, codes, values, cnt, out);
-    if constexpr (kStream) _mm_sfence();
-    out.add_to(cnt);
-    return;
+  if (row.bc % 16 == 0 && row.cols % row.bc == 0) {
+    threshold_whole_blocks(row, codes, values, out);
+  } else {
+    walk_threshold_row(p, row, codes, values, cnt, [&](const ThrBlock& th, const float* x, int64_t i0, int64_t n) {
+      __m512i t[7];
+      for (int k = 0; k < 7; ++k) t[k] = _mm512_set1_epi32(th.t[k]);
+      const __m512i tsat = _mm512_set1_epi32(th.sat);
+      // codes are at most 7: the upper half (zeros) is never indexed
+      const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(th.table));
+      int64_t j = 0;
+      for (; j + 16 <= n; j += 16)
+        thr_step16(out, t, tsat, table, x + j, values + i0 + j, codes ? codes + i0 + j : nullptr, row.stats);
+      return j;
+    });
   }
-  walk_threshold_row(p, row, codes, values, cnt, [&](const ThrBlock& th, const float* x, int64_t i0, int64_t n) {
-    __m512i t[7];
-    for (int k = 0; k < 7; ++k) t[k] = _mm512_set1_epi32(th.t[k]);
-    const __m512i tsat = _mm512_set1_epi32(th.sat);
-    // codes are at most 7: the upper half (zeros) is never indexed
-    const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(th.table));
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-      const __m512i xi = _mm512_loadu_si512(x + j);
-      const __m512i ax = _mm512_and_si512(xi, abs_mask);
-      const __mmask16 m1 = _mm512_cmpgt_epi32_mask(ax, t[0]);
-      __m512i code = _mm512_maskz_mov_epi32(m1, one);
-      for (int k = 1; k < 7; ++k) code = _mm512_mask_add_epi32(code, _mm512_cmpgt_epi32_mask(ax, t[k]), code, one);
-      const __m512 xh = out.store(xi, code, _mm512_permutexvar_ps(code, table), values + i0 + j,
-                                  codes ? codes + i0 + j : nullptr);
-      if (row.stats)
-        out.count(_mm512_cmpgt_epi32_mask(ax, zero_i), code, m1, xh, _mm512_cmpgt_epi32_mask(ax, tsat));
-    }
-    return j;
-  });
   if constexpr (kStream) _mm_sfence();
   out.add_to(cnt);
 }
