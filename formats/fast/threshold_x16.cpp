@@ -19,12 +19,24 @@ EXMY_TARGET_AVX512
 namespace exmy::detail::avx512 {
 namespace {
 
-// One 16-lane step: the codes and x-hat of x[0..16) under thresholds th
-// (broadcast by the caller: t[0..6], sat) and table, stored and counted.
+// A block's thresholds broadcast to 16 lanes, and its table.
+struct ThrConsts16 {
+  __m512i t[7], sat;
+  __m512 table;
+  __attribute__((always_inline)) explicit ThrConsts16(const ThrBlock& th)
+      : sat(_mm512_set1_epi32(th.sat)),
+        // codes are at most 7: the table's upper half (zeros) is never indexed
+        table(_mm512_zextps256_ps512(_mm256_loadu_ps(th.table))) {
+    for (int k = 0; k < 7; ++k) t[k] = _mm512_set1_epi32(th.t[k]);
+  }
+};
+
+// One 16-lane step: the codes and x-hat of x[0..16) under a block's
+// constants c, stored and counted.
 template <bool kStream>
-__attribute__((always_inline)) inline void thr_step16(ThrStep16<kStream>& out, const __m512i* t, __m512i tsat,
-                                                      __m512 table, const float* x, float* vo, uint8_t* co,
-                                                      bool stats) {
+__attribute__((always_inline)) inline void thr_step16(ThrStep16<kStream>& out, const ThrConsts16& c, const float* x,
+                                                      float* vo, uint8_t* co, bool stats) {
+  const __m512i* t = c.t;
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   const __m512i zero_i = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
   const __m512i xi = _mm512_loadu_si512(x);
@@ -32,8 +44,8 @@ __attribute__((always_inline)) inline void thr_step16(ThrStep16<kStream>& out, c
   const __mmask16 m1 = _mm512_cmpgt_epi32_mask(ax, t[0]);
   __m512i code = _mm512_maskz_mov_epi32(m1, one);
   for (int k = 1; k < 7; ++k) code = _mm512_mask_add_epi32(code, _mm512_cmpgt_epi32_mask(ax, t[k]), code, one);
-  const __m512 xh = out.store(xi, code, _mm512_permutexvar_ps(code, table), vo, co);
-  if (stats) out.count(_mm512_cmpgt_epi32_mask(ax, zero_i), code, m1, xh, _mm512_cmpgt_epi32_mask(ax, tsat));
+  const __m512 xh = out.store(xi, code, _mm512_permutexvar_ps(code, c.table), vo, co);
+  if (stats) out.count(_mm512_cmpgt_epi32_mask(ax, zero_i), code, m1, xh, _mm512_cmpgt_epi32_mask(ax, c.sat));
 }
 
 // Rows of whole blocks (widths a multiple of 16 that divide the row): with
@@ -54,15 +66,10 @@ void threshold_whole_blocks(const ThrRow& row, uint8_t* codes, float* values, Th
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t sc = code[b];
     if (!use[sc]) continue;
-    const ThrBlock& th = thr[sc];
-    __m512i t[7];
-    for (int k = 0; k < 7; ++k) t[k] = _mm512_set1_epi32(th.t[k]);
-    const __m512i tsat = _mm512_set1_epi32(th.sat);
-    // (codes are at most 7: the table's upper half, zeros, is never indexed)
-    const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(th.table));
+    const ThrConsts16 c(thr[sc]);
     for (int64_t j = b * bc; j < (b + 1) * bc; j += 16) {
       if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
-      thr_step16(out, t, tsat, table, x + j, vo + j, co ? co + j : nullptr, stats);
+      thr_step16(out, c, x + j, vo + j, co ? co + j : nullptr, stats);
     }
   }
 }
@@ -74,14 +81,9 @@ void threshold_row_impl(const QuantPlan& p, const ThrRow& row, uint8_t* codes, f
     threshold_whole_blocks(row, codes, values, out);
   } else {
     walk_threshold_row(p, row, codes, values, cnt, [&](const ThrBlock& th, const float* x, int64_t i0, int64_t n) {
-      __m512i t[7];
-      for (int k = 0; k < 7; ++k) t[k] = _mm512_set1_epi32(th.t[k]);
-      const __m512i tsat = _mm512_set1_epi32(th.sat);
-      // codes are at most 7: the upper half (zeros) is never indexed
-      const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(th.table));
+      const ThrConsts16 c(th);
       int64_t j = 0;
-      for (; j + 16 <= n; j += 16)
-        thr_step16(out, t, tsat, table, x + j, values + i0 + j, codes ? codes + i0 + j : nullptr, row.stats);
+      for (; j + 16 <= n; j += 16) thr_step16(out, c, x + j, values + i0 + j, codes ? codes + i0 + j : nullptr, row.stats);
       return j;
     });
   }
