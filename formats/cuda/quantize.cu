@@ -243,21 +243,18 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
 // amax, zero scale, a row's last partial block) take quantize_block_part.
 // ---------------------------------------------------------------------------
 
-// A scale code's thresholds and table: the layout of detail::ThrBlock.
-struct CodeTable {
-  int32_t t[7];    // least |x| bits whose magnitude code is >= k+1, minus one
-  int32_t sat;     // least |x| bits the core counts as saturated, minus one
-  float table[8];  // x-hat of magnitude codes 0..7
-};
-constexpr int kMaxScaleCodes = 256;
+// A scale code's thresholds and table, as the CPU's loops hold them.
+using CodeTable = detail::ThrBlock;
+constexpr int kMaxScaleCodes = 256;  // one-byte scale codes
 
-// Whether a call takes the threshold path (block widths the kernel is
-// instantiated for, rows whose blocks start 16-byte aligned).
+// Whether a call takes the threshold path: the plans the CPU's 16-lane
+// threshold loop declares (its modes, arithmetics and formats, no four over
+// six or dithered scales; whatever the call's size), in the block shapes
+// the kernel is instantiated for, rows whose blocks start 16-byte aligned.
 bool threshold_path(const QuantPlan& p, int64_t cols) {
-  const bool symmetric =
-      p.round == Round::rne || p.round == Round::rna || p.round == Round::rtz || p.round == Round::odd;
-  return symmetric && detail::threshold_handles(p) && p.br == 1 && (p.bc == 16 || p.bc == 32) && cols % 4 == 0 &&
-         p.rule != ScaleRule::amax_sr && p.four_six == FourSix::off && p.fs.bits <= 8;
+  return detail::loop_claims(detail::loop_decl(detail::Loop::threshold_x16), p, detail::kThresholdMinElements,
+                             detail::Simd::avx512) &&
+         p.br == 1 && (p.bc == 16 || p.bc == 32) && cols % 4 == 0;
 }
 
 // Entry k (0..7) of scale code `code`'s table: threshold k+1 (k < 7) or the
@@ -584,7 +581,7 @@ struct CudaQuantizer::Impl {
     check(cudaGetLastError(), "tensor plan kernel launch");
     if (n > 0) {
       const auto aligned = [](const void* ptr, uintptr_t to) { return reinterpret_cast<uintptr_t>(ptr) % to == 0; };
-      if (p.has_scale && threshold_path(p, cols) && aligned(x, 16) && aligned(vals, 16) && aligned(out.codes, 4)) {
+      if (threshold_path(p, cols) && aligned(x, 16) && aligned(vals, 16) && aligned(out.codes, 4)) {
         const int ncodes = 1 << p.fs.bits;
         code_tables_kernel<<<(ncodes * 8 + kThreads - 1) / kThreads, kThreads>>>(plan.ptr, ncodes, tables.ptr,
                                                                                table_use.ptr);
@@ -689,14 +686,9 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
     std::vector<uint8_t> use(kMaxScaleCodes);
     const int ncodes = 1 << p.fs.bits;
     for (int i = 0; i < ncodes * 8; ++i) code_table_entry(p, static_cast<uint32_t>(i / 8), i % 8, tab.data(), use.data());
-    for (int64_t blk = 0; blk < nblocks; ++blk) {
-      if (p.bc == 16)
-        threshold_block_part<16>(p, x, rows, cols, blk, tab.data(), use.data(), out.codes, out.scale_codes, values,
-                                 cnt, &t.c[kCounters]);
-      else
-        threshold_block_part<32>(p, x, rows, cols, blk, tab.data(), use.data(), out.codes, out.scale_codes, values,
-                                 cnt, &t.c[kCounters]);
-    }
+    auto part = p.bc == 16 ? threshold_block_part<16> : threshold_block_part<32>;
+    for (int64_t blk = 0; blk < nblocks; ++blk)
+      part(p, x, rows, cols, blk, tab.data(), use.data(), out.codes, out.scale_codes, values, cnt, &t.c[kCounters]);
   } else if (n > 0) {
     const int group = group_size(p);
     for (int64_t blk = 0; blk < nblocks; ++blk) {
