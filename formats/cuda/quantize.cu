@@ -39,6 +39,7 @@
 
 #include "formats/conventions.hpp"
 #include "formats/cuda/abs_max.cuh"
+#include "formats/cuda/cuda_check.hpp"
 #include "formats/error.hpp"
 #include "formats/fast/loops.hpp"
 #include "formats/philox.hpp"
@@ -54,10 +55,6 @@ namespace {
 // Host helpers
 // ---------------------------------------------------------------------------
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
-
 // A device allocation freed on scope exit; reserve() grows it (never shrinks).
 template <class T>
 struct DeviceBuffer {
@@ -70,7 +67,7 @@ struct DeviceBuffer {
     if (ptr) cudaFree(ptr);
     ptr = nullptr;
     size = 0;
-    check(cudaMalloc(reinterpret_cast<void**>(&ptr), count * sizeof(T)), "cudaMalloc");
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&ptr), count * sizeof(T)), "cudaMalloc");
     size = count;
   }
   ~DeviceBuffer() {
@@ -571,21 +568,21 @@ struct CudaQuantizer::Impl {
     }
     Totals t = {};
     t.c[kCounters] = kNoError;
-    check(cudaMemcpyAsync(totals.ptr, t.c, sizeof t.c, cudaMemcpyHostToDevice), "cudaMemcpy (counters)");
+    cuda_check(cudaMemcpyAsync(totals.ptr, t.c, sizeof t.c, cudaMemcpyHostToDevice), "cudaMemcpy (counters)");
     if (spec.amax_kind == AmaxKind::current) {
-      check(cudaMemsetAsync(amax.ptr, 0, sizeof(unsigned int)), "cudaMemset");
+      cuda_check(cudaMemsetAsync(amax.ptr, 0, sizeof(unsigned int)), "cudaMemset");
       if (n > 0) abs_bits_max_kernel<<<abs_max_grid(n, kThreads), kThreads>>>(x, n, amax.ptr);
-      check(cudaGetLastError(), "tensor amax kernel launch");
+      cuda_check(cudaGetLastError(), "tensor amax kernel launch");
     }
     tensor_plan_kernel<<<1, 1>>>(p, spec.amax_kind, spec.amax_value, amax.ptr, plan.ptr);
-    check(cudaGetLastError(), "tensor plan kernel launch");
+    cuda_check(cudaGetLastError(), "tensor plan kernel launch");
     if (n > 0) {
       const auto aligned = [](const void* ptr, uintptr_t to) { return reinterpret_cast<uintptr_t>(ptr) % to == 0; };
       if (threshold_path(p, cols) && aligned(x, 16) && aligned(vals, 16) && aligned(out.codes, 4)) {
         const int ncodes = 1 << p.fs.bits;
         code_tables_kernel<<<(ncodes * 8 + kThreads - 1) / kThreads, kThreads>>>(plan.ptr, ncodes, tables.ptr,
                                                                                table_use.ptr);
-        check(cudaGetLastError(), "threshold tables kernel launch");
+        cuda_check(cudaGetLastError(), "threshold tables kernel launch");
         auto kernel = p.bc == 16 ? quantize_thr_kernel<16> : quantize_thr_kernel<32>;
         kernel<<<grid_for(nblocks), kThreads>>>(plan.ptr, x, rows, cols, tables.ptr, table_use.ptr, ncodes,
                                                 out.codes, out.scale_codes, vals, totals.ptr, totals.ptr + kCounters);
@@ -599,25 +596,25 @@ struct CudaQuantizer::Impl {
                                                                    out.scale_codes, vals, totals.ptr,
                                                                    totals.ptr + kCounters);
       }
-      check(cudaGetLastError(), "quantize kernel launch");
+      cuda_check(cudaGetLastError(), "quantize kernel launch");
     }
     std::vector<SumPartial> host_partials(static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0));
     if (!host_partials.empty()) {
       partials.reserve(host_partials.size());
       segment_sums_kernel<<<grid_for(static_cast<int64_t>(host_partials.size())), kThreads>>>(x, vals, rows, cols,
                                                                                               partials.ptr);
-      check(cudaGetLastError(), "segment sums kernel launch");
-      check(cudaMemcpyAsync(host_partials.data(), partials.ptr, sizeof(SumPartial) * host_partials.size(),
+      cuda_check(cudaGetLastError(), "segment sums kernel launch");
+      cuda_check(cudaMemcpyAsync(host_partials.data(), partials.ptr, sizeof(SumPartial) * host_partials.size(),
                             cudaMemcpyDeviceToHost),
             "cudaMemcpy (sum partials)");
     }
-    check(cudaMemcpyAsync(t.c, totals.ptr, sizeof t.c, cudaMemcpyDeviceToHost), "cudaMemcpy (counters)");
-    check(cudaMemcpyAsync(&p, plan.ptr, sizeof p, cudaMemcpyDeviceToHost), "cudaMemcpy (plan)");
-    check(cudaStreamSynchronize(0), "quantize kernels");
+    cuda_check(cudaMemcpyAsync(t.c, totals.ptr, sizeof t.c, cudaMemcpyDeviceToHost), "cudaMemcpy (counters)");
+    cuda_check(cudaMemcpyAsync(&p, plan.ptr, sizeof p, cudaMemcpyDeviceToHost), "cudaMemcpy (plan)");
+    cuda_check(cudaStreamSynchronize(0), "quantize kernels");
     if (t.c[kCounters] != kNoError) {
       const int64_t i = static_cast<int64_t>(t.c[kCounters]);
       float xi = 0.0f;
-      check(cudaMemcpy(&xi, x + i, sizeof xi, cudaMemcpyDeviceToHost), "cudaMemcpy (element)");
+      cuda_check(cudaMemcpy(&xi, x + i, sizeof xi, cudaMemcpyDeviceToHost), "cudaMemcpy (element)");
       detail::throw_element_error(p, xi, i, cols);
     }
     return tensor_info(p, t, rows, cols, nblocks, host_partials, out.stats);
@@ -642,15 +639,15 @@ QuantInfo quantize_host_via_device(const QuantSpec& spec, const float* x_in, int
   DeviceBuffer<float> dx(static_cast<size_t>(n)), dv(out.values ? static_cast<size_t>(n) : 0);
   DeviceBuffer<uint8_t> dc(out.codes ? static_cast<size_t>(n) * cb : 0);
   DeviceBuffer<uint8_t> ds(out.scale_codes ? scale_bytes : 0);
-  if (n > 0) check(cudaMemcpy(dx.ptr, x, sizeof(float) * n, cudaMemcpyHostToDevice), "cudaMemcpy (input)");
+  if (n > 0) cuda_check(cudaMemcpy(dx.ptr, x, sizeof(float) * n, cudaMemcpyHostToDevice), "cudaMemcpy (input)");
   CudaQuantizer::Impl impl;
   const QuantInfo info = impl.run(spec, dx.ptr, rows, cols, QuantOutput{dv.ptr, dc.ptr, ds.ptr, out.stats});
   if (out.values && n > 0)
-    check(cudaMemcpy(out.values, dv.ptr, sizeof(float) * n, cudaMemcpyDeviceToHost), "cudaMemcpy (values)");
+    cuda_check(cudaMemcpy(out.values, dv.ptr, sizeof(float) * n, cudaMemcpyDeviceToHost), "cudaMemcpy (values)");
   if (out.codes && n > 0)
-    check(cudaMemcpy(out.codes, dc.ptr, static_cast<size_t>(n) * cb, cudaMemcpyDeviceToHost), "cudaMemcpy (codes)");
+    cuda_check(cudaMemcpy(out.codes, dc.ptr, static_cast<size_t>(n) * cb, cudaMemcpyDeviceToHost), "cudaMemcpy (codes)");
   if (out.scale_codes && scale_bytes > 0)
-    check(cudaMemcpy(out.scale_codes, ds.ptr, scale_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (scale codes)");
+    cuda_check(cudaMemcpy(out.scale_codes, ds.ptr, scale_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (scale codes)");
   return info;
 }
 
@@ -736,7 +733,7 @@ std::string cuda_device_description() {
   return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
 }
 
-void cuda_select_device(int index) { check(cudaSetDevice(index), "cudaSetDevice"); }
+void cuda_select_device(int index) { cuda_check(cudaSetDevice(index), "cudaSetDevice"); }
 
 CudaQuantizer::CudaQuantizer() : impl_(std::make_unique<Impl>()) {}
 CudaQuantizer::~CudaQuantizer() = default;

@@ -6,6 +6,7 @@
 #if defined(EXMY_HAVE_CUDA)
 #include <cuda_runtime.h>
 
+#include "formats/cuda/cuda_check.hpp"
 #include "formats/cuda/quantize_cuda.hpp"
 #include "sim/cuda/memory_floor.hpp"
 #endif
@@ -166,9 +167,6 @@ void memory_floor(const float* x, float* y, uint8_t* codes, int64_t n, int threa
 }
 
 #if defined(EXMY_HAVE_CUDA)
-void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
 
 // A device allocation freed on scope exit.
 struct DeviceBytes {

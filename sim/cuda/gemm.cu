@@ -14,14 +14,11 @@
 #include <string>
 #include <tuple>
 
+#include "formats/cuda/cuda_check.hpp"
 #include "formats/error.hpp"
 
 namespace exmy::sim {
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
 
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
@@ -91,7 +88,7 @@ struct CudaGemm::Impl {
 CudaGemm::CudaGemm(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
   check(cublasLtCreate(&impl_->handle), "cublasLtCreate");
   impl_->workspace_bytes = workspace_bytes;
-  if (workspace_bytes > 0) check(cudaMalloc(&impl_->workspace, workspace_bytes), "cudaMalloc (GEMM workspace)");
+  if (workspace_bytes > 0) cuda_check(cudaMalloc(&impl_->workspace, workspace_bytes), "cudaMalloc (GEMM workspace)");
 }
 
 CudaGemm::~CudaGemm() = default;
@@ -101,7 +98,7 @@ void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, co
   if (M == 0 || N == 0) return;
   if (K == 0) {  // an empty sum: C = 0, or C unchanged
     if (!accumulate)
-      for (int64_t r = 0; r < M; ++r) check(cudaMemsetAsync(C + r * ldc, 0, sizeof(float) * N), "cudaMemset");
+      for (int64_t r = 0; r < M; ++r) cuda_check(cudaMemsetAsync(C + r * ldc, 0, sizeof(float) * N), "cudaMemset");
     return;
   }
   const Impl::Plan& p = impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands);

@@ -7,11 +7,11 @@
 #include <string>
 
 #include "formats/cuda/abs_max.cuh"
+#include "formats/cuda/cuda_check.hpp"
 #include "formats/error.hpp"
 
 namespace exmy::sim {
 namespace {
-
 
 constexpr int kThreads = 256;
 
@@ -26,20 +26,16 @@ __global__ void floor_write_kernel(const float* x, float* y, uint8_t* codes, int
   }
 }
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
-
 }  // namespace
 
 void cuda_memory_floor(const float* x, float* y, uint8_t* codes, int64_t n, bool amax_pass, unsigned* scratch) {
   if (amax_pass) {
-    check(cudaMemsetAsync(scratch, 0, sizeof(unsigned)), "cudaMemset");
+    cuda_check(cudaMemsetAsync(scratch, 0, sizeof(unsigned)), "cudaMemset");
     abs_bits_max_kernel<<<abs_max_grid(n, kThreads), kThreads>>>(x, n, scratch);
-    check(cudaGetLastError(), "memory floor amax kernel");
+    cuda_check(cudaGetLastError(), "memory floor amax kernel");
   }
   floor_write_kernel<<<grid_for(n), kThreads>>>(x, y, codes, n, amax_pass ? scratch : nullptr);
-  check(cudaGetLastError(), "memory floor kernel");
+  cuda_check(cudaGetLastError(), "memory floor kernel");
 }
 
 }  // namespace exmy::sim
