@@ -91,8 +91,8 @@ MixerScratch attention_scratch(const NemotronHConfig& c, int64_t, int64_t) {
 // each softmax row (backward recomputes the probabilities).
 template <class T>
 struct AttentionSaved {
-  Buf<T> q, k, v, o, lse;
-  std::array<Buf<T>*, 5> all() { return {&q, &k, &v, &o, &lse}; }
+  sim::MemBuf<T> q, k, v, o, lse;
+  std::array<sim::MemBuf<T>*, 5> all() { return {&q, &k, &v, &o, &lse}; }
 };
 
 template <class T>
@@ -100,6 +100,7 @@ class AttentionMixer final : public MixerKeeping<T, AttentionSaved<T>, sizes> {
   using Base = MixerKeeping<T, AttentionSaved<T>, sizes>;
   using Base::cfg_;
   using Base::kept_;
+  using Base::be_;
   using Saved = AttentionSaved<T>;
 
  public:
@@ -112,7 +113,7 @@ class AttentionMixer final : public MixerKeeping<T, AttentionSaved<T>, sizes> {
   }
 
   void forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) override;
-  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<Buf<T>> scratch,
+  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<sim::MemBuf<T>> scratch,
                 const MixerRun& run) override;
 
  private:
@@ -126,28 +127,28 @@ void AttentionMixer<T>::forward(T* out, const T* x, const sim::ParamArena<T>& ar
   q_proj_.forward(k.q.data(), x, arena, N, run.again);
   k_proj_.forward(k.k.data(), x, arena, N, run.again);
   v_proj_.forward(k.v.data(), x, arena, N, run.again);
-  keep_bf16(run, k.q.data(), N * cfg_.attn_q_dim());
-  keep_bf16(run, k.k.data(), N * cfg_.attn_kv_dim());
-  keep_bf16(run, k.v.data(), N * cfg_.attn_kv_dim());
-  attention_forward(k.o.data(), k.lse.data(), k.q.data(), k.k.data(), k.v.data(),
+  keep_bf16(be_, run, k.q.data(), N * cfg_.attn_q_dim());
+  keep_bf16(be_, run, k.k.data(), N * cfg_.attn_kv_dim());
+  keep_bf16(be_, run, k.v.data(), N * cfg_.attn_kv_dim());
+  be_.attention_forward(k.o.data(), k.lse.data(), k.q.data(), k.k.data(), k.v.data(),
                     attn_dims(cfg_, run.batch, run.seqlen));
-  keep_bf16(run, k.o.data(), N * cfg_.attn_q_dim());
+  keep_bf16(be_, run, k.o.data(), N * cfg_.attn_q_dim());
   if (run.again) return;
   o_proj_.forward(out, k.o.data(), arena, N, false);
 }
 
 template <class T>
 void AttentionMixer<T>::backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x,
-                                 std::span<Buf<T>> scratch, const MixerRun& run) {
+                                 std::span<sim::MemBuf<T>> scratch, const MixerRun& run) {
   const int64_t N = run.tokens(), qd = cfg_.attn_q_dim(), kvd = cfg_.attn_kv_dim();
   Saved& k = *kept_;
   T* dO = scratch[0].data();
   T* dq = scratch[1].data();
   T* dk = scratch[2].data();
   T* dv = scratch[3].data();
-  sim::zero(dO, N * qd), sim::zero(dq, N * qd), sim::zero(dk, N * kvd), sim::zero(dv, N * kvd);
+  be_.zero(dO, N * qd), be_.zero(dq, N * qd), be_.zero(dk, N * kvd), be_.zero(dv, N * kvd);
   o_proj_.backward(dO, arena, dout, k.o.data(), N);
-  attention_backward(dq, dk, dv, dO, k.o.data(), k.lse.data(), k.q.data(), k.k.data(), k.v.data(),
+  be_.attention_backward(dq, dk, dv, dO, k.o.data(), k.lse.data(), k.q.data(), k.k.data(), k.v.data(),
                      attn_dims(cfg_, run.batch, run.seqlen));
   q_proj_.backward(dx, arena, dq, x, N);
   k_proj_.backward(dx, arena, dk, x, N);

@@ -87,8 +87,8 @@ MixerScratch mamba2_scratch(const NemotronHConfig& c, int64_t B, int64_t T_) {
 // SSD output, and the gated norm's output and 1/rms.
 template <class T>
 struct Mamba2Saved {
-  Buf<T> zxbcdt, xbc, dt, acs, states, y, gn, gn_rstd;
-  std::array<Buf<T>*, 8> all() { return {&zxbcdt, &xbc, &dt, &acs, &states, &y, &gn, &gn_rstd}; }
+  sim::MemBuf<T> zxbcdt, xbc, dt, acs, states, y, gn, gn_rstd;
+  std::array<sim::MemBuf<T>*, 8> all() { return {&zxbcdt, &xbc, &dt, &acs, &states, &y, &gn, &gn_rstd}; }
 };
 
 template <class T>
@@ -96,6 +96,7 @@ class Mamba2Mixer final : public MixerKeeping<T, Mamba2Saved<T>, sizes> {
   using Base = MixerKeeping<T, Mamba2Saved<T>, sizes>;
   using Base::cfg_;
   using Base::kept_;
+  using Base::be_;
   using Saved = Mamba2Saved<T>;
 
  public:
@@ -112,7 +113,7 @@ class Mamba2Mixer final : public MixerKeeping<T, Mamba2Saved<T>, sizes> {
   }
 
   void forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) override;
-  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<Buf<T>> scratch,
+  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<sim::MemBuf<T>> scratch,
                 const MixerRun& run) override;
 
  private:
@@ -129,29 +130,29 @@ void Mamba2Mixer<T>::forward(T* out, const T* x, const sim::ParamArena<T>& arena
   Saved& k = *kept_;
   // in_proj output rows: [ z (D_in) | x B C (conv_dim) | dt (heads) ]
   in_proj_.forward(k.zxbcdt.data(), x, arena, N, run.again);
-  keep_bf16(run, k.zxbcdt.data(), N * ld);
+  keep_bf16(be_, run, k.zxbcdt.data(), N * ld);
   const T* z = k.zxbcdt.data();
   const T* xbc_raw = z + Din;
   const T* dt_raw = z + Din + conv;
-  conv1d_silu_forward(k.xbc.data(), xbc_raw, ld, W(conv_w_), conv_b_ >= 0 ? W(conv_b_) : nullptr, B, T_, conv,
+  be_.conv1d_silu_forward(k.xbc.data(), xbc_raw, ld, W(conv_w_), conv_b_ >= 0 ? W(conv_b_) : nullptr, B, T_, conv,
                       cfg_.conv_kernel);
-  keep_bf16(run, k.xbc.data(), N * conv);
-  mamba_dt_forward(k.dt.data(), dt_raw, ld, W(dt_bias_), N, cfg_.mamba_num_heads, cfg_.time_step_limit[0],
+  keep_bf16(be_, run, k.xbc.data(), N * conv);
+  be_.mamba_dt_forward(k.dt.data(), dt_raw, ld, W(dt_bias_), N, cfg_.mamba_num_heads, cfg_.time_step_limit[0],
                    cfg_.time_step_limit[1]);
   const T* xs = k.xbc.data();
-  ssd_chunk_scan_forward(k.y.data(), k.acs.data(), k.states.data(), xs, conv, xs + Din, xs + Din + GN, conv,
+  be_.ssd_chunk_scan_forward(k.y.data(), k.acs.data(), k.states.data(), xs, conv, xs + Din, xs + Din + GN, conv,
                          k.dt.data(), W(A_log_), W(D_), ssd_dims(cfg_, B, T_));
-  keep_bf16(run, k.y.data(), N * Din);
-  gated_rmsnorm_forward(k.gn.data(), k.gn_rstd.data(), k.y.data(), Din, z, ld, W(norm_), N, Din, cfg_.n_groups,
+  keep_bf16(be_, run, k.y.data(), N * Din);
+  be_.gated_rmsnorm_forward(k.gn.data(), k.gn_rstd.data(), k.y.data(), Din, z, ld, W(norm_), N, Din, cfg_.n_groups,
                         cfg_.layer_norm_epsilon);
-  keep_bf16(run, k.gn.data(), N * Din);
+  keep_bf16(be_, run, k.gn.data(), N * Din);
   if (run.again) return;
   out_proj_.forward(out, k.gn.data(), arena, N, false);
 }
 
 template <class T>
 void Mamba2Mixer<T>::backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x,
-                              std::span<Buf<T>> scratch, const MixerRun& run) {
+                              std::span<sim::MemBuf<T>> scratch, const MixerRun& run) {
   const int64_t B = run.batch, T_ = run.seqlen, N = run.tokens();
   const int64_t Din = cfg_.mamba_d_inner(), conv = cfg_.mamba_conv_dim(), ld = cfg_.mamba_in_proj_dim();
   const int64_t GN = cfg_.n_groups * cfg_.ssm_state_size, H = cfg_.mamba_num_heads;
@@ -163,19 +164,19 @@ void Mamba2Mixer<T>::backward(T* dx, sim::ParamArena<T>& arena, const T* dout, c
   T* dz = scratch[2].data();  // (N, in_proj) : [dz | dxBC_raw | ddt_raw]
   T* dxbc = scratch[3].data();
   T* ddt = scratch[4].data();
-  sim::zero(dgn, N * Din), sim::zero(dy, N * Din), sim::zero(dz, N * ld), sim::zero(dxbc, N * conv);
-  sim::zero(ddt, N * H);
+  be_.zero(dgn, N * Din), be_.zero(dy, N * Din), be_.zero(dz, N * ld), be_.zero(dxbc, N * conv);
+  be_.zero(ddt, N * H);
   out_proj_.backward(dgn, arena, dout, k.gn.data(), N);
   const T* z = k.zxbcdt.data();
-  gated_rmsnorm_backward(dy, Din, dz, ld, G(norm_), dgn, k.y.data(), Din, z, ld, W(norm_), k.gn_rstd.data(), N, Din,
+  be_.gated_rmsnorm_backward(dy, Din, dz, ld, G(norm_), dgn, k.y.data(), Din, z, ld, W(norm_), k.gn_rstd.data(), N, Din,
                          cfg_.n_groups);
   const T* xs = k.xbc.data();
-  ssd_chunk_scan_backward(dxbc, dxbc + Din, dxbc + Din + GN, ddt, G(A_log_), G(D_), dy, xs, conv, xs + Din,
+  be_.ssd_chunk_scan_backward(dxbc, dxbc + Din, dxbc + Din + GN, ddt, G(A_log_), G(D_), dy, xs, conv, xs + Din,
                           xs + Din + GN, conv, k.dt.data(), W(A_log_), W(D_), k.acs.data(), k.states.data(),
                           ssd_dims(cfg_, B, T_));
-  mamba_dt_backward(dz + Din + conv, ld, G(dt_bias_), ddt, z + Din + conv, W(dt_bias_), N, H, cfg_.time_step_limit[0],
+  be_.mamba_dt_backward(dz + Din + conv, ld, G(dt_bias_), ddt, z + Din + conv, W(dt_bias_), N, H, cfg_.time_step_limit[0],
                     cfg_.time_step_limit[1]);
-  conv1d_silu_backward(dz + Din, ld, G(conv_w_), conv_b_ >= 0 ? G(conv_b_) : nullptr, dxbc, z + Din, ld, W(conv_w_),
+  be_.conv1d_silu_backward(dz + Din, ld, G(conv_w_), conv_b_ >= 0 ? G(conv_b_) : nullptr, dxbc, z + Din, ld, W(conv_w_),
                        conv_b_ >= 0 ? W(conv_b_) : nullptr, B, T_, conv, cfg_.conv_kernel);
   in_proj_.backward(dx, arena, dz, x, N);
 }

@@ -27,9 +27,11 @@
 #include <vector>
 
 #include "formats/error.hpp"
+#include "models/backend.hpp"
 #include "models/config.hpp"
 #include "sim/arena.hpp"
 #include "sim/linear.hpp"
+#include "sim/memory.hpp"
 #include "sim/tensor.hpp"
 
 namespace exmy::models {
@@ -59,6 +61,7 @@ struct MixerBuilder {
   const sim::ArenaLayout& layout;
   const sim::LinearFactory<T>& factory;
   std::vector<std::unique_ptr<sim::Linear<T>>>& linears;
+  Backend<T>& be;  // the model's: the mixer's kernels and the memory of its tensors
   char letter = 0;     // the block's pattern letter
   int layer = 0;
   std::string prefix;  // "layers.3.mixer."
@@ -88,8 +91,8 @@ struct MixerRun {
 
 // A tensor a BF16 trainer keeps in BF16 (NemotronH::set_bf16_activations).
 template <class T>
-void keep_bf16(const MixerRun& run, T* p, int64_t n) {
-  if (run.bf16_act) sim::round_bf16(p, p, n);
+void keep_bf16(Backend<T>& be, const MixerRun& run, T* p, int64_t n) {
+  if (run.bf16_act) be.round_bf16(p, n);
 }
 
 template <class T>
@@ -113,7 +116,7 @@ class Mixer {
   // at least as wide per token as the row's scratch().per_token; the mixer
   // zeroes what it uses.
   virtual void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x,
-                        std::span<sim::Buf<T>> scratch, const MixerRun& run) = 0;
+                        std::span<sim::MemBuf<T>> scratch, const MixerRun& run) = 0;
 
  protected:
   explicit Mixer(char letter) : letter_(letter) {}
@@ -149,12 +152,13 @@ class Kept {
   S* use_ = &own_;
 };
 
-// Sizes (elements) the kept tensors, given in the order of a mixer's
-// sizes() table, which its row's kept() sums: so the memory estimate is
-// what the mixer allocates.
+// Sizes (elements) the kept tensors in `memory`, given in the order of a
+// mixer's sizes() table, which its row's kept() sums: so the memory
+// estimate is what the mixer allocates.
 template <class T, size_t n>
-void resize_kept(const std::array<sim::Buf<T>*, n>& bufs, const std::array<int64_t, n>& sizes) {
-  for (size_t i = 0; i < n; ++i) sim::resize_zero(*bufs[i], sizes[i]);
+void resize_kept(const std::array<sim::MemBuf<T>*, n>& bufs, const std::array<int64_t, n>& sizes,
+                 sim::Memory& memory) {
+  for (size_t i = 0; i < n; ++i) bufs[i]->place(memory), bufs[i]->resize_zero(sizes[i]);
 }
 template <size_t n>
 int64_t sum_sizes(const std::array<int64_t, n>& sizes) {
@@ -181,12 +185,14 @@ class MixerKeeping : public Mixer<T> {
  public:
   void allocate(int64_t batch, int64_t seqlen, Mixer<T>* share) final {
     MixerKeeping* other = shared_as(*this, share);
-    if (kept_.share(other ? &other->kept_ : nullptr)) resize_kept(kept_->all(), sizes(cfg_, batch, seqlen));
+    if (kept_.share(other ? &other->kept_ : nullptr))
+      resize_kept(kept_->all(), sizes(cfg_, batch, seqlen), be_.memory());
   }
 
  protected:
-  explicit MixerKeeping(const MixerBuilder<T>& b) : Mixer<T>(b.letter), cfg_(b.cfg) {}
+  explicit MixerKeeping(const MixerBuilder<T>& b) : Mixer<T>(b.letter), cfg_(b.cfg), be_(b.be) {}
   const NemotronHConfig& cfg_;  // the model's
+  Backend<T>& be_;              // the model's
   Kept<S> kept_;
 };
 

@@ -38,8 +38,8 @@ MixerScratch mlp_scratch(const NemotronHConfig& c, int64_t, int64_t) {
 // Kept for backward: the up_proj output and the squared ReLU's.
 template <class T>
 struct MlpSaved {
-  Buf<T> up, act;
-  std::array<Buf<T>*, 2> all() { return {&up, &act}; }
+  sim::MemBuf<T> up, act;
+  std::array<sim::MemBuf<T>*, 2> all() { return {&up, &act}; }
 };
 
 template <class T>
@@ -47,6 +47,7 @@ class MlpMixer final : public MixerKeeping<T, MlpSaved<T>, sizes> {
   using Base = MixerKeeping<T, MlpSaved<T>, sizes>;
   using Base::cfg_;
   using Base::kept_;
+  using Base::be_;
   using Saved = MlpSaved<T>;
 
  public:
@@ -57,7 +58,7 @@ class MlpMixer final : public MixerKeeping<T, MlpSaved<T>, sizes> {
   }
 
   void forward(T* out, const T* x, const sim::ParamArena<T>& arena, const MixerRun& run) override;
-  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<Buf<T>> scratch,
+  void backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<sim::MemBuf<T>> scratch,
                 const MixerRun& run) override;
 
  private:
@@ -69,23 +70,23 @@ void MlpMixer<T>::forward(T* out, const T* x, const sim::ParamArena<T>& arena, c
   const int64_t N = run.tokens(), I = cfg_.intermediate_size;
   Saved& k = *kept_;
   up_proj_.forward(k.up.data(), x, arena, N, run.again);
-  keep_bf16(run, k.up.data(), N * I);
-  relu2_forward(k.act.data(), k.up.data(), N * I);
-  keep_bf16(run, k.act.data(), N * I);
+  keep_bf16(be_, run, k.up.data(), N * I);
+  be_.relu2_forward(k.act.data(), k.up.data(), N * I);
+  keep_bf16(be_, run, k.act.data(), N * I);
   if (run.again) return;
   down_proj_.forward(out, k.act.data(), arena, N, false);
 }
 
 template <class T>
-void MlpMixer<T>::backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<Buf<T>> scratch,
+void MlpMixer<T>::backward(T* dx, sim::ParamArena<T>& arena, const T* dout, const T* x, std::span<sim::MemBuf<T>> scratch,
                            const MixerRun& run) {
   const int64_t N = run.tokens(), I = cfg_.intermediate_size;
   Saved& k = *kept_;
   T* dact = scratch[0].data();
   T* dup = scratch[1].data();
-  sim::zero(dact, N * I), sim::zero(dup, N * I);
+  be_.zero(dact, N * I), be_.zero(dup, N * I);
   down_proj_.backward(dact, arena, dout, k.act.data(), N);
-  relu2_backward(dup, dact, k.up.data(), N * I);
+  be_.relu2_backward(dup, dact, k.up.data(), N * I);
   up_proj_.backward(dx, arena, dup, x, N);
 }
 

@@ -64,13 +64,14 @@ struct NemotronH<T>::Block {
   // (block recompute) those of the first block of its letter, whose mixer
   // it also shares its kept tensors with.
   struct Norm {
-    Buf<T> ln, rstd;
+    sim::MemBuf<T> ln, rstd;
   };
   Kept<Norm> a;
 };
 
 template <class T>
-NemotronH<T>::NemotronH(const NemotronHConfig& cfg, const sim::LinearFactory<T>& factory) : cfg_(cfg) {
+NemotronH<T>::NemotronH(const NemotronHConfig& cfg, const sim::LinearFactory<T>& factory, Backend<T>& be)
+    : cfg_(cfg), be_(&be) {
   validate(cfg_);
   sim::ArenaLayout layout = make_layout(cfg_);
   const int64_t C = cfg_.hidden_size;
@@ -80,18 +81,18 @@ NemotronH<T>::NemotronH(const NemotronHConfig& cfg, const sim::LinearFactory<T>&
     auto blk = std::make_unique<Block>();
     const std::string p = "layers." + std::to_string(i) + ".";
     blk->norm = idx(p + "norm.weight");
-    const MixerBuilder<T> mb{cfg_, layout, factory, linears_, cfg_.hybrid_override_pattern[static_cast<size_t>(i)],
+    const MixerBuilder<T> mb{cfg_,   layout, factory, linears_, be, cfg_.hybrid_override_pattern[static_cast<size_t>(i)],
                              static_cast<int>(i), p + "mixer."};
     blk->mixer = make_mixer(mb.letter, mb);
     blocks_.push_back(std::move(blk));
   }
   norm_f_ = idx("norm_f.weight");
   // The LM head is made as a mixer makes its linears, with no name prefix.
-  const MixerBuilder<T> head{cfg_, layout, factory, linears_, 0, static_cast<int>(cfg_.num_hidden_layers), ""};
+  const MixerBuilder<T> head{cfg_, layout, factory, linears_, be, 0, static_cast<int>(cfg_.num_hidden_layers), ""};
   const MixerLinear<T> lm = head.linear(sim::LinearKind::lm_head, "lm_head", C, cfg_.vocab_size);
   lm_head_ = lm.op;
   lm_head_w_ = lm.w;
-  arena_ = sim::ParamArena<T>(std::move(layout));
+  arena_ = sim::ParamArena<T>(std::move(layout), be.memory());
 }
 
 template <class T>
@@ -108,10 +109,13 @@ template <class T>
 void NemotronH<T>::init_weights(uint64_t seed) {
   const auto& views = arena_.layout().views();
   const double std_ = cfg_.initializer_range;
+  sim::Memory& mem = arena_.memory();
+  Buf<T> staging;  // a parameter's values on the host, for an arena that is not
   for (size_t i = 0; i < views.size(); ++i) {
     const sim::ParamView& v = views[i];
     Rng rng{seed ^ (0x632be59bd9b4e019ull * (i + 1))};
-    T* p = arena_.param(static_cast<int>(i));
+    if (!mem.on_host()) staging.resize(static_cast<size_t>(v.numel));
+    T* p = mem.on_host() ? arena_.param(static_cast<int>(i)) : staging.data();
     const auto init = static_cast<ParamInit>(v.init);  // declared with the parameter (make_layout, add_params)
     if (init == ParamInit::ones) {
       std::fill_n(p, v.numel, T(1));
@@ -136,6 +140,7 @@ void NemotronH<T>::init_weights(uint64_t seed) {
     } else {
       for (int64_t j = 0; j < v.numel; ++j) p[j] = static_cast<T>(rng.normal() * std_);
     }
+    if (!mem.on_host()) mem.from_host(arena_.param(static_cast<int>(i)), p, static_cast<size_t>(v.numel) * sizeof(T));
   }
 }
 
@@ -145,7 +150,8 @@ void NemotronH<T>::allocate(int64_t B, int64_t seq) {
   B_ = B;
   T_ = seq;
   const int64_t N = B * seq, C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
-  auto sz = [](Buf<T>& b, int64_t n) { b.assign(static_cast<size_t>(n), T(0)); };
+  sim::Memory& mem = be_->memory();
+  auto sz = [&](sim::MemBuf<T>& b, int64_t n) { b.place(mem), b.resize_zero(n); };
   sz(resid_, (L + 1) * N * C);
   // Block recompute: the blocks of a letter share the first one's kept tensors.
   std::array<Block*, 256> first{};
@@ -186,14 +192,14 @@ double NemotronH<T>::forward(const int32_t* tokens, const int32_t* targets, int6
   auto W = [&](int i) { return arena_.param(i); };
   // A tensor a BF16 trainer keeps in BF16 (see set_bf16_activations).
   auto act = [&](T* p, int64_t n) {
-    if (bf16_act_) sim::round_bf16(p, p, n);
+    if (bf16_act_) be_->round_bf16(p, n);
   };
   const bool bf16_resid = bf16_act_ && !cfg_.residual_in_fp32;
 
-  embedding_forward(resid(0), tokens_.data(), W(wte_), N, C);
-  if (bf16_resid) sim::round_bf16(resid(0), resid(0), N * C);
+  be_->embedding_forward(resid(0), tokens_.data(), W(wte_), N, C);
+  if (bf16_resid) be_->round_bf16(resid(0), N * C);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) block_forward(l, false);
-  rmsnorm_forward(lnf_.data(), rstdf_.data(), resid(cfg_.num_hidden_layers), W(norm_f_), N, C, eps);
+  be_->rmsnorm_forward(lnf_.data(), rstdf_.data(), resid(cfg_.num_hidden_layers), W(norm_f_), N, C, eps);
   act(lnf_.data(), N * C);
   lm_head_->forward(logits_.data(), lnf_.data(), W(lm_head_w_), N);
   act(logits_.data(), N * V);
@@ -202,7 +208,7 @@ double NemotronH<T>::forward(const int32_t* tokens, const int32_t* targets, int6
     std::fill(losses_.begin(), losses_.end(), 0.0);
     return 0.0;
   }
-  return cross_entropy_forward(losses_.data(), &counted_, logits_.data(), targets_.data(), N, V);
+  return be_->cross_entropy_forward(losses_.data(), &counted_, logits_.data(), targets_.data(), N, V);
 }
 
 // Block l of the forward from resid(l): its kept tensors, then (unless
@@ -217,13 +223,13 @@ void NemotronH<T>::block_forward(int64_t l, bool again) {
   Block& b = *blocks_[static_cast<size_t>(l)];
   const MixerRun run = MixerRun{B_, T_, bf16_act_, again};
   const T* x = resid(l);
-  rmsnorm_forward(b.a->ln.data(), b.a->rstd.data(), x, arena_.param(b.norm), N, C, cfg_.layer_norm_epsilon);
-  keep_bf16(run, b.a->ln.data(), N * C);
+  be_->rmsnorm_forward(b.a->ln.data(), b.a->rstd.data(), x, arena_.param(b.norm), N, C, cfg_.layer_norm_epsilon);
+  keep_bf16(*be_, run, b.a->ln.data(), N * C);
   b.mixer->forward(again ? nullptr : mix_out_.data(), b.a->ln.data(), arena_, run);
   if (again) return;
-  keep_bf16(run, mix_out_.data(), N * C);
-  add_forward(resid(l + 1), x, mix_out_.data(), N * C);
-  if (bf16_resid) sim::round_bf16(resid(l + 1), resid(l + 1), N * C);
+  keep_bf16(*be_, run, mix_out_.data(), N * C);
+  be_->add_forward(resid(l + 1), x, mix_out_.data(), N * C);
+  if (bf16_resid) be_->round_bf16(resid(l + 1), N * C);
 }
 
 template <class T>
@@ -232,16 +238,16 @@ void NemotronH<T>::backward() {
   const int64_t N = B_ * T_, C = cfg_.hidden_size, V = cfg_.vocab_size;
   auto W = [&](int i) { return arena_.param(i); };
   auto G = [&](int i) { return arena_.grad(i); };
-  auto zero = [](Buf<T>& b, int64_t n) { sim::zero(b.data(), n); };
+  auto zero = [&](sim::MemBuf<T>& b, int64_t n) { be_->zero(b.data(), n); };
 
   // Loss and head.
   zero(dlogits_, N * V);
   if (counted_ > 0)
-    cross_entropy_backward(dlogits_.data(), logits_.data(), targets_.data(), N, V, 1.0 / static_cast<double>(counted_));
+    be_->cross_entropy_backward(dlogits_.data(), logits_.data(), targets_.data(), N, V, 1.0 / static_cast<double>(counted_));
   zero(dlnf_, N * C);
   lm_head_->backward(dlnf_.data(), G(lm_head_w_), dlogits_.data(), lnf_.data(), W(lm_head_w_), N);
   zero(dresid_, N * C);
-  rmsnorm_backward(dresid_.data(), G(norm_f_), dlnf_.data(), resid(cfg_.num_hidden_layers), W(norm_f_), rstdf_.data(),
+  be_->rmsnorm_backward(dresid_.data(), G(norm_f_), dlnf_.data(), resid(cfg_.num_hidden_layers), W(norm_f_), rstdf_.data(),
                    N, C);
 
   // Blocks, last first. dresid_ holds the gradient of the residual stream
@@ -253,9 +259,9 @@ void NemotronH<T>::backward() {
     const typename Block::Norm& a = *b.a;
     zero(dln_, N * C);
     b.mixer->backward(dln_.data(), arena_, dresid_.data(), a.ln.data(), scratch_, MixerRun{B_, T_, bf16_act_, false});
-    rmsnorm_backward(dresid_.data(), G(b.norm), dln_.data(), resid(l), W(b.norm), a.rstd.data(), N, C);
+    be_->rmsnorm_backward(dresid_.data(), G(b.norm), dln_.data(), resid(l), W(b.norm), a.rstd.data(), N, C);
   }
-  embedding_backward(G(wte_), dresid_.data(), tokens_.data(), N, C);
+  be_->embedding_backward(G(wte_), dresid_.data(), tokens_.data(), N, C);
 }
 
 ActivationBytes activation_bytes(const NemotronHConfig& cfg, int64_t B, int64_t T_, int64_t scalar_bytes,

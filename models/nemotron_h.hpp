@@ -7,7 +7,10 @@
 // and the loss.
 //
 // Parameters live in one ParamArena (names as in HF checkpoints without the
-// "backbone."/"model." prefix). Every linear layer is a sim::Linear made by
+// "backbone."/"model." prefix). The model runs on a Backend
+// (models/backend.hpp): the arena, the activations and every kernel are the
+// backend's, so on a device backend the pointers the model hands out
+// (arena(), logits()) are device pointers. Every linear layer is a sim::Linear made by
 // the precision policy's factory, so the model never knows which policy runs.
 //
 // forward() keeps what backward() needs; backward() accumulates the
@@ -22,9 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "models/backend.hpp"
 #include "models/config.hpp"
 #include "sim/arena.hpp"
 #include "sim/linear.hpp"
+#include "sim/memory.hpp"
 #include "sim/tensor.hpp"
 
 namespace exmy::models {
@@ -33,11 +38,14 @@ template <class T>
 class NemotronH {
  public:
   // Validates the config (exmy::Error on a bad one) and builds the arena
-  // (zero parameters: call init_weights or load weights).
-  NemotronH(const NemotronHConfig& cfg, const sim::LinearFactory<T>& factory);
+  // (zero parameters: call init_weights or load weights) in the backend's
+  // memory. The backend (and the factory's linears, which must work on its
+  // memory) outlive the model.
+  NemotronH(const NemotronHConfig& cfg, const sim::LinearFactory<T>& factory, Backend<T>& be = cpu_backend<T>());
   ~NemotronH();
 
   const NemotronHConfig& config() const { return cfg_; }
+  Backend<T>& backend() const { return *be_; }
   sim::ParamArena<T>& arena() { return arena_; }
   const sim::ParamArena<T>& arena() const { return arena_; }
   // One per linear layer, in forward order (blocks, then the LM head).
@@ -83,7 +91,8 @@ class NemotronH {
   // Gradient of the last forward's mean loss, added into arena().grads().
   void backward();
 
-  // Of the last forward: logits (B,T,vocab) and per-token losses (B,T).
+  // Of the last forward: logits (B,T,vocab), in the backend's memory, and
+  // per-token losses (B,T), on the host.
   const T* logits() const { return logits_.data(); }
   std::span<const double> token_losses() const { return {losses_.data(), losses_.size()}; }
   int64_t counted_targets() const { return counted_; }
@@ -91,6 +100,7 @@ class NemotronH {
  private:
   struct Block;
   NemotronHConfig cfg_;
+  Backend<T>* be_;
   sim::ParamArena<T> arena_;
   std::vector<std::unique_ptr<sim::Linear<T>>> linears_;
   std::vector<std::unique_ptr<Block>> blocks_;
@@ -102,14 +112,14 @@ class NemotronH {
   // Activations of the last forward.
   int64_t B_ = 0, T_ = 0;
   std::vector<int32_t> tokens_, targets_;
-  sim::Buf<T> resid_;  // (L+1, N, C): the residual stream entering each block, and the final one
-  sim::Buf<T> lnf_, rstdf_, logits_;
+  sim::MemBuf<T> resid_;  // (L+1, N, C): the residual stream entering each block, and the final one
+  sim::MemBuf<T> lnf_, rstdf_, logits_;
   std::vector<double> losses_;
   int64_t counted_ = 0;
-  sim::Buf<T> mix_out_;  // (N, C) scratch: a mixer's output before the residual add
+  sim::MemBuf<T> mix_out_;  // (N, C) scratch: a mixer's output before the residual add
   // Backward scratch, shared by the blocks.
-  sim::Buf<T> dresid_, dln_, dlnf_, dlogits_;
-  std::vector<sim::Buf<T>> scratch_;  // the mixers' backward buffers (MixerScratch::per_token)
+  sim::MemBuf<T> dresid_, dln_, dlnf_, dlogits_;
+  std::vector<sim::MemBuf<T>> scratch_;  // the mixers' backward buffers (MixerScratch::per_token)
 
   void allocate(int64_t B, int64_t seq);
   void block_forward(int64_t l, bool again);

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sim/memory.hpp"
 #include "sim/tensor.hpp"
 
 namespace exmy::sim {
@@ -57,11 +58,12 @@ template <class T>
 class ParamArena {
  public:
   ParamArena() = default;
-  explicit ParamArena(ArenaLayout layout) : layout_(std::move(layout)) {
-    resize_zero(data_, layout_.size());
-    resize_zero(grad_, layout_.size());
-  }
+  // Parameters and gradients in `memory` (the host by default; a device
+  // backend's memory for a model on the device), all zero.
+  explicit ParamArena(ArenaLayout layout, Memory& memory = host_memory())
+      : layout_(std::move(layout)), data_(memory, layout_.size()), grad_(memory, layout_.size()) {}
 
+  Memory& memory() const { return data_.memory(); }
   const ArenaLayout& layout() const { return layout_; }
 
   T* param(int i) { return data_.data() + layout_.view(i).offset; }
@@ -72,17 +74,17 @@ class ParamArena {
   T* grad(std::string_view name) { return grad_.data() + layout_.get(name).offset; }
 
   // The whole arena, padding included (padding is always zero).
-  std::span<T> params() { return {data_.data(), data_.size()}; }
-  std::span<const T> params() const { return {data_.data(), data_.size()}; }
-  std::span<T> grads() { return {grad_.data(), grad_.size()}; }
-  std::span<const T> grads() const { return {grad_.data(), grad_.size()}; }
+  std::span<T> params() { return {data_.data(), static_cast<size_t>(data_.size())}; }
+  std::span<const T> params() const { return {data_.data(), static_cast<size_t>(data_.size())}; }
+  std::span<T> grads() { return {grad_.data(), static_cast<size_t>(grad_.size())}; }
+  std::span<const T> grads() const { return {grad_.data(), static_cast<size_t>(grad_.size())}; }
 
-  void zero_grad() { zero(grad_); }
+  void zero_grad() { grad_.zero(); }
 
  private:
   ArenaLayout layout_;
-  Buf<T> data_;
-  Buf<T> grad_;
+  MemBuf<T> data_;
+  MemBuf<T> grad_;
 };
 
 }  // namespace exmy::sim

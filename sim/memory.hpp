@@ -1,0 +1,100 @@
+// Where a model's buffers live: host memory or a CUDA device's. A backend
+// (models/backend.hpp) owns one Memory and every buffer of a model on that
+// backend is a MemBuf in it, so the model's code is the same for the CPU and
+// the device: it passes raw pointers to the backend's kernels and never
+// touches the elements itself. Reading or writing elements from the host
+// goes through to_host / from_host, which are plain copies on the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+namespace exmy::sim {
+
+class Memory {
+ public:
+  virtual ~Memory() = default;
+  virtual const char* name() const = 0;  // "host", "cuda:0"
+  // True when the host may read and write the elements directly.
+  virtual bool on_host() const = 0;
+  // 64-byte aligned (or better); not zeroed. Throws exmy::Error when the
+  // memory is full, naming the bytes asked for and the bytes free.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p) noexcept = 0;
+  virtual void zero(void* p, size_t bytes) = 0;
+  // Copies between this memory and the host (dst or src a host pointer),
+  // or within this memory; all finished when they return.
+  virtual void to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+};
+
+// The process's host memory (64-byte aligned operator new).
+Memory& host_memory();
+
+// An owning buffer of n elements of T in a Memory: move-only, grows (never
+// shrinks its allocation), zeroes what it is resized to.
+template <class T>
+class MemBuf {
+ public:
+  MemBuf() = default;
+  explicit MemBuf(Memory& m) : mem_(&m) {}
+  MemBuf(Memory& m, int64_t n) : mem_(&m) { resize_zero(n); }
+  ~MemBuf() { release(); }
+  MemBuf(MemBuf&& o) noexcept : mem_(o.mem_), p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)),
+                                cap_(std::exchange(o.cap_, 0)) {}
+  MemBuf& operator=(MemBuf&& o) noexcept {
+    if (this != &o) {
+      release();
+      mem_ = o.mem_;
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+      cap_ = std::exchange(o.cap_, 0);
+    }
+    return *this;
+  }
+  MemBuf(const MemBuf&) = delete;
+  MemBuf& operator=(const MemBuf&) = delete;
+
+  Memory& memory() const { return *mem_; }
+  // Moves to another memory (drops the elements) when it differs.
+  void place(Memory& m) {
+    if (&m != mem_) release(), mem_ = &m;
+  }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  int64_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+
+  // n elements, all zero.
+  void resize_zero(int64_t n) {
+    if (n > cap_) {
+      release();
+      p_ = static_cast<T*>(mem_->allocate(static_cast<size_t>(n) * sizeof(T)));
+      cap_ = n;
+    }
+    n_ = n;
+    zero();
+  }
+  void zero() {
+    if (n_ > 0) mem_->zero(p_, static_cast<size_t>(n_) * sizeof(T));
+  }
+
+ private:
+  Memory* mem_ = &host_memory();
+  T* p_ = nullptr;
+  int64_t n_ = 0, cap_ = 0;
+  void release() noexcept {
+    if (p_) mem_->deallocate(p_);
+    p_ = nullptr;
+    n_ = cap_ = 0;
+  }
+};
+
+template <class T>
+void resize_zero(MemBuf<T>& b, int64_t n) {
+  b.resize_zero(n);
+}
+
+}  // namespace exmy::sim
