@@ -1,12 +1,12 @@
 #include "sim/linear.hpp"
 
-#include <bit>
 #include <cmath>
 #include <cstring>
 
 #include "formats/error.hpp"
 #include "formats/round.hpp"
 #include "formats/spec.hpp"
+#include "sim/bf16.hpp"
 #include "sim/gemm.hpp"
 #include "sim/parallel.hpp"
 
@@ -32,17 +32,15 @@ const std::vector<std::string>& linear_policy_names() {
   return names;
 }
 
-// Adding half an ulp of bf16 (minus one when the kept last bit is 0) and
-// truncating is round-to-nearest-even on the 16 dropped bits; carries into
-// the exponent are the correct rounding up to the next binade or to Inf.
-// Subnormals need nothing special: float and bf16 share the exponent range,
-// so the same bit positions are dropped. Tested against exmy::encode_exact.
-float round_bf16(float x) {
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return std::bit_cast<float>((u | 0x00400000u) & 0xffff0000u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return std::bit_cast<float>(u & 0xffff0000u);
+LinearPolicy parse_linear_policy(std::string_view policy) {
+  if (policy == "fp32") return LinearPolicy::fp32;
+  if (policy == "bf16") return LinearPolicy::bf16;
+  throw Error("unknown precision policy '" + std::string(policy) + "' (expected fp32 or bf16)");
 }
+
+// The bit trick of sim/bf16.hpp, shared with the device; tested against
+// exmy::encode_exact.
+float round_bf16(float x) { return bf16_value(bf16_bits(x)); }
 
 // Doubles only occur in gradient checks, so the exact rounding core does the
 // work (a double has more bits than the float bit trick can see).
@@ -141,9 +139,11 @@ class Bf16Factory final : public LinearFactory<T> {
 
 template <class T>
 std::unique_ptr<LinearFactory<T>> make_linear_factory(std::string_view policy) {
-  if (policy == "fp32") return std::make_unique<PlainFactory<T>>();
-  if (policy == "bf16") return std::make_unique<Bf16Factory<T>>();
-  throw Error("unknown precision policy '" + std::string(policy) + "' (expected fp32 or bf16)");
+  switch (parse_linear_policy(policy)) {
+    case LinearPolicy::fp32: return std::make_unique<PlainFactory<T>>();
+    case LinearPolicy::bf16: return std::make_unique<Bf16Factory<T>>();
+  }
+  return nullptr;  // not reached
 }
 template std::unique_ptr<LinearFactory<float>> make_linear_factory<float>(std::string_view);
 template std::unique_ptr<LinearFactory<double>> make_linear_factory<double>(std::string_view);

@@ -103,8 +103,17 @@ std::unique_ptr<LinearFactory<T>> make_linear_factory(std::string_view policy);
 
 const std::vector<std::string>& linear_policy_names();
 
+// The plain policies by name, for every backend that implements them (the
+// CPU's make_linear_factory, the device's make_cuda_linear_factory in
+// sim/cuda/linear_cuda.hpp): "fp32" or "bf16"; any other name throws
+// exmy::Error "unknown precision policy 'NAME' (expected fp32 or bf16)".
+enum class LinearPolicy : uint8_t { fp32, bf16 };
+LinearPolicy parse_linear_policy(std::string_view policy);
+
 // Round to the nearest bfloat16, ties to even, as a value of the same type.
-// NaN stays NaN, overflow gives +-Inf (IEEE behaviour, no saturation).
+// NaN stays NaN, overflow gives +-Inf (IEEE behaviour, no saturation). The
+// float one is sim::bf16_bits (sim/bf16.hpp), which the device's `bf16`
+// policy rounds with too.
 float round_bf16(float x);
 double round_bf16(double x);
 template <class T>

@@ -4,8 +4,9 @@
 # for bit or within their stated FP32 budgets: tests/formats/test_cuda.cpp,
 # tests/models/test_layers_cuda.cpp, tests/models/test_ssd_cuda.cpp,
 # tests/models/test_attention_cuda.cpp, tests/sim/test_cli_cuda.cpp,
-# tests/sim/test_gemm_cuda.cpp), `exmy bench quantize --device cuda --repeat 3`
-# and the CPU benchmark of that machine's cores.
+# tests/sim/test_gemm_cuda.cpp, tests/sim/test_linear_cuda.cpp),
+# `exmy bench quantize --device cuda --repeat 3` and the CPU benchmark of
+# that machine's cores.
 #
 #   tools/gpu-check.sh            # on a machine with a CUDA device
 #   tools/gpu-check.sh --build    # only build build-cuda/ and its bundle (portable, no -march=native)
@@ -36,8 +37,8 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 bundle=build-cuda/gpu-bundle
 # the gpu-labelled test binaries (build-cuda/ paths) and the targets that make them
-tests="tests/formats/test_cuda tests/models/test_layers_cuda tests/models/test_ssd_cuda tests/models/test_attention_cuda tests/sim/test_cli_cuda tests/sim/test_gemm_cuda"
-targets="exmy test_cuda test_cuda_emulated test_layers_cuda test_layers_cuda_emulated test_ssd_cuda test_ssd_cuda_emulated test_attention_cuda test_attention_cuda_emulated test_cli_cuda test_gemm_cuda"
+tests="tests/formats/test_cuda tests/models/test_layers_cuda tests/models/test_ssd_cuda tests/models/test_attention_cuda tests/sim/test_cli_cuda tests/sim/test_gemm_cuda tests/sim/test_linear_cuda"
+targets="exmy test_cuda test_cuda_emulated test_layers_cuda test_layers_cuda_emulated test_ssd_cuda test_ssd_cuda_emulated test_attention_cuda test_attention_cuda_emulated test_cli_cuda test_gemm_cuda test_linear_cuda"
 
 build() {
   # portable code: the binaries may run on another CPU than the one that built them
@@ -109,8 +110,8 @@ for t in $tests; do
   grep -E "^\[  FAILED  \] [A-Za-z]" "$logs/$name.log" >>"$report" || true
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
 done
-# the GEMM rates and error-to-budget ratios test_gemm_cuda printed
-grep -h -E '^CudaGemm |largest error' "$logs/test_gemm_cuda.log" >>"$report" 2>/dev/null || true
+# the GEMM rates and error-to-budget ratios test_gemm_cuda and test_linear_cuda printed
+grep -h -E '^CudaGemm |largest error' "$logs/test_gemm_cuda.log" "$logs/test_linear_cuda.log" >>"$report" 2>/dev/null || true
 # the device benchmark (needs the device), then the CPU one (needs none)
 echo "--- exmy bench quantize --device cuda --repeat 3" >>"$report"
 timeout 120 "$bundle/bin/exmy" bench quantize --device cuda --repeat 3 >>"$report" 2>&1 ||

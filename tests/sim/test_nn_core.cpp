@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <Eigen/Core>
@@ -18,6 +20,7 @@
 #include "formats/round.hpp"
 #include "formats/spec.hpp"
 #include "sim/arena.hpp"
+#include "sim/bf16.hpp"
 #include "sim/gemm.hpp"
 #include "sim/linear.hpp"
 #include "sim/parallel.hpp"
@@ -181,6 +184,49 @@ TEST(Bf16, BitTrickMatchesExactRoundingCore) {
   EXPECT_EQ(round_bf16(1.0 + 0x1p-8), 1.0);  // exact tie, even
 }
 
+// The launch the device's `bf16` Linears round their operands with
+// (sim/bf16.hpp, sim/cuda/linear.cu), its threads run on the host: bit for
+// bit the exact rounding core on finite floats, and sim::round_bf16 on all
+// (NaN stays a quiet NaN of its sign, Inf stays Inf, FLT_MAX goes to Inf).
+TEST(Bf16, OperandRoundingLaunchIsRoundBf16) {
+  std::vector<uint32_t> cases;
+  std::mt19937 g(12);
+  for (uint32_t sign : {0u, 1u})
+    for (uint32_t e = 0; e < 256; ++e)  // e = 255: Inf and NaNs with these payloads
+      for (uint32_t hi : {0u, 1u, 0x3fu, 0x40u, 0x7eu, 0x7fu, 0x55u})
+        for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu, static_cast<uint32_t>(g() & 0xffffu)})
+          cases.push_back((sign << 31) | (e << 23) | (hi << 16) | lo);
+  for (int i = 0; i < 100000; ++i) cases.push_back(g());
+  std::vector<float> in(cases.size());
+  for (size_t i = 0; i < in.size(); ++i) in[i] = std::bit_cast<float>(cases[i]);
+  std::vector<uint16_t> out(in.size(), 0xdeadu);
+  round_bf16_launches(HostLaunch{}, out.data(), in.data(), static_cast<int64_t>(in.size()));
+  int nans = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const float x = in[i];
+    const uint32_t got = static_cast<uint32_t>(out[i]) << 16;
+    ASSERT_EQ(got, std::bit_cast<uint32_t>(round_bf16(x))) << std::hex << "input 0x" << cases[i];
+    ASSERT_EQ(std::bit_cast<uint32_t>(bf16_value(out[i])), got);
+    if (std::isnan(x)) {
+      ++nans;
+      EXPECT_EQ(got & 0xffc00000u, (cases[i] & 0x80000000u) | 0x7fc00000u) << std::hex << "NaN 0x" << cases[i];
+      EXPECT_EQ(got & 0x003f0000u, cases[i] & 0x003f0000u) << std::hex << "NaN 0x" << cases[i];
+    } else if (std::isinf(x)) {
+      EXPECT_EQ(got, cases[i]);
+    } else {
+      ASSERT_EQ(got, ref_bf16_bits(x)) << std::hex << "input 0x" << cases[i];
+    }
+  }
+  EXPECT_GT(nans, 40);
+  EXPECT_EQ(bf16_bits(std::numeric_limits<float>::max()), 0x7f80u);
+  EXPECT_EQ(bf16_bits(-std::numeric_limits<float>::max()), 0xff80u);
+  EXPECT_EQ(bf16_bits(1.0f + 0x1p-8f), 0x3f80u);                // tie, even: down
+  EXPECT_EQ(bf16_bits(1.0f + 0x1p-7f + 0x1p-8f), 0x3f82u);      // tie, odd: up
+  EXPECT_EQ(bf16_bits(std::bit_cast<float>(0x00008000u)), 0u);  // subnormal tie to even zero
+  EXPECT_EQ(bf16_bits(std::bit_cast<float>(0x00018000u)), 2u);  // subnormal tie, odd: up
+  round_bf16_launches(HostLaunch{}, out.data(), in.data(), 0);  // no elements: nothing written
+}
+
 TEST(Linear, PoliciesAgreeWithTheirDefinition) {
   const int64_t tokens = 37, in = 29, out = 23;
   auto X = random_vec<double>(static_cast<size_t>(tokens * in), 21);
@@ -224,6 +270,25 @@ TEST(Linear, UnknownPolicyIsAOneLineError) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "unknown precision policy 'fp8' (expected fp32 or bf16)");
+  }
+}
+
+// The one parser of the plain policies, which the CPU's factory and the
+// device's (make_cuda_linear_factory) both call first.
+TEST(Linear, ParsePolicyKnowsEveryNameAndWordsTheError) {
+  EXPECT_EQ(parse_linear_policy("fp32"), LinearPolicy::fp32);
+  EXPECT_EQ(parse_linear_policy("bf16"), LinearPolicy::bf16);
+  for (const std::string& name : linear_policy_names()) EXPECT_NO_THROW(parse_linear_policy(name)) << name;
+  for (const char* bad : {"fp8", "", "FP32", "bf16 "}) {
+    try {
+      parse_linear_policy(bad);
+      ADD_FAILURE() << "no error for '" << bad << "'";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what, "unknown precision policy '" + std::string(bad) + "' (expected fp32 or bf16)");
+      EXPECT_EQ(what.find('\n'), std::string::npos);
+      for (const std::string& name : linear_policy_names()) EXPECT_NE(what.find(name), std::string::npos) << name;
+    }
   }
 }
 
