@@ -67,6 +67,7 @@ void load_hf_weights(NemotronH<T>& model, const std::string& path) {
   auto& arena = model.arena();
   const auto& layout = arena.layout();
   std::vector<bool> seen(layout.views().size(), false);
+  std::vector<T> staging;  // a tensor on its way to a device arena
   for (const auto& file : weight_files(path)) {
     SafetensorsReader st(file);
     for (const auto& t : st.tensors()) {
@@ -79,7 +80,7 @@ void load_hf_weights(NemotronH<T>& model, const std::string& path) {
       if (numel(t.shape) != v.numel || (t.shape != v.shape && !name.ends_with("conv1d.weight")))
         throw Error(file + ": tensor '" + t.name + "' has shape " + shape_str(t.shape) + " but the config needs " +
                     shape_str(v.shape));
-      st.read(t, arena.param(i));
+      sim::write_through_host(arena.memory(), arena.param(i), v.numel, staging, [&](T* q) { st.read(t, q); });
       seen[static_cast<size_t>(i)] = true;
     }
   }
@@ -93,14 +94,18 @@ void save_hf_checkpoint(const NemotronH<T>& model, const std::string& dir, const
   fs::create_directories(dir);
   const auto& arena = model.arena();
   std::vector<StSource> src;
+  // A device arena's parameters, copied to the host (one copy for all).
+  std::vector<T> staging;
+  const T* host = sim::host_view(arena.memory(), arena.params().data(), static_cast<int64_t>(arena.params().size()),
+                                 staging);
   for (size_t i = 0; i < arena.layout().views().size(); ++i) {
     const sim::ParamView& v = arena.layout().views()[i];
     StSource s;
     s.name = (v.name == "lm_head.weight" ? "" : "backbone.") + v.name;
     s.shape = v.shape;
     s.dtype = dtype;
-    if constexpr (std::is_same_v<T, float>) s.f32 = arena.param(static_cast<int>(i));
-    else s.f64 = arena.param(static_cast<int>(i));
+    if constexpr (std::is_same_v<T, float>) s.f32 = host + v.offset;
+    else s.f64 = host + v.offset;
     src.push_back(std::move(s));
   }
   write_safetensors((fs::path(dir) / "model.safetensors").string(), src, {{"format", "pt"}});

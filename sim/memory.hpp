@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace exmy::sim {
 
@@ -95,6 +96,27 @@ class MemBuf {
 template <class T>
 void resize_zero(MemBuf<T>& b, int64_t n) {
   b.resize_zero(n);
+}
+
+// The n elements at p in `m` as the host sees them: p itself when m is the
+// host's, else a copy in `staging` (for checkpoints, norms, exports).
+template <class T>
+const T* host_view(Memory& m, const T* p, int64_t n, std::vector<T>& staging) {
+  if (m.on_host()) return p;
+  staging.resize(static_cast<size_t>(n));
+  if (n > 0) m.to_host(staging.data(), p, static_cast<size_t>(n) * sizeof(T));
+  return staging.data();
+}
+
+// Writes n host elements to p in `m` through a host pointer the caller
+// fills: fill(q) with q = p on the host, else a staging buffer copied over
+// afterwards (for checkpoint and weight loading).
+template <class T, class Fill>
+void write_through_host(Memory& m, T* p, int64_t n, std::vector<T>& staging, Fill fill) {
+  if (m.on_host()) return fill(p);
+  staging.resize(static_cast<size_t>(n));
+  fill(staging.data());
+  if (n > 0) m.from_host(p, staging.data(), static_cast<size_t>(n) * sizeof(T));
 }
 
 }  // namespace exmy::sim

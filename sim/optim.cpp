@@ -18,6 +18,17 @@ double global_norm(std::span<const float> g, double scale) {
   return global_norm_of_partials(part, scale);
 }
 
+double global_norm(Memory& memory, const OptimKernels& k, std::span<const float> g, double scale) {
+  if (memory.on_host()) return global_norm(g, scale);
+  if (!k.norm_partials) throw Error("global_norm: no kernel for an arena in " + std::string(memory.name()) + " memory");
+  const int64_t n = static_cast<int64_t>(g.size()), nb = norm_blocks(n);
+  MemBuf<double> dev(memory, nb);
+  k.norm_partials(g.data(), n, dev.data());
+  std::vector<double> part(static_cast<size_t>(nb));
+  memory.to_host(part.data(), dev.data(), part.size() * sizeof(double));
+  return global_norm_of_partials(part, scale);
+}
+
 double global_norm_of_partials(std::span<const double> part, double scale) {
   double total = 0;
   for (double s : part) total += s;
@@ -62,16 +73,19 @@ int64_t largest_shard(const ArenaLayout& layout, int n) {
 
 AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg) : AdamW(layout, cfg, whole_arena(layout)) {}
 
-AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard)
-    : cfg_(cfg), shard_(shard), arena_size_(layout.size()) {
+AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard, Memory& memory,
+             OptimKernels kernels)
+    : cfg_(cfg), shard_(shard), arena_size_(layout.size()), kernels_(kernels), m_(memory), v_(memory) {
+  if (!memory.on_host() && !kernels.on_device())
+    throw Error("AdamW: no update kernel for optimizer state in " + std::string(memory.name()) + " memory");
   const auto& views = layout.views();
   for (const auto& v : views) offsets_.push_back(v.offset);
   for (int i = shard.first_view; i < shard.end_view; ++i) {
     ranges_.emplace_back(views[static_cast<size_t>(i)].offset, views[static_cast<size_t>(i)].numel);
     decay_.push_back(views[static_cast<size_t>(i)].weight_decay);
   }
-  resize_zero(m_, shard.size());
-  resize_zero(v_, shard.size());
+  m_.resize_zero(shard.size());
+  v_.resize_zero(shard.size());
 }
 
 AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t t, double lr, double grad_scale) {
@@ -93,6 +107,14 @@ void AdamW::step(std::span<float> params, std::span<const float> grads, double l
   const float* g = grads.data();
   float* m = m_.data();  // shard-indexed: arena element i is m[i - shard_.begin]
   float* v = v_.data();
+  if (!m_.memory().on_host()) {  // a device: one launch per view, the same update per element
+    for (size_t k = 0; k < ranges_.size(); ++k) {
+      const auto [off, n] = ranges_[k];
+      kernels_.adamw(p + off, m + (off - shard_.begin), v + (off - shard_.begin), g + off, n,
+                     decay_[k] ? s.decay : 1.0f, s);
+    }
+    return;
+  }
   // Views are the unit of work: each one is a contiguous range with one
   // decay flag, so the inner loop is branch-free and vectorises.
   const int64_t nv = static_cast<int64_t>(ranges_.size());

@@ -17,6 +17,7 @@
 
 #include "sim/adamw_update.hpp"
 #include "sim/arena.hpp"
+#include "sim/memory.hpp"
 #include "sim/tensor.hpp"
 
 namespace exmy::sim {
@@ -26,6 +27,19 @@ namespace exmy::sim {
 // whose partial sums are added in block order (global_norm_of_partials).
 double global_norm(std::span<const float> g, double scale = 1.0);
 double global_norm_of_partials(std::span<const double> part, double scale = 1.0);
+
+// The optimizer's kernels for an arena the host cannot touch (a device
+// backend's memory): sim/adamw_update.hpp's adamw_update_{emulated,cuda} and
+// global_norm_partials_{emulated,cuda}. Null on the CPU.
+struct OptimKernels {
+  void (*adamw)(float* p, float* m, float* v, const float* g, int64_t n, float dk, const AdamWScalars& s) = nullptr;
+  void (*norm_partials)(const float* g, int64_t n, double* part) = nullptr;
+  bool on_device() const { return adamw != nullptr; }
+};
+
+// global_norm of g in `memory`: the block partials by k.norm_partials (the
+// CPU's blocks and order), added on the host; the same bits as the CPU.
+double global_norm(Memory& memory, const OptimKernels& k, std::span<const float> g, double scale = 1.0);
 
 // The factor that brings a gradient of norm `norm` down to `max_norm`
 // (PyTorch's clip_grad_norm_: max_norm / (norm + 1e-6), never above 1).
@@ -75,9 +89,12 @@ int64_t largest_shard(const ArenaLayout& layout, int n);
 
 class AdamW {
  public:
-  // The state of `shard` (default: the whole arena).
+  // The state of `shard` (default: the whole arena), in `memory`: the
+  // host's, or a device backend's with its kernels (the arena's params and
+  // grads given to step() are then in that memory too).
   AdamW(const ArenaLayout& layout, AdamWConfig cfg);
-  AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard);
+  AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard, Memory& memory = host_memory(),
+        OptimKernels kernels = {});
 
   // Updates the shard's part of the (whole-arena) params from the
   // whole-arena grads; the rest of params is left as it is. Each element's
@@ -90,10 +107,12 @@ class AdamW {
   int64_t steps() const { return t_; }  // updates applied so far
   // The moments of the shard, shard-shaped (arena element begin + i is index
   // i), for checkpoints; set_steps restores t.
-  std::span<float> exp_avg() { return {m_.data(), m_.size()}; }
-  std::span<float> exp_avg_sq() { return {v_.data(), v_.size()}; }
-  std::span<const float> exp_avg() const { return {m_.data(), m_.size()}; }
-  std::span<const float> exp_avg_sq() const { return {v_.data(), v_.size()}; }
+  // In memory(): device pointers on a device.
+  std::span<float> exp_avg() { return {m_.data(), static_cast<size_t>(m_.size())}; }
+  std::span<float> exp_avg_sq() { return {v_.data(), static_cast<size_t>(v_.size())}; }
+  std::span<const float> exp_avg() const { return {m_.data(), static_cast<size_t>(m_.size())}; }
+  std::span<const float> exp_avg_sq() const { return {v_.data(), static_cast<size_t>(v_.size())}; }
+  Memory& memory() const { return m_.memory(); }
   // Whether view i is in the shard, and its moments (only then).
   bool owns(int view) const { return view >= shard_.first_view && view < shard_.end_view; }
   float* exp_avg_of(int view) { return m_.data() + local(view); }
@@ -112,7 +131,8 @@ class AdamW {
   std::vector<int64_t> offsets_;                     // arena offset of every view
   std::vector<std::pair<int64_t, int64_t>> ranges_;  // (offset, numel) of each view of the shard
   std::vector<bool> decay_;                          // per view of the shard
-  Buf<float> m_, v_;
+  OptimKernels kernels_;
+  MemBuf<float> m_, v_;
   int64_t t_ = 0;
 };
 

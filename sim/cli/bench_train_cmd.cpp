@@ -335,7 +335,7 @@ int cmd_bench_train(const Args& args) {
   po::options_description desc = bench_train_options();
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
-  training_device_option(vm);
+  training_device_option(vm, "bench train", false);
   if (const int n = sim::checked_threads(vm["threads"].as<int>(), "--threads"); n > 0) omp_set_num_threads(n);
   models::NemotronHConfig cfg = models::resolve_config(vm["model"].as<std::string>());
   if (vm.count("set"))

@@ -76,15 +76,21 @@ inline const std::atomic<int>& install_stop_signals() {
 
 // The --device option of the training commands (train, eval, bench train),
 // checked before any work: its canonical value ("cpu"), empty when absent.
-// A CUDA device fails with one line (the GPU training backend does not
-// exist yet; sim/device/device.hpp).
+// A device that is not there fails with one line (sim/device/device.hpp);
+// so does any device for a command that runs only on the CPU so far
+// (`runs_on_devices` false: eval, bench train).
 inline const char* const kTrainingDeviceHelp =
-    "cpu, cuda or cuda:N (sets train.device); only cpu trains so far: the GPU training backend is not implemented yet";
+    "cpu, cuda, cuda:N or cuda-emulated (sets train.device); train runs the fp32 and bf16 policies on a device, "
+    "quantized recipes on the CPU";
 
-inline std::string training_device_option(const boost::program_options::variables_map& vm) {
+inline std::string training_device_option(const boost::program_options::variables_map& vm, const char* command,
+                                          bool runs_on_devices) {
   if (!vm.count("device")) return {};
   const sim::Device d = sim::parse_device(vm["device"].as<std::string>(), "--device");
   sim::require_training_device(d, "--device");
+  if (!runs_on_devices && !d.is_cpu())
+    throw Error("--device " + sim::device_name(d) + ": exmy " + command +
+                " runs on the CPU only so far (exmy train runs on a device)");
   return sim::device_name(d);
 }
 

@@ -159,7 +159,9 @@ train::RunConfig eval_config(const po::variables_map& vm, const Target& target, 
   train::RunConfig cfg = target.hf.empty()
                             ? train::parse_run_config(train::checkpoint_config(target.checkpoint), target.checkpoint, run_sets)
                             : train::parse_run_config(run_text, run_origin, run_sets);
-  sim::require_training_device(cfg.device, "train.device");
+  // eval runs on the CPU: a run trained on a device is evaluated there too
+  // (its checkpoint is the same file).
+  cfg.device = sim::Device{};
   return cfg;
 }
 
@@ -232,7 +234,7 @@ int cmd_eval(const Args& args) {
   pos.add("target", 1);
   po::variables_map vm;
   if (parse_or_help(args, desc, pos, vm)) return 0;
-  const std::string device = training_device_option(vm);  // a device this run cannot use: one line before any work
+  const std::string device = training_device_option(vm, "eval", false);  // one line before any work
   if (!vm.count("target")) throw Error("exmy eval needs a checkpoint or a run directory (exmy eval --help)");
   if (!vm.count("recipe")) throw Error("exmy eval needs --recipe NAME|FILE (the fp32 recipe gives the unquantized loss)");
   Target target = resolve_target(vm["target"].as<std::string>());

@@ -1,5 +1,5 @@
-// `exmy train`: train a Nemotron-H model on the CPU (sim/train/trainer.hpp); the
-// GPU training backend (train.device = cuda) is not implemented yet.
+// `exmy train`: train a Nemotron-H model (sim/train/trainer.hpp) on the CPU
+// or, for the fp32 and bf16 policies, on a CUDA device (train.device).
 //
 //   exmy train                                   the default job: experiments/proxy-default.ini
 //   exmy train --config FILE --out DIR [--steps N] [--set key=value ...]
@@ -104,7 +104,7 @@ int cmd_train(const Args& args) {
   std::vector<std::string> sets;
   if (vm.count("model")) sets.push_back("model.name=" + vm["model"].as<std::string>());
   if (vm.count("recipe")) sets.push_back("train.recipe=" + vm["recipe"].as<std::string>());
-  if (const std::string d = training_device_option(vm); !d.empty()) sets.push_back("train.device=" + d);
+  if (const std::string d = training_device_option(vm, "train", true); !d.empty()) sets.push_back("train.device=" + d);
   if (vm.count("capture-step")) {
     if (vm["capture-step"].as<int64_t>() <= 0) throw Error("--capture-step must be positive");
     sets.push_back("train.capture_step=" + std::to_string(vm["capture-step"].as<int64_t>()));

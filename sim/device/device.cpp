@@ -4,15 +4,14 @@
 
 #include "formats/error.hpp"
 
-#if defined(EXMY_HAVE_CUDA)
-#include "formats/cuda/quantize_cuda.hpp"
-#endif
+#include "formats/cuda/quantize_cuda.hpp"  // the host emulation always; the kernel with CUDA
 
 namespace exmy::sim {
 
 Device parse_device(std::string_view s, std::string_view what) {
   if (s == "cpu") return {};
   if (s == "cuda") return {Device::Kind::cuda, 0, false};
+  if (s == "cuda-emulated") return {Device::Kind::emulated, 0, false};
   if (s.starts_with("cuda:")) {
     const std::string_view num = s.substr(5);
     int index = -1;
@@ -21,10 +20,11 @@ Device parse_device(std::string_view s, std::string_view what) {
       return {Device::Kind::cuda, index, true};
   }
   throw Error(std::string(what) + " " + std::string(s) +
-              ": expected cpu, cuda or cuda:N (N a CUDA device index, e.g. cuda:1)");
+              ": expected cpu, cuda, cuda:N (N a CUDA device index, e.g. cuda:1) or cuda-emulated");
 }
 
 std::string device_name(const Device& d) {
+  if (d.is_emulated()) return "cuda-emulated";
   if (!d.is_cuda()) return "cpu";
   return d.indexed ? "cuda:" + std::to_string(d.index) : std::string("cuda");
 }
@@ -60,15 +60,11 @@ void require_device(const Device& d, std::string_view what) {
 #endif
 }
 
-void require_training_device(const Device& d, std::string_view what) {
-  require_device(d, what);
-  if (d.is_cuda())
-    throw Error(std::string(what) + " " + device_name(d) +
-                ": the GPU training backend is not implemented yet (issue 17); train on the CPU (train.device = cpu)");
-}
+void require_training_device(const Device& d, std::string_view what) { require_device(d, what); }
 
 QuantInfo quantize_on(const Device& d, const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
                       const QuantOutput& out, int threads) {
+  if (d.is_emulated()) return quantize_cuda_emulated(spec, x, rows, cols, out);
   if (!d.is_cuda()) return quantize(spec, x, rows, cols, out, threads);
 #if defined(EXMY_HAVE_CUDA)
   return quantize_cuda(spec, x, rows, cols, out);

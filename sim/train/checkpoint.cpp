@@ -71,12 +71,16 @@ void save_checkpoint(const std::string& path, const models::NemotronH<float>& mo
       write_attribute(root.get(), "git_commit", info.git_commit);
       const auto& arena = model.arena();
       const auto& views = arena.layout().views();
+      std::vector<float> sp, sm, sv;  // a view's tensors on their way from a device
       for (size_t i = 0; i < views.size(); ++i) {
         const auto& v = views[i];
         const int vi = static_cast<int>(i);
-        io::h5::write_array(f.get(), "/params/" + v.name, arena.param(vi), v.shape);
+        io::h5::write_array(f.get(), "/params/" + v.name, sim::host_view(arena.memory(), arena.param(vi), v.numel, sp),
+                            v.shape);
         std::pair<const float*, const float*> mv{nullptr, nullptr};
-        if (opt.owns(vi)) mv = {opt.exp_avg_of(vi), opt.exp_avg_sq_of(vi)};
+        if (opt.owns(vi))
+          mv = {sim::host_view(opt.memory(), opt.exp_avg_of(vi), v.numel, sm),
+                sim::host_view(opt.memory(), opt.exp_avg_sq_of(vi), v.numel, sv)};
         else if (others) mv = others(vi);
         else throw Error("save_checkpoint: the optimizer state of " + v.name + " is on another rank");
         io::h5::write_array(f.get(), "/optimizer/exp_avg/" + v.name, mv.first, v.shape);
@@ -113,13 +117,18 @@ void load_checkpoint(const std::string& path, models::NemotronH<float>& model, s
   const std::string what = "checkpoint '" + path + "'";
   auto& arena = model.arena();
   const auto& views = arena.layout().views();
+  std::vector<float> staging;  // a view's tensor on its way to a device
+  auto read = [&](const std::string& name, sim::Memory& mem, float* dst, const sim::ParamView& v) {
+    sim::write_through_host(mem, dst, v.numel, staging,
+                            [&](float* q) { io::h5::read_array(f.get(), name, q, v.shape, what); });
+  };
   for (size_t i = 0; i < views.size(); ++i) {
     const auto& v = views[i];
     const int vi = static_cast<int>(i);
-    io::h5::read_array(f.get(), "/params/" + v.name, arena.param(vi), v.shape, what);
+    read("/params/" + v.name, arena.memory(), arena.param(vi), v);
     if (!opt.owns(vi)) continue;
-    io::h5::read_array(f.get(), "/optimizer/exp_avg/" + v.name, opt.exp_avg_of(vi), v.shape, what);
-    io::h5::read_array(f.get(), "/optimizer/exp_avg_sq/" + v.name, opt.exp_avg_sq_of(vi), v.shape, what);
+    read("/optimizer/exp_avg/" + v.name, opt.memory(), opt.exp_avg_of(vi), v);
+    read("/optimizer/exp_avg_sq/" + v.name, opt.memory(), opt.exp_avg_sq_of(vi), v);
   }
   state.step = need_int(root.get(), "step", path);
   state.data_position = need_int(root.get(), "data_position", path);

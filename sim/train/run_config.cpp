@@ -27,7 +27,7 @@ const std::vector<ConfigKey> kKeys = {
     {"train.recipe", "fp32", "quantization recipe: a name (exmy train --recipes lists them) or an .ini file; recipe.SECTION.KNOB=VALUE overrides a knob"},
     {"train.seed", "1", "seed of the weight initialization and of the data order"},
     {"train.threads", "0", "OpenMP threads (0: OpenMP's default); results do not depend on it"},
-    {"train.device", "cpu", "cpu, cuda or cuda:N; the GPU training backend is not implemented yet (only cpu trains)"},
+    {"train.device", "cpu", "cpu, cuda, cuda:N or cuda-emulated: where the model trains (a device runs the fp32 and bf16 policies in one process; cuda-emulated runs the device's code on the host, slowly, for checks)"},
     {"train.log_interval", "10", "steps between progress lines and /train rows"},
     {"train.eval_interval", "100", "steps between validation losses (0: only at the end)"},
     {"train.eval_batches", "4", "validation micro-batches per evaluation"},

@@ -17,6 +17,7 @@
 
 #include "formats/error.hpp"
 #include "models/hf_checkpoint.hpp"
+#include "sim/train/training_device.hpp"
 #include "sim/io/atomic_file.hpp"
 #include "sim/data/prepare.hpp"
 #include "sim/data/sampler.hpp"
@@ -221,7 +222,14 @@ class Trainer {
     }
     factory_ = std::make_unique<TrainingLinearFactory>(cfg_.recipe, cfg_.model.num_hidden_layers, quant_,
                                                        cfg_.cold_restart_references);
-    model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_);
+    device_ = std::make_unique<TrainingDevice>(cfg_.device);
+    if (device_->on_device()) {
+      check_device_run();
+      device_linears_ = device_->plain_linears(cfg_.recipe.unquantized);
+      model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *device_linears_, device_->backend());
+    } else {
+      model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_);
+    }
     check_rht_lengths();
     model_->set_bf16_activations(cfg_.precision == "bf16");
     model_->set_recompute(cfg_.recompute == "blocks");
@@ -240,9 +248,22 @@ class Trainer {
     const int n = comm_.size();
     if (n > 1 && cfg_.shard_optimizer)
       for (int r = 0; r < n; ++r) shards_.push_back(sim::optimizer_shard(layout, r, n));
-    opt_ = std::make_unique<sim::AdamW>(layout, cfg_.adamw,
-                                        shards_.empty() ? sim::whole_arena(layout)
-                                                        : shards_[static_cast<size_t>(comm_.rank())]);
+    opt_ = std::make_unique<sim::AdamW>(
+        layout, cfg_.adamw, shards_.empty() ? sim::whole_arena(layout) : shards_[static_cast<size_t>(comm_.rank())],
+        device_->memory(), device_->optim());
+  }
+
+  // What the device backend runs so far: the recipe's plain policies (fp32,
+  // bf16) in one process. One line naming what is missing otherwise.
+  void check_device_run() const {
+    const std::string where = "train.device = " + sim::device_name(cfg_.device);
+    for (const auto& e : factory_->recipe_factory().plan())
+      if (e.quantized)
+        throw Error(where + ": recipe '" + cfg_.recipe.name +
+                    "' quantizes linears, and quantized linears do not run on the device yet (it trains the fp32 "
+                    "and bf16 policies); train this recipe on the CPU");
+    if (comm_.size() > 1)
+      throw Error(where + ": data-parallel runs on devices (NCCL) are not implemented yet; run one process");
   }
   // After a sharded update: every rank's shard of the weights to every rank
   // (a broadcast per rank, in rank order).
@@ -603,10 +624,15 @@ class Trainer {
     const int64_t n = static_cast<int64_t>(views.size());
     std::vector<double> w(views.size()), g(views.size());
     auto& arena = model_->arena();
+    // On a device, the whole arena's parameters and gradients copied over.
+    std::vector<float> sp, sg;
+    const int64_t size = static_cast<int64_t>(arena.params().size());
+    const float* params = sim::host_view(arena.memory(), arena.params().data(), size, sp);
+    const float* grads = sim::host_view(arena.memory(), arena.grads().data(), size, sg);
 #pragma omp parallel for schedule(dynamic)
     for (int64_t i = 0; i < n; ++i) {
-      const float* p = arena.param(static_cast<int>(i));
-      const float* d = arena.grad(static_cast<int>(i));
+      const float* p = params + views[static_cast<size_t>(i)].offset;
+      const float* d = grads + views[static_cast<size_t>(i)].offset;
       double sw = 0, sg = 0;
       for (int64_t k = 0; k < views[static_cast<size_t>(i)].numel; ++k) {
         sw += static_cast<double>(p[k]) * p[k];
@@ -638,6 +664,9 @@ class Trainer {
   std::vector<int32_t> val_tokens_, val_targets_, tokens_, targets_;
   std::shared_ptr<sim::quant::QuantRuntime> quant_;
   std::unique_ptr<TrainingLinearFactory> factory_;
+  std::unique_ptr<TrainingDevice> device_;                    // what the model runs on (train.device)
+  std::unique_ptr<sim::LinearFactory<float>> device_linears_;  // on a device: the plain policy's linears there
+  sim::MemBuf<float> device_grad_sum_;                         // on a device: the step's gradient sum (grad_accum > 1)
   std::unique_ptr<models::NemotronH<float>> model_;
   std::unique_ptr<sim::AdamW> opt_;
   std::vector<sim::OptimizerShard> shards_;  // every rank's, when the optimizer is sharded
@@ -674,7 +703,7 @@ TrainResult Trainer::run() {
     const double comm0 = timed_.seconds();
     const double loss = forward_backward(s, s == ss.first);
     const double inv_accum = 1.0 / static_cast<double>(cfg_.grad_accum);
-    const double grad_norm = sim::global_norm(model_->arena().grads(), inv_accum);
+    const double grad_norm = sim::global_norm(device_->memory(), device_->optim(), model_->arena().grads(), inv_accum);
     // A non-finite loss or gradient stops the run before it touches the
     // weights: the checkpoint is the last good step.
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
@@ -778,6 +807,16 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
   for (int64_t m = mine.begin; m < mine.end; ++m) {
     losses.push_back(micro_batch(m, true));
     if (G == 1) break;  // the arena holds the step's gradient
+    if (device_->on_device()) {  // one process (check_device_run): the sum on the device, as add_gradient adds
+      const int64_t n = static_cast<int64_t>(grads.size());
+      if (m == 0) {
+        device_grad_sum_.place(device_->memory()), device_grad_sum_.resize_zero(n);
+        device_->memory().copy(device_grad_sum_.data(), grads.data(), static_cast<size_t>(n) * sizeof(float));
+      } else {
+        device_->backend().add_forward(device_grad_sum_.data(), device_grad_sum_.data(), grads.data(), n);
+      }
+      continue;
+    }
     if (comm_.rank() == 0) {
       add_gradient(grads, m == 0);
     } else {
@@ -786,7 +825,9 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
     }
   }
   sampler_->set_position(start + G * B);
-  if (G > 1) {
+  if (G > 1 && device_->on_device()) {
+    device_->memory().copy(grads.data(), device_grad_sum_.data(), grads.size() * sizeof(float));
+  } else if (G > 1) {
     grad_sum_.resize(grads.size());
     dist::ordered_sum<float>(comm_, grad_sum_, [&](std::span<float> sum, bool prefix) {
       if (!prefix) return;  // rank 0 summed into grad_sum_ as it went
@@ -926,7 +967,10 @@ void Trainer::finish(TrainResult& res, const Session& ss) {
   fill_result(res);
   if (hooks_.keep_params) {
     const auto params = model_->arena().params();
-    res.params.assign(params.begin(), params.end());
+    std::vector<float> staging;
+    const float* p = sim::host_view(model_->arena().memory(), params.data(), static_cast<int64_t>(params.size()),
+                                    staging);
+    res.params.assign(p, p + params.size());
   }
 }
 

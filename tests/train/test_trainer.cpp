@@ -369,3 +369,77 @@ TEST(Trainer, ArraysWithoutChecksumsStillRead) {
 
 }  // namespace
 }  // namespace exmy::train
+
+namespace exmy::train {
+namespace {
+
+// train.device = cuda-emulated: the device backend's code (its kernels'
+// launches run on the host, its memory treated as the device's: staged
+// copies for initial weights, norms, checkpoints) trains the CPU's bits —
+// losses, validation losses, gradient norms, per-parameter norms and the
+// final weights — with gradient accumulation, for both plain policies.
+void device_identity(const std::string& precision) {
+  TempDir d;
+  const std::vector<std::string> sets = {"train.precision=" + precision, "train.grad_accum=2",
+                                         "train.stats_interval=5"};
+  auto with = [&](const char* device) {
+    auto s = sets;
+    s.push_back(std::string("train.device=") + device);
+    return tiny(s);
+  };
+  const TrainResult cpu = train_new(with("cpu"), d / "cpu", quiet(), {});
+  const TrainResult dev = train_new(with("cuda-emulated"), d / "dev", quiet(), {});
+  ASSERT_EQ(dev.status, TrainStatus::completed);
+  expect_same_bits(dev.losses, cpu.losses, "loss");
+  expect_same_bits(dev.val_losses, cpu.val_losses, "val loss");
+  expect_same_bits(dev.params, cpu.params);
+  for (const char* ds : {"/train/grad_norm", "/train/param_norm", "/train/param_grad_norm", "/eval/loss"}) {
+    const auto a = io::read_run_column(d / "dev/run.h5", ds);
+    EXPECT_FALSE(a.empty()) << ds;
+    expect_same_bits(a, io::read_run_column(d / "cpu/run.h5", ds), ds);
+  }
+  EXPECT_GT(cpu.losses.front(), cpu.losses.back());
+}
+
+TEST(TrainerDevice, EmulatedDeviceTrainsTheCpuBitsFp32) { device_identity("fp32"); }
+TEST(TrainerDevice, EmulatedDeviceTrainsTheCpuBitsBf16) { device_identity("bf16"); }
+
+// A checkpoint written on the device resumes on the CPU and one written on
+// the CPU resumes on the device, continuing the uninterrupted run's bits
+// (the moments and weights go through the same checkpoint file).
+TEST(TrainerDevice, CheckpointsMoveBetweenCpuAndDevice) {
+  TempDir d;
+  const std::vector<std::string> sets = {"train.checkpoint_interval=10"};
+  const TrainResult full = train_new(tiny(sets), d / "full", quiet(), {});
+  ASSERT_EQ(full.status, TrainStatus::completed);
+  for (const char* first : {"cuda-emulated", "cpu"}) {
+    const std::string then = std::string(first) == "cpu" ? "cuda-emulated" : "cpu";
+    const std::string dir = d / (std::string("cut-") + first);
+    std::atomic<int> stop{0};
+    TrainHooks h = quiet();
+    h.stop = &stop;
+    h.before_step = [&](int64_t s, models::NemotronH<float>&) {
+      if (s == 12) stop = SIGINT;
+    };
+    auto s = sets;
+    s.push_back(std::string("train.device=") + first);
+    const TrainResult a = train_new(tiny(s), dir, h, {});
+    ASSERT_EQ(a.status, TrainStatus::interrupted) << first;
+    const TrainResult b = train_resume(dir, std::nullopt, {"train.device=" + then}, quiet(), {});
+    ASSERT_EQ(b.status, TrainStatus::completed) << first;
+    std::vector<double> joined = a.losses;
+    joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+    expect_same_bits(joined, full.losses, first);
+    expect_same_bits(b.params, full.params);
+  }
+}
+
+// What the device does not run yet is refused in one line before training.
+TEST(TrainerDevice, QuantizedRecipesAreRefusedOnTheDevice) {
+  TempDir d;
+  expect_error([&] { train_new(tiny({"train.device=cuda-emulated", "train.recipe=ue5m3-b16"}), d / "q", quiet(), {}); },
+               "train.device = cuda-emulated: recipe 'ue5m3-b16' quantizes linears");
+}
+
+}  // namespace
+}  // namespace exmy::train

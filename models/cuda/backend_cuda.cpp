@@ -1,0 +1,72 @@
+// The CUDA device backend: models/device_backend_define.hpp with the _cuda
+// kernels and the device's memory.
+#include "models/cuda/backend_cuda.hpp"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "formats/cuda/cuda_check.hpp"
+#include "formats/error.hpp"
+
+#define EXMY_SUFFIX cuda
+#include "models/device_backend_define.hpp"
+
+namespace exmy::models {
+
+namespace {
+
+class CudaMemory final : public sim::Memory {
+ public:
+  const char* name() const override { return "cuda"; }
+  bool on_host() const override { return false; }
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the sticky-free error state of this call
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      throw Error("out of device memory: " + std::to_string(bytes) + " bytes asked for, " + std::to_string(free_b) +
+                  " free of " + std::to_string(total_b));
+    }
+    cuda_check(e, "cudaMalloc");
+    return p;  // cudaMalloc aligns to 256 bytes
+  }
+  void deallocate(void* p) noexcept override { cudaFree(p); }
+  void zero(void* p, size_t bytes) override {
+    if (bytes) cuda_check(cudaMemsetAsync(p, 0, bytes, nullptr), "cudaMemsetAsync");
+  }
+  void to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+  }
+  void from_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy from the host");
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes && dst != src)
+      cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync");
+  }
+};
+
+}  // namespace
+
+sim::Memory& cuda_memory() {
+  static CudaMemory m;
+  return m;
+}
+
+std::unique_ptr<Backend<float>> make_cuda_backend(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    throw Error("no CUDA device is visible (train.device = cuda)");
+  }
+  if (device < 0 || device >= count)
+    throw Error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                " visible: 0.." + std::to_string(count - 1) + ")");
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  return std::make_unique<DeviceBackend>("cuda", cuda_memory());
+}
+
+}  // namespace exmy::models
