@@ -1,12 +1,11 @@
 #include "sim/linear.hpp"
 
-#include <bit>
 #include <cmath>
-#include <cstring>
 
 #include "formats/error.hpp"
 #include "formats/round.hpp"
 #include "formats/spec.hpp"
+#include "sim/bf16_round.hpp"
 #include "sim/gemm.hpp"
 #include "sim/parallel.hpp"
 
@@ -32,17 +31,8 @@ const std::vector<std::string>& linear_policy_names() {
   return names;
 }
 
-// Adding half an ulp of bf16 (minus one when the kept last bit is 0) and
-// truncating is round-to-nearest-even on the 16 dropped bits; carries into
-// the exponent are the correct rounding up to the next binade or to Inf.
-// Subnormals need nothing special: float and bf16 share the exponent range,
-// so the same bit positions are dropped. Tested against exmy::encode_exact.
-float round_bf16(float x) {
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return std::bit_cast<float>((u | 0x00400000u) & 0xffff0000u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return std::bit_cast<float>(u & 0xffff0000u);
-}
+// The float bit trick is shared with the device (sim/bf16_round.hpp).
+float round_bf16(float x) { return round_bf16_hd(x); }
 
 // Doubles only occur in gradient checks, so the exact rounding core does the
 // work (a double has more bits than the float bit trick can see).
