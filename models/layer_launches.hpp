@@ -191,6 +191,57 @@ void relu2_backward_launches(const L& launch, float* din, const float* dout, con
   launch("relu2_backward", n, [=] EXMY_HD_LAMBDA(int64_t i) { din[i] += relu2_grad(dout[i], in[i]); });
 }
 
+// add_forward of models/layers.hpp (the residual add): a thread per element.
+template <class L>
+void add_forward_launches(const L& launch, float* out, const float* a, const float* b, int64_t n) {
+  launch("add_forward", n, [=] EXMY_HD_LAMBDA(int64_t i) { out[i] = residual_add(a[i], b[i]); });
+}
+
+// sim::round_bf16 (float; out may be in): a thread per element.
+template <class L>
+void round_bf16_launches(const L& launch, float* out, const float* in, int64_t n) {
+  launch("round_bf16", n, [=] EXMY_HD_LAMBDA(int64_t i) { out[i] = sim::round_bf16_hd(in[i]); });
+}
+
+// mamba_dt_forward of models/ssd.hpp: a thread per element of dt (N x H),
+// dt_raw's rows ld apart.
+template <class L>
+void mamba_dt_forward_launches(const L& launch, float* dt, const float* dt_raw, int64_t ld, const float* dt_bias,
+                               int64_t N, int64_t H, double lo, double hi) {
+  launch("mamba_dt_forward", N * H, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / H, h = i % H;
+    dt[i] = mamba_dt(dt_raw[n * ld + h], dt_bias[h], lo, hi);
+  });
+}
+
+// Scratch floats of mamba_dt_backward: the partial column sums of ddt_bias.
+inline int64_t mamba_dt_backward_scratch(int64_t N, int64_t H) { return (N + kGradRowBlock - 1) / kGradRowBlock * H; }
+
+// mamba_dt_backward of models/ssd.hpp (ddt_raw +=, ddt_bias +=; ddt_raw
+// must not overlap ddt or dt_raw): a thread per element adding its gradient
+// to ddt_raw where the clamp passes it, then ddt_bias by
+// column_sums_launches over the same gradients (recomputed), 0 where
+// clamped. The CPU skips those instead; adding +0 to a partial that starts
+// at +0 is the same bits (such a partial is never -0, and x + +0 = x for
+// every other x, NaN included), and ddt_raw, which may hold -0, is not
+// touched there.
+template <class L>
+void mamba_dt_backward_launches(const L& launch, float* ddt_raw, int64_t ld, float* ddt_bias, const float* ddt,
+                                const float* dt_raw, const float* dt_bias, int64_t N, int64_t H, double lo, double hi,
+                                float* scratch) {
+  launch("mamba_dt_backward draw", N * H, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / H, h = i % H;
+    const MambaDtGrad<float> d = mamba_dt_grad(ddt[i], dt_raw[n * ld + h], dt_bias[h], lo, hi);
+    if (d.live) ddt_raw[n * ld + h] += d.g;
+  });
+  column_sums_launches(launch, "mamba_dt_backward dbias", ddt_bias, N, H, scratch,
+                       [=] EXMY_HD_LAMBDA(int64_t n, int64_t h) {
+                         const MambaDtGrad<float> d = mamba_dt_grad(ddt[n * H + h], dt_raw[n * ld + h], dt_bias[h],
+                                                                    lo, hi);
+                         return d.live ? d.g : 0.0f;
+                       });
+}
+
 // cross_entropy_forward of models/layers.hpp: a thread per row (its max,
 // its double sum in column order, its loss), then one thread for the mean
 // in row order; the mean and the count land in device memory.

@@ -11,12 +11,14 @@
 #include <cstdint>
 
 #include "formats/format.hpp"  // EXMY_HD
+#include "sim/bf16.hpp"  // round_bf16_hd
 #include "sim/hd_math.hpp"
 
 namespace exmy::models {
 
 using sim::hd_exp;
 using sim::hd_log;
+using sim::hd_log1p;
 using sim::hd_sqrt;
 
 // RMSNorm. rstd of a row xr (C): 1/sqrt(mean(x^2) + eps), the squares summed
@@ -126,6 +128,45 @@ template <class T>
 EXMY_HD T relu2_grad(T dout, T x) {
   const T r = x > T(0) ? x : T(0);
   return dout * (T(2) * r);
+}
+
+// The residual add (models/layers.hpp's add_forward), one element.
+template <class T>
+EXMY_HD T residual_add(T a, T b) {
+  return a + b;
+}
+
+// Mamba-2's time step (models/ssd.hpp's mamba_dt_forward and
+// mamba_dt_backward), one element (n, h) with v = dt_raw + dt_bias.
+// softplus as models/layers.hpp's (torch's, threshold 20), through hd_exp
+// and hd_log1p.
+template <class T>
+EXMY_HD T softplus_hd(T x) {
+  return x > T(20) ? x : hd_log1p(hd_exp(x));
+}
+// dt = clamp(softplus(v), lo, hi) as std::clamp makes it (libstdc++:
+// min(max(sp, lo), hi)), so a NaN passes through.
+template <class T>
+EXMY_HD T mamba_dt(T raw, T bias, double lo, double hi) {
+  const T sp = softplus_hd(raw + bias);
+  const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+  const T m = sp < l ? l : sp;  // std::max(sp, lo)
+  return h < m ? h : m;         // std::min(m, hi)
+}
+// Backward: live is false where softplus(v) lies outside [lo, hi] (the
+// clamp's flat parts: no gradient, nothing is added anywhere); otherwise g
+// = ddt * softplus'(v), softplus' = 1 above the threshold, sigmoid(v) below.
+template <class T>
+struct MambaDtGrad {
+  T g;
+  bool live;
+};
+template <class T>
+EXMY_HD MambaDtGrad<T> mamba_dt_grad(T ddt, T raw, T bias, double lo, double hi) {
+  const T v = raw + bias;
+  const T sp = softplus_hd(v);
+  if (sp < static_cast<T>(lo) || sp > static_cast<T>(hi)) return {T(0), false};
+  return {ddt * (v > T(20) ? T(1) : sigmoid_hd(v)), true};
 }
 
 // Cross-entropy of one row l (V) of logits. The max (as std::max orders it,

@@ -185,7 +185,7 @@ void relu2_backward(T* din, const T* dout, const T* in, int64_t n) {
 template <class T>
 void add_forward(T* out, const T* a, const T* b, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= sim::parallel_min_work())
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for (int64_t i = 0; i < n; ++i) out[i] = residual_add(a[i], b[i]);
 }
 
 template <class T>

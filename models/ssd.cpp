@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "models/layers.hpp"
+#include "models/layer_rows.hpp"
 #include "models/ssd_items.hpp"
 #include "sim/gemm.hpp"
 #include "sim/parallel.hpp"
@@ -18,15 +18,14 @@ using sim::Buf;
 // dt
 // ---------------------------------------------------------------------------
 
+// The per-element arithmetic is models/layer_rows.hpp's, shared with the
+// kernels (models/layer_launches.hpp).
 template <class T>
 void mamba_dt_forward(T* dt, const T* dt_raw, int64_t ld, const T* dt_bias, int64_t N, int64_t H, double lo,
                       double hi) {
 #pragma omp parallel for schedule(static) if (N * H >= sim::parallel_min_work())
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t h = 0; h < H; ++h) {
-      const T sp = softplus(dt_raw[n * ld + h] + dt_bias[h]);
-      dt[n * H + h] = std::clamp(sp, static_cast<T>(lo), static_cast<T>(hi));
-    }
+    for (int64_t h = 0; h < H; ++h) dt[n * H + h] = mamba_dt(dt_raw[n * ld + h], dt_bias[h], lo, hi);
 }
 
 template <class T>
@@ -34,12 +33,10 @@ void mamba_dt_backward(T* ddt_raw, int64_t ld, T* ddt_bias, const T* ddt, const 
                        int64_t H, double lo, double hi) {
   sim::rows_with_column_sums(ddt_bias, N, H, [&](int64_t n, T* pb) {
     for (int64_t h = 0; h < H; ++h) {
-      const T v = dt_raw[n * ld + h] + dt_bias[h];
-      const T sp = softplus(v);
-      if (sp < static_cast<T>(lo) || sp > static_cast<T>(hi)) continue;  // clamped: no gradient
-      const T g = ddt[n * H + h] * (v > T(20) ? T(1) : sigmoid(v));
-      ddt_raw[n * ld + h] += g;
-      pb[h] += g;
+      const MambaDtGrad<T> d = mamba_dt_grad(ddt[n * H + h], dt_raw[n * ld + h], dt_bias[h], lo, hi);
+      if (!d.live) continue;  // clamped: no gradient
+      ddt_raw[n * ld + h] += d.g;
+      pb[h] += d.g;
     }
   });
 }

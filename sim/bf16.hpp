@@ -1,7 +1,7 @@
 // Rounding float to bfloat16, as one EXMY_HD function for the CPU and the
 // device: sim::round_bf16 (sim/linear.cpp, the `bf16` policy's operands on
 // the CPU) returns bf16_value(bf16_bits(x)), and the device's copies of the
-// operands (sim/cuda/linear_cuda.hpp) are round_bf16_launches with
+// operands (sim/cuda/linear_cuda.hpp) are bf16_bits_launches with
 // sim::DeviceLaunch, so both round every float to the same bfloat16.
 #pragma once
 
@@ -29,9 +29,13 @@ EXMY_HD uint16_t bf16_bits(float x) {
 // The float a bfloat16 holds (exact).
 EXMY_HD float bf16_value(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
 
+// x rounded to the nearest bfloat16, as a float: sim::round_bf16 (float)
+// and the layers' round_bf16 kernel (models/layer_launches.hpp).
+EXMY_HD float round_bf16_hd(float x) { return bf16_value(bf16_bits(x)); }
+
 // out[i] = bf16_bits(in[i]) for i in [0, n): one thread per element.
 template <class Launch>
-void round_bf16_launches(const Launch& launch, uint16_t* out, const float* in, int64_t n) {
+void bf16_bits_launches(const Launch& launch, uint16_t* out, const float* in, int64_t n) {
   launch("round_bf16", n, [=] EXMY_HD_LAMBDA(int64_t i) { out[i] = bf16_bits(in[i]); });
 }
 

@@ -1,11 +1,11 @@
 // Math for EXMY_HD (host + device) code shared by the CPU and the CUDA
 // kernels. max is exact and sqrt correctly rounded on both sides (device
 // code is compiled with --prec-div=true --prec-sqrt=true --fmad=false), so
-// results through them are the same bits. exp and log: the host's libm
-// (glibc) and the device's libdevice are each accurate to a few ulp but not
-// the same functions, so results through them are bit-identical between the
-// CPU and its host emulation only; on a device they carry the FP32 budget
-// their callers state.
+// results through them are the same bits. exp, log and log1p: the host's
+// libm (glibc) and the device's libdevice are each accurate to a few ulp but
+// not the same functions, so results through them are bit-identical between
+// the CPU and its host emulation only; on a device they carry the FP32
+// budget their callers state.
 #pragma once
 
 #include <cmath>
@@ -28,6 +28,7 @@ namespace exmy::sim {
 EXMY_HD_MATH(sqrt)
 EXMY_HD_MATH(exp)
 EXMY_HD_MATH(log)
+EXMY_HD_MATH(log1p)
 #undef EXMY_HD_MATH
 
 // std::max's choice, (a < b) ? b : a, for EXMY_HD code: a NaN b keeps a.

@@ -1,7 +1,6 @@
 #include "sim/linear.hpp"
 
 #include <cmath>
-#include <cstring>
 
 #include "formats/error.hpp"
 #include "formats/round.hpp"
@@ -40,7 +39,7 @@ LinearPolicy parse_linear_policy(std::string_view policy) {
 
 // The bit trick of sim/bf16.hpp, shared with the device; tested against
 // exmy::encode_exact.
-float round_bf16(float x) { return bf16_value(bf16_bits(x)); }
+float round_bf16(float x) { return round_bf16_hd(x); }
 
 // Doubles only occur in gradient checks, so the exact rounding core does the
 // work (a double has more bits than the float bit trick can see).

@@ -5,18 +5,21 @@
 // - *_emulated: the same launches with the threads run one after another on
 //   the host, host pointers; always built, so CI compares them with the CPU
 //   layers (tests/models/test_layers_cuda.cpp).
-// Shapes and accumulation (+=) as in models/layers.hpp; scratch is
-// rmsnorm_backward_scratch(N, C), gated_rmsnorm_backward_scratch(N, D, G),
-// conv1d_silu_backward_scratch(B, T, Cc) and cross_entropy_backward_scratch(N)
-// floats. cross_entropy_forward writes the mean loss and the counted rows
-// to *mean and *counted (device memory for the kernels).
+// Shapes and accumulation (+=) as in models/layers.hpp (mamba_dt_* as in
+// models/ssd.hpp, round_bf16 as sim::round_bf16 of sim/linear.hpp); scratch
+// is rmsnorm_backward_scratch(N, C), gated_rmsnorm_backward_scratch(N, D, G),
+// conv1d_silu_backward_scratch(B, T, Cc), cross_entropy_backward_scratch(N)
+// and mamba_dt_backward_scratch(N, H) floats. cross_entropy_forward writes
+// the mean loss and the counted rows to *mean and *counted (device memory
+// for the kernels).
 //
 // Bits: the emulation equals the CPU bit for bit everywhere. On a device,
-// RMSNorm, squared ReLU, the embedding and AdamW equal it too (IEEE +, *,
-// /, sqrt in the CPU's order); cross-entropy, the gated norm and the conv1d
-// go through exp (and log), whose device versions are not the host libm's,
-// so they carry FP32 budgets (tests/models/test_layers_cuda.cpp derives
-// them).
+// RMSNorm, squared ReLU, the embedding, the residual add, round_bf16 and
+// AdamW equal it too (IEEE +, *, /, sqrt in the CPU's order, integer bit
+// operations); cross-entropy, the gated norm, the conv1d and Mamba's time
+// step go through exp (and log, log1p), whose device versions are not the
+// host libm's, so they carry FP32 budgets (tests/models/test_layers_cuda.cpp
+// derives them).
 #pragma once
 
 #include <cstdint>
@@ -61,7 +64,14 @@ TokenGroups group_tokens(const int32_t* tokens, int64_t N);
                                     int64_t B, int64_t T, int64_t Cc, int64_t K);                                    \
   void conv1d_silu_backward_##suffix(float* dx, int64_t lddx, float* dw, float* dbias, const float* dout,            \
                                      const float* x, int64_t ldx, const float* w, const float* bias, int64_t B,      \
-                                     int64_t T, int64_t Cc, int64_t K, float* scratch);
+                                     int64_t T, int64_t Cc, int64_t K, float* scratch);                              \
+  void mamba_dt_forward_##suffix(float* dt, const float* dt_raw, int64_t ld, const float* dt_bias, int64_t N,        \
+                                 int64_t H, double lo, double hi);                                                   \
+  void mamba_dt_backward_##suffix(float* ddt_raw, int64_t ld, float* ddt_bias, const float* ddt,                     \
+                                  const float* dt_raw, const float* dt_bias, int64_t N, int64_t H, double lo,        \
+                                  double hi, float* scratch);                                                        \
+  void add_forward_##suffix(float* out, const float* a, const float* b, int64_t n);                                  \
+  void round_bf16_##suffix(float* out, const float* in, int64_t n);
 
 EXMY_LAYER_KERNELS(emulated)
 #if defined(EXMY_HAVE_CUDA)

@@ -66,6 +66,23 @@ void EXMY_CAT(conv1d_silu_backward, EXMY_SUFFIX)(float* dx, int64_t lddx, float*
   conv1d_silu_backward_launches(EXMY_LAUNCHER{}, dx, lddx, dw, dbias, dout, x, ldx, w, bias, B, T, Cc, K, scratch);
 }
 
+void EXMY_CAT(mamba_dt_forward, EXMY_SUFFIX)(float* dt, const float* dt_raw, int64_t ld, const float* dt_bias,
+                                             int64_t N, int64_t H, double lo, double hi) {
+  mamba_dt_forward_launches(EXMY_LAUNCHER{}, dt, dt_raw, ld, dt_bias, N, H, lo, hi);
+}
+void EXMY_CAT(mamba_dt_backward, EXMY_SUFFIX)(float* ddt_raw, int64_t ld, float* ddt_bias, const float* ddt,
+                                              const float* dt_raw, const float* dt_bias, int64_t N, int64_t H,
+                                              double lo, double hi, float* scratch) {
+  mamba_dt_backward_launches(EXMY_LAUNCHER{}, ddt_raw, ld, ddt_bias, ddt, dt_raw, dt_bias, N, H, lo, hi, scratch);
+}
+
+void EXMY_CAT(add_forward, EXMY_SUFFIX)(float* out, const float* a, const float* b, int64_t n) {
+  add_forward_launches(EXMY_LAUNCHER{}, out, a, b, n);
+}
+void EXMY_CAT(round_bf16, EXMY_SUFFIX)(float* out, const float* in, int64_t n) {
+  round_bf16_launches(EXMY_LAUNCHER{}, out, in, n);
+}
+
 }  // namespace exmy::models
 
 #undef EXMY_CAT

@@ -6,6 +6,6 @@
 
 namespace exmy::sim {
 
-void round_bf16_cuda(uint16_t* out, const float* in, int64_t n) { round_bf16_launches(DeviceLaunch{}, out, in, n); }
+void bf16_bits_cuda(uint16_t* out, const float* in, int64_t n) { bf16_bits_launches(DeviceLaunch{}, out, in, n); }
 
 }  // namespace exmy::sim

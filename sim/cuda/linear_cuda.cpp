@@ -78,7 +78,7 @@ struct Bf16Scratch {
 
 const uint16_t* rounded(Bf16Buffer& buf, const float* src, int64_t n) {
   uint16_t* dst = buf.get(n);
-  round_bf16_cuda(dst, src, n);
+  bf16_bits_cuda(dst, src, n);
   return dst;
 }
 

@@ -44,6 +44,6 @@ std::unique_ptr<LinearFactory<float>> make_cuda_linear_factory(std::string_view 
 // out[i] = the bfloat16 bits of in[i] rounded to nearest even (sim::bf16_bits,
 // sim/bf16.hpp), i in [0, n); device pointers, the default stream. The
 // `bf16` Linears' operand rounding.
-void round_bf16_cuda(uint16_t* out, const float* in, int64_t n);
+void bf16_bits_cuda(uint16_t* out, const float* in, int64_t n);
 
 }  // namespace exmy::sim

@@ -1,5 +1,6 @@
 // The layer and AdamW kernels (models/cuda/layers_cuda.hpp,
-// sim/adamw_update.hpp) against the CPU implementations, bit for bit: the
+// sim/adamw_update.hpp) against the CPU implementations (models/layers.hpp,
+// Mamba's time step of models/ssd.hpp, sim::round_bf16), bit for bit: the
 // CPU defines every order (row sums in column order, weight-gradient
 // partials per 32-row block added in block order), and the kernels follow it.
 //
@@ -20,8 +21,10 @@
 
 #include "models/cuda/layers_cuda.hpp"
 #include "models/layers.hpp"
+#include "models/ssd.hpp"
 #include "sim/adamw_update.hpp"
 #include "sim/arena.hpp"
+#include "sim/linear.hpp"
 #include "sim/optim.hpp"
 #include "tests/models/kernel_test.hpp"
 
@@ -362,6 +365,253 @@ TEST(LayerKernels, CrossEntropy) {
       ASSERT_NEAR(got_dl[i], dl[i], tol) << "row " << n << " column " << v;
     }
   }
+}
+
+
+// The residual add: IEEE additions, so the device's bits are the CPU's too,
+// except a NaN's (the device makes its own NaN for Inf - Inf); specials,
+// signed zeros and an overflow included, out in place of a as the model
+// calls it.
+TEST(LayerKernels, ResidualAdd) {
+  EXMY_REQUIRE_CUDA();
+  const float inf = std::numeric_limits<float>::infinity(), big = std::numeric_limits<float>::max();
+  Vec a = randn(1001, 70, 3.0f), b = randn(a.size(), 71, 1e-3f);
+  const float sa[] = {-0.0f, -0.0f, 0.0f, big, inf, inf, -inf, std::numeric_limits<float>::denorm_min(), 1.0f};
+  const float sb[] = {-0.0f, 0.0f, -0.0f, big, -inf, 1.0f, 2.0f, std::numeric_limits<float>::denorm_min(), -1.0f};
+  for (size_t i = 0; i < std::size(sa); ++i) a[i] = sa[i], b[i] = sb[i];
+  const int64_t n = static_cast<int64_t>(a.size());
+  Vec out(a.size()), inplace = a;
+  add_forward(out.data(), a.data(), b.data(), n);
+  add_forward(inplace.data(), inplace.data(), b.data(), n);
+  Buffer ka(a), kb(b), kout(Vec(a.size(), -1.0f)), kin(a);
+  KERNEL(add_forward)(kout.ptr(), ka.ptr(), kb.ptr(), n);
+  KERNEL(add_forward)(kin.ptr(), kin.ptr(), kb.ptr(), n);
+  EXPECT_TRUE(std::isnan(out[4]) && std::isinf(out[3]) && std::signbit(out[0]) && !std::signbit(out[1]));
+  if (!kOnDevice) {
+    expect_bits(kout.get(), out, "residual add");
+    expect_bits(kin.get(), inplace, "residual add in place");
+    return;
+  }
+  for (const auto& [got, want] : {std::pair{kout.get(), out}, std::pair{kin.get(), inplace}})
+    for (size_t i = 0; i < want.size(); ++i)
+      if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(got[i])) << i;
+      else EXPECT_EQ(bits(got[i]), bits(want[i])) << i;
+}
+
+// Rounding to bfloat16 (sim::round_bf16): integer operations on the bits,
+// so the device's bits are the CPU's for every input, NaNs included. Ties
+// to even and odd (0x8000 below the kept bits), their neighbours, carries
+// into the exponent, subnormals, FLT_MAX (to Inf), +-Inf, +-0, quiet and
+// signalling NaNs with payloads; once in place.
+TEST(LayerKernels, RoundBf16) {
+  EXMY_REQUIRE_CUDA();
+  std::vector<uint32_t> cases;
+  for (uint32_t sign : {0u, 1u})
+    for (uint32_t e : {0u, 1u, 2u, 100u, 126u, 127u, 128u, 200u, 253u, 254u})
+      for (uint32_t m : {0x00u, 0x01u, 0x40u, 0x7eu, 0x7fu})
+        for (uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+          cases.push_back((sign << 31) | (e << 23) | (m << 16) | low);
+  for (uint32_t special : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fbfffffu,
+                           0xff812345u, 0x7fc0ffffu, 0x7f7fffffu, 0xff7fffffu, 0x00000001u, 0x80008000u})
+    cases.push_back(special);
+  std::mt19937 rng(72);
+  for (int i = 0; i < 3000; ++i) cases.push_back(static_cast<uint32_t>(rng()));
+  Vec in(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) std::memcpy(&in[i], &cases[i], 4);
+  const int64_t n = static_cast<int64_t>(in.size());
+  Vec out(in.size()), inplace = in;
+  sim::round_bf16(out.data(), in.data(), n);
+  sim::round_bf16(inplace.data(), inplace.data(), n);
+  Buffer kin(in), kout(Vec(in.size(), -1.0f)), kinplace(in);
+  KERNEL(round_bf16)(kout.ptr(), kin.ptr(), n);
+  KERNEL(round_bf16)(kinplace.ptr(), kinplace.ptr(), n);
+  expect_bits(kout.get(), out, "round_bf16");
+  expect_bits(kinplace.get(), inplace, "round_bf16 in place");
+  // the cases reach what they are for: ties both ways, Inf from FLT_MAX, NaNs kept
+  EXPECT_EQ(bits(out[3]), 0u);  // 0x00008000, a tie below the smallest bf16 subnormal: even, 0
+  EXPECT_TRUE(std::isinf(sim::round_bf16(std::numeric_limits<float>::max())));
+  int nans = 0;
+  for (size_t i = 0; i < in.size(); ++i) nans += std::isnan(in[i]) && std::isnan(out[i]);
+  EXPECT_GE(nans, 6);
+}
+
+// Mamba-2's time step: shapes with ld > H (dt_raw is a column slice of the
+// in_proj rows), N not a multiple of 32, one row; limits the model's default
+// [0, inf), a window that clamps on both sides, and a window whose ends are
+// two elements' own softplus values (sp == lo and sp == hi are not clamped).
+// Column 1 holds the softplus threshold (v = 20 exactly and one ulp either
+// side), column 0 very negative v (exp(-v) overflows in sigmoid, exp(v) is
+// subnormal or 0), +-Inf and one NaN (so column 0's bias gradient is NaN).
+struct DtShape {
+  int64_t N, H, ld;
+};
+const DtShape kDtShapes[] = {{67, 8, 13}, {1, 3, 3}, {32, 5, 9}, {130, 17, 24}};
+
+struct DtInputs {
+  Vec raw, bias, ddt;
+  std::vector<std::pair<double, double>> limits;
+};
+
+DtInputs dt_inputs(const DtShape& s, uint64_t seed) {
+  const auto [N, H, ld] = s;
+  DtInputs in;
+  in.raw = randn(static_cast<size_t>(N * ld), seed, 4.0f);
+  in.bias = randn(static_cast<size_t>(H), seed + 1);
+  in.ddt = randn(static_cast<size_t>(N * H), seed + 2);
+  const float inf = std::numeric_limits<float>::infinity();
+  in.bias[0] = 0.5f, in.bias[1] = -1.0f;  // exact: v = raw + bias is what the cases say
+  const float col0[] = {-90.0f, -200.0f, -88.5f, inf, -inf, 30.0f};
+  const float col1[] = {21.0f, std::nextafter(21.0f, inf), std::nextafter(21.0f, -inf), 19.0f, 22.0f};
+  for (int64_t n = 0; n < N; ++n) {
+    in.raw[static_cast<size_t>(n * ld)] = col0[n % 6];
+    in.raw[static_cast<size_t>(n * ld + 1)] = col1[n % 5];
+  }
+  in.raw[static_cast<size_t>((N - 1) * ld)] = std::numeric_limits<float>::quiet_NaN();
+  // the limits: the default, a window, and two elements' softplus values
+  std::vector<float> sp;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h) {
+      const float v = softplus(in.raw[static_cast<size_t>(n * ld + h)] + in.bias[static_cast<size_t>(h)]);
+      if (std::isfinite(v)) sp.push_back(v);
+    }
+  std::sort(sp.begin(), sp.end());
+  in.limits = {{0.0, std::numeric_limits<double>::infinity()},
+               {0.05, 3.0},
+               {sp[sp.size() / 4], sp[3 * sp.size() / 4]}};
+  return in;
+}
+
+// The device's budget for the time step, in u = 2^-23 (at least an ulp,
+// relative) and d = 2^-149 (the smallest subnormal). v = raw + bias is the
+// same on both sides, and so is softplus above the threshold (v itself).
+// Below it: expf is within 2 ulp on the device and 1 in glibc, so e =
+// exp(v) differs by 3u relative (3d where it is subnormal); log1p has
+// condition number e / ((1 + e) log1p(e)) <= 1 and is within 2 ulp on
+// either side: softplus within 7u |sp| + 7d, tested with 8u |sp| + 8d; the
+// clamp to the same lo, hi moves nothing further apart. An element whose
+// softplus is within that of lo or hi may be clamped on one side only
+// ("ambiguous"): there either decision is accepted. The gradient: sigmoid =
+// 1 / (1 + exp(-v)), exp 3u, the add and the division a rounding on each
+// side, 7u of s (or both under 2^-127 where exp(-v) overflows on one side),
+// times ddt a rounding each side: tol_g = 10u |g| + 2^-126 |ddt| + 2d.
+// ddt_raw += g adds a rounding of the result on each side (2 ulp). The bias
+// gradient sums the terms in the CPU's order on both sides: at each add the
+// difference grows by the terms' difference and by the two results'
+// roundings, bounded by walking that order with the CPU's partials.
+struct DtBudget {
+  double u = std::ldexp(1.0, -23), d = std::ldexp(1.0, -149);
+  static double ulp(float f) {
+    if (!std::isfinite(f)) return 0.0;
+    const float a = std::fabs(f), up = std::nextafter(a, std::numeric_limits<float>::infinity());
+    return std::isfinite(up) ? static_cast<double>(up) - a : static_cast<double>(a) - std::nextafter(a, 0.0f);
+  }
+  double sp_tol(float sp) const { return 8 * u * std::fabs(sp) + 8 * d; }
+  double g_tol(double g, float ddt) const { return 10 * u * std::fabs(g) + std::ldexp(1.0, -126) * std::fabs(ddt) + 2 * d; }
+  static bool near(float got, float want, double tol) {
+    if (std::isnan(want)) return std::isnan(got);
+    if (!std::isfinite(want)) return got == want;
+    return std::fabs(static_cast<double>(got) - want) <= tol;
+  }
+};
+
+// Forward and backward against the budget (on a device; the emulation,
+// which equals the CPU, must pass it too).
+void expect_dt_within_budget(const DtShape& s, const DtInputs& in, double lo, double hi, const Vec& dt,
+                             const Vec& got_dt, const Vec& draw0, const Vec& draw, const Vec& got_draw,
+                             const Vec& dbias0, const Vec& dbias, const Vec& got_dbias) {
+  const auto [N, H, ld] = s;
+  const DtBudget B;
+  const float lof = static_cast<float>(lo), hif = static_cast<float>(hi);
+  std::vector<double> acc_tol(static_cast<size_t>(H), 0.0), part_tol(static_cast<size_t>(H), 0.0);
+  Vec acc = dbias0, part(static_cast<size_t>(H), 0.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t h = 0; h < H; ++h) {
+      const size_t i = static_cast<size_t>(n * H + h), r = static_cast<size_t>(n * ld + h);
+      const float v = in.raw[r] + in.bias[static_cast<size_t>(h)], sp = softplus(v);
+      const double tsp = v > 20.0f ? 0.0 : B.sp_tol(sp);
+      ASSERT_TRUE(DtBudget::near(got_dt[i], dt[i], tsp)) << "dt " << n << "," << h << ": " << got_dt[i] << " vs " << dt[i];
+      const bool live = !(sp < lof || sp > hif);
+      const bool ambiguous =
+          tsp > 0 && (std::fabs(static_cast<double>(sp) - lof) <= tsp || std::fabs(static_cast<double>(sp) - hif) <= tsp);
+      const float g = in.ddt[i] * (v > 20.0f ? 1.0f : sigmoid(v));  // the CPU's term
+      const double tg = v > 20.0f ? 0.0 : B.g_tol(static_cast<double>(in.ddt[i]) / (1.0 + std::exp(-static_cast<double>(v))), in.ddt[i]);
+      // ddt_raw: the CPU's value, or where the decision may differ, the other one
+      const float alt = live ? draw0[r] : draw0[r] + g;
+      const bool ok = DtBudget::near(got_draw[r], draw[r], tg + 2 * DtBudget::ulp(draw[r])) ||
+                      (ambiguous && DtBudget::near(got_draw[r], alt, tg + 2 * DtBudget::ulp(alt)));
+      ASSERT_TRUE(ok) << "ddt_raw " << n << "," << h << ": " << got_draw[r] << " vs " << draw[r];
+      // the bias gradient's row-block partial, in the CPU's order
+      const float term = live ? g : 0.0f;
+      const float p = part[static_cast<size_t>(h)] + term;
+      const double dterm = ambiguous ? std::fabs(static_cast<double>(g)) + tg : (live ? tg : 0.0);
+      part_tol[static_cast<size_t>(h)] = (part_tol[static_cast<size_t>(h)] + dterm) * (1 + 2 * B.u) + 2 * DtBudget::ulp(p) + B.d;
+      part[static_cast<size_t>(h)] = p;
+    }
+    if ((n + 1) % 32 == 0 || n + 1 == N)  // a row block ends: acc += its partial
+      for (int64_t h = 0; h < H; ++h) {
+        const size_t c = static_cast<size_t>(h);
+        const float a = acc[c] + part[c];
+        acc_tol[c] = (acc_tol[c] + part_tol[c]) * (1 + 2 * B.u) + 2 * DtBudget::ulp(a) + B.d;
+        acc[c] = a, part[c] = 0.0f, part_tol[c] = 0.0;
+      }
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    const size_t c = static_cast<size_t>(h);
+    ASSERT_TRUE(bits(acc[c]) == bits(dbias[c]) || (std::isnan(acc[c]) && std::isnan(dbias[c])))
+        << "the budget's walk is the CPU's order, column " << h;
+    ASSERT_TRUE(DtBudget::near(got_dbias[c], dbias[c], acc_tol[c])) << "ddt_bias " << h << ": " << got_dbias[c] << " vs " << dbias[c];
+  }
+  // the columns of dt_raw's rows past H are untouched
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = H; c < ld; ++c)
+      ASSERT_EQ(bits(got_draw[static_cast<size_t>(n * ld + c)]), bits(draw0[static_cast<size_t>(n * ld + c)]));
+}
+
+TEST(LayerKernels, MambaTimeStep) {
+  EXMY_REQUIRE_CUDA();
+  int at_lo = 0, below_lo = 0, at_hi = 0, above_hi = 0, live = 0;
+  for (const DtShape& s : kDtShapes) {
+    const auto [N, H, ld] = s;
+    const DtInputs in = dt_inputs(s, 80 + static_cast<uint64_t>(N));
+    for (const auto& [lo, hi] : in.limits) {
+      const std::string what = "time step " + std::to_string(N) + "x" + std::to_string(H) + " ld " +
+                               std::to_string(ld) + " [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+      Vec dt(static_cast<size_t>(N * H));
+      mamba_dt_forward(dt.data(), in.raw.data(), ld, in.bias.data(), N, H, lo, hi);
+      // gradients start non-zero (the kernels add, as the CPU does), whole rows of ddt_raw at -0
+      Vec draw0 = randn(in.raw.size(), 90, 0.1f), dbias0 = randn(in.bias.size(), 91);
+      for (int64_t n = 2; n < N; n += 5)
+        for (int64_t c = 0; c < ld; ++c) draw0[static_cast<size_t>(n * ld + c)] = -0.0f;
+      Vec draw = draw0, dbias = dbias0;
+      mamba_dt_backward(draw.data(), ld, dbias.data(), in.ddt.data(), in.raw.data(), in.bias.data(), N, H, lo, hi);
+      Buffer kraw(in.raw), kbias(in.bias), kddt(in.ddt), kdt(Vec(dt.size(), -1.0f)), kdraw(draw0), kdbias(dbias0);
+      Buffer scratch(Vec(static_cast<size_t>(mamba_dt_backward_scratch(N, H)), std::numeric_limits<float>::quiet_NaN()));
+      KERNEL(mamba_dt_forward)(kdt.ptr(), kraw.ptr(), ld, kbias.ptr(), N, H, lo, hi);
+      KERNEL(mamba_dt_backward)(kdraw.ptr(), ld, kdbias.ptr(), kddt.ptr(), kraw.ptr(), kbias.ptr(), N, H, lo, hi,
+                                scratch.ptr());
+      const Vec got_dt = kdt.get(), got_draw = kdraw.get(), got_dbias = kdbias.get();
+      if (!kOnDevice) {
+        expect_bits(got_dt, dt, what + " dt");
+        expect_bits(got_draw, draw, what + " ddt_raw");
+        expect_bits(got_dbias, dbias, what + " ddt_bias");
+      }
+      SCOPED_TRACE(what);
+      expect_dt_within_budget(s, in, lo, hi, dt, got_dt, draw0, draw, got_draw, dbias0, dbias, got_dbias);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t h = 0; h < H; ++h) {
+          const float sp = softplus(in.raw[static_cast<size_t>(n * ld + h)] + in.bias[static_cast<size_t>(h)]);
+          at_lo += sp == static_cast<float>(lo) && lo > 0, below_lo += sp < static_cast<float>(lo);
+          at_hi += sp == static_cast<float>(hi), above_hi += sp > static_cast<float>(hi);
+          live += !(sp < static_cast<float>(lo) || sp > static_cast<float>(hi));
+        }
+    }
+  }
+  // the cases reach both clamps, their exact ends and the gradient's path
+  EXPECT_GT(at_lo, 0);
+  EXPECT_GT(below_lo, 0);
+  EXPECT_GT(at_hi, 0);
+  EXPECT_GT(above_hi, 0);
+  EXPECT_GT(live, 0);
 }
 
 }  // namespace

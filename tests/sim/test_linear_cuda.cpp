@@ -291,7 +291,7 @@ TEST(CudaLinear, RoundingKernelIsRoundBf16) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::bit_cast<float>(cases[i]);
   DeviceVec<float> in(x);
   DeviceVec<uint16_t> out(std::vector<uint16_t>(x.size(), 0));
-  round_bf16_cuda(out.ptr(), in.ptr(), static_cast<int64_t>(x.size()));
+  bf16_bits_cuda(out.ptr(), in.ptr(), static_cast<int64_t>(x.size()));
   ok(cudaGetLastError());
   const std::vector<uint16_t> got = out.get();
   int bad = 0;

@@ -200,7 +200,7 @@ TEST(Bf16, OperandRoundingLaunchIsRoundBf16) {
   std::vector<float> in(cases.size());
   for (size_t i = 0; i < in.size(); ++i) in[i] = std::bit_cast<float>(cases[i]);
   std::vector<uint16_t> out(in.size(), 0xdeadu);
-  round_bf16_launches(HostLaunch{}, out.data(), in.data(), static_cast<int64_t>(in.size()));
+  bf16_bits_launches(HostLaunch{}, out.data(), in.data(), static_cast<int64_t>(in.size()));
   int nans = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     const float x = in[i];
@@ -224,7 +224,7 @@ TEST(Bf16, OperandRoundingLaunchIsRoundBf16) {
   EXPECT_EQ(bf16_bits(1.0f + 0x1p-7f + 0x1p-8f), 0x3f82u);      // tie, odd: up
   EXPECT_EQ(bf16_bits(std::bit_cast<float>(0x00008000u)), 0u);  // subnormal tie to even zero
   EXPECT_EQ(bf16_bits(std::bit_cast<float>(0x00018000u)), 2u);  // subnormal tie, odd: up
-  round_bf16_launches(HostLaunch{}, out.data(), in.data(), 0);  // no elements: nothing written
+  bf16_bits_launches(HostLaunch{}, out.data(), in.data(), 0);  // no elements: nothing written
 }
 
 TEST(Linear, PoliciesAgreeWithTheirDefinition) {
