@@ -5,14 +5,21 @@
 // So the row-major C = op(A) op(B) is computed as the column-major
 // C^T = op(B)^T op(A)^T: cuBLAS's first operand is our B (with our opB),
 // its second our A (with our opA), and its (m, n, k) are our (N, M, K).
+//
+// cuBLASLt is loaded at the first CudaGemm (dlopen), not linked: mapping
+// its ~500 MB library costs every exmy process ~200 MB of resident memory
+// at start, CPU runs included, which the memory plans would then have to
+// carry.
 #include "sim/cuda/gemm_cuda.hpp"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <map>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "formats/cuda/cuda_check.hpp"
 #include "formats/error.hpp"
@@ -26,6 +33,58 @@ void check(cublasStatus_t s, const char* what) {
 }
 
 cublasOperation_t op_of(Op op) { return op == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
+
+// The cuBLASLt entry points this file calls, from the library found by the
+// dynamic loader (LD_LIBRARY_PATH, the executable's run path), else from
+// the toolkit exmy was built with.
+struct Lt {
+#define EXMY_LT(name) decltype(&::name) name = nullptr;
+  EXMY_LT(cublasLtCreate)
+  EXMY_LT(cublasLtDestroy)
+  EXMY_LT(cublasLtMatmul)
+  EXMY_LT(cublasLtMatmulAlgoGetHeuristic)
+  EXMY_LT(cublasLtMatmulDescCreate)
+  EXMY_LT(cublasLtMatmulDescDestroy)
+  EXMY_LT(cublasLtMatmulDescSetAttribute)
+  EXMY_LT(cublasLtMatmulPreferenceCreate)
+  EXMY_LT(cublasLtMatmulPreferenceDestroy)
+  EXMY_LT(cublasLtMatmulPreferenceSetAttribute)
+  EXMY_LT(cublasLtMatrixLayoutCreate)
+  EXMY_LT(cublasLtMatrixLayoutDestroy)
+#undef EXMY_LT
+};
+
+const Lt& lt() {
+  static const Lt l = [] {
+    const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+#if defined(EXMY_CUBLASLT_DIR)
+    if (!h) h = dlopen((std::string(EXMY_CUBLASLT_DIR) + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (!h) throw Error("cannot load " + soname + " (cuBLASLt, for the GEMMs on the device): " + dlerror());
+    Lt t;
+    auto get = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      if (!fn) throw Error(soname + " has no " + name);
+    };
+#define EXMY_LT(name) get(t.name, #name);
+    EXMY_LT(cublasLtCreate)
+    EXMY_LT(cublasLtDestroy)
+    EXMY_LT(cublasLtMatmul)
+    EXMY_LT(cublasLtMatmulAlgoGetHeuristic)
+    EXMY_LT(cublasLtMatmulDescCreate)
+    EXMY_LT(cublasLtMatmulDescDestroy)
+    EXMY_LT(cublasLtMatmulDescSetAttribute)
+    EXMY_LT(cublasLtMatmulPreferenceCreate)
+    EXMY_LT(cublasLtMatmulPreferenceDestroy)
+    EXMY_LT(cublasLtMatmulPreferenceSetAttribute)
+    EXMY_LT(cublasLtMatrixLayoutCreate)
+    EXMY_LT(cublasLtMatrixLayoutDestroy)
+#undef EXMY_LT
+    return t;
+  }();
+  return l;
+}
 
 }  // namespace
 
@@ -44,13 +103,13 @@ struct CudaGemm::Impl {
 
   ~Impl() {
     for (auto& [k, p] : plans) {
-      cublasLtMatrixLayoutDestroy(p.a);
-      cublasLtMatrixLayoutDestroy(p.b);
-      cublasLtMatrixLayoutDestroy(p.c);
-      cublasLtMatmulDescDestroy(p.desc);
+      lt().cublasLtMatrixLayoutDestroy(p.a);
+      lt().cublasLtMatrixLayoutDestroy(p.b);
+      lt().cublasLtMatrixLayoutDestroy(p.c);
+      lt().cublasLtMatmulDescDestroy(p.desc);
     }
     if (workspace) cudaFree(workspace);
-    if (handle) cublasLtDestroy(handle);
+    if (handle) lt().cublasLtDestroy(handle);
   }
 
   const Plan& plan(int64_t ldc, int64_t lda, Op opA, int64_t ldb, Op opB, int64_t M, int64_t N, int64_t K,
@@ -59,24 +118,24 @@ struct CudaGemm::Impl {
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     Plan p;
     const cudaDataType_t in = operands == GemmOperands::bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    check(lt().cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
     const cublasOperation_t ta = op_of(opB), tb = op_of(opA);  // cuBLAS's first operand is our B
-    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
-    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
+    check(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
+    check(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
     // column-major shapes as stored: our B is (N x K) for opB = N, (K x N) for T
     const uint64_t m = static_cast<uint64_t>(N), n = static_cast<uint64_t>(M), k = static_cast<uint64_t>(K);
-    check(cublasLtMatrixLayoutCreate(&p.a, in, opB == Op::N ? m : k, opB == Op::N ? k : m, ldb), "layout B");
-    check(cublasLtMatrixLayoutCreate(&p.b, in, opA == Op::N ? k : n, opA == Op::N ? n : k, lda), "layout A");
-    check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, m, n, ldc), "layout C");
+    check(lt().cublasLtMatrixLayoutCreate(&p.a, in, opB == Op::N ? m : k, opB == Op::N ? k : m, ldb), "layout B");
+    check(lt().cublasLtMatrixLayoutCreate(&p.b, in, opA == Op::N ? k : n, opA == Op::N ? n : k, lda), "layout A");
+    check(lt().cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, m, n, ldc), "layout C");
     cublasLtMatmulPreference_t pref = nullptr;
-    check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+    check(lt().cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    check(lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
                                                sizeof workspace_bytes),
           "workspace preference");
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    const cublasStatus_t s = lt().cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    lt().cublasLtMatmulPreferenceDestroy(pref);
     check(s, "cublasLtMatmulAlgoGetHeuristic");
     if (found == 0) throw Error("cuBLASLt has no algorithm for a " + std::to_string(M) + "x" + std::to_string(N) + "x" +
                                 std::to_string(K) + " GEMM");
@@ -86,7 +145,7 @@ struct CudaGemm::Impl {
 };
 
 CudaGemm::CudaGemm(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
-  check(cublasLtCreate(&impl_->handle), "cublasLtCreate");
+  check(lt().cublasLtCreate(&impl_->handle), "cublasLtCreate");
   impl_->workspace_bytes = workspace_bytes;
   if (workspace_bytes > 0) cuda_check(cudaMalloc(&impl_->workspace, workspace_bytes), "cudaMalloc (GEMM workspace)");
 }
@@ -103,7 +162,7 @@ void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, co
   }
   const Impl::Plan& p = impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  check(cublasLtMatmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
+  check(lt().cublasLtMatmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
                        impl_->workspace, impl_->workspace_bytes, 0),
         "cublasLtMatmul");
 }

@@ -191,6 +191,32 @@ std::vector<std::pair<std::string, std::string>> changed_keys(const std::string&
   return out;
 }
 
+// The linears of a run on a device: the recipe decides each linear as on
+// the CPU (so its plan, which the run file records, is the same), and the
+// device's plain policy runs it. What the device does not run yet, a
+// quantized linear, is refused in one line while the model is built.
+class DeviceLinears final : public sim::LinearFactory<float> {
+ public:
+  DeviceLinears(const TrainingLinearFactory& recipe, std::unique_ptr<sim::LinearFactory<float>> plain,
+                std::string device)
+      : recipe_(recipe), plain_(std::move(plain)), device_(std::move(device)) {}
+  std::string policy() const override { return recipe_.policy(); }
+  std::unique_ptr<sim::Linear<float>> make(const sim::LinearInfo& info) const override {
+    recipe_.make(info);  // the recipe's decision, into its plan
+    if (recipe_.recipe_factory().plan().back().quantized)
+      throw Error("train.device = " + device_ + ": recipe '" + recipe_.recipe_factory().recipe().name +
+                  "' quantizes " + info.name +
+                  ", and quantized linears do not run on a device yet (it trains the fp32 and bf16 policies); train "
+                  "this recipe on the CPU");
+    return plain_->make(info);
+  }
+
+ private:
+  const TrainingLinearFactory& recipe_;
+  std::unique_ptr<sim::LinearFactory<float>> plain_;
+  std::string device_;
+};
+
 class Trainer {
  public:
   Trainer(RunConfig cfg, std::string dir, const TrainHooks& hooks, BuildInfo build)
@@ -224,8 +250,11 @@ class Trainer {
                                                        cfg_.cold_restart_references);
     device_ = std::make_unique<TrainingDevice>(cfg_.device);
     if (device_->on_device()) {
-      check_device_run();
-      device_linears_ = device_->plain_linears(cfg_.recipe.unquantized);
+      if (comm_.size() > 1)
+        throw Error("train.device = " + sim::device_name(cfg_.device) +
+                    ": data-parallel runs on devices (NCCL) are not implemented yet; run one process");
+      device_linears_ = std::make_unique<DeviceLinears>(*factory_, device_->plain_linears(cfg_.recipe.unquantized),
+                                                        sim::device_name(cfg_.device));
       model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *device_linears_, device_->backend());
     } else {
       model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_);
@@ -253,18 +282,6 @@ class Trainer {
         device_->memory(), device_->optim());
   }
 
-  // What the device backend runs so far: the recipe's plain policies (fp32,
-  // bf16) in one process. One line naming what is missing otherwise.
-  void check_device_run() const {
-    const std::string where = "train.device = " + sim::device_name(cfg_.device);
-    for (const auto& e : factory_->recipe_factory().plan())
-      if (e.quantized)
-        throw Error(where + ": recipe '" + cfg_.recipe.name +
-                    "' quantizes linears, and quantized linears do not run on the device yet (it trains the fp32 "
-                    "and bf16 policies); train this recipe on the CPU");
-    if (comm_.size() > 1)
-      throw Error(where + ": data-parallel runs on devices (NCCL) are not implemented yet; run one process");
-  }
   // After a sharded update: every rank's shard of the weights to every rank
   // (a broadcast per rank, in rank order).
   void gather_weights() {
@@ -665,7 +682,7 @@ class Trainer {
   std::shared_ptr<sim::quant::QuantRuntime> quant_;
   std::unique_ptr<TrainingLinearFactory> factory_;
   std::unique_ptr<TrainingDevice> device_;                    // what the model runs on (train.device)
-  std::unique_ptr<sim::LinearFactory<float>> device_linears_;  // on a device: the plain policy's linears there
+  std::unique_ptr<DeviceLinears> device_linears_;             // on a device: the plain policy's linears there
   sim::MemBuf<float> device_grad_sum_;                         // on a device: the step's gradient sum (grad_accum > 1)
   std::unique_ptr<models::NemotronH<float>> model_;
   std::unique_ptr<sim::AdamW> opt_;
@@ -807,7 +824,7 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
   for (int64_t m = mine.begin; m < mine.end; ++m) {
     losses.push_back(micro_batch(m, true));
     if (G == 1) break;  // the arena holds the step's gradient
-    if (device_->on_device()) {  // one process (check_device_run): the sum on the device, as add_gradient adds
+    if (device_->on_device()) {  // one process: the sum on the device, as add_gradient adds
       const int64_t n = static_cast<int64_t>(grads.size());
       if (m == 0) {
         device_grad_sum_.place(device_->memory()), device_grad_sum_.resize_zero(n);

@@ -236,7 +236,7 @@ TEST_F(CliTest, BadInputIsOneLineAndWritesNothing) {
       {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --sr-bits 40 --round stochastic" + out, "40"},
       {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --output " + P("nodir/y.f32"), "nodir"},
       {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --device gpu" + out,
-       "--device gpu: expected cpu, cuda or cuda:N"},
+       "--device gpu: expected cpu, cuda, cuda:N"},
       {"quantize --input " + P("x.f32") + " --shape 4,8 --elem e2m1 --device cuda --reference" + out, "--reference"},
   };
   for (const auto& c : cases) {

@@ -39,14 +39,14 @@ TEST(Device, ParsesTheThreeSpellings) {
 TEST(Device, BadSpellingsNameTheOptionAndTheChoices) {
   for (const char* bad : {"gpu", "", "CUDA", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x", "cuda0", "cpu:0", " cuda"}) {
     EXPECT_EQ(parse_error(bad),
-              std::string("--device ") + bad + ": expected cpu, cuda or cuda:N (N a CUDA device index, e.g. cuda:1)")
+              std::string("--device ") + bad + ": expected cpu, cuda, cuda:N (N a CUDA device index, e.g. cuda:1) or cuda-emulated")
         << bad;
   }
   try {
     parse_device("tpu", "train.device");
     ADD_FAILURE() << "tpu parsed";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("train.device tpu: expected cpu, cuda or cuda:N", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("train.device tpu: expected cpu, cuda, cuda:N", 0), 0u) << e.what();
   }
 }
 
@@ -90,18 +90,23 @@ TEST(Device, RequireDeviceOnThisMachine) {
   if (inv.count > 0) {
     EXPECT_NO_THROW(require_device(Device{Device::Kind::cuda, 0, false}, "--device"));
   }
-  // Training on a CUDA device: refused in one line whatever the machine has.
-  try {
-    require_training_device(Device{Device::Kind::cuda, 0, false}, "--device");
-    ADD_FAILURE() << "GPU training accepted";
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    const std::string problem = device_problem(Device{Device::Kind::cuda, 0, false}, inv, "--device");
-    EXPECT_EQ(m, problem.empty() ? "--device cuda: the GPU training backend is not implemented yet (issue 17); "
-                                   "train on the CPU (train.device = cpu)"
-                                 : problem);
+  // Training on a CUDA device: accepted where the device is there, else
+  // device_problem's line; cuda-emulated and the CPU everywhere.
+  const Device cuda{Device::Kind::cuda, 0, false};
+  const std::string problem = device_problem(cuda, inv, "--device");
+  if (problem.empty()) {
+    EXPECT_NO_THROW(require_training_device(cuda, "--device"));
+  } else {
+    try {
+      require_training_device(cuda, "--device");
+      ADD_FAILURE() << "GPU training accepted without a device";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), problem);
+    }
   }
   EXPECT_NO_THROW(require_training_device(Device{}, "--device"));
+  EXPECT_NO_THROW(require_training_device(parse_device("cuda-emulated", "--device"), "--device"));
+  EXPECT_EQ(device_name(parse_device("cuda-emulated", "--device")), "cuda-emulated");
 }
 
 }  // namespace

@@ -484,35 +484,44 @@ void expect_one_line_error(const std::vector<std::string>& argv, const std::stri
   EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
 }
 
-// --device / train.device: cpu trains; a CUDA device is refused in one line
-// before any work, naming why: no CUDA build, no device, or (where a device
-// is there) the GPU training backend that does not exist yet.
-TEST(CliTrain, DeviceCudaIsRefusedInOneLine) {
+// --device / train.device: cpu and cuda-emulated train; a CUDA device that
+// is not there is refused in one line before any work, naming why (no CUDA
+// build, no device); eval and bench train refuse any device (they run on
+// the CPU only so far); a quantized recipe is refused on a device.
+TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
   TempDir d;
   const sim::DeviceInventory inv = sim::device_inventory();
-  const std::string why = !inv.built_with_cuda ? "exmy was built without CUDA"
-                          : inv.count == 0     ? "no CUDA device is visible"
-                                               : "the GPU training backend is not implemented yet";
   auto with_device = [&](const std::string& out, const std::string& device) {
     return std::vector<std::string>{kExmy, "train", "--config", kTinyIni, "--out", out, "--device", device};
   };
-  expect_one_line_error(with_device(d / "a", "cuda"), "--device cuda: " + why);
-  expect_one_line_error(train_args(d / "b", {"train.device=cuda:0"}), "train.device cuda:0: " + why);
-  expect_one_line_error(with_device(d / "c", "cuda:x"), "--device cuda:x: expected cpu, cuda or cuda:N");
-  expect_one_line_error(train_args(d / "e", {"train.device=gpu"}), "train.device gpu: expected cpu, cuda or cuda:N");
-  expect_one_line_error({kExmy, "eval", "--device", "cuda"}, "--device cuda: " + why);
-  expect_one_line_error({kExmy, "bench", "train", "--device", "cuda"}, "--device cuda: " + why);
+  if (!inv.built_with_cuda || inv.count == 0) {
+    const std::string why = !inv.built_with_cuda ? "exmy was built without CUDA" : "no CUDA device is visible";
+    expect_one_line_error(with_device(d / "a", "cuda"), "--device cuda: " + why);
+    expect_one_line_error(train_args(d / "b", {"train.device=cuda:0"}), "train.device cuda:0: " + why);
+    expect_one_line_error({kExmy, "eval", "--device", "cuda"}, "--device cuda: " + why);
+  }
+  expect_one_line_error(with_device(d / "c", "cuda:x"), "--device cuda:x: expected cpu, cuda, cuda:N");
+  expect_one_line_error(train_args(d / "e", {"train.device=gpu"}), "train.device gpu: expected cpu, cuda, cuda:N");
+  expect_one_line_error({kExmy, "eval", "--device", "cuda-emulated"},
+                        "--device cuda-emulated: exmy eval runs on the CPU only so far");
+  expect_one_line_error({kExmy, "bench", "train", "--device", "cuda-emulated"},
+                        "--device cuda-emulated: exmy bench train runs on the CPU only so far");
+  expect_one_line_error(train_args(d / "g", {"train.device=cuda-emulated", "train.recipe=te-nvfp4"}),
+                        "train.device = cuda-emulated: recipe 'te-nvfp4' quantizes");
   for (const char* dir : {"a", "b", "c", "e"}) EXPECT_FALSE(fs::exists(d / dir)) << dir;
-  // cpu trains, and the resolved configuration records it
-  auto cpu = with_device(d / "f", "cpu");
-  for (const char* s : {"train.steps=2", "train.batch_size=2", "train.seq_len=16", "train.eval_batches=1"})
-    cpu.insert(cpu.end(), {"--set", s});
-  const Result r = run(cpu);
-  ASSERT_EQ(r.status, 0) << r.out;
-  std::ifstream f(d / "f/config.ini");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  EXPECT_NE(ss.str().find("\ndevice = cpu\n"), std::string::npos) << ss.str();
+  EXPECT_FALSE(fs::exists(d / "g/run.h5"));
+  // cpu and cuda-emulated train, and the resolved configuration records the device
+  for (const char* device : {"cpu", "cuda-emulated"}) {
+    auto argv = with_device(d / device, device);
+    for (const char* s : {"train.steps=2", "train.batch_size=2", "train.seq_len=16", "train.eval_batches=1"})
+      argv.insert(argv.end(), {"--set", s});
+    const Result r = run(argv);
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::ifstream f(d / (std::string(device) + "/config.ini"));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    EXPECT_NE(ss.str().find(std::string("\ndevice = ") + device + "\n"), std::string::npos) << ss.str();
+  }
 }
 
 // The shipped four-over-six recipe trains, and its /quant rows count the

@@ -438,7 +438,7 @@ TEST(TrainerDevice, CheckpointsMoveBetweenCpuAndDevice) {
 TEST(TrainerDevice, QuantizedRecipesAreRefusedOnTheDevice) {
   TempDir d;
   expect_error([&] { train_new(tiny({"train.device=cuda-emulated", "train.recipe=ue5m3-b16"}), d / "q", quiet(), {}); },
-               "train.device = cuda-emulated: recipe 'ue5m3-b16' quantizes linears");
+               "train.device = cuda-emulated: recipe 'ue5m3-b16' quantizes layers.0.mixer.in_proj");
 }
 
 }  // namespace
