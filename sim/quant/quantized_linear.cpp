@@ -26,6 +26,14 @@ auto* ensure(V& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   return v.data();
 }
+// A buffer in the ops' memory with room for n elements (its contents are
+// not kept when it grows: every caller writes before it reads).
+template <class T>
+T* ensure(MemBuf<T>& b, int64_t n, Memory& m) {
+  b.place(m);
+  if (b.size() < n) b.resize_zero(n);
+  return b.data();
+}
 
 // Marks the shared scratch as in use for one call.
 struct ScratchGuard {
@@ -48,6 +56,9 @@ QuantizedLinear::QuantizedLinear(const LinearInfo& info, const std::array<RoleSp
     refs_[i] = &rt_->references().get(reference_key(info_.name, r, shared_dy_reference));
     if (specs_[i].q.scale) scale_tables_[i] = ScaleCodeTable(*specs_[i].q.scale);
   }
+  if (gemm_.kind == GemmModel::Kind::grouped && !rt_->ops().runs_grouped())
+    throw Error(info_.name + ": the grouped GEMM output model does not run on " + rt_->ops().name() +
+                " yet (recipe gemm = fp32 does)");
 }
 
 CallKey QuantizedLinear::key(Gemm g, Role r) const {
@@ -75,13 +86,14 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
     throw Error(info_.name + ", " + std::string(role_name(role)) + ": the random Hadamard transform runs along K = " +
                 std::to_string(cols) + ", which must be a multiple of " + std::to_string(rs.q.rht_size));
 
+  QuantOps& ops = rt_->ops();
   const float* hp = src;
   if (transpose_src) {
-    transpose(ensure(b.hp, n), src, src_rows, src_cols);
+    ops.transpose(ensure(b.hp, n, ops.memory()), src, src_rows, src_cols);
     hp = b.hp.data();
   }
   if (rs.pre_round_bf16) {  // round_bf16 works in place
-    round_bf16(ensure(b.hp, n), hp, n);
+    ops.round_bf16(ensure(b.hp, n, ops.memory()), hp, n);
     hp = b.hp.data();
   }
 
@@ -120,7 +132,8 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
   decided_[ri] = Decided{true, ctx.step, ctx.micro_batch, q};
   const Gemm g = role_gemm(role);
   CaptureSink* cap = ctx.capture ? rt_->capture_sink() : nullptr;
-  if (cap) cap->capture(key(g, role), q, hp, rows, cols);
+  auto& host = rt_->scratch().host;  // the tensors as the host sees them (copies from a device)
+  if (cap) cap->capture(key(g, role), q, host_view(ops.memory(), hp, n, host[0]), rows, cols);
 
   StatsSink* sink = ctx.stats ? rt_->stats_sink() : nullptr;
   QuantStats qs;
@@ -130,8 +143,15 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
   // others need it for the statistics or a delayed history, and the CPU
   // path measures it anyway in its block-amax pass.
   double amax = r.info.amax;
+  // (On a device, through a host copy of the operand: one more copy to
+  // speed up when a device reduction is written.)
+  const float* hp_host = nullptr;
+  auto host_hp = [&] {
+    if (!hp_host) hp_host = host_view(ops.memory(), r.hp, n, host[1]);
+    return hp_host;
+  };
   if ((by_row || use.kind != AmaxKind::current) && (sink || ReferenceState::needs_amax(rs.reference) || by_row))
-    amax = r.info.abs_max ? *r.info.abs_max : abs_max(r.hp, n);
+    amax = r.info.abs_max ? *r.info.abs_max : abs_max(host_hp(), n);
   ref.end_call(rs.reference, ctx.step, amax, by_row ? &r.info.row_abs_max : nullptr);
 
   if (sink) {
@@ -141,8 +161,10 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
     os.reference = r.info.amax;
     os.tensor_scale = r.info.t;
     if (q.scale) {
-      scale_tables_[ri].add(b.scale_codes.data(), r.blocks, os);
-      add_block_ranges(r.hp, rows, cols, q.block_rows, q.block_cols, os);
+      std::vector<uint8_t> codes;
+      scale_tables_[ri].add(host_view(ops.memory(), b.scale_codes.data(), r.blocks * q.scale->code_bytes(), codes),
+                            r.blocks, os);
+      add_block_ranges(host_hp(), rows, cols, q.block_rows, q.block_cols, os);
     }
     sink->record_operand(key(g, role), os);
   }
@@ -157,12 +179,14 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
                                                              int64_t cols, QuantRuntime::OperandBuffers& b,
                                                              QuantStats* stats) {
   const int64_t n = rows * cols;
+  QuantOps& ops = rt_->ops();
+  Memory& mem = ops.memory();
   if (q.rht) {
     if (hp != b.hp.data()) {
-      std::memcpy(ensure(b.hp, n), hp, sizeof(float) * static_cast<size_t>(n));
+      mem.copy(ensure(b.hp, n, mem), hp, sizeof(float) * static_cast<size_t>(n));
       hp = b.hp.data();
     }
-    hadamard(b.hp.data(), rows, cols, 1, rht_of(q));
+    ops.rht(q, b.hp.data(), rows, cols);
   }
   const bool grouped = gemm_.kind == GemmModel::Kind::grouped;
   QuantSpec qc = q;
@@ -171,14 +195,14 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
   r.hp = hp;
   r.blocks = block_count(qc, rows, cols);
   QuantOutput out;
-  out.values = ensure(b.dq, n);
+  out.values = ensure(b.dq, n, mem);
   // Element codes feed the grouped GEMM; scale codes also feed the
   // statistics' scale histograms.
-  if (grouped) out.codes = ensure(b.codes, n * qc.elem.code_bytes());
+  if (grouped) out.codes = ensure(b.codes, n * qc.elem.code_bytes(), mem);
   if ((grouped || stats) && qc.scale)
-    out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, r.blocks * qc.scale->code_bytes()));
+    out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, r.blocks * qc.scale->code_bytes()), mem);
   out.stats = stats;
-  r.info = quantize(qc, hp, rows, cols, out);
+  r.info = ops.quantize(qc, hp, rows, cols, out);
   r.op.dq = b.dq.data();
   r.op.t = r.info.t;
   if (!r.info.row_t.empty()) {
@@ -195,8 +219,9 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
 void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, float* dst,
                                bool accumulate, const float* X, const float* W, const float* dY, int64_t tokens) {
   QuantRuntime::Scratch& s = rt_->scratch();
+  QuantOps& ops = rt_->ops();
   StatsSink* sink = rt_->context().stats && !replay_ ? rt_->stats_sink() : nullptr;
-  float* target = accumulate ? ensure(s.out, M * N) : dst;
+  float* target = accumulate ? ensure(s.out, M * N, ops.memory()) : dst;
   if (gemm_.kind == GemmModel::Kind::grouped) {
     if (a.row_t || b.row_t) {  // per-row decode scales: each output's own alpha
       grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, 1.0f);
@@ -205,9 +230,17 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
       grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, tensor_decode_alpha(a.t, b.t));
     }
   } else {
-    gemm(target, N, a.dq, K, Op::N, b.dq, K, Op::T, M, N, K, false);
+    ops.gemm_nt(target, a.dq, b.dq, M, N, K);
   }
   if (sink) {
+    // On a device: the operands and the result copied to the host (a
+    // statistics step only), where the reference GEMM and the comparison run.
+    Memory& mem = ops.memory();
+    const int64_t in_f = info_.in_features, out_f = info_.out_features;
+    if (X) X = host_view(mem, X, tokens * in_f, s.host[0]);
+    if (W) W = host_view(mem, W, out_f * in_f, s.host[1]);
+    if (dY) dY = host_view(mem, dY, tokens * out_f, s.host[2]);
+    const float* got = host_view(mem, static_cast<const float*>(target), M * N, s.host[3]);
     // The unquantized GEMM of the same high-precision operands, on all rows
     // or on an even sample of them.
     const int64_t cap = rt_->options().gemm_stats_rows, every = std::max<int64_t>(1, rt_->options().gemm_stats_sample);
@@ -246,12 +279,9 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
       case Gemm::dgrad: gemm(ref, in, left, ld, Op::N, W, in, Op::N, R, in, out, false); break;
       case Gemm::wgrad: gemm(ref, in, left, ld, Op::N, X, in, Op::N, R, in, tokens, false); break;
     }
-    sink->record_gemm(key(g, gemm_roles(g)[0]), compare_gemm(target, ref, M, N, rows));
+    sink->record_gemm(key(g, gemm_roles(g)[0]), compare_gemm(got, ref, M, N, rows));
   }
-  if (accumulate) {
-#pragma omp parallel for schedule(static) if (M * N >= parallel_min_work())
-    for (int64_t i = 0; i < M * N; ++i) dst[i] += target[i];
-  }
+  if (accumulate) ops.add(dst, target, M * N);
 }
 
 void QuantizedLinear::recompute_forward(float* Y, const float* X, const float* W, int64_t tokens) {
@@ -293,12 +323,13 @@ void QuantizedLinear::backward(float* dX, float* dW, const float* dY, const floa
 // The factory
 // ---------------------------------------------------------------------------
 
-RecipeLinearFactory::RecipeLinearFactory(Recipe recipe, int64_t num_blocks, std::shared_ptr<QuantRuntime> runtime)
-    : recipe_(std::move(recipe)), num_blocks_(num_blocks), rt_(std::move(runtime)) {
+RecipeLinearFactory::RecipeLinearFactory(Recipe recipe, int64_t num_blocks, std::shared_ptr<QuantRuntime> runtime,
+                                         std::unique_ptr<LinearFactory<float>> unquantized)
+    : recipe_(std::move(recipe)), num_blocks_(num_blocks), rt_(std::move(runtime)), unquantized_(std::move(unquantized)) {
   if (!rt_) rt_ = std::make_shared<QuantRuntime>();
   validate_recipe(recipe_);
   recipe_.check_selects_some(num_blocks_);
-  unquantized_ = make_linear_factory<float>(recipe_.unquantized);
+  if (!unquantized_) unquantized_ = make_linear_factory<float>(recipe_.unquantized);
 }
 
 std::unique_ptr<Linear<float>> RecipeLinearFactory::make(const LinearInfo& info) const {

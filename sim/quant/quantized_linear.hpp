@@ -37,6 +37,7 @@
 #include "sim/quant/recipe.hpp"
 #include "sim/quant/reference.hpp"
 #include "sim/quant/kernels.hpp"
+#include "sim/quant/quant_ops.hpp"
 #include "sim/quant/stats.hpp"
 #include "sim/tensor.hpp"
 
@@ -78,18 +79,26 @@ class QuantRuntime {
   void set_capture_sink(CaptureSink* c) { capture_ = c; }
   StatsSink* stats_sink() const { return stats_; }
   CaptureSink* capture_sink() const { return capture_; }
+  // Where the linears' tensors live and run (the CPU unless set; set it
+  // before the first call).
+  QuantOps& ops() const { return *ops_; }
+  void set_ops(QuantOps& ops) { ops_ = &ops; }
 
   // Scratch shared by the linears (implementation detail).
+  // In ops().memory(): hp, dq, codes, scale_codes, out; on the host: the
+  // rest (the grouped model runs on the CPU; statistics are formed there).
   struct OperandBuffers {
-    Buf<float> hp;  // transposed and/or RHT'd high-precision operand
-    Buf<float> dq;  // decoded operand
-    std::vector<uint8_t> codes, scale_codes;
+    MemBuf<float> hp;  // transposed and/or RHT'd high-precision operand
+    MemBuf<float> dq;  // decoded operand
+    MemBuf<uint8_t> codes, scale_codes;
     Buf<double> enc;  // encoded operand (grouped GEMM)
     std::vector<float> row_t;  // row outer scales: each row's encode scale
   };
   struct Scratch {
     OperandBuffers side[2];
-    Buf<float> out, ref, gather;
+    MemBuf<float> out;
+    Buf<float> ref, gather;
+    std::vector<float> host[4];  // tensors copied from a device for statistics and capture
     bool busy = false;
   };
   Scratch& scratch() { return scratch_; }
@@ -100,6 +109,7 @@ class QuantRuntime {
   ReferenceStore refs_;
   StatsSink* stats_ = nullptr;
   CaptureSink* capture_ = nullptr;
+  QuantOps* ops_ = &cpu_quant_ops();
   Scratch scratch_;
 };
 
@@ -163,7 +173,11 @@ class QuantizedLinear final : public Linear<float> {
 // block selections).
 class RecipeLinearFactory final : public LinearFactory<float> {
  public:
-  RecipeLinearFactory(Recipe recipe, int64_t num_blocks, std::shared_ptr<QuantRuntime> runtime);
+  // `unquantized` makes the linears the recipe leaves unquantized (null:
+  // sim::make_linear_factory of the recipe's `unquantized` policy, on the
+  // CPU; a device run passes the device's).
+  RecipeLinearFactory(Recipe recipe, int64_t num_blocks, std::shared_ptr<QuantRuntime> runtime,
+                      std::unique_ptr<LinearFactory<float>> unquantized = nullptr);
   std::string policy() const override { return "recipe:" + recipe_.name; }
   std::unique_ptr<Linear<float>> make(const LinearInfo& info) const override;
 

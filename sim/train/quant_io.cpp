@@ -206,8 +206,9 @@ void ReferenceStateLinear::load_state(hid_t group) {
 }
 
 TrainingLinearFactory::TrainingLinearFactory(const sim::quant::Recipe& recipe, int64_t num_blocks,
-                                             std::shared_ptr<sim::quant::QuantRuntime> rt, bool cold_restart)
-    : recipe_(recipe, num_blocks, rt), rt_(std::move(rt)), cold_restart_(cold_restart) {}
+                                             std::shared_ptr<sim::quant::QuantRuntime> rt, bool cold_restart,
+                                             std::unique_ptr<sim::LinearFactory<float>> unquantized)
+    : recipe_(recipe, num_blocks, rt, std::move(unquantized)), rt_(std::move(rt)), cold_restart_(cold_restart) {}
 
 std::unique_ptr<sim::Linear<float>> TrainingLinearFactory::make(const sim::LinearInfo& info) const {
   auto lin = recipe_.make(info);

@@ -150,8 +150,10 @@ class ReferenceStateLinear final : public sim::Linear<float>, public LayerState 
 // linears, the quantized ones wrapped in ReferenceStateLinear.
 class TrainingLinearFactory final : public sim::LinearFactory<float> {
  public:
+  // `unquantized`: as RecipeLinearFactory's (null: the CPU's).
   TrainingLinearFactory(const sim::quant::Recipe& recipe, int64_t num_blocks,
-                        std::shared_ptr<sim::quant::QuantRuntime> rt, bool cold_restart);
+                        std::shared_ptr<sim::quant::QuantRuntime> rt, bool cold_restart,
+                        std::unique_ptr<sim::LinearFactory<float>> unquantized = nullptr);
   std::string policy() const override { return recipe_.policy(); }
   std::unique_ptr<sim::Linear<float>> make(const sim::LinearInfo& info) const override;
   const sim::quant::RecipeLinearFactory& recipe_factory() const { return recipe_; }

@@ -191,32 +191,6 @@ std::vector<std::pair<std::string, std::string>> changed_keys(const std::string&
   return out;
 }
 
-// The linears of a run on a device: the recipe decides each linear as on
-// the CPU (so its plan, which the run file records, is the same), and the
-// device's plain policy runs it. What the device does not run yet, a
-// quantized linear, is refused in one line while the model is built.
-class DeviceLinears final : public sim::LinearFactory<float> {
- public:
-  DeviceLinears(const TrainingLinearFactory& recipe, std::unique_ptr<sim::LinearFactory<float>> plain,
-                std::string device)
-      : recipe_(recipe), plain_(std::move(plain)), device_(std::move(device)) {}
-  std::string policy() const override { return recipe_.policy(); }
-  std::unique_ptr<sim::Linear<float>> make(const sim::LinearInfo& info) const override {
-    recipe_.make(info);  // the recipe's decision, into its plan
-    if (recipe_.recipe_factory().plan().back().quantized)
-      throw Error("train.device = " + device_ + ": recipe '" + recipe_.recipe_factory().recipe().name +
-                  "' quantizes " + info.name +
-                  ", and quantized linears do not run on a device yet (it trains the fp32 and bf16 policies); train "
-                  "this recipe on the CPU");
-    return plain_->make(info);
-  }
-
- private:
-  const TrainingLinearFactory& recipe_;
-  std::unique_ptr<sim::LinearFactory<float>> plain_;
-  std::string device_;
-};
-
 class Trainer {
  public:
   Trainer(RunConfig cfg, std::string dir, const TrainHooks& hooks, BuildInfo build)
@@ -246,19 +220,18 @@ class Trainer {
       rank_stats_ = std::make_unique<SerializedStatsSink>();
       quant_->set_stats_sink(rank_stats_.get());
     }
-    factory_ = std::make_unique<TrainingLinearFactory>(cfg_.recipe, cfg_.model.num_hidden_layers, quant_,
-                                                       cfg_.cold_restart_references);
+    // On a device the same recipe decides every linear; its quantized
+    // linears run through the device's ops, the others are the device's
+    // plain linears; the model's layers and memory are the device backend's.
     device_ = std::make_unique<TrainingDevice>(cfg_.device);
-    if (device_->on_device()) {
-      if (comm_.size() > 1)
-        throw Error("train.device = " + sim::device_name(cfg_.device) +
-                    ": data-parallel runs on devices (NCCL) are not implemented yet; run one process");
-      device_linears_ = std::make_unique<DeviceLinears>(*factory_, device_->plain_linears(cfg_.recipe.unquantized),
-                                                        sim::device_name(cfg_.device));
-      model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *device_linears_, device_->backend());
-    } else {
-      model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_);
-    }
+    if (device_->on_device() && comm_.size() > 1)
+      throw Error("train.device = " + sim::device_name(cfg_.device) +
+                  ": data-parallel runs on devices (NCCL) are not implemented yet; run one process");
+    quant_->set_ops(device_->quant_ops());
+    factory_ = std::make_unique<TrainingLinearFactory>(
+        cfg_.recipe, cfg_.model.num_hidden_layers, quant_, cfg_.cold_restart_references,
+        device_->on_device() ? device_->plain_linears(cfg_.recipe.unquantized) : nullptr);
+    model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_, device_->backend());
     check_rht_lengths();
     model_->set_bf16_activations(cfg_.precision == "bf16");
     model_->set_recompute(cfg_.recompute == "blocks");
@@ -680,10 +653,9 @@ class Trainer {
   int64_t eval_batches_ = 0;
   std::vector<int32_t> val_tokens_, val_targets_, tokens_, targets_;
   std::shared_ptr<sim::quant::QuantRuntime> quant_;
+  std::unique_ptr<TrainingDevice> device_;  // what the model runs on (train.device)
   std::unique_ptr<TrainingLinearFactory> factory_;
-  std::unique_ptr<TrainingDevice> device_;                    // what the model runs on (train.device)
-  std::unique_ptr<DeviceLinears> device_linears_;             // on a device: the plain policy's linears there
-  sim::MemBuf<float> device_grad_sum_;                         // on a device: the step's gradient sum (grad_accum > 1)
+  sim::MemBuf<float> device_grad_sum_;      // on a device: the step's gradient sum (grad_accum > 1)
   std::unique_ptr<models::NemotronH<float>> model_;
   std::unique_ptr<sim::AdamW> opt_;
   std::vector<sim::OptimizerShard> shards_;  // every rank's, when the optimizer is sharded

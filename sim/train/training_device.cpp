@@ -1,7 +1,10 @@
 #include "sim/train/training_device.hpp"
 
+#include "formats/cuda/quantize_cuda.hpp"
 #include "formats/error.hpp"
 #include "sim/adamw_update.hpp"
+#include "sim/gemm.hpp"
+#include "sim/quant/quant_launches.hpp"
 
 #if defined(EXMY_HAVE_CUDA)
 #include "models/cuda/backend_cuda.hpp"
@@ -11,15 +14,83 @@
 
 namespace exmy::train {
 
+namespace {
+
+// The quantized linears on cuda-emulated: the device's quantizer and small
+// kernels with their threads run on the host. The GEMM is the CPU's (the
+// device's cuBLASLt has no emulation; only its accumulation order differs).
+class EmulatedQuantOps final : public sim::quant::QuantOps {
+ public:
+  explicit EmulatedQuantOps(sim::Memory& memory) : mem_(memory) {}
+  const char* name() const override { return "cuda-emulated"; }
+  sim::Memory& memory() override { return mem_; }
+  void transpose(float* dst, const float* src, int64_t rows, int64_t cols) override {
+    sim::quant::transpose_emulated(dst, src, rows, cols);
+  }
+  void round_bf16(float* dst, const float* src, int64_t n) override { sim::quant::round_bf16_emulated(dst, src, n); }
+  void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override {
+    hadamard(x, rows, cols, 1, rht_of(q));
+  }
+  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
+                     const QuantOutput& out) override {
+    return quantize_cuda_emulated(q, x, rows, cols, out);
+  }
+  void gemm_nt(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K) override {
+    sim::gemm(C, N, A, K, sim::Op::N, B, K, sim::Op::T, M, N, K, false);
+  }
+  void add(float* dst, const float* src, int64_t n) override { sim::quant::add_emulated(dst, src, n); }
+  bool runs_grouped() const override { return false; }
+
+ private:
+  sim::Memory& mem_;
+};
+
+#if defined(EXMY_HAVE_CUDA)
+// The quantized linears on a CUDA device: the quantizer on device tensors,
+// cuBLASLt for the fp32 GEMM model, the small kernels as CUDA launches.
+class CudaQuantOps final : public sim::quant::QuantOps {
+ public:
+  CudaQuantOps(sim::Memory& memory, sim::CudaGemm& gemm) : mem_(memory), gemm_(gemm) {}
+  const char* name() const override { return "cuda"; }
+  sim::Memory& memory() override { return mem_; }
+  void transpose(float* dst, const float* src, int64_t rows, int64_t cols) override {
+    sim::quant::transpose_cuda(dst, src, rows, cols);
+  }
+  void round_bf16(float* dst, const float* src, int64_t n) override { sim::quant::round_bf16_cuda(dst, src, n); }
+  void rht(const QuantSpec&, float*, int64_t, int64_t) override {
+    throw Error("the random Hadamard transform does not run on device tensors yet: train recipes with RHT on the CPU");
+  }
+  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
+                     const QuantOutput& out) override {
+    return quantizer_.run(q, x, rows, cols, out);
+  }
+  void gemm_nt(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K) override {
+    gemm_.run(C, N, A, K, sim::Op::N, B, K, sim::Op::T, M, N, K, false, sim::GemmOperands::fp32);
+  }
+  void add(float* dst, const float* src, int64_t n) override { sim::quant::add_cuda(dst, src, n); }
+  bool runs_grouped() const override { return false; }
+
+ private:
+  sim::Memory& mem_;
+  sim::CudaGemm& gemm_;
+  CudaQuantizer quantizer_;
+};
+#endif
+
+}  // namespace
+
 TrainingDevice::TrainingDevice(const sim::Device& d) : device_(d) {
   sim::require_training_device(d, "train.device");
   if (d.is_emulated()) {
     be_ = models::make_emulated_device_backend();
     optim_ = {sim::adamw_update_emulated, sim::global_norm_partials_emulated};
+    quant_ = std::make_unique<EmulatedQuantOps>(be_->memory());
   } else if (d.is_cuda()) {
 #if defined(EXMY_HAVE_CUDA)
     be_ = models::make_cuda_backend(d.index);
     optim_ = {sim::adamw_update_cuda, sim::global_norm_partials_cuda};
+    gemm_ = std::make_shared<sim::CudaGemm>();
+    quant_ = std::make_unique<CudaQuantOps>(be_->memory(), *static_cast<sim::CudaGemm*>(gemm_.get()));
 #endif
   }
 }
@@ -29,7 +100,6 @@ TrainingDevice::~TrainingDevice() = default;
 std::unique_ptr<sim::LinearFactory<float>> TrainingDevice::plain_linears(std::string_view policy) {
 #if defined(EXMY_HAVE_CUDA)
   if (device_.is_cuda()) {
-    if (!gemm_) gemm_ = std::make_shared<sim::CudaGemm>();
     return sim::make_cuda_linear_factory(policy, *static_cast<sim::CudaGemm*>(gemm_.get()));
   }
 #endif

@@ -1,6 +1,7 @@
 // What a training run runs on (train.device): the model's backend
 // (models/backend.hpp), the linears of the recipe's unquantized policy on
-// that backend's memory, and the optimizer's kernels. On the CPU these are
+// that backend's memory, the quantized linears' ops
+// (sim/quant/quant_ops.hpp) and the optimizer's kernels. On the CPU these are
 // the CPU backend, sim::make_linear_factory and the CPU AdamW; on
 // cuda-emulated the device backend's launches run on the host (with the
 // CPU's linears: its memory is the host's); on cuda[:N] the device's
@@ -14,6 +15,7 @@
 #include "sim/device/device.hpp"
 #include "sim/linear.hpp"
 #include "sim/optim.hpp"
+#include "sim/quant/quant_ops.hpp"
 
 namespace exmy::train {
 
@@ -30,6 +32,8 @@ class TrainingDevice {
   models::Backend<float>& backend() { return be_ ? *be_ : models::cpu_backend<float>(); }
   sim::Memory& memory() { return backend().memory(); }
   const sim::OptimKernels& optim() const { return optim_; }
+  // Where the recipe's quantized linears run (their runtime's ops).
+  sim::quant::QuantOps& quant_ops() { return quant_ ? *quant_ : sim::quant::cpu_quant_ops(); }
   // The linears of a plain policy (fp32 | bf16) on the backend's memory.
   std::unique_ptr<sim::LinearFactory<float>> plain_linears(std::string_view policy);
 
@@ -38,6 +42,7 @@ class TrainingDevice {
   std::unique_ptr<models::Backend<float>> be_;  // null: the CPU
   std::shared_ptr<void> gemm_;                  // CUDA: the sim::CudaGemm the linears share
   sim::OptimKernels optim_;
+  std::unique_ptr<sim::quant::QuantOps> quant_;  // null: the CPU
 };
 
 }  // namespace exmy::train

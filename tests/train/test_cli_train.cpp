@@ -487,7 +487,7 @@ void expect_one_line_error(const std::vector<std::string>& argv, const std::stri
 // --device / train.device: cpu and cuda-emulated train; a CUDA device that
 // is not there is refused in one line before any work, naming why (no CUDA
 // build, no device); eval and bench train refuse any device (they run on
-// the CPU only so far); a quantized recipe is refused on a device.
+// the CPU only so far); the grouped GEMM model is refused on a device.
 TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
   TempDir d;
   const sim::DeviceInventory inv = sim::device_inventory();
@@ -506,8 +506,8 @@ TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
                         "--device cuda-emulated: exmy eval runs on the CPU only so far");
   expect_one_line_error({kExmy, "bench", "train", "--device", "cuda-emulated"},
                         "--device cuda-emulated: exmy bench train runs on the CPU only so far");
-  expect_one_line_error(train_args(d / "g", {"train.device=cuda-emulated", "train.recipe=te-nvfp4"}),
-                        "train.device = cuda-emulated: recipe 'te-nvfp4' quantizes");
+  expect_one_line_error(train_args(d / "g", {"train.device=cuda-emulated", "train.recipe=ue5m3-b16"}),
+                        "the grouped GEMM output model does not run on cuda-emulated yet");
   for (const char* dir : {"a", "b", "c", "e"}) EXPECT_FALSE(fs::exists(d / dir)) << dir;
   EXPECT_FALSE(fs::exists(d / "g/run.h5"));
   // cpu and cuda-emulated train, and the resolved configuration records the device

@@ -434,12 +434,5 @@ TEST(TrainerDevice, CheckpointsMoveBetweenCpuAndDevice) {
   }
 }
 
-// What the device does not run yet is refused in one line before training.
-TEST(TrainerDevice, QuantizedRecipesAreRefusedOnTheDevice) {
-  TempDir d;
-  expect_error([&] { train_new(tiny({"train.device=cuda-emulated", "train.recipe=ue5m3-b16"}), d / "q", quiet(), {}); },
-               "train.device = cuda-emulated: recipe 'ue5m3-b16' quantizes layers.0.mixer.in_proj");
-}
-
 }  // namespace
 }  // namespace exmy::train
