@@ -4,9 +4,10 @@
 # for bit or within their stated FP32 budgets: tests/formats/test_cuda.cpp,
 # tests/models/test_layers_cuda.cpp, tests/models/test_ssd_cuda.cpp,
 # tests/models/test_attention_cuda.cpp, tests/sim/test_cli_cuda.cpp,
-# tests/sim/test_gemm_cuda.cpp, tests/sim/test_linear_cuda.cpp),
-# `exmy bench quantize --device cuda --repeat 3` and the CPU benchmark of
-# that machine's cores.
+# tests/sim/test_gemm_cuda.cpp, tests/sim/test_linear_cuda.cpp,
+# tests/models/test_model_device.cpp), `exmy bench quantize --device cuda
+# --repeat 3`, short training runs on the CPU and the device side by side
+# (tools/gpu-train-check.sh) and the CPU benchmark of that machine's cores.
 #
 #   tools/gpu-check.sh            # on a machine with a CUDA device
 #   tools/gpu-check.sh --build    # only build build-cuda/ and its bundle (portable, no -march=native)
@@ -28,7 +29,8 @@
 # to $OUT when it is set (the device tool brings $OUT back), else to
 # build-cuda/gpu-check/. Exit status:
 # 0 when every test ran and passed, 3 when any was skipped (no device seen),
-# else the first failing binary's status.
+# 4 when the training comparison failed, else the first failing binary's
+# status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/portable-lib.sh
@@ -37,8 +39,8 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 bundle=build-cuda/gpu-bundle
 # the gpu-labelled test binaries (build-cuda/ paths) and the targets that make them
-tests="tests/formats/test_cuda tests/models/test_layers_cuda tests/models/test_ssd_cuda tests/models/test_attention_cuda tests/sim/test_cli_cuda tests/sim/test_gemm_cuda tests/sim/test_linear_cuda"
-targets="exmy test_cuda test_cuda_emulated test_layers_cuda test_layers_cuda_emulated test_ssd_cuda test_ssd_cuda_emulated test_attention_cuda test_attention_cuda_emulated test_cli_cuda test_gemm_cuda test_linear_cuda"
+tests="tests/formats/test_cuda tests/models/test_layers_cuda tests/models/test_ssd_cuda tests/models/test_attention_cuda tests/sim/test_cli_cuda tests/sim/test_gemm_cuda tests/sim/test_linear_cuda tests/models/test_model_device"
+targets="exmy test_cuda test_cuda_emulated test_layers_cuda test_layers_cuda_emulated test_ssd_cuda test_ssd_cuda_emulated test_attention_cuda test_attention_cuda_emulated test_cli_cuda test_gemm_cuda test_linear_cuda test_model_device test_model_device_emulated"
 
 build() {
   # portable code: the binaries may run on another CPU than the one that built them
@@ -116,6 +118,13 @@ grep -h -E '^CudaGemm |largest error' "$logs/test_gemm_cuda.log" "$logs/test_lin
 echo "--- exmy bench quantize --device cuda --repeat 3" >>"$report"
 timeout 120 "$bundle/bin/exmy" bench quantize --device cuda --repeat 3 >>"$report" 2>&1 ||
   echo "gpu-check: bench quantize --device cuda failed" | tee -a "$report"
+# GPU_CHECK_TRAIN=0 leaves out the training comparison
+if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then
+  rc=0
+  tools/gpu-train-check.sh "$bundle/bin/exmy" "$out/train" >>"$report" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=4; fi
+  tar -czf "$logs/train-logs.tar.gz" -C "$out" train 2>/dev/null && rm -rf "$out/train"
+fi
 if [ "$cpu_bench" = 1 ] && [ -x "$bundle/bin/exmy-bench-v3" ]; then
   { grep -m1 "model name" /proc/cpuinfo; nproc; grep -m1 "^flags" /proc/cpuinfo; lscpu; } >"$out/cpu.txt" 2>&1 || true
   for t in "$(nproc)" 4; do

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The training part of tools/gpu-check.sh: the same short runs on the CPU
+# and on the CUDA device, their step losses side by side, and each run's
+# tokens/s from its done line.
+#
+#   tools/gpu-train-check.sh EXMY OUTDIR >>report
+#   GPU_TRAIN_DEVICE=cuda-emulated GPU_TRAIN_MODEL=proxy-tiny tools/gpu-train-check.sh build/exmy /tmp/t
+#                       # a dry run of the script without a GPU (the emulation gives the CPU's bits: 0 difference)
+#
+# Runs (synthetic data, log every step):
+#   fp32    proxy-10m, 50 steps, batch 8 x 256 tokens, fp32 policy
+#   bf16    the same with train.precision = bf16
+#   ue5m3   proxy-10m, 20 steps, ue5m3-b16-fp32gemm, statistics every 5 steps
+# The check: the largest |loss_cuda - loss_cpu| / loss_cpu over the steps is
+# at most 1e-3 for fp32 and bf16 and 1e-2 for ue5m3 (the device's GEMMs
+# accumulate in another order, within the budgets the gpu tests derive; the
+# differences then pass through training; stochastic rounding turns a
+# one-ulp difference into another rounding, hence the wider figure). These
+# are tolerances, not derived bounds: a first device run records the
+# figures next to them.
+set -uo pipefail
+exmy=$1
+out=$2
+device=${GPU_TRAIN_DEVICE:-cuda}
+model=${GPU_TRAIN_MODEL:-proxy-10m}
+mkdir -p "$out"
+status=0
+losses() { grep -E '^step +[0-9]+/' "$1" | sed -E 's/^step +([0-9]+)\/[0-9]+ \| loss ([0-9.eE+-]+) .*/\1 \2/'; }
+run() {  # name device steps sets...
+  local name=$1 dev=$2 steps=$3
+  shift 3
+  local args=()
+  for s in "$@"; do args+=(--set "$s"); done
+  timeout 300 "$exmy" train --config experiments/proxy-tiny.ini --out "$out/$name-$dev" --force --steps "$steps" \
+    --set "model.name=$model" --set train.batch_size=8 --set train.seq_len=256 --set train.log_interval=1 \
+    --set train.eval_interval=0 --set train.eval_batches=1 --set data.synthetic_tokens=1048576 \
+    --set "train.device=$dev" "${args[@]}" >"$out/$name-$dev.log" 2>&1
+}
+compare() {  # name steps tolerance sets...
+  local name=$1 steps=$2 tol=$3
+  shift 3
+  for dev in cpu "$device"; do
+    if ! run "$name" "$dev" "$steps" "$@"; then
+      echo "train $name on $dev: FAILED ($(tail -n 1 "$out/$name-$dev.log"))"
+      status=1
+      return
+    fi
+  done
+  local n
+  n=$(paste <(losses "$out/$name-cpu.log") <(losses "$out/$name-$device.log") | awk 'NF == 4 && $1 == $3' | wc -l)
+  if [ "$n" -ne "$steps" ]; then
+    echo "train $name: $n of $steps steps' losses read from both logs: FAILED"
+    status=1
+    return
+  fi
+  local worst
+  worst=$(paste <(losses "$out/$name-cpu.log") <(losses "$out/$name-$device.log") |
+    awk 'BEGIN { s = "-" } { d = ($4 - $2) / $2; if (d < 0) d = -d; if (d > w) { w = d; s = $1 } } END { printf "%.3e at step %s", w, s }')
+  local ok
+  ok=$(echo "$worst" | awk -v t="$tol" '{ print ($1 <= t) ? "ok" : "FAILED" }')
+  [ "$ok" = ok ] || status=1
+  echo "train $name: largest relative loss difference $device vs cpu $worst (tolerance $tol): $ok"
+  for dev in cpu "$device"; do echo "  $dev: $(grep -E '^done:' "$out/$name-$dev.log")"; done
+}
+echo "--- training: CPU against $device, $model (tools/gpu-train-check.sh)"
+compare fp32 50 1e-3 train.precision=fp32
+compare bf16 50 1e-3 train.precision=bf16
+compare ue5m3 20 1e-2 train.recipe=ue5m3-b16-fp32gemm train.stats_interval=5
+exit $status
