@@ -29,6 +29,8 @@ class Memory {
   virtual void to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Waits until the work queued on this memory's device is done (timing).
+  virtual void synchronize() {}
 };
 
 // The process's host memory (64-byte aligned operator new).

@@ -92,10 +92,12 @@ inline AvailableMemory available_memory() {
 
 // Throws exmy::Error when `need` bytes (the estimated peak of `what`) exceed
 // what the machine has available; `hint` says how to need less.
-inline void require_memory(double need, const std::string& what, const std::string& hint) {
+// `available`: the memory to check against (default: the host's).
+inline void require_memory(double need, const std::string& what, const std::string& hint,
+                           const AvailableMemory* available = nullptr) {
   const char* env = std::getenv("EXMY_MEMORY_CHECK");
   if (env && (std::string(env) == "off" || std::string(env) == "0")) return;
-  const AvailableMemory a = available_memory();
+  const AvailableMemory a = available ? *available : available_memory();
   if (!(need > a.bytes)) return;
   throw Error(what + " needs about " + gib_text(need) + " of memory, but " + gib_text(a.bytes) +
               " are available (" + a.source + ")" + (hint.empty() ? "" : "; " + hint) +

@@ -47,6 +47,7 @@ class CudaMemory final : public sim::Memory {
     if (bytes && dst != src)
       cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync");
   }
+  void synchronize() override { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 };
 
 }  // namespace

@@ -9,6 +9,12 @@
 // the same interleaved rounds, and the cost of statistics collection at every
 // step (the same recipe with the run file's statistics sink on, rows flushed
 // after every pass, against statistics off).
+//
+// --device cuda[:N] (or cuda-emulated) times the same passes on the device
+// backend (sim/train/training_device.hpp), each pass waited for; the
+// reference rates are then cuBLASLt's FP32 and BF16 GEMMs on the device
+// (sim::gemm's for cuda-emulated), and the recipes the device does not run
+// yet are listed as such instead of timed.
 #include <omp.h>
 
 #include <algorithm>
@@ -35,6 +41,11 @@
 #include "sim/quant/quantized_linear.hpp"
 #include "sim/tensor.hpp"
 #include "sim/train/quant_io.hpp"
+#include "sim/train/training_device.hpp"
+
+#if defined(EXMY_HAVE_CUDA)
+#include "sim/cuda/gemm_cuda.hpp"
+#endif
 
 namespace po = boost::program_options;
 
@@ -62,6 +73,29 @@ struct DenseGemm {
     return seconds(t0, Clock::now());
   }
   double gflops(double s) const { return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / s / 1e9; }
+};
+
+// The dense GEMM rate on a CUDA device: cuBLASLt on n x n x n operands in
+// FP32 (no TF32) or BF16 (FP32 accumulation), each call waited for.
+struct DeviceGemmRate {
+#if defined(EXMY_HAVE_CUDA)
+  int64_t n;
+  sim::GemmOperands kind;
+  sim::CudaGemm gemm;
+  sim::MemBuf<float> a, b, c;
+  DeviceGemmRate(sim::Memory& m, int64_t n_, sim::GemmOperands k)
+      : n(n_), kind(k), a(m, n_ * n_), b(m, n_ * n_), c(m, n_ * n_) {}  // zeros: the rate does not depend on values
+  double seconds_once() {
+    a.memory().synchronize();
+    const auto t0 = Clock::now();
+    gemm.run(c.data(), n, a.data(), n, sim::Op::N, b.data(), n, sim::Op::N, n, n, n, false, kind);
+    a.memory().synchronize();
+    return seconds(t0, Clock::now());
+  }
+  double gflops(double s) const {
+    return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / s / 1e9;
+  }
+#endif
 };
 
 const char* const kDefaultRecipes = "bf16,te-nvfp4,nvfp4-no-rht-all,ue5m3-b16,ue5m3-b16-fp32gemm,mxfp4";
@@ -148,8 +182,8 @@ void print_recipe_table(const std::vector<RecipeRun>& runs, int64_t B, int64_t T
               steps);
 }
 
-int bench_recipes(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int steps, const std::string& list,
-                  const std::string& stats_list, const sim::quant::RuntimeOptions& rt_opt) {
+int bench_recipes(train::TrainingDevice& td, const models::NemotronHConfig& cfg, int64_t B, int64_t T, int steps,
+                  const std::string& list, const std::string& stats_list, const sim::quant::RuntimeOptions& rt_opt) {
   const std::vector<std::string> names = split_list(list);
   if (names.empty()) throw Error("--recipe: empty list");
   if (std::find(names.begin(), names.end(), "bf16") == names.end())
@@ -163,22 +197,33 @@ int bench_recipes(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int 
       if (std::find(names.begin(), names.end(), n) == names.end())
         throw Error("--stats: '" + n + "' is not in --recipe");
   }
-  std::printf("exmy bench train --recipe: %s (%.1fM parameters), batch %lld x seq %lld, %d threads (%u hardware)\n",
+  std::printf("exmy bench train --recipe: %s (%.1fM parameters), batch %lld x seq %lld, %d threads (%u hardware), "
+              "device %s\n",
               cfg.name.c_str(), static_cast<double>(models::parameter_count(cfg)) / 1e6, static_cast<long long>(B),
-              static_cast<long long>(T), omp_get_max_threads(), std::thread::hardware_concurrency());
+              static_cast<long long>(T), omp_get_max_threads(), std::thread::hardware_concurrency(),
+              sim::device_name(td.device()).c_str());
   std::vector<int32_t> tokens, targets;
   random_tokens(cfg, B * T, tokens, targets);
   namespace fs = std::filesystem;
   const fs::path scratch = fs::temp_directory_path() / ("exmy-bench-stats-" + std::to_string(::getpid()));
   std::vector<RecipeRun> runs;
+  std::vector<std::string> not_here;  // recipes the device does not run yet, with the reason
   auto add = [&](const std::string& name, bool stats) {
     RecipeRun r;
     r.recipe = sim::quant::load_recipe(name);
     r.label = name + (stats ? " +stats" : "");
     r.stats = stats;
     r.rt = std::make_shared<sim::quant::QuantRuntime>(rt_opt);
-    r.factory = std::make_unique<sim::quant::RecipeLinearFactory>(r.recipe, cfg.num_hidden_layers, r.rt);
-    r.model = std::make_unique<models::NemotronH<float>>(cfg, *r.factory);
+    r.rt->set_ops(td.quant_ops());
+    try {
+      r.factory = std::make_unique<sim::quant::RecipeLinearFactory>(
+          r.recipe, cfg.num_hidden_layers, r.rt, td.on_device() ? td.plain_linears(r.recipe.unquantized) : nullptr);
+      r.model = std::make_unique<models::NemotronH<float>>(cfg, *r.factory, td.backend());
+    } catch (const Error& e) {
+      if (!td.on_device() || name == "bf16") throw;
+      if (!stats) not_here.push_back(name + ": " + e.what());
+      return;
+    }
     r.model->init_weights(1);
     for (const auto& e : r.factory->plan()) r.quantized |= e.quantized;
     if (stats) {
@@ -203,6 +248,7 @@ int bench_recipes(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int 
     r.model->arena().zero_grad();
     r.model->forward(tokens.data(), targets.data(), B, T);
     r.model->backward();
+    td.memory().synchronize();
     const auto t1 = Clock::now();
     // The trainer writes the rows at its logging steps (train.log_interval);
     // here after every pass, timed apart.
@@ -225,33 +271,75 @@ int bench_recipes(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int 
   fs::remove_all(scratch, ec);
 
   print_recipe_table(runs, B, T, steps);
+  for (const auto& n : not_here) std::printf("not on %s yet: %s\n", sim::device_name(td.device()).c_str(), n.c_str());
   return 0;
 }
 
+// One precision policy's model and its pass times.
+struct PrecisionRun {
+  std::string policy;
+  std::unique_ptr<sim::LinearFactory<float>> factory;
+  std::unique_ptr<models::NemotronH<float>> model;
+  double best = 1e30, total = 0;
+};
+
+#if defined(EXMY_HAVE_CUDA)
+// bench_precisions on a CUDA device: the passes against cuBLASLt's dense
+// FP32 and BF16 GEMM rates on the same device, in interleaved rounds.
+template <class Pass>
+int device_precisions(train::TrainingDevice& td, std::vector<PrecisionRun>& runs, Pass pass, double flops_tok,
+                      int64_t B, int64_t T, int steps, int64_t n) {
+  DeviceGemmRate f32(td.memory(), n, sim::GemmOperands::fp32), b16(td.memory(), n, sim::GemmOperands::bf16);
+  f32.seconds_once(), b16.seconds_once();
+  for (auto& r : runs) pass(*r.model);
+  double f32_best = 1e30, b16_best = 1e30;
+  for (int s = 0; s < steps; ++s) {
+    f32_best = std::min(f32_best, f32.seconds_once());
+    b16_best = std::min(b16_best, b16.seconds_once());
+    for (auto& r : runs) {
+      const double dt = pass(*r.model);
+      r.best = std::min(r.best, dt);
+      r.total += dt;
+    }
+  }
+  const double g32 = f32.gflops(f32_best), g16 = b16.gflops(b16_best);
+  std::printf("dense GEMM on the device (cuBLASLt %lld^3): FP32 %.1f TFLOP/s, BF16 %.1f TFLOP/s (best of %d)\n\n",
+              static_cast<long long>(n), g32 / 1e3, g16 / 1e3, steps);
+  std::printf("%-9s %10s %10s %10s %12s %12s\n", "precision", "best ms", "tokens/s", "TFLOP/s", "of FP32 GEMM",
+              "of BF16 GEMM");
+  for (const auto& r : runs) {
+    const double tps = static_cast<double>(B * T) / r.best;
+    const double gf = flops_tok * tps / 1e9;
+    std::printf("%-9s %10.1f %10.0f %10.2f %11.1f%% %11.1f%%\n", r.policy.c_str(), r.best * 1e3, tps, gf / 1e3,
+                100.0 * gf / g32, 100.0 * gf / g16);
+  }
+  std::printf("\n(a pass = forward + backward on the device, waited for; %d rounds after a warm-up; TFLOP/s counts\n"
+              "the model's FLOPs. Target: the bf16 pass at >= 35%% of the BF16 GEMM rate on proxy-350m at seq 4096.)\n",
+              steps);
+  return 0;
+}
+#endif
+
 // The MFU: a pass of each precision policy against the dense float32 GEMM
 // rate (sim::gemm on n x n x n), in interleaved rounds.
-int bench_precisions(const models::NemotronHConfig& cfg, int64_t B, int64_t T, int steps, const std::string& precisions,
-                     int64_t n) {
+int bench_precisions(train::TrainingDevice& td, const models::NemotronHConfig& cfg, int64_t B, int64_t T, int steps,
+                     const std::string& precisions, int64_t n) {
   const double flops_tok = models::flops_per_token(cfg, T).training();
-  std::printf("exmy bench train: %s (%.1fM parameters), batch %lld x seq %lld, %d threads (%u hardware)\n",
+  std::printf("exmy bench train: %s (%.1fM parameters), batch %lld x seq %lld, %d threads (%u hardware), device %s\n",
               cfg.name.c_str(), static_cast<double>(models::parameter_count(cfg)) / 1e6, static_cast<long long>(B),
-              static_cast<long long>(T), omp_get_max_threads(), std::thread::hardware_concurrency());
+              static_cast<long long>(T), omp_get_max_threads(), std::thread::hardware_concurrency(),
+              sim::device_name(td.device()).c_str());
   std::printf("model FLOPs per token (forward + backward): %.3f MFLOP\n", flops_tok / 1e6);
   std::vector<int32_t> tokens, targets;
   random_tokens(cfg, B * T, tokens, targets);
-  struct Run {
-    std::string policy;
-    std::unique_ptr<sim::LinearFactory<float>> factory;
-    std::unique_ptr<models::NemotronH<float>> model;
-    double best = 1e30, total = 0;
-  };
+  using Run = PrecisionRun;
   std::vector<Run> runs;
   std::stringstream ss(precisions);
   for (std::string p; std::getline(ss, p, ',');) {
     Run r;
     r.policy = p;
-    r.factory = sim::make_linear_factory<float>(p);
-    r.model = std::make_unique<models::NemotronH<float>>(cfg, *r.factory);
+    r.factory = td.plain_linears(p);
+    r.model = std::make_unique<models::NemotronH<float>>(cfg, *r.factory, td.backend());
     r.model->set_bf16_activations(p == "bf16");
     r.model->init_weights(1);
     runs.push_back(std::move(r));
@@ -261,8 +349,12 @@ int bench_precisions(const models::NemotronHConfig& cfg, int64_t B, int64_t T, i
     m.arena().zero_grad();
     m.forward(tokens.data(), targets.data(), B, T);
     m.backward();
+    td.memory().synchronize();
     return seconds(t0, Clock::now());
   };
+#if defined(EXMY_HAVE_CUDA)
+  if (td.device().is_cuda()) return device_precisions(td, runs, pass, flops_tok, B, T, steps, n);
+#endif
   DenseGemm dense(n);
   dense.seconds_once();  // warm-up: first touch of the matrices
   for (auto& r : runs) pass(*r.model);  // warm-up: allocation and first touch
@@ -324,7 +416,8 @@ po::options_description bench_train_options() {
     ("stats", po::value<std::string>()->default_value("all"),
      "with --recipe: recipes also timed with statistics at every step (comma-separated, all, none)")
     ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)")
-    ("device", po::value<std::string>(), kTrainingDeviceHelp);
+    ("device", po::value<std::string>(), "cpu, cuda, cuda:N or cuda-emulated: where the passes run (on a device, "
+     "against its cuBLASLt FP32 and BF16 GEMM rates)");
   // clang-format on
   return desc;
 }
@@ -335,7 +428,8 @@ int cmd_bench_train(const Args& args) {
   po::options_description desc = bench_train_options();
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
-  training_device_option(vm, "bench train", false);
+  const std::string device = training_device_option(vm, "bench train", true);
+  train::TrainingDevice td(device.empty() ? sim::Device{} : sim::parse_device(device, "--device"));
   if (const int n = sim::checked_threads(vm["threads"].as<int>(), "--threads"); n > 0) omp_set_num_threads(n);
   models::NemotronHConfig cfg = models::resolve_config(vm["model"].as<std::string>());
   if (vm.count("set"))
@@ -353,6 +447,7 @@ int cmd_bench_train(const Args& args) {
     } else {
       models = split_list(vm["precision"].as<std::string>()).size();
     }
+    if (!td.device().is_cuda())  // the host's memory holds the models (cuda-emulated's too)
     sim::require_memory(static_cast<double>(std::max<size_t>(models, 1)) * models::training_memory(cfg, B, T).total(),
                         "exmy bench train (" + std::to_string(models) + " models " + cfg.name + ", batch " +
                             std::to_string(B) + " x " + std::to_string(T) + ")",
@@ -365,12 +460,12 @@ int cmd_bench_train(const Args& args) {
     rt_opt.gemm_stats_sample = vm["gemm-stats-sample"].as<int64_t>();
     if (rt_opt.gemm_stats_rows < 0 || rt_opt.gemm_stats_sample < 1)
       throw Error("--gemm-stats-rows must be >= 0 and --gemm-stats-sample >= 1");
-    return bench_recipes(cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>(), rt_opt);
+    return bench_recipes(td, cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>(), rt_opt);
   }
   const int64_t n = vm["gemm-size"].as<int64_t>();
   if (n <= 0) throw Error("--gemm-size must be positive");
 
-  return bench_precisions(cfg, B, T, steps, vm["precision"].as<std::string>(), n);
+  return bench_precisions(td, cfg, B, T, steps, vm["precision"].as<std::string>(), n);
 }
 
 }  // namespace exmy::cli

@@ -102,13 +102,23 @@ void require_training_memory(const RunConfig& cfg, int ranks) {
   const models::MemoryEstimate m =
       rank_training_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.recompute == "blocks", shards);
   const std::string shard = shards > 1 ? " (this rank's shard of " + std::to_string(shards) + ")" : "";
+  // On a CUDA device the model lives in the device's memory.
+  sim::AvailableMemory device;
+  size_t free_b = 0, total_b = 0;
+  const bool on_cuda = cuda_device_memory(cfg.device, &free_b, &total_b);
+  if (on_cuda) {
+    device.bytes = static_cast<double>(free_b);
+    device.source = sim::device_name(cfg.device) + ": " + sim::gib_text(static_cast<double>(free_b)) + " free of " +
+                    sim::gib_text(static_cast<double>(total_b));
+  }
   sim::require_memory(m.total(),
                       "training model " + cfg.model_name + " (micro-batch " + std::to_string(cfg.batch_size) + " x " +
                           std::to_string(cfg.seq_len) + " tokens: weights, gradients and AdamW moments" + shard + " " +
                           sim::gib_text(m.params + m.grads + m.optimizer) + ", activations and workspace " +
                           sim::gib_text(m.activations + m.workspace) + "; exmy model-info --model " + cfg.model_name + ")",
                       "lower train.batch_size or train.seq_len (train.grad_accum keeps the tokens per step), or "
-                      "choose a smaller model");
+                      "choose a smaller model",
+                      on_cuda ? &device : nullptr);
 }
 
 RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* out) {

@@ -7,6 +7,8 @@
 #include "sim/quant/quant_launches.hpp"
 
 #if defined(EXMY_HAVE_CUDA)
+#include <cuda_runtime.h>
+
 #include "models/cuda/backend_cuda.hpp"
 #include "sim/cuda/gemm_cuda.hpp"
 #include "sim/cuda/linear_cuda.hpp"
@@ -78,6 +80,17 @@ class CudaQuantOps final : public sim::quant::QuantOps {
 #endif
 
 }  // namespace
+
+bool cuda_device_memory(const sim::Device& d, size_t* free_bytes, size_t* total_bytes) {
+#if defined(EXMY_HAVE_CUDA)
+  if (!d.is_cuda()) return false;
+  sim::require_device(d, "train.device");
+  return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
+#else
+  (void)d, (void)free_bytes, (void)total_bytes;
+  return false;
+#endif
+}
 
 TrainingDevice::TrainingDevice(const sim::Device& d) : device_(d) {
   sim::require_training_device(d, "train.device");

@@ -19,6 +19,10 @@
 
 namespace exmy::train {
 
+// Free and total bytes of CUDA device d (cudaMemGetInfo on it); false
+// without CUDA or for another kind of device.
+bool cuda_device_memory(const sim::Device& d, size_t* free_bytes, size_t* total_bytes);
+
 class TrainingDevice {
  public:
   // One line (exmy::Error) when `d` cannot be used here.
