@@ -164,17 +164,26 @@ TEST(GroupedKernels, MatchTheCpuOverShapesModelsAndScales) {
     }
 }
 
-// Every shipped recipe with the grouped model: its model, and operands
-// quantized with its own resolved specs (RHT off: it changes the data, not
-// the numbers the GEMM sees), for the three GEMMs of a linear. Operands with
-// row outer scales take apply_outer_alpha, as QuantizedLinear::run_gemm.
+// Every shipped recipe that quantizes: operands quantized with its own
+// resolved specs (RHT off: it changes the data, not the numbers the GEMM
+// sees) for the three GEMMs of a linear, under its grouped model, or for the
+// recipes with the fp32 model, under the grouped model the shipped grouped
+// recipes set (as `--set recipe.gemm.model=grouped` would). Operands with
+// row outer scales (nvfp4-row-scaled) take apply_outer_alpha, as
+// QuantizedLinear::run_gemm.
 TEST(GroupedKernels, ShippedRecipes) {
   EXMY_REQUIRE_CUDA();
-  int grouped = 0;
+  int grouped = 0, row_scaled = 0;
+  const GemmModel shipped{GemmModel::Kind::grouped, 64, Round::rne, Round::rtz, 1024};  // ue5m3-b16's
   for (const std::string& name : recipe_names()) {
-    const Recipe r = load_recipe(name);
-    if (r.gemm.kind != GemmModel::Kind::grouped) continue;
-    ++grouped;
+    Recipe r = load_recipe(name);
+    if (!r.quantize) continue;
+    if (r.gemm.kind == GemmModel::Kind::grouped) {
+      ++grouped;
+      EXPECT_EQ(r.gemm, shipped) << name << ": a new grouped model; add it to models_to_check()";
+    } else {
+      r.gemm = shipped;
+    }
     LinearInfo info;
     info.name = "layers.1.mixer.up_proj";
     info.layer = 1;
@@ -202,6 +211,7 @@ TEST(GroupedKernels, ShippedRecipes) {
         EXPECT_GT(nonzero(C), M * N / 2) << what;
         continue;
       }
+      ++row_scaled;
       Vec want = check(A, B, M, N, K, r.gemm, 1.0f, what + " (alpha 1)");
       apply_outer_alpha(want.data(), M, N, ia.t, ia.row_t.empty() ? nullptr : ia.row_t.data(), ib.t,
                         ib.row_t.empty() ? nullptr : ib.row_t.data());
@@ -216,6 +226,7 @@ TEST(GroupedKernels, ShippedRecipes) {
   }
   // ue5m3-b16, ue5m3-b32, te-nvfp4-grouped, nvfp4-no-rht-all-grouped
   EXPECT_GE(grouped, 4);
+  EXPECT_GE(row_scaled, 1);  // nvfp4-row-scaled's fprop and dgrad and wgrad
 }
 
 // Row outer scales on either operand, both or neither, with an alpha that
