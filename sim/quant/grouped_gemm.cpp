@@ -22,143 +22,11 @@
 namespace exmy::sim::quant {
 
 // ---------------------------------------------------------------------------
-// ExactSum
+// The fast path's vector forms of round_exact and add_exact
+// (sim/quant/grouped_items.hpp), and the scalar wrappers
 // ---------------------------------------------------------------------------
 
-void ExactSum::clear() {
-  std::memset(pos_, 0, sizeof pos_);
-  std::memset(neg_, 0, sizeof neg_);
-  nan_ = pinf_ = ninf_ = false;
-}
-
 namespace {
-
-// |x| = m · 2^e with m a 53-bit integer (x finite, non-zero).
-void split_double(double x, uint64_t& m, int& e) {
-  const uint64_t b = std::bit_cast<uint64_t>(x);
-  const int ef = static_cast<int>((b >> 52) & 0x7ff);
-  const uint64_t frac = b & ((uint64_t{1} << 52) - 1);
-  if (ef == 0) {
-    m = frac;
-    e = -1074;
-  } else {
-    m = frac | (uint64_t{1} << 52);
-    e = ef - 1075;
-  }
-}
-
-void add_at(uint64_t* limbs, int n, int bitpos, unsigned __int128 v) {
-  const int limb = bitpos >> 6, sh = bitpos & 63;
-  const uint64_t lo = static_cast<uint64_t>(v), hi = static_cast<uint64_t>(v >> 64);
-  uint64_t w[3];
-  if (sh == 0) {
-    w[0] = lo;
-    w[1] = hi;
-    w[2] = 0;
-  } else {
-    w[0] = lo << sh;
-    w[1] = (lo >> (64 - sh)) | (hi << sh);
-    w[2] = hi >> (64 - sh);
-  }
-  uint64_t carry = 0;
-  for (int i = limb; i < n; ++i) {
-    const uint64_t add = i - limb < 3 ? w[i - limb] : 0;
-    if (i - limb >= 3 && carry == 0) break;
-    const unsigned __int128 s = static_cast<unsigned __int128>(limbs[i]) + add + carry;
-    limbs[i] = static_cast<uint64_t>(s);
-    carry = static_cast<uint64_t>(s >> 64);
-  }
-}
-
-bool bit_at(const uint64_t* limbs, int i) { return (limbs[i >> 6] >> (i & 63)) & 1u; }
-
-}  // namespace
-
-void ExactSum::add_product(double a, double b) {
-  if (std::isnan(a) || std::isnan(b)) {
-    nan_ = true;
-    return;
-  }
-  const bool neg = std::signbit(a) != std::signbit(b);
-  if (std::isinf(a) || std::isinf(b)) {
-    if (a == 0 || b == 0) nan_ = true;
-    else (neg ? ninf_ : pinf_) = true;
-    return;
-  }
-  if (a == 0 || b == 0) return;
-  uint64_t ma, mb;
-  int ea, eb;
-  split_double(a, ma, ea);
-  split_double(b, mb, eb);
-  const unsigned __int128 m = static_cast<unsigned __int128>(ma) * mb;
-  add_at(neg ? neg_ : pos_, kLimbs, ea + eb - kLsb, m);
-}
-
-float ExactSum::round(Round mode) const {
-  if (nan_ || (pinf_ && ninf_)) return std::numeric_limits<float>::quiet_NaN();
-  if (pinf_) return std::numeric_limits<float>::infinity();
-  if (ninf_) return -std::numeric_limits<float>::infinity();
-  // magnitude = |pos - neg|
-  bool negative = false;
-  int top = kLimbs - 1;
-  while (top >= 0 && pos_[top] == neg_[top]) --top;
-  if (top < 0) return 0.0f;
-  negative = neg_[top] > pos_[top];
-  const uint64_t* big = negative ? neg_ : pos_;
-  const uint64_t* small = negative ? pos_ : neg_;
-  uint64_t mag[kLimbs];
-  uint64_t borrow = 0;
-  for (int i = 0; i < kLimbs; ++i) {
-    const unsigned __int128 d =
-        static_cast<unsigned __int128>(big[i]) - small[i] - borrow;
-    mag[i] = static_cast<uint64_t>(d);
-    borrow = (d >> 127) ? 1 : 0;
-  }
-  int h = kLimbs * 64 - 1;
-  while (!bit_at(mag, h)) --h;
-  const int E = h + kLsb;  // floor(log2 |sum|)
-  const float sign = negative ? -1.0f : 1.0f;
-  if (E > 127) return mode == Round::rtz ? sign * FLT_MAX : sign * std::numeric_limits<float>::infinity();
-  const int L = std::max(E - 23, -149);  // weight of the float's last bit
-  const int bl = L - kLsb;
-  uint64_t k = 0;
-  for (int i = h; i >= bl; --i) k = (k << 1) | (bit_at(mag, i) ? 1u : 0u);
-  if (mode == Round::rne && bl >= 1 && bit_at(mag, bl - 1)) {
-    bool sticky = false;
-    for (int i = bl - 2; i >= 0 && !sticky; --i) sticky = bit_at(mag, i);
-    if (sticky || (k & 1)) ++k;
-  }
-  return sign * static_cast<float>(std::ldexp(static_cast<double>(k), L));
-}
-
-namespace {
-
-// Branch-free forms of the two roundings, so the tile loops vectorize.
-// RTZ from RNE: the RNE float of an exact double is one step too far from
-// zero exactly when its magnitude exceeds the value's (Inf -> FLT_MAX).
-template <bool kRtz>
-inline float round_exact(double v) {
-  const float f = static_cast<float>(v);
-  if constexpr (!kRtz) return f;
-  const uint32_t away = std::fabs(static_cast<double>(f)) > std::fabs(v) ? 1u : 0u;
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) - away);
-}
-
-// a + b rounded to float: RNE is the float addition; RTZ forms the double
-// sum s, its exact error (TwoSum: s + err == a + b), and steps the RNE
-// float of s one toward zero when it lies beyond a + b.
-template <bool kRtz>
-inline float add_exact(float a, float b) {
-  if constexpr (!kRtz) return a + b;
-  const double s = static_cast<double>(a) + static_cast<double>(b);
-  const double bb = s - a;
-  const double err = (a - (s - bb)) + (b - bb);
-  const float f = static_cast<float>(s);
-  const double fd = f;
-  const bool finite = std::fabs(s) <= DBL_MAX;
-  const bool beyond = std::fabs(fd) > std::fabs(s) || (fd == s && err != 0 && ((err < 0) != (s < 0)));
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) - ((finite && beyond) ? 1u : 0u));
-}
 
 #if defined(__AVX2__)
 // ac[j] = add_exact<kAccRtz>(ac[j], round_exact<kGroupRtz>(gs[j] + 0.0)) for
@@ -270,50 +138,12 @@ void apply_outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* r
   for (int64_t i = 0; i < M; ++i) {
     const float ga = fp32_rne_div(1.0, row_t_a ? row_t_a[i] : t_a);
     float* c = C + i * N;
-    for (int64_t j = 0; j < N; ++j) {
-      const float y = c[j] * (ga * gb[static_cast<size_t>(j)]);
-      c[j] = y != y ? std::numeric_limits<float>::quiet_NaN() : y;
-    }
+    for (int64_t j = 0; j < N; ++j) c[j] = outer_alpha_element(c[j], ga, gb[static_cast<size_t>(j)]);
   }
 }
 
-namespace {
-
-// The epilogue of both implementations: grid, tensor scales, canonical NaN.
-// Branch-free (the signs of outputs are random: branches would mispredict).
-struct Epilogue {
-  bool grid = false, pow2 = false;
-  double d = 1, inv_d = 1;
-  float alpha = 1;
-  Epilogue(const GemmModel& m, float a) : grid(m.grid > 0), pow2((m.grid & (m.grid - 1)) == 0),
-                                          d(static_cast<double>(m.grid)), inv_d(1.0 / static_cast<double>(m.grid)),
-                                          alpha(a) {}
-  float operator()(float c) const {
-    if (grid) {
-      const double v = static_cast<double>(c) * d;  // exact: 24 + 31 bits
-      // Round half to even: below 2^52, adding and subtracting 2^52 leaves
-      // the nearest integer (IEEE addition rounds to nearest even); above,
-      // v is an integer already.
-      const double av = std::fabs(v);
-      const double t = (av + 0x1p52) - 0x1p52;
-      const double k = av < 0x1p52 ? t : av;
-      // k / d rounded once to float (exact division by a power of two)
-      const float r = pow2 ? static_cast<float>(k * inv_d) : fp32_rne_div(k, d);
-      const float g = std::copysign(r, c) + 0.0f;  // + 0: a zero is +0
-      c = std::fabs(c) <= FLT_MAX ? g : c;         // Inf and NaN pass through
-    }
-    const float y = c * alpha;
-    return y != y ? std::numeric_limits<float>::quiet_NaN() : y;
-  }
-};
-
-int ceil_log2(int64_t n) {
-  int c = 0;
-  while ((int64_t{1} << c) < n) ++c;
-  return c;
-}
-
-}  // namespace
+// The epilogue of both implementations is GroupedEpilogue (grid, alpha,
+// canonical NaN; sim/quant/grouped_items.hpp).
 
 // ---------------------------------------------------------------------------
 // The slow exact reference
@@ -341,7 +171,7 @@ void grouped_gemm_ref(float* C, const double* A, const double* B, int64_t M, int
           acc = two.round(model.accumulate);
         }
       }
-      C[i * N + j] = Epilogue(model, alpha)(acc);
+      C[i * N + j] = GroupedEpilogue(model.grid, alpha)(acc);
     }
 }
 
@@ -351,36 +181,7 @@ void grouped_gemm_ref(float* C, const double* A, const double* B, int64_t M, int
 
 namespace {
 
-// Exponent range of one operand row over one group.
-struct GroupRange {
-  int16_t lo;     // exponent of the lowest set bit over the non-zero elements (+big: none)
-  int16_t hi;     // floor(log2 |v|) of the largest element (-big: none)
-  int16_t span;   // hi - lo (negative for an all-zero row; +big with a special)
-  uint8_t flags;  // kAllZero, kSpecial
-};
-constexpr uint8_t kAllZero = 1, kSpecial = 2;
-constexpr int kBig = 1 << 13;
-
-// The range of n consecutive elements.
-GroupRange range_of(const double* p, int64_t n) {
-  int lo = kBig, hi = -kBig;
-  uint8_t flags = kAllZero;
-  for (int64_t k = 0; k < n; ++k) {
-    const uint64_t b = std::bit_cast<uint64_t>(p[k]) & 0x7fffffffffffffffull;
-    if (b == 0) continue;
-    flags &= static_cast<uint8_t>(~kAllZero);
-    const int ef = static_cast<int>(b >> 52);
-    if (ef == 0x7ff || ef == 0) {  // non-finite, or subnormal (no format makes one: be safe)
-      flags |= kSpecial;
-      continue;
-    }
-    const uint64_t m = (b & ((uint64_t{1} << 52) - 1)) | (uint64_t{1} << 52);
-    lo = std::min(lo, ef - 1075 + std::countr_zero(m));
-    hi = std::max(hi, ef - 1023);
-  }
-  const int span = (flags & kSpecial) ? kBig : hi - lo;
-  return GroupRange{static_cast<int16_t>(lo), static_cast<int16_t>(hi), static_cast<int16_t>(span), flags};
-}
+// GroupRange, range_of and pair_exact: sim/quant/grouped_items.hpp.
 
 // Ranges of sub-blocks of `sub` columns inside each group of G columns:
 // rows x (ceil(G / sub) per group, in K order; sub-blocks past K are
@@ -422,17 +223,6 @@ void merge_ranges(const std::vector<GroupRange>& sub, int64_t per, std::vector<G
 void to_float(const double* v, int64_t n, float* out) {
 #pragma omp parallel for schedule(static) if (n >= parallel_min_work())
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(v[i]);
-}
-
-// Every partial sum of products of a row pair is a multiple of 2^(lo_a +
-// lo_b) below 2^(hi_a + hi_b + 2 + ceil(log2 gk)), so the double GEMM of
-// the group is exact when that range fits 53 bits and stays inside the
-// normal range: the condition (hi - lo) = span_a + span_b + c <= 53 splits
-// over the two operands, which lets one test cover a whole tile.
-inline bool pair_exact(const GroupRange& a, const GroupRange& b, int c) {
-  if ((a.flags | b.flags) & kSpecial) return false;
-  if ((a.flags | b.flags) & kAllZero) return true;
-  return a.span + b.span + c <= 53 && a.lo + b.lo >= -1074 && a.hi + b.hi + c <= 1023;
 }
 
 // The float32 analogue for a sub-block of a group: every partial sum of
@@ -578,17 +368,13 @@ void grouped_tiles(float* C, int64_t M, int64_t N, int64_t K, const GemmModel& m
             if (pair_exact(a, rb[static_cast<size_t>((n0 + j) * ng + g)], c)) {
               s = round_exact<kGroupRtz>(gs[j] + 0.0);
             } else {
-              es.clear();
-              const double* pa = A + (m0 + i) * K + k0;
-              const double* pb = B + (n0 + j) * K + k0;
-              for (int64_t k = 0; k < gk; ++k) es.add_product(pa[k], pb[k]);
-              s = es.round(model.group_round);
+              s = exact_group_sum(es, A + (m0 + i) * K + k0, B + (n0 + j) * K + k0, gk, model.group_round);
             }
             ac[j] = add_exact<kAccRtz>(ac[j], s);
           }
         }
       }
-      const Epilogue ep(model, alpha);
+      const GroupedEpilogue ep(model.grid, alpha);
       for (int64_t i = 0; i < mb; ++i)
         for (int64_t j = 0; j < nb; ++j) C[(m0 + i) * N + n0 + j] = ep(acc[i * nb + j]);
     }
@@ -606,7 +392,7 @@ void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t
                   float alpha) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
-    for (int64_t i = 0; i < M * N; ++i) C[i] = Epilogue(model, alpha)(0.0f);
+    for (int64_t i = 0; i < M * N; ++i) C[i] = GroupedEpilogue(model.grid, alpha)(0.0f);
     return;
   }
   const int64_t G = model.group;

@@ -20,7 +20,12 @@
 // tile — checked from the operands' exponent ranges: all partial sums must
 // fit 24 (float32) or 53 (double) bits; the few groups that fail even the
 // double check (and any with non-finite operands) are recomputed with the
-// exact accumulator. The two agree bit for bit.
+// exact accumulator. The two agree bit for bit. Their per-element
+// arithmetic (the exact accumulator, the roundings, the ranges and the
+// exactness test, the epilogue) is the EXMY_HD code of
+// sim/quant/grouped_items.hpp, which the kernels of
+// sim/quant/cuda/grouped_gemm_cuda.hpp run too (one thread per output
+// element, the same bits).
 #pragma once
 
 #include <atomic>
@@ -29,28 +34,14 @@
 
 #include "formats/quantize.hpp"
 #include "formats/round.hpp"
+#include "sim/quant/grouped_items.hpp"
 #include "sim/quant/recipe.hpp"
 
 namespace exmy::sim::quant {
 
-// Exact Σ a_i·b_i of doubles (two's complement limbs over the whole range
-// of products of doubles), rounded once to float32.
-class ExactSum {
- public:
-  ExactSum() { clear(); }
-  void clear();
-  void add_product(double a, double b);
-  void add(double a) { add_product(a, 1.0); }
-  // Rounds to float32 with Round::rne or Round::rtz (IEEE overflow: rne
-  // gives ±Inf, rtz ±FLT_MAX). An exact zero is +0.
-  float round(Round mode) const;
-
- private:
-  static constexpr int kLimbs = 68;    // 4352 bits
-  static constexpr int kLsb = -2148;   // bit 0 weighs 2^kLsb (the smallest product of two doubles)
-  uint64_t pos_[kLimbs], neg_[kLimbs];
-  bool nan_ = false, pinf_ = false, ninf_ = false;
-};
+// ExactSum (the exact Σ a_i·b_i of doubles, rounded once to float32), the
+// roundings and the epilogue are EXMY_HD code in sim/quant/grouped_items.hpp,
+// shared with the kernels of sim/quant/cuda/grouped_gemm_cuda.hpp.
 
 // float32 rounding of an exact double (rne or rtz).
 float round_to_float(double v, Round mode);

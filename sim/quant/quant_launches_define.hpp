@@ -14,6 +14,10 @@ void EXMY_CAT(round_bf16, EXMY_SUFFIX)(float* dst, const float* src, int64_t n) 
   round_bf16_launches(EXMY_LAUNCHER{}, dst, src, n);
 }
 void EXMY_CAT(add, EXMY_SUFFIX)(float* dst, const float* src, int64_t n) { add_launches(EXMY_LAUNCHER{}, dst, src, n); }
+void EXMY_CAT(encode, EXMY_SUFFIX)(double* v, const EncodePlan& p, const void* codes, const void* scale_codes,
+                                   int64_t rows, int64_t cols) {
+  encode_launches(EXMY_LAUNCHER{}, v, p, codes, scale_codes, rows, cols);
+}
 
 }  // namespace exmy::sim::quant
 

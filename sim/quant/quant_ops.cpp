@@ -3,6 +3,7 @@
 #include "sim/gemm.hpp"
 #include "sim/linear.hpp"
 #include "sim/parallel.hpp"
+#include "sim/quant/grouped_gemm.hpp"
 #include "sim/quant/kernels.hpp"
 
 namespace exmy::sim::quant {
@@ -31,7 +32,18 @@ class CpuQuantOps final : public QuantOps {
 #pragma omp parallel for schedule(static) if (n >= parallel_min_work())
     for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
   }
-  bool runs_grouped() const override { return true; }
+  void encode(double* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
+              int64_t cols) override {
+    encode_operand(v, q, codes, scale_codes, rows, cols);
+  }
+  void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                    const GemmModel& model, float alpha) override {
+    quant::grouped_gemm(C, A, B, M, N, K, model, alpha);
+  }
+  void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
+                   const float* row_t_b) override {
+    apply_outer_alpha(C, M, N, t_a, row_t_a, t_b, row_t_b);
+  }
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "formats/quantize.hpp"
 #include "sim/memory.hpp"
+#include "sim/quant/recipe.hpp"  // GemmModel
 
 namespace exmy::sim::quant {
 
@@ -34,8 +35,21 @@ class QuantOps {
   virtual void gemm_nt(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K) = 0;
   // dst += src
   virtual void add(float* dst, const float* src, int64_t n) = 0;
-  // Whether the grouped GEMM output model runs here.
-  virtual bool runs_grouped() const = 0;
+  // The grouped GEMM output model (sim/quant/grouped_gemm.hpp): an operand's
+  // codes as the model's doubles (encode_operand), the model's product, and
+  // the row outer scales' alphas (apply_outer_alpha; row_t on the host).
+  virtual void encode(double* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
+                      int64_t cols) = 0;
+  virtual void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                            const GemmModel& model, float alpha) = 0;
+  virtual void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
+                           const float* row_t_b) = 0;
+  // Why a quantization call of spec q cannot run here (a recipe is refused
+  // when its linears are made, before training), or null when it can.
+  virtual const char* unsupported(const QuantSpec& q) const {
+    (void)q;
+    return nullptr;
+  }
 };
 
 // The CPU's: host memory and the CPU paths.

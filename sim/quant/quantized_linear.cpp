@@ -55,10 +55,9 @@ QuantizedLinear::QuantizedLinear(const LinearInfo& info, const std::array<RoleSp
     specs_[i].q.validate();
     refs_[i] = &rt_->references().get(reference_key(info_.name, r, shared_dy_reference));
     if (specs_[i].q.scale) scale_tables_[i] = ScaleCodeTable(*specs_[i].q.scale);
+    if (const char* why = rt_->ops().unsupported(specs_[i].q))
+      throw Error(info_.name + ", " + std::string(role_name(r)) + ": " + why + " on " + rt_->ops().name() + " yet");
   }
-  if (gemm_.kind == GemmModel::Kind::grouped && !rt_->ops().runs_grouped())
-    throw Error(info_.name + ": the grouped GEMM output model does not run on " + rt_->ops().name() +
-                " yet (recipe gemm = fp32 does)");
 }
 
 CallKey QuantizedLinear::key(Gemm g, Role r) const {
@@ -210,7 +209,7 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
     r.op.row_t = b.row_t.data();
   }
   if (grouped) {
-    encode_operand(ensure(b.enc, n), qc, b.codes.data(), qc.scale ? b.scale_codes.data() : nullptr, rows, cols);
+    ops.encode(ensure(b.enc, n, mem), qc, b.codes.data(), qc.scale ? b.scale_codes.data() : nullptr, rows, cols);
     r.op.enc = b.enc.data();
   }
   return r;
@@ -224,10 +223,10 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
   float* target = accumulate ? ensure(s.out, M * N, ops.memory()) : dst;
   if (gemm_.kind == GemmModel::Kind::grouped) {
     if (a.row_t || b.row_t) {  // per-row decode scales: each output's own alpha
-      grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, 1.0f);
-      apply_outer_alpha(target, M, N, a.t, a.row_t, b.t, b.row_t);
+      ops.grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, 1.0f);
+      ops.outer_alpha(target, M, N, a.t, a.row_t, b.t, b.row_t);
     } else {
-      grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, tensor_decode_alpha(a.t, b.t));
+      ops.grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, tensor_decode_alpha(a.t, b.t));
     }
   } else {
     ops.gemm_nt(target, a.dq, b.dq, M, N, K);

@@ -1,9 +1,12 @@
 #include "sim/train/training_device.hpp"
 
+#include <algorithm>
+
 #include "formats/cuda/quantize_cuda.hpp"
 #include "formats/error.hpp"
 #include "sim/adamw_update.hpp"
 #include "sim/gemm.hpp"
+#include "sim/quant/cuda/grouped_gemm_cuda.hpp"
 #include "sim/quant/quant_launches.hpp"
 
 #if defined(EXMY_HAVE_CUDA)
@@ -17,6 +20,26 @@
 namespace exmy::train {
 
 namespace {
+
+sim::quant::EncodePlan encode_plan(const QuantSpec& q) {
+  sim::quant::EncodePlan p;
+  p.elem = q.elem;
+  p.scaled = q.scale.has_value();
+  if (p.scaled) p.scale = *q.scale, p.block_rows = q.block_rows, p.block_cols = q.block_cols;
+  return p;
+}
+
+// The grouped model's scratch (sim/quant/grouped_launches.hpp), grown in a
+// memory as needed.
+struct GroupedScratch {
+  sim::MemBuf<sim::quant::GroupRange> ranges;
+  sim::quant::GroupRange* get(sim::Memory& m, int64_t M, int64_t N, int64_t K, const sim::quant::GemmModel& model) {
+    ranges.place(m);
+    const int64_t n = std::max<int64_t>(1, sim::quant::grouped_gemm_scratch(M, N, K, model));
+    if (ranges.size() < n) ranges.resize_zero(n);
+    return ranges.data();
+  }
+};
 
 // The quantized linears on cuda-emulated: the device's quantizer and small
 // kernels with their threads run on the host. The GEMM is the CPU's (the
@@ -41,10 +64,26 @@ class EmulatedQuantOps final : public sim::quant::QuantOps {
     sim::gemm(C, N, A, K, sim::Op::N, B, K, sim::Op::T, M, N, K, false);
   }
   void add(float* dst, const float* src, int64_t n) override { sim::quant::add_emulated(dst, src, n); }
-  bool runs_grouped() const override { return false; }
+  void encode(double* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
+              int64_t cols) override {
+    sim::quant::encode_emulated(v, encode_plan(q), codes, scale_codes, rows, cols);
+  }
+  void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                    const sim::quant::GemmModel& model, float alpha) override {
+    sim::quant::grouped_gemm_emulated(C, A, B, M, N, K, model, alpha, scratch_.get(mem_, M, N, K, model));
+  }
+  void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
+                   const float* row_t_b) override {
+    sim::quant::apply_outer_alpha_emulated(C, M, N, t_a, row_t_a, t_b, row_t_b);  // host memory: row_t as it is
+  }
+  const char* unsupported(const QuantSpec& q) const override {
+    return q.outer == OuterScale::row ? "row outer scales (--outer-scale row) do not run on the device's quantizer"
+                                      : nullptr;
+  }
 
  private:
   sim::Memory& mem_;
+  GroupedScratch scratch_;
 };
 
 #if defined(EXMY_HAVE_CUDA)
@@ -70,12 +109,28 @@ class CudaQuantOps final : public sim::quant::QuantOps {
     gemm_.run(C, N, A, K, sim::Op::N, B, K, sim::Op::T, M, N, K, false, sim::GemmOperands::fp32);
   }
   void add(float* dst, const float* src, int64_t n) override { sim::quant::add_cuda(dst, src, n); }
-  bool runs_grouped() const override { return false; }
+  void encode(double* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
+              int64_t cols) override {
+    sim::quant::encode_cuda(v, encode_plan(q), codes, scale_codes, rows, cols);
+  }
+  void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                    const sim::quant::GemmModel& model, float alpha) override {
+    sim::quant::grouped_gemm_cuda(C, A, B, M, N, K, model, alpha, scratch_.get(mem_, M, N, K, model));
+  }
+  void outer_alpha(float*, int64_t, int64_t, float, const float*, float, const float*) override {
+    throw Error("row outer scales do not run on a CUDA device yet");  // refused by unsupported() first
+  }
+  const char* unsupported(const QuantSpec& q) const override {
+    if (q.outer == OuterScale::row) return "row outer scales (--outer-scale row) do not run on the device's quantizer";
+    if (q.rht) return "the random Hadamard transform does not run on device tensors";
+    return nullptr;
+  }
 
  private:
   sim::Memory& mem_;
   sim::CudaGemm& gemm_;
   CudaQuantizer quantizer_;
+  GroupedScratch scratch_;
 };
 #endif
 

@@ -1,5 +1,6 @@
 // What the kernel tests of tests/models/ share (test_layers_cuda.cpp,
-// test_ssd_cuda.cpp, test_attention_cuda.cpp), each built twice: with
+// test_ssd_cuda.cpp, test_attention_cuda.cpp; also
+// tests/quant/test_grouped_cuda.cpp), each built twice: with
 // EXMY_TEST_EMULATED (label "unit", the launches run on the host) and
 // against the device (label "gpu", SKIPPED without a CUDA device). Buffers
 // are host vectors for the emulation and device copies for the kernels;

@@ -487,8 +487,8 @@ void expect_one_line_error(const std::vector<std::string>& argv, const std::stri
 // --device / train.device: cpu and cuda-emulated train; a CUDA device that
 // is not there is refused in one line before any work, naming why (no CUDA
 // build, no device); eval refuses any device (it runs on the CPU only so
-// far); bench train times the device's passes; the grouped GEMM model is
-// refused on a device.
+// far); bench train times the device's passes; row outer scales are refused
+// on a device.
 TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
   TempDir d;
   const sim::DeviceInventory inv = sim::device_inventory();
@@ -512,8 +512,8 @@ TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
     EXPECT_NE(b.out.find("device cuda-emulated"), std::string::npos) << b.out;
     EXPECT_NE(b.out.find("\nbf16 "), std::string::npos) << b.out;
   }
-  expect_one_line_error(train_args(d / "g", {"train.device=cuda-emulated", "train.recipe=ue5m3-b16"}),
-                        "the grouped GEMM output model does not run on cuda-emulated yet");
+  expect_one_line_error(train_args(d / "g", {"train.device=cuda-emulated", "train.recipe=nvfp4-row-scaled"}),
+                        "do not run on the device's quantizer on cuda-emulated yet");
   for (const char* dir : {"a", "b", "c", "e"}) EXPECT_FALSE(fs::exists(d / dir)) << dir;
   EXPECT_FALSE(fs::exists(d / "g/run.h5"));
   // cpu and cuda-emulated train, and the resolved configuration records the device
