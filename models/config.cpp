@@ -403,9 +403,27 @@ void validate(const NemotronHConfig& c) {
 
 namespace {
 
+// The 8B's (and the 4B's) block pattern: 24 Mamba-2/MLP pairs, an
+// attention block inside pairs 4, 9, 14 and 19 (between the pair's Mamba-2
+// and MLP blocks).
+constexpr const char* k8bPattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-";
+
+// The 8B's pattern cut after its first `pairs` Mamba-2/MLP pairs (at an MLP
+// block): 11 pairs "M-M-M-M*-M-M-M-M-M*-M-M-", 24 the whole pattern.
+std::string pattern_8b_prefix(int64_t pairs) {
+  const std::string p = k8bPattern;
+  size_t end = 0;
+  for (int64_t i = 0; i < pairs; ++i) {
+    end = p.find('-', end);
+    if (end == std::string::npos) throw Error("the 8B's pattern has fewer than " + std::to_string(pairs) + " pairs");
+    ++end;
+  }
+  return p.substr(0, end);
+}
+
 // Published configurations (NVIDIA's config.json files for the -Base-8K
 // checkpoints; Megatron-Bridge's NemotronH providers give the same numbers).
-Cfg nemotron_h(const char* name, int64_t hidden, int64_t inter, const char* pattern, int64_t heads,
+Cfg nemotron_h(const char* name, int64_t hidden, int64_t inter, const std::string& pattern, int64_t heads,
                int64_t mamba_heads, int64_t state) {
   Cfg c;
   c.name = name;
@@ -453,16 +471,33 @@ Cfg proxy(const char* name, int64_t hidden, int64_t inter, const char* pattern, 
   return c;
 }
 
+// GPU proxies: the 8B's blocks at a smaller width and depth. Every size the
+// 8B fixes is the 8B's: head_dim 128 with heads x head_dim = hidden, Mamba
+// head dim 64 with expand 2 (mamba heads = hidden / 32), ssm_state 128,
+// 8 groups, conv kernel 4, chunk 128, the squared-ReLU MLP at the 8B's
+// 21504 / 4096 = 5.25 x hidden; the pattern is the 8B's own, cut after
+// `pairs` Mamba-2/MLP pairs; `kv` KV heads (the 8B's 4 query heads per KV
+// head where the head count allows). Byte vocabulary (256) as the other
+// proxies: the 8B's 131,072 would be 2 x 131072 x hidden parameters of
+// embedding and LM head (201M at hidden 768, more than the whole 125M), see
+// docs/models.md.
+Cfg gpu_proxy(const char* name, int64_t hidden, int64_t kv, int64_t pairs) {
+  Cfg c = nemotron_h(name, hidden, hidden * 21504 / 4096, pattern_8b_prefix(pairs), hidden / 128, hidden / 32, 128);
+  c.num_key_value_heads = kv;
+  c.vocab_size = 256;
+  return c;
+}
+
 const std::vector<std::pair<std::string, std::function<Cfg()>>>& presets() {
   static const std::vector<std::pair<std::string, std::function<Cfg()>>> p = {
       {"nemotron-h-4b",
        [] {
-         return nemotron_h("nemotron-h-4b", 3072, 12288, "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", 32,
+         return nemotron_h("nemotron-h-4b", 3072, 12288, k8bPattern, 32,
                            112, 128);
        }},
       {"nemotron-h-8b",
        [] {
-         return nemotron_h("nemotron-h-8b", 4096, 21504, "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", 32,
+         return nemotron_h("nemotron-h-8b", 4096, 21504, k8bPattern, 32,
                            128, 128);
        }},
       {"nemotron-h-47b",
@@ -489,6 +524,12 @@ const std::vector<std::pair<std::string, std::function<Cfg()>>>& presets() {
        [] {
          return proxy("proxy-50m", 512, 2048, "M-M-M-M*-M-M-M-M-M*-M-M-M-M-", 8, 2, 64, 16, 64, 64, 2, 128, 256);
        }},
+      // GPU proxies (gpu_proxy above): hidden 768, 1024, 1536; 11, 18 and
+      // all 24 of the 8B's pairs; 6, 8 and 12 attention heads over 2, 2 and
+      // 3 KV heads.
+      {"proxy-125m", [] { return gpu_proxy("proxy-125m", 768, 2, 11); }},
+      {"proxy-350m", [] { return gpu_proxy("proxy-350m", 1024, 2, 18); }},
+      {"proxy-1b", [] { return gpu_proxy("proxy-1b", 1536, 3, 24); }},
   };
   return p;
 }
@@ -502,6 +543,21 @@ const std::vector<std::string>& preset_names() {
     return v;
   }();
   return n;
+}
+
+std::string preset_list() {
+  std::string s, family;
+  for (const auto& n : preset_names()) {
+    const size_t dash = n.rfind('-');
+    const std::string f = n.substr(0, dash + 1);
+    if (!s.empty() && f == family) {
+      s += "/" + n.substr(dash + 1);
+    } else {
+      s += (s.empty() ? "" : ", ") + n;
+      family = f;
+    }
+  }
+  return s;
 }
 
 NemotronHConfig preset_config(std::string_view name) {

@@ -73,10 +73,14 @@ struct NemotronHConfig {
 };
 
 // A preset by name: nemotron-h-4b, nemotron-h-8b, nemotron-h-47b,
-// nemotron-h-56b, proxy-tiny, proxy-1m, proxy-10m, proxy-50m.
+// nemotron-h-56b, proxy-tiny, proxy-1m, proxy-10m, proxy-50m, and the GPU
+// proxies in the 8B's layer style proxy-125m, proxy-350m, proxy-1b.
 // Throws exmy::Error listing the names for an unknown one.
 NemotronHConfig preset_config(std::string_view name);
 const std::vector<std::string>& preset_names();
+// The preset names for help texts, families shortened:
+// "nemotron-h-4b/8b/47b/56b, proxy-tiny/1m/10m/50m/125m/350m/1b".
+std::string preset_list();
 
 // An HF config.json (as saved by transformers or shipped with NVIDIA's
 // checkpoints). Unknown keys are ignored (HF configs carry many that do not

@@ -47,7 +47,7 @@ int cmd_model_info(const Args& args) {
       "usage: exmy model-info --model NAME|config.json [--set model.FIELD=VALUE ...]\n\noptions");
   desc.add_options()("help,h", "show this help")                                                  //
       ("model", po::value<std::string>()->default_value("nemotron-h-8b"),
-       "a preset (nemotron-h-4b/8b/47b/56b, proxy-tiny/1m/10m/50m) or an HF config.json")  //
+       ("a preset (" + models::preset_list() + ") or an HF config.json").c_str())  //
       ("set", po::value<std::vector<std::string>>()->composing(), "override a field: model.FIELD=VALUE")  //
       ("seq-len", po::value<int64_t>()->default_value(4096), "sequence length for FLOPs and memory")  //
       ("batch", po::value<int64_t>()->default_value(1), "micro-batch (sequences) for the memory estimate")  //

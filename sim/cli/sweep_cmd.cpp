@@ -3,6 +3,7 @@
 //
 //   exmy sweep FILE --list [--out DIR]           the runs (and their status)
 //   exmy sweep FILE --out DIR [--jobs N]         run every run not done yet, then summarize
+//   exmy sweep FILE --out DIR --devices 0,1,2,3  the same, one run per device at a time
 //   exmy sweep FILE --out DIR --run I            run only run I (a Slurm array task)
 //   exmy sweep FILE --out DIR --summarize        only the summary and plots
 //
@@ -13,6 +14,7 @@
 #include <boost/program_options.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -25,6 +27,8 @@
 #include "sim/cli/cli_support.hpp"
 #include "sim/parallel.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/device/device.hpp"
+#include "sim/sweep/device_pool.hpp"
 #include "sim/sweep/runner.hpp"
 #include "sim/sweep/summary.hpp"
 #include "sim/sweep/sweep.hpp"
@@ -53,12 +57,13 @@ std::string plot_script() {
 po::options_description sweep_options() {
   po::options_description desc(
       "exmy sweep: run a grid of training runs and summarize them (docs/sweeps.md)\n\n"
-      "usage: exmy sweep FILE --out DIR [--jobs N] [--run I] [--set key=value ...]\n"
+      "usage: exmy sweep FILE --out DIR [--jobs N] [--devices LIST] [--run I] [--set key=value ...]\n"
       "       exmy sweep FILE --list [--out DIR]\n"
       "       exmy sweep FILE --out DIR --summarize\n\n"
       "Each run is `exmy train` in DIR/<run>; a rerun skips finished runs, resumes interrupted ones from\n"
       "their checkpoints and retries failed ones. Slurm array: #SBATCH --array=0-<runs-1>, then\n"
-      "exmy sweep FILE --out DIR --run $SLURM_ARRAY_TASK_ID\n\noptions");
+      "exmy sweep FILE --out DIR --run $SLURM_ARRAY_TASK_ID. GPUs: --devices 0,1,2,3 runs one run per device\n"
+      "at a time, each with --set train.device=cuda:N\n\noptions");
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
@@ -66,7 +71,10 @@ po::options_description sweep_options() {
     ("out", po::value<std::string>(), "sweep directory (index, runs, summary)")
     ("list", "print the runs (with their status when --out holds the sweep) and exit")
     ("run", po::value<int64_t>(), "run only the run with this index")
-    ("jobs,j", po::value<int>()->default_value(1), "runs at the same time (child processes)")
+    ("jobs,j", po::value<int>()->default_value(1), "runs at the same time (child processes; with --devices: by default one per device, at most that)")
+    ("devices", po::value<std::string>(),
+        "place the runs on these devices, one run per device at a time: CUDA indices 0,1,2,3 (cuda:N), cuda:N, "
+        "cuda or cuda-emulated (which may be listed more than once); each run gets --set train.device=DEVICE")
     ("threads", po::value<int>()->default_value(0), "train.threads of each run (0: cores / jobs)")
     ("launch", po::value<std::string>(),
         "start each run under this launcher, e.g. \"mpirun -np 4\" (data-parallel ranks; give --threads per rank)")
@@ -116,11 +124,27 @@ void summarize(const sweep::SweepSpec& spec, const std::vector<sweep::RunSpec>& 
   std::printf("summary: %s/summary.md, %s/summary.csv\n", out.c_str(), out.c_str());
 }
 
-// --jobs, --threads, --run, --launch.
+// --devices: the list, each CUDA device checked against this machine.
+std::vector<sim::Device> devices_option(const po::variables_map& vm) {
+  if (!vm.count("devices")) return {};
+  std::vector<sim::Device> devices = sweep::parse_device_list(vm["devices"].as<std::string>());
+  if (std::any_of(devices.begin(), devices.end(), [](const sim::Device& d) { return d.is_cuda(); })) {
+    const sim::DeviceInventory inv = sim::device_inventory();
+    for (const auto& d : devices) {
+      const std::string problem = sim::device_problem(d, inv, "--devices");
+      if (!problem.empty()) throw Error(problem);
+    }
+  }
+  return devices;
+}
+
+// --jobs, --devices, --threads, --run, --launch.
 sweep::RunnerOptions runner_options(const po::variables_map& vm) {
   sweep::RunnerOptions ropt;
   ropt.exmy = self_exe();
   ropt.jobs = vm["jobs"].as<int>();
+  ropt.devices = devices_option(vm);
+  if (!ropt.devices.empty() && vm["jobs"].defaulted()) ropt.jobs = static_cast<int>(ropt.devices.size());
   ropt.threads = sim::checked_threads(vm["threads"].as<int>(), "--threads");
   if (ropt.jobs < 1) throw Error("--jobs must be at least 1");
   if (ropt.threads < 0) throw Error("--threads must be 0 (cores / jobs) or more");

@@ -21,6 +21,7 @@
 #include "sim/io/atomic_file.hpp"
 #include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
+#include "sim/sweep/device_pool.hpp"
 #include "sim/train/checkpoint.hpp"
 #include "sim/train/loss_window.hpp"
 
@@ -127,6 +128,7 @@ struct Child {
   Clock::time_point start;
   bool signalled = false;
   int64_t number = 0;  // 1-based position in this session's list, for progress lines
+  std::optional<size_t> slot;  // the device it holds in the session's DevicePool
 };
 
 class Session {
@@ -147,8 +149,9 @@ class Session {
     std::fflush(opt_.out);
   }
 
-  // Starts run r; false when another process holds its lock.
-  bool start(const RunSpec& r, const RunState& st, int64_t number, Child& c) {
+  // Starts run r (on `device` unless null); false when another process
+  // holds its lock.
+  bool start(const RunSpec& r, const RunState& st, int64_t number, const sim::Device* device, Child& c) {
     c.run = &r;
     c.number = number;
     c.dir = run_dir(out_, r);
@@ -180,6 +183,13 @@ class Session {
       what = st.status == RunStatus::failed ? "retrying" : "starting";
     }
     if (threads() > 0) argv.insert(argv.end(), {"--set", "train.threads=" + std::to_string(threads())});
+    // The device is where this session runs it, not part of the run's
+    // identity (its arguments in sweep-run.json): a resumed run may land on
+    // another device (train.device may change on --resume).
+    if (device) {
+      argv.insert(argv.end(), {"--set", "train.device=" + sim::device_name(*device)});
+      what += " on " + sim::device_name(*device);
+    }
 
     c.log = c.dir / "train.log";
     const int log_fd = ::open(c.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -472,12 +482,35 @@ void check_run_dirs(const std::vector<const RunSpec*>& selected, const std::stri
   }
 }
 
+// --devices against --jobs and the sweep's own train.device.
+void check_devices(const SweepSpec& spec, const RunnerOptions& opt) {
+  if (opt.devices.empty()) return;
+  const size_t n = opt.devices.size();
+  if (static_cast<size_t>(opt.jobs) > n)
+    throw Error("--jobs " + std::to_string(opt.jobs) + " is more than the " + std::to_string(n) + " device" +
+                (n == 1 ? "" : "s") + " of --devices (one run per device at a time)");
+  for (const auto& [k, v] : spec.fixed)
+    if (k == "train.device")
+      throw Error("--devices places each run on a device, but the sweep sets train.device = " + v +
+                  " itself ([set] or --set); drop one of them");
+  for (const auto& k : spec.axis_keys())
+    if (k == "train.device")
+      throw Error("--devices places each run on a device, but train.device is an axis of the sweep; drop one of them");
+}
+
+std::string device_names(const std::vector<sim::Device>& devices) {
+  std::string s;
+  for (const auto& d : devices) s += (s.empty() ? "" : ", ") + sim::device_name(d);
+  return s;
+}
+
 }  // namespace
 
 SweepOutcome run_sweep(const SweepSpec& spec, const std::vector<RunSpec>& runs, const std::string& out,
                        const RunnerOptions& opt) {
   if (opt.exmy.empty()) throw Error("run_sweep: no exmy binary given");
   if (opt.jobs < 1) throw Error("--jobs must be at least 1, got " + std::to_string(opt.jobs));
+  check_devices(spec, opt);
   const std::vector<const RunSpec*> selected = select_runs(runs, opt);
   write_index(spec, runs, out);
   check_run_dirs(selected, out);
@@ -500,15 +533,17 @@ SweepOutcome run_sweep(const SweepSpec& spec, const std::vector<RunSpec>& runs, 
       default: todo.emplace_back(r, st); break;
     }
   }
-  session.say("exmy sweep %s: %lld runs, %lld selected (%lld done, %lld diverged, %lld to run) into %s; %d worker%s, %s\n",
+  const std::string placement = opt.devices.empty() ? "" : " on devices " + device_names(opt.devices) + " (one run each)";
+  session.say("exmy sweep %s: %lld runs, %lld selected (%lld done, %lld diverged, %lld to run) into %s; %d worker%s%s, %s\n",
               spec.name.c_str(), static_cast<long long>(runs.size()), static_cast<long long>(selected.size()),
               static_cast<long long>(already_done), static_cast<long long>(already_diverged),
-              static_cast<long long>(todo.size()), out.c_str(), opt.jobs, opt.jobs == 1 ? "" : "s",
+              static_cast<long long>(todo.size()), out.c_str(), opt.jobs, opt.jobs == 1 ? "" : "s", placement.c_str(),
               session.threads() > 0 ? (std::to_string(session.threads()) + " thread" +
                                        (session.threads() == 1 ? "" : "s") + " per run").c_str()
                                     : "train.threads from the sweep file");
 
   std::vector<Child> active;
+  DevicePool pool(opt.devices);  // empty: no placement
   size_t next = 0;
   std::optional<Clock::time_point> stop_seen;
   for (;;) {
@@ -527,13 +562,16 @@ SweepOutcome run_sweep(const SweepSpec& spec, const std::vector<RunSpec>& runs, 
         c.signalled = true;
       }
     }
-    while (!stopping && static_cast<int>(active.size()) < opt.jobs && next < todo.size()) {
+    while (!stopping && static_cast<int>(active.size()) < opt.jobs && next < todo.size() &&
+           (pool.empty() || pool.free_count() > 0)) {
       const auto& [r, st] = todo[next++];
       Child c;
-      if (session.start(*r, st, r->index + 1, c)) {
+      if (!pool.empty()) c.slot = pool.acquire();
+      if (session.start(*r, st, r->index + 1, c.slot ? &pool.device(*c.slot) : nullptr, c)) {
         ++o.ran;
         active.push_back(std::move(c));
       } else {
+        if (c.slot) pool.release(*c.slot);
         ++o.running_elsewhere;
         session.say("run %lld %s: running in another process; skipped\n", static_cast<long long>(r->index),
                     r->name.c_str());
@@ -546,6 +584,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const std::vector<RunSpec>& runs, 
       const pid_t p = ::waitpid(active[i].pid, &ws, WNOHANG);
       if (p == active[i].pid) {
         session.finish(active[i], ws, o);
+        if (active[i].slot) pool.release(*active[i].slot);
         active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
         reaped = true;
       } else {

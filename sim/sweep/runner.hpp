@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/device/device.hpp"
 #include "sim/sweep/sweep.hpp"
 
 namespace exmy::sweep {
@@ -55,6 +56,11 @@ struct RunnerOptions {
   // put before the exmy binary; looked up in PATH. Empty: exmy itself.
   std::vector<std::string> launch;
   int jobs = 1;                          // concurrent runs
+  // --devices: each run started gets a free one of these (DevicePool,
+  // sim/sweep/device_pool.hpp) as `--set train.device=NAME`, and no two runs
+  // hold the same one at once; jobs may not exceed their number. Empty: no
+  // placement (the runs train where their configuration says).
+  std::vector<sim::Device> devices;
   int threads = 0;                       // train.threads of each run; 0: max(1, cores / jobs)
   std::optional<int64_t> only;           // run only this index
   const std::atomic<int>* stop = nullptr;  // non-zero: interrupt the children and return
@@ -71,7 +77,10 @@ struct SweepOutcome {
 // Writes the index files, checks that every existing run directory of the
 // selected runs belongs to this sweep with the same arguments (throws
 // exmy::Error naming the first that does not), and runs every selected run
-// that is not done or diverged.
+// that is not done or diverged. With devices, a sweep that sets
+// train.device itself ([set], --set or an axis) is refused in one line
+// before anything is written (the base file's train.device is replaced, as
+// the sweep's settings replace any base value).
 SweepOutcome run_sweep(const SweepSpec& spec, const std::vector<RunSpec>& runs, const std::string& out,
                        const RunnerOptions& opt);
 

@@ -18,7 +18,7 @@ namespace {
 
 // The one table of keys. Order is the order of text().
 const std::vector<ConfigKey> kKeys = {
-    {"model.name", "proxy-tiny", "model preset (proxy-tiny/1m/10m/50m, nemotron-h-4b/8b/47b/56b) or a config.json"},
+    {"model.name", "proxy-tiny", "model preset (" + models::preset_list() + ") or a config.json"},
     {"train.steps", "200", "optimizer steps of the run (the LR schedule's length)"},
     {"train.batch_size", "8", "sequences per micro-batch"},
     {"train.seq_len", "128", "tokens per sequence"},

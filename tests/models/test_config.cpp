@@ -1,6 +1,7 @@
 // Configuration: presets, parameter counts, overrides, validation, HF JSON.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -63,6 +64,58 @@ TEST(Config, PublishedPresetsAndProxies) {
     EXPECT_GT(c.count_layers('M'), c.count_layers('*')) << w.name << ": proxies keep the Mamba-heavy style";
   }
   EXPECT_EQ(error_of([] { preset_config("nemotron-h-9b"); }).find("unknown model preset 'nemotron-h-9b'"), 0u);
+}
+
+// The GPU proxies (docs/models.md): the 8B's layer style - its pattern cut
+// after whole Mamba-2/MLP pairs, every block type, the 8B's block sizes -
+// at 125M, 350M and 1B parameters (within 10%, and exactly the counts the
+// docs state).
+TEST(Config, GpuProxiesKeepThe8BStyleAtTheirSizes) {
+  const NemotronHConfig b8 = preset_config("nemotron-h-8b");
+  struct Want {
+    const char* name;
+    double nominal;
+    int64_t exact;
+  };
+  for (const Want& w : {Want{"proxy-125m", 125e6, 128'330'264}, Want{"proxy-350m", 350e6, 358'602'432},
+                        Want{"proxy-1b", 1e9, 1'036'700'544}}) {
+    const NemotronHConfig c = preset_config(w.name);
+    EXPECT_NO_THROW(validate(c)) << w.name;
+    EXPECT_NE(std::find(preset_names().begin(), preset_names().end(), w.name), preset_names().end()) << w.name;
+    // The pattern: a prefix of the 8B's, ending after a pair's MLP block,
+    // with every block type and as many MLP as Mamba-2 blocks.
+    const std::string& p = c.hybrid_override_pattern;
+    EXPECT_EQ(b8.hybrid_override_pattern.rfind(p, 0), 0u) << w.name << ": " << p;
+    ASSERT_FALSE(p.empty()) << w.name;
+    EXPECT_EQ(p.back(), '-') << w.name << ": " << p;
+    for (char t : {'M', '*', '-'}) EXPECT_GT(c.count_layers(t), 0) << w.name << ": no '" << t << "' in " << p;
+    EXPECT_EQ(c.count_layers('M'), c.count_layers('-')) << w.name;
+    EXPECT_LT(c.count_layers('*'), c.count_layers('M')) << w.name;
+    // The 8B's block sizes.
+    EXPECT_EQ(c.head_dim, b8.head_dim) << w.name;
+    EXPECT_EQ(c.num_attention_heads * c.head_dim, c.hidden_size) << w.name;
+    EXPECT_LT(c.num_key_value_heads, c.num_attention_heads) << w.name << ": GQA";
+    EXPECT_EQ(c.mamba_head_dim, b8.mamba_head_dim) << w.name;
+    EXPECT_EQ(c.mamba_d_inner() * b8.hidden_size, b8.mamba_d_inner() * c.hidden_size) << w.name << ": expand";
+    EXPECT_EQ(c.ssm_state_size, b8.ssm_state_size) << w.name;
+    EXPECT_EQ(c.n_groups, b8.n_groups) << w.name;
+    EXPECT_EQ(c.conv_kernel, b8.conv_kernel) << w.name;
+    EXPECT_EQ(c.chunk_size, b8.chunk_size) << w.name;
+    EXPECT_EQ(c.intermediate_size * b8.hidden_size, b8.intermediate_size * c.hidden_size) << w.name << ": MLP ratio";
+    EXPECT_EQ(c.mlp_hidden_act, b8.mlp_hidden_act) << w.name;
+    EXPECT_EQ(c.vocab_size, 256) << w.name << ": byte vocabulary, as the other proxies";
+    // The size its name promises.
+    const int64_t n = parameter_count(c);
+    EXPECT_GE(static_cast<double>(n), 0.9 * w.nominal) << w.name << ": " << n;
+    EXPECT_LE(static_cast<double>(n), 1.1 * w.nominal) << w.name << ": " << n;
+    EXPECT_EQ(n, w.exact) << w.name << ": docs/models.md states " << w.exact;
+  }
+  // Wider and deeper in order.
+  EXPECT_LT(preset_config("proxy-125m").hidden_size, preset_config("proxy-350m").hidden_size);
+  EXPECT_LT(preset_config("proxy-350m").num_hidden_layers, preset_config("proxy-1b").num_hidden_layers);
+  EXPECT_EQ(preset_config("proxy-1b").hybrid_override_pattern, b8.hybrid_override_pattern);
+  // The help texts' list of presets.
+  EXPECT_EQ(preset_list(), "nemotron-h-4b/8b/47b/56b, proxy-tiny/1m/10m/50m/125m/350m/1b");
 }
 
 TEST(Config, OverridesSetAnyFieldAndNameUnknownOnes) {

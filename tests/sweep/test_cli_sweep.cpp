@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "sim/device/device.hpp"
 #include "sim/io/run_file.hpp"
 #include "tests/cli_support.hpp"
 #include "tests/train/test_support.hpp"
@@ -449,6 +450,57 @@ TEST(CliSweep, DivergedRunIsAResultNotRetried) {
   const Result again = run({kExmy, "sweep", file, "--out", out, "--threads", "1", "--no-plots"});
   ASSERT_EQ(again.status, 0) << again.out;
   EXPECT_NE(again.out.find("(1 done, 1 diverged, 0 to run)"), std::string::npos) << again.out;
+}
+
+// --devices cuda-emulated: two tiny runs, one after the other on the one
+// (emulated) device, each trained there as its config.ini records; the
+// device is not part of a run's identity, so a session without --devices
+// finds them done. Bad lists and conflicts are one line, nothing written.
+TEST(CliSweep, DevicesPlaceEachRunOnADevice) {
+  TempDir tmp;
+  const std::string file = tmp / "dev.ini";
+  write_text(file, "[sweep]\nbase = " + kTinyIni +
+                       "\n[set]\ntrain.steps = 2\ntrain.batch_size = 2\ntrain.seq_len = 16\ntrain.eval_batches = 1\n"
+                       "data.synthetic_tokens = 8192\n[grid]\ntrain.seed = 1, 2\n");
+  const std::string out = tmp / "d";
+  const Result r = run({kExmy, "sweep", file, "--out", out, "--devices", "cuda-emulated", "--threads", "1", "--no-plots"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("1 worker on devices cuda-emulated (one run each)"), std::string::npos) << r.out;
+  for (const char* name : {"000_seed=1", "001_seed=2"}) {
+    const fs::path dir = fs::path(out) / name;
+    EXPECT_TRUE(fs::exists(dir / "DONE")) << name;
+    EXPECT_NE(r.out.find(std::string(name) + ": starting on cuda-emulated"), std::string::npos) << r.out;
+    const std::string config = read_text(dir / "config.ini");
+    EXPECT_NE(config.find("\ndevice = cuda-emulated\n"), std::string::npos) << name << ":\n" << config;
+  }
+  const Result again = run({kExmy, "sweep", file, "--out", out, "--threads", "1", "--no-plots"});
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("(2 done, 0 diverged, 0 to run)"), std::string::npos) << again.out;
+
+  auto one_line = [&](const std::vector<std::string>& extra, const std::string& message) {
+    std::vector<std::string> argv = {kExmy, "sweep", file, "--out", tmp / "e"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const Result e = run(argv);
+    EXPECT_EQ(e.status, 1) << e.out;
+    EXPECT_EQ(e.out.rfind("exmy: error: " + message, 0), 0u) << e.out;
+    EXPECT_EQ(std::count(e.out.begin(), e.out.end(), '\n'), 1) << e.out;
+  };
+  one_line({"--devices", "0,gpu"}, "--devices '0,gpu': 'gpu' is not a device (expected CUDA device indices N");
+  one_line({"--devices", "1,1"}, "--devices '1,1': cuda:1 is listed twice");
+  one_line({"--devices", ""}, "--devices is empty");
+  one_line({"--devices", "cuda-emulated", "--jobs", "2"},
+           "--jobs 2 is more than the 1 device of --devices (one run per device at a time)");
+  one_line({"--devices", "cuda-emulated", "--set", "train.device=cpu"},
+           "--devices places each run on a device, but the sweep sets train.device = cpu itself");
+  // A CUDA device this machine does not have: the device check's own words.
+  const sim::DeviceInventory inv = sim::device_inventory();
+  const std::string missing = "cuda:" + std::to_string(inv.count);
+  one_line({"--devices", std::to_string(inv.count)},
+           "--devices " + missing + ": " +
+               (!inv.built_with_cuda ? "exmy was built without CUDA"
+                : inv.count == 0     ? "no CUDA device is visible"
+                                     : "this machine has " + std::to_string(inv.count) + " CUDA device"));
+  EXPECT_FALSE(fs::exists(tmp / "e"));
 }
 
 // Bad sweep files and arguments: one line naming the problem, nothing written.
