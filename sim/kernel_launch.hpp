@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "formats/error.hpp"
@@ -45,6 +46,18 @@ __global__ void for_each_index_kernel(int64_t n, F f) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
 }
 
+// A fault inside a kernel (an illegal address, ...) surfaces at the next
+// call that waits for the device, naming that call; with the environment
+// variable EXMY_CUDA_SYNC=1 every launch is waited for, so the error names
+// the kernel (slower: for finding a fault).
+inline bool cuda_sync_launches() {
+  static const bool on = [] {
+    const char* v = std::getenv("EXMY_CUDA_SYNC");
+    return v && v[0] == '1';
+  }();
+  return on;
+}
+
 struct DeviceLaunch {
   static constexpr int kThreads = 256;
   static constexpr int64_t kMaxGrid = int64_t{1} << 16;  // grid-stride loops cover the rest
@@ -53,7 +66,8 @@ struct DeviceLaunch {
     if (n <= 0) return;
     const int64_t grid = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxGrid);
     for_each_index_kernel<<<static_cast<unsigned>(grid), kThreads>>>(n, f);
-    const cudaError_t e = cudaGetLastError();
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && cuda_sync_launches()) e = cudaDeviceSynchronize();
     if (e != cudaSuccess) throw Error(std::string("CUDA error in kernel ") + name + ": " + cudaGetErrorString(e));
   }
 };

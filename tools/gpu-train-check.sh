@@ -63,7 +63,16 @@ compare() {  # name steps tolerance sets...
   for dev in cpu "$device"; do echo "  $dev: $(grep -E '^done:' "$out/$name-$dev.log")"; done
 }
 echo "--- training: CPU against $device, $model (tools/gpu-train-check.sh)"
-compare fp32 50 1e-3 train.precision=fp32
+compare fp32 50 1e-3 train.precision=fp32 train.export_hf=fp32
+# the same run again on the device: the same bits (fixed GEMM algorithms, no
+# atomics in sums): every final weight, as the HF export writes it
+if run fp32-again "$device" 50 train.precision=fp32 train.export_hf=fp32 &&
+  cmp -s "$out/fp32-$device/hf/model.safetensors" "$out/fp32-again-$device/hf/model.safetensors"; then
+  echo "train fp32 twice on $device: the same final weights, bit for bit: ok"
+else
+  echo "train fp32 twice on $device: the final weights differ (or the run failed): FAILED"
+  status=1
+fi
 compare bf16 50 1e-3 train.precision=bf16
 compare ue5m3 20 1e-2 train.recipe=ue5m3-b16-fp32gemm train.stats_interval=5
 exit $status
