@@ -13,6 +13,7 @@
 #include "sim/cli/commands.hpp"
 #include "sim/train/trainer.hpp"
 #include "sim/sysmem.hpp"
+#include "sim/train/training_device.hpp"
 
 namespace po = boost::program_options;
 
@@ -52,7 +53,8 @@ int cmd_model_info(const Args& args) {
       ("seq-len", po::value<int64_t>()->default_value(4096), "sequence length for FLOPs and memory")  //
       ("batch", po::value<int64_t>()->default_value(1), "micro-batch (sequences) for the memory estimate")  //
       ("recompute", po::value<std::string>()->default_value("none"), "activation recompute for the memory estimate: none | blocks (train.recompute)")  //
-      ("memory", po::value<double>(), "GiB available for the plan (default: what this machine has available now)")  //
+      ("memory", po::value<double>(), "GiB available for the plan (default: what this machine, or --device, has free now)")  //
+      ("device", po::value<std::string>()->default_value("cpu"), "where the plan trains: cpu, cuda[:N] (train.device)")  //
       ("ranks", po::value<int>()->default_value(1), "data-parallel ranks: the plan of one rank, AdamW moments sharded (train.shard_optimizer)")  //
       ("fields", "also print every configuration field");
   po::variables_map vm;
@@ -107,8 +109,12 @@ int cmd_model_info(const Args& args) {
   if (recompute != "none" && recompute != "blocks") throw Error("--recompute '" + recompute + "' (expected none or blocks)");
   const int ranks = vm["ranks"].as<int>();
   if (ranks < 1) throw Error("--ranks must be at least 1");
+  const sim::Device device = sim::parse_device(vm["device"].as<std::string>(), "--device");
   const models::MemoryEstimate m = train::rank_training_memory(cfg, batch, seq, recompute == "blocks", ranks);
-  std::printf("\ntraining memory on the CPU, FP32, micro-batch %lld x %lld tokens, recompute %s%s:\n",
+  // On a device the training step keeps the same FP32 tensors in the
+  // device's memory (no BF16 working weights or host offload yet).
+  const std::string where = device.is_cpu() ? "on the CPU" : "on " + sim::device_name(device) + ", all in device memory";
+  std::printf("\ntraining memory %s, FP32, micro-batch %lld x %lld tokens, recompute %s%s:\n", where.c_str(),
               static_cast<long long>(batch), static_cast<long long>(seq), recompute.c_str(),
               ranks > 1 ? (", per rank of " + std::to_string(ranks) + " (AdamW moments sharded)").c_str() : "");
   std::printf("  weights %s, gradients %s, AdamW moments %s\n", sim::gib_text(m.params).c_str(), sim::gib_text(m.grads).c_str(),
@@ -121,6 +127,17 @@ int cmd_model_info(const Args& args) {
     if (!(vm["memory"].as<double>() > 0)) throw Error("--memory must be a positive number of GiB");
     avail.bytes = vm["memory"].as<double>() * 1024.0 * 1024.0 * 1024.0;
     avail.source = "--memory";
+  } else if (device.is_cuda()) {
+    size_t free_b = 0, total_b = 0;
+    sim::Device d = device;
+    if (sim::device_problem(d, sim::device_inventory(), "--device").empty() &&
+        train::cuda_device_memory(d, &free_b, &total_b)) {
+      avail.bytes = static_cast<double>(free_b);
+      avail.source = sim::device_name(d) + " free of " + sim::gib_text(static_cast<double>(total_b));
+    } else {
+      std::printf("  (no such CUDA device here: give --memory GiB, e.g. --memory 139 for an H200)\n");
+      return 0;
+    }
   } else {
     avail = sim::available_memory();
   }

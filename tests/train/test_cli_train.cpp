@@ -484,6 +484,22 @@ void expect_one_line_error(const std::vector<std::string>& argv, const std::stri
   EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
 }
 
+// model-info --device cuda: the plan of a device run (everything in device
+// memory), against --memory; 8B with block recompute fits an H200's 139 GiB,
+// without it does not.
+TEST(CliTrain, ModelInfoPlansADeviceRun) {
+  for (const auto& [recompute, fits] : {std::pair<const char*, bool>{"blocks", true}, {"none", false}}) {
+    const Result r = run({kExmy, "model-info", "--model", "nemotron-h-8b", "--device", "cuda", "--memory", "139",
+                          "--recompute", recompute});
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("training memory on cuda, all in device memory"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(std::string(fits ? "  fits" : "  does not fit") + " in 139.00 GiB (--memory)"),
+              std::string::npos)
+        << r.out;
+  }
+  expect_one_line_error({kExmy, "model-info", "--device", "gpu"}, "--device gpu: expected cpu, cuda");
+}
+
 // --device / train.device: cpu and cuda-emulated train; a CUDA device that
 // is not there is refused in one line before any work, naming why (no CUDA
 // build, no device); eval refuses any device (it runs on the CPU only so
