@@ -65,6 +65,7 @@ int cmd_model_info(const Args& args) {
   models::validate(cfg);
   const int64_t seq = vm["seq-len"].as<int64_t>(), batch = vm["batch"].as<int64_t>();
   if (seq <= 0 || batch <= 0) throw Error("--seq-len and --batch must be positive");
+  const sim::Device device = sim::parse_device(vm["device"].as<std::string>(), "--device");
 
   std::printf("model %s: %lld layers (%lld Mamba-2, %lld attention, %lld MLP), hidden %lld, vocab %lld\n",
               cfg.name.c_str(), static_cast<long long>(cfg.num_hidden_layers),
@@ -109,7 +110,6 @@ int cmd_model_info(const Args& args) {
   if (recompute != "none" && recompute != "blocks") throw Error("--recompute '" + recompute + "' (expected none or blocks)");
   const int ranks = vm["ranks"].as<int>();
   if (ranks < 1) throw Error("--ranks must be at least 1");
-  const sim::Device device = sim::parse_device(vm["device"].as<std::string>(), "--device");
   const models::MemoryEstimate m = train::rank_training_memory(cfg, batch, seq, recompute == "blocks", ranks);
   // On a device the training step keeps the same FP32 tensors in the
   // device's memory (no BF16 working weights or host offload yet).
