@@ -234,9 +234,6 @@ class Trainer {
     // linears run through the device's ops, the others are the device's
     // plain linears; the model's layers and memory are the device backend's.
     device_ = std::make_unique<TrainingDevice>(cfg_.device);
-    if (device_->on_device() && comm_.size() > 1)
-      throw Error("train.device = " + sim::device_name(cfg_.device) +
-                  ": data-parallel runs on devices (NCCL) are not implemented yet; run one process");
     quant_->set_ops(device_->quant_ops());
     factory_ = std::make_unique<TrainingLinearFactory>(
         cfg_.recipe, cfg_.model.num_hidden_layers, quant_, cfg_.cold_restart_references,
@@ -268,11 +265,19 @@ class Trainer {
   // After a sharded update: every rank's shard of the weights to every rank
   // (a broadcast per rank, in rank order).
   void gather_weights() {
-    float* p = model_->arena().params().data();
+    auto& arena = model_->arena();
+    float* p = arena.params().data();
+    const size_t n = arena.params().size();
+    if (!arena.memory().on_host()) {  // a device: through the host
+      grad_stage_.resize(n);
+      arena.memory().to_host(grad_stage_.data(), p, n * sizeof(float));
+    }
+    float* h = arena.memory().on_host() ? p : grad_stage_.data();
     for (size_t r = 0; r < shards_.size(); ++r)
       if (shards_[r].size() > 0)
-        comm_.broadcast(p + shards_[r].begin, static_cast<size_t>(shards_[r].size()) * sizeof(float),
+        comm_.broadcast(h + shards_[r].begin, static_cast<size_t>(shards_[r].size()) * sizeof(float),
                         static_cast<int>(r));
+    if (h != p) arena.memory().from_host(p, h, n * sizeof(float));
   }
   // The rank whose shard holds view i.
   int owner_of(int view) const {
@@ -599,8 +604,9 @@ class Trainer {
     const auto& views = model_->arena().layout().views();
     for (int i = opt_->shard().first_view; i < opt_->shard().end_view; ++i) {
       const size_t bytes = static_cast<size_t>(views[static_cast<size_t>(i)].numel) * sizeof(float);
-      comm_.send(opt_->exp_avg_of(i), bytes, 0);
-      comm_.send(opt_->exp_avg_sq_of(i), bytes, 0);
+      const int64_t n = views[static_cast<size_t>(i)].numel;
+      comm_.send(sim::host_view(opt_->memory(), opt_->exp_avg_of(i), n, moment_buf_), bytes, 0);
+      comm_.send(sim::host_view(opt_->memory(), opt_->exp_avg_sq_of(i), n, moment_buf_), bytes, 0);
     }
   }
   MomentsOf receive_moments() {
@@ -678,6 +684,7 @@ class Trainer {
   // The step's gradient sum (grad_accum > 1), and on ranks other than 0
   // their micro-batches' gradients until the lower ranks' sum arrives.
   std::vector<float> grad_sum_;
+  std::vector<float> grad_stage_;  // on a device: the gradients (or weights) copied to the host for the ranks
   std::vector<std::vector<float>> held_grads_;
   std::unique_ptr<SerializedStatsSink> rank_stats_;  // ranks other than 0
 };
@@ -806,7 +813,7 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
   for (int64_t m = mine.begin; m < mine.end; ++m) {
     losses.push_back(micro_batch(m, true));
     if (G == 1) break;  // the arena holds the step's gradient
-    if (device_->on_device()) {  // one process: the sum on the device, as add_gradient adds
+    if (device_->on_device() && comm_.size() == 1) {  // the sum on the device, as add_gradient adds
       const int64_t n = static_cast<int64_t>(grads.size());
       if (m == 0) {
         device_grad_sum_.place(device_->memory()), device_grad_sum_.resize_zero(n);
@@ -816,15 +823,18 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
       }
       continue;
     }
+    // Ranks on devices send their gradients through the host (MPI; NCCL
+    // on the devices themselves is not written yet).
+    const float* g = sim::host_view(arena.memory(), grads.data(), static_cast<int64_t>(grads.size()), grad_stage_);
     if (comm_.rank() == 0) {
-      add_gradient(grads, m == 0);
+      add_gradient(std::span<const float>(g, grads.size()), m == 0);
     } else {
       held_grads_.resize(static_cast<size_t>(mine.end - mine.begin));
-      held_grads_[static_cast<size_t>(m - mine.begin)].assign(grads.begin(), grads.end());
+      held_grads_[static_cast<size_t>(m - mine.begin)].assign(g, g + grads.size());
     }
   }
   sampler_->set_position(start + G * B);
-  if (G > 1 && device_->on_device()) {
+  if (G > 1 && device_->on_device() && comm_.size() == 1) {
     device_->memory().copy(grads.data(), device_grad_sum_.data(), grads.size() * sizeof(float));
   } else if (G > 1) {
     grad_sum_.resize(grads.size());
@@ -832,7 +842,7 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
       if (!prefix) return;  // rank 0 summed into grad_sum_ as it went
       for (const auto& g : held_grads_) add_to(sum, g);
     });
-    std::copy(grad_sum_.begin(), grad_sum_.end(), grads.begin());
+    arena.memory().from_host(grads.data(), grad_sum_.data(), grads.size() * sizeof(float));
   }
   double loss = 0;
   dist::ordered_sum<double>(comm_, std::span<double>(&loss, 1), [&](std::span<double> sum, bool prefix) {

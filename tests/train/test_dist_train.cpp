@@ -164,6 +164,26 @@ INSTANTIATE_TEST_SUITE_P(Recipes, DistTrain, ::testing::Range<size_t>(0, 6), [](
   return n;
 });
 
+// Ranks on a device (cuda-emulated here; their gradients, weights and
+// moments go through the host to MPI) give the bits of one CPU process: a
+// plain policy and a quantized recipe with periodic references and the
+// grouped GEMM model, with the optimizer state sharded.
+TEST(DistTrainDevice, DeviceRanksGiveTheBitsOfOneCpuProcess) {
+  REQUIRE_MPI();
+  for (const Case& c : {Case{"fp32", {"train.precision=fp32"}},
+                        Case{"ue5m3-periodic", {"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:2"}}}) {
+    TempDir d;
+    const auto one = run_ranks(1, tiny_args(d / "cpu", c.sets));
+    ASSERT_EQ(one.status, 0) << one.out;
+    auto sets = c.sets;
+    sets.push_back("train.device=cuda-emulated");
+    const auto two = run_ranks(2, tiny_args(d / "dev", sets));
+    ASSERT_EQ(two.status, 0) << two.out;
+    EXPECT_NE(two.out.find("AdamW state sharded"), std::string::npos) << two.out;
+    expect_same_runs(d / "cpu", d / "dev", std::string(c.name) + " on 2 cuda-emulated ranks");
+  }
+}
+
 // The helpers every Comm shares, on one process (no MPI needed).
 TEST(Comm, SharesAndOrderedSumOnOneProcess) {
   // Contiguous shares cover [0, count) in rank order; the first count % n
