@@ -434,5 +434,28 @@ TEST(TrainerDevice, CheckpointsMoveBetweenCpuAndDevice) {
   }
 }
 
+// A device error in the middle of a run (what DeviceLaunch throws for a
+// failed kernel, raised here from the step hook) ends the run with that
+// one-line error; the newest checkpoint is intact and --resume continues
+// with the uninterrupted run's bits.
+TEST(TrainerDevice, ADeviceErrorKeepsTheCheckpointAndTheRunResumes) {
+  TempDir d;
+  const std::vector<std::string> sets = {"train.checkpoint_interval=10", "train.device=cuda-emulated"};
+  const TrainResult full = train_new(tiny(sets), d / "full", quiet(), {});
+  ASSERT_EQ(full.status, TrainStatus::completed);
+  TrainHooks h = quiet();
+  h.before_step = [](int64_t s, models::NemotronH<float>&) {
+    if (s == 14) throw Error("CUDA error in kernel rmsnorm_forward rstd: an illegal memory access was encountered");
+  };
+  expect_error([&] { train_new(tiny(sets), d / "cut", h, {}); }, "CUDA error in kernel rmsnorm_forward rstd");
+  EXPECT_TRUE(fs::exists(d / "cut/checkpoints/step_00000010.h5"));
+  const TrainResult rest = train_resume(d / "cut", std::nullopt, {}, quiet(), {});
+  ASSERT_EQ(rest.status, TrainStatus::completed);
+  EXPECT_EQ(rest.step, 24);
+  expect_same_bits(rest.params, full.params);
+  const auto a = io::read_run_column(d / "cut/run.h5", "/train/loss"), b = io::read_run_column(d / "full/run.h5", "/train/loss");
+  expect_same_bits(a, b, "logged loss");
+}
+
 }  // namespace
 }  // namespace exmy::train
