@@ -81,4 +81,13 @@ class CudaQuantizer {
 QuantInfo quantize_cuda_emulated(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
                                  const QuantOutput& out);
 
+// The spec's random Hadamard transform (rht_size, rht_kind, rht_signs along
+// its block axis; spec.rht itself is not read, as for apply_rht) of x
+// [rows, cols] row-major on the host, in place, bit for bit
+// exmy::apply_rht's, by the launches of the transform's kernel with their
+// threads run one after another on the host (always built). Throws
+// apply_rht's exmy::Error for a bad size or an axis length that is not a
+// multiple of it.
+void apply_rht_emulated(const QuantSpec& spec, float* x, int64_t rows, int64_t cols);
+
 }  // namespace exmy
