@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "formats/format.hpp"
+#include "formats/hadamard_segment.hpp"
 #include "formats/quant_core.hpp"
 #include "formats/quant_sums.hpp"
 #include "formats/round.hpp"
@@ -185,8 +186,8 @@ class BandQuantizer {
 // count.
 double tensor_abs_max(const float* x, int64_t n, int threads = 0);
 
-// An n-point Hadamard transform of docs/numerics.md §3.
-constexpr int kMaxRht = 128;
+// An n-point Hadamard transform of docs/numerics.md §3 (kMaxRht and the
+// per-segment work, shared with the CUDA kernel: formats/hadamard_segment.hpp).
 struct Rht {
   int size = 16;  // 16, 32, 64 or 128
   RhtKind kind = RhtKind::random;
@@ -207,6 +208,12 @@ Rht rht_of(const QuantSpec& spec);
 int rht_axis(const QuantSpec& spec);
 void apply_rht(const QuantSpec& spec, float* x, int64_t rows, int64_t cols, int threads = 0);
 void apply_rht_ref(const QuantSpec& spec, float* x, int64_t rows, int64_t cols);
+// The transform made ready for rht_segment / apply_rht_launches
+// (formats/hadamard_segment.hpp) on a [rows, cols] tensor; throws the
+// one-line exmy::Error of hadamard for a bad size or an axis length that is
+// not a multiple of it.
+RhtParams rht_params(const Rht& t, int64_t rows, int64_t cols, int axis);
+RhtParams rht_params(const QuantSpec& spec, int64_t rows, int64_t cols);  // rht_of(spec) along rht_axis(spec)
 // The 16-point random transform with the given mask.
 void hadamard16(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs, int threads = 0);
 void hadamard16_ref(float* x, int64_t rows, int64_t cols, int axis, uint16_t signs);

@@ -21,6 +21,12 @@
 // after another in column order), and the host combines the copied-back
 // partials with the fixed tree, as quantize() does.
 //
+// With spec.rht the random Hadamard transform runs first, on a device copy
+// of x (the caller's tensor is left as it was): one thread per segment
+// (apply_rht_launches with DeviceLaunch), each running rht_segment of
+// formats/hadamard_segment.hpp, the CPU's own per-segment function; the
+// rotated copy is then quantized, as quantize() quantizes its rotated copy.
+//
 // The tensor-level plan (the reference amax and t, docs/numerics.md §3 step
 // 1) is made on the device by a one-thread kernel from the amax kernel's
 // result, and the quantize kernels read it from device memory: no host round
@@ -42,6 +48,8 @@
 #include "formats/cuda/cuda_check.hpp"
 #include "formats/error.hpp"
 #include "formats/fast/loops.hpp"
+#include "formats/hadamard_segment.hpp"
+#include "formats/kernel_launch.hpp"
 #include "formats/philox.hpp"
 #include "formats/quant_core.hpp"
 #include "formats/quant_sums.hpp"
@@ -531,13 +539,14 @@ QuantInfo tensor_info(const QuantPlan& p, const Totals& totals, int64_t rows, in
   return info;
 }
 
-// The input the kernels see: x, or its random Hadamard transform (on the
-// host, for now; exmy::apply_rht gives the same bits as apply_rht_ref).
-const float* transformed_input(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
-                               std::vector<float>& buffer) {
+// The input the emulated kernels see: x, or its random Hadamard transform by
+// the device's launches run on the host (apply_rht_emulated, on a copy in
+// `buffer`).
+const float* transformed_input_emulated(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
+                                        std::vector<float>& buffer) {
   if (!spec.rht) return x;
   buffer.assign(x, x + rows * cols);
-  apply_rht(spec, buffer.data(), rows, cols);
+  apply_rht_emulated(spec, buffer.data(), rows, cols);
   return buffer.data();
 }
 
@@ -552,14 +561,25 @@ struct CudaQuantizer::Impl {
   DeviceBuffer<SumPartial> partials;
   DeviceBuffer<CodeTable> tables{kMaxScaleCodes};  // the threshold path's
   DeviceBuffer<uint8_t> table_use{kMaxScaleCodes};
+  DeviceBuffer<float> rotated;  // the random Hadamard transform of x (spec.rht)
 
   // x and the tensors of out are on the device, out.stats on the host; the
-  // spec's transform and conventions are the caller's business.
+  // spec's conventions are the caller's business. With spec.rht the rest
+  // reads the transform of x, made in `rotated`.
   QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
     QuantPlan p = spec.plan();  // validates; throws exmy::Error
     if (spec.outer == OuterScale::row)
       throw Error("--outer-scale row is not implemented on the CUDA path yet (the CPU paths have it)");
     const int64_t n = rows * cols;
+    if (spec.rht) {
+      const RhtParams rp = rht_params(spec, rows, cols);  // apply_rht's shape check
+      if (n > 0) {
+        rotated.reserve(static_cast<size_t>(n));
+        cuda_check(cudaMemcpyAsync(rotated.ptr, x, sizeof(float) * n, cudaMemcpyDeviceToDevice), "cudaMemcpy (rht)");
+        apply_rht_launches(DeviceLaunch{}, rotated.ptr, rows, cols, rp);
+        x = rotated.ptr;
+      }
+    }
     const int64_t nblocks = block_count(spec, rows, cols);
     float* vals = out.values;
     if (!vals && n > 0) {
@@ -623,7 +643,8 @@ struct CudaQuantizer::Impl {
 
 namespace {
 
-// quantize_cuda without the conventions: host tensors through device copies.
+// quantize_cuda without the conventions: host tensors through device copies
+// (the transform, with spec.rht, on the device as for a CudaQuantizer).
 QuantInfo quantize_host_via_device(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols,
                                    const QuantOutput& out) {
   spec.validate();
@@ -634,12 +655,10 @@ QuantInfo quantize_host_via_device(const QuantSpec& spec, const float* x_in, int
   const size_t cb = static_cast<size_t>(spec.elem.code_bytes());
   const size_t scale_bytes =
       static_cast<size_t>(block_count(spec, rows, cols)) * (spec.scale ? spec.scale->code_bytes() : 1);
-  std::vector<float> transformed;
-  const float* x = transformed_input(spec, x_in, rows, cols, transformed);
   DeviceBuffer<float> dx(static_cast<size_t>(n)), dv(out.values ? static_cast<size_t>(n) : 0);
   DeviceBuffer<uint8_t> dc(out.codes ? static_cast<size_t>(n) * cb : 0);
   DeviceBuffer<uint8_t> ds(out.scale_codes ? scale_bytes : 0);
-  if (n > 0) cuda_check(cudaMemcpy(dx.ptr, x, sizeof(float) * n, cudaMemcpyHostToDevice), "cudaMemcpy (input)");
+  if (n > 0) cuda_check(cudaMemcpy(dx.ptr, x_in, sizeof(float) * n, cudaMemcpyHostToDevice), "cudaMemcpy (input)");
   CudaQuantizer::Impl impl;
   const QuantInfo info = impl.run(spec, dx.ptr, rows, cols, QuantOutput{dv.ptr, dc.ptr, ds.ptr, out.stats});
   if (out.values && n > 0)
@@ -651,16 +670,17 @@ QuantInfo quantize_host_via_device(const QuantSpec& spec, const float* x_in, int
   return info;
 }
 
-// The kernels' per-block code run on the host: blocks in order, the lanes of
-// a block's group one after another, the group's amax reduced as the
-// shuffles would, the segment kernel's threads one after another.
+// The kernels' per-block code run on the host: the transform's launches
+// with HostLaunch, blocks in order, the lanes of a block's group one after
+// another, the group's amax reduced as the shuffles would, the segment
+// kernel's threads one after another.
 QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols,
                             const QuantOutput& out) {
   QuantPlan p = spec.plan();  // validates; throws exmy::Error
   const int64_t n = rows * cols;
   const int64_t nblocks = block_count(spec, rows, cols);
   std::vector<float> transformed;
-  const float* x = transformed_input(spec, x_in, rows, cols, transformed);
+  const float* x = transformed_input_emulated(spec, x_in, rows, cols, transformed);
   std::vector<float> own_values;
   float* values = out.values;
   if (!values) {
@@ -740,9 +760,6 @@ CudaQuantizer::~CudaQuantizer() = default;
 
 QuantInfo CudaQuantizer::run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
                              const QuantOutput& out) {
-  if (spec.rht)
-    throw Error("CudaQuantizer: the random Hadamard transform is not implemented on device tensors yet "
-                "(quantize_cuda applies it on the host)");
   if (conventions_apply(spec))
     throw Error("CudaQuantizer: the code and dequantization conventions of other implementations are not "
                 "implemented on device tensors yet (quantize_cuda applies them on the host)");
@@ -758,6 +775,10 @@ QuantInfo quantize_cuda_emulated(const QuantSpec& spec, const float* x, int64_t 
                                  const QuantOutput& out) {
   return with_conventions(spec, x, rows, cols, out,
                           [&](const QuantOutput& o) { return quantize_emulated(spec, x, rows, cols, o); });
+}
+
+void apply_rht_cuda(const QuantSpec& spec, float* x_device, int64_t rows, int64_t cols) {
+  apply_rht_launches(DeviceLaunch{}, x_device, rows, cols, rht_params(spec, rows, cols));
 }
 
 }  // namespace exmy

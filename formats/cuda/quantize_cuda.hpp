@@ -3,22 +3,32 @@
 // (formats/quant_core.hpp, round.hpp, philox.hpp) compiled for the device.
 //
 // What runs where:
-// - device: the tensor amax for `--tensor-amax auto` (an integer max over the
-//   bits of |x|, NaN if any element is NaN) and the tensor-level scale from
-//   it (set_tensor_amax, one thread), block amax, block scales and element
-//   encoding, integer statistics (atomics), the segment partials of the
-//   double sums;
-// - host: validation and the plan's format part, the random Hadamard transform (applied
-//   with exmy::apply_rht before upload, for now: every size and kind), the error message for the
-//   first unrepresentable element, and the tree that combines the segment
-//   partials of the double sums (docs/numerics.md §5), which the device
-//   makes one thread per segment.
+// - device: the random Hadamard transform (every size and kind; one thread
+//   per segment running formats/hadamard_segment.hpp's rht_segment, the
+//   function the CPU's hadamard calls, on a copy of x: the caller's tensor is
+//   left as it was), the tensor amax for `--tensor-amax auto` (an integer
+//   max over the bits of |x|, NaN if any element is NaN) and the
+//   tensor-level scale from it (set_tensor_amax, one thread), block amax,
+//   block scales and element encoding, integer statistics (atomics), the
+//   segment partials of the double sums;
+// - host: validation and the plan's format part (and the transform's sign
+//   vector, rht_params), the error message for the first unrepresentable
+//   element, the tree that combines the segment partials of the double sums
+//   (docs/numerics.md §5), which the device makes one thread per segment,
+//   and, in quantize_cuda only, the code/dequantization conventions of
+//   other implementations.
+// As in quantize(), the transformed tensor is the one quantized: the
+// statistics and the amax are those of the rotated x.
 //
-// Two entry points: quantize_cuda takes host pointers (device buffers are
+// Entry points: quantize_cuda takes host pointers (device buffers are
 // allocated and freed inside each call); a CudaQuantizer takes device
 // pointers and keeps its small device buffers from call to call (the
-// benchmark and, later, the training backend). Only available when exmy is
-// built with CUDA (EXMY_HAVE_CUDA).
+// benchmark and, later, the training backend); apply_rht_cuda rotates a
+// device tensor in place (a quantized linear on a device rotating an
+// operand). These need exmy built with CUDA (EXMY_HAVE_CUDA). The host
+// emulations, quantize_cuda_emulated (built with CUDA) and
+// apply_rht_emulated (always built), run the kernels' thread bodies on the
+// host, for the tests.
 #pragma once
 
 #include <cstdint>
@@ -52,13 +62,14 @@ void cuda_select_device(int index);
 // Quantization of tensors that are already on the current device. run()
 // has quantize_cuda's contract except that x and every non-null pointer of
 // `out` but out.stats are device pointers (out.stats is on the host), and
-// that the random Hadamard transform and the code/dequantization
-// conventions of other implementations are not supported there yet (an
-// exmy::Error says so; quantize_cuda applies them on the host). The tensor
-// amax and the tensor-level scale are computed on the device, so the only
-// host synchronisation is the final copy of the counters and the plan (and
-// of the sum partials with statistics). Scratch is grown, never shrunk:
-// repeated calls at one size allocate nothing.
+// that the code/dequantization conventions of other implementations are not
+// supported there yet (an exmy::Error says so; quantize_cuda applies them on
+// the host). With spec.rht the transform runs on the device, on a scratch
+// copy of x (x is not modified), and the rotated tensor is quantized, as in
+// quantize(). The tensor amax and the tensor-level scale are computed on the
+// device, so the only host synchronisation is the final copy of the
+// counters and the plan (and of the sum partials with statistics). Scratch
+// is grown, never shrunk: repeated calls at one size allocate nothing.
 class CudaQuantizer {
  public:
   CudaQuantizer();
@@ -80,5 +91,20 @@ class CudaQuantizer {
 // compilation of the core, which only a device run can.
 QuantInfo quantize_cuda_emulated(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
                                  const QuantOutput& out);
+
+// The spec's random Hadamard transform (rht_size, rht_kind, rht_signs along
+// its block axis; spec.rht itself is not read, as for apply_rht) of x
+// [rows, cols] row-major, in place, bit for bit exmy::apply_rht's. Throws
+// apply_rht's exmy::Error for a bad size or an axis length that is not a
+// multiple of it.
+// - apply_rht_cuda: x on the current device; one thread per segment on the
+//   default stream, asynchronous (stream-ordered; a failed launch throws
+//   exmy::Error naming the kernel). Only with EXMY_HAVE_CUDA.
+// - apply_rht_emulated: x on the host, the same launch with its threads run
+//   one after another on the host; always built.
+#if defined(EXMY_HAVE_CUDA)
+void apply_rht_cuda(const QuantSpec& spec, float* x_device, int64_t rows, int64_t cols);
+#endif
+void apply_rht_emulated(const QuantSpec& spec, float* x, int64_t rows, int64_t cols);
 
 }  // namespace exmy

@@ -53,9 +53,7 @@ class EmulatedQuantOps final : public sim::quant::QuantOps {
     sim::quant::transpose_emulated(dst, src, rows, cols);
   }
   void round_bf16(float* dst, const float* src, int64_t n) override { sim::quant::round_bf16_emulated(dst, src, n); }
-  void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override {
-    hadamard(x, rows, cols, 1, rht_of(q));
-  }
+  void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override { apply_rht_emulated(q, x, rows, cols); }
   QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
                      const QuantOutput& out) override {
     return quantize_cuda_emulated(q, x, rows, cols, out);
@@ -98,9 +96,7 @@ class CudaQuantOps final : public sim::quant::QuantOps {
     sim::quant::transpose_cuda(dst, src, rows, cols);
   }
   void round_bf16(float* dst, const float* src, int64_t n) override { sim::quant::round_bf16_cuda(dst, src, n); }
-  void rht(const QuantSpec&, float*, int64_t, int64_t) override {
-    throw Error("the random Hadamard transform does not run on device tensors yet: train recipes with RHT on the CPU");
-  }
+  void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override { apply_rht_cuda(q, x, rows, cols); }
   QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
                      const QuantOutput& out) override {
     return quantizer_.run(q, x, rows, cols, out);
@@ -121,9 +117,8 @@ class CudaQuantOps final : public sim::quant::QuantOps {
     throw Error("row outer scales do not run on a CUDA device yet");  // refused by unsupported() first
   }
   const char* unsupported(const QuantSpec& q) const override {
-    if (q.outer == OuterScale::row) return "row outer scales (--outer-scale row) do not run on the device's quantizer";
-    if (q.rht) return "the random Hadamard transform does not run on device tensors";
-    return nullptr;
+    return q.outer == OuterScale::row ? "row outer scales (--outer-scale row) do not run on the device's quantizer"
+                                      : nullptr;
   }
 
  private:

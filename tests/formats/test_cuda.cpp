@@ -10,8 +10,12 @@
 // - test_cuda_emulated (label "unit", EXMY_TEST_EMULATED) runs
 //   quantize_cuda_emulated, the kernels' per-block code on the host, so the
 //   kernels' logic is checked on every machine.
+// The random Hadamard transform runs on the device (the CudaQuantizer on
+// device tensors, apply_rht_cuda) and in the emulation through the same
+// launches; its emulation is also checked alone in test_hadamard_launch.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -25,7 +29,13 @@
 #include "formats/conventions.hpp"
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
+#include "formats/vocab.hpp"
+#include "tests/formats/rht_inputs.hpp"
 #include "tests/formats/vectors.hpp"
+
+#if !defined(EXMY_TEST_EMULATED)
+#include <cuda_runtime.h>
+#endif
 
 namespace exmy {
 namespace {
@@ -248,8 +258,6 @@ TEST(CudaRandom, MatchesReference) {
   EXPECT_GT(nan_values, 0u);
 }
 
-// The transform runs on the host; the quantization of the transformed tensor
-// must still match, along rows (1x16) and columns (16x1).
 // Four over six (docs/numerics.md §3): the kernel's lanes make the shared
 // core's per-block choice, so the bits and scale_four are the reference's.
 TEST(CudaRandom, FourOverSix) {
@@ -301,6 +309,9 @@ QuantSpec rht_spec(const char* block) {
   return spec;
 }
 
+// The transform (on the device, or its launches on the host) and the
+// quantization of the transformed tensor, along rows (1x16) and columns
+// (16x1).
 TEST(CudaRandom, Hadamard) {
   EXMY_REQUIRE_CUDA();
   for (const char* block : {"1x16", "16x1"}) {
@@ -313,8 +324,7 @@ TEST(CudaRandom, Hadamard) {
   }
 }
 
-// The other sizes and the deterministic kind (the transform is applied on the
-// host before upload, by exmy::apply_rht).
+// The other sizes and the deterministic kind.
 TEST(CudaRandom, HadamardSizesAndKinds) {
   EXMY_REQUIRE_CUDA();
   const std::vector<float> x = random_tensor(128 * 128, 78, false);
@@ -468,6 +478,167 @@ TEST(CudaErrors, SameMessageAsCpu) {
     EXPECT_EQ(got, want) << ec.elem;
   }
 }
+
+
+// ---------------------------------------------------------------------------
+// The random Hadamard transform on device tensors
+// ---------------------------------------------------------------------------
+
+#if !defined(EXMY_TEST_EMULATED)
+// A device copy of a host vector, freed on scope exit.
+template <class T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceArray(const std::vector<T>& host) : n(host.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(ptr); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  std::vector<T> get() const {
+    std::vector<T> host(n);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+};
+#endif
+
+// One quantization of device tensors: a CudaQuantizer's run on device copies
+// of x and of every output (the device build; `q` keeps its scratch from
+// call to call), or quantize_cuda_emulated on the host (the emulation).
+// x_kept: whether the input tensor still holds x afterwards.
+#if !defined(EXMY_TEST_EMULATED)
+RunOut run_device_tensors(CudaQuantizer& q, const QuantSpec& spec, const std::vector<float>& x, int64_t rows,
+                          int64_t cols, bool& x_kept) {
+  RunOut r = run(spec, rows, cols, [](const QuantOutput&) { return QuantInfo{}; });  // the host buffers
+  DeviceArray<float> dx(x), dv(r.values);
+  DeviceArray<uint8_t> dc(r.codes), ds(r.scales);
+  r.info = q.run(spec, dx.ptr, rows, cols, QuantOutput{dv.ptr, dc.ptr, ds.ptr, &r.stats});
+  r.values = dv.get();
+  r.codes = dc.get();
+  r.scales = ds.get();
+  const std::vector<float> after = dx.get();
+  x_kept = after.size() == x.size() && std::memcmp(after.data(), x.data(), sizeof(float) * x.size()) == 0;
+  return r;
+}
+#else
+struct CudaQuantizerStandIn {};  // the emulation keeps no device scratch
+using CudaQuantizer = CudaQuantizerStandIn;
+RunOut run_device_tensors(CudaQuantizer&, const QuantSpec& spec, const std::vector<float>& x, int64_t rows,
+                          int64_t cols, bool& x_kept) {
+  const std::vector<float> copy = x;
+  RunOut r = run(spec, rows, cols,
+                 [&](const QuantOutput& o) { return quantize_cuda_emulated(spec, copy.data(), rows, cols, o); });
+  x_kept = std::memcmp(copy.data(), x.data(), sizeof(float) * x.size()) == 0;
+  return r;
+}
+#endif
+
+// The specs of the recipes' transformed operands (experiments/recipes):
+// te-nvfp4's wgrad-dy and wgrad-x (the 16-point transform, TE's signs),
+// nvfp4-h32-wgrad's wgrad-dy (32 points) and its deterministic variant, and,
+// along columns, 16x1 blocks with 64 and 128 points. A CudaQuantizer on
+// device tensors gives quantize()'s (and quantize_ref's) bits, statistics
+// and tensor decisions (of the rotated tensor, which all of them quantize),
+// and leaves x as it was.
+TEST(CudaRht, RecipeSpecsOnDeviceTensorsMatchQuantize) {
+  EXMY_REQUIRE_CUDA();
+  const Knobs nvfp4 = {{"elem", "e2m1"},         {"scale", "ue4m3"},   {"block", "1x16"},
+                       {"scale_rule", "amax-rne"}, {"arith", "fp32"},   {"round", "rne"},
+                       {"sr_bits", "8"},           {"zero_scale", "zero"}, {"saturate", "true"},
+                       {"tensor_amax", "auto"},    {"rht", "true"}};
+  struct Case {
+    const char* name;
+    Knobs knobs;
+  };
+  const Case cases[] = {
+      {"te-nvfp4 wgrad-dy", {{"round", "stochastic-fastest"}}},
+      {"te-nvfp4 wgrad-x", {}},
+      {"nvfp4-h32-wgrad wgrad-dy", {{"round", "stochastic-fastest"}, {"rht_size", "32"}}},
+      {"nvfp4-h32-wgrad wgrad-dy, deterministic", {{"round", "stochastic-fastest"}, {"rht_size", "32"},
+                                                   {"rht_kind", "deterministic"}}},
+      {"16x1, 64 points", {{"block", "16x1"}, {"rht_size", "64"}}},
+      {"16x1, 128 points, ue8m0", {{"block", "16x1"}, {"rht_size", "128"}, {"scale", "ue8m0"}}},
+  };
+  CudaQuantizer q;  // one quantizer for every call: its scratch grows, never shrinks
+  uint64_t seed = 40;
+  int compared = 0;
+  for (const Case& c : cases) {
+    Knobs knobs = nvfp4;
+    knobs.insert(knobs.end(), c.knobs.begin(), c.knobs.end());
+    QuantSpec spec = spec_from_knobs(knobs);
+    const bool rows_axis = spec.block_rows == 1;
+    // A small call, a larger one (the scratch grows), the small one again.
+    const int64_t along[] = {2 * spec.rht_size, 4 * spec.rht_size, 2 * spec.rht_size};
+    const int64_t across[] = {3, 67, 5};
+    for (int k = 0; k < 3; ++k) {
+      const int64_t rows = rows_axis ? across[k] : along[k], cols = rows_axis ? along[k] : across[k];
+      spec.seed = ++seed;
+      spec.stream = seed * 7919;
+      const std::vector<float> x = random_tensor(rows * cols, seed, k == 1);
+      const RunOut want =
+          run(spec, rows, cols, [&](const QuantOutput& o) { return quantize(spec, x.data(), rows, cols, o); });
+      // quantize_ref transforms with apply_rht_ref, not the shared per-segment
+      // code: a fault there shows against it.
+      const RunOut want_ref =
+          run(spec, rows, cols, [&](const QuantOutput& o) { return quantize_ref(spec, x.data(), rows, cols, o); });
+      bool kept = false;
+      const RunOut got = run_device_tensors(q, spec, x, rows, cols, kept);
+      const std::string what = std::string(c.name) + " " + std::to_string(rows) + "x" + std::to_string(cols);
+      expect_same(got, want, what + " (quantize)");
+      expect_same(got, want_ref, what + " (quantize_ref)");
+      EXPECT_TRUE(kept) << what << ": the input tensor was modified";
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 18);
+}
+
+#if !defined(EXMY_TEST_EMULATED)
+// apply_rht_cuda against the CPU's apply_rht, bit for bit: every size and
+// kind, both axes, segments reaching every path (rht_inputs.hpp).
+TEST(CudaRht, ApplyRhtCudaMatchesCpu) {
+  EXMY_REQUIRE_CUDA();
+  uint64_t seed = 900;
+  int64_t compared = 0;
+  for (const int n : {16, 32, 64, 128})
+    for (const RhtKind kind : {RhtKind::random, RhtKind::deterministic})
+      for (const int axis : {1, 0}) {
+        ++seed;
+        QuantSpec spec;
+        spec.elem = parse_format("e2m1");
+        spec.scale = parse_format("ue4m3");
+        spec.block_rows = axis == 1 ? 1 : 16;
+        spec.block_cols = axis == 1 ? 16 : 1;
+        spec.rht = true;
+        spec.rht_size = n;
+        spec.rht_kind = kind;
+        spec.rht_signs = static_cast<uint16_t>(seed * 40503u);
+        const int64_t rows = axis == 1 ? 37 : 3 * n, cols = axis == 1 ? 5 * n : 37;
+        const std::vector<float> x = test::rht_input(rows, cols, n, axis, seed);
+        std::vector<float> want = x;
+        apply_rht(spec, want.data(), rows, cols);
+        DeviceArray<float> dx(x);
+        apply_rht_cuda(spec, dx.ptr, rows, cols);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> got = dx.get();
+        for (size_t i = 0; i < x.size(); ++i)
+          ASSERT_EQ(bits_of(got[i]), bits_of(want[i]))
+              << "n " << n << (kind == RhtKind::random ? " random" : " deterministic") << " axis " << axis
+              << " element " << i << ": device " << hex32(bits_of(got[i])) << ", apply_rht "
+              << hex32(bits_of(want[i])) << " (input " << hex32(bits_of(x[i])) << ")";
+        compared += static_cast<int64_t>(x.size());
+      }
+  EXPECT_GT(compared, 100000);
+  // A bad shape is apply_rht's error, before any launch.
+  QuantSpec spec;
+  spec.elem = parse_format("e2m1");
+  spec.rht_size = 64;
+  EXPECT_THROW(apply_rht_cuda(spec, nullptr, 2, 48), Error);
+}
+#endif
 
 }  // namespace
 }  // namespace exmy
