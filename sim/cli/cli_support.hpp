@@ -80,8 +80,8 @@ inline const std::atomic<int>& install_stop_signals() {
 // so does any device for a command that runs only on the CPU so far
 // (`runs_on_devices` false: eval, bench train).
 inline const char* const kTrainingDeviceHelp =
-    "cpu, cuda, cuda:N or cuda-emulated (sets train.device); train runs the fp32 and bf16 policies on a device, "
-    "quantized recipes on the CPU";
+    "cpu, cuda, cuda:N or cuda-emulated (sets train.device; cuda-emulated runs the device's code on the host, "
+    "for checks)";
 
 inline std::string training_device_option(const boost::program_options::variables_map& vm, const char* command,
                                           bool runs_on_devices) {

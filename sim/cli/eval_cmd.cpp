@@ -2,12 +2,15 @@
 // (sim/eval/quant_eval.hpp, docs/eval.md).
 //
 //   exmy eval CHECKPOINT|RUN_DIR --recipe R --policy P [--policy P2 ...] [--batches N]
-//             [--set key=value ...] [--name NAME] [--no-write]
+//             [--set key=value ...] [--name NAME] [--no-write] [--device cpu|cuda[:N]|cuda-emulated]
 //
 // The validation loss with the forward pass quantized by recipe R under the
 // activation-scale policy P (current | replay:D | calibrated:N | checkpoint), one line per
 // policy, and one row per policy appended to the run file's
 // /eval/NAME/POLICY group (NAME: the recipe's name unless --name).
+// The model runs on --device (default the CPU, whatever device the run
+// trained on: the checkpoint is the same file, and the machine evaluating
+// may have no GPU); on cuda-emulated the results are the CPU's bit for bit.
 #include <boost/program_options.hpp>
 #include <omp.h>
 
@@ -117,7 +120,7 @@ po::options_description eval_options() {
     ("batches", po::value<int64_t>()->default_value(0), "validation batches of train.batch_size sequences (0: the run's train.eval_batches)")
     ("set", po::value<std::vector<std::string>>()->composing(),
      "override: recipe.SECTION.KNOB=VALUE for the recipe, section.key=value for the run configuration (repeatable)")
-    ("device", po::value<std::string>(), kTrainingDeviceHelp)
+    ("device", po::value<std::string>(), "cpu, cuda, cuda:N or cuda-emulated: where the model runs (default cpu, also for a run trained on a device)")
     ("name", po::value<std::string>(), "name of the /eval subgroup (default: the recipe's name)")
     ("no-write", "print only; append nothing to the run file")
     ("dump-logits", po::value<std::string>(), "write the logits of the evaluated batches to this file (.npy, file.h5:/dset or raw float32; rows = batches x batch_size x seq_len, columns = vocabulary; one --policy)");
@@ -159,9 +162,11 @@ train::RunConfig eval_config(const po::variables_map& vm, const Target& target, 
   train::RunConfig cfg = target.hf.empty()
                             ? train::parse_run_config(train::checkpoint_config(target.checkpoint), target.checkpoint, run_sets)
                             : train::parse_run_config(run_text, run_origin, run_sets);
-  // eval runs on the CPU: a run trained on a device is evaluated there too
-  // (its checkpoint is the same file).
-  cfg.device = sim::Device{};
+  // The model runs on --device; without it on the CPU, also for a run
+  // trained on a device (its checkpoint is the same file, and the machine
+  // evaluating may have no GPU). train.device from --set is the run's
+  // record, not a choice: --device chooses.
+  if (device.empty()) cfg.device = sim::Device{};
   return cfg;
 }
 
@@ -194,10 +199,11 @@ eval::EvalResult run_policy(const EvalJob& e, const eval::ActPolicy& p, const st
   r.policy = p;
   if (first) {
     std::printf("exmy eval: %s (step %lld), model %s, recipe %s (%lld linears quantized), %lld batches x %lld x %lld "
-                "tokens, %d threads\n",
+                "tokens, %d threads, %s\n",
                 e.shown.c_str(), static_cast<long long>(r.step), e.cfg.model_name.c_str(), e.recipe.name.c_str(),
                 static_cast<long long>(m.quantized_linears()), static_cast<long long>(e.vb.batches),
-                static_cast<long long>(e.cfg.batch_size), static_cast<long long>(e.cfg.seq_len), omp_get_max_threads());
+                static_cast<long long>(e.cfg.batch_size), static_cast<long long>(e.cfg.seq_len), omp_get_max_threads(),
+                sim::device_name(e.cfg.device).c_str());
     if (m.scaled_activations() < m.quantized_linears())
       std::printf("  the policy acts on %lld of them (the others' activations have no tensor scale in this recipe)\n",
                   static_cast<long long>(m.scaled_activations()));
@@ -234,7 +240,7 @@ int cmd_eval(const Args& args) {
   pos.add("target", 1);
   po::variables_map vm;
   if (parse_or_help(args, desc, pos, vm)) return 0;
-  const std::string device = training_device_option(vm, "eval", false);  // one line before any work
+  const std::string device = training_device_option(vm, "eval", true);  // one line before any work
   if (!vm.count("target")) throw Error("exmy eval needs a checkpoint or a run directory (exmy eval --help)");
   if (!vm.count("recipe")) throw Error("exmy eval needs --recipe NAME|FILE (the fp32 recipe gives the unquantized loss)");
   Target target = resolve_target(vm["target"].as<std::string>());

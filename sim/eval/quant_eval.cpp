@@ -15,7 +15,9 @@
 #include "sim/io/h5.hpp"
 #include "sim/optim.hpp"
 #include "sim/quant/stats.hpp"
+#include "sim/memory.hpp"
 #include "sim/train/checkpoint.hpp"
+#include "sim/train/training_device.hpp"
 #include "models/hf_checkpoint.hpp"
 #include "sim/sysmem.hpp"
 #include "sim/train/trainer.hpp"
@@ -152,20 +154,24 @@ sim::quant::Recipe run_recipe(const train::RunConfig& cfg, sim::quant::Recipe r)
 
 // A linear the recipe quantizes: the quantized linear for evaluation, and
 // the unquantized one (the recipe's `unquantized` precision) that runs the
-// calibration forward while recording the amax of X.
+// calibration forward while recording the amax of X (X is in the model's
+// memory `mem`: a device's is read through a host copy).
 class QuantEvalModel::Linear final : public sim::Linear<float> {
  public:
   Linear(const sim::LinearInfo& info, std::unique_ptr<sim::Linear<float>> quantized,
-         std::unique_ptr<sim::Linear<float>> plain, const sim::quant::RoleSpec& x_spec, const bool* calibrating)
+         std::unique_ptr<sim::Linear<float>> plain, const sim::quant::RoleSpec& x_spec, const bool* calibrating,
+         sim::Memory& mem)
       : sim::Linear<float>(info),
         quantized_(std::move(quantized)),
         plain_(std::move(plain)),
         x_spec_(x_spec),
-        calibrating_(calibrating) {}
+        calibrating_(calibrating),
+        mem_(mem) {}
 
   void forward(float* Y, const float* X, const float* W, int64_t tokens) override {
     if (*calibrating_) {
-      calib_amax_ = nan_max(calib_amax_, operand_amax(x_spec_, X, tokens, info_.in_features, scratch_));
+      const float* hx = sim::host_view(mem_, X, tokens * info_.in_features, host_x_);
+      calib_amax_ = nan_max(calib_amax_, operand_amax(x_spec_, hx, tokens, info_.in_features, scratch_));
       plain_->forward(Y, X, W, tokens);
     } else {
       quantized_->forward(Y, X, W, tokens);
@@ -181,16 +187,19 @@ class QuantEvalModel::Linear final : public sim::Linear<float> {
   std::unique_ptr<sim::Linear<float>> quantized_, plain_;
   sim::quant::RoleSpec x_spec_;
   const bool* calibrating_;
-  std::vector<float> scratch_;
+  sim::Memory& mem_;
+  std::vector<float> scratch_, host_x_;
 };
 
 class QuantEvalModel::Factory final : public sim::LinearFactory<float> {
  public:
+  // `plain`: the unquantized linears on the model's memory `mem` (null: the CPU's).
   Factory(const sim::quant::Recipe& recipe, const ActPolicy& policy, int64_t num_blocks,
-          std::shared_ptr<sim::quant::QuantRuntime> rt)
-      : recipe_(recipe), policy_(policy), num_blocks_(num_blocks), rt_(std::move(rt)) {
+          std::shared_ptr<sim::quant::QuantRuntime> rt, std::unique_ptr<sim::LinearFactory<float>> plain,
+          sim::Memory& mem)
+      : recipe_(recipe), policy_(policy), num_blocks_(num_blocks), rt_(std::move(rt)), mem_(mem) {
     sim::quant::validate_recipe(recipe_);
-    unquantized_ = sim::make_linear_factory<float>(recipe_.unquantized);
+    unquantized_ = plain ? std::move(plain) : sim::make_linear_factory<float>(recipe_.unquantized);
   }
   std::string policy() const override { return "eval:" + recipe_.name + ":" + act_policy_name(policy_); }
 
@@ -222,7 +231,7 @@ class QuantEvalModel::Factory final : public sim::LinearFactory<float> {
     e.train_w = train_w;
     auto q = std::make_unique<sim::quant::QuantizedLinear>(info, specs, recipe_.gemm, recipe_.shared_dy_reference, rt_);
     auto lin = std::make_unique<QuantEvalModel::Linear>(info, std::move(q), unquantized_->make(info),
-                                                       specs[sim::quant::role_index(Role::fprop_x)], &calibrating_);
+                                                       specs[sim::quant::role_index(Role::fprop_x)], &calibrating_, mem_);
     e.linear = lin.get();
     entries_.push_back(std::move(e));
     return lin;
@@ -243,13 +252,15 @@ class QuantEvalModel::Factory final : public sim::LinearFactory<float> {
   ActPolicy policy_;
   int64_t num_blocks_;
   std::shared_ptr<sim::quant::QuantRuntime> rt_;
+  sim::Memory& mem_;
   std::unique_ptr<sim::LinearFactory<float>> unquantized_;
   mutable std::vector<Entry> entries_;
 };
 
 QuantEvalModel::QuantEvalModel(const train::RunConfig& cfg, sim::quant::Recipe recipe, ActPolicy policy)
     : cfg_(cfg), recipe_(std::move(recipe)), policy_(policy) {
-  {  // forward only: weights and activations, no gradients or AdamW moments
+  if (!cfg_.device.is_cuda()) {  // forward only: weights and activations, no gradients or AdamW moments
+    // (in host memory; on a CUDA device they are the device's)
     const models::MemoryEstimate m = models::training_memory(cfg_.model, cfg_.batch_size, cfg_.seq_len);
     sim::require_memory(m.params + m.activations + m.workspace,
                         "evaluating model " + cfg_.model_name + " (batch " + std::to_string(cfg_.batch_size) + " x " +
@@ -257,9 +268,16 @@ QuantEvalModel::QuantEvalModel(const train::RunConfig& cfg, sim::quant::Recipe r
                         "lower train.batch_size or train.seq_len with --set");
   }
   recipe_ = run_recipe(cfg_, std::move(recipe_));
+  // As the trainer builds its model (sim/train/trainer.cpp): the quantized
+  // linears through the device's ops, the others the device's plain
+  // linears, the layers and tensors the device backend's.
+  device_ = std::make_unique<train::TrainingDevice>(cfg_.device);
   runtime_ = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{cfg_.seed, 128});
-  factory_ = std::make_unique<Factory>(recipe_, policy_, cfg_.model.num_hidden_layers, runtime_);
-  model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_);
+  runtime_->set_ops(device_->quant_ops());
+  factory_ = std::make_unique<Factory>(recipe_, policy_, cfg_.model.num_hidden_layers, runtime_,
+                                       device_->on_device() ? device_->plain_linears(recipe_.unquantized) : nullptr,
+                                       device_->memory());
+  model_ = std::make_unique<models::NemotronH<float>>(cfg_.model, *factory_, device_->backend());
   model_->set_bf16_activations(cfg_.precision == "bf16");
 }
 
@@ -285,7 +303,9 @@ void QuantEvalModel::set_params(std::span<const float> arena) {
   if (policy_.kind == ActPolicy::Kind::checkpoint)
     throw Error("policy checkpoint reads the tensor references of an exmy checkpoint (exmy eval RUN_DIR or "
                 "--checkpoint FILE); weights alone have none");
-  std::copy(arena.begin(), arena.end(), dst.begin());
+  std::vector<float> staging;
+  sim::write_through_host(model_->arena().memory(), dst.data(), static_cast<int64_t>(dst.size()), staging,
+                          [&](float* q) { std::copy(arena.begin(), arena.end(), q); });
   freeze_weights();
   reset_activations();
 }
@@ -333,11 +353,12 @@ void QuantEvalModel::load_hf(const std::string& path) {
 }
 
 void QuantEvalModel::freeze_weights() {
-  std::vector<float> scratch;
+  std::vector<float> scratch, staging;
   for (const auto& e : factory_->entries()) {
     const auto& ws = e.spec(Role::fprop_w);
     if (ws.reference.kind == RefPolicy::Kind::none) continue;
-    const float* W = model_->arena().param(e.info.name + ".weight");
+    const float* W = sim::host_view(model_->arena().memory(), model_->arena().param(e.info.name + ".weight"),
+                                    e.info.out_features * e.info.in_features, staging);
     auto& ref = runtime_->references().get(reference_key(e.info.name, Role::fprop_w));
     if (ws.q.outer == OuterScale::row)
       ref = sim::quant::ReferenceState::frozen_rows(
@@ -390,13 +411,18 @@ QuantEvalModel::Result QuantEvalModel::evaluate(const EvalBatches& b, std::vecto
       runtime_->references().get(reference_key(e.info.name, Role::fprop_x)) = sim::quant::ReferenceState{};
   Result r;
   const int64_t n = b.batch_size * b.seq_len;
+  std::vector<float> staging;
   double sum = 0;
   for (int64_t i = 0; i < b.batches; ++i) {
     runtime_->begin({i + 1, 0, false, false});
     const double loss = model_->forward(b.tokens.data() + i * n, b.targets.data() + i * n, b.batch_size, b.seq_len);
     r.batch_losses.push_back(loss);
     r.tokens += model_->counted_targets();
-    if (logits) logits->insert(logits->end(), model_->logits(), model_->logits() + n * cfg_.model.vocab_size);
+    if (logits) {
+      const int64_t nl = n * cfg_.model.vocab_size;
+      const float* l = sim::host_view(model_->backend().memory(), model_->logits(), nl, staging);
+      logits->insert(logits->end(), l, l + nl);
+    }
     sum += loss;
   }
   // As the trainer's validation loss: the mean of the batch means.
@@ -523,8 +549,9 @@ AfterStepHook make_training_eval_hook(const train::RunConfig& cfg, TrainingEvalS
     std::FILE* out;
     std::unique_ptr<EvalData> data;
     bool attributes_written = false;
+    std::vector<float> params;  // host copy of a device model's weights
   };
-  auto st = std::make_shared<State>(State{cfg, std::move(spec), std::move(next), out, nullptr, false});
+  auto st = std::make_shared<State>(State{cfg, std::move(spec), std::move(next), out, nullptr, false, {}});
   return [st](int64_t step, models::NemotronH<float>& model, io::RunFile& run) {
     if (st->next) st->next(step, model, run);
     const auto& c = st->cfg;
@@ -536,7 +563,12 @@ AfterStepHook make_training_eval_hook(const train::RunConfig& cfg, TrainingEvalS
         run.set_attribute(eval_recipe_attribute(r.name), sim::quant::recipe_to_ini(run_recipe(c, r)));
       st->attributes_written = true;
     }
-    const auto params = std::as_const(model).arena().params();
+    // The training model's weights as the host sees them (a copy when it
+    // trains on a device); each evaluation copies them to its own model.
+    const auto& arena = std::as_const(model).arena();
+    const float* p = sim::host_view(arena.memory(), arena.params().data(), static_cast<int64_t>(arena.params().size()),
+                                    st->params);
+    const std::span<const float> params(p, arena.params().size());
     for (const auto& r : st->spec.recipes) {
       for (const auto& p : st->spec.policies) {
         EvalResult e = evaluate_params(c, *st->data, params, r, p, st->spec.batches);

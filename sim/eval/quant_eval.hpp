@@ -66,6 +66,10 @@
 #include "sim/quant/recipe.hpp"
 #include "sim/train/run_config.hpp"
 
+namespace exmy::train {
+class TrainingDevice;
+}
+
 namespace exmy::eval {
 
 // The activation-scale policy of an evaluation.
@@ -111,6 +115,12 @@ sim::quant::Recipe run_recipe(const train::RunConfig& cfg, sim::quant::Recipe r)
 
 // The model of one evaluation: the run's architecture with the recipe's
 // forward quantization and the policy's references, on its own runtime.
+// It runs on the configuration's train.device (cpu, cuda[:N] or
+// cuda-emulated; sim/train/training_device.hpp) as training does: the
+// model's backend and memory, the device's quantized-linear ops and plain
+// linears. Weights, weight and calibration amaxes and logits cross to the
+// host through sim::host_view / write_through_host, so on cuda-emulated
+// every result is the CPU's bit for bit.
 class QuantEvalModel {
  public:
   // Stochastic rounding draws with the run's train.seed.
@@ -151,6 +161,8 @@ class QuantEvalModel {
   sim::quant::QuantRuntime& runtime() { return *runtime_; }
   const sim::quant::Recipe& recipe() const { return recipe_; }
   const ActPolicy& policy() const { return policy_; }
+  // What the model runs on (the configuration's train.device).
+  train::TrainingDevice& device() { return *device_; }
   int64_t quantized_linears() const;
   // Quantized linears whose activations have a tensor scale (the policy
   // acts on these; 0 for MX recipes).
@@ -170,6 +182,9 @@ class QuantEvalModel {
   train::RunConfig cfg_;
   sim::quant::Recipe recipe_;
   ActPolicy policy_;
+  // Declared before everything that runs on it: the runtime holds its ops,
+  // the factory its linears, the model its backend and memory.
+  std::unique_ptr<train::TrainingDevice> device_;
   std::shared_ptr<sim::quant::QuantRuntime> runtime_;
   std::unique_ptr<Factory> factory_;
   std::unique_ptr<models::NemotronH<float>> model_;

@@ -228,6 +228,52 @@ TEST(CliEvalHf, HfCheckpointGivesTheCheckpointsLossAndLogits) {
   expect_one_line_error(run({kExmy, "eval", d / "nohf", "--recipe", "fp32"}), "has no model.safetensors");
 }
 
+// --device cuda-emulated: the model on the device backend, every printed
+// loss and the logits the CPU's bit for bit. A run trained on a device is
+// evaluated on the CPU unless --device says otherwise.
+TEST_F(Runs, EvalOnEmulatedDeviceGivesTheCpuLines) {
+  auto loss_lines = [](const std::string& out) {
+    std::string v;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("val loss ") != std::string::npos) v += line + "\n";
+    return v;
+  };
+  TempDir d;
+  std::string lines[2];
+  int i = 0;
+  for (const char* device : {"cpu", "cuda-emulated"}) {
+    const Result r = run({kExmy, "eval", quant_dir(), "--recipe", "nvfp4-no-rht-all", "--policy", "current", "--policy",
+                          "calibrated:4", "--policy", "replay:2", "--no-write", "--device", device});
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(std::string(" threads, ") + device + "\n"), std::string::npos) << r.out;
+    lines[i++] = loss_lines(r.out);
+    const Result l = run({kExmy, "eval", quant_dir(), "--recipe", "te-nvfp4", "--policy", "calibrated:4", "--no-write",
+                          "--device", device, "--dump-logits", d / (std::string(device) + ".npy")});
+    ASSERT_EQ(l.status, 0) << l.out;
+  }
+  EXPECT_EQ(count_lines(lines[0]), 3u) << lines[0];
+  EXPECT_EQ(lines[0], lines[1]);
+  const std::string la = read_text(d / "cpu.npy"), lb = read_text(d / "cuda-emulated.npy");
+  EXPECT_GT(la.size(), 128u);
+  EXPECT_TRUE(la == lb);
+
+  // trained on cuda-emulated, evaluated without --device: on the CPU, and
+  // appended to its run file
+  const Result t = run({kExmy, "train", "--config", kTinyIni, "--out", d / "dev", "--device", "cuda-emulated", "--steps",
+                        "2", "--set", "train.batch_size=2", "--set", "train.seq_len=16", "--set",
+                        "train.eval_batches=1", "--set", "data.synthetic_tokens=8192"});
+  ASSERT_EQ(t.status, 0) << t.out;
+  const Result c = run({kExmy, "eval", d / "dev", "--recipe", "fp32"});
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_NE(c.out.find(" threads, cpu\n"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("(+0.000000)"), std::string::npos) << c.out;  // the training's validation loss
+  const Result e = run({kExmy, "eval", d / "dev", "--recipe", "fp32", "--device", "cuda-emulated", "--no-write"});
+  ASSERT_EQ(e.status, 0) << e.out;
+  EXPECT_NE(e.out.find(" threads, cuda-emulated\n"), std::string::npos) << e.out;
+  EXPECT_EQ(loss_lines(c.out), loss_lines(e.out));
+}
+
 TEST_F(Runs, EvalErrorsAreOneLine) {
   expect_one_line_error(run({kExmy, "eval", *dir_ / "nothing", "--recipe", "fp32"}), "does not exist");
   expect_one_line_error(run({kExmy, "eval", fp32_dir(), "--recipe", "fp32", "--policy", "replay:0"}),

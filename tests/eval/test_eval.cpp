@@ -9,14 +9,17 @@
 #include <bit>
 #include <cmath>
 #include <initializer_list>
+#include <map>
 
 #include "formats/quantize.hpp"
+#include "sim/device/device.hpp"
 #include "sim/eval/quant_eval.hpp"
 #include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/quant/stats.hpp"
 #include "sim/train/checkpoint.hpp"
 #include "sim/train/trainer.hpp"
+#include "sim/train/training_device.hpp"
 #include "tests/train/test_support.hpp"
 
 namespace exmy::eval {
@@ -425,6 +428,119 @@ TEST(EvalInTraining, SpecFromConfigurationValues) {
   cfg.values["eval.batches"] = "0";
   cfg.values["eval.recipes"] = "fp32,no-such-recipe";
   expect_error([&] { training_eval_from_config(cfg); }, "no-such-recipe");
+}
+
+// ---------------------------------------------------------------------------
+// On a device: cuda-emulated runs the device backend, memory and ops (its
+// memory is not the host's to the model, so every host read is a staged
+// copy) and gives the CPU's bits.
+// ---------------------------------------------------------------------------
+
+struct DeviceEval {
+  QuantEvalModel::Result res;
+  std::vector<float> logits;
+  std::map<std::string, std::vector<double>> refs;  // every reference state after evaluating
+};
+
+// Loads `res`'s weights (its checkpoint, or the arena when !from_checkpoint),
+// calibrates under calibrated:N and evaluates the run's validation batches.
+DeviceEval eval_on(const train::RunConfig& base, const char* device, const train::TrainResult& res,
+                   const sim::quant::Recipe& recipe, const ActPolicy& p, bool from_checkpoint) {
+  train::RunConfig cfg = base;
+  cfg.device = sim::parse_device(device, "test");
+  QuantEvalModel m(cfg, recipe, p);
+  EXPECT_EQ(m.model().arena().memory().on_host(), cfg.device.is_cpu()) << device;
+  EXPECT_EQ(m.device().on_device(), !cfg.device.is_cpu()) << device;
+  EXPECT_STREQ(m.runtime().ops().name(), cfg.device.is_cpu() ? "cpu" : "cuda-emulated");
+  if (from_checkpoint)
+    EXPECT_EQ(m.load_checkpoint(res.checkpoint), base.steps);
+  else
+    m.set_params(res.params);
+  const EvalData data = open_eval_data(cfg);
+  if (p.kind == ActPolicy::Kind::calibrated)
+    m.calibrate(calibration_sequences(cfg, data, p.n), cfg.seq_len, cfg.batch_size);
+  DeviceEval e;
+  e.res = m.evaluate(validation_batches(cfg, data), &e.logits);
+  for (const auto& [k, st] : m.runtime().references().states()) e.refs[k] = st.save();
+  return e;
+}
+
+void expect_same_bits(const DeviceEval& a, const DeviceEval& b) {
+  expect_same(a.res, b.res);
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < a.logits.size(); ++i) differ += std::bit_cast<uint32_t>(a.logits[i]) != std::bit_cast<uint32_t>(b.logits[i]);
+  EXPECT_EQ(differ, 0u) << "of " << a.logits.size() << " logits";
+  ASSERT_EQ(a.refs.size(), b.refs.size());
+  for (const auto& [k, v] : a.refs) {
+    const auto it = b.refs.find(k);
+    ASSERT_NE(it, b.refs.end()) << k;
+    ASSERT_EQ(v.size(), it->second.size()) << k;
+    for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(bits(v[i]), bits(it->second[i])) << k << " [" << i << "]";
+  }
+}
+
+// A trained tiny run evaluated on the CPU and on cuda-emulated: the same
+// batch losses, loss, token count, logits and per-layer references (weight
+// amaxes frozen at load, calibrated activation amaxes) for a plain policy
+// and quantized recipes under current and calibrated:N, from the checkpoint
+// and from the weights in memory.
+TEST(EvalDevice, EmulatedDeviceGivesTheCpuBits) {
+  TempDir d;
+  const auto cfg = tiny();
+  train::TrainHooks h;
+  h.out = nullptr;
+  h.keep_params = true;
+  const auto res = train::train_new(cfg, d.path(), h, {});
+  ASSERT_EQ(res.status, train::TrainStatus::completed);
+  struct Case {
+    const char* recipe;
+    const char* policy;
+  };
+  for (const Case c : {Case{"fp32", "current"}, Case{"bf16", "current"}, Case{"nvfp4-no-rht-all", "current"},
+                       Case{"nvfp4-no-rht-all", "calibrated:4"}, Case{"nvfp4-no-rht-all", "replay:2"},
+                       Case{"te-nvfp4", "calibrated:3"}, Case{"ue5m3-b16", "calibrated:4"}}) {
+    SCOPED_TRACE(std::string(c.recipe) + " " + c.policy);
+    const auto recipe = sim::quant::load_recipe(c.recipe);
+    const ActPolicy p = parse_act_policy(c.policy);
+    const DeviceEval cpu = eval_on(cfg, "cpu", res, recipe, p, true);
+    ASSERT_FALSE(cpu.res.batch_losses.empty());
+    EXPECT_TRUE(std::isfinite(cpu.res.loss));
+    expect_same_bits(cpu, eval_on(cfg, "cuda-emulated", res, recipe, p, true));
+  }
+  // weights from memory (set_params) rather than a checkpoint
+  const ActPolicy cal = parse_act_policy("calibrated:4");
+  const DeviceEval a = eval_on(cfg, "cpu", res, nvfp4(), cal, false);
+  expect_same_bits(a, eval_on(cfg, "cuda-emulated", res, nvfp4(), cal, false));
+  // the calibrated references are really measured (not the cold zero)
+  size_t frozen = 0;
+  for (const auto& [k, v] : a.refs) frozen += k.ends_with("/fprop-x") && v.size() > 2 && v[2] > 0;
+  EXPECT_GT(frozen, 0u);
+}
+
+// The in-training hook of a run trained on cuda-emulated reads the device
+// model's weights through a host copy and evaluates on the device: its
+// /eval rows are the CPU run's.
+TEST(EvalDevice, InTrainingHookOnEmulatedDeviceGivesTheCpuRows) {
+  std::vector<std::vector<double>> rows[2];
+  const char* groups[] = {"/eval/loss", "/eval/fp32/current/loss", "/eval/nvfp4-no-rht-all/current/loss",
+                          "/eval/nvfp4-no-rht-all/calibrated:4/loss"};
+  for (int i = 0; i < 2; ++i) {
+    TempDir d;
+    const auto cfg = tiny({std::string("train.device=") + (i ? "cuda-emulated" : "cpu")});
+    train::TrainHooks h;
+    h.out = nullptr;
+    h.after_step = make_training_eval_hook(cfg, parse_training_eval("fp32,nvfp4-no-rht-all", "current,calibrated:4"),
+                                           {}, nullptr);
+    const auto res = train::train_new(cfg, d.path(), h, {});
+    ASSERT_EQ(res.status, train::TrainStatus::completed);
+    for (const char* g : groups) rows[i].push_back(io::read_run_column(d / "run.h5", g));
+  }
+  for (size_t g = 0; g < std::size(groups); ++g) {
+    ASSERT_EQ(rows[0][g].size(), 2u) << groups[g];
+    ASSERT_EQ(rows[1][g].size(), 2u) << groups[g];
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(bits(rows[0][g][i]), bits(rows[1][g][i])) << groups[g] << " row " << i;
+  }
 }
 
 }  // namespace
