@@ -64,7 +64,11 @@ void require_training_device(const Device& d, std::string_view what) { require_d
 
 QuantInfo quantize_on(const Device& d, const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
                       const QuantOutput& out, int threads) {
+#if defined(EXMY_HAVE_CUDA)
   if (d.is_emulated()) return quantize_cuda_emulated(spec, x, rows, cols, out);
+#else
+  if (d.is_emulated()) return quantize(spec, x, rows, cols, out, threads);  // no emulation without CUDA: the same bits
+#endif
   if (!d.is_cuda()) return quantize(spec, x, rows, cols, out, threads);
 #if defined(EXMY_HAVE_CUDA)
   return quantize_cuda(spec, x, rows, cols, out);

@@ -56,7 +56,14 @@ class EmulatedQuantOps final : public sim::quant::QuantOps {
   void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override { apply_rht_emulated(q, x, rows, cols); }
   QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
                      const QuantOutput& out) override {
+#if defined(EXMY_HAVE_CUDA)
     return quantize_cuda_emulated(q, x, rows, cols, out);
+#else
+    // A build without CUDA has no emulation of the device quantizer (it is
+    // made from formats/cuda/quantize.cu): the CPU's quantizer, whose bits
+    // the emulation equals (tests/formats/test_cuda.cpp).
+    return exmy::quantize(q, x, rows, cols, out);
+#endif
   }
   void gemm_nt(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K) override {
     sim::gemm(C, N, A, K, sim::Op::N, B, K, sim::Op::T, M, N, K, false);
