@@ -31,6 +31,26 @@ class Memory {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   // Waits until the work queued on this memory's device is done (timing).
   virtual void synchronize() {}
+  // Bytes allocated and not freed, and the most at any time since
+  // reset_peak(); -1 where not counted (the host's).
+  virtual int64_t live_bytes() const { return -1; }
+  virtual int64_t peak_bytes() const { return -1; }
+  virtual void reset_peak() {}
+};
+
+// The allocation count of a device memory: live bytes and their peak.
+class AllocationCount {
+ public:
+  void add(const void* p, size_t bytes);
+  void remove(const void* p);
+  int64_t live() const;
+  int64_t peak() const;
+  void reset_peak();
+
+ private:
+  struct State;
+  State& state() const;
+  mutable State* s_ = nullptr;
 };
 
 // The process's host memory (64-byte aligned operator new).

@@ -31,9 +31,13 @@ class CudaMemory final : public sim::Memory {
                   " free of " + std::to_string(total_b));
     }
     cuda_check(e, "cudaMalloc");
+    count_.add(p, bytes);
     return p;  // cudaMalloc aligns to 256 bytes
   }
-  void deallocate(void* p) noexcept override { cudaFree(p); }
+  void deallocate(void* p) noexcept override {
+    count_.remove(p);
+    cudaFree(p);
+  }
   void zero(void* p, size_t bytes) override {
     if (bytes) cuda_check(cudaMemsetAsync(p, 0, bytes, nullptr), "cudaMemsetAsync");
   }
@@ -48,6 +52,12 @@ class CudaMemory final : public sim::Memory {
       cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync");
   }
   void synchronize() override { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+  int64_t live_bytes() const override { return count_.live(); }
+  int64_t peak_bytes() const override { return count_.peak(); }
+  void reset_peak() override { count_.reset_peak(); }
+
+ private:
+  sim::AllocationCount count_;
 };
 
 }  // namespace

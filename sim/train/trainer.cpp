@@ -234,6 +234,8 @@ class Trainer {
     // linears run through the device's ops, the others are the device's
     // plain linears; the model's layers and memory are the device backend's.
     device_ = std::make_unique<TrainingDevice>(cfg_.device);
+    device_->memory().reset_peak();  // the run's peak, from what is allocated now
+    device_base_ = device_->memory().live_bytes();
     quant_->set_ops(device_->quant_ops());
     factory_ = std::make_unique<TrainingLinearFactory>(
         cfg_.recipe, cfg_.model.num_hidden_layers, quant_, cfg_.cold_restart_references,
@@ -685,6 +687,7 @@ class Trainer {
   // their micro-batches' gradients until the lower ranks' sum arrives.
   std::vector<float> grad_sum_;
   std::vector<float> grad_stage_;  // on a device: the gradients (or weights) copied to the host for the ranks
+  int64_t device_base_ = -1;       // on a device: the bytes allocated there before the run's
   std::vector<std::vector<float>> held_grads_;
   std::unique_ptr<SerializedStatsSink> rank_stats_;  // ranks other than 0
 };
@@ -775,6 +778,7 @@ TrainResult Trainer::nothing_to_do(TrainResult& res) {
 
 // Where the run stands, into a session's result.
 void Trainer::fill_result(TrainResult& res) const {
+  if (device_base_ >= 0) res.device_peak_bytes = device_->memory().peak_bytes() - device_base_;
   res.step = state_.step;
   res.final_window_loss = final_window_loss(state_.losses);
   res.final_window_steps = state_.step > 0 ? final_window_steps(state_.step) : 0;
@@ -965,6 +969,14 @@ void Trainer::finish(TrainResult& res, const Session& ss) {
     if (comm_.size() > 1)
       say("  %d ranks: %.1f%% of rank 0's step time in communication (%.2f s; waits for slower ranks included)\n",
           comm_.size(), ss.train_s > 0 ? 100.0 * ss.comm_s / ss.train_s : 0.0, ss.comm_s);
+    if (device_base_ >= 0) {
+      const models::MemoryEstimate m = rank_training_memory(cfg_.model, cfg_.batch_size, cfg_.seq_len,
+                                                            cfg_.recompute == "blocks",
+                                                            shards_.empty() ? 1 : static_cast<int>(shards_.size()));
+      const double peak = static_cast<double>(device_->memory().peak_bytes() - device_base_);
+      say("  %s memory: peak %s allocated by the run (plan %s, %+.1f%%)\n", sim::device_name(cfg_.device).c_str(),
+          sim::gib_text(peak).c_str(), sim::gib_text(m.total()).c_str(), 100.0 * (peak - m.total()) / m.total());
+    }
     say("  run file %s | checkpoint %s\n", run_path().c_str(), last_checkpoint_.c_str());
     if (cfg_.export_hf != "none" && comm_.rank() == 0) {
       const std::string hf = (fs::path(dir_) / "hf").string();

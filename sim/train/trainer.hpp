@@ -79,6 +79,7 @@ struct TrainResult {
   std::string checkpoint;          // the last checkpoint written
   std::string message;             // for diverged: the one-line reason
   std::vector<float> params;       // with hooks.keep_params: the arena after the last step
+  int64_t device_peak_bytes = -1;  // on a device: the most the run allocated in its memory at once (-1 on the CPU)
 };
 
 // Identification written into run files and checkpoints.

@@ -434,6 +434,27 @@ TEST(TrainerDevice, CheckpointsMoveBetweenCpuAndDevice) {
   }
 }
 
+// The memory plan (model-info, and the check before a run) against what a
+// device run allocates in its memory at its peak (cuda-emulated counts the
+// same allocations a CUDA device gets): within 10%, with and without block
+// recompute.
+TEST(TrainerDevice, PeakDeviceMemoryIsThePlanWithinTenPercent) {
+  TempDir d;
+  for (const char* recompute : {"none", "blocks"}) {
+    const RunConfig c = tiny({"model.name=proxy-10m", "train.batch_size=4", "train.seq_len=256", "train.steps=1",
+                              "train.eval_batches=1", "train.eval_interval=0", "data.synthetic_tokens=65536",
+                              "train.device=cuda-emulated", std::string("train.recompute=") + recompute});
+    const TrainResult r = train_new(c, d / recompute, quiet(), {});
+    ASSERT_EQ(r.status, TrainStatus::completed);
+    const double plan =
+        rank_training_memory(c.model, c.batch_size, c.seq_len, c.recompute == "blocks", 1).total();
+    const double peak = static_cast<double>(r.device_peak_bytes);
+    std::printf("[recompute %s] plan %.1f MiB, device peak %.1f MiB (%+.1f%%)\n", recompute, plan / 1048576.0,
+                peak / 1048576.0, 100.0 * (peak - plan) / plan);
+    EXPECT_LT(std::fabs(peak - plan), 0.10 * plan) << recompute;
+  }
+}
+
 // A device error in the middle of a run (what DeviceLaunch throws for a
 // failed kernel, raised here from the step hook) ends the run with that
 // one-line error; the newest checkpoint is intact and --resume continues
