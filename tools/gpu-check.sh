@@ -30,8 +30,9 @@
 # to $OUT when it is set (the device tool brings $OUT back), else to
 # build-cuda/gpu-check/. Exit status:
 # 0 when every test ran and passed, 3 when any was skipped (no device seen),
-# 4 when the training comparison failed, else the first failing binary's
-# status.
+# 4 when the training comparison failed, 5 when an 8B run failed (a run
+# that only ran out of its time is reported, not failed), else the first
+# failing binary's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/portable-lib.sh
@@ -125,6 +126,13 @@ if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then
   tools/gpu-train-check.sh "$bundle/bin/exmy" "$out/train" >>"$report" 2>&1 || rc=$?
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=4; fi
   tar -czf "$logs/train-logs.tar.gz" -C "$out" train 2>/dev/null && rm -rf "$out/train"
+fi
+# GPU_CHECK_8B=0 leaves out the few steps of nemotron-h-8b
+if [ "${GPU_CHECK_8B:-1}" = 1 ]; then
+  rc=0
+  tools/gpu-8b-check.sh "$bundle/bin/exmy" "$out/8b" >>"$report" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=5; fi
+  tar -czf "$logs/8b-logs.tar.gz" -C "$out" 8b 2>/dev/null && rm -rf "$out/8b"
 fi
 if [ "$cpu_bench" = 1 ] && [ -x "$bundle/bin/exmy-bench-v3" ]; then
   { grep -m1 "model name" /proc/cpuinfo; nproc; grep -m1 "^flags" /proc/cpuinfo; lscpu; } >"$out/cpu.txt" 2>&1 || true

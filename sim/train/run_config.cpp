@@ -32,7 +32,7 @@ const std::vector<ConfigKey> kKeys = {
     {"train.eval_interval", "100", "steps between validation losses (0: only at the end)"},
     {"train.eval_batches", "4", "validation micro-batches per evaluation"},
     {"train.checkpoint_interval", "0", "steps between checkpoints (0: only at the end and on interruption)"},
-    {"train.keep_checkpoints", "2", "checkpoints kept in DIR/checkpoints (the newest)"},
+    {"train.keep_checkpoints", "2", "checkpoints kept in DIR/checkpoints (the newest); 0 writes none (a measuring run that will not be resumed)"},
     {"train.stats_interval", "1", "steps between statistics of quantized operands and GEMMs (/quant, /gemm, /hist; step 1 and the last too; 0: never)"},
     {"train.capture_step", "0", "step whose quantized operands are written exactly to /capture (0: none)"},
     {"train.gemm_stats_rows", "128", "GEMM statistics compare min(this, ceil(M/gemm_stats_sample)) output rows with the unquantized GEMM (0: all)"},
@@ -250,7 +250,7 @@ void read_train(RunConfig& c, std::map<std::string, std::string>& v,
   c.eval_interval = as_int(v, "train.eval_interval", 0);
   c.eval_batches = as_int(v, "train.eval_batches", 1);
   c.checkpoint_interval = as_int(v, "train.checkpoint_interval", 0);
-  c.keep_checkpoints = as_int(v, "train.keep_checkpoints", 1);
+  c.keep_checkpoints = as_int(v, "train.keep_checkpoints", 0);
   c.stats_interval = as_int(v, "train.stats_interval", 0);
   c.capture_step = as_int(v, "train.capture_step", 0);
   c.gemm_stats_rows = as_int(v, "train.gemm_stats_rows", 0);

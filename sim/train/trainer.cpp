@@ -573,6 +573,7 @@ class Trainer {
   // finished temporary) once every rank has reached the same step; the
   // others wait for it, so none runs ahead of a checkpoint that failed.
   std::string write_checkpoint() {
+    if (cfg_.keep_checkpoints == 0) return "(none: train.keep_checkpoints = 0)";  // a measuring run
     const std::string path = (fs::path(checkpoint_dir()) / checkpoint_name(state_.step)).string();
     if (comm_.size() > 1) {
       double v[2] = {static_cast<double>(state_.step), -static_cast<double>(state_.step)};

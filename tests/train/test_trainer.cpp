@@ -455,6 +455,17 @@ TEST(TrainerDevice, PeakDeviceMemoryIsThePlanWithinTenPercent) {
   }
 }
 
+// train.keep_checkpoints = 0: a measuring run writes no checkpoint at all.
+TEST(Trainer, KeepCheckpointsZeroWritesNone) {
+  TempDir d;
+  const TrainResult r = train_new(tiny({"train.steps=6", "train.checkpoint_interval=2", "train.keep_checkpoints=0"}),
+                                  d / "run", quiet(), {});
+  ASSERT_EQ(r.status, TrainStatus::completed);
+  EXPECT_TRUE(r.checkpoint.empty());
+  EXPECT_TRUE(!fs::exists(d / "run/checkpoints") || fs::is_empty(d / "run/checkpoints"));
+  EXPECT_TRUE(fs::exists(d / "run/run.h5"));
+}
+
 // A device error in the middle of a run (what DeviceLaunch throws for a
 // failed kernel, raised here from the step hook) ends the run with that
 // one-line error; the newest checkpoint is intact and --resume continues
