@@ -91,8 +91,8 @@ class CpuBackend final : public Backend<T> {
 
 template <class T>
 Backend<T>& cpu_backend() {
-  static CpuBackend<T> be;
-  return be;
+  static CpuBackend<T>* be = new CpuBackend<T>;  // never destroyed (see sim::host_memory)
+  return *be;
 }
 
 template Backend<float>& cpu_backend<float>();

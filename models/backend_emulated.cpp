@@ -43,8 +43,8 @@ class EmulatedDeviceMemory final : public sim::Memory {
 }  // namespace
 
 std::unique_ptr<Backend<float>> make_emulated_device_backend() {
-  static EmulatedDeviceMemory memory;
-  return std::make_unique<DeviceBackend>("cuda-emulated", memory);
+  static EmulatedDeviceMemory* memory = new EmulatedDeviceMemory;  // never destroyed (see host_memory)
+  return std::make_unique<DeviceBackend>("cuda-emulated", *memory);
 }
 
 }  // namespace exmy::models

@@ -80,8 +80,8 @@ void AllocationCount::reset_peak() {
 }
 
 Memory& host_memory() {
-  static HostMemory m;
-  return m;
+  static HostMemory* m = new HostMemory;  // never destroyed: buffers in static objects outlive any order of exit
+  return *m;
 }
 
 }  // namespace exmy::sim

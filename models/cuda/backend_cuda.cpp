@@ -63,8 +63,8 @@ class CudaMemory final : public sim::Memory {
 }  // namespace
 
 sim::Memory& cuda_memory() {
-  static CudaMemory m;
-  return m;
+  static CudaMemory* m = new CudaMemory;  // never destroyed (see sim::host_memory)
+  return *m;
 }
 
 std::unique_ptr<Backend<float>> make_cuda_backend(int device) {

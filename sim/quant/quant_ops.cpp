@@ -49,8 +49,8 @@ class CpuQuantOps final : public QuantOps {
 }  // namespace
 
 QuantOps& cpu_quant_ops() {
-  static CpuQuantOps ops;
-  return ops;
+  static CpuQuantOps* ops = new CpuQuantOps;  // never destroyed (see sim::host_memory)
+  return *ops;
 }
 
 }  // namespace exmy::sim::quant
