@@ -36,21 +36,24 @@ cublasOperation_t op_of(Op op) { return op == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T;
 
 // The cuBLASLt entry points this file calls, from the library found by the
 // dynamic loader (LD_LIBRARY_PATH, the executable's run path), else from
-// the toolkit exmy was built with.
+// the toolkit exmy was built with; listed once, X(name) for each.
+#define EXMY_LT_FUNCTIONS(X) \
+  X(cublasLtCreate) \
+  X(cublasLtDestroy) \
+  X(cublasLtMatmul) \
+  X(cublasLtMatmulAlgoGetHeuristic) \
+  X(cublasLtMatmulDescCreate) \
+  X(cublasLtMatmulDescDestroy) \
+  X(cublasLtMatmulDescSetAttribute) \
+  X(cublasLtMatmulPreferenceCreate) \
+  X(cublasLtMatmulPreferenceDestroy) \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatrixLayoutCreate) \
+  X(cublasLtMatrixLayoutDestroy)
+
 struct Lt {
 #define EXMY_LT(name) decltype(&::name) name = nullptr;
-  EXMY_LT(cublasLtCreate)
-  EXMY_LT(cublasLtDestroy)
-  EXMY_LT(cublasLtMatmul)
-  EXMY_LT(cublasLtMatmulAlgoGetHeuristic)
-  EXMY_LT(cublasLtMatmulDescCreate)
-  EXMY_LT(cublasLtMatmulDescDestroy)
-  EXMY_LT(cublasLtMatmulDescSetAttribute)
-  EXMY_LT(cublasLtMatmulPreferenceCreate)
-  EXMY_LT(cublasLtMatmulPreferenceDestroy)
-  EXMY_LT(cublasLtMatmulPreferenceSetAttribute)
-  EXMY_LT(cublasLtMatrixLayoutCreate)
-  EXMY_LT(cublasLtMatrixLayoutDestroy)
+  EXMY_LT_FUNCTIONS(EXMY_LT)
 #undef EXMY_LT
 };
 
@@ -68,23 +71,13 @@ const Lt& lt() {
       if (!fn) throw Error(soname + " has no " + name);
     };
 #define EXMY_LT(name) get(t.name, #name);
-    EXMY_LT(cublasLtCreate)
-    EXMY_LT(cublasLtDestroy)
-    EXMY_LT(cublasLtMatmul)
-    EXMY_LT(cublasLtMatmulAlgoGetHeuristic)
-    EXMY_LT(cublasLtMatmulDescCreate)
-    EXMY_LT(cublasLtMatmulDescDestroy)
-    EXMY_LT(cublasLtMatmulDescSetAttribute)
-    EXMY_LT(cublasLtMatmulPreferenceCreate)
-    EXMY_LT(cublasLtMatmulPreferenceDestroy)
-    EXMY_LT(cublasLtMatmulPreferenceSetAttribute)
-    EXMY_LT(cublasLtMatrixLayoutCreate)
-    EXMY_LT(cublasLtMatrixLayoutDestroy)
+    EXMY_LT_FUNCTIONS(EXMY_LT)
 #undef EXMY_LT
     return t;
   }();
   return l;
 }
+#undef EXMY_LT_FUNCTIONS
 
 }  // namespace
 
