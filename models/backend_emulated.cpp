@@ -15,29 +15,16 @@ namespace exmy::models {
 
 namespace {
 
-class EmulatedDeviceMemory final : public sim::Memory {
+class EmulatedDeviceMemory final : public sim::CountedMemory {
  public:
   const char* name() const override { return "cuda-emulated"; }
   bool on_host() const override { return false; }
-  void* allocate(size_t bytes) override {
-    void* p = sim::host_memory().allocate(bytes);
-    count_.add(p, bytes);
-    return p;
-  }
-  void deallocate(void* p) noexcept override {
-    count_.remove(p);
-    sim::host_memory().deallocate(p);
-  }
+  void* allocate_raw(size_t bytes) override { return sim::host_memory().allocate(bytes); }
+  void deallocate_raw(void* p) noexcept override { sim::host_memory().deallocate(p); }
   void zero(void* p, size_t bytes) override { sim::host_memory().zero(p, bytes); }
   void to_host(void* dst, const void* src, size_t bytes) override { sim::host_memory().copy(dst, src, bytes); }
   void from_host(void* dst, const void* src, size_t bytes) override { sim::host_memory().copy(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { sim::host_memory().copy(dst, src, bytes); }
-  int64_t live_bytes() const override { return count_.live(); }
-  int64_t peak_bytes() const override { return count_.peak(); }
-  void reset_peak() override { count_.reset_peak(); }
-
- private:
-  sim::AllocationCount count_;
 };
 
 }  // namespace

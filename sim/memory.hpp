@@ -53,6 +53,31 @@ class AllocationCount {
   mutable State* s_ = nullptr;
 };
 
+// A memory that counts what it allocates (the device memories): it gives
+// the raw allocation and freeing; allocate/deallocate count around them.
+class CountedMemory : public Memory {
+ public:
+  void* allocate(size_t bytes) final {
+    void* p = allocate_raw(bytes);
+    count_.add(p, bytes);
+    return p;
+  }
+  void deallocate(void* p) noexcept final {
+    count_.remove(p);
+    deallocate_raw(p);
+  }
+  int64_t live_bytes() const final { return count_.live(); }
+  int64_t peak_bytes() const final { return count_.peak(); }
+  void reset_peak() final { count_.reset_peak(); }
+
+ protected:
+  virtual void* allocate_raw(size_t bytes) = 0;
+  virtual void deallocate_raw(void* p) noexcept = 0;
+
+ private:
+  AllocationCount count_;
+};
+
 // The process's host memory (64-byte aligned operator new).
 Memory& host_memory();
 

@@ -16,11 +16,11 @@ namespace exmy::models {
 
 namespace {
 
-class CudaMemory final : public sim::Memory {
+class CudaMemory final : public sim::CountedMemory {
  public:
   const char* name() const override { return "cuda"; }
   bool on_host() const override { return false; }
-  void* allocate(size_t bytes) override {
+  void* allocate_raw(size_t bytes) override {
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
     if (e == cudaErrorMemoryAllocation) {
@@ -31,13 +31,9 @@ class CudaMemory final : public sim::Memory {
                   " free of " + std::to_string(total_b));
     }
     cuda_check(e, "cudaMalloc");
-    count_.add(p, bytes);
     return p;  // cudaMalloc aligns to 256 bytes
   }
-  void deallocate(void* p) noexcept override {
-    count_.remove(p);
-    cudaFree(p);
-  }
+  void deallocate_raw(void* p) noexcept override { cudaFree(p); }
   void zero(void* p, size_t bytes) override {
     if (bytes) cuda_check(cudaMemsetAsync(p, 0, bytes, nullptr), "cudaMemsetAsync");
   }
@@ -52,12 +48,6 @@ class CudaMemory final : public sim::Memory {
       cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync");
   }
   void synchronize() override { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
-  int64_t live_bytes() const override { return count_.live(); }
-  int64_t peak_bytes() const override { return count_.peak(); }
-  void reset_peak() override { count_.reset_peak(); }
-
- private:
-  sim::AllocationCount count_;
 };
 
 }  // namespace
