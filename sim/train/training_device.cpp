@@ -41,14 +41,30 @@ struct GroupedScratch {
   }
 };
 
+// What the device's quantized-linear ops share: their memory and name, the
+// grouped model's scratch, and what the device quantizer does not run.
+class DeviceQuantOps : public sim::quant::QuantOps {
+ public:
+  DeviceQuantOps(const char* name, sim::Memory& memory) : name_(name), mem_(memory) {}
+  const char* name() const final { return name_; }
+  sim::Memory& memory() final { return mem_; }
+  const char* unsupported(const QuantSpec& q) const final {
+    return q.outer == OuterScale::row ? "row outer scales (--outer-scale row) do not run on the device's quantizer"
+                                      : nullptr;
+  }
+
+ protected:
+  const char* name_;
+  sim::Memory& mem_;
+  GroupedScratch scratch_;
+};
+
 // The quantized linears on cuda-emulated: the device's quantizer and small
 // kernels with their threads run on the host. The GEMM is the CPU's (the
 // device's cuBLASLt has no emulation; only its accumulation order differs).
-class EmulatedQuantOps final : public sim::quant::QuantOps {
+class EmulatedQuantOps final : public DeviceQuantOps {
  public:
-  explicit EmulatedQuantOps(sim::Memory& memory) : mem_(memory) {}
-  const char* name() const override { return "cuda-emulated"; }
-  sim::Memory& memory() override { return mem_; }
+  explicit EmulatedQuantOps(sim::Memory& memory) : DeviceQuantOps("cuda-emulated", memory) {}
   void transpose(float* dst, const float* src, int64_t rows, int64_t cols) override {
     sim::quant::transpose_emulated(dst, src, rows, cols);
   }
@@ -81,24 +97,14 @@ class EmulatedQuantOps final : public sim::quant::QuantOps {
                    const float* row_t_b) override {
     sim::quant::apply_outer_alpha_emulated(C, M, N, t_a, row_t_a, t_b, row_t_b);  // host memory: row_t as it is
   }
-  const char* unsupported(const QuantSpec& q) const override {
-    return q.outer == OuterScale::row ? "row outer scales (--outer-scale row) do not run on the device's quantizer"
-                                      : nullptr;
-  }
-
- private:
-  sim::Memory& mem_;
-  GroupedScratch scratch_;
 };
 
 #if defined(EXMY_HAVE_CUDA)
 // The quantized linears on a CUDA device: the quantizer on device tensors,
 // cuBLASLt for the fp32 GEMM model, the small kernels as CUDA launches.
-class CudaQuantOps final : public sim::quant::QuantOps {
+class CudaQuantOps final : public DeviceQuantOps {
  public:
-  CudaQuantOps(sim::Memory& memory, sim::CudaGemm& gemm) : mem_(memory), gemm_(gemm) {}
-  const char* name() const override { return "cuda"; }
-  sim::Memory& memory() override { return mem_; }
+  CudaQuantOps(sim::Memory& memory, sim::CudaGemm& gemm) : DeviceQuantOps("cuda", memory), gemm_(gemm) {}
   void transpose(float* dst, const float* src, int64_t rows, int64_t cols) override {
     sim::quant::transpose_cuda(dst, src, rows, cols);
   }
@@ -123,16 +129,10 @@ class CudaQuantOps final : public sim::quant::QuantOps {
   void outer_alpha(float*, int64_t, int64_t, float, const float*, float, const float*) override {
     throw Error("row outer scales do not run on a CUDA device yet");  // refused by unsupported() first
   }
-  const char* unsupported(const QuantSpec& q) const override {
-    return q.outer == OuterScale::row ? "row outer scales (--outer-scale row) do not run on the device's quantizer"
-                                      : nullptr;
-  }
 
  private:
-  sim::Memory& mem_;
   sim::CudaGemm& gemm_;
   CudaQuantizer quantizer_;
-  GroupedScratch scratch_;
 };
 #endif
 
