@@ -167,6 +167,11 @@ struct MemoryEstimate {
   double params = 0, grads = 0, optimizer = 0;
   double activations = 0;  // kept for backward, for batch x seq_len tokens
   double workspace = 0;    // largest temporary (backward buffers, logits)
+  // Bytes in host memory while the rest is on a device (train.offload =
+  // optimizer: FP32 master weights, AdamW moments, a staged chunk of
+  // gradients; optimizer is then 0). Not part of total().
+  double host_state = 0;
+  // The bytes in the memory the model trains in (a device's, or the host's).
   double total() const { return params + grads + optimizer + activations + workspace; }
 };
 // With `recompute` (block recompute, NemotronH::set_recompute) one block's

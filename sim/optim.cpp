@@ -74,9 +74,12 @@ int64_t largest_shard(const ArenaLayout& layout, int n) {
 AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg) : AdamW(layout, cfg, whole_arena(layout)) {}
 
 AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard, Memory& memory,
-             OptimKernels kernels)
-    : cfg_(cfg), shard_(shard), arena_size_(layout.size()), kernels_(kernels), m_(memory), v_(memory) {
-  if (!memory.on_host() && !kernels.on_device())
+             OptimKernels kernels, Memory* offload)
+    : cfg_(cfg), shard_(shard), arena_size_(layout.size()), kernels_(kernels), m_(offload ? *offload : memory),
+      v_(offload ? *offload : memory), offloaded_(offload != nullptr), arena_memory_(&memory) {
+  if (offload && !offload->on_host())
+    throw Error("AdamW: offloaded optimizer state must be in host memory, not " + std::string(offload->name()));
+  if (!offload && !memory.on_host() && !kernels.on_device())
     throw Error("AdamW: no update kernel for optimizer state in " + std::string(memory.name()) + " memory");
   const auto& views = layout.views();
   for (const auto& v : views) offsets_.push_back(v.offset);
@@ -86,6 +89,10 @@ AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard, M
   }
   m_.resize_zero(shard.size());
   v_.resize_zero(shard.size());
+  if (offloaded_) {
+    master_.place(*offload), master_.resize_zero(shard.size());
+    stage_.place(*offload), stage_.resize_zero(std::min(shard.size(), kOffloadChunk));
+  }
 }
 
 AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t t, double lr, double grad_scale) {
@@ -105,6 +112,7 @@ void AdamW::step(std::span<float> params, std::span<const float> grads, double l
   const AdamWScalars s = adamw_scalars(cfg_, t_, lr, grad_scale);
   float* p = params.data();
   const float* g = grads.data();
+  if (offloaded_) return step_offloaded(p, g, s);
   float* m = m_.data();  // shard-indexed: arena element i is m[i - shard_.begin]
   float* v = v_.data();
   if (!m_.memory().on_host()) {  // a device: one launch per view, the same update per element
@@ -125,6 +133,45 @@ void AdamW::step(std::span<float> params, std::span<const float> grads, double l
     float* mk = m + (off - shard_.begin);
     float* vk = v + (off - shard_.begin);
     for (int64_t i = 0; i < n; ++i) adamw_update(p[off + i], mk[i], vk[i], g[off + i], dk, s);
+  }
+}
+
+// Chunk by chunk of the shard: its gradients to the host, the update of the
+// views (or parts of views) in it on the master weights, the chunk's
+// weights back to the arena. Each element's update is the one every other
+// path makes, so neither the chunking nor the threads change a bit.
+void AdamW::set_offload_chunk(int64_t n) {
+  if (n < 1) throw Error("AdamW::set_offload_chunk: " + std::to_string(n) + " elements");
+  chunk_ = n;
+  if (offloaded_ && stage_.size() < std::min(shard_.size(), n)) stage_.resize_zero(std::min(shard_.size(), n));
+}
+
+void AdamW::step_offloaded(float* params, const float* grads, const AdamWScalars& s) {
+  const int64_t begin = shard_.begin, end = shard_.end;
+  if (end <= begin) return;
+  float* master = master_.data();  // shard-indexed, as the moments
+  if (!master_valid_) {
+    arena_memory_->to_host(master, params + begin, sizeof(float) * static_cast<size_t>(end - begin));
+    master_valid_ = true;
+  }
+  float* m = m_.data();
+  float* v = v_.data();
+  float* g = stage_.data();  // the chunk's gradients: arena element i is g[i - c0]
+  size_t k = 0;              // the first view that may overlap the chunk
+  for (int64_t c0 = begin; c0 < end; c0 += chunk_) {
+    const int64_t c1 = std::min(end, c0 + chunk_);
+    arena_memory_->to_host(g, grads + c0, sizeof(float) * static_cast<size_t>(c1 - c0));
+    for (; k < ranges_.size(); ++k) {
+      const auto [off, n] = ranges_[k];
+      if (off >= c1) break;
+      const int64_t a = std::max(off, c0), b = std::min(off + n, c1);
+      const float dk = decay_[k] ? s.decay : 1.0f;
+      const int64_t l = a - begin;  // shard index of a
+#pragma omp parallel for schedule(static) if (b - a >= parallel_min_work())
+      for (int64_t i = 0; i < b - a; ++i) adamw_update(master[l + i], m[l + i], v[l + i], g[a - c0 + i], dk, s);
+      if (off + n > c1) break;  // the view goes on into the next chunk
+    }
+    arena_memory_->from_host(params + c0, master + (c0 - begin), sizeof(float) * static_cast<size_t>(c1 - c0));
   }
 }
 

@@ -87,14 +87,29 @@ OptimizerShard optimizer_shard(const ArenaLayout& layout, int r, int n);
 // must have room for).
 int64_t largest_shard(const ArenaLayout& layout, int n);
 
+// Elements of the arena an offloaded AdamW moves per copy (64 MiB of FP32):
+// its host staging buffer.
+inline constexpr int64_t kOffloadChunk = int64_t{1} << 24;
+
 class AdamW {
  public:
   // The state of `shard` (default: the whole arena), in `memory`: the
   // host's, or a device backend's with its kernels (the arena's params and
   // grads given to step() are then in that memory too).
+  //
+  // With `offload` (train.offload = optimizer; a host memory, pinned for a
+  // CUDA device), the arena stays in `memory` (a device's) but the state
+  // moves to the host: the shard's FP32 master weights and both moments
+  // live in *offload, and each step copies the gradients to the host in
+  // chunks of kOffloadChunk elements, updates the master weights there
+  // with the CPU's per-element update (the device kernel's arithmetic,
+  // sim/adamw_update.hpp, so the same bits) and copies each chunk of
+  // weights back into the arena. The device then holds only the working
+  // weights and the gradients. The master copy is taken from the arena at
+  // the first step and after master_from_params().
   AdamW(const ArenaLayout& layout, AdamWConfig cfg);
   AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard, Memory& memory = host_memory(),
-        OptimKernels kernels = {});
+        OptimKernels kernels = {}, Memory* offload = nullptr);
 
   // Updates the shard's part of the (whole-arena) params from the
   // whole-arena grads; the rest of params is left as it is. Each element's
@@ -120,8 +135,21 @@ class AdamW {
   const float* exp_avg_of(int view) const { return m_.data() + local(view); }
   const float* exp_avg_sq_of(int view) const { return v_.data() + local(view); }
   void set_steps(int64_t t) { t_ = t; }
+  // Whether the state lives in host memory away from the arena's device.
+  bool offloaded() const { return offloaded_; }
+  // The arena's params were written other than by step() (a checkpoint
+  // loaded): an offloaded optimizer takes its master weights from them
+  // again at its next step. Nothing to do otherwise.
+  void master_from_params() { master_valid_ = false; }
+  // Elements per staged copy of an offloaded optimizer (kOffloadChunk;
+  // tests make it small so that chunks cut views). Grows the staging
+  // buffer when needed.
+  void set_offload_chunk(int64_t n);
 
  private:
+  // step() of an offloaded optimizer.
+  void step_offloaded(float* params, const float* grads, const AdamWScalars& s);
+
   AdamWConfig cfg_;
   // Index in the shard's moments of view i's first element.
   int64_t local(int view) const { return offsets_.at(static_cast<size_t>(view)) - shard_.begin; }
@@ -134,6 +162,13 @@ class AdamW {
   OptimKernels kernels_;
   MemBuf<float> m_, v_;
   int64_t t_ = 0;
+  // Offloaded: the arena's memory, the shard's master weights and the
+  // gradient chunk staged on the host.
+  bool offloaded_ = false;
+  Memory* arena_memory_ = nullptr;
+  MemBuf<float> master_, stage_;
+  int64_t chunk_ = kOffloadChunk;
+  bool master_valid_ = false;
 };
 
 // Learning-rate schedules over `total` updates (step = 0-based update index).

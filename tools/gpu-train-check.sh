@@ -73,6 +73,17 @@ else
   echo "train fp32 twice on $device: the final weights differ (or the run failed): FAILED"
   status=1
 fi
+# the optimizer offloaded to the host (train.offload = optimizer): the host's
+# update is the kernel's arithmetic (no contraction on either side), so the
+# same final weights as the run with everything on the device
+if run fp32-offload "$device" 50 train.precision=fp32 train.export_hf=fp32 train.offload=optimizer &&
+  cmp -s "$out/fp32-$device/hf/model.safetensors" "$out/fp32-offload-$device/hf/model.safetensors"; then
+  echo "train fp32 with the optimizer offloaded on $device: the same final weights, bit for bit: ok"
+  echo "  $(grep -E '^done:' "$out/fp32-offload-$device.log")"
+else
+  echo "train fp32 with the optimizer offloaded on $device: the final weights differ (or the run failed): FAILED"
+  status=1
+fi
 compare bf16 50 1e-3 train.precision=bf16
 compare ue5m3 20 1e-2 train.recipe=ue5m3-b16-fp32gemm train.stats_interval=5
 exit $status

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 
 #include "formats/cuda/cuda_check.hpp"
@@ -50,10 +51,40 @@ class CudaMemory final : public sim::CountedMemory {
   void synchronize() override { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 };
 
+class PinnedMemory final : public sim::Memory {
+ public:
+  const char* name() const override { return "pinned host"; }
+  bool on_host() const override { return true; }
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw Error("out of pinned host memory: " + std::to_string(bytes) + " bytes could not be allocated (" +
+                  cudaGetErrorString(e) + ")");
+    }
+    return p;  // page aligned
+  }
+  void deallocate(void* p) noexcept override { cudaFreeHost(p); }
+  void zero(void* p, size_t bytes) override {
+    if (bytes) std::memset(p, 0, bytes);
+  }
+  void to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void from_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes && dst != src) std::memmove(dst, src, bytes);
+  }
+};
+
 }  // namespace
 
 sim::Memory& cuda_memory() {
   static CudaMemory* m = new CudaMemory;  // never destroyed (see sim::host_memory)
+  return *m;
+}
+
+sim::Memory& cuda_pinned_memory() {
+  static PinnedMemory* m = new PinnedMemory;  // never destroyed (see sim::host_memory)
   return *m;
 }
 

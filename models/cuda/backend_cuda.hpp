@@ -18,4 +18,10 @@ std::unique_ptr<Backend<float>> make_cuda_backend(int device);
 // throws exmy::Error naming the bytes asked for and the bytes free.
 sim::Memory& cuda_memory();
 
+// Page-locked host memory (cudaHostAlloc): on_host() like the host's, and
+// copies between it and cuda_memory() run at the link's full rate. The
+// offloaded optimizer state (train.offload = optimizer) lives here. An
+// allocation that cannot be pinned throws exmy::Error naming the bytes.
+sim::Memory& cuda_pinned_memory();
+
 }  // namespace exmy::models

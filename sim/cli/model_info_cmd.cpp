@@ -53,6 +53,8 @@ int cmd_model_info(const Args& args) {
       ("seq-len", po::value<int64_t>()->default_value(4096), "sequence length for FLOPs and memory")  //
       ("batch", po::value<int64_t>()->default_value(1), "micro-batch (sequences) for the memory estimate")  //
       ("recompute", po::value<std::string>()->default_value("none"), "activation recompute for the memory estimate: none | blocks (train.recompute)")  //
+      ("offload", po::value<std::string>()->default_value("none"), "none | optimizer: FP32 master weights and AdamW moments in host memory while the model trains on --device (train.offload)")  //
+      ("host-memory", po::value<double>(), "GiB of host memory for the offloaded state (default: what this machine has free now)")  //
       ("memory", po::value<double>(), "GiB available for the plan (default: what this machine, or --device, has free now)")  //
       ("device", po::value<std::string>()->default_value("cpu"), "where the plan trains: cpu, cuda[:N] (train.device)")  //
       ("ranks", po::value<int>()->default_value(1), "data-parallel ranks: the plan of one rank, AdamW moments sharded (train.shard_optimizer)")  //
@@ -66,6 +68,11 @@ int cmd_model_info(const Args& args) {
   const int64_t seq = vm["seq-len"].as<int64_t>(), batch = vm["batch"].as<int64_t>();
   if (seq <= 0 || batch <= 0) throw Error("--seq-len and --batch must be positive");
   const sim::Device device = sim::parse_device(vm["device"].as<std::string>(), "--device");
+  const std::string offload = vm["offload"].as<std::string>();
+  if (offload != "none" && offload != "optimizer") throw Error("--offload '" + offload + "' (expected none or optimizer)");
+  if (offload == "optimizer" && device.is_cpu())
+    throw Error("--offload optimizer plans a device run (give --device cuda): on the CPU the optimizer state is in host memory already");
+  const bool offloaded = offload == "optimizer";
 
   std::printf("model %s: %lld layers (%lld Mamba-2, %lld attention, %lld MLP), hidden %lld, vocab %lld\n",
               cfg.name.c_str(), static_cast<long long>(cfg.num_hidden_layers),
@@ -110,15 +117,21 @@ int cmd_model_info(const Args& args) {
   if (recompute != "none" && recompute != "blocks") throw Error("--recompute '" + recompute + "' (expected none or blocks)");
   const int ranks = vm["ranks"].as<int>();
   if (ranks < 1) throw Error("--ranks must be at least 1");
-  const models::MemoryEstimate m = train::rank_training_memory(cfg, batch, seq, recompute == "blocks", ranks);
+  const models::MemoryEstimate m = train::rank_training_memory(cfg, batch, seq, recompute == "blocks", ranks, offloaded);
   // On a device the training step keeps the same FP32 tensors in the
-  // device's memory (no BF16 working weights or host offload yet).
-  const std::string where = device.is_cpu() ? "on the CPU" : "on " + sim::device_name(device) + ", all in device memory";
+  // device's memory, or (offloaded) all but the optimizer's.
+  const std::string where = device.is_cpu()  ? "on the CPU"
+                            : offloaded      ? "on " + sim::device_name(device) + ", optimizer state in host memory"
+                                             : "on " + sim::device_name(device) + ", all in device memory";
   std::printf("\ntraining memory %s, FP32, micro-batch %lld x %lld tokens, recompute %s%s:\n", where.c_str(),
               static_cast<long long>(batch), static_cast<long long>(seq), recompute.c_str(),
-              ranks > 1 ? (", per rank of " + std::to_string(ranks) + " (AdamW moments sharded)").c_str() : "");
-  std::printf("  weights %s, gradients %s, AdamW moments %s\n", sim::gib_text(m.params).c_str(), sim::gib_text(m.grads).c_str(),
-              sim::gib_text(m.optimizer).c_str());
+              ranks > 1 ? (", per rank of " + std::to_string(ranks) + (offloaded ? " (AdamW state sharded)" : " (AdamW moments sharded)")).c_str() : "");
+  if (offloaded)
+    std::printf("  weights %s, gradients %s (the master weights and AdamW moments are on the host)\n",
+                sim::gib_text(m.params).c_str(), sim::gib_text(m.grads).c_str());
+  else
+    std::printf("  weights %s, gradients %s, AdamW moments %s\n", sim::gib_text(m.params).c_str(),
+                sim::gib_text(m.grads).c_str(), sim::gib_text(m.optimizer).c_str());
   std::printf("  activations kept for backward %s, backward workspace %s\n", sim::gib_text(m.activations).c_str(),
               sim::gib_text(m.workspace).c_str());
   std::printf("  total %s (%.0f bytes; exmy train checks it before allocating)\n", sim::gib_text(m.total()).c_str(), m.total());
@@ -143,6 +156,19 @@ int cmd_model_info(const Args& args) {
   }
   std::printf("  %s in %s (%s)\n", m.total() <= avail.bytes ? "fits" : "does not fit", sim::gib_text(avail.bytes).c_str(),
               avail.source.c_str());
+  if (offloaded) {
+    sim::AvailableMemory host;
+    if (vm.count("host-memory")) {
+      if (!(vm["host-memory"].as<double>() > 0)) throw Error("--host-memory must be a positive number of GiB");
+      host.bytes = vm["host-memory"].as<double>() * 1024.0 * 1024.0 * 1024.0;
+      host.source = "--host-memory";
+    } else {
+      host = sim::available_memory();
+    }
+    std::printf("  host memory %s: FP32 master weights and AdamW moments, a staged chunk of gradients; %s in %s (%s)\n",
+                sim::gib_text(m.host_state).c_str(), m.host_state <= host.bytes ? "fits" : "does not fit",
+                sim::gib_text(host.bytes).c_str(), host.source.c_str());
+  }
   return 0;
 }
 

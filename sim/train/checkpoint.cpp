@@ -138,6 +138,7 @@ void load_checkpoint(const std::string& path, models::NemotronH<float>& model, s
   state.best_val_loss = io::h5::read_double_attribute(root.get(), "best_val_loss").value_or(INFINITY);
   state.elapsed_s = io::h5::read_double_attribute(root.get(), "elapsed_s").value_or(0.0);
   opt.set_steps(need_int(root.get(), "adam_step", path));
+  opt.master_from_params();  // an offloaded optimizer's master weights are the loaded params
   const auto rng = io::h5::read_u64_array(f.get(), "/rng", what);
   if (rng.size() != 2 || rng[0] != state.data_seed || rng[1] != static_cast<uint64_t>(state.data_position))
     throw Error(what + ": /rng does not match the data position attributes (corrupt?)");

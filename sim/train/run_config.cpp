@@ -27,7 +27,7 @@ const std::vector<ConfigKey> kKeys = {
     {"train.recipe", "fp32", "quantization recipe: a name (exmy train --recipes lists them) or an .ini file; recipe.SECTION.KNOB=VALUE overrides a knob"},
     {"train.seed", "1", "seed of the weight initialization and of the data order"},
     {"train.threads", "0", "OpenMP threads (0: OpenMP's default); results do not depend on it"},
-    {"train.device", "cpu", "cpu, cuda, cuda:N or cuda-emulated: where the model trains (a device runs the fp32 and bf16 policies in one process; cuda-emulated runs the device's code on the host, slowly, for checks)"},
+    {"train.device", "cpu", "cpu, cuda, cuda:N or cuda-emulated: where the model trains (on a device the whole step runs there, quantized recipes included; cuda-emulated runs the device's code on the host, slowly, for checks)"},
     {"train.log_interval", "10", "steps between progress lines and /train rows"},
     {"train.eval_interval", "100", "steps between validation losses (0: only at the end)"},
     {"train.eval_batches", "4", "validation micro-batches per evaluation"},
@@ -38,6 +38,7 @@ const std::vector<ConfigKey> kKeys = {
     {"train.gemm_stats_rows", "128", "GEMM statistics compare min(this, ceil(M/gemm_stats_sample)) output rows with the unquantized GEMM (0: all)"},
     {"train.gemm_stats_sample", "64", "GEMM statistics compare one output row in this many (at most gemm_stats_rows)"},
     {"train.recompute", "none", "activation recompute: none, or blocks (each block's forward runs again in backward: the same bits, about a block's activations kept instead of every block's)"},
+    {"train.offload", "none", "none, or optimizer (on a device: the FP32 master weights and AdamW moments in pinned host memory, updated there, the device keeping the working weights and gradients; the same bits)"},
     {"train.shard_optimizer", "on", "multi-rank jobs: each rank keeps the AdamW moments of its share of the parameters and the ranks gather the updated weights (ZeRO-1; off: every rank keeps them all); the same bits either way"},
     {"train.cold_restart_references", "false", "on --resume, start tensor references empty instead of restoring them (the reference implementation)"},
     {"train.init_from", "", "HF checkpoint (directory or .safetensors) whose weights start a new run"},
@@ -260,6 +261,11 @@ void read_train(RunConfig& c, std::map<std::string, std::string>& v,
   c.init_from = v["train.init_from"];
   c.recompute = v["train.recompute"];
   if (c.recompute != "none" && c.recompute != "blocks") bad("train.recompute", c.recompute, "none or blocks");
+  c.offload = v["train.offload"];
+  if (c.offload != "none" && c.offload != "optimizer") bad("train.offload", c.offload, "none or optimizer");
+  if (c.offload == "optimizer" && c.device.is_cpu())
+    throw Error("train.offload = optimizer moves the optimizer state from a device's memory to the host's; with "
+                "train.device = cpu it is there already (set train.offload = none or a device)");
   c.export_hf = v["train.export_hf"];
   if (c.export_hf != "none" && c.export_hf != "fp32" && c.export_hf != "bf16")
     bad("train.export_hf", c.export_hf, "none, fp32 or bf16");

@@ -58,7 +58,7 @@ struct RunConfig {
   sim::quant::Recipe recipe;
   uint64_t seed = 1;
   int threads = 0;  // 0: OpenMP's default
-  sim::Device device;  // train.device: cpu (the only training backend so far) or cuda[:N]
+  sim::Device device;  // train.device: cpu, cuda[:N] or cuda-emulated
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // 0: only at the end
   int64_t eval_batches = 4;
@@ -75,6 +75,11 @@ struct RunConfig {
   // reference implementation's cold restart).
   bool cold_restart_references = false;
   std::string recompute = "none";  // none | blocks: activation recompute (NemotronH::set_recompute)
+  // none | optimizer: the optimizer state (FP32 master weights, AdamW
+  // moments) in host memory while the model trains on a device (sim::AdamW's
+  // offload); only with a device.
+  std::string offload = "none";
+  bool offloaded() const { return offload == "optimizer"; }
   // Multi-rank jobs: each rank keeps the AdamW moments of its share of the
   // parameters (ZeRO-1, sim::optimizer_shard) instead of all of them.
   bool shard_optimizer = true;

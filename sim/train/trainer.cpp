@@ -91,16 +91,22 @@ void remove_leftovers(const fs::path& dir) {
 }  // namespace
 
 models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model, int64_t batch, int64_t seq_len,
-                                            bool recompute, int shards) {
+                                            bool recompute, int shards, bool offload) {
   models::MemoryEstimate m = models::training_memory(model, batch, seq_len, recompute);
-  if (shards > 1) m.optimizer = 8.0 * static_cast<double>(sim::largest_shard(models::make_layout(model), shards));
+  const double shard = shards > 1 ? static_cast<double>(sim::largest_shard(models::make_layout(model), shards))
+                                  : m.params / 4.0;  // elements of the arena (padding included)
+  if (shards > 1) m.optimizer = 8.0 * shard;
+  if (offload) {  // sim::AdamW's offload: master weights and moments on the host, one chunk of gradients staged
+    m.host_state = 12.0 * shard + 4.0 * static_cast<double>(std::min<int64_t>(static_cast<int64_t>(shard), sim::kOffloadChunk));
+    m.optimizer = 0;
+  }
   return m;
 }
 
 void require_training_memory(const RunConfig& cfg, int ranks) {
   const int shards = cfg.shard_optimizer ? ranks : 1;
   const models::MemoryEstimate m =
-      rank_training_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.recompute == "blocks", shards);
+      rank_training_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.recompute == "blocks", shards, cfg.offloaded());
   const std::string shard = shards > 1 ? " (this rank's shard of " + std::to_string(shards) + ")" : "";
   // On a CUDA device the model lives in the device's memory.
   sim::AvailableMemory device;
@@ -113,12 +119,18 @@ void require_training_memory(const RunConfig& cfg, int ranks) {
   }
   sim::require_memory(m.total(),
                       "training model " + cfg.model_name + " (micro-batch " + std::to_string(cfg.batch_size) + " x " +
-                          std::to_string(cfg.seq_len) + " tokens: weights, gradients and AdamW moments" + shard + " " +
+                          std::to_string(cfg.seq_len) + " tokens: weights, gradients" +
+                          (cfg.offloaded() ? " (AdamW state offloaded)" : " and AdamW moments" + shard) + " " +
                           sim::gib_text(m.params + m.grads + m.optimizer) + ", activations and workspace " +
                           sim::gib_text(m.activations + m.workspace) + "; exmy model-info --model " + cfg.model_name + ")",
                       "lower train.batch_size or train.seq_len (train.grad_accum keeps the tokens per step), or "
                       "choose a smaller model",
                       on_cuda ? &device : nullptr);
+  if (m.host_state > 0)  // the offloaded state, in the host's memory
+    sim::require_memory(m.host_state,
+                        "the offloaded optimizer state of " + cfg.model_name + " (FP32 master weights and AdamW moments" +
+                            shard + " in host memory)",
+                        "shard it over more ranks (train.shard_optimizer) or train.offload = none");
 }
 
 RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* out) {
@@ -261,7 +273,7 @@ class Trainer {
       for (int r = 0; r < n; ++r) shards_.push_back(sim::optimizer_shard(layout, r, n));
     opt_ = std::make_unique<sim::AdamW>(
         layout, cfg_.adamw, shards_.empty() ? sim::whole_arena(layout) : shards_[static_cast<size_t>(comm_.rank())],
-        device_->memory(), device_->optim());
+        device_->memory(), device_->optim(), cfg_.offloaded() ? device_->offload_memory() : nullptr);
   }
 
   // After a sharded update: every rank's shard of the weights to every rank
@@ -766,6 +778,9 @@ void Trainer::say_plan(int64_t first) {
       static_cast<long long>(cfg_.grad_accum), cfg_.schedule.peak,
       std::string(sim::lr_kind_name(cfg_.schedule.kind)).c_str(), static_cast<long long>(cfg_.schedule.warmup),
       dir_.c_str());
+  if (opt_->offloaded())
+    say("AdamW state offloaded: master weights and moments (%s) in %s memory, updated there (train.offload)\n",
+        sim::gib_text(12.0 * static_cast<double>(opt_->shard().size())).c_str(), opt_->memory().name());
   if (first > 0) say("resuming at step %lld from %s\n", static_cast<long long>(first), last_checkpoint_.c_str());
 }
 
@@ -1032,7 +1047,7 @@ bool resumable_key(const std::string& key) {
       "train.steps",          "train.threads",           "train.device",           "train.log_interval",
       "train.eval_interval",  "train.eval_batches",   "train.checkpoint_interval", "train.keep_checkpoints", "train.stats_interval",
       "train.capture_step",   "train.gemm_stats_rows",   "train.gemm_stats_sample", "train.cold_restart_references",
-      "train.recompute",      "train.shard_optimizer",
+      "train.recompute",      "train.offload",           "train.shard_optimizer",
       "train.export_hf"};
   if (key.starts_with("eval.")) return true;
   for (const char* k : kResumable)

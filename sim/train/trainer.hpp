@@ -102,12 +102,16 @@ RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* o
 // memory that `exmy model-info` estimates for the run's model and
 // micro-batch exceeds what the machine has available (sim/sysmem.hpp).
 // Every command that builds a model for a run checks this first. A rank of
-// an n-rank job with train.shard_optimizer counts its shard of the moments.
+// an n-rank job with train.shard_optimizer counts its shard of the moments;
+// an offloaded optimizer's state is checked against the host's memory.
 void require_training_memory(const RunConfig& cfg, int ranks = 1);
 // models::training_memory of one rank whose AdamW moments are the largest
 // of `shards` optimizer shards (sim::optimizer_shard; 1: all of them).
+// With `offload` (train.offload = optimizer) the moments leave the device
+// and the shard's master weights, moments and staged gradient chunk are
+// counted in host_state instead (sim::AdamW's offload).
 models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model, int64_t batch, int64_t seq_len,
-                                            bool recompute, int shards);
+                                            bool recompute, int shards, bool offload = false);
 
 // Starts a new run in `out_dir` (created if needed). Throws exmy::Error when
 // out_dir already holds a run, unless `overwrite`.

@@ -167,6 +167,13 @@ TrainingDevice::TrainingDevice(const sim::Device& d) : device_(d) {
 
 TrainingDevice::~TrainingDevice() = default;
 
+sim::Memory* TrainingDevice::offload_memory() {
+#if defined(EXMY_HAVE_CUDA)
+  if (device_.is_cuda()) return &models::cuda_pinned_memory();
+#endif
+  return device_.is_emulated() ? &sim::host_memory() : nullptr;
+}
+
 std::unique_ptr<sim::LinearFactory<float>> TrainingDevice::plain_linears(std::string_view policy) {
 #if defined(EXMY_HAVE_CUDA)
   if (device_.is_cuda()) {

@@ -36,6 +36,10 @@ class TrainingDevice {
   models::Backend<float>& backend() { return be_ ? *be_ : models::cpu_backend<float>(); }
   sim::Memory& memory() { return backend().memory(); }
   const sim::OptimKernels& optim() const { return optim_; }
+  // Where train.offload = optimizer puts the optimizer state: page-locked
+  // host memory for a CUDA device, the host's for cuda-emulated; null on
+  // the CPU (whose optimizer state is in host memory already).
+  sim::Memory* offload_memory();
   // Where the recipe's quantized linears run (their runtime's ops).
   sim::quant::QuantOps& quant_ops() { return quant_ ? *quant_ : sim::quant::cpu_quant_ops(); }
   // The linears of a plain policy (fp32 | bf16) on the backend's memory.

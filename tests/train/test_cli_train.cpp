@@ -498,6 +498,21 @@ TEST(CliTrain, ModelInfoPlansADeviceRun) {
         << r.out;
   }
   expect_one_line_error({kExmy, "model-info", "--device", "gpu"}, "--device gpu: expected cpu, cuda");
+  // train.offload = optimizer: the moments leave the device (8 bytes a
+  // parameter), the master weights and moments go to the host: the 8B then
+  // fits without recompute (30.18 + 30.18 + 44.65 + 3.47 GiB)
+  {
+    const Result r = run({kExmy, "model-info", "--model", "nemotron-h-8b", "--device", "cuda", "--memory", "139",
+                          "--offload", "optimizer", "--host-memory", "128"});
+    ASSERT_EQ(r.status, 0) << r.out;
+    for (const char* want : {"training memory on cuda, optimizer state in host memory", "total 108.48 GiB",
+                             "  fits in 139.00 GiB (--memory)", "host memory 90.60 GiB",
+                             "fits in 128.00 GiB (--host-memory)"})
+      EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  expect_one_line_error({kExmy, "model-info", "--offload", "optimizer"}, "--offload optimizer plans a device run");
+  expect_one_line_error({kExmy, "model-info", "--device", "cuda", "--offload", "all"},
+                        "--offload 'all' (expected none or optimizer)");
 }
 
 // --device / train.device: cpu and cuda-emulated train; a CUDA device that
@@ -519,6 +534,10 @@ TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
   }
   expect_one_line_error(with_device(d / "c", "cuda:x"), "--device cuda:x: expected cpu, cuda, cuda:N");
   expect_one_line_error(train_args(d / "e", {"train.device=gpu"}), "train.device gpu: expected cpu, cuda, cuda:N");
+  expect_one_line_error(train_args(d / "f", {"train.offload=optimizer"}),
+                        "train.offload = optimizer moves the optimizer state from a device's memory");
+  expect_one_line_error(train_args(d / "h", {"train.device=cuda-emulated", "train.offload=gpu"}),
+                        "train.offload");
   // eval takes the device (tests/eval/test_cli_eval.cpp runs it); without a target it stops at that
   expect_one_line_error({kExmy, "eval", "--device", "cuda-emulated"}, "exmy eval needs a checkpoint");
   {  // bench train times the device backend's passes
@@ -530,7 +549,7 @@ TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
   }
   expect_one_line_error(train_args(d / "g", {"train.device=cuda-emulated", "train.recipe=nvfp4-row-scaled"}),
                         "do not run on the device's quantizer on cuda-emulated yet");
-  for (const char* dir : {"a", "b", "c", "e"}) EXPECT_FALSE(fs::exists(d / dir)) << dir;
+  for (const char* dir : {"a", "b", "c", "e", "f", "h"}) EXPECT_FALSE(fs::exists(d / dir)) << dir;
   EXPECT_FALSE(fs::exists(d / "g/run.h5"));
   // cpu and cuda-emulated train, and the resolved configuration records the device
   for (const char* device : {"cpu", "cuda-emulated"}) {

@@ -167,7 +167,9 @@ INSTANTIATE_TEST_SUITE_P(Recipes, DistTrain, ::testing::Range<size_t>(0, 6), [](
 // Ranks on a device (cuda-emulated here; their gradients, weights and
 // moments go through the host to MPI) give the bits of one CPU process: a
 // plain policy and a quantized recipe with periodic references and the
-// grouped GEMM model, with the optimizer state sharded.
+// grouped GEMM model, with the optimizer state sharded (for the plain policy
+// offloaded to the host as well: each rank's shard of master weights and
+// moments in host memory).
 TEST(DistTrainDevice, DeviceRanksGiveTheBitsOfOneCpuProcess) {
   REQUIRE_MPI();
   for (const Case& c : {Case{"fp32", {"train.precision=fp32"}},
@@ -177,9 +179,12 @@ TEST(DistTrainDevice, DeviceRanksGiveTheBitsOfOneCpuProcess) {
     ASSERT_EQ(one.status, 0) << one.out;
     auto sets = c.sets;
     sets.push_back("train.device=cuda-emulated");
+    const bool offload = std::string(c.name) == "fp32";
+    if (offload) sets.push_back("train.offload=optimizer");
     const auto two = run_ranks(2, tiny_args(d / "dev", sets));
     ASSERT_EQ(two.status, 0) << two.out;
     EXPECT_NE(two.out.find("AdamW state sharded"), std::string::npos) << two.out;
+    if (offload) EXPECT_NE(two.out.find("AdamW state offloaded"), std::string::npos) << two.out;
     expect_same_runs(d / "cpu", d / "dev", std::string(c.name) + " on 2 cuda-emulated ranks");
   }
 }

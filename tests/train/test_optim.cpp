@@ -183,6 +183,87 @@ TEST(OptimizerShard, ShardedStepsAreTheWholeStepsBits) {
   }
 }
 
+// A device memory for the offloaded optimizer's test: host storage that
+// says it is not the host's (so AdamW must copy through to_host and
+// from_host) and counts the bytes moved each way.
+class CopyCountingMemory final : public Memory {
+ public:
+  const char* name() const override { return "test device"; }
+  bool on_host() const override { return false; }
+  void* allocate(size_t bytes) override { return host_memory().allocate(bytes); }
+  void deallocate(void* p) noexcept override { host_memory().deallocate(p); }
+  void zero(void* p, size_t bytes) override { host_memory().zero(p, bytes); }
+  void to_host(void* d, const void* s, size_t bytes) override { down += bytes, host_memory().copy(d, s, bytes); }
+  void from_host(void* d, const void* s, size_t bytes) override { up += bytes, host_memory().copy(d, s, bytes); }
+  void copy(void* d, const void* s, size_t bytes) override { host_memory().copy(d, s, bytes); }
+  size_t down = 0, up = 0;
+};
+
+// train.offload = optimizer: the master weights and moments on the host,
+// the arena in a device's memory, the update made chunk by chunk. Whatever
+// the chunk (cutting views, or one element at a time) and the shard, the
+// weights and moments are the bits of the AdamW that keeps everything in
+// one memory; each step moves the shard's gradients down and its weights up
+// once; a master_from_params after the arena is written starts from the
+// new weights.
+TEST(AdamW, OffloadedStateGivesTheSameBitsChunkByChunk) {
+  const ArenaLayout L = mixed_views();
+  AdamWConfig c;
+  std::mt19937 gen(3);
+  std::normal_distribution<float> nd;
+  Buf<float> p0(static_cast<size_t>(L.size()), 0.0f), g(p0.size(), 0.0f);
+  for (const auto& v : L.views())
+    for (int64_t i = v.offset; i < v.offset + v.numel; ++i) p0[static_cast<size_t>(i)] = nd(gen);
+  for (const int n : {1, 3}) {
+    for (const int64_t chunk : {int64_t{1}, int64_t{37}, int64_t{1000}, kOffloadChunk}) {
+      for (int r = 0; r < n; ++r) {
+        const OptimizerShard sh = optimizer_shard(L, r, n);
+        AdamW ref(L, c, sh);
+        CopyCountingMemory dev;
+        AdamW off(L, c, sh, dev, {}, &host_memory());
+        off.set_offload_chunk(chunk);
+        ASSERT_TRUE(off.offloaded());
+        Buf<float> pr = p0, po = p0;
+        std::mt19937 gg(9);
+        for (int t = 0; t < 3; ++t) {
+          for (const auto& v : L.views())
+            for (int64_t i = v.offset; i < v.offset + v.numel; ++i) g[static_cast<size_t>(i)] = nd(gg);
+          if (t == 2) {  // the arena rewritten between steps (a checkpoint loaded)
+            for (size_t i = 0; i < pr.size(); ++i) pr[i] = po[i] = pr[i] * 0.5f;
+            off.master_from_params();
+          }
+          dev.down = dev.up = 0;
+          ref.step(pr, g, 1e-2, 0.75);
+          off.step(po, g, 1e-2, 0.75);
+          const size_t bytes = sizeof(float) * static_cast<size_t>(sh.size());
+          EXPECT_EQ(dev.down, (t == 0 || t == 2 ? 2 : 1) * bytes) << "gradients (and, first, the master weights) down";
+          EXPECT_EQ(dev.up, bytes) << "weights up";
+        }
+        const std::string at = std::to_string(n) + " shards, rank " + std::to_string(r) + ", chunk " + std::to_string(chunk);
+        for (size_t i = 0; i < pr.size(); ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(po[i]), std::bit_cast<uint32_t>(pr[i])) << "element " << i << ", " << at;
+        ASSERT_EQ(off.exp_avg().size(), ref.exp_avg().size());
+        for (size_t i = 0; i < ref.exp_avg().size(); ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(off.exp_avg()[i]), std::bit_cast<uint32_t>(ref.exp_avg()[i])) << at;
+          ASSERT_EQ(std::bit_cast<uint32_t>(off.exp_avg_sq()[i]), std::bit_cast<uint32_t>(ref.exp_avg_sq()[i])) << at;
+        }
+      }
+    }
+  }
+}
+
+// Offloaded state must be in host memory.
+TEST(AdamW, OffloadToADeviceMemoryIsRefused) {
+  const ArenaLayout L = mixed_views();
+  CopyCountingMemory dev;
+  try {
+    AdamW off(L, AdamWConfig{}, whole_arena(L), dev, {}, &dev);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be in host memory"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GlobalNorm, ValueScaleAndThreadIndependence) {
   std::vector<float> g = {3.0f, 4.0f};
   EXPECT_DOUBLE_EQ(global_norm(g), 5.0);

@@ -455,6 +455,70 @@ TEST(TrainerDevice, PeakDeviceMemoryIsThePlanWithinTenPercent) {
   }
 }
 
+// train.offload = optimizer: the FP32 master weights and the AdamW moments
+// on the host, the device keeping the working weights and gradients, gives
+// the bits of the run that keeps everything on the device (and so the
+// CPU's): losses, gradient norms, per-parameter norms, weights. A run cut by
+// a checkpoint resumes with the offload switched either way and continues
+// the same bits (the checkpoint holds the moments and weights whichever
+// memory they were in).
+TEST(TrainerDevice, OffloadedOptimizerTrainsTheSameBits) {
+  TempDir d;
+  const std::vector<std::string> sets = {"train.device=cuda-emulated", "train.grad_accum=2",
+                                         "train.checkpoint_interval=10"};
+  const TrainResult on_device = train_new(tiny(sets), d / "device", quiet(), {});
+  ASSERT_EQ(on_device.status, TrainStatus::completed);
+  auto offloaded = sets;
+  offloaded.push_back("train.offload=optimizer");
+  const TrainResult off = train_new(tiny(offloaded), d / "off", quiet(), {});
+  ASSERT_EQ(off.status, TrainStatus::completed);
+  expect_same_bits(off.losses, on_device.losses, "loss");
+  expect_same_bits(off.params, on_device.params);
+  for (const char* ds : {"/train/grad_norm", "/train/param_norm", "/eval/loss"})
+    expect_same_bits(io::read_run_column(d / "off/run.h5", ds), io::read_run_column(d / "device/run.h5", ds), ds);
+  EXPECT_GT(off.losses.front(), off.losses.back());
+  for (const bool first_offloaded : {true, false}) {
+    const std::string dir = d / (first_offloaded ? "cut-off" : "cut-on");
+    std::atomic<int> stop{0};
+    TrainHooks h = quiet();
+    h.stop = &stop;
+    h.before_step = [&](int64_t s, models::NemotronH<float>&) {
+      if (s == 12) stop = SIGINT;
+    };
+    const TrainResult a = train_new(tiny(first_offloaded ? offloaded : sets), dir, h, {});
+    ASSERT_EQ(a.status, TrainStatus::interrupted);
+    const TrainResult b = train_resume(
+        dir, std::nullopt, {std::string("train.offload=") + (first_offloaded ? "none" : "optimizer")}, quiet(), {});
+    ASSERT_EQ(b.status, TrainStatus::completed);
+    std::vector<double> joined = a.losses;
+    joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+    expect_same_bits(joined, on_device.losses, dir.c_str());
+    expect_same_bits(b.params, on_device.params);
+  }
+}
+
+// The offloaded plan: the device's part (no AdamW moments) against the
+// device run's measured peak, within 10%; the host's part is the shard's
+// master weights and moments plus one staged chunk.
+TEST(TrainerDevice, OffloadedPlanIsTheDevicePeakWithinTenPercent) {
+  TempDir d;
+  const RunConfig c = tiny({"model.name=proxy-10m", "train.batch_size=4", "train.seq_len=256", "train.steps=1",
+                            "train.eval_batches=1", "train.eval_interval=0", "data.synthetic_tokens=65536",
+                            "train.device=cuda-emulated", "train.recompute=blocks", "train.offload=optimizer"});
+  const TrainResult r = train_new(c, d / "run", quiet(), {});
+  ASSERT_EQ(r.status, TrainStatus::completed);
+  const models::MemoryEstimate m = rank_training_memory(c.model, c.batch_size, c.seq_len, true, 1, true);
+  const models::MemoryEstimate all = rank_training_memory(c.model, c.batch_size, c.seq_len, true, 1, false);
+  EXPECT_EQ(m.optimizer, 0);
+  EXPECT_EQ(m.total(), all.total() - all.optimizer);
+  const double arena = m.params / 4;
+  EXPECT_EQ(m.host_state, 12 * arena + 4 * std::min<double>(arena, static_cast<double>(sim::kOffloadChunk)));
+  const double peak = static_cast<double>(r.device_peak_bytes);
+  std::printf("[offload] plan %.1f MiB, device peak %.1f MiB (%+.1f%%)\n", m.total() / 1048576.0, peak / 1048576.0,
+              100.0 * (peak - m.total()) / m.total());
+  EXPECT_LT(std::fabs(peak - m.total()), 0.10 * m.total());
+}
+
 // train.keep_checkpoints = 0: a measuring run writes no checkpoint at all.
 TEST(Trainer, KeepCheckpointsZeroWritesNone) {
   TempDir d;
