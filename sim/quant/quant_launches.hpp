@@ -1,7 +1,9 @@
 // The small kernels a quantized linear needs on a device, over a launcher
 // (sim/kernel_launch.hpp): data movement and elementwise arithmetic whose
 // bits equal the CPU's (the transpose moves floats; the BF16 rounding is
-// sim/bf16.hpp's function; the add is one float addition per element).
+// sim/bf16.hpp's function; the add is one float addition per element), and
+// the statistics' integer reductions and row gathers (sim/quant/device_stats.hpp
+// runs them; their per-item decisions are sim/quant/stats_items.hpp's).
 // Instantiated with HostLaunch (quant_launches_emulated.cpp) and DeviceLaunch
 // (sim/quant/cuda/quant_ops.cu).
 #pragma once
