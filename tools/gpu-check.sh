@@ -5,7 +5,8 @@
 # tests/models/test_layers_cuda.cpp, tests/models/test_ssd_cuda.cpp,
 # tests/models/test_attention_cuda.cpp, tests/sim/test_cli_cuda.cpp,
 # tests/sim/test_gemm_cuda.cpp, tests/sim/test_linear_cuda.cpp,
-# tests/models/test_model_device.cpp, tests/quant/test_grouped_cuda.cpp),
+# tests/models/test_model_device.cpp, tests/quant/test_grouped_cuda.cpp,
+# tests/quant/test_quant_stats_cuda.cpp),
 # `exmy bench quantize --device cuda --repeat 3`, short training runs on the
 # CPU and the device side by side (tools/gpu-train-check.sh) and the CPU
 # benchmark of that machine's cores.
@@ -41,8 +42,8 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 bundle=build-cuda/gpu-bundle
 # the gpu-labelled test binaries (build-cuda/ paths) and the targets that make them
-tests="tests/formats/test_cuda tests/models/test_layers_cuda tests/models/test_ssd_cuda tests/models/test_attention_cuda tests/sim/test_cli_cuda tests/sim/test_gemm_cuda tests/sim/test_linear_cuda tests/models/test_model_device tests/quant/test_grouped_cuda"
-targets="exmy test_cuda test_cuda_emulated test_layers_cuda test_layers_cuda_emulated test_ssd_cuda test_ssd_cuda_emulated test_attention_cuda test_attention_cuda_emulated test_cli_cuda test_gemm_cuda test_linear_cuda test_model_device test_model_device_emulated test_grouped_cuda test_grouped_cuda_emulated"
+tests="tests/formats/test_cuda tests/models/test_layers_cuda tests/models/test_ssd_cuda tests/models/test_attention_cuda tests/sim/test_cli_cuda tests/sim/test_gemm_cuda tests/sim/test_linear_cuda tests/models/test_model_device tests/quant/test_grouped_cuda tests/quant/test_quant_stats_cuda"
+targets="exmy test_cuda test_cuda_emulated test_layers_cuda test_layers_cuda_emulated test_ssd_cuda test_ssd_cuda_emulated test_attention_cuda test_attention_cuda_emulated test_cli_cuda test_gemm_cuda test_linear_cuda test_model_device test_model_device_emulated test_grouped_cuda test_grouped_cuda_emulated test_quant_stats_cuda test_quant_stats_cuda_emulated"
 
 build() {
   # portable code: the binaries may run on another CPU than the one that built them

@@ -1,16 +1,20 @@
 // The small kernels a quantized linear needs on a device, over a launcher
 // (sim/kernel_launch.hpp): data movement and elementwise arithmetic whose
 // bits equal the CPU's (the transpose moves floats; the BF16 rounding is
-// sim/bf16.hpp's function; the add is one float addition per element).
+// sim/bf16.hpp's function; the add is one float addition per element), and
+// the statistics' integer reductions and row gathers (sim/quant/device_stats.hpp
+// runs them; their per-item decisions are sim/quant/stats_items.hpp's).
 // Instantiated with HostLaunch (quant_launches_emulated.cpp) and DeviceLaunch
 // (sim/quant/cuda/quant_ops.cu).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "formats/format.hpp"
 #include "sim/bf16.hpp"
 #include "sim/kernel_launch.hpp"
+#include "sim/quant/stats_items.hpp"
 
 namespace exmy::sim::quant {
 
@@ -69,12 +73,129 @@ void encode_launches(const L& launch, double* v, const EncodePlan& p, const void
   });
 }
 
+// --- statistics (docs/recipes.md, "Statistics") ------------------------------
+//
+// The reductions run in two launches without atomics: `parts` threads each
+// reduce the items i = t, t + parts, t + 2·parts, ... (adjacent threads
+// read adjacent items) into their own partial, then a thread per result
+// combines the partials. Every reduction is an integer max or an integer
+// count, so neither the split nor the order changes a value: the results
+// equal the CPU's functions' (sim/quant/stats.cpp) bit for bit.
+
+// How many partials a reduction over `items` into `bins` results takes: at
+// least 256 items a thread, at most 2^16 threads and 2^20 partial entries.
+inline int64_t stats_parts(int64_t items, int64_t bins) {
+  int64_t parts = (items + 255) / 256;
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(int64_t{1} << 16, (int64_t{1} << 20) / bins));
+  return std::max<int64_t>(1, std::min(parts, most));
+}
+
+// part[t] = the max over i ≡ t (mod parts), i < n, of bits[i] & 0x7fffffff:
+// |x|'s bits of floats (abs_bits), or a first pass's partials again.
+template <class L>
+void max_abs_bits_launches(const L& launch, uint32_t* part, const uint32_t* bits, int64_t n, int64_t parts) {
+  launch("max_abs_bits", parts, [=] EXMY_HD_LAMBDA(int64_t t) {
+    uint32_t m = 0;
+    for (int64_t i = t; i < n; i += parts) {
+      const uint32_t a = bits[i] & 0x7fffffffu;
+      m = a > m ? a : m;
+    }
+    part[t] = m;
+  });
+}
+
+// part[t · bins + c] = how many of the codes i ≡ t (mod parts), i < blocks,
+// are c (code_bytes 1 or 2: bins = 256 or 65536).
+template <class L>
+void count_codes_launches(const L& launch, uint32_t* part, const uint8_t* codes, int code_bytes, int64_t blocks,
+                          int64_t parts) {
+  const int64_t bins = int64_t{1} << (8 * code_bytes);
+  launch("count_codes", parts, [=] EXMY_HD_LAMBDA(int64_t t) {
+    uint32_t* h = part + t * bins;
+    for (int64_t c = 0; c < bins; ++c) h[c] = 0;
+    for (int64_t i = t; i < blocks; i += parts) ++h[code_at(codes, code_bytes, i)];
+  });
+}
+
+// part[t · kRangeHistBins + k] = how many of the blocks b ≡ t (mod parts)
+// of x (rows, cols; br x bc blocks in row-major block order, edge blocks
+// partial) fall in range bin k (range_bin_of; add_block_ranges's blocks).
+template <class L>
+void count_ranges_launches(const L& launch, uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br,
+                           int64_t bc, int64_t parts) {
+  const int64_t grid_c = (cols + bc - 1) / bc, blocks = (rows + br - 1) / br * grid_c;
+  launch("count_ranges", parts, [=] EXMY_HD_LAMBDA(int64_t t) {
+    uint32_t* h = part + t * kRangeHistBins;
+    for (int k = 0; k < kRangeHistBins; ++k) h[k] = 0;
+    for (int64_t b = t; b < blocks; b += parts) {
+      const int64_t r0 = b / grid_c * br, c0 = b % grid_c * bc;
+      const int64_t r1 = r0 + br < rows ? r0 + br : rows, c1 = c0 + bc < cols ? c0 + bc : cols;
+      BlockRange s;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) s.add(x[r * cols + c]);
+      const int k = range_bin_of(s.hi, s.lo);
+      if (k >= 0) ++h[k];
+    }
+  });
+}
+
+// counts[c] = the sum over t < parts of part[t · bins + c] (c < bins).
+template <class L>
+void sum_parts_launches(const L& launch, uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins) {
+  launch("sum_parts", bins, [=] EXMY_HD_LAMBDA(int64_t c) {
+    uint64_t n = 0;
+    for (int64_t t = 0; t < parts; ++t) n += part[t * bins + c];
+    counts[c] = n;
+  });
+}
+
+// The GEMM statistics' operands: dst (R, ld) = the rows sampled_row(i, M, R)
+// of src (M, ld) ...
+template <class L>
+void gather_rows_launches(const L& launch, float* dst, const float* src, int64_t ld, int64_t M, int64_t R) {
+  launch("gather_rows", R * ld, [=] EXMY_HD_LAMBDA(int64_t j) {
+    const int64_t i = j / ld, c = j % ld;
+    dst[j] = src[sampled_row(i, M, R) * ld + c];
+  });
+}
+
+// ... and dst (R, rows) = the columns sampled_row(i, cols, R) of src
+// (rows, cols), i.e. rows of src^T.
+template <class L>
+void gather_columns_launches(const L& launch, float* dst, const float* src, int64_t rows, int64_t cols, int64_t R) {
+  launch("gather_columns", R * rows, [=] EXMY_HD_LAMBDA(int64_t j) {
+    const int64_t i = j / rows, t = j % rows;
+    dst[j] = src[t * cols + sampled_row(i, cols, R)];
+  });
+}
+
+// One launcher's statistics kernels (the *_emulated or *_cuda entry points
+// below), for sim/quant/device_stats.hpp, which runs them on a device's
+// memory and brings the small results to the host.
+struct StatsKernels {
+  void (*max_abs_bits)(uint32_t* part, const uint32_t* bits, int64_t n, int64_t parts);
+  void (*count_codes)(uint32_t* part, const uint8_t* codes, int code_bytes, int64_t blocks, int64_t parts);
+  void (*count_ranges)(uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br, int64_t bc,
+                       int64_t parts);
+  void (*sum_parts)(uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins);
+  void (*gather_rows)(float* dst, const float* src, int64_t ld, int64_t M, int64_t R);
+  void (*gather_columns)(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R);
+};
+
 #define EXMY_QUANT_KERNELS(suffix)                                                          \
   void transpose_##suffix(float* dst, const float* src, int64_t rows, int64_t cols);        \
   void round_bf16_##suffix(float* dst, const float* src, int64_t n);                        \
   void add_##suffix(float* dst, const float* src, int64_t n);                               \
   void encode_##suffix(double* v, const EncodePlan& p, const void* codes, const void* scale_codes, int64_t rows, \
-                       int64_t cols);
+                       int64_t cols);                                                                   \
+  void max_abs_bits_##suffix(uint32_t* part, const uint32_t* bits, int64_t n, int64_t parts);                 \
+  void count_codes_##suffix(uint32_t* part, const uint8_t* codes, int code_bytes, int64_t blocks, int64_t parts); \
+  void count_ranges_##suffix(uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br, int64_t bc,  \
+                             int64_t parts);                                                                  \
+  void sum_parts_##suffix(uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins);               \
+  void gather_rows_##suffix(float* dst, const float* src, int64_t ld, int64_t M, int64_t R);                  \
+  void gather_columns_##suffix(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R);          \
+  StatsKernels stats_kernels_##suffix();
 
 EXMY_QUANT_KERNELS(emulated)
 #if defined(EXMY_HAVE_CUDA)

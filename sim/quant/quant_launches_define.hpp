@@ -19,6 +19,32 @@ void EXMY_CAT(encode, EXMY_SUFFIX)(double* v, const EncodePlan& p, const void* c
   encode_launches(EXMY_LAUNCHER{}, v, p, codes, scale_codes, rows, cols);
 }
 
+void EXMY_CAT(max_abs_bits, EXMY_SUFFIX)(uint32_t* part, const uint32_t* bits, int64_t n, int64_t parts) {
+  max_abs_bits_launches(EXMY_LAUNCHER{}, part, bits, n, parts);
+}
+void EXMY_CAT(count_codes, EXMY_SUFFIX)(uint32_t* part, const uint8_t* codes, int code_bytes, int64_t blocks,
+                                        int64_t parts) {
+  count_codes_launches(EXMY_LAUNCHER{}, part, codes, code_bytes, blocks, parts);
+}
+void EXMY_CAT(count_ranges, EXMY_SUFFIX)(uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br,
+                                         int64_t bc, int64_t parts) {
+  count_ranges_launches(EXMY_LAUNCHER{}, part, x, rows, cols, br, bc, parts);
+}
+void EXMY_CAT(sum_parts, EXMY_SUFFIX)(uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins) {
+  sum_parts_launches(EXMY_LAUNCHER{}, counts, part, parts, bins);
+}
+void EXMY_CAT(gather_rows, EXMY_SUFFIX)(float* dst, const float* src, int64_t ld, int64_t M, int64_t R) {
+  gather_rows_launches(EXMY_LAUNCHER{}, dst, src, ld, M, R);
+}
+void EXMY_CAT(gather_columns, EXMY_SUFFIX)(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R) {
+  gather_columns_launches(EXMY_LAUNCHER{}, dst, src, rows, cols, R);
+}
+StatsKernels EXMY_CAT(stats_kernels, EXMY_SUFFIX)() {
+  return {EXMY_CAT(max_abs_bits, EXMY_SUFFIX), EXMY_CAT(count_codes, EXMY_SUFFIX),
+          EXMY_CAT(count_ranges, EXMY_SUFFIX), EXMY_CAT(sum_parts, EXMY_SUFFIX),
+          EXMY_CAT(gather_rows, EXMY_SUFFIX),  EXMY_CAT(gather_columns, EXMY_SUFFIX)};
+}
+
 }  // namespace exmy::sim::quant
 
 #undef EXMY_CAT

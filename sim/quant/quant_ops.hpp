@@ -4,15 +4,18 @@
 // sim/quant/quant_launches.hpp). QuantizedLinear makes every call through
 // its runtime's QuantOps, so one implementation of the recipe's logic
 // (tensor references, random streams, statistics, capture) serves both; on
-// a device the statistics and captures read the tensors through host
-// copies, made only on statistics and capture steps.
+// a device the statistics reduce the tensors there and bring only their
+// small results to the host; captures copy the operand to the host (both
+// only on the steps that record them).
 #pragma once
 
 #include <cstdint>
 
 #include "formats/quantize.hpp"
+#include "sim/gemm.hpp"  // Op
 #include "sim/memory.hpp"
 #include "sim/quant/recipe.hpp"  // GemmModel
+#include "sim/quant/stats.hpp"   // OperandStats, ScaleCodeTable
 
 namespace exmy::sim::quant {
 
@@ -30,9 +33,12 @@ class QuantOps {
   // exmy::quantize's contract on tensors in memory() (out.stats on the host).
   virtual QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
                              const QuantOutput& out) = 0;
-  // C (M,N) = A (M,K) B (N,K)^T with FP32 operands and accumulation (the
-  // `fp32` GEMM output model; the device's order of the sums is cuBLAS's).
-  virtual void gemm_nt(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K) = 0;
+  // sim::gemm's product (row-major, C = op(A) op(B), C overwritten) with
+  // FP32 operands and accumulation: the `fp32` GEMM output model and the
+  // GEMM statistics' unquantized reference (on a device, cuBLAS's order of
+  // the sums; on cuda-emulated, the CPU's sim::gemm).
+  virtual void gemm(float* C, int64_t ldc, const float* A, int64_t lda, Op opA, const float* B, int64_t ldb, Op opB,
+                    int64_t M, int64_t N, int64_t K) = 0;
   // dst += src
   virtual void add(float* dst, const float* src, int64_t n) = 0;
   // The grouped GEMM output model (sim/quant/grouped_gemm.hpp): an operand's
@@ -44,6 +50,20 @@ class QuantOps {
                             const GemmModel& model, float alpha) = 0;
   virtual void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                            const float* row_t_b) = 0;
+
+  // --- statistics (tensors in memory(), results on the host) ---
+  // max|x| over n elements, NaN when one is NaN (stats.hpp's abs_max).
+  virtual double abs_max(const float* x, int64_t n) = 0;
+  // stats.hpp's add_block_ranges and ScaleCodeTable::add, counts into st.
+  virtual void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
+                                OperandStats& st) = 0;
+  virtual void add_scale_codes(const ScaleCodeTable& table, const void* codes, int64_t blocks, OperandStats& st) = 0;
+  // The GEMM statistics' sampled operand rows (sampled_row(i, M, R) of
+  // sim/quant/stats_items.hpp, i < R): dst (R, ld) = those rows of src
+  // (M, ld), and dst (R, rows) = those columns of src (rows, cols).
+  virtual void gather_rows(float* dst, const float* src, int64_t ld, int64_t M, int64_t R) = 0;
+  virtual void gather_columns(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R) = 0;
+
   // Why a quantization call of spec q cannot run here (a recipe is refused
   // when its linears are made, before training), or null when it can.
   virtual const char* unsupported(const QuantSpec& q) const {
@@ -54,5 +74,15 @@ class QuantOps {
 
 // The CPU's: host memory and the CPU paths.
 QuantOps& cpu_quant_ops();
+
+// Scratch in a QuantOps' memory: b placed in m with room for n elements
+// (its contents are not kept when it grows: every caller writes before it
+// reads).
+template <class T>
+T* ensure(MemBuf<T>& b, int64_t n, Memory& m) {
+  b.place(m);
+  if (b.size() < n) b.resize_zero(n);
+  return b.data();
+}
 
 }  // namespace exmy::sim::quant

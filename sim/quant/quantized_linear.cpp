@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "formats/error.hpp"
 #include "sim/gemm.hpp"
-#include "sim/parallel.hpp"
 #include "sim/quant/grouped_gemm.hpp"
 #include "sim/quant/stream.hpp"
 
@@ -20,20 +18,6 @@ void QuantRuntime::begin(const StepContext& ctx) {
 }
 
 namespace {
-
-template <class V>
-auto* ensure(V& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-// A buffer in the ops' memory with room for n elements (its contents are
-// not kept when it grows: every caller writes before it reads).
-template <class T>
-T* ensure(MemBuf<T>& b, int64_t n, Memory& m) {
-  b.place(m);
-  if (b.size() < n) b.resize_zero(n);
-  return b.data();
-}
 
 // Marks the shared scratch as in use for one call.
 struct ScratchGuard {
@@ -131,8 +115,7 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
   decided_[ri] = Decided{true, ctx.step, ctx.micro_batch, q};
   const Gemm g = role_gemm(role);
   CaptureSink* cap = ctx.capture ? rt_->capture_sink() : nullptr;
-  auto& host = rt_->scratch().host;  // the tensors as the host sees them (copies from a device)
-  if (cap) cap->capture(key(g, role), q, host_view(ops.memory(), hp, n, host[0]), rows, cols);
+  if (cap) cap->capture(key(g, role), q, host_view(ops.memory(), hp, n, rt_->scratch().host[0]), rows, cols);
 
   StatsSink* sink = ctx.stats ? rt_->stats_sink() : nullptr;
   QuantStats qs;
@@ -140,17 +123,11 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
 
   // The operand's amax: `current` calls measured it as their reference; the
   // others need it for the statistics or a delayed history, and the CPU
-  // path measures it anyway in its block-amax pass.
+  // path measures it anyway in its block-amax pass. (On a device, a
+  // reduction there: only its result comes to the host.)
   double amax = r.info.amax;
-  // (On a device, through a host copy of the operand: one more copy to
-  // speed up when a device reduction is written.)
-  const float* hp_host = nullptr;
-  auto host_hp = [&] {
-    if (!hp_host) hp_host = host_view(ops.memory(), r.hp, n, host[1]);
-    return hp_host;
-  };
   if ((by_row || use.kind != AmaxKind::current) && (sink || ReferenceState::needs_amax(rs.reference) || by_row))
-    amax = r.info.abs_max ? *r.info.abs_max : abs_max(host_hp(), n);
+    amax = r.info.abs_max ? *r.info.abs_max : ops.abs_max(r.hp, n);
   ref.end_call(rs.reference, ctx.step, amax, by_row ? &r.info.row_abs_max : nullptr);
 
   if (sink) {
@@ -159,11 +136,9 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
     os.amax = amax;
     os.reference = r.info.amax;
     os.tensor_scale = r.info.t;
-    if (q.scale) {
-      std::vector<uint8_t> codes;
-      scale_tables_[ri].add(host_view(ops.memory(), b.scale_codes.data(), r.blocks * q.scale->code_bytes(), codes),
-                            r.blocks, os);
-      add_block_ranges(host_hp(), rows, cols, q.block_rows, q.block_cols, os);
+    if (q.scale) {  // counted where the tensors live (on a device: only the counts come to the host)
+      ops.add_scale_codes(scale_tables_[ri], b.scale_codes.data(), r.blocks, os);
+      ops.add_block_ranges(r.hp, rows, cols, q.block_rows, q.block_cols, os);
     }
     sink->record_operand(key(g, role), os);
   }
@@ -229,56 +204,57 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
       ops.grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, tensor_decode_alpha(a.t, b.t));
     }
   } else {
-    ops.gemm_nt(target, a.dq, b.dq, M, N, K);
+    ops.gemm(target, N, a.dq, K, Op::N, b.dq, K, Op::T, M, N, K);
   }
   if (sink) {
-    // On a device: the operands and the result copied to the host (a
-    // statistics step only), where the reference GEMM and the comparison run.
-    Memory& mem = ops.memory();
-    const int64_t in_f = info_.in_features, out_f = info_.out_features;
-    if (X) X = host_view(mem, X, tokens * in_f, s.host[0]);
-    if (W) W = host_view(mem, W, out_f * in_f, s.host[1]);
-    if (dY) dY = host_view(mem, dY, tokens * out_f, s.host[2]);
-    const float* got = host_view(mem, static_cast<const float*>(target), M * N, s.host[3]);
     // The unquantized GEMM of the same high-precision operands, on all rows
-    // or on an even sample of them.
+    // or on an even sample of them, made where the operands live; the host
+    // reads the result's and the reference's compared rows (on a device,
+    // copies of those rows alone).
+    Memory& mem = ops.memory();
     const int64_t cap = rt_->options().gemm_stats_rows, every = std::max<int64_t>(1, rt_->options().gemm_stats_sample);
     const std::vector<int64_t> rows = sample_rows(M, cap == 0 ? 0 : std::min(cap, (M + every - 1) / every));
     const int64_t R = rows.empty() ? M : static_cast<int64_t>(rows.size());
     const int64_t in = info_.in_features, out = info_.out_features;
-    float* ref = ensure(s.ref, R * N);
+    float* ref = ensure(s.ref, R * N, mem);
     // The left operand's selected rows, gathered (or the whole tensor).
     const float* left = nullptr;
     int64_t ld = 0;
     if (g == Gemm::wgrad) {  // rows of dY^T = columns of dY
-      // Token by token, so that dY is read row after row (its sampled
-      // columns lie a cache line or more apart: column by column, every read
-      // would miss); the R rows being written stay in cache.
-      float* ga = ensure(s.gather, R * tokens);
-      for (int64_t t = 0; t < tokens; ++t) {
-        const float* dy = dY + t * out;
-        for (int64_t i = 0; i < R; ++i) ga[i * tokens + t] = dy[rows.empty() ? i : rows[static_cast<size_t>(i)]];
-      }
+      float* ga = ensure(s.gather, R * tokens, mem);
+      ops.gather_columns(ga, dY, tokens, out, R);
       left = ga;
       ld = tokens;
     } else {
       const float* full = g == Gemm::fprop ? X : dY;
       ld = g == Gemm::fprop ? in : out;
-      if (rows.empty()) {
+      if (R == M) {
         left = full;
       } else {
-        float* ga = ensure(s.gather, R * ld);
-        for (int64_t i = 0; i < R; ++i)
-          std::memcpy(ga + i * ld, full + rows[static_cast<size_t>(i)] * ld, sizeof(float) * static_cast<size_t>(ld));
+        float* ga = ensure(s.gather, R * ld, mem);
+        ops.gather_rows(ga, full, ld, M, R);
         left = ga;
       }
     }
     switch (g) {
-      case Gemm::fprop: gemm(ref, out, left, ld, Op::N, W, in, Op::T, R, out, in, false); break;
-      case Gemm::dgrad: gemm(ref, in, left, ld, Op::N, W, in, Op::N, R, in, out, false); break;
-      case Gemm::wgrad: gemm(ref, in, left, ld, Op::N, X, in, Op::N, R, in, tokens, false); break;
+      case Gemm::fprop: ops.gemm(ref, out, left, ld, Op::N, W, in, Op::T, R, out, in); break;
+      case Gemm::dgrad: ops.gemm(ref, in, left, ld, Op::N, W, in, Op::N, R, in, out); break;
+      case Gemm::wgrad: ops.gemm(ref, in, left, ld, Op::N, X, in, Op::N, R, in, tokens); break;
     }
-    sink->record_gemm(key(g, gemm_roles(g)[0]), compare_gemm(got, ref, M, N, rows));
+    // ŷ's compared rows: read in place on the host; on a device, gathered
+    // there so that only R x N floats cross (compared as rows 0..R-1).
+    const float* got = target;
+    int64_t got_rows = M;
+    if (!mem.on_host() && R < M) {
+      float* gr = ensure(s.got, R * N, mem);
+      ops.gather_rows(gr, target, N, M, R);
+      got = gr;
+      got_rows = R;
+    }
+    const float* got_host = host_view(mem, got, got_rows * N, s.host[1]);
+    const float* ref_host = host_view(mem, static_cast<const float*>(ref), R * N, s.host[2]);
+    sink->record_gemm(key(g, gemm_roles(g)[0]),
+                      compare_gemm(got_host, ref_host, got_rows, N, got_rows == M ? rows : std::vector<int64_t>{}));
   }
   if (accumulate) ops.add(dst, target, M * N);
 }

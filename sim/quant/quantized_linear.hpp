@@ -85,8 +85,8 @@ class QuantRuntime {
   void set_ops(QuantOps& ops) { ops_ = &ops; }
 
   // Scratch shared by the linears (implementation detail).
-  // In ops().memory(): hp, dq, codes, scale_codes, enc, out; on the host:
-  // the rest (statistics are formed there).
+  // In ops().memory(): every MemBuf; on the host: row_t and the copies of
+  // what the host reads from a device (captures, the GEMM statistics' rows).
   struct OperandBuffers {
     MemBuf<float> hp;  // transposed and/or RHT'd high-precision operand
     MemBuf<float> dq;  // decoded operand
@@ -97,8 +97,8 @@ class QuantRuntime {
   struct Scratch {
     OperandBuffers side[2];
     MemBuf<float> out;
-    Buf<float> ref, gather;
-    std::vector<float> host[4];  // tensors copied from a device for statistics and capture
+    MemBuf<float> ref, gather, got;  // the GEMM statistics' reference, sampled operand rows, sampled output rows
+    std::vector<float> host[3];      // copies from a device: the captured operand, got and ref
     bool busy = false;
   };
   Scratch& scratch() { return scratch_; }

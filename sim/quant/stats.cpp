@@ -133,12 +133,7 @@ double abs_max(const float* x, int64_t n) {
   return tensor_abs_max(x, n, n >= parallel_min_work() ? 0 : 1);
 }
 
-int range_bin(float amax, float m) {
-  // amax / m in double is exact enough for the floor: a quotient of two
-  // 24-bit significands below a power of two stays below it.
-  const int k = std::ilogb(static_cast<double>(amax) / static_cast<double>(m));
-  return std::clamp(k, 0, kRangeHistBins - 1);
-}
+int range_bin(float amax, float m) { return range_bin_hd(amax, m); }
 
 void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols, OperandStats& st) {
   if (rows <= 0 || cols <= 0) return;
@@ -146,36 +141,25 @@ void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows
   const int64_t grid_r = (rows + br - 1) / br, grid_c = (cols + bc - 1) / bc;
   const int threads = rows * cols >= parallel_min_work() ? omp_get_max_threads() : 1;
   std::vector<std::array<uint64_t, kRangeHistBins>> part(static_cast<size_t>(threads));
-  // Per thread and column block: the max of |x|'s bits (NaN above Inf, so
-  // >= 0x7f800000 means a non-finite element) and the min of (bits - 1),
-  // which sends zeros to the top: + 1 gives the smallest non-zero |x|, or
-  // 0 for a block of zeros. Integer min and max, so the loops vectorise.
-  std::vector<uint32_t> hi_buf(static_cast<size_t>(grid_c) * static_cast<size_t>(threads));
-  std::vector<uint32_t> lo_buf(hi_buf.size());
+  // Per thread, the block row's BlockRange of each column block
+  // (sim/quant/stats_items.hpp), filled row after row.
+  std::vector<BlockRange> range_buf(static_cast<size_t>(grid_c) * static_cast<size_t>(threads));
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t gr = 0; gr < grid_r; ++gr) {
     const size_t t = static_cast<size_t>(omp_get_thread_num());
-    uint32_t* hi = hi_buf.data() + t * static_cast<size_t>(grid_c);
-    uint32_t* lo = lo_buf.data() + t * static_cast<size_t>(grid_c);
-    std::fill(hi, hi + grid_c, 0u);
-    std::fill(lo, lo + grid_c, 0xffffffffu);
+    BlockRange* range = range_buf.data() + t * static_cast<size_t>(grid_c);
+    std::fill(range, range + grid_c, BlockRange{});
     for (int64_t r = gr * br; r < std::min(rows, (gr + 1) * br); ++r) {
       const float* row = x + r * cols;
       for (int64_t b = 0; b < grid_c; ++b) {
         const int64_t c0 = b * bc, c1 = std::min(cols, c0 + bc);
-        uint32_t h = hi[b], l = lo[b];
-        for (int64_t c = c0; c < c1; ++c) {
-          const uint32_t a = std::bit_cast<uint32_t>(row[c]) & 0x7fffffffu;
-          h = std::max(h, a);
-          l = std::min(l, a - 1u);
-        }
-        hi[b] = h;
-        lo[b] = l;
+        BlockRange s = range[b];  // in registers, so the loop vectorises
+        for (int64_t c = c0; c < c1; ++c) s.add(row[c]);
+        range[b] = s;
       }
     }
     for (int64_t b = 0; b < grid_c; ++b)
-      if (hi[b] != 0 && hi[b] < 0x7f800000u)
-        ++part[t][static_cast<size_t>(range_bin(std::bit_cast<float>(hi[b]), std::bit_cast<float>(lo[b] + 1u)))];
+      if (const int k = range_bin_of(range[b].hi, range[b].lo); k >= 0) ++part[t][static_cast<size_t>(k)];
   }
   for (const auto& p : part)
     for (int k = 0; k < kRangeHistBins; ++k) st.range_hist[static_cast<size_t>(k)] += p[static_cast<size_t>(k)];
@@ -205,18 +189,21 @@ uint16_t ScaleCodeTable::info_of(uint32_t code) const {
   return v;
 }
 
+namespace {
+// Adds `count` blocks whose code has the table entry v.
+void tally(uint16_t v, uint64_t count, OperandStats& st) {
+  const uint16_t bin = v & 255;
+  if (bin == 128) st.scale_zero += count;
+  else if (bin == 129) st.scale_nan += count;
+  else st.scale_hist[bin] += count;
+  st.scale_at_max += (v & 256) ? count : 0;
+  st.scale_at_min += (v & 512) ? count : 0;
+}
+}  // namespace
+
 void ScaleCodeTable::add(const void* codes, int64_t blocks, OperandStats& st) const {
   const auto* p = static_cast<const uint8_t*>(codes);
   const int cb = fs_.code_bytes();
-  // `count` blocks whose code has the table entry v
-  auto tally = [&](uint16_t v, uint64_t count) {
-    const uint16_t bin = v & 255;
-    if (bin == 128) st.scale_zero += count;
-    else if (bin == 129) st.scale_nan += count;
-    else st.scale_hist[bin] += count;
-    st.scale_at_max += (v & 256) ? count : 0;
-    st.scale_at_min += (v & 512) ? count : 0;
-  };
   if (cb == 1 && !info_.empty()) {
     // One-byte codes: count each code first, in four tallies taking the
     // blocks in turn (so that a run of one code does not wait on its own
@@ -230,17 +217,24 @@ void ScaleCodeTable::add(const void* codes, int64_t blocks, OperandStats& st) co
       ++n[3][p[b + 3]];
     }
     for (; b < blocks; ++b) ++n[0][p[b]];
-    for (size_t c = 0; c < std::min<size_t>(256, info_.size()); ++c) {
-      const uint64_t count = n[0][c] + n[1][c] + n[2][c] + n[3][c];
-      st.scale_codes[c] += count;
-      if (count) tally(info_[c], count);
-    }
+    uint64_t count[256];
+    for (size_t c = 0; c < 256; ++c) count[c] = n[0][c] + n[1][c] + n[2][c] + n[3][c];
+    add_code_counts(count, 256, st);
     return;
   }
   for (int64_t b = 0; b < blocks; ++b) {
     uint32_t code = 0;
     for (int k = 0; k < cb; ++k) code |= static_cast<uint32_t>(p[b * cb + k]) << (8 * k);
-    tally(info_.empty() ? info_of(code) : info_[code], 1);
+    tally(info_.empty() ? info_of(code) : info_[code], 1, st);
+  }
+}
+
+void ScaleCodeTable::add_code_counts(const uint64_t* counts, int64_t bins, OperandStats& st) const {
+  // the per-code counts only for one-byte codes (kScaleCodeBins)
+  const bool per_code = fs_.code_bytes() == 1;
+  for (size_t c = 0; c < std::min(static_cast<size_t>(bins), info_.size()); ++c) {
+    if (per_code) st.scale_codes[c] += counts[c];
+    if (counts[c]) tally(info_[c], counts[c], st);
   }
 }
 
@@ -248,7 +242,7 @@ std::vector<int64_t> sample_rows(int64_t M, int64_t R) {
   std::vector<int64_t> rows;
   if (R <= 0 || R >= M) return rows;
   rows.resize(static_cast<size_t>(R));
-  for (int64_t i = 0; i < R; ++i) rows[static_cast<size_t>(i)] = i * M / R;
+  for (int64_t i = 0; i < R; ++i) rows[static_cast<size_t>(i)] = sampled_row(i, M, R);
   return rows;
 }
 

@@ -27,6 +27,7 @@
 #include "formats/vocab.hpp"
 #include "sim/linear.hpp"
 #include "sim/quant/recipe.hpp"
+#include "sim/quant/stats_items.hpp"  // kRangeHistBins, the per-item decisions
 
 namespace exmy::sim::quant {
 
@@ -36,13 +37,13 @@ namespace exmy::sim::quant {
 // Zero and NaN scales are counted apart.
 inline constexpr int kScaleHistBins = 128;
 inline constexpr int kScaleHistMinLog2 = -64;
-// Block dynamic-range histogram: bin k (0..63) counts blocks whose elements
-// are all finite and not all zero with floor(log2(amax / m)) = k, amax the
-// block's max |x| and m its smallest non-zero |x| (bin 63 also holds every
-// larger range). All-zero blocks and blocks holding a NaN or Inf are not
-// counted. The range a block scale cannot help with: elements below
-// amax · 2^-(range the payload covers) underflow whatever the scale.
-inline constexpr int kRangeHistBins = 64;
+// Block dynamic-range histogram: bin k (0..63, kRangeHistBins of
+// sim/quant/stats_items.hpp) counts blocks whose elements are all finite and
+// not all zero with floor(log2(amax / m)) = k, amax the block's max |x| and
+// m its smallest non-zero |x| (bin 63 also holds every larger range).
+// All-zero blocks and blocks holding a NaN or Inf are not counted. The range
+// a block scale cannot help with: elements below amax · 2^-(range the
+// payload covers) underflow whatever the scale.
 // Scale-code histogram: blocks per scale code, for scale formats of at most
 // 8 bits (zeros for wider ones).
 inline constexpr int kScaleCodeBins = 256;
@@ -205,6 +206,11 @@ class ScaleCodeTable {
   // stats: the log2 histogram, the zero/NaN/at-max/at-min counts, and (one-
   // byte codes) the per-code counts.
   void add(const void* codes, int64_t blocks, OperandStats& stats) const;
+  // The same from the blocks' count per code: counts[c] blocks have code c,
+  // for c < bins (a device counts them; codes of at most 16 bits, tabled()).
+  void add_code_counts(const uint64_t* counts, int64_t bins, OperandStats& stats) const;
+  bool tabled() const { return !info_.empty(); }
+  int code_bytes() const { return fs_.code_bytes(); }
 
  private:
   Format fs_{};

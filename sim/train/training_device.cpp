@@ -7,6 +7,7 @@
 #include "sim/adamw_update.hpp"
 #include "sim/gemm.hpp"
 #include "sim/quant/cuda/grouped_gemm_cuda.hpp"
+#include "sim/quant/device_stats.hpp"
 #include "sim/quant/quant_launches.hpp"
 
 #if defined(EXMY_HAVE_CUDA)
@@ -42,21 +43,39 @@ struct GroupedScratch {
 };
 
 // What the device's quantized-linear ops share: their memory and name, the
-// grouped model's scratch, and what the device quantizer does not run.
+// grouped model's scratch, the statistics' reductions (through the
+// launcher's kernels), and what the device quantizer does not run.
 class DeviceQuantOps : public sim::quant::QuantOps {
  public:
-  DeviceQuantOps(const char* name, sim::Memory& memory) : name_(name), mem_(memory) {}
+  DeviceQuantOps(const char* name, sim::Memory& memory, const sim::quant::StatsKernels& stats)
+      : name_(name), mem_(memory), stats_(memory, stats) {}
   const char* name() const final { return name_; }
   sim::Memory& memory() final { return mem_; }
   const char* unsupported(const QuantSpec& q) const final {
     return q.outer == OuterScale::row ? "row outer scales (--outer-scale row) do not run on the device's quantizer"
                                       : nullptr;
   }
+  double abs_max(const float* x, int64_t n) final { return stats_.abs_max(x, n); }
+  void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
+                        sim::quant::OperandStats& st) final {
+    stats_.add_block_ranges(x, rows, cols, block_rows, block_cols, st);
+  }
+  void add_scale_codes(const sim::quant::ScaleCodeTable& table, const void* codes, int64_t blocks,
+                       sim::quant::OperandStats& st) final {
+    stats_.add_scale_codes(table, codes, blocks, st);
+  }
+  void gather_rows(float* dst, const float* src, int64_t ld, int64_t M, int64_t R) final {
+    stats_.gather_rows(dst, src, ld, M, R);
+  }
+  void gather_columns(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R) final {
+    stats_.gather_columns(dst, src, rows, cols, R);
+  }
 
  protected:
   const char* name_;
   sim::Memory& mem_;
   GroupedScratch scratch_;
+  sim::quant::DeviceStats stats_;
 };
 
 // The quantized linears on cuda-emulated: the device's quantizer and small
@@ -64,7 +83,8 @@ class DeviceQuantOps : public sim::quant::QuantOps {
 // device's cuBLASLt has no emulation; only its accumulation order differs).
 class EmulatedQuantOps final : public DeviceQuantOps {
  public:
-  explicit EmulatedQuantOps(sim::Memory& memory) : DeviceQuantOps("cuda-emulated", memory) {}
+  explicit EmulatedQuantOps(sim::Memory& memory)
+      : DeviceQuantOps("cuda-emulated", memory, sim::quant::stats_kernels_emulated()) {}
   void transpose(float* dst, const float* src, int64_t rows, int64_t cols) override {
     sim::quant::transpose_emulated(dst, src, rows, cols);
   }
@@ -81,8 +101,9 @@ class EmulatedQuantOps final : public DeviceQuantOps {
     return exmy::quantize(q, x, rows, cols, out);
 #endif
   }
-  void gemm_nt(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K) override {
-    sim::gemm(C, N, A, K, sim::Op::N, B, K, sim::Op::T, M, N, K, false);
+  void gemm(float* C, int64_t ldc, const float* A, int64_t lda, sim::Op opA, const float* B, int64_t ldb,
+            sim::Op opB, int64_t M, int64_t N, int64_t K) override {
+    sim::gemm(C, ldc, A, lda, opA, B, ldb, opB, M, N, K, false);
   }
   void add(float* dst, const float* src, int64_t n) override { sim::quant::add_emulated(dst, src, n); }
   void encode(double* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
@@ -104,7 +125,8 @@ class EmulatedQuantOps final : public DeviceQuantOps {
 // cuBLASLt for the fp32 GEMM model, the small kernels as CUDA launches.
 class CudaQuantOps final : public DeviceQuantOps {
  public:
-  CudaQuantOps(sim::Memory& memory, sim::CudaGemm& gemm) : DeviceQuantOps("cuda", memory), gemm_(gemm) {}
+  CudaQuantOps(sim::Memory& memory, sim::CudaGemm& gemm)
+      : DeviceQuantOps("cuda", memory, sim::quant::stats_kernels_cuda()), gemm_(gemm) {}
   void transpose(float* dst, const float* src, int64_t rows, int64_t cols) override {
     sim::quant::transpose_cuda(dst, src, rows, cols);
   }
@@ -114,8 +136,9 @@ class CudaQuantOps final : public DeviceQuantOps {
                      const QuantOutput& out) override {
     return quantizer_.run(q, x, rows, cols, out);
   }
-  void gemm_nt(float* C, const float* A, const float* B, int64_t M, int64_t N, int64_t K) override {
-    gemm_.run(C, N, A, K, sim::Op::N, B, K, sim::Op::T, M, N, K, false, sim::GemmOperands::fp32);
+  void gemm(float* C, int64_t ldc, const float* A, int64_t lda, sim::Op opA, const float* B, int64_t ldb,
+            sim::Op opB, int64_t M, int64_t N, int64_t K) override {
+    gemm_.run(C, ldc, A, lda, opA, B, ldb, opB, M, N, K, false, sim::GemmOperands::fp32);
   }
   void add(float* dst, const float* src, int64_t n) override { sim::quant::add_cuda(dst, src, n); }
   void encode(double* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,

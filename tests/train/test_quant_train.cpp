@@ -116,7 +116,8 @@ TEST(QuantTrain, BlockRecomputeGivesTheSameBits) {
 
 // train.device = cuda-emulated: the recipes' quantized linears through the
 // device's ops (the device quantizer, transpose, BF16 rounding and add with
-// their threads run on the host; staged copies for statistics and capture)
+// their threads run on the host; the statistics reduced by the device's
+// kernels, sim/quant/device_stats.hpp; staged copies for capture)
 // give the CPU's bits: losses, weights and every row of the run file —
 // statistics at every step, current, periodic and held references, the RHT,
 // stochastic rounding, both GEMM output models, two micro-batches, block
