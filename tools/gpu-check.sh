@@ -8,8 +8,9 @@
 # tests/models/test_model_device.cpp, tests/quant/test_grouped_cuda.cpp,
 # tests/quant/test_quant_stats_cuda.cpp),
 # `exmy bench quantize --device cuda --repeat 3`, short training runs on the
-# CPU and the device side by side (tools/gpu-train-check.sh) and the CPU
-# benchmark of that machine's cores.
+# CPU and the device side by side (tools/gpu-train-check.sh), a
+# data-parallel run with NCCL against one process (tools/gpu-nccl-check.sh)
+# and the CPU benchmark of that machine's cores.
 #
 #   tools/gpu-check.sh            # on a machine with a CUDA device
 #   tools/gpu-check.sh --build    # only build build-cuda/ and its bundle (portable, no -march=native)
@@ -32,8 +33,8 @@
 # build-cuda/gpu-check/. Exit status:
 # 0 when every test ran and passed, 3 when any was skipped (no device seen),
 # 4 when the training comparison failed, 5 when an 8B run failed (a run
-# that only ran out of its time is reported, not failed), else the first
-# failing binary's status.
+# that only ran out of its time is reported, not failed), 6 when the NCCL
+# comparison failed, else the first failing binary's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/portable-lib.sh
@@ -47,7 +48,9 @@ targets="exmy test_cuda test_cuda_emulated test_layers_cuda test_layers_cuda_emu
 
 build() {
   # portable code: the binaries may run on another CPU than the one that built them
-  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DEXMY_CUDA=ON -DEXMY_NATIVE=OFF -DEXMY_MPI=OFF >/dev/null
+  # with MPI (when found) for a multi-rank NCCL run on a host with several
+  # GPUs; a run without a launcher never initialises it
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DEXMY_CUDA=ON -DEXMY_NATIVE=OFF -DEXMY_MPI=AUTO >/dev/null
   # shellcheck disable=SC2086
   cmake --build build-cuda -j"$(nproc 2>/dev/null || echo 2)" --target $targets
   rm -rf "$bundle"
@@ -127,6 +130,13 @@ if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then
   tools/gpu-train-check.sh "$bundle/bin/exmy" "$out/train" >>"$report" 2>&1 || rc=$?
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=4; fi
   tar -czf "$logs/train-logs.tar.gz" -C "$out" train 2>/dev/null && rm -rf "$out/train"
+fi
+# GPU_CHECK_NCCL=0 leaves out the NCCL data-parallel comparison
+if [ "${GPU_CHECK_NCCL:-1}" = 1 ]; then
+  rc=0
+  tools/gpu-nccl-check.sh "$bundle/bin/exmy" "$out/nccl" >>"$report" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=6; fi
+  tar -czf "$logs/nccl-logs.tar.gz" -C "$out" nccl 2>/dev/null && rm -rf "$out/nccl"
 fi
 # GPU_CHECK_8B=0 leaves out the few steps of nemotron-h-8b
 if [ "${GPU_CHECK_8B:-1}" = 1 ]; then

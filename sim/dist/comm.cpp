@@ -1,5 +1,6 @@
 #include "sim/dist/comm.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -44,6 +45,70 @@ Comm& world() {
 }
 
 bool in_multi_rank_job() { return g_world && g_world->size() > 1; }
+
+std::span<const CommChoiceRow> comm_choices() {
+  static const CommChoiceRow rows[] = {
+      {"auto", CommChoice::automatic,
+       "NCCL when every rank trains on a CUDA device and libnccl loads on every rank, else MPI"},
+      {"mpi", CommChoice::mpi, "MPI; ranks on CUDA devices stage their buffers through host copies"},
+      {"nccl", CommChoice::nccl,
+       "NCCL on the devices' buffers (cuda, cuda:N; its host emulation on cuda-emulated), bootstrapped over MPI"},
+  };
+  return rows;
+}
+
+CommChoice parse_comm_choice(std::string_view s, std::string_view what) {
+  std::string names;
+  const auto rows = comm_choices();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (s == rows[i].name) return rows[i].value;
+    names += std::string(i == 0 ? "" : i + 1 == rows.size() ? " or " : ", ") + rows[i].name;
+  }
+  throw Error(std::string(what) + ": bad value '" + std::string(s) + "' (expected " + names + ")");
+}
+
+const char* comm_choice_name(CommChoice c) {
+  for (const CommChoiceRow& r : comm_choices())
+    if (r.value == c) return r.name;
+  return "?";
+}
+
+RankFinding first_finding(Comm& c, const std::string& mine) {
+  RankFinding f;
+  if (c.size() == 1) {
+    if (!mine.empty()) f = {true, 0, mine};
+    return f;
+  }
+  const auto all = c.gather(mine);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty()) {
+      f.rank = static_cast<int>(r), f.text = all[r];
+      break;
+    }
+  double any = mine.empty() ? 0 : 1;
+  c.max(std::span<double>(&any, 1));
+  f.any = any != 0;
+  return f;
+}
+
+double comm_timeout_seconds() {
+  if (const char* s = std::getenv("EXMY_COMM_TIMEOUT_S")) {
+    const double t = std::atof(s);
+    if (t > 0) return t;
+  }
+  return 600;
+}
+
+void print_timeout(int rank, const char* what, std::span<const int> peers, double waited) {
+  std::string ranks;
+  for (const int p : peers) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
+  if (!ranks.empty())
+    std::fprintf(stderr, "exmy: error: rank %d: %s rank %s timed out after %.0f s (rank %s hangs or died)\n", rank,
+                 what, ranks.c_str(), waited, ranks.c_str());
+  else
+    std::fprintf(stderr, "exmy: error: rank %d: %s the other ranks timed out after %.0f s (a rank hangs or died)\n",
+                 rank, what, waited);
+}
 
 void broadcast_string(Comm& c, std::string& s, int root) {
   if (c.size() == 1) return;

@@ -7,8 +7,14 @@
 //   SingleComm   one process, no MPI: every collective is the identity;
 //   MPI          CPU ranks (sim/dist/mpi_comm.cpp, built with EXMY_MPI),
 //                used when exmy is started by mpirun or srun;
-// and an NCCL implementation for GPU ranks would be a third (device buffers
-// for send/recv/broadcast/max, MPI for the NCCL id exchange).
+//   NcclComm     GPU ranks (sim/dist/nccl_comm.cpp, built with CUDA): send,
+//                recv and broadcast move device buffers with NCCL, the
+//                other operations go through the host Comm it wraps (MPI),
+//                which also carries the NCCL id at setup;
+//   EmulatedDeviceComm  NcclComm's stand-in for cuda-emulated ranks: the
+//                host Comm handed the emulated device's buffers (host
+//                memory), so the trainer's device-buffer path runs in CI.
+// device_buffers() says which memory send/recv/broadcast take.
 //
 // Results must not depend on the number of ranks, so there is no
 // "all-reduce sum" here: floating-point sums are formed by ordered_sum,
@@ -17,8 +23,8 @@
 // terms spread contiguously across ranks is added in the same order for
 // any number of ranks. Max is exact in any order and is an all-reduce.
 //
-// Every blocking operation of the MPI implementation gives up after a
-// timeout (EXMY_COMM_TIMEOUT_S, default 600 s), prints one line naming this
+// Every blocking operation of the MPI and NCCL implementations gives up
+// after a timeout (EXMY_COMM_TIMEOUT_S, default 600 s), prints one line naming this
 // rank, the operation and the rank(s) it waited for (max and barrier go
 // through rank 0, which names the ranks that never arrived), and aborts the
 // job: a rank that hangs ends the job in bounded time. A rank that dies ends it at once
@@ -33,6 +39,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "formats/error.hpp"
@@ -44,7 +51,10 @@ class Comm {
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string name() const = 0;  // "single", "mpi"
+  virtual std::string name() const = 0;  // "single", "mpi", "nccl", "nccl-emulated"
+  // Where the buffers of send, recv and broadcast live: false, host memory;
+  // true, the memory of this rank's device (the training device's Memory).
+  virtual bool device_buffers() const { return false; }
 
   // Point to point (the chain of ordered_sum).
   virtual void send(const void* data, size_t bytes, int dest) = 0;
@@ -76,14 +86,32 @@ class SingleComm final : public Comm {
   [[noreturn]] void abort(int code) override;
 };
 
-// Another Comm with the wall time spent in its calls added up (waits for
-// slower ranks included): the training loop's communication share.
-class TimedComm final : public Comm {
+// Another Comm's operations, each passed on; the Comms below that change a
+// few of them derive from it.
+class ForwardingComm : public Comm {
  public:
-  explicit TimedComm(Comm& inner) : inner_(inner) {}
+  explicit ForwardingComm(Comm& inner) : inner_(inner) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   std::string name() const override { return inner_.name(); }
+  bool device_buffers() const override { return inner_.device_buffers(); }
+  void send(const void* data, size_t bytes, int dest) override { inner_.send(data, bytes, dest); }
+  void recv(void* data, size_t bytes, int src) override { inner_.recv(data, bytes, src); }
+  void broadcast(void* data, size_t bytes, int root) override { inner_.broadcast(data, bytes, root); }
+  void max(std::span<double> v) override { inner_.max(v); }
+  void barrier() override { inner_.barrier(); }
+  std::vector<std::string> gather(const std::string& mine) override { return inner_.gather(mine); }
+  [[noreturn]] void abort(int code) override { inner_.abort(code); }
+
+ protected:
+  Comm& inner_;
+};
+
+// Another Comm with the wall time spent in its calls added up (waits for
+// slower ranks included): the training loop's communication share.
+class TimedComm final : public ForwardingComm {
+ public:
+  using ForwardingComm::ForwardingComm;
   void send(const void* data, size_t bytes, int dest) override { timed([&] { inner_.send(data, bytes, dest); }); }
   void recv(void* data, size_t bytes, int src) override { timed([&] { inner_.recv(data, bytes, src); }); }
   void broadcast(void* data, size_t bytes, int root) override { timed([&] { inner_.broadcast(data, bytes, root); }); }
@@ -94,7 +122,6 @@ class TimedComm final : public Comm {
     timed([&] { out = inner_.gather(mine); });
     return out;
   }
-  [[noreturn]] void abort(int code) override { inner_.abort(code); }
   double seconds() const { return seconds_; }  // in calls so far
 
  private:
@@ -104,9 +131,34 @@ class TimedComm final : public Comm {
     f();
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  Comm& inner_;
   double seconds_ = 0;
 };
+
+// cuda-emulated ranks' stand-in for NcclComm: the host Comm (MPI) declared
+// to take device buffers. The emulated device's memory is host memory, so
+// its pointers go to MPI as they are, and the trainer runs the code path of
+// NCCL ranks (sums added on the device, shards and moments sent from device
+// memory) without a GPU.
+class EmulatedDeviceComm final : public ForwardingComm {
+ public:
+  using ForwardingComm::ForwardingComm;
+  std::string name() const override { return "nccl-emulated"; }
+  bool device_buffers() const override { return true; }
+};
+
+// train.comm: which Comm moves the buffers of ranks on devices. One row per
+// choice (name, value, help); the parser, the printer and the help of the
+// configuration key loop over it.
+enum class CommChoice { automatic, mpi, nccl };
+struct CommChoiceRow {
+  const char* name;
+  CommChoice value;
+  const char* help;
+};
+std::span<const CommChoiceRow> comm_choices();
+// Throws one line naming `what` (e.g. "train.comm"), the value and the accepted names.
+CommChoice parse_comm_choice(std::string_view s, std::string_view what);
+const char* comm_choice_name(CommChoice c);
 
 // An error every rank raises at the same point (a configuration that
 // differs across ranks, a bad rank count): rank 0 prints it, the others
@@ -142,8 +194,27 @@ void ordered_sum(Comm& c, std::span<T> buf, const std::function<void(std::span<T
   c.broadcast(buf.data(), buf.size_bytes(), n - 1);
 }
 
-// root's string to every rank.
+// root's string to every rank (c's buffers in host memory).
 void broadcast_string(Comm& c, std::string& s, int root = 0);
+
+// Something every rank checks for itself and all must agree on (the same
+// configuration, NCCL loading): each rank's finding (empty: none). Every
+// rank learns whether any rank has one; rank 0 also which rank is the
+// lowest with one (-1: none) and what it found.
+struct RankFinding {
+  bool any = false;
+  int rank = -1;
+  std::string text;
+};
+RankFinding first_finding(Comm& c, const std::string& mine);
+
+// The collective timeout of every Comm's waits: EXMY_COMM_TIMEOUT_S
+// (seconds, default 600).
+double comm_timeout_seconds();
+// The line of a wait that timed out on rank `rank`, naming `what` it
+// waited for ("receive from", "max all-reduce: waiting for") and the ranks
+// still pending (`peers`; empty: the other ranks), on stderr.
+void print_timeout(int rank, const char* what, std::span<const int> peers, double waited);
 
 // The contiguous share [begin, end) of `count` items rank r of n takes (the
 // first count % n ranks take one more).

@@ -32,14 +32,6 @@ double nan_max(double a, double b) {
   return std::isnan(a) || std::isnan(b) ? std::numeric_limits<double>::quiet_NaN() : std::max(a, b);
 }
 
-double timeout_seconds() {
-  if (const char* s = std::getenv("EXMY_COMM_TIMEOUT_S")) {
-    const double t = std::atof(s);
-    if (t > 0) return t;
-  }
-  return 600;
-}
-
 class MpiComm final : public Comm {
  public:
   MpiComm() {
@@ -52,7 +44,7 @@ class MpiComm final : public Comm {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
-    timeout_s_ = timeout_seconds();
+    timeout_s_ = comm_timeout_seconds();
   }
   ~MpiComm() override {
     MPI_Comm_free(&comm_);
@@ -179,14 +171,7 @@ class MpiComm final : public Comm {
         for (size_t i = 0; i < rq.size() && i < peers.size(); ++i)
           if (rq[i] != MPI_REQUEST_NULL && std::find(pending.begin(), pending.end(), peers[i]) == pending.end())
             pending.push_back(peers[i]);
-        std::string ranks;
-        for (const int p : pending) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
-        if (!ranks.empty())
-          std::fprintf(stderr, "exmy: error: rank %d: %s rank %s timed out after %.0f s (rank %s hangs or died)\n",
-                       rank_, what, ranks.c_str(), waited, ranks.c_str());
-        else
-          std::fprintf(stderr, "exmy: error: rank %d: %s the other ranks timed out after %.0f s (a rank hangs or died)\n",
-                       rank_, what, waited);
+        print_timeout(rank_, what, pending, waited);
         abort(1);
       }
       const timespec ts{0, sleep_ns};

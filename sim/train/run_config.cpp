@@ -8,6 +8,7 @@
 
 #include "formats/error.hpp"
 #include "formats/vocab.hpp"
+#include "sim/dist/comm.hpp"
 #include "sim/parallel.hpp"
 #include "sim/linear.hpp"
 #include "sim/quant/ini.hpp"
@@ -15,6 +16,14 @@
 
 namespace exmy::train {
 namespace {
+
+// train.comm's help: its choices' rows.
+std::string comm_help() {
+  std::string h = "multi-rank jobs on devices: how the ranks exchange gradients, weight shards and moments:";
+  for (const auto& r : dist::comm_choices()) h += std::string(" ") + r.name + " (" + r.help + ");";
+  h.back() = '.';
+  return h;
+}
 
 // The one table of keys. Order is the order of text().
 const std::vector<ConfigKey> kKeys = {
@@ -40,6 +49,7 @@ const std::vector<ConfigKey> kKeys = {
     {"train.recompute", "none", "activation recompute: none, or blocks (each block's forward runs again in backward: the same bits, about a block's activations kept instead of every block's)"},
     {"train.offload", "none", "none, or optimizer (on a device: the FP32 master weights and AdamW moments in pinned host memory, updated there, the device keeping the working weights and gradients; the same bits)"},
     {"train.shard_optimizer", "on", "multi-rank jobs: each rank keeps the AdamW moments of its share of the parameters and the ranks gather the updated weights (ZeRO-1; off: every rank keeps them all); the same bits either way"},
+    {"train.comm", "auto", comm_help()},
     {"train.cold_restart_references", "false", "on --resume, start tensor references empty instead of restoring them (the reference implementation)"},
     {"train.init_from", "", "HF checkpoint (directory or .safetensors) whose weights start a new run"},
     {"train.export_hf", "none", "at the end, write DIR/hf/ as an HF checkpoint: none, fp32 or bf16"},
@@ -258,6 +268,10 @@ void read_train(RunConfig& c, std::map<std::string, std::string>& v,
   c.gemm_stats_sample = as_int(v, "train.gemm_stats_sample", 1);
   c.cold_restart_references = as_bool(v, "train.cold_restart_references");
   c.shard_optimizer = as_bool(v, "train.shard_optimizer");
+  c.comm = dist::parse_comm_choice(v["train.comm"], "train.comm");
+  if (c.comm == dist::CommChoice::nccl && c.device.is_cpu())
+    throw Error("train.comm = nccl moves device buffers, but train.device = cpu (NCCL needs train.device = cuda, "
+                "cuda:N or cuda-emulated; CPU ranks use train.comm = auto or mpi)");
   c.init_from = v["train.init_from"];
   c.recompute = v["train.recompute"];
   if (c.recompute != "none" && c.recompute != "blocks") bad("train.recompute", c.recompute, "none or blocks");

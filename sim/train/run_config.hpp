@@ -24,6 +24,7 @@
 
 #include "models/config.hpp"
 #include "sim/device/device.hpp"
+#include "sim/dist/comm.hpp"
 #include "sim/optim.hpp"
 #include "sim/quant/recipe.hpp"
 
@@ -83,6 +84,9 @@ struct RunConfig {
   // Multi-rank jobs: each rank keeps the AdamW moments of its share of the
   // parameters (ZeRO-1, sim::optimizer_shard) instead of all of them.
   bool shard_optimizer = true;
+  // Multi-rank jobs on devices: which Comm moves the model's buffers
+  // between the ranks (NCCL on device buffers, or MPI through host copies).
+  dist::CommChoice comm = dist::CommChoice::automatic;
   std::string init_from;           // HF checkpoint to start a new run from (empty: init_weights(seed))
   std::string export_hf = "none";  // none | fp32 | bf16: DIR/hf/ at the end of a completed run
   // [optim]

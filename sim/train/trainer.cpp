@@ -17,6 +17,7 @@
 
 #include "formats/error.hpp"
 #include "models/hf_checkpoint.hpp"
+#include "sim/dist/nccl_comm.hpp"
 #include "sim/train/training_device.hpp"
 #include "sim/io/atomic_file.hpp"
 #include "sim/data/prepare.hpp"
@@ -246,6 +247,7 @@ class Trainer {
     // linears run through the device's ops, the others are the device's
     // plain linears; the model's layers and memory are the device backend's.
     device_ = std::make_unique<TrainingDevice>(cfg_.device);
+    make_buffer_comm();
     device_->memory().reset_peak();  // the run's peak, from what is allocated now
     device_base_ = device_->memory().live_bytes();
     quant_->set_ops(device_->quant_ops());
@@ -276,21 +278,49 @@ class Trainer {
         device_->memory(), device_->optim(), cfg_.offloaded() ? device_->offload_memory() : nullptr);
   }
 
+  // The Comm that moves the model's buffers (train.comm, docs/training.md
+  // "Data-parallel runs"): NCCL on CUDA devices, its host emulation on
+  // cuda-emulated, else the job's Comm with device buffers staged through
+  // the host. Every rank decides alike: auto takes NCCL only when it loads
+  // on every rank. The device Comm wraps the job's untimed Comm and is
+  // timed on its own (the emulation's transfers are the job's).
+  void make_buffer_comm() {
+    const bool nccl = cfg_.comm == dist::CommChoice::nccl;
+    if (!nccl && !(cfg_.comm == dist::CommChoice::automatic && cfg_.device.is_cuda() && comm_.size() > 1)) return;
+    dist::Comm& job = hooks_.comm ? *hooks_.comm : single_;
+    if (cfg_.device.is_emulated()) {
+      device_comm_ = std::make_unique<dist::EmulatedDeviceComm>(job);
+    } else {
+      const dist::RankFinding f = dist::first_finding(comm_, dist::nccl_problem());
+      if (f.any && !nccl) return;  // auto: MPI through the host
+      if (f.any)
+        throw dist::CollectiveError(comm_.rank() == 0 ? "train.comm = nccl: rank " + std::to_string(f.rank) + ": " + f.text
+                                                      : "train.comm = nccl: NCCL cannot be used on every rank");
+      device_comm_ = dist::make_nccl_comm(job);
+    }
+    timed_buffers_ = std::make_unique<dist::TimedComm>(*device_comm_);
+    buffers_ = timed_buffers_.get();
+  }
+  // Seconds in the job's communication so far (waits included).
+  double comm_seconds() const { return timed_.seconds() + (timed_buffers_ ? timed_buffers_->seconds() : 0.0); }
+  // Whether the model's buffers go through host copies to reach buffers_.
+  bool staged() const { return !device_->memory().on_host() && !buffers_->device_buffers(); }
+
   // After a sharded update: every rank's shard of the weights to every rank
   // (a broadcast per rank, in rank order).
   void gather_weights() {
     auto& arena = model_->arena();
     float* p = arena.params().data();
     const size_t n = arena.params().size();
-    if (!arena.memory().on_host()) {  // a device: through the host
+    if (staged()) {
       grad_stage_.resize(n);
       arena.memory().to_host(grad_stage_.data(), p, n * sizeof(float));
     }
-    float* h = arena.memory().on_host() ? p : grad_stage_.data();
+    float* h = staged() ? grad_stage_.data() : p;
     for (size_t r = 0; r < shards_.size(); ++r)
       if (shards_[r].size() > 0)
-        comm_.broadcast(h + shards_[r].begin, static_cast<size_t>(shards_[r].size()) * sizeof(float),
-                        static_cast<int>(r));
+        buffers_->broadcast(h + shards_[r].begin, static_cast<size_t>(shards_[r].size()) * sizeof(float),
+                            static_cast<int>(r));
     if (h != p) arena.memory().from_host(p, h, n * sizeof(float));
   }
   // The rank whose shard holds view i.
@@ -318,15 +348,11 @@ class Trainer {
         mismatch += (mismatch.empty() ? "" : ", ") + key + " " + change;
       if (mismatch.empty()) mismatch = "the configuration text";
     }
-    const auto all = comm_.gather(mismatch);
-    for (size_t r = 0; r < all.size(); ++r)
-      if (!all[r].empty()) {
-        mismatch = "rank " + std::to_string(r) + " runs a different configuration than rank 0: " + all[r];
-        break;
-      }
-    double bad = mismatch.empty() ? 0 : 1;
-    comm_.max(std::span<double>(&bad, 1));
-    if (bad != 0) throw dist::CollectiveError(comm_.rank() == 0 ? mismatch : "configuration differs across ranks");
+    const dist::RankFinding f = dist::first_finding(comm_, mismatch);
+    if (f.any)
+      throw dist::CollectiveError(comm_.rank() == 0 ? "rank " + std::to_string(f.rank) +
+                                                          " runs a different configuration than rank 0: " + f.text
+                                                    : "configuration differs across ranks");
   }
 
   // The RHT runs along K in runs of 16: a recipe that turns it on for a GEMM
@@ -490,6 +516,25 @@ class Trainer {
     if (first) std::copy(g.begin(), g.end(), grad_sum_.begin());
     else add_to(grad_sum_, g);
   }
+  // Micro-batch k (of `count`) of this rank's step on a device, whose
+  // gradient g (n floats) is in the arena: rank 0 adds it to the step's sum
+  // there as add_gradient does on the host (the device's add: the same FP32
+  // additions); the other ranks keep a copy until the lower ranks' sum
+  // arrives in device_grad_sum_.
+  void keep_device_gradient(const float* g, int64_t n, int64_t k, int64_t count) {
+    sim::Memory& mem = device_->memory();
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    if (k == 0) device_grad_sum_.place(mem), device_grad_sum_.resize_zero(n);
+    if (comm_.rank() == 0) {
+      if (k == 0) mem.copy(device_grad_sum_.data(), g, bytes);
+      else device_->backend().add_forward(device_grad_sum_.data(), device_grad_sum_.data(), g, n);
+      return;
+    }
+    held_device_grads_.resize(static_cast<size_t>(count));
+    sim::MemBuf<float>& h = held_device_grads_[static_cast<size_t>(k)];
+    h.place(mem), h.resize_zero(n);
+    mem.copy(h.data(), g, bytes);
+  }
   static void add_to(std::span<float> sum, std::span<const float> g) {
     const int64_t n = static_cast<int64_t>(g.size());
 #pragma omp parallel for schedule(static)
@@ -614,25 +659,40 @@ class Trainer {
   // A sharded optimizer's checkpoint: the ranks other than 0 send the
   // moments of their views in view order, rank 0 receives each view it does
   // not own as save_checkpoint writes it (one view's buffers at a time).
+  // Moments leave from the device's memory when buffers_ takes its
+  // pointers, else from host copies.
   void send_moments() {
     if (shards_.empty()) return;
     const auto& views = model_->arena().layout().views();
+    auto outgoing = [&](const float* p, int64_t n) {
+      return staged() ? sim::host_view(opt_->memory(), p, n, moment_buf_) : p;
+    };
     for (int i = opt_->shard().first_view; i < opt_->shard().end_view; ++i) {
       const size_t bytes = static_cast<size_t>(views[static_cast<size_t>(i)].numel) * sizeof(float);
       const int64_t n = views[static_cast<size_t>(i)].numel;
-      comm_.send(sim::host_view(opt_->memory(), opt_->exp_avg_of(i), n, moment_buf_), bytes, 0);
-      comm_.send(sim::host_view(opt_->memory(), opt_->exp_avg_sq_of(i), n, moment_buf_), bytes, 0);
+      buffers_->send(outgoing(opt_->exp_avg_of(i), n), bytes, 0);
+      buffers_->send(outgoing(opt_->exp_avg_sq_of(i), n), bytes, 0);
     }
   }
+  // Rank 0 receives into host memory, or (device buffers) into a device
+  // buffer that lives as long as the checkpoint's writing and is copied to
+  // the host view by view.
   MomentsOf receive_moments() {
     if (shards_.empty()) return {};
-    return [this](int view) {
+    auto landing = std::make_shared<sim::MemBuf<float>>(device_->memory());
+    return [this, landing](int view) {
       const auto& v = model_->arena().layout().views()[static_cast<size_t>(view)];
       moment_buf_.resize(2 * static_cast<size_t>(v.numel));
       const size_t bytes = static_cast<size_t>(v.numel) * sizeof(float);
       const int owner = owner_of(view);
-      comm_.recv(moment_buf_.data(), bytes, owner);
-      comm_.recv(moment_buf_.data() + v.numel, bytes, owner);
+      float* into = moment_buf_.data();
+      if (!staged() && !device_->memory().on_host()) {
+        if (landing->size() < 2 * v.numel) landing->resize_zero(2 * v.numel);
+        into = landing->data();
+      }
+      buffers_->recv(into, bytes, owner);
+      buffers_->recv(into + v.numel, bytes, owner);
+      if (into != moment_buf_.data()) device_->memory().to_host(moment_buf_.data(), into, 2 * bytes);
       return std::pair<const float*, const float*>{moment_buf_.data(), moment_buf_.data() + v.numel};
     };
   }
@@ -677,8 +737,13 @@ class Trainer {
   TrainHooks hooks_;
   BuildInfo build_;
   dist::SingleComm single_;
-  dist::TimedComm timed_;  // the job's Comm, timed
+  dist::TimedComm timed_;  // the job's Comm, timed (its buffers are host memory)
   dist::Comm& comm_;
+  std::unique_ptr<dist::Comm> device_comm_;         // NCCL or its emulation, when train.comm takes it
+  std::unique_ptr<dist::TimedComm> timed_buffers_;  // device_comm_, timed
+  // The Comm of the model's buffers (gradient sums, weight shards, moments):
+  // comm_, or device_comm_ (timed) whose transfers take device pointers.
+  dist::Comm* buffers_ = &comm_;
   RunData data_;
   std::unique_ptr<data::SequenceSampler> sampler_;
   int64_t eval_batches_ = 0;
@@ -687,6 +752,9 @@ class Trainer {
   std::unique_ptr<TrainingDevice> device_;  // what the model runs on (train.device)
   std::unique_ptr<TrainingLinearFactory> factory_;
   sim::MemBuf<float> device_grad_sum_;      // on a device: the step's gradient sum (grad_accum > 1)
+  // On a device with device buffers, ranks other than 0: their
+  // micro-batches' gradients until the lower ranks' sum arrives.
+  std::vector<sim::MemBuf<float>> held_device_grads_;
   std::unique_ptr<models::NemotronH<float>> model_;
   std::unique_ptr<sim::AdamW> opt_;
   std::vector<sim::OptimizerShard> shards_;  // every rank's, when the optimizer is sharded
@@ -722,7 +790,7 @@ TrainResult Trainer::run() {
     }
     if (hooks_.before_step) hooks_.before_step(s, *model_);
     const auto t0 = Clock::now();
-    const double comm0 = timed_.seconds();
+    const double comm0 = comm_seconds();
     const double loss = forward_backward(s, s == ss.first);
     const double inv_accum = 1.0 / static_cast<double>(cfg_.grad_accum);
     const double grad_norm = sim::global_norm(device_->memory(), device_->optim(), model_->arena().grads(), inv_accum);
@@ -734,7 +802,7 @@ TrainResult Trainer::run() {
       break;
     }
     const double lr = update(s, grad_norm, inv_accum);
-    ss.comm_s += timed_.seconds() - comm0;
+    ss.comm_s += comm_seconds() - comm0;
     record_step(loss, seconds_since(t0), ss, res);
     const int64_t step = state_.step;
     if (hooks_.after_step && run_) hooks_.after_step(step, *model_, *run_);
@@ -752,7 +820,7 @@ void Trainer::say_plan(int64_t first) {
       fmt_count(static_cast<double>(model_->arena().layout().num_params())).c_str(),
       static_cast<long long>(mc.num_hidden_layers), mc.hybrid_override_pattern.c_str(), cfg_.precision.c_str(),
       omp_get_max_threads(),
-      comm_.size() > 1 ? (" per rank, " + std::to_string(comm_.size()) + " ranks (" + comm_.name() + ", " +
+      comm_.size() > 1 ? (" per rank, " + std::to_string(comm_.size()) + " ranks (" + buffers_->name() + ", " +
                           std::to_string(cfg_.grad_accum / comm_.size()) + " micro-batches each, AdamW state " +
                           (shards_.empty() ? std::string("on every rank") : "sharded") + ")")
                              .c_str()
@@ -830,22 +898,19 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
   if (mine.begin > 0 && references_may_sample(s + 1, first_of_session)) micro_batch(0, false);
   std::vector<double> losses;
   const auto grads = arena.grads();
+  const int64_t n = static_cast<int64_t>(grads.size());
+  // On a device the sum stays there when one rank runs alone or buffers_
+  // takes device pointers; otherwise it is formed on the host.
+  const bool sum_on_device = device_->on_device() && (comm_.size() == 1 || !staged());
   for (int64_t m = mine.begin; m < mine.end; ++m) {
     losses.push_back(micro_batch(m, true));
     if (G == 1) break;  // the arena holds the step's gradient
-    if (device_->on_device() && comm_.size() == 1) {  // the sum on the device, as add_gradient adds
-      const int64_t n = static_cast<int64_t>(grads.size());
-      if (m == 0) {
-        device_grad_sum_.place(device_->memory()), device_grad_sum_.resize_zero(n);
-        device_->memory().copy(device_grad_sum_.data(), grads.data(), static_cast<size_t>(n) * sizeof(float));
-      } else {
-        device_->backend().add_forward(device_grad_sum_.data(), device_grad_sum_.data(), grads.data(), n);
-      }
+    if (sum_on_device) {
+      keep_device_gradient(grads.data(), n, m - mine.begin, mine.end - mine.begin);
       continue;
     }
-    // Ranks on devices send their gradients through the host (MPI; NCCL
-    // on the devices themselves is not written yet).
-    const float* g = sim::host_view(arena.memory(), grads.data(), static_cast<int64_t>(grads.size()), grad_stage_);
+    // Ranks on devices with MPI send their gradients through the host.
+    const float* g = sim::host_view(arena.memory(), grads.data(), n, grad_stage_);
     if (comm_.rank() == 0) {
       add_gradient(std::span<const float>(g, grads.size()), m == 0);
     } else {
@@ -854,11 +919,19 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
     }
   }
   sampler_->set_position(start + G * B);
-  if (G > 1 && device_->on_device() && comm_.size() == 1) {
+  if (G > 1 && sum_on_device) {
+    // The chain on device buffers: each rank adds its held gradients with
+    // the device's add, in micro-batch order, to the lower ranks' sum.
+    dist::ordered_sum<float>(*buffers_, std::span<float>(device_grad_sum_.data(), static_cast<size_t>(n)),
+                             [&](std::span<float> sum, bool prefix) {
+                               if (!prefix) return;  // rank 0 summed into device_grad_sum_ as it went
+                               for (auto& g : held_device_grads_)
+                                 device_->backend().add_forward(sum.data(), sum.data(), g.data(), n);
+                             });
     device_->memory().copy(grads.data(), device_grad_sum_.data(), grads.size() * sizeof(float));
   } else if (G > 1) {
     grad_sum_.resize(grads.size());
-    dist::ordered_sum<float>(comm_, grad_sum_, [&](std::span<float> sum, bool prefix) {
+    dist::ordered_sum<float>(*buffers_, grad_sum_, [&](std::span<float> sum, bool prefix) {
       if (!prefix) return;  // rank 0 summed into grad_sum_ as it went
       for (const auto& g : held_grads_) add_to(sum, g);
     });
@@ -1047,8 +1120,8 @@ bool resumable_key(const std::string& key) {
       "train.steps",          "train.threads",           "train.device",           "train.log_interval",
       "train.eval_interval",  "train.eval_batches",   "train.checkpoint_interval", "train.keep_checkpoints", "train.stats_interval",
       "train.capture_step",   "train.gemm_stats_rows",   "train.gemm_stats_sample", "train.cold_restart_references",
-      "train.recompute",      "train.offload",           "train.shard_optimizer",
-      "train.export_hf"};
+      "train.recompute",      "train.offload",           "train.shard_optimizer",   "train.export_hf",
+      "train.comm"};
   if (key.starts_with("eval.")) return true;
   for (const char* k : kResumable)
     if (key == k) return true;

@@ -17,7 +17,10 @@
 // (gradients, losses, validation losses) are chained through the ranks in
 // rank order (dist::ordered_sum), so N ranks give the bits of 1 rank. Rank 0
 // alone writes the run file and checkpoints and prints; hooks.after_step
-// runs on rank 0 only.
+// runs on rank 0 only. Ranks on devices move gradient sums, weight shards
+// and moments with the Comm train.comm chooses: NCCL on device buffers
+// (the sums added by the device's add kernel), or the host Comm through
+// host copies.
 // The whole run is a function of the configuration: the same config gives
 // bit-identical losses and weights for any thread count, and a run resumed
 // from a checkpoint continues exactly as the uninterrupted run would have.

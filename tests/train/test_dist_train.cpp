@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "sim/dist/comm.hpp"
+#include "sim/dist/nccl_comm.hpp"
 #include "sim/train/checkpoint.hpp"
 #include "tests/cli_support.hpp"
 #include "tests/train/test_support.hpp"
@@ -189,6 +190,68 @@ TEST(DistTrainDevice, DeviceRanksGiveTheBitsOfOneCpuProcess) {
   }
 }
 
+// Ranks on cuda-emulated with train.comm = nccl take the device-buffer path
+// of NCCL ranks (sums added with the device's add on device buffers, weight
+// shards broadcast from and moments sent from device memory) through the
+// emulation of NcclComm (MPI handed the emulated device's pointers): the
+// bits of one CPU process on 2 and 3 ranks, sharded and unsharded, and a
+// checkpoint of 2 such ranks resumed on 3.
+TEST(DistTrainDevice, DeviceBufferRanksGiveTheBitsOfOneCpuProcess) {
+  REQUIRE_MPI();
+  for (const Case& c : {Case{"fp32", {"train.precision=fp32"}},
+                        Case{"fp32-unsharded", {"train.precision=fp32", "train.shard_optimizer=off"}},
+                        Case{"ue5m3-periodic", {"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:2"}}}) {
+    TempDir d;
+    const auto one = run_ranks(1, tiny_args(d / "cpu", c.sets));
+    ASSERT_EQ(one.status, 0) << one.out;
+    auto sets = c.sets;
+    sets.insert(sets.end(), {"train.device=cuda-emulated", "train.comm=nccl"});
+    for (int n : {2, 3}) {
+      const fs::path dir = d / ("dev" + std::to_string(n));
+      const auto r = run_ranks(n, tiny_args(dir, sets));
+      ASSERT_EQ(r.status, 0) << r.out;
+      EXPECT_NE(r.out.find(std::to_string(n) + " ranks (nccl-emulated, "), std::string::npos) << r.out;
+      expect_same_runs(d / "cpu", dir, std::string(c.name) + " on " + std::to_string(n) + " cuda-emulated ranks, nccl");
+    }
+  }
+  const std::vector<std::string> sets = {"train.device=cuda-emulated", "train.comm=nccl"};
+  TempDir d;
+  ASSERT_EQ(run_ranks(1, tiny_args(d / "one", {})).status, 0);
+  ASSERT_EQ(run_ranks(2, tiny_args(d / "two", sets)).status, 0);
+  fs::remove(d / "two/checkpoints/step_00000004.h5");
+  const auto three = run_ranks(3, {"train", "--resume", d / "two"});
+  ASSERT_EQ(three.status, 0) << three.out;
+  expect_same_runs(d / "one", d / "two", "2-rank nccl-emulated checkpoint resumed on 3 ranks");
+}
+
+// train.comm = nccl on CPU ranks is refused before any work, in one line
+// (the key's values are checked in test_run_config).
+TEST(DistTrainDevice, NcclOnCpuRanksIsRefused) {
+  TempDir d;
+  const auto cpu = run_ranks(1, tiny_args(d / "cpu", {"train.comm=nccl"}));
+  EXPECT_NE(cpu.status, 0);
+  EXPECT_NE(cpu.out.find("exmy: error: train.comm = nccl moves device buffers, but train.device = cpu"),
+            std::string::npos)
+      << cpu.out;
+  EXPECT_FALSE(fs::exists(d / "cpu/run.h5"));
+}
+
+// The NCCL loader: a library that is not there is one line naming it; the
+// toolkit's libnccl (when this machine has one) loads with every entry
+// point exmy calls. Neither needs a GPU.
+TEST(Nccl, LoaderNamesAMissingLibraryAndLoadsTheToolkitsOne) {
+  const std::string real = nccl_problem();
+  if (real.find("built without NCCL") != std::string::npos) GTEST_SKIP() << real;
+  const std::string missing = nccl_load_problem("/nonexistent/libnccl.so.2");
+  EXPECT_NE(missing.find("cannot load /nonexistent/libnccl.so.2 (NCCL"), std::string::npos) << missing;
+  EXPECT_EQ(missing.find('\n'), std::string::npos) << missing;
+  if (real.find("cannot load") != std::string::npos) GTEST_SKIP() << real;
+  EXPECT_EQ(real, "");
+  // a library that is not NCCL is refused by its missing entry points
+  const std::string other = nccl_load_problem("libz.so.1");
+  EXPECT_NE(other.find("libz.so.1 has no ncclGetVersion"), std::string::npos) << other;
+}
+
 // The helpers every Comm shares, on one process (no MPI needed).
 TEST(Comm, SharesAndOrderedSumOnOneProcess) {
   // Contiguous shares cover [0, count) in rank order; the first count % n
@@ -217,6 +280,18 @@ TEST(Comm, SharesAndOrderedSumOnOneProcess) {
   broadcast_string(one, text);
   EXPECT_EQ(text, "unchanged");
   EXPECT_EQ(one.gather("x"), std::vector<std::string>{"x"});
+  // The emulation of NcclComm is the wrapped Comm with device buffers.
+  EmulatedDeviceComm emulated(one);
+  EXPECT_TRUE(emulated.device_buffers());
+  EXPECT_FALSE(one.device_buffers());
+  EXPECT_EQ(emulated.name(), "nccl-emulated");
+  EXPECT_TRUE(TimedComm(emulated).device_buffers());
+  const RankFinding none = first_finding(one, ""), some = first_finding(one, "why");
+  EXPECT_FALSE(none.any);
+  EXPECT_TRUE(some.any);
+  EXPECT_EQ(some.rank, 0);
+  EXPECT_EQ(some.text, "why");
+  for (const auto& r : comm_choices()) EXPECT_STREQ(comm_choice_name(parse_comm_choice(r.name, "k")), r.name);
 }
 
 // A checkpoint of a 2-rank run resumed on 3 ranks continues with the bits of

@@ -118,6 +118,11 @@ TEST(RunConfig, BadValuesAndShapesAreOneLineErrors) {
   expect_error([] { parse_run_config("", "f", {"model.name=nemotron-h-9b"}); }, "unknown model 'nemotron-h-9b'");
   expect_error([] { parse_run_config("", "f", {"data.val_fraction=1"}); }, "data.val_fraction");
   expect_error([] { parse_run_config("", "f", {"data.format=json"}); }, "data.format");
+  expect_error([] { parse_run_config("", "f", {"train.comm=gloo"}); },
+               "train.comm: bad value 'gloo' (expected auto, mpi or nccl)");
+  expect_error([] { parse_run_config("", "f", {"train.comm=nccl"}); },
+               "train.comm = nccl moves device buffers, but train.device = cpu");
+  EXPECT_EQ(parse_run_config("", "f", {"train.comm=nccl", "train.device=cuda-emulated"}).comm, dist::CommChoice::nccl);
   expect_error([] { load_run_config("/nonexistent/x.ini", {}); }, "cannot open configuration");
 }
 
