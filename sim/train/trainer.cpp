@@ -659,19 +659,22 @@ class Trainer {
   // A sharded optimizer's checkpoint: the ranks other than 0 send the
   // moments of their views in view order, rank 0 receives each view it does
   // not own as save_checkpoint writes it (one view's buffers at a time).
-  // Moments leave from the device's memory when buffers_ takes its
-  // pointers, else from host copies.
+  // Moments in a device's memory leave from there when buffers_ takes its
+  // pointers, else from host copies; offloaded moments (host memory) go
+  // through the job's host Comm.
+  dist::Comm& moment_comm() { return opt_->memory().on_host() ? comm_ : *buffers_; }
+  bool moments_staged() const { return !opt_->memory().on_host() && staged(); }
   void send_moments() {
     if (shards_.empty()) return;
     const auto& views = model_->arena().layout().views();
     auto outgoing = [&](const float* p, int64_t n) {
-      return staged() ? sim::host_view(opt_->memory(), p, n, moment_buf_) : p;
+      return moments_staged() ? sim::host_view(opt_->memory(), p, n, moment_buf_) : p;
     };
     for (int i = opt_->shard().first_view; i < opt_->shard().end_view; ++i) {
       const size_t bytes = static_cast<size_t>(views[static_cast<size_t>(i)].numel) * sizeof(float);
       const int64_t n = views[static_cast<size_t>(i)].numel;
-      buffers_->send(outgoing(opt_->exp_avg_of(i), n), bytes, 0);
-      buffers_->send(outgoing(opt_->exp_avg_sq_of(i), n), bytes, 0);
+      moment_comm().send(outgoing(opt_->exp_avg_of(i), n), bytes, 0);
+      moment_comm().send(outgoing(opt_->exp_avg_sq_of(i), n), bytes, 0);
     }
   }
   // Rank 0 receives into host memory, or (device buffers) into a device
@@ -686,12 +689,12 @@ class Trainer {
       const size_t bytes = static_cast<size_t>(v.numel) * sizeof(float);
       const int owner = owner_of(view);
       float* into = moment_buf_.data();
-      if (!staged() && !device_->memory().on_host()) {
+      if (!opt_->memory().on_host() && !staged()) {
         if (landing->size() < 2 * v.numel) landing->resize_zero(2 * v.numel);
         into = landing->data();
       }
-      buffers_->recv(into, bytes, owner);
-      buffers_->recv(into + v.numel, bytes, owner);
+      moment_comm().recv(into, bytes, owner);
+      moment_comm().recv(into + v.numel, bytes, owner);
       if (into != moment_buf_.data()) device_->memory().to_host(moment_buf_.data(), into, 2 * bytes);
       return std::pair<const float*, const float*>{moment_buf_.data(), moment_buf_.data() + v.numel};
     };

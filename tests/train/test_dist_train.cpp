@@ -120,6 +120,7 @@ void expect_same_runs(const fs::path& a, const fs::path& b, const std::string& w
 struct Case {
   const char* name;
   std::vector<std::string> sets;
+  std::vector<std::string> device_sets = {};  // added only where the ranks run on a device
 };
 const std::vector<Case>& cases() {
   static const std::vector<Case> c = {
@@ -194,18 +195,21 @@ TEST(DistTrainDevice, DeviceRanksGiveTheBitsOfOneCpuProcess) {
 // of NCCL ranks (sums added with the device's add on device buffers, weight
 // shards broadcast from and moments sent from device memory) through the
 // emulation of NcclComm (MPI handed the emulated device's pointers): the
-// bits of one CPU process on 2 and 3 ranks, sharded and unsharded, and a
-// checkpoint of 2 such ranks resumed on 3.
+// bits of one CPU process on 2 and 3 ranks, sharded, unsharded and with the
+// optimizer offloaded (its moments then go to rank 0 over the host Comm),
+// and a checkpoint of 2 such ranks resumed on 3.
 TEST(DistTrainDevice, DeviceBufferRanksGiveTheBitsOfOneCpuProcess) {
   REQUIRE_MPI();
   for (const Case& c : {Case{"fp32", {"train.precision=fp32"}},
                         Case{"fp32-unsharded", {"train.precision=fp32", "train.shard_optimizer=off"}},
+                        Case{"fp32-offloaded", {"train.precision=fp32"}, {"train.offload=optimizer"}},
                         Case{"ue5m3-periodic", {"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:2"}}}) {
     TempDir d;
     const auto one = run_ranks(1, tiny_args(d / "cpu", c.sets));
     ASSERT_EQ(one.status, 0) << one.out;
     auto sets = c.sets;
     sets.insert(sets.end(), {"train.device=cuda-emulated", "train.comm=nccl"});
+    sets.insert(sets.end(), c.device_sets.begin(), c.device_sets.end());
     for (int n : {2, 3}) {
       const fs::path dir = d / ("dev" + std::to_string(n));
       const auto r = run_ranks(n, tiny_args(dir, sets));
