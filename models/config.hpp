@@ -167,12 +167,16 @@ struct MemoryEstimate {
   double params = 0, grads = 0, optimizer = 0;
   double activations = 0;  // kept for backward, for batch x seq_len tokens
   double workspace = 0;    // largest temporary (backward buffers, logits)
+  // Gradient accumulation: the step's running sum of the micro-batches'
+  // gradients and the ones a rank holds until the lower ranks' sum arrives.
+  double grad_sums = 0;
   // Bytes in host memory while the rest is on a device (train.offload =
   // optimizer: FP32 master weights, AdamW moments, a staged chunk of
-  // gradients; optimizer is then 0). Not part of total().
+  // gradients, optimizer then 0; ranks that reach each other through host
+  // copies: their gradient sums and staging). Not part of total().
   double host_state = 0;
   // The bytes in the memory the model trains in (a device's, or the host's).
-  double total() const { return params + grads + optimizer + activations + workspace; }
+  double total() const { return params + grads + optimizer + activations + workspace + grad_sums; }
 };
 // With `recompute` (block recompute, NemotronH::set_recompute) one block's
 // kept tensors per block type instead of every block's.

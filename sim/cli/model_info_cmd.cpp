@@ -58,6 +58,7 @@ int cmd_model_info(const Args& args) {
       ("memory", po::value<double>(), "GiB available for the plan (default: what this machine, or --device, has free now)")  //
       ("device", po::value<std::string>()->default_value("cpu"), "where the plan trains: cpu, cuda[:N] (train.device)")  //
       ("ranks", po::value<int>()->default_value(1), "data-parallel ranks: the plan of one rank, AdamW moments sharded (train.shard_optimizer)")  //
+      ("grad-accum", po::value<int64_t>()->default_value(0), "micro-batches per optimizer step, all ranks together (train.grad_accum; default: one per rank): their gradient sums")  //
       ("fields", "also print every configuration field");
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
@@ -73,6 +74,11 @@ int cmd_model_info(const Args& args) {
   if (offload == "optimizer" && device.is_cpu())
     throw Error("--offload optimizer plans a device run (give --device cuda): on the CPU the optimizer state is in host memory already");
   const bool offloaded = offload == "optimizer";
+  const int ranks = vm["ranks"].as<int>();
+  if (ranks < 1) throw Error("--ranks must be at least 1");
+  const int64_t accum = vm["grad-accum"].as<int64_t>() == 0 ? ranks : vm["grad-accum"].as<int64_t>();
+  if (accum < 1 || accum % ranks != 0)
+    throw Error("--grad-accum " + std::to_string(accum) + ": a positive multiple of --ranks (" + std::to_string(ranks) + ")");
 
   std::printf("model %s: %lld layers (%lld Mamba-2, %lld attention, %lld MLP), hidden %lld, vocab %lld\n",
               cfg.name.c_str(), static_cast<long long>(cfg.num_hidden_layers),
@@ -115,9 +121,13 @@ int cmd_model_info(const Args& args) {
 
   const std::string recompute = vm["recompute"].as<std::string>();
   if (recompute != "none" && recompute != "blocks") throw Error("--recompute '" + recompute + "' (expected none or blocks)");
-  const int ranks = vm["ranks"].as<int>();
-  if (ranks < 1) throw Error("--ranks must be at least 1");
-  const models::MemoryEstimate m = train::rank_training_memory(cfg, batch, seq, recompute == "blocks", ranks, offloaded);
+  train::RankPlan plan;
+  plan.ranks = ranks;
+  plan.offload = offloaded;
+  plan.grad_accum = accum;
+  plan.on_device = !device.is_cpu();
+  plan.device_sums = true;  // one rank alone, or ranks on NCCL (train.comm = auto picks it on CUDA devices)
+  const models::MemoryEstimate m = train::rank_training_memory(cfg, batch, seq, recompute == "blocks", plan);
   // On a device the training step keeps the same FP32 tensors in the
   // device's memory, or (offloaded) all but the optimizer's.
   const std::string where = device.is_cpu()  ? "on the CPU"
@@ -134,6 +144,10 @@ int cmd_model_info(const Args& args) {
                 sim::gib_text(m.grads).c_str(), sim::gib_text(m.optimizer).c_str());
   std::printf("  activations kept for backward %s, backward workspace %s\n", sim::gib_text(m.activations).c_str(),
               sim::gib_text(m.workspace).c_str());
+  if (m.grad_sums > 0)
+    std::printf("  gradient sums of %lld micro-batches %s (%s)\n", static_cast<long long>(accum),
+                sim::gib_text(m.grad_sums).c_str(),
+                ranks == 1 ? "the step's running sum" : "the sum the ranks' chain passes on and the gradients a rank holds for it");
   std::printf("  total %s (%.0f bytes; exmy train checks it before allocating)\n", sim::gib_text(m.total()).c_str(), m.total());
   sim::AvailableMemory avail;
   if (vm.count("memory")) {

@@ -91,15 +91,40 @@ void remove_leftovers(const fs::path& dir) {
 
 }  // namespace
 
+RankPlan rank_plan(const RunConfig& cfg, int ranks) {
+  RankPlan p;
+  p.ranks = ranks;
+  p.shard_optimizer = cfg.shard_optimizer;
+  p.offload = cfg.offloaded();
+  p.grad_accum = cfg.grad_accum;
+  p.on_device = !cfg.device.is_cpu();
+  // as make_buffer_comm decides (auto: NCCL on CUDA devices when it loads)
+  p.device_sums = ranks == 1 || cfg.comm == dist::CommChoice::nccl ||
+                  (cfg.comm == dist::CommChoice::automatic && cfg.device.is_cuda());
+  return p;
+}
+
 models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model, int64_t batch, int64_t seq_len,
-                                            bool recompute, int shards, bool offload) {
+                                            bool recompute, const RankPlan& plan) {
   models::MemoryEstimate m = models::training_memory(model, batch, seq_len, recompute);
-  const double shard = shards > 1 ? static_cast<double>(sim::largest_shard(models::make_layout(model), shards))
-                                  : m.params / 4.0;  // elements of the arena (padding included)
+  const double arena = m.params / 4.0;  // elements of the arena (padding included)
+  const int shards = plan.shard_optimizer ? plan.ranks : 1;
+  const double shard = shards > 1 ? static_cast<double>(sim::largest_shard(models::make_layout(model), shards)) : arena;
   if (shards > 1) m.optimizer = 8.0 * shard;
-  if (offload) {  // sim::AdamW's offload: master weights and moments on the host, one chunk of gradients staged
-    m.host_state = 12.0 * shard + 4.0 * static_cast<double>(std::min<int64_t>(static_cast<int64_t>(shard), sim::kOffloadChunk));
+  if (plan.offload) {  // sim::AdamW's offload: master weights and moments on the host, one chunk of gradients staged
+    m.host_state = 12.0 * shard + 4.0 * std::min(shard, static_cast<double>(sim::kOffloadChunk));
     m.optimizer = 0;
+  }
+  if (plan.grad_accum > 1) {  // Trainer::forward_backward's sums, on the rank that keeps the most
+    const int64_t k = (plan.grad_accum + plan.ranks - 1) / plan.ranks;  // a rank's micro-batches
+    if (!plan.on_device || plan.device_sums) {
+      // the running sum; a rank after the first holds k - 1 gradients and
+      // receives the lower ranks' sum (its last gradient stays in the arena)
+      m.grad_sums = 4.0 * arena * static_cast<double>(plan.ranks == 1 ? 1 : std::max<int64_t>(1, k));
+    } else {
+      // through the host: k held copies, the sum, the staging copy
+      m.host_state += 4.0 * arena * static_cast<double>(k + 2);
+    }
   }
   return m;
 }
@@ -107,7 +132,7 @@ models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model
 void require_training_memory(const RunConfig& cfg, int ranks) {
   const int shards = cfg.shard_optimizer ? ranks : 1;
   const models::MemoryEstimate m =
-      rank_training_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.recompute == "blocks", shards, cfg.offloaded());
+      rank_training_memory(cfg.model, cfg.batch_size, cfg.seq_len, cfg.recompute == "blocks", rank_plan(cfg, ranks));
   const std::string shard = shards > 1 ? " (this rank's shard of " + std::to_string(shards) + ")" : "";
   // On a CUDA device the model lives in the device's memory.
   sim::AvailableMemory device;
@@ -123,15 +148,22 @@ void require_training_memory(const RunConfig& cfg, int ranks) {
                           std::to_string(cfg.seq_len) + " tokens: weights, gradients" +
                           (cfg.offloaded() ? " (AdamW state offloaded)" : " and AdamW moments" + shard) + " " +
                           sim::gib_text(m.params + m.grads + m.optimizer) + ", activations and workspace " +
-                          sim::gib_text(m.activations + m.workspace) + "; exmy model-info --model " + cfg.model_name + ")",
+                          sim::gib_text(m.activations + m.workspace) +
+                          (m.grad_sums > 0 ? ", gradient sums " + sim::gib_text(m.grad_sums) : std::string()) +
+                          "; exmy model-info --model " + cfg.model_name + ")",
                       "lower train.batch_size or train.seq_len (train.grad_accum keeps the tokens per step), or "
                       "choose a smaller model",
                       on_cuda ? &device : nullptr);
-  if (m.host_state > 0)  // the offloaded state, in the host's memory
+  if (m.host_state > 0) {  // what the device run keeps in the host's memory
+    std::string what = cfg.offloaded() ? "FP32 master weights and AdamW moments" + shard : std::string();
+    if (m.grad_sums == 0 && cfg.grad_accum > 1)
+      what += (what.empty() ? "" : ", ") + std::string("gradient sums staged for the ranks");
     sim::require_memory(m.host_state,
-                        "the offloaded optimizer state of " + cfg.model_name + " (FP32 master weights and AdamW moments" +
-                            shard + " in host memory)",
-                        "shard it over more ranks (train.shard_optimizer) or train.offload = none");
+                        "the host's part of training " + cfg.model_name + " on " + sim::device_name(cfg.device) + " (" +
+                            what + ")",
+                        cfg.offloaded() ? "shard it over more ranks (train.shard_optimizer) or train.offload = none"
+                                        : "train.comm = nccl keeps the gradient sums on the devices");
+  }
 }
 
 RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* out) {
@@ -520,7 +552,8 @@ class Trainer {
   // gradient g (n floats) is in the arena: rank 0 adds it to the step's sum
   // there as add_gradient does on the host (the device's add: the same FP32
   // additions); the other ranks keep a copy until the lower ranks' sum
-  // arrives in device_grad_sum_.
+  // arrives in device_grad_sum_, all but the last, which stays in the arena
+  // (so a rank holds count - 1 copies).
   void keep_device_gradient(const float* g, int64_t n, int64_t k, int64_t count) {
     sim::Memory& mem = device_->memory();
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
@@ -530,7 +563,8 @@ class Trainer {
       else device_->backend().add_forward(device_grad_sum_.data(), device_grad_sum_.data(), g, n);
       return;
     }
-    held_device_grads_.resize(static_cast<size_t>(count));
+    if (k == count - 1) return;  // the last micro-batch's gradient: the arena's
+    held_device_grads_.resize(static_cast<size_t>(count - 1));
     sim::MemBuf<float>& h = held_device_grads_[static_cast<size_t>(k)];
     h.place(mem), h.resize_zero(n);
     mem.copy(h.data(), g, bytes);
@@ -930,6 +964,7 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
                                if (!prefix) return;  // rank 0 summed into device_grad_sum_ as it went
                                for (auto& g : held_device_grads_)
                                  device_->backend().add_forward(sum.data(), sum.data(), g.data(), n);
+                               device_->backend().add_forward(sum.data(), sum.data(), grads.data(), n);  // the last
                              });
     device_->memory().copy(grads.data(), device_grad_sum_.data(), grads.size() * sizeof(float));
   } else if (G > 1) {
@@ -1062,9 +1097,10 @@ void Trainer::finish(TrainResult& res, const Session& ss) {
       say("  %d ranks: %.1f%% of rank 0's step time in communication (%.2f s; waits for slower ranks included)\n",
           comm_.size(), ss.train_s > 0 ? 100.0 * ss.comm_s / ss.train_s : 0.0, ss.comm_s);
     if (device_base_ >= 0) {
-      const models::MemoryEstimate m = rank_training_memory(cfg_.model, cfg_.batch_size, cfg_.seq_len,
-                                                            cfg_.recompute == "blocks",
-                                                            shards_.empty() ? 1 : static_cast<int>(shards_.size()));
+      RankPlan plan = rank_plan(cfg_, comm_.size());
+      plan.device_sums = comm_.size() == 1 || !staged();  // as the run decided
+      const models::MemoryEstimate m =
+          rank_training_memory(cfg_.model, cfg_.batch_size, cfg_.seq_len, cfg_.recompute == "blocks", plan);
       const double peak = static_cast<double>(device_->memory().peak_bytes() - device_base_);
       say("  %s memory: peak %s allocated by the run (plan %s, %+.1f%%)\n", sim::device_name(cfg_.device).c_str(),
           sim::gib_text(peak).c_str(), sim::gib_text(m.total()).c_str(), 100.0 * (peak - m.total()) / m.total());

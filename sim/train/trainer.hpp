@@ -106,15 +106,31 @@ RunData open_run_data(const RunConfig& cfg, const BuildInfo& build, std::FILE* o
 // micro-batch exceeds what the machine has available (sim/sysmem.hpp).
 // Every command that builds a model for a run checks this first. A rank of
 // an n-rank job with train.shard_optimizer counts its shard of the moments;
-// an offloaded optimizer's state is checked against the host's memory.
+// what a device run keeps in host memory (offloaded optimizer state, staged
+// gradients) is checked against the host's memory.
 void require_training_memory(const RunConfig& cfg, int ranks = 1);
-// models::training_memory of one rank whose AdamW moments are the largest
-// of `shards` optimizer shards (sim::optimizer_shard; 1: all of them).
-// With `offload` (train.offload = optimizer) the moments leave the device
-// and the shard's master weights, moments and staged gradient chunk are
-// counted in host_state instead (sim::AdamW's offload).
+// What one rank of a run keeps besides the model's own tensors, for its
+// memory plan.
+struct RankPlan {
+  int ranks = 1;
+  bool shard_optimizer = true;  // AdamW state sharded over the ranks (ZeRO-1)
+  bool offload = false;         // train.offload = optimizer
+  int64_t grad_accum = 1;       // micro-batches per optimizer step, all ranks together
+  bool on_device = false;       // the model trains in a device's memory
+  // The gradient sums of a device run stay on the device (one rank alone,
+  // or ranks whose Comm takes device buffers); else they are the host's.
+  bool device_sums = true;
+};
+// The plan of `cfg` on one of `ranks` ranks.
+RankPlan rank_plan(const RunConfig& cfg, int ranks);
+// models::training_memory of the rank that keeps the most: the largest of
+// the optimizer shards (sim::optimizer_shard), with `offload` the shard's
+// master weights, moments and a staged chunk of gradients counted in
+// host_state instead (sim::AdamW's offload), and the gradient sums of
+// accumulation: one running sum alone, or on one of n ranks ceil(G/n) held
+// micro-batch gradients plus the sum the chain passes on.
 models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model, int64_t batch, int64_t seq_len,
-                                            bool recompute, int shards, bool offload = false);
+                                            bool recompute, const RankPlan& plan = {});
 
 // Starts a new run in `out_dir` (created if needed). Throws exmy::Error when
 // out_dir already holds a run, unless `overwrite`.

@@ -22,6 +22,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sim/device/device.hpp"
@@ -511,6 +512,20 @@ TEST(CliTrain, ModelInfoPlansADeviceRun) {
       EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   }
   expect_one_line_error({kExmy, "model-info", "--offload", "optimizer"}, "--offload optimizer plans a device run");
+  // gradient accumulation keeps the step's running sum (one more arena):
+  // the 8B with recompute then needs 161.56 GiB, with the optimizer
+  // offloaded too 101.20
+  for (const auto& [offload, total, fits] :
+       {std::tuple<const char*, const char*, bool>{"none", "total 161.56 GiB", false}, {"optimizer", "total 101.20 GiB", true}}) {
+    const Result r = run({kExmy, "model-info", "--model", "nemotron-h-8b", "--device", "cuda", "--memory", "139",
+                          "--recompute", "blocks", "--grad-accum", "8", "--offload", offload, "--host-memory", "128"});
+    ASSERT_EQ(r.status, 0) << r.out;
+    for (const char* want : {"gradient sums of 8 micro-batches 30.18 GiB", total})
+      EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+    EXPECT_NE(r.out.find(fits ? "  fits in 139.00 GiB" : "  does not fit in 139.00 GiB"), std::string::npos) << r.out;
+  }
+  expect_one_line_error({kExmy, "model-info", "--grad-accum", "3", "--ranks", "2"},
+                        "--grad-accum 3: a positive multiple of --ranks (2)");
   expect_one_line_error({kExmy, "model-info", "--device", "cuda", "--offload", "all"},
                         "--offload 'all' (expected none or optimizer)");
 }

@@ -437,21 +437,26 @@ TEST(TrainerDevice, CheckpointsMoveBetweenCpuAndDevice) {
 // The memory plan (model-info, and the check before a run) against what a
 // device run allocates in its memory at its peak (cuda-emulated counts the
 // same allocations a CUDA device gets): within 10%, with and without block
-// recompute.
+// recompute, and with gradient accumulation (the step's running sum of the
+// micro-batches' gradients is one more arena on the device).
 TEST(TrainerDevice, PeakDeviceMemoryIsThePlanWithinTenPercent) {
   TempDir d;
-  for (const char* recompute : {"none", "blocks"}) {
+  for (const auto& [recompute, accum] : {std::pair<const char*, int>{"none", 1}, {"blocks", 1}, {"blocks", 3}}) {
     const RunConfig c = tiny({"model.name=proxy-10m", "train.batch_size=4", "train.seq_len=256", "train.steps=1",
                               "train.eval_batches=1", "train.eval_interval=0", "data.synthetic_tokens=65536",
-                              "train.device=cuda-emulated", std::string("train.recompute=") + recompute});
-    const TrainResult r = train_new(c, d / recompute, quiet(), {});
+                              "train.device=cuda-emulated", std::string("train.recompute=") + recompute,
+                              "train.grad_accum=" + std::to_string(accum)});
+    const std::string name = std::string(recompute) + "-" + std::to_string(accum);
+    const TrainResult r = train_new(c, d / name, quiet(), {});
     ASSERT_EQ(r.status, TrainStatus::completed);
-    const double plan =
-        rank_training_memory(c.model, c.batch_size, c.seq_len, c.recompute == "blocks", 1).total();
+    const models::MemoryEstimate m =
+        rank_training_memory(c.model, c.batch_size, c.seq_len, c.recompute == "blocks", rank_plan(c, 1));
+    EXPECT_EQ(m.grad_sums, accum > 1 ? m.grads : 0.0) << name;
+    const double plan = m.total();
     const double peak = static_cast<double>(r.device_peak_bytes);
-    std::printf("[recompute %s] plan %.1f MiB, device peak %.1f MiB (%+.1f%%)\n", recompute, plan / 1048576.0,
-                peak / 1048576.0, 100.0 * (peak - plan) / plan);
-    EXPECT_LT(std::fabs(peak - plan), 0.10 * plan) << recompute;
+    std::printf("[recompute %s, %d micro-batches] plan %.1f MiB, device peak %.1f MiB (%+.1f%%)\n", recompute, accum,
+                plan / 1048576.0, peak / 1048576.0, 100.0 * (peak - plan) / plan);
+    EXPECT_LT(std::fabs(peak - plan), 0.10 * plan) << name;
   }
 }
 
@@ -507,8 +512,11 @@ TEST(TrainerDevice, OffloadedPlanIsTheDevicePeakWithinTenPercent) {
                             "train.device=cuda-emulated", "train.recompute=blocks", "train.offload=optimizer"});
   const TrainResult r = train_new(c, d / "run", quiet(), {});
   ASSERT_EQ(r.status, TrainStatus::completed);
-  const models::MemoryEstimate m = rank_training_memory(c.model, c.batch_size, c.seq_len, true, 1, true);
-  const models::MemoryEstimate all = rank_training_memory(c.model, c.batch_size, c.seq_len, true, 1, false);
+  RankPlan plan = rank_plan(c, 1);
+  ASSERT_TRUE(plan.offload);
+  const models::MemoryEstimate m = rank_training_memory(c.model, c.batch_size, c.seq_len, true, plan);
+  plan.offload = false;
+  const models::MemoryEstimate all = rank_training_memory(c.model, c.batch_size, c.seq_len, true, plan);
   EXPECT_EQ(m.optimizer, 0);
   EXPECT_EQ(m.total(), all.total() - all.optimizer);
   const double arena = m.params / 4;
