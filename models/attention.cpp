@@ -84,8 +84,9 @@ void attention_add_flops(FlopCount& f, const NemotronHConfig& c, int64_t seq_len
 int64_t attention_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sum_sizes(sizes(c, B, T_)); }
 
 // Per token: do (q), dq (q), dk (kv), dv (kv); inside, what the CUDA
-// backend's attention kernels allocate: the backward's D rows (B,Hq,S) of
-// the row kernels, the forward none (models/attention_launches.hpp). The
+// backend's attention kernels allocate: the row kernels' backward scratch
+// (D and the per-head parts of dK, dV: 2 Hq Dh + Hq floats per token), the
+// forward none (models/attention_launches.hpp). The
 // CPU's query-block scratch (2 x 64 x S floats per thread) and the emulated
 // backend's item scratch (B x Hq x 64 x S floats) are not in the plan: the
 // first is small, the second only emulates a device in tests.

@@ -65,9 +65,12 @@ void attention_backward_launches(const L& launch, const Gemm& gemm, T* dq, T* dk
   });
 }
 
-// Scratch elements of the row launches: none for the forward, D (B,Hq,S)
-// for the backward.
-inline int64_t attention_rows_backward_scratch(const AttnDims& d) { return d.batch * d.q_heads * d.seqlen; }
+// Scratch elements of the row launches: none for the forward; for the
+// backward D (B,Hq,S) and the per-head parts of dK and dV (B,S,Hq*Dh each),
+// every array padded by item_pad.
+inline int64_t attention_rows_backward_scratch(const AttnDims& d) {
+  return item_pad(d.batch * d.q_heads * d.seqlen) + 2 * item_pad(d.batch * d.seqlen * d.q_heads * d.head_dim);
+}
 
 // A row thread holds its rows in arrays of kAttnRowMaxDim: wider heads are
 // refused in one line.
@@ -89,19 +92,27 @@ void attention_rows_forward_launches(const L& launch, T* out, T* lse, const T* q
   });
 }
 
-// D first (scratch), then dK, dV by key row and dQ by query row: each
-// launch writes only its own rows.
+// D first, then each query head's part of dK, dV by key row (scratch), the
+// parts added to dk, dv by element, and dQ by query row: each launch writes
+// only its own rows.
 template <class L, class T>
 void attention_rows_backward_launches(const L& launch, T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse,
                                       const T* q, const T* k, const T* v, const AttnDims& d, T* scratch) {
   require_attention_row_head_dim(d);
   const int64_t S = d.seqlen, Hq = d.q_heads, Hkv = d.kv_heads;
+  const int64_t Dh = d.head_dim;
   T* D = scratch;
+  T* dkp = D + item_pad(d.batch * Hq * S);
+  T* dvp = dkp + item_pad(d.batch * S * Hq * Dh);
   launch("attention_backward rowsum", d.batch * Hq * S, [=] EXMY_HD_LAMBDA(int64_t u) {
     attn_bwd_rowsum(D, dout, out, d, u / (Hq * S), (u / S) % Hq, u % S);
   });
-  launch("attention_backward kv row", d.batch * Hkv * S, [=] EXMY_HD_LAMBDA(int64_t u) {
-    attn_bwd_kv_row(dk, dv, dout, lse, static_cast<const T*>(D), q, k, v, d, u / (Hkv * S), (u / S) % Hkv, u % S);
+  launch("attention_backward kv row", d.batch * Hq * S, [=] EXMY_HD_LAMBDA(int64_t u) {
+    attn_bwd_kv_row(dkp, dvp, dout, lse, static_cast<const T*>(D), q, k, v, d, u / (Hq * S), (u / S) % Hq, u % S);
+  });
+  launch("attention_backward kv add", d.batch * S * Hkv * Dh, [=] EXMY_HD_LAMBDA(int64_t u) {
+    attn_bwd_kv_add(dk, dv, static_cast<const T*>(dkp), static_cast<const T*>(dvp), d, u / (S * Hkv * Dh),
+                    (u / (Hkv * Dh)) % S, (u / Dh) % Hkv, u % Dh);
   });
   launch("attention_backward q row", d.batch * Hq * S, [=] EXMY_HD_LAMBDA(int64_t u) {
     attn_bwd_q_row(dq, dout, lse, static_cast<const T*>(D), q, k, v, d, u / (Hq * S), (u / S) % Hq, S - 1 - u % S);

@@ -8,14 +8,19 @@
 //             online softmax over the keys j <= i (running max and sum,
 //             FP32), its output row and lse_i; q_i and the output in arrays
 //   backward  attn_bwd_rowsum    (b, h, i):   D_i = rowsum(dO_i ∘ O_i)
-//             attn_bwd_kv_row    (b, kvh, j): key row j: dK_j, dV_j += over
-//             the query heads of kv head kvh, in order, and their rows
-//             i >= j, from S - 1 down; k_j, v_j and both sums in arrays
+//             attn_bwd_kv_row    (b, h, j):   key row j's part of dK_j, dV_j
+//             from query head h: the sums over its rows i >= j, from S - 1
+//             down; k_j, v_j and both sums in arrays
+//             attn_bwd_kv_add    (b, j, kvh, e): dK_j, dV_j += the parts of
+//             the query heads of kv head kvh, in head order
 //             attn_bwd_q_row     (b, h, i):   dQ_i += over the keys j <= i;
 //             q_i, dO_i and the sum in arrays
 // Every thread writes only its own rows, and every sum runs in a fixed
 // order, so the results do not depend on the launch (no atomics), and
-// nothing is S x S: the backward's only scratch is D (B,Hq,S).
+// nothing is S x S: the backward's scratch is D (B,Hq,S) and the per-head
+// parts of dK, dV (B,S,Hq*Dh each, the shape of q). A thread per query head
+// rather than per kv head for dK, dV gives GQA's kv heads (the 8B's 4
+// query heads each) as many threads as the other launches.
 //
 // Threads are numbered with the row index fastest, so the 32 threads of a
 // warp are 32 neighbouring rows of one head and walk the same key (or
@@ -161,33 +166,46 @@ EXMY_HD void attn_tile_dscores(T* s, T* dp, const T* lse_i, const T* D_i, int64_
     }
 }
 
-// Backward, thread (b, kvh, j): for each query head h of kv head kvh, in
-// order, and its query rows i = S - 1 down to j, a tile at a time:
-// dV_j += p_ij dO_i and dK_j += dS_ij Q_i, starting from what dk, dv hold.
+// Backward, thread (b, h, j): query head h's part of dK_j and dV_j, summed
+// over its query rows i = S - 1 down to j, a tile at a time, from +0:
+// dV_j += p_ij dO_i and dK_j += dS_ij Q_i, into dkp, dvp (B,S,Hq*Dh) at
+// row j, head h.
 template <class T>
-EXMY_HD void attn_bwd_kv_row(T* dk, T* dv, const T* dout, const T* lse, const T* D, const T* q, const T* k,
-                             const T* v, const AttnDims& d, int64_t b, int64_t kvh, int64_t j) {
-  const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, rep = Hq / d.kv_heads;
-  const int64_t ldq = Hq * Dh, ldkv = d.kv_heads * Dh, row = (b * S + j) * ldkv + kvh * Dh;
+EXMY_HD void attn_bwd_kv_row(T* dkp, T* dvp, const T* dout, const T* lse, const T* D, const T* q, const T* k,
+                             const T* v, const AttnDims& d, int64_t b, int64_t h, int64_t j) {
+  const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, ldq = Hq * Dh, ldkv = d.kv_heads * Dh;
+  const int64_t kvh = h / (Hq / d.kv_heads), row = (b * S + j) * ldkv + kvh * Dh;
   const T scale = attn_scale<T>(d);
+  const T* qh = q + b * S * ldq + h * Dh;
+  const T* doh = dout + b * S * ldq + h * Dh;
+  const T* lse_h = lse + (b * Hq + h) * S;
+  const T* D_h = D + (b * Hq + h) * S;
   T kr[kAttnRowMaxDim], vr[kAttnRowMaxDim], dkr[kAttnRowMaxDim], dvr[kAttnRowMaxDim];
-  for (int64_t e = 0; e < Dh; ++e) kr[e] = k[row + e], vr[e] = v[row + e], dkr[e] = dk[row + e], dvr[e] = dv[row + e];
-  for (int64_t h = kvh * rep; h < (kvh + 1) * rep; ++h) {
-    const T* qh = q + b * S * ldq + h * Dh;
-    const T* doh = dout + b * S * ldq + h * Dh;
-    const T* lse_h = lse + (b * Hq + h) * S;
-    const T* D_h = D + (b * Hq + h) * S;
-    for (int64_t i0 = S - 1; i0 >= j; i0 -= kAttnRowTile) {
-      // The tile's rows are i0, i0 - 1, ..., i0 - n + 1 (a step of -1 row).
-      const int n = static_cast<int>(attn_tile_rows(i0 + 1 - j));
-      T s[kAttnRowTile], dp[kAttnRowTile];
-      attn_tile_dots(s, kr, qh + i0 * ldq, dp, vr, doh + i0 * ldq, ldq, -1, n, Dh);
-      attn_tile_dscores(s, dp, lse_h + i0, D_h + i0, -1, n, scale);
-      attn_tile_axpy(dvr, s, doh + i0 * ldq, ldq, -1, n, Dh);
-      attn_tile_axpy(dkr, dp, qh + i0 * ldq, ldq, -1, n, Dh);
-    }
+  for (int64_t e = 0; e < Dh; ++e) kr[e] = k[row + e], vr[e] = v[row + e], dkr[e] = dvr[e] = T(0);
+  for (int64_t i0 = S - 1; i0 >= j; i0 -= kAttnRowTile) {
+    // The tile's rows are i0, i0 - 1, ..., i0 - n + 1 (a step of -1 row).
+    const int n = static_cast<int>(attn_tile_rows(i0 + 1 - j));
+    T s[kAttnRowTile], dp[kAttnRowTile];
+    attn_tile_dots(s, kr, qh + i0 * ldq, dp, vr, doh + i0 * ldq, ldq, -1, n, Dh);
+    attn_tile_dscores(s, dp, lse_h + i0, D_h + i0, -1, n, scale);
+    attn_tile_axpy(dvr, s, doh + i0 * ldq, ldq, -1, n, Dh);
+    attn_tile_axpy(dkr, dp, qh + i0 * ldq, ldq, -1, n, Dh);
   }
-  for (int64_t e = 0; e < Dh; ++e) dk[row + e] = dkr[e], dv[row + e] = dvr[e];
+  const int64_t prow = (b * S + j) * ldq + h * Dh;
+  for (int64_t e = 0; e < Dh; ++e) dkp[prow + e] = dkr[e], dvp[prow + e] = dvr[e];
+}
+
+// Backward, thread (b, j, kvh, e): dk and dv (B,S,Hkv*Dh) at row j, kv head
+// kvh, column e += the parts of its query heads, in head order.
+template <class T>
+EXMY_HD void attn_bwd_kv_add(T* dk, T* dv, const T* dkp, const T* dvp, const AttnDims& d, int64_t b, int64_t j,
+                             int64_t kvh, int64_t e) {
+  const int64_t Dh = d.head_dim, rep = d.q_heads / d.kv_heads;
+  const int64_t at = (b * d.seqlen + j) * d.kv_heads * Dh + kvh * Dh + e;
+  const int64_t p0 = (b * d.seqlen + j) * d.q_heads * Dh + kvh * rep * Dh + e;
+  T sk = dk[at], sv = dv[at];
+  for (int64_t r = 0; r < rep; ++r) sk += dkp[p0 + r * Dh], sv += dvp[p0 + r * Dh];
+  dk[at] = sk, dv[at] = sv;
 }
 
 // Backward, thread (b, h, i): dQ_i += sum over the keys j <= i, from 0 up,

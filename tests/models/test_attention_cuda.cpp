@@ -230,8 +230,8 @@ TEST(AttentionRowKernels, BackwardWithinBudgetAndAccumulates) {
     const CpuForward f = cpu_forward(in);
     const CpuBackward g = cpu_backward(in, f, seed);
     // From the CPU's saved output and log-sum-exp, so that only the backward
-    // is compared; the scratch (D) poisoned, so a read of an unwritten
-    // element shows.
+    // is compared; the scratch (D, the parts of dK and dV) poisoned, so a
+    // read of an unwritten element shows.
     const Vec nan(static_cast<size_t>(attention_rows_backward_scratch(d)), std::nanf(""));
     Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(f.out), klse(f.lse), kdq(g.dq0), kdk(g.dk0),
         kdv(g.dv0), scratch(nan);
