@@ -51,6 +51,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/error.hpp"
@@ -162,15 +163,31 @@ BackwardBound backward_bound(Family fam, const Inputs& in, const CpuForward& f, 
   return r;
 }
 
+// Every shape with fresh inputs (seeds from seed on), the CPU's forward of
+// them, and a name for the messages.
+struct Case {
+  Inputs in;
+  CpuForward f;
+  std::string what;
+  uint64_t seed;
+};
+std::vector<Case> cases(uint64_t seed, const std::string& what) {
+  std::vector<Case> all;
+  for (const AttnDims& d : kShapes) {
+    Inputs in(d, seed += 10);
+    CpuForward f = cpu_forward(in);
+    all.push_back({std::move(in), std::move(f), what + " " + name_of(d), seed});
+  }
+  return all;
+}
+
 #if defined(EXMY_TEST_EMULATED)
 // The item kernels (the emulated backend's) equal the CPU bit for bit; the
 // CPU is within its bound of the exact value.
 TEST(AttentionItemKernels, ForwardEqualsCpu) {
-  uint64_t seed = 40;
-  for (const AttnDims& d : kShapes) {
-    const Inputs in(d, seed += 10);
-    const std::string what = "attention forward items " + name_of(d);
-    const CpuForward f = cpu_forward(in);
+  for (const Case& c : cases(40, "attention forward items")) {
+    const auto& [in, f, what, seed] = c;
+    const AttnDims& d = in.d;
     Buffer kout(Vec(f.out.size(), -1.0f)), klse(Vec(f.lse.size(), -1.0f)),
         scratch(Vec(static_cast<size_t>(attention_forward_scratch(d)), 0.0f));
     attention_forward_emulated(kout.ptr(), klse.ptr(), in.q.data(), in.k.data(), in.v.data(), d, scratch.ptr());
@@ -181,11 +198,9 @@ TEST(AttentionItemKernels, ForwardEqualsCpu) {
 }
 
 TEST(AttentionItemKernels, BackwardEqualsCpuAndAccumulates) {
-  uint64_t seed = 900;
-  for (const AttnDims& d : kShapes) {
-    const Inputs in(d, seed += 10);
-    const std::string what = "attention backward items " + name_of(d);
-    const CpuForward f = cpu_forward(in);
+  for (const Case& c : cases(900, "attention backward items")) {
+    const auto& [in, f, what, seed] = c;
+    const AttnDims& d = in.d;
     const CpuBackward g = cpu_backward(in, f, seed);
     Buffer kdq(g.dq0), kdk(g.dk0), kdv(g.dv0), scratch(Vec(static_cast<size_t>(attention_backward_scratch(d)), 0.0f));
     attention_backward_emulated(kdq.ptr(), kdk.ptr(), kdv.ptr(), in.dout.data(), f.out.data(), f.lse.data(),
@@ -202,11 +217,9 @@ TEST(AttentionItemKernels, BackwardEqualsCpuAndAccumulates) {
 // device, a second run gives the same bits (no atomics, fixed orders).
 TEST(AttentionRowKernels, ForwardWithinBudget) {
   EXMY_REQUIRE_CUDA();
-  uint64_t seed = 40;
-  for (const AttnDims& d : kShapes) {
-    const Inputs in(d, seed += 10);
-    const std::string what = "attention forward rows " + name_of(d);
-    const CpuForward f = cpu_forward(in);
+  for (const Case& c : cases(40, "attention forward rows")) {
+    const auto& [in, f, what, seed] = c;
+    const AttnDims& d = in.d;
     Buffer kq(in.q), kk(in.k), kv(in.v), kout(Vec(f.out.size(), -1.0f)), klse(Vec(f.lse.size(), -1.0f));
     KERNEL(attention_rows_forward)(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d);
     const Vec out = kout.get(), lse = klse.get();
@@ -223,11 +236,9 @@ TEST(AttentionRowKernels, ForwardWithinBudget) {
 
 TEST(AttentionRowKernels, BackwardWithinBudgetAndAccumulates) {
   EXMY_REQUIRE_CUDA();
-  uint64_t seed = 900;
-  for (const AttnDims& d : kShapes) {
-    const Inputs in(d, seed += 10);
-    const std::string what = "attention backward rows " + name_of(d);
-    const CpuForward f = cpu_forward(in);
+  for (const Case& c : cases(900, "attention backward rows")) {
+    const auto& [in, f, what, seed] = c;
+    const AttnDims& d = in.d;
     const CpuBackward g = cpu_backward(in, f, seed);
     // From the CPU's saved output and log-sum-exp, so that only the backward
     // is compared; the scratch (D, the parts of dK and dV) poisoned, so a
