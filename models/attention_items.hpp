@@ -1,14 +1,15 @@
 // The work items of causal GQA attention (models/attention.hpp) as plain
 // EXMY_HD (host + device) functions: the CPU's OpenMP loops in
-// models/attention.cpp call them, one call per item, and so do the kernels
-// of models/attention_launches.hpp (one thread per item), so both run the
-// same operations in the same order (docs/architecture.md, "CPU and GPU
-// share code").
+// models/attention.cpp call them, one call per item, and so do the item
+// launches of models/attention_launches.hpp (one thread per item) that the
+// emulated device backend runs, so both run the same operations in the same
+// order (docs/architecture.md, "CPU and GPU share code"). The CUDA backend
+// runs the row kernels of models/attention_rows.hpp instead.
 //
 // The products QK^T, PV and the backward's go through a GEMM functor `gemm`
-// (models/item_gemm.hpp): SerialGemm on the CPU and in the host emulation,
-// NaiveGemm on a device, whose results carry an FP32 budget
-// (tests/models/test_attention_cuda.cpp).
+// (models/item_gemm.hpp): SerialGemm on the CPU and in the host emulation;
+// the tests also pass an error-bound functor, whose bound is the CPU's
+// budget (tests/models/test_attention_cuda.cpp).
 //
 // Items and scratch (every pointer is the item's own; S = seqlen):
 //   forward   attn_fwd_head    (b, h):   out and lse of query head h, query

@@ -2,10 +2,15 @@
 // included by models/backend_emulated.cpp (EXMY_SUFFIX emulated: the
 // launches run on the host) and models/cuda/backend_cuda.cpp (EXMY_SUFFIX
 // cuda: CUDA kernels). The class is the same for both; only the kernels'
-// suffix and the memory differ. Every kernel's scratch is one buffer of the
+// suffix, the memory and attention's kernels differ. Every kernel's scratch is one buffer of the
 // backend, grown to the largest call; the host's token and target ids are
 // copied over on each call (N int32: small next to a layer), and the
 // per-token losses copied back.
+// The includer also defines EXMY_ATTENTION_ITEMS: 1 for attention's item
+// kernels (the emulated backend), 0 for its row kernels (the CUDA backend).
+#if !defined(EXMY_ATTENTION_ITEMS)
+#error "define EXMY_ATTENTION_ITEMS (1: attention's item kernels, 0: its row kernels) before including this file"
+#endif
 #include <algorithm>
 
 #include "models/attention_launches.hpp"
@@ -117,13 +122,26 @@ class DeviceBackend final : public Backend<float> {
     EXMY_K(ssd_chunk_scan_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
                                     d, scratch(ssd_backward_scratch(d)));
   }
+  // Attention: the emulated backend runs the item kernels (the CPU's bits,
+  // which the whole-model emulation tests require), the CUDA backend the
+  // row kernels (parallel, within an FP32 budget of the CPU); see
+  // models/attention_launches.hpp.
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const AttnDims& d) override {
-    EXMY_K(attention_forward)(out, lse, q, k, v, d, scratch(attention_forward_scratch(d)));
+#if EXMY_ATTENTION_ITEMS
+    attention_forward_emulated(out, lse, q, k, v, d, scratch(attention_forward_scratch(d)));
+#else
+    EXMY_K(attention_rows_forward)(out, lse, q, k, v, d);
+#endif
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                           const float* q, const float* k, const float* v, const AttnDims& d) override {
-    EXMY_K(attention_backward)(dq, dk, dv, dout, out, lse, q, k, v, d, scratch(attention_backward_scratch(d)));
+#if EXMY_ATTENTION_ITEMS
+    attention_backward_emulated(dq, dk, dv, dout, out, lse, q, k, v, d, scratch(attention_backward_scratch(d)));
+#else
+    EXMY_K(attention_rows_backward)(dq, dk, dv, dout, out, lse, q, k, v, d,
+                                    scratch(attention_rows_backward_scratch(d)));
+#endif
   }
   void round_bf16(float* p, int64_t n) override { EXMY_K(round_bf16)(p, p, n); }
 

@@ -6,8 +6,9 @@
 // pass SerialGemm (one Eigen call, so the emulation equals the CPU bit for
 // bit), a device passes NaiveGemm (each output element summed over k in
 // order from +0, or from C when accumulating), whose order is not Eigen's:
-// on a device the results carry an FP32 budget (tests/models/test_ssd_cuda.cpp,
-// tests/models/test_attention_cuda.cpp).
+// on a device the results carry an FP32 budget (tests/models/test_ssd_cuda.cpp).
+// Attention's items run only in the emulation: on a device attention has
+// row kernels of its own (models/attention_rows.hpp).
 #pragma once
 
 #include <cstdint>

@@ -118,8 +118,10 @@ for t in $tests; do
   grep -E "^\[  FAILED  \] [A-Za-z]" "$logs/$name.log" >>"$report" || true
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
 done
-# the GEMM rates and error-to-budget ratios test_gemm_cuda and test_linear_cuda printed
-grep -h -E '^CudaGemm |largest error' "$logs/test_gemm_cuda.log" "$logs/test_linear_cuda.log" >>"$report" 2>/dev/null || true
+# the GEMM rates and error-to-budget ratios test_gemm_cuda and test_linear_cuda printed, and the
+# attention row kernels' times at sequence 4096 test_attention_cuda printed
+grep -h -E '^CudaGemm |largest error|^\[attention rows\]' "$logs/test_gemm_cuda.log" "$logs/test_linear_cuda.log" \
+  "$logs/test_attention_cuda.log" >>"$report" 2>/dev/null || true
 # the device benchmark (needs the device), then the CPU one (needs none)
 echo "--- exmy bench quantize --device cuda --repeat 3" >>"$report"
 timeout 120 "$bundle/bin/exmy" bench quantize --device cuda --repeat 3 >>"$report" 2>&1 ||

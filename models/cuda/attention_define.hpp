@@ -1,8 +1,7 @@
-// Defines the entry points of models/cuda/attention_cuda.hpp for one
-// launcher and GEMM functor: included by models/cuda/attention.cu
-// (DeviceLaunch, NaiveGemm, suffix cuda) and models/attention_emulated.cpp
-// (HostLaunch, SerialGemm, suffix emulated) with EXMY_LAUNCHER, EXMY_GEMM
-// and EXMY_SUFFIX defined.
+// Defines the row kernels' entry points of models/cuda/attention_cuda.hpp
+// for one launcher: included by models/cuda/attention.cu (DeviceLaunch,
+// suffix cuda) and models/attention_emulated.cpp (HostLaunch, suffix
+// emulated) with EXMY_LAUNCHER and EXMY_SUFFIX defined.
 #include "models/attention_launches.hpp"
 
 #define EXMY_CAT2(a, b) a##_##b
@@ -10,14 +9,15 @@
 
 namespace exmy::models {
 
-void EXMY_CAT(attention_forward, EXMY_SUFFIX)(float* out, float* lse, const float* q, const float* k, const float* v,
-                                              const AttnDims& d, float* scratch) {
-  attention_forward_launches(EXMY_LAUNCHER{}, EXMY_GEMM{}, out, lse, q, k, v, d, scratch);
+void EXMY_CAT(attention_rows_forward, EXMY_SUFFIX)(float* out, float* lse, const float* q, const float* k,
+                                                   const float* v, const AttnDims& d) {
+  attention_rows_forward_launches(EXMY_LAUNCHER{}, out, lse, q, k, v, d);
 }
-void EXMY_CAT(attention_backward, EXMY_SUFFIX)(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                                               const float* lse, const float* q, const float* k, const float* v,
-                                               const AttnDims& d, float* scratch) {
-  attention_backward_launches(EXMY_LAUNCHER{}, EXMY_GEMM{}, dq, dk, dv, dout, out, lse, q, k, v, d, scratch);
+void EXMY_CAT(attention_rows_backward, EXMY_SUFFIX)(float* dq, float* dk, float* dv, const float* dout,
+                                                    const float* out, const float* lse, const float* q,
+                                                    const float* k, const float* v, const AttnDims& d,
+                                                    float* scratch) {
+  attention_rows_backward_launches(EXMY_LAUNCHER{}, dq, dk, dv, dout, out, lse, q, k, v, d, scratch);
 }
 
 }  // namespace exmy::models

@@ -7,7 +7,8 @@
 // a device each element must lie within 4 u E of the CPU's (the CPU and the
 // device each within u E of the exact result, twice for the terms beyond
 // first order and E's own double evaluation), plus 2^-126 absolute (the
-// subnormal range).
+// subnormal range). compare_reordered holds a kernel with its own order of
+// sums to the two sides' bounds added.
 //
 // Included first by its tests: run_error.hpp must come before the item
 // headers (its sim::hd_* overloads are found where the templates are defined).
@@ -40,42 +41,60 @@ std::vector<T> to(const V& v) {
   return std::vector<T>(v.begin(), v.end());
 }
 
-// Every element of got within the device budget of want (the CPU's), with
-// bound the RunErr evaluation of the same output.
-void expect_within(const Vec& got, const Vec& want, const Bound& bound, const std::string& what) {
+constexpr double kU = 0x1p-24, kTiny = 0x1p-126;  // u = 2^-24; the subnormal range
+
+// Every element of got within lim(i) of want's (the CPU's).
+template <class Lim>
+void expect_close(const Vec& got, const Vec& want, Lim lim, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  const double u = std::ldexp(1.0, -24), tiny = std::ldexp(1.0, -126);
   int bad = 0;
-  for (size_t i = 0; i < want.size() && bad < 5; ++i) {
-    const double lim = 4 * u * bound[i].e + tiny;
-    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= lim)) {
-      ADD_FAILURE() << what << " element " << i << ": " << got[i] << ", CPU " << want[i] << ", budget " << lim;
+  for (size_t i = 0; i < want.size() && bad < 5; ++i)
+    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= lim(i))) {
+      ADD_FAILURE() << what << " element " << i << ": " << got[i] << ", CPU " << want[i] << ", budget " << lim(i);
       ++bad;
     }
-  }
 }
 
-// The premise of the budget, on the CPU: within 2 u E of the exact value.
-void expect_cpu_within_bound(const Vec& cpu, const Bound& bound, const std::string& what) {
-  ASSERT_EQ(cpu.size(), bound.size()) << what;
-  const double u = std::ldexp(1.0, -24), tiny = std::ldexp(1.0, -126);
+// The premise of a budget: values (the CPU's, or a kernel's emulation)
+// within 2 u E of the exact value, E their own algorithm's bound.
+void expect_exact_within_bound(const Vec& values, const Bound& bound, const std::string& what) {
+  ASSERT_EQ(values.size(), bound.size()) << what;
   int bad = 0;
-  for (size_t i = 0; i < cpu.size() && bad < 5; ++i)
-    if (!(std::fabs(static_cast<double>(cpu[i]) - bound[i].v) <= 2 * u * bound[i].e + tiny)) {
-      ADD_FAILURE() << what << " element " << i << ": CPU " << cpu[i] << ", exact " << bound[i].v << ", bound "
-                    << 2 * u * bound[i].e;
+  for (size_t i = 0; i < values.size() && bad < 5; ++i)
+    if (!(std::fabs(static_cast<double>(values[i]) - bound[i].v) <= 2 * kU * bound[i].e + kTiny)) {
+      ADD_FAILURE() << what << " element " << i << ": " << values[i] << ", exact " << bound[i].v << ", bound "
+                    << 2 * kU * bound[i].e;
       ++bad;
     }
+}
+
+// A kernel whose sums run in another order than the CPU's, in its own
+// algorithm (the attention row kernels): got_bound is the RunErr evaluation
+// of that algorithm, cpu_bound of the CPU's. Each side lies within 2 u E of
+// the exact value, E its own bound (as above), so got lies within
+// 2 u (E_got + E_cpu) + 2^-126 of the CPU's; in the emulated build both
+// premises are checked as well.
+inline void compare_reordered(const Vec& got, const Vec& cpu, const Bound& got_bound, const Bound& cpu_bound,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), cpu.size()) << what;
+  ASSERT_EQ(got_bound.size(), cpu.size()) << what;
+  ASSERT_EQ(cpu_bound.size(), cpu.size()) << what;
+  if (!kOnDevice) {
+    expect_exact_within_bound(got, got_bound, what + " (against its own bound)");
+    expect_exact_within_bound(cpu, cpu_bound, what + " (CPU against its bound)");
+  }
+  expect_close(
+      got, cpu, [&](size_t i) { return 2 * kU * (got_bound[i].e + cpu_bound[i].e) + kTiny; }, what);
 }
 
 // The emulation bit for bit; a device within its budget. The budget's
 // premise is checked on the CPU in the emulated build.
-void compare(const Vec& got, const Vec& cpu, const Bound& bound, const std::string& what) {
+inline void compare(const Vec& got, const Vec& cpu, const Bound& bound, const std::string& what) {
   if (!kOnDevice) {
     expect_bits(got, cpu, what);
-    expect_cpu_within_bound(cpu, bound, what + " (CPU against its bound)");
+    expect_exact_within_bound(cpu, bound, what + " (CPU against its bound)");
   } else {
-    expect_within(got, cpu, bound, what);
+    expect_close(got, cpu, [&](size_t i) { return 4 * kU * bound[i].e + kTiny; }, what);
   }
 }
 

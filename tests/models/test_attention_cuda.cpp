@@ -1,54 +1,79 @@
 // Causal GQA attention's kernels (models/cuda/attention_cuda.hpp) against
-// the CPU attention (models/attention.hpp), forward and backward.
+// the CPU attention (models/attention.hpp), forward and backward, in two
+// families (models/attention_launches.hpp):
+// - the item kernels, which the emulated device backend runs: their host
+//   emulation must equal the CPU bit for bit (the same item functions, the
+//   same Eigen products, the host's exp and log). Only emulated: no device
+//   runs them.
+// - the row kernels, which the CUDA backend runs (one thread per query or
+//   key row, the forward an online softmax): within the FP32 budget below,
+//   in the emulation (HostLaunch) and on a device.
 //
-// Built twice, as test_ssd_cuda.cpp:
-// - test_attention_cuda_emulated (label "unit"): the launches with their
-//   threads run on the host; they must equal the CPU bit for bit (the same
-//   item functions, the same Eigen products, the host's exp and log);
-// - test_attention_cuda (label "gpu", only with CUDA): the real kernels;
-//   every test reports SKIPPED without a CUDA device.
+// Built twice, as test_ssd_cuda.cpp: test_attention_cuda_emulated (label
+// "unit") and test_attention_cuda (label "gpu", only with CUDA; every test
+// reports SKIPPED without a CUDA device).
 //
-// The device's FP32 budget. On a device the products QK^T, PV, P^T dO, dO
-// V^T, dS K and dS^T Q are summed in k order without fused multiply-adds
-// (NaiveGemm), not in Eigen's blocked order; exp is CUDA's expf (within 2
-// ulp) rather than glibc's (within 1), and log CUDA's logf rather than
-// glibc's (each within 1 ulp); division and sqrt are correctly rounded on
-// both sides. Where two scores of a row are within their rounding of each
-// other the device may take the other one as the row's max: the softmax
-// does not depend on that choice, only its roundings do. Each output element
-// is bounded by running the same item functions on test::RunErr
-// (tests/models/run_error.hpp): a first-order bound u E (u = 2^-24) on the
-// error of an FP32 evaluation of the blocked attention in any summation
-// order, exp and log included, with the scores' errors carried through exp
-// (which multiplies them by the probability) and the max's error bounded by
-// the largest of its row's. Through the softmax that bound ignores the
-// cancellation of the max (it shifts every score of the row alike), so it
-// is loose there, never short. The comparisons (tests/models/budget_test.hpp):
-// the emulation bit for bit and the CPU within 2 u E of the exact value;
-// the device within 4 u E + 2^-126 of the CPU.
+// The row kernels' FP32 budget. The CPU and the row kernels are two
+// algorithms: the CPU forms a block of scores with one Eigen product, takes
+// each row's max, and normalizes by the row's sum; a row thread sums each
+// score over e in order, keeps a running max m and sum l over tiles of 16
+// keys, multiplies l and its output sum by exp(m - m') whenever the max
+// grows to m', and divides at the end; the backward recomputes the
+// probabilities from the saved lse and sums dV, dK over the query rows from
+// the last down and dQ over the keys from the first up. Neither is a
+// reordering of the other's operations (the rescaling by exp(m - m') has
+// no counterpart on the CPU), so one bound over "any order" of one
+// algorithm's sums does not cover both. Instead each is bounded on its own
+// by running its own functions on test::RunErr (tests/models/run_error.hpp:
+// a first-order bound u E, u = 2^-24, on the error of an FP32 evaluation;
+// its products bound any order of their sums, its exp allows 2 ulp and log
+// 1 ulp, which covers the device's expf and logf as well as glibc's; the
+// scores' errors go through exp multiplied by the probability, a max
+// carries the largest error of its operands): E_cpu for the CPU's item
+// functions (attention_items.hpp), E_rows for the row functions
+// (attention_rows.hpp), which the device runs as written (no fused
+// multiply-adds, exmy_cuda_library's --fmad=false). Each result is within
+// 2 u E of the exact value (twice for the terms beyond first order and E's
+// own double evaluation), so the row kernels are within
+// 2 u (E_rows + E_cpu) + 2^-126 of the CPU (tests/models/budget_test.hpp,
+// compare_reordered); the emulated build checks both premises against the
+// double evaluation as well. Where two scores of a row are within their
+// rounding of each other the sides may take different maxima: the softmax
+// does not depend on that choice, only its roundings do, which the max's
+// carried error covers. The bound ignores that a max's error shifts every
+// score of its row alike (it cancels in the softmax), so it is loose there,
+// never short.
 #include "tests/models/budget_test.hpp"  // first: hd_exp(RunErr) before models/attention_items.hpp
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "formats/error.hpp"
 #include "models/attention.hpp"
 #include "models/cuda/attention_cuda.hpp"
 
 namespace exmy::models {
 namespace {
 
-// Sequences shorter than a query block (64), one block exactly, and more
-// blocks with a short last one; GQA with 1, 2 and 4 query heads per kv head;
-// batch 1 and > 1; head_dim from 8 to 64.
+// Sequences shorter than a query block (64) and than a row tile (16), one
+// block exactly, and more blocks with a short last one (odd lengths: the
+// row tiles' last steps are partial); GQA with 1, 2, 3 and 4 query heads
+// per kv head; batch 1 and > 1; head_dim from 8 to 128 (the GPU proxies'
+// and the 8B's).
 const AttnDims kShapes[] = {
     {.batch = 2, .seqlen = 70, .q_heads = 4, .kv_heads = 2, .head_dim = 8},
     {.batch = 1, .seqlen = 64, .q_heads = 4, .kv_heads = 1, .head_dim = 16},
     {.batch = 3, .seqlen = 20, .q_heads = 3, .kv_heads = 3, .head_dim = 32},
     {.batch = 1, .seqlen = 130, .q_heads = 2, .kv_heads = 1, .head_dim = 64},
     {.batch = 2, .seqlen = 5, .q_heads = 8, .kv_heads = 2, .head_dim = 24},
+    {.batch = 2, .seqlen = 37, .q_heads = 6, .kv_heads = 2, .head_dim = 40},
+    {.batch = 1, .seqlen = 97, .q_heads = 4, .kv_heads = 2, .head_dim = 128},
 };
 
 std::string name_of(const AttnDims& d) {
@@ -83,60 +108,220 @@ CpuForward cpu_forward(const Inputs& in) {
   return f;
 }
 
-TEST(AttentionKernels, ForwardEqualsCpu) {
-  EXMY_REQUIRE_CUDA();
-  uint64_t seed = 40;
-  for (const AttnDims& d : kShapes) {
-    const Inputs in(d, seed += 10);
-    const std::string what = "attention forward " + name_of(d);
-    const CpuForward f = cpu_forward(in);
-
-    Buffer kq(in.q), kk(in.k), kv(in.v), kout(Vec(f.out.size(), -1.0f)), klse(Vec(f.lse.size(), -1.0f)),
-        scratch(Vec(static_cast<size_t>(attention_forward_scratch(d)), 0.0f));
-    KERNEL(attention_forward)(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d, scratch.ptr());
-
-    const Bound rq = to<RunErr>(in.q), rk = to<RunErr>(in.k), rv = to<RunErr>(in.v);
-    Bound rout(f.out.size()), rlse(f.lse.size()), rscratch(static_cast<size_t>(attention_forward_scratch(d)));
-    attention_forward_launches(sim::HostLaunch{}, test::RunErrGemm{}, rout.data(), rlse.data(), rq.data(), rk.data(),
-                               rv.data(), d, rscratch.data());
-    compare(kout.get(), plain(f.out), rout, what + " out");
-    compare(klse.get(), plain(f.lse), rlse, what + " lse");
-  }
+// The CPU's backward from its forward, accumulating (+=) into random
+// gradients (g0, which the kernels start from too).
+struct CpuBackward {
+  AVec dq0, dk0, dv0, dq, dk, dv;
+};
+CpuBackward cpu_backward(const Inputs& in, const CpuForward& f, uint64_t seed) {
+  CpuBackward g{aligned(randn(in.q.size(), seed + 4, 0.1f)), aligned(randn(in.k.size(), seed + 5, 0.1f)),
+                aligned(randn(in.v.size(), seed + 6, 0.1f)), {}, {}, {}};
+  g.dq = g.dq0, g.dk = g.dk0, g.dv = g.dv0;
+  attention_backward(g.dq.data(), g.dk.data(), g.dv.data(), in.dout.data(), f.out.data(), f.lse.data(), in.q.data(),
+                     in.k.data(), in.v.data(), in.d);
+  return g;
 }
 
-TEST(AttentionKernels, BackwardEqualsCpuAndAccumulates) {
-  EXMY_REQUIRE_CUDA();
-  uint64_t seed = 900;
-  for (const AttnDims& d : kShapes) {
-    const Inputs in(d, seed += 10);
-    const std::string what = "attention backward " + name_of(d);
-    const CpuForward f = cpu_forward(in);
-    // The gradients accumulate (+=) into what is there.
-    AVec dq = aligned(randn(in.q.size(), seed + 4, 0.1f)), dk = aligned(randn(in.k.size(), seed + 5, 0.1f)),
-         dv = aligned(randn(in.v.size(), seed + 6, 0.1f));
-    const AVec dq0 = dq, dk0 = dk, dv0 = dv;
-    attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), f.out.data(), f.lse.data(), in.q.data(),
-                       in.k.data(), in.v.data(), d);
-
-    // The kernel's backward from the CPU's saved output and log-sum-exp, so
-    // that only the backward is compared.
-    Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(f.out), klse(f.lse), kdq(dq0), kdk(dk0), kdv(dv0),
-        scratch(Vec(static_cast<size_t>(attention_backward_scratch(d)), 0.0f));
-    KERNEL(attention_backward)(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
-                               kk.ptr(), kv.ptr(), d, scratch.ptr());
-
-    const Bound rq = to<RunErr>(in.q), rk = to<RunErr>(in.k), rv = to<RunErr>(in.v), rdout = to<RunErr>(in.dout),
-                rout = to<RunErr>(f.out), rlse = to<RunErr>(f.lse);
-    Bound rdq = to<RunErr>(dq0), rdk = to<RunErr>(dk0), rdv = to<RunErr>(dv0),
-          rscratch(static_cast<size_t>(attention_backward_scratch(d)));
-    attention_backward_launches(sim::HostLaunch{}, test::RunErrGemm{}, rdq.data(), rdk.data(), rdv.data(),
+// The RunErr evaluations of the forward (out, lse) and of the backward (dq,
+// dk, dv) of one family: items (the CPU's algorithm) or rows.
+enum class Family { items, rows };
+struct ForwardBound {
+  Bound out, lse;
+};
+ForwardBound forward_bound(Family fam, const Inputs& in) {
+  const AttnDims& d = in.d;
+  const Bound rq = to<RunErr>(in.q), rk = to<RunErr>(in.k), rv = to<RunErr>(in.v);
+  ForwardBound r{Bound(in.q.size()), Bound(in.lse_size())};
+  if (fam == Family::items) {
+    Bound rscratch(static_cast<size_t>(attention_forward_scratch(d)));
+    attention_forward_launches(sim::HostLaunch{}, test::RunErrGemm{}, r.out.data(), r.lse.data(), rq.data(),
+                               rk.data(), rv.data(), d, rscratch.data());
+  } else {
+    attention_rows_forward_launches(sim::HostLaunch{}, r.out.data(), r.lse.data(), rq.data(), rk.data(), rv.data(),
+                                    d);
+  }
+  return r;
+}
+struct BackwardBound {
+  Bound dq, dk, dv;
+};
+BackwardBound backward_bound(Family fam, const Inputs& in, const CpuForward& f, const CpuBackward& g) {
+  const AttnDims& d = in.d;
+  const Bound rq = to<RunErr>(in.q), rk = to<RunErr>(in.k), rv = to<RunErr>(in.v), rdout = to<RunErr>(in.dout),
+              rout = to<RunErr>(f.out), rlse = to<RunErr>(f.lse);
+  BackwardBound r{to<RunErr>(g.dq0), to<RunErr>(g.dk0), to<RunErr>(g.dv0)};
+  if (fam == Family::items) {
+    Bound rscratch(static_cast<size_t>(attention_backward_scratch(d)));
+    attention_backward_launches(sim::HostLaunch{}, test::RunErrGemm{}, r.dq.data(), r.dk.data(), r.dv.data(),
                                 rdout.data(), rout.data(), rlse.data(), rq.data(), rk.data(), rv.data(), d,
                                 rscratch.data());
-    compare(kdq.get(), plain(dq), rdq, what + " dq");
-    compare(kdk.get(), plain(dk), rdk, what + " dk");
-    compare(kdv.get(), plain(dv), rdv, what + " dv");
+  } else {
+    Bound rscratch(static_cast<size_t>(attention_rows_backward_scratch(d)));
+    attention_rows_backward_launches(sim::HostLaunch{}, r.dq.data(), r.dk.data(), r.dv.data(), rdout.data(),
+                                     rout.data(), rlse.data(), rq.data(), rk.data(), rv.data(), d, rscratch.data());
+  }
+  return r;
+}
+
+// Every shape with fresh inputs (seeds from seed on), the CPU's forward of
+// them, and a name for the messages.
+struct Case {
+  Inputs in;
+  CpuForward f;
+  std::string what;
+  uint64_t seed;
+};
+std::vector<Case> cases(uint64_t seed, const std::string& what) {
+  std::vector<Case> all;
+  for (const AttnDims& d : kShapes) {
+    Inputs in(d, seed += 10);
+    CpuForward f = cpu_forward(in);
+    all.push_back({std::move(in), std::move(f), what + " " + name_of(d), seed});
+  }
+  return all;
+}
+
+#if defined(EXMY_TEST_EMULATED)
+// The item kernels (the emulated backend's) equal the CPU bit for bit; the
+// CPU is within its bound of the exact value.
+TEST(AttentionItemKernels, ForwardEqualsCpu) {
+  for (const Case& c : cases(40, "attention forward items")) {
+    const auto& [in, f, what, seed] = c;
+    const AttnDims& d = in.d;
+    Buffer kout(Vec(f.out.size(), -1.0f)), klse(Vec(f.lse.size(), -1.0f)),
+        scratch(Vec(static_cast<size_t>(attention_forward_scratch(d)), 0.0f));
+    attention_forward_emulated(kout.ptr(), klse.ptr(), in.q.data(), in.k.data(), in.v.data(), d, scratch.ptr());
+    const ForwardBound b = forward_bound(Family::items, in);
+    compare(kout.get(), plain(f.out), b.out, what + " out");
+    compare(klse.get(), plain(f.lse), b.lse, what + " lse");
   }
 }
+
+TEST(AttentionItemKernels, BackwardEqualsCpuAndAccumulates) {
+  for (const Case& c : cases(900, "attention backward items")) {
+    const auto& [in, f, what, seed] = c;
+    const AttnDims& d = in.d;
+    const CpuBackward g = cpu_backward(in, f, seed);
+    Buffer kdq(g.dq0), kdk(g.dk0), kdv(g.dv0), scratch(Vec(static_cast<size_t>(attention_backward_scratch(d)), 0.0f));
+    attention_backward_emulated(kdq.ptr(), kdk.ptr(), kdv.ptr(), in.dout.data(), f.out.data(), f.lse.data(),
+                                in.q.data(), in.k.data(), in.v.data(), d, scratch.ptr());
+    const BackwardBound b = backward_bound(Family::items, in, f, g);
+    compare(kdq.get(), plain(g.dq), b.dq, what + " dq");
+    compare(kdk.get(), plain(g.dk), b.dk, what + " dk");
+    compare(kdv.get(), plain(g.dv), b.dv, what + " dv");
+  }
+}
+#endif
+
+// The row kernels (the CUDA backend's) within the budget of the CPU; on a
+// device, a second run gives the same bits (no atomics, fixed orders).
+TEST(AttentionRowKernels, ForwardWithinBudget) {
+  EXMY_REQUIRE_CUDA();
+  for (const Case& c : cases(40, "attention forward rows")) {
+    const auto& [in, f, what, seed] = c;
+    const AttnDims& d = in.d;
+    Buffer kq(in.q), kk(in.k), kv(in.v), kout(Vec(f.out.size(), -1.0f)), klse(Vec(f.lse.size(), -1.0f));
+    KERNEL(attention_rows_forward)(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d);
+    const Vec out = kout.get(), lse = klse.get();
+    const ForwardBound rows = forward_bound(Family::rows, in), items = forward_bound(Family::items, in);
+    compare_reordered(out, plain(f.out), rows.out, items.out, what + " out");
+    compare_reordered(lse, plain(f.lse), rows.lse, items.lse, what + " lse");
+    if (kOnDevice) {
+      KERNEL(attention_rows_forward)(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d);
+      expect_bits(kout.get(), out, what + " out, run twice");
+      expect_bits(klse.get(), lse, what + " lse, run twice");
+    }
+  }
+}
+
+TEST(AttentionRowKernels, BackwardWithinBudgetAndAccumulates) {
+  EXMY_REQUIRE_CUDA();
+  for (const Case& c : cases(900, "attention backward rows")) {
+    const auto& [in, f, what, seed] = c;
+    const AttnDims& d = in.d;
+    const CpuBackward g = cpu_backward(in, f, seed);
+    // From the CPU's saved output and log-sum-exp, so that only the backward
+    // is compared; the scratch (D, the parts of dK and dV) poisoned, so a
+    // read of an unwritten element shows.
+    const Vec nan(static_cast<size_t>(attention_rows_backward_scratch(d)), std::nanf(""));
+    Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(f.out), klse(f.lse), kdq(g.dq0), kdk(g.dk0),
+        kdv(g.dv0), scratch(nan);
+    KERNEL(attention_rows_backward)(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
+                                    kk.ptr(), kv.ptr(), d, scratch.ptr());
+    const Vec dq = kdq.get(), dk = kdk.get(), dv = kdv.get();
+    const BackwardBound rows = backward_bound(Family::rows, in, f, g), items = backward_bound(Family::items, in, f, g);
+    compare_reordered(dq, plain(g.dq), rows.dq, items.dq, what + " dq");
+    compare_reordered(dk, plain(g.dk), rows.dk, items.dk, what + " dk");
+    compare_reordered(dv, plain(g.dv), rows.dv, items.dv, what + " dv");
+    if (kOnDevice) {
+      Buffer kdq2(g.dq0), kdk2(g.dk0), kdv2(g.dv0), scratch2(nan);
+      KERNEL(attention_rows_backward)(kdq2.ptr(), kdk2.ptr(), kdv2.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(),
+                                      kq.ptr(), kk.ptr(), kv.ptr(), d, scratch2.ptr());
+      expect_bits(kdq2.get(), dq, what + " dq, run twice");
+      expect_bits(kdk2.get(), dk, what + " dk, run twice");
+      expect_bits(kdv2.get(), dv, what + " dv, run twice");
+    }
+  }
+}
+
+// A head wider than a row thread's arrays is refused before any launch.
+TEST(AttentionRowKernels, RefusesHeadsWiderThanTheRowArrays) {
+  EXMY_REQUIRE_CUDA();
+  const AttnDims d{.batch = 1, .seqlen = 4, .q_heads = 2, .kv_heads = 1, .head_dim = kAttnRowMaxDim + 8};
+  try {
+    KERNEL(attention_rows_forward)(nullptr, nullptr, nullptr, nullptr, nullptr, d);
+    FAIL() << "head_dim " << d.head_dim << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim up to 128 (got 136)"), std::string::npos) << e.what();
+  }
+}
+
+#if !defined(EXMY_TEST_EMULATED)
+// The row kernels' time at the GPU proxies' and the 8B's head shape: batch 1,
+// 16 query heads on 4 kv heads, sequence 4096, head_dim 128 (printed for
+// the device report; checked only for finite, written results).
+TEST(AttentionRowKernels, TimesSequence4096) {
+  EXMY_REQUIRE_CUDA();
+  const AttnDims d{.batch = 1, .seqlen = 4096, .q_heads = 16, .kv_heads = 4, .head_dim = 128};
+  const Inputs in(d, 7);
+  Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(Vec(in.q.size(), std::nanf(""))),
+      klse(Vec(in.lse_size(), std::nanf(""))), kdq(Vec(in.q.size(), 0.0f)), kdk(Vec(in.k.size(), 0.0f)),
+      kdv(Vec(in.v.size(), 0.0f)), scratch(Vec(static_cast<size_t>(attention_rows_backward_scratch(d)), 0.0f));
+  cudaEvent_t t0, t1, t2;
+  ASSERT_EQ(cudaEventCreate(&t0), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&t1), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&t2), cudaSuccess);
+  std::vector<float> fwd_ms, bwd_ms;
+  for (int rep = 0; rep < 4; ++rep) {  // the first is the warm-up
+    cudaEventRecord(t0);
+    attention_rows_forward_cuda(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d);
+    cudaEventRecord(t1);
+    attention_rows_backward_cuda(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
+                                 kk.ptr(), kv.ptr(), d, scratch.ptr());
+    cudaEventRecord(t2);
+    ASSERT_EQ(cudaEventSynchronize(t2), cudaSuccess);
+    float f = 0, b = 0;
+    cudaEventElapsedTime(&f, t0, t1);
+    cudaEventElapsedTime(&b, t1, t2);
+    if (rep) fwd_ms.push_back(f), bwd_ms.push_back(b);
+  }
+  std::sort(fwd_ms.begin(), fwd_ms.end());
+  std::sort(bwd_ms.begin(), bwd_ms.end());
+  // The model's FLOPs of causal attention (models/attention.cpp's count):
+  // 4 Dh per (query, key <= query) pair and head forward, twice that back.
+  const double pairs = static_cast<double>(d.seqlen) * static_cast<double>(d.seqlen + 1) / 2;
+  const double fwd_flops = 4.0 * static_cast<double>(d.head_dim * d.q_heads * d.batch) * pairs;
+  std::printf("[attention rows] B1 S4096 Hq16 Hkv4 Dh128: forward %.2f ms (%.1f TFLOP/s), backward %.2f ms "
+              "(%.1f TFLOP/s), median of 3\n",
+              fwd_ms[1], fwd_flops / fwd_ms[1] * 1e-9, bwd_ms[1], 2 * fwd_flops / bwd_ms[1] * 1e-9);
+  for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
+    bool finite = true, nonzero = false;
+    for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
+    EXPECT_TRUE(finite && nonzero);
+  }
+  cudaEventDestroy(t0), cudaEventDestroy(t1), cudaEventDestroy(t2);
+}
+#endif
 
 }  // namespace
 }  // namespace exmy::models
