@@ -725,7 +725,8 @@ struct CudaQuantizer::Impl {
                                                 out.codes, out.scale_codes, vals, totals.ptr, totals.ptr + kCounters);
       } else if (!p.has_scale) {
         auto kernel = rp ? quantize_noscale_kernel<true> : quantize_noscale_kernel<false>;
-        kernel<<<grid_for(n), kThreads>>>(plan.ptr, rp, x, n, cols, out.codes, vals, totals.ptr, totals.ptr + kCounters);
+        kernel<<<grid_for(n), kThreads>>>(plan.ptr, rp, x, n, cols, out.codes, vals, totals.ptr,
+                                          totals.ptr + kCounters);
       } else {
         const int group = group_size(p);
         const int64_t warps = (nblocks + (32 / group) - 1) / (32 / group);

@@ -31,6 +31,7 @@
 #include "formats/spec.hpp"
 #include "formats/vocab.hpp"
 #include "tests/formats/rht_inputs.hpp"
+#include "tests/formats/test_support.hpp"
 #include "tests/formats/vectors.hpp"
 
 #if !defined(EXMY_TEST_EMULATED)
@@ -128,8 +129,8 @@ void expect_same(const RunOut& got, const RunOut& want, const std::string& what)
   ASSERT_EQ(gi.row_abs_max.size(), wi.row_abs_max.size()) << what;
   ASSERT_EQ(gi.row_t.size(), wi.row_t.size()) << what;
   for (size_t r = 0; r < wi.row_t.size() && bad < 5; ++r) {
-    if (bits_of(gi.row_amax[r]) != bits_of(wi.row_amax[r]) || bits_of(gi.row_abs_max[r]) != bits_of(wi.row_abs_max[r]) ||
-        bits_of(gi.row_t[r]) != bits_of(wi.row_t[r])) {
+    if (bits_of(gi.row_amax[r]) != bits_of(wi.row_amax[r]) ||
+        bits_of(gi.row_abs_max[r]) != bits_of(wi.row_abs_max[r]) || bits_of(gi.row_t[r]) != bits_of(wi.row_t[r])) {
       ADD_FAILURE() << what << " row " << r << ": amax " << gi.row_amax[r] << ", max |x| " << gi.row_abs_max[r]
                     << ", t " << hex32(bits_of(gi.row_t[r])) << "; expected " << wi.row_amax[r] << ", "
                     << wi.row_abs_max[r] << ", " << hex32(bits_of(wi.row_t[r]));
@@ -140,6 +141,17 @@ void expect_same(const RunOut& got, const RunOut& want, const std::string& what)
     ASSERT_TRUE(gi.abs_max.has_value()) << what;
     EXPECT_EQ(bits_of(*gi.abs_max), bits_of(*wi.abs_max)) << what;
   }
+}
+
+// The call on the CUDA path compared with quantize_ref's (expect_same);
+// returns the reference's outputs.
+RunOut expect_matches_ref(const QuantSpec& spec, const std::vector<float>& x, int64_t rows, int64_t cols,
+                          const std::string& what) {
+  const RunOut want =
+      run(spec, rows, cols, [&](const QuantOutput& o) { return quantize_ref(spec, x.data(), rows, cols, o); });
+  const RunOut got = run(spec, rows, cols, [&](const QuantOutput& o) { return kImpl(spec, x.data(), rows, cols, o); });
+  expect_same(got, want, what);
+  return want;
 }
 
 // Random float32 tensor mixing magnitudes over many binades with the special
@@ -248,13 +260,7 @@ TEST(CudaRandom, MatchesReference) {
                                  " " + std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + " rule " +
                                  std::string(scale_rule_name(spec.rule)) + " round " +
                                  std::string(round_name(spec.round)) + " variant " + std::to_string(variant);
-        const RunOut want = run(spec, shape[0], shape[1], [&](const QuantOutput& o) {
-          return quantize_ref(spec, x.data(), shape[0], shape[1], o);
-        });
-        const RunOut got = run(spec, shape[0], shape[1], [&](const QuantOutput& o) {
-          return kImpl(spec, x.data(), shape[0], shape[1], o);
-        });
-        expect_same(got, want, what);
+        const RunOut want = expect_matches_ref(spec, x, shape[0], shape[1], what);
         ++calls;
         seen.saturated += want.stats.saturated;
         seen.subnormal += want.stats.subnormal;
@@ -424,13 +430,7 @@ TEST(CudaRowScales, MatchReference) {
                                  std::string(scale_rule_name(spec.rule)) + " round " +
                                  std::string(round_name(spec.round)) + " amax " +
                                  std::string(tensor_amax_options().name(kind));
-        const RunOut want = run(spec, rows, cols, [&](const QuantOutput& o) {
-          return quantize_ref(spec, x.data(), rows, cols, o);
-        });
-        const RunOut got = run(spec, rows, cols, [&](const QuantOutput& o) {
-          return kImpl(spec, x.data(), rows, cols, o);
-        });
-        expect_same(got, want, what);
+        const RunOut want = expect_matches_ref(spec, x, rows, cols, what);
         ++calls;
         seen.saturated += want.stats.saturated;
         seen.underflow += want.stats.underflow;
@@ -480,9 +480,8 @@ TEST(CudaRowScales, FourOverSixAndHadamard) {
       spec.seed = ++seed;
       spec.arith = (seed & 1) ? Arith::fp32 : Arith::exact;
       const std::vector<float> x = row_tensor(19, 80, seed, true);
-      const RunOut want = run(spec, 19, 80, [&](const QuantOutput& o) { return quantize_ref(spec, x.data(), 19, 80, o); });
-      const RunOut got = run(spec, 19, 80, [&](const QuantOutput& o) { return kImpl(spec, x.data(), 19, 80, o); });
-      expect_same(got, want, "four over six " + std::to_string(int(m)) + " " + std::string(round_name(mode)));
+      const std::string what = "four over six " + std::to_string(int(m)) + " " + std::string(round_name(mode));
+      const RunOut want = expect_matches_ref(spec, x, 19, 80, what);
       four += want.stats.scale_four;
     }
   EXPECT_GT(four, 0u);
@@ -492,9 +491,7 @@ TEST(CudaRowScales, FourOverSixAndHadamard) {
     spec.round = mode;
     spec.seed = ++seed;
     const std::vector<float> x = row_tensor(12, 64, seed, false);
-    const RunOut want = run(spec, 12, 64, [&](const QuantOutput& o) { return quantize_ref(spec, x.data(), 12, 64, o); });
-    const RunOut got = run(spec, 12, 64, [&](const QuantOutput& o) { return kImpl(spec, x.data(), 12, 64, o); });
-    expect_same(got, want, std::string("rht, row outer scales, ") + std::string(round_name(mode)));
+    expect_matches_ref(spec, x, 12, 64, std::string("rht, row outer scales, ") + std::string(round_name(mode)));
   }
 }
 
@@ -652,17 +649,8 @@ TEST(CudaErrors, SameMessageAsCpu) {
     std::vector<float> x(12 * 20, 0.25f);
     x[5 * 20 + 13] = ec.bad;
     x[9 * 20 + 2] = ec.bad;
-    std::string want, got;
-    try {
-      quantize(spec, x.data(), 12, 20, QuantOutput{}, 1);
-    } catch (const Error& e) {
-      want = e.what();
-    }
-    try {
-      kImpl(spec, x.data(), 12, 20, QuantOutput{});
-    } catch (const Error& e) {
-      got = e.what();
-    }
+    const std::string want = test::error_message([&] { quantize(spec, x.data(), 12, 20, QuantOutput{}, 1); });
+    const std::string got = test::error_message([&] { kImpl(spec, x.data(), 12, 20, QuantOutput{}); });
     EXPECT_FALSE(want.empty()) << ec.elem;
     EXPECT_EQ(got, want) << ec.elem;
   }
@@ -675,14 +663,6 @@ TEST(CudaErrors, SameMessageAsCpu) {
 // in row 4 fails whatever the scales.
 TEST(CudaRowScales, ErrorsNameTheSameElement) {
   EXMY_REQUIRE_CUDA();
-  auto message = [](auto f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   for (const bool nan : {false, true}) {
     QuantSpec spec;
     spec.elem = parse_format("e2m1");
@@ -697,8 +677,8 @@ TEST(CudaRowScales, ErrorsNameTheSameElement) {
     x[2 * 20 + 3] = 5.0f;
     x[7 * 20 + 11] = 1.0f;
     if (nan) x[4 * 20 + 6] = std::numeric_limits<float>::quiet_NaN();
-    const std::string want = message([&] { quantize(spec, x.data(), 12, 20, QuantOutput{}, 1); });
-    const std::string got = message([&] { kImpl(spec, x.data(), 12, 20, QuantOutput{}); });
+    const std::string want = test::error_message([&] { quantize(spec, x.data(), 12, 20, QuantOutput{}, 1); });
+    const std::string got = test::error_message([&] { kImpl(spec, x.data(), 12, 20, QuantOutput{}); });
     EXPECT_NE(want.find(nan ? "element (4, 6)" : "element (7, 11)"), std::string::npos) << want;
     EXPECT_EQ(got, want);
   }
@@ -710,8 +690,8 @@ TEST(CudaRowScales, ErrorsNameTheSameElement) {
   spec.amax_kind = AmaxKind::given;
   spec.row_amax.assign(3, 1.0);
   const std::vector<float> x(4 * 16, 1.0f);
-  const std::string want = message([&] { quantize(spec, x.data(), 4, 16, QuantOutput{}); });
-  const std::string got = message([&] { kImpl(spec, x.data(), 4, 16, QuantOutput{}); });
+  const std::string want = test::error_message([&] { quantize(spec, x.data(), 4, 16, QuantOutput{}); });
+  const std::string got = test::error_message([&] { kImpl(spec, x.data(), 4, 16, QuantOutput{}); });
   EXPECT_NE(want.find("3 row references for a tensor of 4 rows"), std::string::npos) << want;
   EXPECT_EQ(got, want);
 }
