@@ -85,14 +85,14 @@ class QuantRuntime {
   void set_ops(QuantOps& ops) { ops_ = &ops; }
 
   // Scratch shared by the linears (implementation detail).
-  // In ops().memory(): hp, dq, codes, scale_codes, enc, out; on the host:
-  // the rest (statistics are formed there).
+  // In ops().memory(): hp, dq, codes, scale_codes, enc, row_t, out; on the
+  // host: the rest (statistics are formed there).
   struct OperandBuffers {
     MemBuf<float> hp;  // transposed and/or RHT'd high-precision operand
     MemBuf<float> dq;  // decoded operand
     MemBuf<uint8_t> codes, scale_codes;
     MemBuf<double> enc;  // encoded operand (grouped GEMM)
-    std::vector<float> row_t;  // row outer scales: each row's encode scale
+    MemBuf<float> row_t;  // row outer scales: each row's encode scale (for ops().outer_alpha)
   };
   struct Scratch {
     OperandBuffers side[2];
