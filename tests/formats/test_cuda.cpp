@@ -602,25 +602,28 @@ TEST(CudaRandom, PartialOutputs) {
 // dequantization) on the CUDA path: the reference's bytes.
 TEST(CudaConventions, TeCodesAndScaleFirstMatchReference) {
   EXMY_REQUIRE_CUDA();
-  QuantSpec spec;
-  spec.elem = parse_format("e2m1");
-  spec.scale = parse_format("e4m3");
-  spec.arith = Arith::fp32;
-  spec.amax_kind = AmaxKind::current;
-  spec.codes = CodeConvention::te;
-  spec.dequant = DequantOrder::scale_first;
-  std::vector<float> x = random_tensor(16 * 64, 11, false);
-  for (int i = 0; i < 16; ++i) x[static_cast<size_t>(i)] = i % 2 ? -1e-30f : -0.0f;  // a zero-scale block, -0s
-  const size_t n = x.size();
-  std::vector<float> v1(n), v2(n);
-  std::vector<uint8_t> c1(n), c2(n), s1(n / 16), s2(n / 16);
-  quantize_ref(spec, x.data(), 16, 64, QuantOutput{v1.data(), c1.data(), s1.data(), nullptr});
-  kImpl(spec, x.data(), 16, 64, QuantOutput{v2.data(), c2.data(), s2.data(), nullptr});
-  EXPECT_EQ(c1, c2);
-  EXPECT_EQ(s1, s2);
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits_of(v1[i]), bits_of(v2[i])) << i;
-  EXPECT_EQ(c1[1], 0xF);  // -1e-30 in a zero-scale block: TE's -6
-  EXPECT_EQ(c1[0], 0x0);  // -0: +0
+  for (const OuterScale outer : {OuterScale::tensor, OuterScale::row}) {  // (scale-first x-hat takes each row's t)
+    QuantSpec spec;
+    spec.elem = parse_format("e2m1");
+    spec.scale = parse_format("e4m3");
+    spec.arith = Arith::fp32;
+    spec.amax_kind = AmaxKind::current;
+    spec.codes = CodeConvention::te;
+    spec.dequant = DequantOrder::scale_first;
+    spec.outer = outer;
+    std::vector<float> x = random_tensor(16 * 64, 11, false);
+    for (int i = 0; i < 16; ++i) x[static_cast<size_t>(i)] = i % 2 ? -1e-30f : -0.0f;  // a zero-scale block, -0s
+    const size_t n = x.size();
+    std::vector<float> v1(n), v2(n);
+    std::vector<uint8_t> c1(n), c2(n), s1(n / 16), s2(n / 16);
+    quantize_ref(spec, x.data(), 16, 64, QuantOutput{v1.data(), c1.data(), s1.data(), nullptr});
+    kImpl(spec, x.data(), 16, 64, QuantOutput{v2.data(), c2.data(), s2.data(), nullptr});
+    EXPECT_EQ(c1, c2);
+    EXPECT_EQ(s1, s2);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits_of(v1[i]), bits_of(v2[i])) << i;
+    EXPECT_EQ(c1[1], 0xF);  // -1e-30 in a zero-scale block: TE's -6
+    EXPECT_EQ(c1[0], 0x0);  // -0: +0
+  }
 }
 
 // Unrepresentable elements: the same exmy::Error as the threaded CPU path
