@@ -219,35 +219,6 @@ double given_row_reference(const QuantSpec& spec, int64_t row) {
                                            : std::numeric_limits<double>::quiet_NaN();
 }
 
-// Row outer scales: checks that a given reference has an entry for every
-// row of a call over tensor rows [row0, row0 + rows), and sizes the info's
-// per-row vectors.
-void start_rows(const QuantSpec& spec, int64_t row0, int64_t rows, QuantInfo& info) {
-  if (spec.amax_kind == AmaxKind::given && static_cast<int64_t>(spec.row_amax.size()) < row0 + rows)
-    throw Error("--outer-scale row: " + std::to_string(spec.row_amax.size()) + " row references for a tensor of " +
-                std::to_string(row0 + rows) + " rows");
-  info.row_amax.assign(static_cast<size_t>(rows), 0.0);
-  info.row_abs_max.assign(static_cast<size_t>(rows), 0.0);
-  info.row_t.assign(static_cast<size_t>(rows), 1.0f);
-}
-
-// ... and, after the rows, the call's summary: the largest reference (NaN
-// if any is) and the smallest scale.
-void finish_rows(QuantInfo& info) {
-  double a = 0;
-  float t = std::numeric_limits<float>::max();
-  for (size_t r = 0; r < info.row_t.size(); ++r) {
-    a = std::isnan(a) || std::isnan(info.row_amax[r]) ? std::numeric_limits<double>::quiet_NaN()
-                                                      : std::max(a, info.row_amax[r]);
-    t = std::min(t, info.row_t[r]);
-  }
-  info.amax = info.row_t.empty() ? std::numeric_limits<double>::quiet_NaN() : a;
-  info.t = info.row_t.empty() ? 1.0f : t;
-  double m = 0;
-  for (const double v : info.row_abs_max) m = std::isnan(m) || std::isnan(v) ? v + m : std::max(m, v);
-  info.abs_max = m;
-}
-
 }  // namespace
 
 namespace {
@@ -307,7 +278,7 @@ QuantInfo quantize_ref_exmy(const QuantSpec& spec, const float* x_in, int64_t ro
   }
   const bool by_row = spec.outer == OuterScale::row;
   QuantInfo info;
-  if (by_row) start_rows(spec, 0, rows, info);
+  if (by_row) detail::start_rows(spec, 0, rows, info);
   else set_tensor_amax(p, reference_amax(spec, x, n, -1));
   // Row outer scales: row r's encode scale from its own reference.
   auto start_row = [&](int64_t r) {
@@ -428,7 +399,7 @@ QuantInfo quantize_ref_exmy(const QuantSpec& spec, const float* x_in, int64_t ro
       }
     }
   }
-  if (by_row) finish_rows(info);
+  if (by_row) detail::finish_rows(info);
   if (bad != std::numeric_limits<int64_t>::max()) {
     if (by_row) start_row(bad / cols);  // the message shows the row's own scale
     detail::throw_element_error(p, x, bad, cols);
@@ -867,7 +838,7 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
   // (run_band), and the tensor amax is not needed.
   const bool by_row = spec.outer == OuterScale::row;
   QuantInfo info;
-  if (by_row) start_rows(spec, p.row0, rows, info);
+  if (by_row) detail::start_rows(spec, p.row0, rows, info);
   const int64_t band = by_row ? 1 : p.has_scale ? p.br : 64;
   const int64_t nbands = (rows + band - 1) / band;
   const int64_t gc = p.has_scale ? (cols + p.bc - 1) / p.bc : 0;
@@ -1008,7 +979,7 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
   info.amax = p.amax;
   info.t = p.t;
   info.abs_max = amax_of_bits(amax_bits);
-  if (by_row) finish_rows(info);
+  if (by_row) detail::finish_rows(info);
   if (p.has_scale) {
     info.block_grid_rows = nbands;
     info.block_grid_cols = gc;
@@ -1098,6 +1069,30 @@ void store_sums(const SumPartial& sums, QuantStats& st) {
   st.sum_sq_err = s.sq_err;
   st.sum_err = s.err;
   st.sum_abs = s.abs;
+}
+
+void start_rows(const QuantSpec& spec, int64_t row0, int64_t rows, QuantInfo& info) {
+  if (spec.amax_kind == AmaxKind::given && static_cast<int64_t>(spec.row_amax.size()) < row0 + rows)
+    throw Error("--outer-scale row: " + std::to_string(spec.row_amax.size()) + " row references for a tensor of " +
+                std::to_string(row0 + rows) + " rows");
+  info.row_amax.assign(static_cast<size_t>(rows), 0.0);
+  info.row_abs_max.assign(static_cast<size_t>(rows), 0.0);
+  info.row_t.assign(static_cast<size_t>(rows), 1.0f);
+}
+
+void finish_rows(QuantInfo& info) {
+  double a = 0;
+  float t = std::numeric_limits<float>::max();
+  for (size_t r = 0; r < info.row_t.size(); ++r) {
+    a = std::isnan(a) || std::isnan(info.row_amax[r]) ? std::numeric_limits<double>::quiet_NaN()
+                                                      : std::max(a, info.row_amax[r]);
+    t = std::min(t, info.row_t[r]);
+  }
+  info.amax = info.row_t.empty() ? std::numeric_limits<double>::quiet_NaN() : a;
+  info.t = info.row_t.empty() ? 1.0f : t;
+  double m = 0;
+  for (const double v : info.row_abs_max) m = std::isnan(m) || std::isnan(v) ? v + m : std::max(m, v);
+  info.abs_max = m;
 }
 
 }  // namespace exmy::detail

@@ -230,6 +230,14 @@ namespace detail {
 // segment tree of formats/quant_sums.hpp, into st: the Inf rule applied, a
 // NaN sum as the canonical NaN.
 void store_sums(const SumPartial& s, QuantStats& st);
+// Row outer scales: checks that a given reference has an entry for every
+// row of a call over tensor rows [row0, row0 + rows) (throws exmy::Error),
+// and sizes the info's per-row vectors ...
+void start_rows(const QuantSpec& spec, int64_t row0, int64_t rows, QuantInfo& info);
+// ... and, once they are filled, the call's summary: `amax` the largest
+// reference (NaN if any is), `t` the smallest scale, `abs_max` the largest
+// max |x| (NaN if any is).
+void finish_rows(QuantInfo& info);
 }  // namespace detail
 
 }  // namespace exmy

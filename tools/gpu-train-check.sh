@@ -11,8 +11,9 @@
 #   fp32    proxy-10m, 50 steps, batch 8 x 256 tokens, fp32 policy
 #   bf16    the same with train.precision = bf16
 #   ue5m3   proxy-10m, 20 steps, ue5m3-b16-fp32gemm, statistics every 5 steps
+#   row-scaled  the same with nvfp4-row-scaled (row outer scales)
 # The check: the largest |loss_cuda - loss_cpu| / loss_cpu over the steps is
-# at most 1e-3 for fp32 and bf16 and 1e-2 for ue5m3 (the device's GEMMs
+# at most 1e-3 for fp32 and bf16 and 1e-2 for ue5m3 and row-scaled (the device's GEMMs
 # accumulate in another order, within the budgets the gpu tests derive; the
 # differences then pass through training; stochastic rounding turns a
 # one-ulp difference into another rounding, hence the wider figure). These
@@ -86,4 +87,5 @@ else
 fi
 compare bf16 50 1e-3 train.precision=bf16
 compare ue5m3 20 1e-2 train.recipe=ue5m3-b16-fp32gemm train.stats_interval=5
+compare row-scaled 20 1e-2 train.recipe=nvfp4-row-scaled train.stats_interval=5
 exit $status

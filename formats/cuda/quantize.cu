@@ -32,6 +32,15 @@
 // result, and the quantize kernels read it from device memory: no host round
 // trip between the passes. quantize_cuda copies host tensors through a
 // CudaQuantizer; the host emulation runs the same per-block functions.
+//
+// Row outer scales (docs/numerics.md §3, "Row outer scales"): a warp per row
+// measures the row's max |x| (always: QuantInfo reports it), a thread per
+// row makes the row's plan (the call's plan with set_tensor_amax applied to
+// the row's reference: its max |x|, its given value copied from
+// spec.row_amax, or none), and the element and block kernels read the plan
+// of their row instead of the call's. Blocks lie along rows (1xB, which
+// QuantSpec::validate requires), so a block has one row. The threshold path
+// is not taken: its tables are made for one t.
 #include "formats/cuda/quantize_cuda.hpp"
 
 #include <cuda_runtime.h>
@@ -144,6 +153,12 @@ EXMY_HD void note_error(unsigned long long* first_error, int64_t i) {
 
 EXMY_HD bool nan_representable(const QuantPlan& p) { return p.fe.has_nan || (p.has_scale && p.fs.has_nan); }
 
+// The plan that quantizes row r: the call's, or with row outer scales
+// (row_plans not null) the row's own.
+EXMY_HD const QuantPlan& plan_of_row(const QuantPlan& p, const QuantPlan* row_plans, int64_t r) {
+  return row_plans ? row_plans[r] : p;
+}
+
 // One element that is not in a NaN block or a zero-scale block: docs/numerics.md
 // §3 steps 4-5 through the shared core (the element lambda of quantize_ref).
 EXMY_HD void quantize_element(const QuantPlan& p, const BlockConsts& c, const float* x, int64_t i, void* codes,
@@ -255,9 +270,12 @@ constexpr int kMaxScaleCodes = 256;  // one-byte scale codes
 // Whether a call takes the threshold path: the plans the CPU's 16-lane
 // threshold loop declares (its modes, arithmetics and formats, no four over
 // six or dithered scales; whatever the call's size), in the block shapes
-// the kernel is instantiated for, rows whose blocks start 16-byte aligned.
-bool threshold_path(const QuantPlan& p, int64_t cols) {
-  return detail::loop_claims(detail::loop_decl(detail::Loop::threshold_x16), p, detail::kThresholdMinElements,
+// the kernel is instantiated for, rows whose blocks start 16-byte aligned;
+// one tensor scale (the tables are made for one t: row outer scales take
+// the general kernel).
+bool threshold_path(const QuantSpec& spec, const QuantPlan& p, int64_t cols) {
+  return spec.outer == OuterScale::tensor &&
+         detail::loop_claims(detail::loop_decl(detail::Loop::threshold_x16), p, detail::kThresholdMinElements,
                              detail::Simd::avx512) &&
          p.br == 1 && (p.bc == 16 || p.bc == 32) && cols % 4 == 0;
 }
@@ -412,16 +430,64 @@ __global__ void tensor_plan_kernel(QuantPlan p, AmaxKind kind, double given, con
   *out = p;
 }
 
-// Without a block scale: one thread per element.
-__global__ void quantize_noscale_kernel(const QuantPlan* pp, const float* x, int64_t n, void* codes, float* values,
-                                        unsigned long long* totals, unsigned long long* first_error) {
+// Row outer scales: what a call reports of row r (QuantInfo's row_amax,
+// row_abs_max and row_t).
+struct RowScale {
+  double amax;     // the reference A_r (NaN: none)
+  double abs_max;  // max |x| of the row (NaN if it holds a NaN)
+  float t;         // the encode scale t_r
+};
+
+// Row r's block of the tensor: all its columns (for block_amax_part).
+EXMY_HD BlockGeom row_geom(int64_t r, int64_t cols) { return BlockGeom{r, 0, cols, cols, cols}; }
+
+// Row r's plan from its max |x| bits: the call's plan with the tensor-level
+// fields set from the row's reference (its max |x|, given[r], or none), as
+// the CPU paths set them row by row; and what the call reports of the row.
+EXMY_HD void make_row_plan(const QuantPlan& p, AmaxKind kind, const double* given, const unsigned int* row_bits,
+                           int64_t r, QuantPlan* row_plans, RowScale* row_scales) {
+  QuantPlan q = p;
+  set_tensor_amax(q, reference_amax_of(kind, kind == AmaxKind::given ? given[r] : 0.0, row_bits[r]));
+  row_plans[r] = q;
+  row_scales[r] = RowScale{q.amax, reference_amax_of(AmaxKind::current, 0.0, row_bits[r]), q.t};
+}
+
+// Row outer scales: the max |x| bits of every row, a warp per row (the
+// lanes' block_amax_part over the whole row, reduced with shuffles).
+__global__ void row_amax_kernel(const float* x, int64_t rows, int64_t cols, unsigned int* row_bits) {
+  const int lane = threadIdx.x & 31;
+  const int64_t nwarps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  // The loop condition depends only on the warp: every lane takes part in every shuffle.
+  for (int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; r < rows; r += nwarps) {
+    unsigned int m = block_amax_part(x, row_geom(r, cols), lane, 32);
+    for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
+    if (lane == 0) row_bits[r] = m;
+  }
+}
+
+// Row outer scales: every row's plan, a thread per row.
+__global__ void row_plans_kernel(QuantPlan p, AmaxKind kind, const double* given, const unsigned int* row_bits,
+                                 int64_t rows, QuantPlan* row_plans, RowScale* row_scales) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += stride)
+    make_row_plan(p, kind, given, row_bits, r, row_plans, row_scales);
+}
+
+// Without a block scale: one thread per element (of `cols` a row). With
+// row outer scales (kRows) each element takes its row's plan in row_plans;
+// the instance without them is the tensor-scale kernel alone.
+template <bool kRows>
+__global__ void quantize_noscale_kernel(const QuantPlan* pp, const QuantPlan* row_plans, const float* x, int64_t n,
+                                        int64_t cols, void* codes, float* values, unsigned long long* totals,
+                                        unsigned long long* first_error) {
   __shared__ alignas(QuantPlan) uint32_t plan_words[sizeof(QuantPlan) / 4];
   const QuantPlan& p = block_plan(pp, plan_words);
   Counts cnt = {};
   const BlockConsts c{1.0, 0.0f};
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    quantize_element(p, c, x, i, codes, values, cnt, first_error);
+    quantize_element(plan_of_row(p, kRows ? row_plans : nullptr, kRows ? i / cols : 0), c, x, i, codes, values, cnt,
+                     first_error);
   flush_counts(cnt, totals);
 }
 
@@ -429,9 +495,12 @@ __global__ void quantize_noscale_kernel(const QuantPlan* pp, const float* x, int
 // scale block, 32 / group blocks per warp. Registers are capped for four
 // thread blocks per multiprocessor (the core spills a little): on an H200
 // that ran 1.2-2x faster than one block of 152 registers.
-__global__ void __launch_bounds__(kThreads, 4) quantize_blocks_kernel(const QuantPlan* pp, const float* x, int64_t rows, int64_t cols, int group,
-                                       void* codes, void* scale_codes, float* values, unsigned long long* totals,
-                                       unsigned long long* first_error) {
+// With row outer scales (kRows) a block takes its row's plan in row_plans.
+template <bool kRows>
+__global__ void __launch_bounds__(kThreads, 4)
+    quantize_blocks_kernel(const QuantPlan* pp, const QuantPlan* row_plans, const float* x, int64_t rows,
+                           int64_t cols, int group, void* codes, void* scale_codes, float* values,
+                           unsigned long long* totals, unsigned long long* first_error) {
   __shared__ alignas(QuantPlan) uint32_t plan_words[sizeof(QuantPlan) / 4];
   const QuantPlan& p = block_plan(pp, plan_words);
   Counts cnt = {};
@@ -449,7 +518,9 @@ __global__ void __launch_bounds__(kThreads, 4) quantize_blocks_kernel(const Quan
     const BlockGeom b = block_geom(p, rows, cols, valid ? blk : 0);
     unsigned int m = valid ? block_amax_part(x, b, l, group) : 0u;
     for (int off = group >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off, group));
-    if (valid) quantize_block_part(p, x, blk, b, m, l, group, codes, scale_codes, values, cnt, first_error);
+    if (valid)
+      quantize_block_part(plan_of_row(p, kRows ? row_plans : nullptr, b.r0), x, blk, b, m, l, group, codes,
+                          scale_codes, values, cnt, first_error);
   }
   flush_counts(cnt, totals);
 }
@@ -511,12 +582,31 @@ struct Totals {
 
 constexpr unsigned long long kNoError = std::numeric_limits<unsigned long long>::max();
 
-// The result of a run from its plan, counters and sum partials.
-QuantInfo tensor_info(const QuantPlan& p, const Totals& totals, int64_t rows, int64_t cols, int64_t nblocks,
-                      const std::vector<SumPartial>& partials, QuantStats* stats) {
-  QuantInfo info;
+// Row outer scales: what the rows reported, into an info that
+// detail::start_rows sized.
+void take_rows(const std::vector<RowScale>& rs, QuantInfo& info) {
+  for (size_t r = 0; r < rs.size(); ++r) {
+    info.row_amax[r] = rs[r].amax;
+    info.row_abs_max[r] = rs[r].abs_max;
+    info.row_t[r] = rs[r].t;
+  }
+}
+
+// The plan the error for element i is worded with: the call's, or with row
+// outer scales the row's own (as the CPU paths word it).
+QuantPlan error_plan(QuantPlan p, bool by_row, const QuantInfo& info, int64_t i, int64_t cols) {
+  if (by_row) set_tensor_amax(p, info.row_amax[static_cast<size_t>(i / cols)]);
+  return p;
+}
+
+// The result of a run from its plan, counters and sum partials; with row
+// outer scales (`by_row`) `info` holds the rows' reports (take_rows) and
+// the call's summary is made from them as the CPU paths make it.
+QuantInfo tensor_info(const QuantPlan& p, bool by_row, QuantInfo info, const Totals& totals, int64_t rows,
+                      int64_t cols, int64_t nblocks, const std::vector<SumPartial>& partials, QuantStats* stats) {
   info.amax = p.amax;
   info.t = p.t;
+  if (by_row) detail::finish_rows(info);
   if (p.has_scale) {
     info.block_grid_rows = (rows + p.br - 1) / p.br;
     info.block_grid_cols = (cols + p.bc - 1) / p.bc;
@@ -562,14 +652,20 @@ struct CudaQuantizer::Impl {
   DeviceBuffer<CodeTable> tables{kMaxScaleCodes};  // the threshold path's
   DeviceBuffer<uint8_t> table_use{kMaxScaleCodes};
   DeviceBuffer<float> rotated;  // the random Hadamard transform of x (spec.rht)
+  // Row outer scales: each row's max |x| bits, given reference, plan and report.
+  DeviceBuffer<unsigned int> row_bits;
+  DeviceBuffer<double> row_given;
+  DeviceBuffer<QuantPlan> row_plans;
+  DeviceBuffer<RowScale> row_scales;
 
   // x and the tensors of out are on the device, out.stats on the host; the
   // spec's conventions are the caller's business. With spec.rht the rest
   // reads the transform of x, made in `rotated`.
   QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
     QuantPlan p = spec.plan();  // validates; throws exmy::Error
-    if (spec.outer == OuterScale::row)
-      throw Error("--outer-scale row is not implemented on the CUDA path yet (the CPU paths have it)");
+    const bool by_row = spec.outer == OuterScale::row;
+    QuantInfo info;
+    if (by_row) detail::start_rows(spec, 0, rows, info);  // (a reference per row: checked before any launch)
     const int64_t n = rows * cols;
     if (spec.rht) {
       const RhtParams rp = rht_params(spec, rows, cols);  // apply_rht's shape check
@@ -589,16 +685,37 @@ struct CudaQuantizer::Impl {
     Totals t = {};
     t.c[kCounters] = kNoError;
     cuda_check(cudaMemcpyAsync(totals.ptr, t.c, sizeof t.c, cudaMemcpyHostToDevice), "cudaMemcpy (counters)");
-    if (spec.amax_kind == AmaxKind::current) {
+    // (With row outer scales the call's plan has no tensor scale; each row's has its own.)
+    const AmaxKind kind = by_row ? AmaxKind::none : spec.amax_kind;
+    if (kind == AmaxKind::current) {
       cuda_check(cudaMemsetAsync(amax.ptr, 0, sizeof(unsigned int)), "cudaMemset");
       if (n > 0) abs_bits_max_kernel<<<abs_max_grid(n, kThreads), kThreads>>>(x, n, amax.ptr);
       cuda_check(cudaGetLastError(), "tensor amax kernel launch");
     }
-    tensor_plan_kernel<<<1, 1>>>(p, spec.amax_kind, spec.amax_value, amax.ptr, plan.ptr);
+    tensor_plan_kernel<<<1, 1>>>(p, kind, spec.amax_value, amax.ptr, plan.ptr);
     cuda_check(cudaGetLastError(), "tensor plan kernel launch");
+    const QuantPlan* rp = nullptr;  // the rows' plans (row outer scales)
+    std::vector<RowScale> host_rows(static_cast<size_t>(by_row ? rows : 0));
+    if (!host_rows.empty()) {
+      row_bits.reserve(host_rows.size());
+      row_plans.reserve(host_rows.size());
+      row_scales.reserve(host_rows.size());
+      if (spec.amax_kind == AmaxKind::given) {
+        row_given.reserve(host_rows.size());
+        cuda_check(cudaMemcpyAsync(row_given.ptr, spec.row_amax.data(), sizeof(double) * host_rows.size(),
+                                   cudaMemcpyHostToDevice),
+                   "cudaMemcpy (row references)");
+      }
+      row_amax_kernel<<<grid_for(rows * 32), kThreads>>>(x, rows, cols, row_bits.ptr);
+      cuda_check(cudaGetLastError(), "row amax kernel launch");
+      row_plans_kernel<<<grid_for(rows), kThreads>>>(p, spec.amax_kind, row_given.ptr, row_bits.ptr, rows,
+                                                     row_plans.ptr, row_scales.ptr);
+      cuda_check(cudaGetLastError(), "row plans kernel launch");
+      rp = row_plans.ptr;
+    }
     if (n > 0) {
       const auto aligned = [](const void* ptr, uintptr_t to) { return reinterpret_cast<uintptr_t>(ptr) % to == 0; };
-      if (threshold_path(p, cols) && aligned(x, 16) && aligned(vals, 16) && aligned(out.codes, 4)) {
+      if (threshold_path(spec, p, cols) && aligned(x, 16) && aligned(vals, 16) && aligned(out.codes, 4)) {
         const int ncodes = 1 << p.fs.bits;
         code_tables_kernel<<<(ncodes * 8 + kThreads - 1) / kThreads, kThreads>>>(plan.ptr, ncodes, tables.ptr,
                                                                                table_use.ptr);
@@ -607,14 +724,15 @@ struct CudaQuantizer::Impl {
         kernel<<<grid_for(nblocks), kThreads>>>(plan.ptr, x, rows, cols, tables.ptr, table_use.ptr, ncodes,
                                                 out.codes, out.scale_codes, vals, totals.ptr, totals.ptr + kCounters);
       } else if (!p.has_scale) {
-        quantize_noscale_kernel<<<grid_for(n), kThreads>>>(plan.ptr, x, n, out.codes, vals, totals.ptr,
-                                                           totals.ptr + kCounters);
+        auto kernel = rp ? quantize_noscale_kernel<true> : quantize_noscale_kernel<false>;
+        kernel<<<grid_for(n), kThreads>>>(plan.ptr, rp, x, n, cols, out.codes, vals, totals.ptr,
+                                          totals.ptr + kCounters);
       } else {
         const int group = group_size(p);
         const int64_t warps = (nblocks + (32 / group) - 1) / (32 / group);
-        quantize_blocks_kernel<<<grid_for(warps * 32), kThreads>>>(plan.ptr, x, rows, cols, group, out.codes,
-                                                                   out.scale_codes, vals, totals.ptr,
-                                                                   totals.ptr + kCounters);
+        auto kernel = rp ? quantize_blocks_kernel<true> : quantize_blocks_kernel<false>;
+        kernel<<<grid_for(warps * 32), kThreads>>>(plan.ptr, rp, x, rows, cols, group, out.codes, out.scale_codes, vals,
+                                                   totals.ptr, totals.ptr + kCounters);
       }
       cuda_check(cudaGetLastError(), "quantize kernel launch");
     }
@@ -630,14 +748,19 @@ struct CudaQuantizer::Impl {
     }
     cuda_check(cudaMemcpyAsync(t.c, totals.ptr, sizeof t.c, cudaMemcpyDeviceToHost), "cudaMemcpy (counters)");
     cuda_check(cudaMemcpyAsync(&p, plan.ptr, sizeof p, cudaMemcpyDeviceToHost), "cudaMemcpy (plan)");
+    if (!host_rows.empty())
+      cuda_check(cudaMemcpyAsync(host_rows.data(), row_scales.ptr, sizeof(RowScale) * host_rows.size(),
+                                 cudaMemcpyDeviceToHost),
+                 "cudaMemcpy (row scales)");
     cuda_check(cudaStreamSynchronize(0), "quantize kernels");
+    take_rows(host_rows, info);
     if (t.c[kCounters] != kNoError) {
       const int64_t i = static_cast<int64_t>(t.c[kCounters]);
       float xi = 0.0f;
       cuda_check(cudaMemcpy(&xi, x + i, sizeof xi, cudaMemcpyDeviceToHost), "cudaMemcpy (element)");
-      detail::throw_element_error(p, xi, i, cols);
+      detail::throw_element_error(error_plan(p, by_row, info, i, cols), xi, i, cols);
     }
-    return tensor_info(p, t, rows, cols, nblocks, host_partials, out.stats);
+    return tensor_info(p, by_row, std::move(info), t, rows, cols, nblocks, host_partials, out.stats);
   }
 };
 
@@ -648,8 +771,6 @@ namespace {
 QuantInfo quantize_host_via_device(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols,
                                    const QuantOutput& out) {
   spec.validate();
-  if (spec.outer == OuterScale::row)
-    throw Error("--outer-scale row is not implemented on the CUDA path yet (the CPU paths have it)");
   if (!cuda_available()) throw Error("quantize_cuda: " + cuda_device_description());
   const int64_t n = rows * cols;
   const size_t cb = static_cast<size_t>(spec.elem.code_bytes());
@@ -677,6 +798,9 @@ QuantInfo quantize_host_via_device(const QuantSpec& spec, const float* x_in, int
 QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols,
                             const QuantOutput& out) {
   QuantPlan p = spec.plan();  // validates; throws exmy::Error
+  const bool by_row = spec.outer == OuterScale::row;
+  QuantInfo info;
+  if (by_row) detail::start_rows(spec, 0, rows, info);
   const int64_t n = rows * cols;
   const int64_t nblocks = block_count(spec, rows, cols);
   std::vector<float> transformed;
@@ -687,18 +811,32 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
     own_values.resize(static_cast<size_t>(n));
     values = own_values.data();
   }
+  const AmaxKind kind = by_row ? AmaxKind::none : spec.amax_kind;
   uint32_t max_abs_bits = 0;
-  if (spec.amax_kind == AmaxKind::current)
+  if (kind == AmaxKind::current)
     for (int64_t i = 0; i < n; ++i) max_abs_bits = std::max(max_abs_bits, bits_of(x[i]) & 0x7fffffffu);
-  set_tensor_amax(p, reference_amax_of(spec.amax_kind, spec.amax_value, max_abs_bits));
+  set_tensor_amax(p, reference_amax_of(kind, spec.amax_value, max_abs_bits));
+  // Row outer scales: the row amax kernel's warps (their lanes one after
+  // another) and the row plans kernel's threads.
+  std::vector<QuantPlan> row_plans(static_cast<size_t>(by_row ? rows : 0));
+  std::vector<RowScale> row_scales(row_plans.size());
+  std::vector<unsigned int> row_bits(row_plans.size(), 0u);
+  for (int64_t r = 0; r < static_cast<int64_t>(row_plans.size()); ++r) {
+    unsigned int& m = row_bits[static_cast<size_t>(r)];
+    for (int l = 0; l < 32; ++l) m = std::max(m, block_amax_part(x, row_geom(r, cols), l, 32));
+    make_row_plan(p, spec.amax_kind, spec.row_amax.data(), row_bits.data(), r, row_plans.data(), row_scales.data());
+  }
+  take_rows(row_scales, info);
+  const QuantPlan* rp = row_plans.empty() ? nullptr : row_plans.data();
 
   Totals t = {};
   t.c[kCounters] = kNoError;
   Counts cnt = {};
   if (!p.has_scale) {
     const BlockConsts c{1.0, 0.0f};
-    for (int64_t i = 0; i < n; ++i) quantize_element(p, c, x, i, out.codes, values, cnt, &t.c[kCounters]);
-  } else if (n > 0 && threshold_path(p, cols)) {
+    for (int64_t i = 0; i < n; ++i)
+      quantize_element(plan_of_row(p, rp, rp ? i / cols : 0), c, x, i, out.codes, values, cnt, &t.c[kCounters]);
+  } else if (n > 0 && threshold_path(spec, p, cols)) {
     std::vector<CodeTable> tab(kMaxScaleCodes);
     std::vector<uint8_t> use(kMaxScaleCodes);
     const int ncodes = 1 << p.fs.bits;
@@ -713,15 +851,19 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
       uint32_t m = 0;
       for (int l = 0; l < group; ++l) m = std::max(m, block_amax_part(x, b, l, group));
       for (int l = 0; l < group; ++l)
-        quantize_block_part(p, x, blk, b, m, l, group, out.codes, out.scale_codes, values, cnt, &t.c[kCounters]);
+        quantize_block_part(plan_of_row(p, rp, b.r0), x, blk, b, m, l, group, out.codes, out.scale_codes, values, cnt,
+                            &t.c[kCounters]);
     }
   }
   for (int k = 0; k < kCounters; ++k) t.c[k] = cnt.c[k];
   std::vector<SumPartial> partials(static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0));
   for (size_t i = 0; i < partials.size(); ++i)
     partials[i] = tensor_segment_partial(x, values, cols, static_cast<int64_t>(i));
-  if (t.c[kCounters] != kNoError) detail::throw_element_error(p, x, static_cast<int64_t>(t.c[kCounters]), cols);
-  return tensor_info(p, t, rows, cols, nblocks, partials, out.stats);
+  if (t.c[kCounters] != kNoError) {
+    const int64_t i = static_cast<int64_t>(t.c[kCounters]);
+    detail::throw_element_error(error_plan(p, by_row, info, i, cols), x, i, cols);
+  }
+  return tensor_info(p, by_row, std::move(info), t, rows, cols, nblocks, partials, out.stats);
 }
 
 }  // namespace

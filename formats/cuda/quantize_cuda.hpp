@@ -8,9 +8,10 @@
 //   function the CPU's hadamard calls, on a copy of x: the caller's tensor is
 //   left as it was), the tensor amax for `--tensor-amax auto` (an integer
 //   max over the bits of |x|, NaN if any element is NaN) and the
-//   tensor-level scale from it (set_tensor_amax, one thread), block amax,
-//   block scales and element encoding, integer statistics (atomics), the
-//   segment partials of the double sums;
+//   tensor-level scale from it (set_tensor_amax, one thread), with row outer
+//   scales each row's max |x| and plan instead (a warp and a thread per
+//   row), block amax, block scales and element encoding, integer statistics
+//   (atomics), the segment partials of the double sums;
 // - host: validation and the plan's format part (and the transform's sign
 //   vector, rht_params), the error message for the first unrepresentable
 //   element, the tree that combines the segment partials of the double sums

@@ -43,7 +43,7 @@ class QuantOps {
   virtual void add(float* dst, const float* src, int64_t n) = 0;
   // The grouped GEMM output model (sim/quant/grouped_gemm.hpp): an operand's
   // codes as the model's doubles (encode_operand), the model's product, and
-  // the row outer scales' alphas (apply_outer_alpha; row_t on the host).
+  // the row outer scales' alphas (apply_outer_alpha; row_t in memory()).
   virtual void encode(double* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
                       int64_t cols) = 0;
   virtual void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,

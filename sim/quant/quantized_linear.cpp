@@ -179,8 +179,9 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
   r.info = ops.quantize(qc, hp, rows, cols, out);
   r.op.dq = b.dq.data();
   r.op.t = r.info.t;
-  if (!r.info.row_t.empty()) {
-    b.row_t = r.info.row_t;
+  if (!r.info.row_t.empty()) {  // (QuantInfo's are on the host; the GEMM's alphas read them where the ops run)
+    const int64_t m = static_cast<int64_t>(r.info.row_t.size());
+    mem.from_host(ensure(b.row_t, m, mem), r.info.row_t.data(), sizeof(float) * static_cast<size_t>(m));
     r.op.row_t = b.row_t.data();
   }
   if (grouped) {

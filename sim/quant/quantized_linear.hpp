@@ -85,14 +85,15 @@ class QuantRuntime {
   void set_ops(QuantOps& ops) { ops_ = &ops; }
 
   // Scratch shared by the linears (implementation detail).
-  // In ops().memory(): every MemBuf; on the host: row_t and the copies of
-  // what the host reads from a device (captures, the GEMM statistics' rows).
+  // In ops().memory(): every MemBuf (row_t included); on the host: the
+  // copies of what the host reads from a device (captures, the GEMM
+  // statistics' rows).
   struct OperandBuffers {
     MemBuf<float> hp;  // transposed and/or RHT'd high-precision operand
     MemBuf<float> dq;  // decoded operand
     MemBuf<uint8_t> codes, scale_codes;
     MemBuf<double> enc;  // encoded operand (grouped GEMM)
-    std::vector<float> row_t;  // row outer scales: each row's encode scale
+    MemBuf<float> row_t;  // row outer scales: each row's encode scale (for ops().outer_alpha)
   };
   struct Scratch {
     OperandBuffers side[2];

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "formats/cuda/quantize_cuda.hpp"
-#include "formats/error.hpp"
 #include "sim/adamw_update.hpp"
 #include "sim/gemm.hpp"
 #include "sim/quant/cuda/grouped_gemm_cuda.hpp"
@@ -43,18 +42,15 @@ struct GroupedScratch {
 };
 
 // What the device's quantized-linear ops share: their memory and name, the
-// grouped model's scratch, the statistics' reductions (through the
-// launcher's kernels), and what the device quantizer does not run.
+// grouped model's scratch and the statistics' reductions (through the
+// launcher's kernels). Their quantizer runs every spec the CPU's does, so
+// unsupported() is QuantOps's: nothing is refused.
 class DeviceQuantOps : public sim::quant::QuantOps {
  public:
   DeviceQuantOps(const char* name, sim::Memory& memory, const sim::quant::StatsKernels& stats)
       : name_(name), mem_(memory), stats_(memory, stats) {}
   const char* name() const final { return name_; }
   sim::Memory& memory() final { return mem_; }
-  const char* unsupported(const QuantSpec& q) const final {
-    return q.outer == OuterScale::row ? "row outer scales (--outer-scale row) do not run on the device's quantizer"
-                                      : nullptr;
-  }
   double abs_max(const float* x, int64_t n) final { return stats_.abs_max(x, n); }
   void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
                         sim::quant::OperandStats& st) final {
@@ -116,7 +112,7 @@ class EmulatedQuantOps final : public DeviceQuantOps {
   }
   void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                    const float* row_t_b) override {
-    sim::quant::apply_outer_alpha_emulated(C, M, N, t_a, row_t_a, t_b, row_t_b);  // host memory: row_t as it is
+    sim::quant::apply_outer_alpha_emulated(C, M, N, t_a, row_t_a, t_b, row_t_b);
   }
 };
 
@@ -149,8 +145,9 @@ class CudaQuantOps final : public DeviceQuantOps {
                     const sim::quant::GemmModel& model, float alpha) override {
     sim::quant::grouped_gemm_cuda(C, A, B, M, N, K, model, alpha, scratch_.get(mem_, M, N, K, model));
   }
-  void outer_alpha(float*, int64_t, int64_t, float, const float*, float, const float*) override {
-    throw Error("row outer scales do not run on a CUDA device yet");  // refused by unsupported() first
+  void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
+                   const float* row_t_b) override {
+    sim::quant::apply_outer_alpha_cuda(C, M, N, t_a, row_t_a, t_b, row_t_b);  // row_t in device memory
   }
 
  private:

@@ -499,7 +499,8 @@ TEST(EvalDevice, EmulatedDeviceGivesTheCpuBits) {
   };
   for (const Case c : {Case{"fp32", "current"}, Case{"bf16", "current"}, Case{"nvfp4-no-rht-all", "current"},
                        Case{"nvfp4-no-rht-all", "calibrated:4"}, Case{"nvfp4-no-rht-all", "replay:2"},
-                       Case{"te-nvfp4", "calibrated:3"}, Case{"ue5m3-b16", "calibrated:4"}}) {
+                       Case{"te-nvfp4", "calibrated:3"}, Case{"ue5m3-b16", "calibrated:4"},
+                       Case{"nvfp4-row-scaled", "calibrated:3"}}) {
     SCOPED_TRACE(std::string(c.recipe) + " " + c.policy);
     const auto recipe = sim::quant::load_recipe(c.recipe);
     const ActPolicy p = parse_act_policy(c.policy);

@@ -31,6 +31,7 @@
 #include "formats/spec.hpp"
 #include "formats/vocab.hpp"
 #include "tests/formats/rht_inputs.hpp"
+#include "tests/formats/test_support.hpp"
 #include "tests/formats/vectors.hpp"
 
 #if !defined(EXMY_TEST_EMULATED)
@@ -121,6 +122,36 @@ void expect_same(const RunOut& got, const RunOut& want, const std::string& what)
   EXPECT_EQ(bits_of(got.info.t), bits_of(want.info.t)) << what;
   EXPECT_EQ(got.info.block_grid_rows, want.info.block_grid_rows) << what;
   EXPECT_EQ(got.info.block_grid_cols, want.info.block_grid_cols) << what;
+  // Row outer scales: every row's reference, max |x| and scale, and the
+  // call's max |x| made from them (empty vectors otherwise).
+  const QuantInfo &gi = got.info, &wi = want.info;
+  ASSERT_EQ(gi.row_amax.size(), wi.row_amax.size()) << what;
+  ASSERT_EQ(gi.row_abs_max.size(), wi.row_abs_max.size()) << what;
+  ASSERT_EQ(gi.row_t.size(), wi.row_t.size()) << what;
+  for (size_t r = 0; r < wi.row_t.size() && bad < 5; ++r) {
+    if (bits_of(gi.row_amax[r]) != bits_of(wi.row_amax[r]) ||
+        bits_of(gi.row_abs_max[r]) != bits_of(wi.row_abs_max[r]) || bits_of(gi.row_t[r]) != bits_of(wi.row_t[r])) {
+      ADD_FAILURE() << what << " row " << r << ": amax " << gi.row_amax[r] << ", max |x| " << gi.row_abs_max[r]
+                    << ", t " << hex32(bits_of(gi.row_t[r])) << "; expected " << wi.row_amax[r] << ", "
+                    << wi.row_abs_max[r] << ", " << hex32(bits_of(wi.row_t[r]));
+      ++bad;
+    }
+  }
+  if (!wi.row_t.empty()) {
+    ASSERT_TRUE(gi.abs_max.has_value()) << what;
+    EXPECT_EQ(bits_of(*gi.abs_max), bits_of(*wi.abs_max)) << what;
+  }
+}
+
+// The call on the CUDA path compared with quantize_ref's (expect_same);
+// returns the reference's outputs.
+RunOut expect_matches_ref(const QuantSpec& spec, const std::vector<float>& x, int64_t rows, int64_t cols,
+                          const std::string& what) {
+  const RunOut want =
+      run(spec, rows, cols, [&](const QuantOutput& o) { return quantize_ref(spec, x.data(), rows, cols, o); });
+  const RunOut got = run(spec, rows, cols, [&](const QuantOutput& o) { return kImpl(spec, x.data(), rows, cols, o); });
+  expect_same(got, want, what);
+  return want;
 }
 
 // Random float32 tensor mixing magnitudes over many binades with the special
@@ -229,13 +260,7 @@ TEST(CudaRandom, MatchesReference) {
                                  " " + std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + " rule " +
                                  std::string(scale_rule_name(spec.rule)) + " round " +
                                  std::string(round_name(spec.round)) + " variant " + std::to_string(variant);
-        const RunOut want = run(spec, shape[0], shape[1], [&](const QuantOutput& o) {
-          return quantize_ref(spec, x.data(), shape[0], shape[1], o);
-        });
-        const RunOut got = run(spec, shape[0], shape[1], [&](const QuantOutput& o) {
-          return kImpl(spec, x.data(), shape[0], shape[1], o);
-        });
-        expect_same(got, want, what);
+        const RunOut want = expect_matches_ref(spec, x, shape[0], shape[1], what);
         ++calls;
         seen.saturated += want.stats.saturated;
         seen.subnormal += want.stats.subnormal;
@@ -307,6 +332,167 @@ QuantSpec rht_spec(const char* block) {
   spec.arith = Arith::fp32;
   spec.rht = true;
   return spec;
+}
+
+// Rows as row outer scales (docs/numerics.md §3, "Row outer scales") meet
+// them: each row's magnitudes 2^-20..2^20 from the next's, with zeros, -0
+// and subnormal inputs; row 1 tiny (subnormal inputs), row 3 all zero, row 5
+// one huge element every 7 columns (its neighbours underflow), and with
+// `specials` a NaN in row 6 and an infinity in rows 7 and 8.
+std::vector<float> row_tensor(int64_t rows, int64_t cols, uint64_t seed, bool specials) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float row_scale = std::ldexp(1.0f, static_cast<int>(rng() % 41) - 20);
+    for (int64_t c = 0; c < cols; ++c) {
+      float& v = x[static_cast<size_t>(r * cols + c)];
+      const int k = static_cast<int>(rng() % 100);
+      v = k < 4 ? ((k & 1) ? 0.0f : -0.0f) : normal(rng) * row_scale;
+      if (r == 1) v = float_of(static_cast<uint32_t>(rng() & 0x803fffffu));
+      if (r == 3) v = 0.0f;
+      if (r == 5 && c % 7 == 0) v *= 1e6f;
+    }
+  }
+  if (specials && rows > 8 && cols > 5) {
+    x[static_cast<size_t>(6 * cols + 2)] = std::numeric_limits<float>::quiet_NaN();
+    x[static_cast<size_t>(7 * cols + 5)] = std::numeric_limits<float>::infinity();
+    x[static_cast<size_t>(8 * cols)] = -std::numeric_limits<float>::infinity();
+  }
+  return x;
+}
+
+// Given row references for row_tensor: per row its own max |x| times 1,
+// 1e-3 (the row saturates), 1e3, or NaN, 0 or +Inf (no scale for the row).
+std::vector<double> row_references(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<double> ref(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    float m = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) m = std::fmax(m, std::fabs(x[static_cast<size_t>(r * cols + c)]));
+    const double f[] = {1.0, 1e-3, 1e3, std::nan(""), 0.0, std::numeric_limits<double>::infinity()};
+    ref[static_cast<size_t>(r)] = r % 6 >= 3 ? f[r % 6] : static_cast<double>(m) * f[r % 6];
+  }
+  return ref;
+}
+
+// Row outer scales: the kernels take each row's plan (its reference, the
+// row's max |x| or a given value, or none), so the bits, the statistics
+// and every row's reference, max |x| and scale are the reference's; over
+// formats, 1xB block widths (partial blocks, no block scale), scale rules
+// (dithered scales too), rounding modes, arithmetics and zero-row rules.
+TEST(CudaRowScales, MatchReference) {
+  EXMY_REQUIRE_CUDA();
+  struct RowConfig {
+    const char *elem, *scale, *block;
+    ScaleRule rule;
+  };
+  const RowConfig configs[] = {
+      {"e2m1", "ue4m3", "1x16", ScaleRule::amax_rne},  {"e2m1", "e4m3", "1x16", ScaleRule::amax_rne},
+      {"e2m1", "ue5m3", "1x32", ScaleRule::amax_up},   {"e2m1", "ue8m0", "1x32", ScaleRule::mx_floor},
+      {"e4m3", "ue8m0", "1x32", ScaleRule::mx_even},   {"e3m2", "ue4m3", "1x7", ScaleRule::amax_down},
+      {"e2m3", "ue8m0", "1x1", ScaleRule::mx_ceil},    {"e2m1", "ue5m3", "1x16", ScaleRule::amax_sr},
+      {"e3m4:nosub", "ue8m0", "1x4", ScaleRule::amax_rne}, {"bf16", "ue8m0", "1x64", ScaleRule::amax_rne},
+      {"e4m3", nullptr, "1x16", ScaleRule::amax_rne},  {"e2m1", nullptr, "1x16", ScaleRule::amax_rne},
+      {"e5m20", nullptr, "1x16", ScaleRule::amax_rne},
+  };
+  const int64_t shapes[][2] = {{9, 70}, {17, 48}, {1, 300}, {64, 64}};
+  const Round modes[] = {Round::rne, Round::stochastic, Round::rtz, Round::stochastic_fast, Round::odd,
+                         Round::stochastic_fastest};
+  const AmaxKind kinds[] = {AmaxKind::current, AmaxKind::given, AmaxKind::none};
+  uint64_t seed = 300;
+  int calls = 0;
+  QuantStats seen;
+  size_t nan_rows = 0, unscaled_rows = 0, rows_seen = 0, calls_with_distinct_t = 0, scaled_calls = 0;
+  for (const RowConfig& cfg : configs)
+    for (const auto& shape : shapes)
+      for (const AmaxKind kind : kinds) {
+        ++seed;
+        const int64_t rows = shape[0], cols = shape[1];
+        QuantSpec spec;
+        spec.elem = parse_format(cfg.elem);
+        if (cfg.scale) spec.scale = parse_format(cfg.scale);
+        parse_block(cfg.block, spec.block_rows, spec.block_cols);
+        spec.outer = OuterScale::row;
+        spec.rule = cfg.rule;
+        spec.round = modes[seed % 6];
+        spec.sr_bits = std::string(cfg.elem) == "e5m20" ? 32 : static_cast<int>(1 + (seed * 11) % 16);
+        spec.seed = 0x9E3779B97F4A7C15ull * seed;
+        spec.stream = seed * 1000003u;
+        spec.arith = (seed & 1) ? Arith::fp32 : Arith::exact;
+        spec.zero_scale = (seed % 3 == 2) ? ZeroScale::one : ZeroScale::zero;
+        if (spec.scale && seed % 4 == 1) spec.scale_target = 448.0;
+        const bool nan_ok = spec.elem.has_nan || (spec.scale && spec.scale->has_nan);
+        const std::vector<float> x = row_tensor(rows, cols, seed, nan_ok);
+        spec.amax_kind = kind;
+        if (kind == AmaxKind::given) spec.row_amax = row_references(x, rows, cols);
+        const std::string what = std::string(cfg.elem) + "/" + (cfg.scale ? cfg.scale : "none") + " " + cfg.block +
+                                 " " + std::to_string(rows) + "x" + std::to_string(cols) + " rule " +
+                                 std::string(scale_rule_name(spec.rule)) + " round " +
+                                 std::string(round_name(spec.round)) + " amax " +
+                                 std::string(tensor_amax_options().name(kind));
+        const RunOut want = expect_matches_ref(spec, x, rows, cols, what);
+        ++calls;
+        seen.saturated += want.stats.saturated;
+        seen.underflow += want.stats.underflow;
+        seen.scale_saturated += want.stats.scale_saturated;
+        seen.scale_underflow += want.stats.scale_underflow;
+        ASSERT_EQ(want.info.row_t.size(), static_cast<size_t>(rows)) << what;
+        for (int64_t r = 0; r < rows; ++r) {
+          nan_rows += std::isnan(want.info.row_abs_max[static_cast<size_t>(r)]);
+          unscaled_rows += want.info.row_t[static_cast<size_t>(r)] == 1.0f;
+        }
+        rows_seen += static_cast<size_t>(rows);
+        const auto [lo, hi] = std::minmax_element(want.info.row_t.begin(), want.info.row_t.end());
+        calls_with_distinct_t += *lo != *hi;
+        scaled_calls += rows > 1 && kind != AmaxKind::none;
+      }
+  EXPECT_EQ(calls, static_cast<int>(std::size(configs) * std::size(shapes) * std::size(kinds)));
+  // Not vacuous: rows saturated and underflowed, rows held a NaN, rows had
+  // no scale (none, NaN, 0 or Inf references) and most had one, and every
+  // call of several rows with references gave its rows different scales.
+  EXPECT_GT(seen.saturated, 0u);
+  EXPECT_GT(seen.underflow, 0u);
+  EXPECT_GT(seen.scale_saturated, 0u);
+  EXPECT_GT(seen.scale_underflow, 0u);
+  EXPECT_GT(nan_rows, 0u);
+  EXPECT_GT(unscaled_rows, 0u);
+  EXPECT_LT(unscaled_rows, rows_seen * 2 / 3);
+  EXPECT_EQ(calls_with_distinct_t, scaled_calls);
+  EXPECT_GT(scaled_calls, 0u);
+}
+
+// Row outer scales with four over six (each row's plan makes its blocks'
+// choice) and with the RHT (the rows' amax measured on the rotated tensor),
+// as nvfp4-row-scaled's wgrad operands take it.
+TEST(CudaRowScales, FourOverSixAndHadamard) {
+  EXMY_REQUIRE_CUDA();
+  uint64_t seed = 500;
+  uint64_t four = 0;
+  for (const FourSix m : {FourSix::mse, FourSix::mae, FourSix::always_4})
+    for (const Round mode : {Round::rne, Round::stochastic_fastest}) {
+      QuantSpec spec;
+      spec.elem = parse_format("e2m1");
+      spec.scale = parse_format("e4m3");
+      spec.outer = OuterScale::row;
+      spec.amax_kind = AmaxKind::current;
+      spec.four_over_six = m;
+      spec.round = mode;
+      spec.seed = ++seed;
+      spec.arith = (seed & 1) ? Arith::fp32 : Arith::exact;
+      const std::vector<float> x = row_tensor(19, 80, seed, true);
+      const std::string what = "four over six " + std::to_string(int(m)) + " " + std::string(round_name(mode));
+      const RunOut want = expect_matches_ref(spec, x, 19, 80, what);
+      four += want.stats.scale_four;
+    }
+  EXPECT_GT(four, 0u);
+  for (const Round mode : {Round::rne, Round::stochastic_fastest}) {
+    QuantSpec spec = rht_spec("1x16");
+    spec.outer = OuterScale::row;
+    spec.round = mode;
+    spec.seed = ++seed;
+    const std::vector<float> x = row_tensor(12, 64, seed, false);
+    expect_matches_ref(spec, x, 12, 64, std::string("rht, row outer scales, ") + std::string(round_name(mode)));
+  }
 }
 
 // The transform (on the device, or its launches on the host) and the
@@ -416,25 +602,28 @@ TEST(CudaRandom, PartialOutputs) {
 // dequantization) on the CUDA path: the reference's bytes.
 TEST(CudaConventions, TeCodesAndScaleFirstMatchReference) {
   EXMY_REQUIRE_CUDA();
-  QuantSpec spec;
-  spec.elem = parse_format("e2m1");
-  spec.scale = parse_format("e4m3");
-  spec.arith = Arith::fp32;
-  spec.amax_kind = AmaxKind::current;
-  spec.codes = CodeConvention::te;
-  spec.dequant = DequantOrder::scale_first;
-  std::vector<float> x = random_tensor(16 * 64, 11, false);
-  for (int i = 0; i < 16; ++i) x[static_cast<size_t>(i)] = i % 2 ? -1e-30f : -0.0f;  // a zero-scale block, -0s
-  const size_t n = x.size();
-  std::vector<float> v1(n), v2(n);
-  std::vector<uint8_t> c1(n), c2(n), s1(n / 16), s2(n / 16);
-  quantize_ref(spec, x.data(), 16, 64, QuantOutput{v1.data(), c1.data(), s1.data(), nullptr});
-  kImpl(spec, x.data(), 16, 64, QuantOutput{v2.data(), c2.data(), s2.data(), nullptr});
-  EXPECT_EQ(c1, c2);
-  EXPECT_EQ(s1, s2);
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits_of(v1[i]), bits_of(v2[i])) << i;
-  EXPECT_EQ(c1[1], 0xF);  // -1e-30 in a zero-scale block: TE's -6
-  EXPECT_EQ(c1[0], 0x0);  // -0: +0
+  for (const OuterScale outer : {OuterScale::tensor, OuterScale::row}) {  // (scale-first x-hat takes each row's t)
+    QuantSpec spec;
+    spec.elem = parse_format("e2m1");
+    spec.scale = parse_format("e4m3");
+    spec.arith = Arith::fp32;
+    spec.amax_kind = AmaxKind::current;
+    spec.codes = CodeConvention::te;
+    spec.dequant = DequantOrder::scale_first;
+    spec.outer = outer;
+    std::vector<float> x = random_tensor(16 * 64, 11, false);
+    for (int i = 0; i < 16; ++i) x[static_cast<size_t>(i)] = i % 2 ? -1e-30f : -0.0f;  // a zero-scale block, -0s
+    const size_t n = x.size();
+    std::vector<float> v1(n), v2(n);
+    std::vector<uint8_t> c1(n), c2(n), s1(n / 16), s2(n / 16);
+    quantize_ref(spec, x.data(), 16, 64, QuantOutput{v1.data(), c1.data(), s1.data(), nullptr});
+    kImpl(spec, x.data(), 16, 64, QuantOutput{v2.data(), c2.data(), s2.data(), nullptr});
+    EXPECT_EQ(c1, c2);
+    EXPECT_EQ(s1, s2);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits_of(v1[i]), bits_of(v2[i])) << i;
+    EXPECT_EQ(c1[1], 0xF);  // -1e-30 in a zero-scale block: TE's -6
+    EXPECT_EQ(c1[0], 0x0);  // -0: +0
+  }
 }
 
 // Unrepresentable elements: the same exmy::Error as the threaded CPU path
@@ -463,20 +652,51 @@ TEST(CudaErrors, SameMessageAsCpu) {
     std::vector<float> x(12 * 20, 0.25f);
     x[5 * 20 + 13] = ec.bad;
     x[9 * 20 + 2] = ec.bad;
-    std::string want, got;
-    try {
-      quantize(spec, x.data(), 12, 20, QuantOutput{}, 1);
-    } catch (const Error& e) {
-      want = e.what();
-    }
-    try {
-      kImpl(spec, x.data(), 12, 20, QuantOutput{});
-    } catch (const Error& e) {
-      got = e.what();
-    }
+    const std::string want = test::error_message([&] { quantize(spec, x.data(), 12, 20, QuantOutput{}, 1); });
+    const std::string got = test::error_message([&] { kImpl(spec, x.data(), 12, 20, QuantOutput{}); });
     EXPECT_FALSE(want.empty()) << ec.elem;
     EXPECT_EQ(got, want) << ec.elem;
   }
+}
+
+// Row outer scales: the first unrepresentable element under its own row's
+// scale, with the CPU's message. Row 7's reference 0.5 makes its 1.0
+// overflow e2m1 (1.0 * 6 / 0.5 > 6) while row 2's 5.0 fits under row 2's
+// reference 8 (it would overflow under row 0's); a NaN without a NaN code
+// in row 4 fails whatever the scales.
+TEST(CudaRowScales, ErrorsNameTheSameElement) {
+  EXMY_REQUIRE_CUDA();
+  for (const bool nan : {false, true}) {
+    QuantSpec spec;
+    spec.elem = parse_format("e2m1");
+    if (nan) spec.scale = parse_format("ue4m3:nans=0");
+    spec.outer = OuterScale::row;
+    spec.amax_kind = AmaxKind::given;
+    spec.saturate = false;
+    spec.row_amax.assign(12, 1.0);
+    spec.row_amax[2] = 8.0;
+    spec.row_amax[7] = 0.5;
+    std::vector<float> x(12 * 20, 0.25f);
+    x[2 * 20 + 3] = 5.0f;
+    x[7 * 20 + 11] = 1.0f;
+    if (nan) x[4 * 20 + 6] = std::numeric_limits<float>::quiet_NaN();
+    const std::string want = test::error_message([&] { quantize(spec, x.data(), 12, 20, QuantOutput{}, 1); });
+    const std::string got = test::error_message([&] { kImpl(spec, x.data(), 12, 20, QuantOutput{}); });
+    EXPECT_NE(want.find(nan ? "element (4, 6)" : "element (7, 11)"), std::string::npos) << want;
+    EXPECT_EQ(got, want);
+  }
+  // Too few given references: the CPU's message, before any work.
+  QuantSpec spec;
+  spec.elem = parse_format("e2m1");
+  spec.scale = parse_format("ue4m3");
+  spec.outer = OuterScale::row;
+  spec.amax_kind = AmaxKind::given;
+  spec.row_amax.assign(3, 1.0);
+  const std::vector<float> x(4 * 16, 1.0f);
+  const std::string want = test::error_message([&] { quantize(spec, x.data(), 4, 16, QuantOutput{}); });
+  const std::string got = test::error_message([&] { kImpl(spec, x.data(), 4, 16, QuantOutput{}); });
+  EXPECT_NE(want.find("3 row references for a tensor of 4 rows"), std::string::npos) << want;
+  EXPECT_EQ(got, want);
 }
 
 
@@ -538,8 +758,9 @@ RunOut run_device_tensors(CudaQuantizer&, const QuantSpec& spec, const std::vect
 
 // The specs of the recipes' transformed operands (experiments/recipes):
 // te-nvfp4's wgrad-dy and wgrad-x (the 16-point transform, TE's signs),
-// nvfp4-h32-wgrad's wgrad-dy (32 points) and its deterministic variant, and,
-// along columns, 16x1 blocks with 64 and 128 points. A CudaQuantizer on
+// nvfp4-h32-wgrad's wgrad-dy (32 points) and its deterministic variant,
+// along columns 16x1 blocks with 64 and 128 points, and nvfp4-row-scaled's
+// wgrad-dy and fprop-x (row outer scales). A CudaQuantizer on
 // device tensors gives quantize()'s (and quantize_ref's) bits, statistics
 // and tensor decisions (of the rotated tensor, which all of them quantize),
 // and leaves x as it was.
@@ -561,6 +782,8 @@ TEST(CudaRht, RecipeSpecsOnDeviceTensorsMatchQuantize) {
                                                    {"rht_kind", "deterministic"}}},
       {"16x1, 64 points", {{"block", "16x1"}, {"rht_size", "64"}}},
       {"16x1, 128 points, ue8m0", {{"block", "16x1"}, {"rht_size", "128"}, {"scale", "ue8m0"}}},
+      {"nvfp4-row-scaled wgrad-dy", {{"round", "stochastic-fastest"}, {"outer_scale", "row"}}},
+      {"nvfp4-row-scaled fprop-x", {{"rht", "false"}, {"outer_scale", "row"}}},
   };
   CudaQuantizer q;  // one quantizer for every call: its scratch grows, never shrinks
   uint64_t seed = 40;
@@ -593,7 +816,7 @@ TEST(CudaRht, RecipeSpecsOnDeviceTensorsMatchQuantize) {
       ++compared;
     }
   }
-  EXPECT_EQ(compared, 18);
+  EXPECT_EQ(compared, 24);
 }
 
 #if !defined(EXMY_TEST_EMULATED)

@@ -123,14 +123,7 @@ TEST(HadamardLaunch, ParamsHoldTheSignVector) {
 
 // apply_rht_emulated fails as apply_rht does: the same one-line message.
 TEST(HadamardLaunch, ShapeErrorsAreApplyRhtErrors) {
-  auto msg = [](auto f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  const auto msg = [](auto f) { return test::error_message(f); };
   std::vector<float> x(64 * 3, 1.0f);
   for (const int axis : {1, 0}) {
     const QuantSpec spec = rht_spec(128, RhtKind::random, 0xD7E8, axis);

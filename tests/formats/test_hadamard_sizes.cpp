@@ -247,14 +247,7 @@ TEST(HadamardSizes, Size16IsHadamard16) {
 
 TEST(HadamardSizes, LengthsAndSizesAreCheckedWithOneLineErrors) {
   std::vector<float> x(64 * 3, 1.0f);
-  auto msg = [&](auto f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  const auto msg = [](auto f) { return test::error_message(f); };
   std::string m = msg([&] { hadamard(x.data(), 3, 64, 1, Rht{128}, 1); });
   EXPECT_NE(m.find("row length 64 is not a multiple of 128"), std::string::npos) << m;
   m = msg([&] { hadamard_ref(x.data(), 64, 3, 0, Rht{128}); });

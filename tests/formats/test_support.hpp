@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "exact_ref.hpp"
+#include "formats/error.hpp"
 #include "formats/format.hpp"
 #include "formats/round.hpp"
 
@@ -91,5 +92,16 @@ class Rng {
  private:
   std::mt19937_64 g_;
 };
+
+// The message of the exmy::Error that f() throws, or "" when it throws none.
+template <class F>
+std::string error_message(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
 
 }  // namespace exmy::test

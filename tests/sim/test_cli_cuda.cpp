@@ -66,6 +66,8 @@ TEST(CliCuda, QuantizeWritesTheCpuFiles) {
       "--elem e4m3 --tensor-amax 3.5",
       "--elem e2m1 --scale e4m3 --block 1x16 --arith fp32 --tensor-amax auto --rht --round stochastic",
       "--elem e2m1 --scale e4m3 --block 1x16 --arith fp32 --tensor-amax auto --convention te",
+      "--elem e2m1 --scale e4m3 --block 1x16 --arith fp32 --tensor-amax auto --outer-scale row --convention te",
+      "--elem e4m3 --block 1x16 --tensor-amax auto --outer-scale row --round stochastic --seed 5",
   };
   int compared = 0;
   for (const std::string& spec : specs) {

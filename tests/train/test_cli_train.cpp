@@ -533,8 +533,8 @@ TEST(CliTrain, ModelInfoPlansADeviceRun) {
 // --device / train.device: cpu and cuda-emulated train; a CUDA device that
 // is not there is refused in one line before any work, naming why (no CUDA
 // build, no device); eval refuses any device (it runs on the CPU only so
-// far); bench train times the device's passes; row outer scales are refused
-// on a device.
+// far); bench train times the device's passes; row outer scales
+// (nvfp4-row-scaled) train on a device.
 TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
   TempDir d;
   const sim::DeviceInventory inv = sim::device_inventory();
@@ -562,10 +562,14 @@ TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
     EXPECT_NE(b.out.find("device cuda-emulated"), std::string::npos) << b.out;
     EXPECT_NE(b.out.find("\nbf16 "), std::string::npos) << b.out;
   }
-  expect_one_line_error(train_args(d / "g", {"train.device=cuda-emulated", "train.recipe=nvfp4-row-scaled"}),
-                        "do not run on the device's quantizer on cuda-emulated yet");
   for (const char* dir : {"a", "b", "c", "e", "f", "h"}) EXPECT_FALSE(fs::exists(d / dir)) << dir;
-  EXPECT_FALSE(fs::exists(d / "g/run.h5"));
+  {  // row outer scales run on the device's quantizer
+    const Result r = run(train_args(d / "g", {"train.device=cuda-emulated", "train.recipe=nvfp4-row-scaled",
+                                              "train.steps=2", "train.stats_interval=1"}));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("done: 2 steps"), std::string::npos) << r.out;
+    EXPECT_EQ(io::read_run_column(d / "g/run.h5", "/quant/layers.0.mixer.in_proj/fprop/fprop-x/blocks").size(), 2u);
+  }
   // cpu and cuda-emulated train, and the resolved configuration records the device
   for (const char* device : {"cpu", "cuda-emulated"}) {
     auto argv = with_device(d / device, device);
