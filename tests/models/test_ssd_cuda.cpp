@@ -312,37 +312,24 @@ TEST(SsdThreadKernels, TimesSequence4096) {
       scratch(Vec(static_cast<size_t>(std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d))),
                   0.0f));
   float *kx = kxbc.ptr(), *kdx = kdxbc.ptr();
-  cudaEvent_t t0, t1, t2;
-  ASSERT_EQ(cudaEventCreate(&t0), cudaSuccess);
-  ASSERT_EQ(cudaEventCreate(&t1), cudaSuccess);
-  ASSERT_EQ(cudaEventCreate(&t2), cudaSuccess);
-  std::vector<float> fwd_ms, bwd_ms;
-  for (int rep = 0; rep < 4; ++rep) {  // the first is the warm-up
-    cudaEventRecord(t0);
-    ssd_parallel_forward_cuda(ky.ptr(), kacs.ptr(), kst.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn, in.ld,
-                              kdt.ptr(), kA.ptr(), kD.ptr(), d, scratch.ptr());
-    cudaEventRecord(t1);
-    ssd_parallel_backward_cuda(kdx, kdx + in.xdim, kdx + in.xdim + in.gn, kddt.ptr(), kdA.ptr(), kdD.ptr(), kdy.ptr(),
-                               kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn, in.ld, kdt.ptr(), kA.ptr(), kD.ptr(),
-                               kacs.ptr(), kst.ptr(), d, scratch.ptr());
-    cudaEventRecord(t2);
-    ASSERT_EQ(cudaEventSynchronize(t2), cudaSuccess);
-    float f = 0, b = 0;
-    cudaEventElapsedTime(&f, t0, t1);
-    cudaEventElapsedTime(&b, t1, t2);
-    if (rep > 0) fwd_ms.push_back(f), bwd_ms.push_back(b);
-  }
-  std::sort(fwd_ms.begin(), fwd_ms.end());
-  std::sort(bwd_ms.begin(), bwd_ms.end());
+  const FwdBwdMs ms = time_forward_backward(
+      [&] {
+        ssd_parallel_forward_cuda(ky.ptr(), kacs.ptr(), kst.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn,
+                                  in.ld, kdt.ptr(), kA.ptr(), kD.ptr(), d, scratch.ptr());
+      },
+      [&] {
+        ssd_parallel_backward_cuda(kdx, kdx + in.xdim, kdx + in.xdim + in.gn, kddt.ptr(), kdA.ptr(), kdD.ptr(),
+                                   kdy.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn, in.ld, kdt.ptr(),
+                                   kA.ptr(), kD.ptr(), kacs.ptr(), kst.ptr(), d, scratch.ptr());
+      });
   std::printf("[ssd threads] proxy-350m Mamba shape B1 S4096 H32 P64 G8 N128 L128: forward %.2f ms, backward %.2f ms, "
               "median of 3\n",
-              fwd_ms[1], bwd_ms[1]);
+              ms.fwd, ms.bwd);
   for (const Vec& r : {ky.get(), kdxbc.get(), kddt.get()}) {
     bool finite = true, nonzero = false;
     for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
     EXPECT_TRUE(finite && nonzero);
   }
-  cudaEventDestroy(t0), cudaEventDestroy(t1), cudaEventDestroy(t2);
 }
 #endif
 
