@@ -322,9 +322,16 @@ TEST(SsdThreadKernels, TimesSequence4096) {
                                    kdy.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn, in.ld, kdt.ptr(),
                                    kA.ptr(), kD.ptr(), kacs.ptr(), kst.ptr(), d, scratch.ptr());
       });
-  std::printf("[ssd threads] proxy-350m Mamba shape B1 S4096 H32 P64 G8 N128 L128: forward %.2f ms, backward %.2f ms, "
-              "median of 3\n",
-              ms.fwd, ms.bwd);
+  // The model's FLOPs of the chunked SSD (models/mamba2.cpp's count): per
+  // token and head 2 L N / (heads per group) + 2 L P + 4 P N forward,
+  // twice that back.
+  const double L = static_cast<double>(d.chunk), P = static_cast<double>(d.head_dim),
+               N = static_cast<double>(d.state), hpg = static_cast<double>(d.heads / d.groups);
+  const double fwd_flops =
+      static_cast<double>(d.batch * d.seqlen * d.heads) * (2 * L * N / hpg + 2 * L * P + 4 * P * N);
+  std::printf("[ssd threads] proxy-350m Mamba shape B1 S4096 H32 P64 G8 N128 L128: forward %.2f ms (%.1f TFLOP/s), "
+              "backward %.2f ms (%.1f TFLOP/s), median of 3\n",
+              ms.fwd, fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
   for (const Vec& r : {ky.get(), kdxbc.get(), kddt.get()}) {
     bool finite = true, nonzero = false;
     for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
