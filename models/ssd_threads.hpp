@@ -18,7 +18,7 @@
 // g a group, h a head; every write is the thread's own element):
 //   forward  ssd_thr_acs          (b, h, q):       acs (cumsum of dt A) and W = exp(acs_last - acs)
 //            ssd_thr_cb           (b, q, g, t, s): CB = C_t . B_s (s <= t)
-//            ssd_thr_m            (b, q, h, t, s): M = CB exp(acs_t - acs_s) (s <= t)
+//            ssd_thr_m_dm         (b, q, h, t, s): M = CB exp(acs_t - acs_s) (s <= t), no dM
 //            ssd_thr_own_state    (b, q, h, p, n): the chunk's own end state, sum over s
 //            ssd_thr_pass_states  (b, h, p, n):    the state entering each chunk, over the chunks in order
 //            ssd_thr_output       (b, q, h, t, p): y = (M . dt x + exp(acs_t) C_t . state) + D x
@@ -38,9 +38,9 @@
 //
 // Scratch (models/ssd_launches.hpp lays it out): the forward CB per (b, q, g)
 // and M per (b, q, h) (chunk^2 each) and W (B,H,T); the backward dstates,
-// dlast, E, CB (then dCB), M and dM, dw and dacs (chunk per (b, q, h)) and
-// the partials pA, pD: nothing of chunk x head_dim per head, less than the
-// item kernels' scratch.
+// dlast, E and W, CB (then dCB), M and dM, dw and dacs (chunk per (b, q, h))
+// and the partials pA, pD: nothing of chunk x head_dim per head, less than
+// the item kernels' scratch (SsdThreadKernels.ScratchIsNoMoreThanTheItemKernels).
 #pragma once
 
 #include <cstdint>
