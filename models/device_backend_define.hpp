@@ -6,10 +6,12 @@
 // backend, grown to the largest call; the host's token and target ids are
 // copied over on each call (N int32: small next to a layer), and the
 // per-token losses copied back.
-// The includer also defines EXMY_ATTENTION_ITEMS: 1 for attention's item
-// kernels (the emulated backend), 0 for its row kernels (the CUDA backend).
-#if !defined(EXMY_ATTENTION_ITEMS)
-#error "define EXMY_ATTENTION_ITEMS (1: attention's item kernels, 0: its row kernels) before including this file"
+// The includer also defines EXMY_ITEM_KERNELS: 1 for attention's and the
+// SSD scan's item kernels (the emulated backend: the CPU's bits), 0 for
+// attention's row kernels and the SSD scan's thread kernels (the CUDA
+// backend: parallel, within an FP32 budget of the CPU).
+#if !defined(EXMY_ITEM_KERNELS)
+#error "define EXMY_ITEM_KERNELS (1: the item kernels, 0: the row and thread kernels) before including this file"
 #endif
 #include <algorithm>
 
@@ -112,23 +114,33 @@ class DeviceBackend final : public Backend<float> {
   void ssd_chunk_scan_forward(float* y, float* acs, float* states, const float* x, int64_t ldx, const float* Bm,
                               const float* Cm, int64_t ldbc, const float* dt, const float* A_log, const float* D,
                               const SsdDims& d) override {
-    EXMY_K(ssd_chunk_scan_forward)(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
-                                   scratch(ssd_forward_scratch(d)));
+#if EXMY_ITEM_KERNELS
+    ssd_chunk_scan_forward_emulated(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
+                                    scratch(ssd_forward_scratch(d)));
+#else
+    EXMY_K(ssd_parallel_forward)(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
+                                 scratch(ssd_parallel_forward_scratch(d)));
+#endif
   }
   void ssd_chunk_scan_backward(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,
                                const float* dy, const float* x, int64_t ldx, const float* Bm, const float* Cm,
                                int64_t ldbc, const float* dt, const float* A_log, const float* D, const float* acs,
                                const float* states, const SsdDims& d) override {
-    EXMY_K(ssd_chunk_scan_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
-                                    d, scratch(ssd_backward_scratch(d)));
+#if EXMY_ITEM_KERNELS
+    ssd_chunk_scan_backward_emulated(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
+                                     d, scratch(ssd_backward_scratch(d)));
+#else
+    EXMY_K(ssd_parallel_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states, d,
+                                  scratch(ssd_parallel_backward_scratch(d)));
+#endif
   }
-  // Attention: the emulated backend runs the item kernels (the CPU's bits,
-  // which the whole-model emulation tests require), the CUDA backend the
-  // row kernels (parallel, within an FP32 budget of the CPU); see
-  // models/attention_launches.hpp.
+  // Attention, as the SSD scan above: the emulated backend runs the item
+  // kernels (the CPU's bits, which the whole-model emulation tests require),
+  // the CUDA backend the row kernels (parallel, within an FP32 budget of the
+  // CPU); see models/attention_launches.hpp and models/ssd_launches.hpp.
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const AttnDims& d) override {
-#if EXMY_ATTENTION_ITEMS
+#if EXMY_ITEM_KERNELS
     attention_forward_emulated(out, lse, q, k, v, d, scratch(attention_forward_scratch(d)));
 #else
     EXMY_K(attention_rows_forward)(out, lse, q, k, v, d);
@@ -136,7 +148,7 @@ class DeviceBackend final : public Backend<float> {
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                           const float* q, const float* k, const float* v, const AttnDims& d) override {
-#if EXMY_ATTENTION_ITEMS
+#if EXMY_ITEM_KERNELS
     attention_backward_emulated(dq, dk, dv, dout, out, lse, q, k, v, d, scratch(attention_backward_scratch(d)));
 #else
     EXMY_K(attention_rows_backward)(dq, dk, dv, dout, out, lse, q, k, v, d,

@@ -4,11 +4,13 @@
 //
 // A functor has sim::gemm_serial's signature: the CPU and the host emulation
 // pass SerialGemm (one Eigen call, so the emulation equals the CPU bit for
-// bit), a device passes NaiveGemm (each output element summed over k in
-// order from +0, or from C when accumulating), whose order is not Eigen's:
-// on a device the results carry an FP32 budget (tests/models/test_ssd_cuda.cpp).
-// Attention's items run only in the emulation: on a device attention has
-// row kernels of its own (models/attention_rows.hpp).
+// bit). NaiveGemm sums each output element over k in order from +0 (or from
+// C when accumulating), which is not Eigen's order: the SSD scan's thread
+// kernels (models/ssd_threads.hpp), which a device runs, keep that order,
+// and tests/models/test_ssd_cuda.cpp checks them against the items run with
+// NaiveGemm on the host. The items themselves run only in the emulation: on
+// a device attention has row kernels (models/attention_rows.hpp) and the SSD
+// scan thread kernels of their own.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +29,8 @@ struct SerialGemm {
   }
 };
 
-// The device's product for the one-thread-per-item kernels: each element of
-// C summed over k in order (from +0, or from C when accumulating).
+// The product in k order: each element of C summed over k in order (from
+// +0, or from C when accumulating); the order of the SSD thread kernels.
 struct NaiveGemm {
   template <class T>
   EXMY_HD void operator()(T* C, int64_t ldc, const T* A, int64_t lda, sim::Op opA, const T* B, int64_t ldb,

@@ -278,8 +278,8 @@ ActivationBytes activation_bytes(const NemotronHConfig& cfg, int64_t B, int64_t 
   const MixerScratch w = scratch_widths(cfg, B, T_);
   double scratch = static_cast<double>(N * C * 4 + N * V);  // mix_out, dresid, dln, dlnf, dlogits
   for (int64_t x : w.per_token) scratch += static_cast<double>(N * x);
-  // What the mixers' kernels allocate (the SSD backward's state gradients,
-  // attention's row kernels on a CUDA device), one layer at a time.
+  // What the mixers' kernels allocate on a CUDA device (the SSD thread kernels',
+  // attention's row kernels'), one layer at a time.
   scratch += static_cast<double>(w.inside);
   ActivationBytes a;
   a.kept = kept * static_cast<double>(scalar_bytes) + static_cast<double>(N) * 8.0;  // + FP64 token losses

@@ -1,9 +1,28 @@
-// The host emulation of the chunked SSD scan's kernels: the launches of
+// The host emulation of the chunked SSD scan's kernels: the item launches of
 // models/ssd_launches.hpp with sim::HostLaunch (threads one after another)
-// and SerialGemm (the CPU's Eigen products).
+// and SerialGemm (the CPU's Eigen products), which the emulated device
+// backend runs; and the thread launches, which the CUDA backend runs, with
+// sim::HostLaunch, for the tests.
 #include "models/cuda/ssd_cuda.hpp"
 
+namespace exmy::models {
+
+void ssd_chunk_scan_forward_emulated(float* y, float* acs, float* states, const float* x, int64_t ldx,
+                                     const float* Bm, const float* Cm, int64_t ldbc, const float* dt,
+                                     const float* A_log, const float* D, const SsdDims& d, float* scratch) {
+  ssd_chunk_scan_forward_launches(sim::HostLaunch{}, SerialGemm{}, y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D,
+                                  d, scratch);
+}
+void ssd_chunk_scan_backward_emulated(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,
+                                      const float* dy, const float* x, int64_t ldx, const float* Bm, const float* Cm,
+                                      int64_t ldbc, const float* dt, const float* A_log, const float* D,
+                                      const float* acs, const float* states, const SsdDims& d, float* scratch) {
+  ssd_chunk_scan_backward_launches(sim::HostLaunch{}, SerialGemm{}, dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm,
+                                   ldbc, dt, A_log, D, acs, states, d, scratch);
+}
+
+}  // namespace exmy::models
+
 #define EXMY_LAUNCHER sim::HostLaunch
-#define EXMY_GEMM SerialGemm
 #define EXMY_SUFFIX emulated
 #include "models/cuda/ssd_define.hpp"

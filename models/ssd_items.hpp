@@ -1,13 +1,15 @@
 // The work items of the chunked SSD scan (models/ssd.hpp) as plain EXMY_HD
 // (host + device) functions: the CPU's OpenMP loops in models/ssd.cpp call
-// them, one call per item, and so do the kernels of models/ssd_launches.hpp
-// (one thread per item), so both run the same operations in the same order
-// (docs/architecture.md, "CPU and GPU share code").
+// them, one call per item, and so do the item launches of
+// models/ssd_launches.hpp (one thread per item), which the emulated device
+// backend runs, so both run the same operations in the same order
+// (docs/architecture.md, "CPU and GPU share code"). A CUDA device runs the
+// same operations split into thread kernels (models/ssd_threads.hpp).
 //
 // The small products inside an item go through a GEMM functor `gemm`
-// (models/item_gemm.hpp): SerialGemm on the CPU and in the host emulation,
-// NaiveGemm on a device, whose results carry an FP32 budget
-// (tests/models/test_ssd_cuda.cpp).
+// (models/item_gemm.hpp): SerialGemm on the CPU and in the host emulation;
+// with NaiveGemm the items compute what the thread kernels do, bit for bit,
+// and on test::RunErr their FP32 budget (tests/models/test_ssd_cuda.cpp).
 //
 // Items and scratch (every pointer is the item's own; L = the chunk's length
 // Lc, P = head_dim, N = state):

@@ -119,9 +119,10 @@ for t in $tests; do
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
 done
 # the GEMM rates and error-to-budget ratios test_gemm_cuda and test_linear_cuda printed, and the
-# attention row kernels' times at sequence 4096 test_attention_cuda printed
-grep -h -E '^CudaGemm |largest error|^\[attention rows\]' "$logs/test_gemm_cuda.log" "$logs/test_linear_cuda.log" \
-  "$logs/test_attention_cuda.log" >>"$report" 2>/dev/null || true
+# attention row kernels' and the SSD thread kernels' times at sequence 4096 test_attention_cuda and
+# test_ssd_cuda printed
+grep -h -E '^CudaGemm |largest error|^\[attention rows\]|^\[ssd threads\]' "$logs/test_gemm_cuda.log" \
+  "$logs/test_linear_cuda.log" "$logs/test_attention_cuda.log" "$logs/test_ssd_cuda.log" >>"$report" 2>/dev/null || true
 # the device benchmark (needs the device), then the CPU one (needs none)
 echo "--- exmy bench quantize --device cuda --repeat 3" >>"$report"
 timeout 120 "$bundle/bin/exmy" bench quantize --device cuda --repeat 3 >>"$report" 2>&1 ||

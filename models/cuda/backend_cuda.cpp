@@ -11,7 +11,7 @@
 #include "formats/error.hpp"
 
 #define EXMY_SUFFIX cuda
-#define EXMY_ATTENTION_ITEMS 0  // attention's row kernels
+#define EXMY_ITEM_KERNELS 0  // attention's row kernels, the SSD scan's thread kernels
 #include "models/device_backend_define.hpp"
 
 namespace exmy::models {

@@ -1,39 +1,51 @@
-// The chunked SSD scan's kernels of models/ssd_launches.hpp, float32, in two
-// builds, with the arguments of models/ssd.hpp's ssd_chunk_scan_* plus a
-// scratch of ssd_forward_scratch(d) / ssd_backward_scratch(d) floats:
-// - *_cuda: on the current CUDA device, device pointers, the default stream
-//   (asynchronous; a failed launch throws exmy::Error naming the kernel).
-//   Only where exmy is built with CUDA (EXMY_HAVE_CUDA).
-// - *_emulated: the same launches with the threads run one after another on
-//   the host, host pointers; always built, so CI compares them with the CPU
-//   scan (tests/models/test_ssd_cuda.cpp).
-//
-// Bits: the emulation equals the CPU bit for bit (the same item functions,
-// the same Eigen products, the host's exp). On a device the products are
-// summed in k order and exp is the device's, so the results are within the
-// FP32 budget tests/models/test_ssd_cuda.cpp derives.
+// The chunked SSD scan's kernels of models/ssd_launches.hpp, float32, with
+// the arguments of models/ssd.hpp's ssd_chunk_scan_* plus a scratch:
+// - ssd_chunk_scan_forward_emulated / ssd_chunk_scan_backward_emulated: the
+//   item launches on the host (HostLaunch, SerialGemm), host pointers,
+//   scratch ssd_forward_scratch(d) / ssd_backward_scratch(d) floats. They
+//   equal the CPU scan bit for bit (the same item functions, the same Eigen
+//   products, the host's exp); the emulated device backend runs them.
+//   Always built.
+// - ssd_parallel_forward_* / ssd_parallel_backward_*: the thread launches
+//   (models/ssd_threads.hpp), scratch ssd_parallel_forward_scratch(d) /
+//   ssd_parallel_backward_scratch(d) floats, in two builds: *_cuda on the
+//   current CUDA device, device pointers, the default stream (asynchronous;
+//   a failed launch throws exmy::Error naming the kernel), only where exmy
+//   is built with CUDA (EXMY_HAVE_CUDA): the CUDA backend runs these;
+//   *_emulated, the same launches with the threads run one after another on
+//   the host, always built, so that CI holds them to the budget. Their sums
+//   are NaiveGemm's, not Eigen's, and on a device exp is the device's: within
+//   the FP32 budget of tests/models/test_ssd_cuda.cpp of the CPU.
 #pragma once
 
 #include <cstdint>
 
-#include "models/ssd_launches.hpp"  // ssd_forward_scratch, ssd_backward_scratch
+#include "models/ssd_launches.hpp"  // the scratch sizes
 
 namespace exmy::models {
 
-#define EXMY_SSD_KERNELS(suffix)                                                                                    \
-  void ssd_chunk_scan_forward_##suffix(float* y, float* acs, float* states, const float* x, int64_t ldx,           \
-                                       const float* Bm, const float* Cm, int64_t ldbc, const float* dt,             \
-                                       const float* A_log, const float* D, const SsdDims& d, float* scratch);       \
-  void ssd_chunk_scan_backward_##suffix(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,      \
-                                        const float* dy, const float* x, int64_t ldx, const float* Bm,              \
-                                        const float* Cm, int64_t ldbc, const float* dt, const float* A_log,         \
-                                        const float* D, const float* acs, const float* states, const SsdDims& d,    \
-                                        float* scratch);
+void ssd_chunk_scan_forward_emulated(float* y, float* acs, float* states, const float* x, int64_t ldx,
+                                     const float* Bm, const float* Cm, int64_t ldbc, const float* dt,
+                                     const float* A_log, const float* D, const SsdDims& d, float* scratch);
+void ssd_chunk_scan_backward_emulated(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,
+                                      const float* dy, const float* x, int64_t ldx, const float* Bm, const float* Cm,
+                                      int64_t ldbc, const float* dt, const float* A_log, const float* D,
+                                      const float* acs, const float* states, const SsdDims& d, float* scratch);
 
-EXMY_SSD_KERNELS(emulated)
+#define EXMY_SSD_PARALLEL_KERNELS(suffix)                                                                            \
+  void ssd_parallel_forward_##suffix(float* y, float* acs, float* states, const float* x, int64_t ldx,              \
+                                     const float* Bm, const float* Cm, int64_t ldbc, const float* dt,               \
+                                     const float* A_log, const float* D, const SsdDims& d, float* scratch);         \
+  void ssd_parallel_backward_##suffix(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,        \
+                                      const float* dy, const float* x, int64_t ldx, const float* Bm,                \
+                                      const float* Cm, int64_t ldbc, const float* dt, const float* A_log,           \
+                                      const float* D, const float* acs, const float* states, const SsdDims& d,      \
+                                      float* scratch);
+
+EXMY_SSD_PARALLEL_KERNELS(emulated)
 #if defined(EXMY_HAVE_CUDA)
-EXMY_SSD_KERNELS(cuda)
+EXMY_SSD_PARALLEL_KERNELS(cuda)
 #endif
-#undef EXMY_SSD_KERNELS
+#undef EXMY_SSD_PARALLEL_KERNELS
 
 }  // namespace exmy::models

@@ -8,7 +8,8 @@
 // device each within u E of the exact result, twice for the terms beyond
 // first order and E's own double evaluation), plus 2^-126 absolute (the
 // subnormal range). compare_reordered holds a kernel with its own order of
-// sums to the two sides' bounds added.
+// sums to the two sides' bounds added; compare_within_budget holds a kernel
+// to the device budget also on the host.
 //
 // Included first by its tests: run_error.hpp must come before the item
 // headers (its sim::hd_* overloads are found where the templates are defined).
@@ -96,6 +97,15 @@ inline void compare(const Vec& got, const Vec& cpu, const Bound& bound, const st
   } else {
     expect_close(got, cpu, [&](size_t i) { return 4 * kU * bound[i].e + kTiny; }, what);
   }
+}
+
+// A kernel whose operations are the item kernels' with NaiveGemm (the SSD
+// scan's thread kernels): held to the device budget of compare() in both
+// builds, 4 u E of the CPU's plus 2^-126, E the items' bound; in the
+// emulated build the CPU's premise is checked as well.
+inline void compare_within_budget(const Vec& got, const Vec& cpu, const Bound& bound, const std::string& what) {
+  if (!kOnDevice) expect_exact_within_bound(cpu, bound, what + " (CPU against its bound)");
+  expect_close(got, cpu, [&](size_t i) { return 4 * kU * bound[i].e + kTiny; }, what);
 }
 
 }  // namespace

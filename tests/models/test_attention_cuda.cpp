@@ -287,39 +287,24 @@ TEST(AttentionRowKernels, TimesSequence4096) {
   Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(Vec(in.q.size(), std::nanf(""))),
       klse(Vec(in.lse_size(), std::nanf(""))), kdq(Vec(in.q.size(), 0.0f)), kdk(Vec(in.k.size(), 0.0f)),
       kdv(Vec(in.v.size(), 0.0f)), scratch(Vec(static_cast<size_t>(attention_rows_backward_scratch(d)), 0.0f));
-  cudaEvent_t t0, t1, t2;
-  ASSERT_EQ(cudaEventCreate(&t0), cudaSuccess);
-  ASSERT_EQ(cudaEventCreate(&t1), cudaSuccess);
-  ASSERT_EQ(cudaEventCreate(&t2), cudaSuccess);
-  std::vector<float> fwd_ms, bwd_ms;
-  for (int rep = 0; rep < 4; ++rep) {  // the first is the warm-up
-    cudaEventRecord(t0);
-    attention_rows_forward_cuda(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d);
-    cudaEventRecord(t1);
-    attention_rows_backward_cuda(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
-                                 kk.ptr(), kv.ptr(), d, scratch.ptr());
-    cudaEventRecord(t2);
-    ASSERT_EQ(cudaEventSynchronize(t2), cudaSuccess);
-    float f = 0, b = 0;
-    cudaEventElapsedTime(&f, t0, t1);
-    cudaEventElapsedTime(&b, t1, t2);
-    if (rep) fwd_ms.push_back(f), bwd_ms.push_back(b);
-  }
-  std::sort(fwd_ms.begin(), fwd_ms.end());
-  std::sort(bwd_ms.begin(), bwd_ms.end());
+  const FwdBwdMs ms = time_forward_backward(
+      [&] { attention_rows_forward_cuda(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d); },
+      [&] {
+        attention_rows_backward_cuda(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
+                                     kk.ptr(), kv.ptr(), d, scratch.ptr());
+      });
   // The model's FLOPs of causal attention (models/attention.cpp's count):
   // 4 Dh per (query, key <= query) pair and head forward, twice that back.
   const double pairs = static_cast<double>(d.seqlen) * static_cast<double>(d.seqlen + 1) / 2;
   const double fwd_flops = 4.0 * static_cast<double>(d.head_dim * d.q_heads * d.batch) * pairs;
   std::printf("[attention rows] B1 S4096 Hq16 Hkv4 Dh128: forward %.2f ms (%.1f TFLOP/s), backward %.2f ms "
               "(%.1f TFLOP/s), median of 3\n",
-              fwd_ms[1], fwd_flops / fwd_ms[1] * 1e-9, bwd_ms[1], 2 * fwd_flops / bwd_ms[1] * 1e-9);
+              ms.fwd, fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
   for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
     bool finite = true, nonzero = false;
     for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
     EXPECT_TRUE(finite && nonzero);
   }
-  cudaEventDestroy(t0), cudaEventDestroy(t1), cudaEventDestroy(t2);
 }
 #endif
 

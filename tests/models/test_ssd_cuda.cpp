@@ -1,33 +1,40 @@
 // The chunked SSD scan's kernels (models/cuda/ssd_cuda.hpp) against the CPU
-// scan (models/ssd.hpp), forward and backward.
+// scan (models/ssd.hpp), forward and backward, in two families
+// (models/ssd_launches.hpp): the item kernels, which the emulated device
+// backend runs, and the thread kernels, which the CUDA backend runs.
 //
 // Built twice, as test_layers_cuda.cpp:
 // - test_ssd_cuda_emulated (label "unit"): the launches with their threads
-//   run on the host; they must equal the CPU bit for bit (the same item
-//   functions, the same Eigen products, the host's exp);
-// - test_ssd_cuda (label "gpu", only with CUDA): the real kernels; every
-//   test reports SKIPPED without a CUDA device.
+//   run on the host. The item kernels must equal the CPU bit for bit (the
+//   same item functions, the same Eigen products, the host's exp); the
+//   thread kernels must equal the item kernels run with NaiveGemm bit for
+//   bit (the same operations in the same order) and lie within the device's
+//   budget below of the CPU;
+// - test_ssd_cuda (label "gpu", only with CUDA): the thread kernels on the
+//   device, within the budget, the same bits when run twice; every test
+//   reports SKIPPED without a CUDA device.
 //
 // The device's FP32 budget. On a device the products inside an item are
-// summed in k order without fused multiply-adds (NaiveGemm), not in Eigen's
-// blocked order, and exp is CUDA's expf (within 2 ulp) rather than glibc's
-// (within 1), so the device does not reproduce the CPU's bits. Each output
-// element is instead bounded by running the same item functions on
-// test::RunErr (tests/models/run_error.hpp): a first-order bound u E (u =
-// 2^-24) on the error of an FP32 evaluation of the chunked algorithm in any
-// summation order, the exp errors included, with every exp-amplified error
-// of its argument (acs = cumsum(dt A) feeds exp(acs_t - acs_s)) carried
-// through. The CPU and the device are each within u E of the exact result,
-// so |device - CPU| <= 2 u E; tested with 4 u E (twice, for the terms beyond
-// first order and E's own double evaluation) plus 2^-126 absolute (the
-// subnormal range). The emulated build checks the bound's premise on the
-// CPU: |CPU - exact| <= 2 u E for every element, so a bound that fails to
-// cover the CPU's own error fails in CI (the comparisons:
-// tests/models/budget_test.hpp).
+// summed in k order without fused multiply-adds (NaiveGemm's order, which
+// the thread kernels keep), not in Eigen's blocked order, and exp is CUDA's
+// expf (within 2 ulp) rather than glibc's (within 1), so the device does not
+// reproduce the CPU's bits. Each output element is instead bounded by
+// running the item functions on test::RunErr (tests/models/run_error.hpp):
+// a first-order bound u E (u = 2^-24) on the error of an FP32 evaluation of
+// the chunked algorithm in any summation order, the exp errors included,
+// with every exp-amplified error of its argument (acs = cumsum(dt A) feeds
+// exp(acs_t - acs_s)) carried through. The CPU and the device are each
+// within u E of the exact result, so |device - CPU| <= 2 u E; tested with
+// 4 u E (twice, for the terms beyond first order and E's own double
+// evaluation) plus 2^-126 absolute (the subnormal range). The emulated
+// build checks the bound's premise on the CPU: |CPU - exact| <= 2 u E for
+// every element, so a bound that fails to cover the CPU's own error fails
+// in CI (the comparisons: tests/models/budget_test.hpp).
 #include "tests/models/budget_test.hpp"  // first: hd_exp(RunErr) before models/ssd_items.hpp
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -45,10 +52,11 @@ struct Shape {
   int64_t batch, seqlen, heads, head_dim, groups, state, chunk;
 };
 // Chunks that do and do not divide the sequence, one chunk longer than the
-// sequence, chunk 1, one group for all heads, a group per head, batch 1 and > 1.
+// sequence, chunk 1, one group for all heads, a group per head, several
+// groups of several heads, batch 1 and > 1.
 const Shape kShapes[] = {
-    {2, 37, 4, 8, 2, 16, 8}, {1, 32, 2, 4, 1, 8, 16}, {3, 20, 6, 3, 3, 5, 64},
-    {2, 13, 4, 5, 4, 3, 1},  {2, 50, 8, 16, 2, 32, 16},
+    {2, 37, 4, 8, 2, 16, 8}, {1, 32, 2, 4, 1, 8, 16},  {3, 20, 6, 3, 3, 5, 64},
+    {2, 13, 4, 5, 4, 3, 1},  {2, 50, 8, 16, 2, 32, 16}, {3, 45, 6, 4, 2, 8, 16},
 };
 
 std::string name_of(const Shape& s) {
@@ -100,78 +108,237 @@ CpuForward cpu_forward(const Inputs& in) {
   return f;
 }
 
-TEST(SsdKernels, ForwardEqualsCpu) {
-  EXMY_REQUIRE_CUDA();
-  uint64_t seed = 10;
-  for (const Shape& s : kShapes) {
-    const Inputs in(s, seed += 10);
-    const SsdDims& d = in.d;
-    const std::string what = "ssd forward " + name_of(s);
-    const CpuForward f = cpu_forward(in);
-    const AVec &y = f.y, &acs = f.acs, &st = f.st;
+// One shape's inputs, the CPU's forward and backward, and the item
+// kernels' error bounds (RunErr, test::RunErrGemm).
+struct Case {
+  Inputs in;
+  CpuForward f;
+  AVec dxbc0, ddt0, dA0, dD0;  // the gradients before the backward
+  AVec dxbc, ddt, dA, dD;      // the CPU's, after
+  Bound ry, racs, rst;         // the forward's bounds
+  Bound rdxbc, rddt, rdA, rdD;  // the backward's
+  std::string name;
+};
 
-    Buffer kxbc(in.xbc), kdt(in.dt), kA(in.A_log), kD(in.D), ky(Vec(y.size(), -1.0f)), kacs(Vec(acs.size(), -1.0f)),
-        kst(Vec(st.size(), -1.0f)), scratch(Vec(static_cast<size_t>(ssd_forward_scratch(d)), 0.0f));
-    float* kx = kxbc.ptr();
-    KERNEL(ssd_chunk_scan_forward)(ky.ptr(), kacs.ptr(), kst.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn,
-                                   in.ld, kdt.ptr(), kA.ptr(), kD.ptr(), d, scratch.ptr());
+Case make_case(const Shape& s, uint64_t seed) {
+  Case c{Inputs(s, seed), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, name_of(s)};
+  const Inputs& in = c.in;
+  const SsdDims& d = in.d;
+  c.f = cpu_forward(in);
+  const float *x = in.xbc.data(), *Bm = x + in.xdim, *Cm = Bm + in.gn;
+  // The gradients accumulate (+=) into what is there; the pad columns of
+  // dxBC stay as they are.
+  c.dxbc0 = aligned(randn(in.xbc.size(), seed + 1, 0.1f)), c.ddt0 = aligned(randn(in.dt.size(), seed + 2, 0.1f));
+  c.dA0 = aligned(randn(in.A_log.size(), seed + 3, 0.1f)), c.dD0 = aligned(randn(in.D.size(), seed + 4, 0.1f));
+  c.dxbc = c.dxbc0, c.ddt = c.ddt0, c.dA = c.dA0, c.dD = c.dD0;
+  ssd_chunk_scan_backward(c.dxbc.data(), c.dxbc.data() + in.xdim, c.dxbc.data() + in.xdim + in.gn, c.ddt.data(),
+                          c.dA.data(), c.dD.data(), in.dy.data(), x, in.ld, Bm, Cm, in.ld, in.dt.data(),
+                          in.A_log.data(), in.D.data(), c.f.acs.data(), c.f.st.data(), d);
 
-    const Bound rxbc = to<RunErr>(in.xbc), rdt = to<RunErr>(in.dt), rA = to<RunErr>(in.A_log), rD = to<RunErr>(in.D);
-    Bound ry(y.size()), racs(acs.size()), rst(st.size()), rscratch(static_cast<size_t>(ssd_forward_scratch(d)));
-    const RunErr* rx = rxbc.data();
-    ssd_chunk_scan_forward_launches(sim::HostLaunch{}, test::RunErrGemm{}, ry.data(), racs.data(), rst.data(), rx,
-                                    in.ld, rx + in.xdim, rx + in.xdim + in.gn, in.ld, rdt.data(), rA.data(),
-                                    rD.data(), d, rscratch.data());
-    compare(ky.get(), plain(y), ry, what + " y");
-    compare(kacs.get(), plain(acs), racs, what + " acs");
-    compare(kst.get(), plain(st), rst, what + " states");
+  const Bound rxbc = to<RunErr>(in.xbc), rdt = to<RunErr>(in.dt), rA = to<RunErr>(in.A_log), rD = to<RunErr>(in.D);
+  const RunErr* rx = rxbc.data();
+  c.ry.resize(c.f.y.size()), c.racs.resize(c.f.acs.size()), c.rst.resize(c.f.st.size());
+  Bound rscratch(static_cast<size_t>(ssd_forward_scratch(d)));
+  ssd_chunk_scan_forward_launches(sim::HostLaunch{}, test::RunErrGemm{}, c.ry.data(), c.racs.data(), c.rst.data(), rx,
+                                  in.ld, rx + in.xdim, rx + in.xdim + in.gn, in.ld, rdt.data(), rA.data(), rD.data(),
+                                  d, rscratch.data());
+  // The backward's bound from the CPU's saved acs and states, as the kernels
+  // run from them.
+  const Bound rdy = to<RunErr>(in.dy), racs = to<RunErr>(c.f.acs), rst = to<RunErr>(c.f.st);
+  c.rdxbc = to<RunErr>(c.dxbc0), c.rddt = to<RunErr>(c.ddt0), c.rdA = to<RunErr>(c.dA0), c.rdD = to<RunErr>(c.dD0);
+  Bound rbscratch(static_cast<size_t>(ssd_backward_scratch(d)));
+  RunErr* rdx = c.rdxbc.data();
+  ssd_chunk_scan_backward_launches(sim::HostLaunch{}, test::RunErrGemm{}, rdx, rdx + in.xdim, rdx + in.xdim + in.gn,
+                                   c.rddt.data(), c.rdA.data(), c.rdD.data(), rdy.data(), rx, in.ld, rx + in.xdim,
+                                   rx + in.xdim + in.gn, in.ld, rdt.data(), rA.data(), rD.data(), racs.data(),
+                                   rst.data(), d, rbscratch.data());
+  return c;
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = [] {
+    std::vector<Case> v;
+    uint64_t seed = 10;
+    for (const Shape& s : kShapes) v.push_back(make_case(s, seed += 10));
+    return v;
+  }();
+  return all;
+}
+
+// What a forward or backward kernel wrote.
+struct Forward {
+  Vec y, acs, st;
+};
+struct Backward {
+  Vec dxbc, ddt, dA, dD;
+};
+
+// A forward run of fwd(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D,
+// d, scratch) on buffers: outputs poisoned with -1, the scratch with NaN (a
+// read of an unwritten element shows).
+template <class F>
+Forward run_forward(F fwd, const Case& c, int64_t scratch_size) {
+  const Inputs& in = c.in;
+  Buffer kxbc(in.xbc), kdt(in.dt), kA(in.A_log), kD(in.D), ky(Vec(c.f.y.size(), -1.0f)),
+      kacs(Vec(c.f.acs.size(), -1.0f)), kst(Vec(c.f.st.size(), -1.0f)),
+      scratch(Vec(static_cast<size_t>(scratch_size), std::nanf("")));
+  float* kx = kxbc.ptr();
+  fwd(ky.ptr(), kacs.ptr(), kst.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn, in.ld, kdt.ptr(), kA.ptr(),
+      kD.ptr(), in.d, scratch.ptr());
+  return {ky.get(), kacs.get(), kst.get()};
+}
+
+// A backward run from the CPU's saved acs and states (so that only the
+// backward is compared), onto the gradients before the CPU's backward.
+template <class F>
+Backward run_backward(F bwd, const Case& c, int64_t scratch_size) {
+  const Inputs& in = c.in;
+  Buffer kxbc(in.xbc), kdt(in.dt), kA(in.A_log), kD(in.D), kdy(in.dy), kacs(c.f.acs), kst(c.f.st), kdxbc(c.dxbc0),
+      kddt(c.ddt0), kdA(c.dA0), kdD(c.dD0), scratch(Vec(static_cast<size_t>(scratch_size), std::nanf("")));
+  float *kx = kxbc.ptr(), *kdx = kdxbc.ptr();
+  bwd(kdx, kdx + in.xdim, kdx + in.xdim + in.gn, kddt.ptr(), kdA.ptr(), kdD.ptr(), kdy.ptr(), kx, in.ld,
+      kx + in.xdim, kx + in.xdim + in.gn, in.ld, kdt.ptr(), kA.ptr(), kD.ptr(), kacs.ptr(), kst.ptr(), in.d,
+      scratch.ptr());
+  return {kdxbc.get(), kddt.get(), kdA.get(), kdD.get()};
+}
+
+void expect_same(const Forward& a, const Forward& b, const std::string& what) {
+  expect_bits(a.y, b.y, what + " y");
+  expect_bits(a.acs, b.acs, what + " acs");
+  expect_bits(a.st, b.st, what + " states");
+}
+void expect_same(const Backward& a, const Backward& b, const std::string& what) {
+  expect_bits(a.dxbc, b.dxbc, what + " dxBC");
+  expect_bits(a.ddt, b.ddt, what + " ddt");
+  expect_bits(a.dA, b.dA, what + " dA_log");
+  expect_bits(a.dD, b.dD, what + " dD");
+}
+
+#if defined(EXMY_TEST_EMULATED)
+// The item kernels (the emulated backend's) equal the CPU bit for bit; the
+// CPU is within its bound of the exact value.
+TEST(SsdItemKernels, ForwardEqualsCpu) {
+  for (const Case& c : cases()) {
+    const Forward k = run_forward(ssd_chunk_scan_forward_emulated, c, ssd_forward_scratch(c.in.d));
+    const std::string what = "ssd forward items " + c.name;
+    compare(k.y, plain(c.f.y), c.ry, what + " y");
+    compare(k.acs, plain(c.f.acs), c.racs, what + " acs");
+    compare(k.st, plain(c.f.st), c.rst, what + " states");
   }
 }
 
-TEST(SsdKernels, BackwardEqualsCpuAndAccumulates) {
-  EXMY_REQUIRE_CUDA();
-  uint64_t seed = 500;
-  for (const Shape& s : kShapes) {
-    const Inputs in(s, seed += 10);
-    const SsdDims& d = in.d;
-    const std::string what = "ssd backward " + name_of(s);
-    const float *x = in.xbc.data(), *Bm = x + in.xdim, *Cm = Bm + in.gn;
-    const CpuForward f = cpu_forward(in);
-    const AVec &acs = f.acs, &st = f.st;
-    // The gradients accumulate (+=) into what is there; the pad columns of
-    // dxBC stay as they are.
-    AVec dxbc = aligned(randn(in.xbc.size(), seed + 1, 0.1f)), ddt = aligned(randn(in.dt.size(), seed + 2, 0.1f)),
-         dA = aligned(randn(in.A_log.size(), seed + 3, 0.1f)), dD = aligned(randn(in.D.size(), seed + 4, 0.1f));
-    const AVec dxbc0 = dxbc, ddt0 = ddt, dA0 = dA, dD0 = dD;
-    ssd_chunk_scan_backward(dxbc.data(), dxbc.data() + in.xdim, dxbc.data() + in.xdim + in.gn, ddt.data(), dA.data(),
-                            dD.data(), in.dy.data(), x, in.ld, Bm, Cm, in.ld, in.dt.data(), in.A_log.data(),
-                            in.D.data(), acs.data(), st.data(), d);
-
-    // The kernel's backward from the CPU's saved acs and states, so that only
-    // the backward is compared.
-    Buffer kxbc(in.xbc), kdt(in.dt), kA(in.A_log), kD(in.D), kdy(in.dy), kacs(acs), kst(st), kdxbc(dxbc0),
-        kddt(ddt0), kdA(dA0), kdD(dD0), scratch(Vec(static_cast<size_t>(ssd_backward_scratch(d)), 0.0f));
-    float *kx = kxbc.ptr(), *kdx = kdxbc.ptr();
-    KERNEL(ssd_chunk_scan_backward)(kdx, kdx + in.xdim, kdx + in.xdim + in.gn, kddt.ptr(), kdA.ptr(), kdD.ptr(),
-                                    kdy.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn, in.ld, kdt.ptr(),
-                                    kA.ptr(), kD.ptr(), kacs.ptr(), kst.ptr(), d, scratch.ptr());
-
-    const Bound rxbc = to<RunErr>(in.xbc), rdt = to<RunErr>(in.dt), rA = to<RunErr>(in.A_log), rD = to<RunErr>(in.D),
-                rdy = to<RunErr>(in.dy), racs = to<RunErr>(acs), rst = to<RunErr>(st);
-    Bound rdxbc = to<RunErr>(dxbc0), rddt = to<RunErr>(ddt0), rdA = to<RunErr>(dA0), rdD = to<RunErr>(dD0),
-          rscratch(static_cast<size_t>(ssd_backward_scratch(d)));
-    const RunErr* rx = rxbc.data();
-    RunErr* rdx = rdxbc.data();
-    ssd_chunk_scan_backward_launches(sim::HostLaunch{}, test::RunErrGemm{}, rdx, rdx + in.xdim, rdx + in.xdim + in.gn,
-                                     rddt.data(), rdA.data(), rdD.data(), rdy.data(), rx, in.ld, rx + in.xdim,
-                                     rx + in.xdim + in.gn, in.ld, rdt.data(), rA.data(), rD.data(), racs.data(),
-                                     rst.data(), d, rscratch.data());
-    compare(kdxbc.get(), plain(dxbc), rdxbc, what + " dxBC");
-    compare(kddt.get(), plain(ddt), rddt, what + " ddt");
-    compare(kdA.get(), plain(dA), rdA, what + " dA_log");
-    compare(kdD.get(), plain(dD), rdD, what + " dD");
+TEST(SsdItemKernels, BackwardEqualsCpuAndAccumulates) {
+  for (const Case& c : cases()) {
+    const Backward k = run_backward(ssd_chunk_scan_backward_emulated, c, ssd_backward_scratch(c.in.d));
+    const std::string what = "ssd backward items " + c.name;
+    compare(k.dxbc, plain(c.dxbc), c.rdxbc, what + " dxBC");
+    compare(k.ddt, plain(c.ddt), c.rddt, what + " ddt");
+    compare(k.dA, plain(c.dA), c.rdA, what + " dA_log");
+    compare(k.dD, plain(c.dD), c.rdD, what + " dD");
   }
 }
+
+// The thread kernels do the item kernels' operations with NaiveGemm (the
+// one-thread-per-item device kernels of before) in the same order: the
+// same bits, so the budget that held those on a device holds these.
+TEST(SsdThreadKernels, EqualTheItemKernelsWithNaiveGemm) {
+  const auto naive_fwd = [](auto... a) { ssd_chunk_scan_forward_launches(sim::HostLaunch{}, NaiveGemm{}, a...); };
+  const auto naive_bwd = [](auto... a) { ssd_chunk_scan_backward_launches(sim::HostLaunch{}, NaiveGemm{}, a...); };
+  for (const Case& c : cases()) {
+    const SsdDims& d = c.in.d;
+    expect_same(run_forward(ssd_parallel_forward_emulated, c, ssd_parallel_forward_scratch(d)),
+                run_forward(naive_fwd, c, ssd_forward_scratch(d)), "ssd forward threads " + c.name);
+    expect_same(run_backward(ssd_parallel_backward_emulated, c, ssd_parallel_backward_scratch(d)),
+                run_backward(naive_bwd, c, ssd_backward_scratch(d)), "ssd backward threads " + c.name);
+  }
+}
+#endif
+
+// The thread kernels (the CUDA backend's) within the device budget of the
+// CPU; on a device, a second run gives the same bits (no atomics, fixed
+// orders).
+TEST(SsdThreadKernels, ForwardWithinBudget) {
+  EXMY_REQUIRE_CUDA();
+  for (const Case& c : cases()) {
+    const int64_t n = ssd_parallel_forward_scratch(c.in.d);
+    const Forward k = run_forward(KERNEL(ssd_parallel_forward), c, n);
+    const std::string what = "ssd forward threads " + c.name;
+    compare_within_budget(k.y, plain(c.f.y), c.ry, what + " y");
+    compare_within_budget(k.acs, plain(c.f.acs), c.racs, what + " acs");
+    compare_within_budget(k.st, plain(c.f.st), c.rst, what + " states");
+    if (kOnDevice) expect_same(run_forward(KERNEL(ssd_parallel_forward), c, n), k, what + ", run twice");
+  }
+}
+
+TEST(SsdThreadKernels, BackwardWithinBudgetAndAccumulates) {
+  EXMY_REQUIRE_CUDA();
+  for (const Case& c : cases()) {
+    const int64_t n = ssd_parallel_backward_scratch(c.in.d);
+    const Backward k = run_backward(KERNEL(ssd_parallel_backward), c, n);
+    const std::string what = "ssd backward threads " + c.name;
+    compare_within_budget(k.dxbc, plain(c.dxbc), c.rdxbc, what + " dxBC");
+    compare_within_budget(k.ddt, plain(c.ddt), c.rddt, what + " ddt");
+    compare_within_budget(k.dA, plain(c.dA), c.rdA, what + " dA_log");
+    compare_within_budget(k.dD, plain(c.dD), c.rdD, what + " dD");
+    if (kOnDevice) expect_same(run_backward(KERNEL(ssd_parallel_backward), c, n), k, what + ", run twice");
+  }
+}
+
+// The thread kernels' scratch is no more than the item kernels' at the GPU
+// proxies' Mamba shape (the CUDA backend's buffer grows to the larger of the
+// forward's and the backward's).
+TEST(SsdThreadKernels, ScratchIsNoMoreThanTheItemKernels) {
+  const SsdDims d{.batch = 2, .seqlen = 4096, .heads = 32, .head_dim = 64, .groups = 8, .state = 128, .chunk = 128};
+  const int64_t items = std::max(ssd_forward_scratch(d), ssd_backward_scratch(d));
+  const int64_t threads = std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d));
+  std::printf("ssd scratch at proxy-350m's Mamba shape, batch 2 x 4096: items %.1f MiB, threads %.1f MiB\n",
+              static_cast<double>(items) * 4 / 1048576.0, static_cast<double>(threads) * 4 / 1048576.0);
+  EXPECT_LE(threads, items);
+}
+
+#if !defined(EXMY_TEST_EMULATED)
+// The thread kernels' time at proxy-350m's Mamba shape (models/config.cpp:
+// 32 heads of 64, 8 groups, state 128, chunk 128), batch 1, sequence 4096
+// (printed for the device report; checked only for finite results).
+TEST(SsdThreadKernels, TimesSequence4096) {
+  EXMY_REQUIRE_CUDA();
+  const Shape s{1, 4096, 32, 64, 8, 128, 128};
+  const Inputs in(s, 7);
+  const SsdDims& d = in.d;
+  Buffer kxbc(in.xbc), kdt(in.dt), kA(in.A_log), kD(in.D), kdy(in.dy), ky(Vec(in.ysize(), std::nanf(""))),
+      kacs(Vec(static_cast<size_t>(d.acs_size()), std::nanf(""))),
+      kst(Vec(static_cast<size_t>(d.states_size()), std::nanf(""))), kdxbc(Vec(in.xbc.size(), 0.0f)),
+      kddt(Vec(in.dt.size(), 0.0f)), kdA(Vec(in.A_log.size(), 0.0f)), kdD(Vec(in.D.size(), 0.0f)),
+      scratch(Vec(static_cast<size_t>(std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d))),
+                  0.0f));
+  float *kx = kxbc.ptr(), *kdx = kdxbc.ptr();
+  const FwdBwdMs ms = time_forward_backward(
+      [&] {
+        ssd_parallel_forward_cuda(ky.ptr(), kacs.ptr(), kst.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn,
+                                  in.ld, kdt.ptr(), kA.ptr(), kD.ptr(), d, scratch.ptr());
+      },
+      [&] {
+        ssd_parallel_backward_cuda(kdx, kdx + in.xdim, kdx + in.xdim + in.gn, kddt.ptr(), kdA.ptr(), kdD.ptr(),
+                                   kdy.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn, in.ld, kdt.ptr(),
+                                   kA.ptr(), kD.ptr(), kacs.ptr(), kst.ptr(), d, scratch.ptr());
+      });
+  // The model's FLOPs of the chunked SSD (models/mamba2.cpp's count): per
+  // token and head 2 L N / (heads per group) + 2 L P + 4 P N forward,
+  // twice that back.
+  const double L = static_cast<double>(d.chunk), P = static_cast<double>(d.head_dim),
+               N = static_cast<double>(d.state), hpg = static_cast<double>(d.heads / d.groups);
+  const double fwd_flops =
+      static_cast<double>(d.batch * d.seqlen * d.heads) * (2 * L * N / hpg + 2 * L * P + 4 * P * N);
+  std::printf("[ssd threads] proxy-350m Mamba shape B1 S4096 H32 P64 G8 N128 L128: forward %.2f ms (%.1f TFLOP/s), "
+              "backward %.2f ms (%.1f TFLOP/s), median of 3\n",
+              ms.fwd, fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
+  for (const Vec& r : {ky.get(), kdxbc.get(), kddt.get()}) {
+    bool finite = true, nonzero = false;
+    for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
+    EXPECT_TRUE(finite && nonzero);
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace exmy::models
