@@ -104,9 +104,22 @@ export EXMY_BINARY_PATH="$PWD/$bundle/bin/exmy"
   head -n 12 "$out/nvidia-smi.txt"
 } >"$report"
 # GPU_CHECK_TEST_TIMEOUT: seconds per test binary; GPU_CHECK_CPU_BENCH=0
-# leaves out the CPU benchmark (where the lease is short)
+# leaves out the CPU benchmark (where the lease is short); GPU_CHECK_DEADLINE:
+# seconds for the whole check (480): a stage after the tests that would not
+# fit in what is left is skipped with a line saying so, most important first
+# (tests, device benchmarks, training comparison, NCCL, the 8B, the CPU)
 test_timeout=${GPU_CHECK_TEST_TIMEOUT:-300}
 cpu_bench=${GPU_CHECK_CPU_BENCH:-1}
+deadline=${GPU_CHECK_DEADLINE:-480}
+started=$(date +%s)
+left() { echo $(( deadline - ($(date +%s) - started) )); }
+# fits NAME SECONDS: whether a stage that needs about SECONDS still fits
+fits() {
+  if [ "$(left)" -lt "$2" ]; then
+    echo "--- $1: skipped ($(left) s of GPU_CHECK_DEADLINE=$deadline left, it needs about $2)" >>"$report"
+    return 1
+  fi
+}
 status=0
 for t in $tests; do
   name=$(basename "$t")
@@ -123,32 +136,63 @@ done
 # test_ssd_cuda printed
 grep -h -E '^CudaGemm |largest error|^\[attention rows\]|^\[ssd threads\]' "$logs/test_gemm_cuda.log" \
   "$logs/test_linear_cuda.log" "$logs/test_attention_cuda.log" "$logs/test_ssd_cuda.log" >>"$report" 2>/dev/null || true
-# the device benchmark (needs the device), then the CPU one (needs none)
-echo "--- exmy bench quantize --device cuda --repeat 3" >>"$report"
-timeout 120 "$bundle/bin/exmy" bench quantize --device cuda --repeat 3 >>"$report" 2>&1 ||
-  echo "gpu-check: bench quantize --device cuda failed" | tee -a "$report"
+# the device benchmarks (need the device), then the CPU one (needs none)
+if fits "exmy bench quantize --device cuda" 60; then
+  echo "--- exmy bench quantize --device cuda --repeat 3" >>"$report"
+  timeout 120 "$bundle/bin/exmy" bench quantize --device cuda --repeat 3 >>"$report" 2>&1 ||
+    echo "gpu-check: bench quantize --device cuda failed" | tee -a "$report"
+fi
+# issue 17's step figures: the bf16 step's model FLOP rate against the
+# same run's cuBLASLt BF16 GEMM rate on proxy-350m at sequence 4096, the FP4
+# recipes against bf16 (and with statistics at every step), and proxy-50m
+# on the device against two CPU threads
+if [ "${GPU_CHECK_BENCH_TRAIN:-1}" = 1 ]; then
+  p350=(--model proxy-350m --seq-len 4096 --batch 1 --steps 2)
+  if fits "exmy bench train --device cuda (proxy-350m)" 90; then
+    echo "--- exmy bench train --device cuda ${p350[*]}" >>"$report"
+    timeout 150 "$bundle/bin/exmy" bench train --device cuda "${p350[@]}" >>"$report" 2>&1 ||
+      echo "gpu-check: bench train --device cuda failed or ran out of its 150 s" | tee -a "$report"
+  fi
+  if fits "exmy bench train --device cuda --recipe (proxy-350m)" 120; then
+    echo "--- exmy bench train --device cuda ${p350[*]} --recipe bf16,te-nvfp4,ue5m3-b16-fp32gemm,ue5m3-b16 --stats ue5m3-b16-fp32gemm" >>"$report"
+    timeout 180 "$bundle/bin/exmy" bench train --device cuda "${p350[@]}" \
+      --recipe bf16,te-nvfp4,ue5m3-b16-fp32gemm,ue5m3-b16 --stats ue5m3-b16-fp32gemm >>"$report" 2>&1 ||
+      echo "gpu-check: bench train --device cuda --recipe failed or ran out of its 180 s" | tee -a "$report"
+  fi
+  if fits "exmy bench train proxy-50m, device and 2 CPU threads" 150; then
+    for where in "--device cuda" "--threads 2"; do
+      echo "--- exmy bench train --model proxy-50m --precision fp32 --steps 1 $where" >>"$report"
+      # shellcheck disable=SC2086
+      timeout 120 "$bundle/bin/exmy" bench train --model proxy-50m --precision fp32 --steps 1 $where >>"$report" 2>&1 ||
+        echo "gpu-check: bench train proxy-50m $where failed or ran out of its 120 s" | tee -a "$report"
+    done
+  fi
+fi
 # GPU_CHECK_TRAIN=0 leaves out the training comparison
-if [ "${GPU_CHECK_TRAIN:-1}" = 1 ]; then
+if [ "${GPU_CHECK_TRAIN:-1}" = 1 ] && fits "training comparison" 120; then
   rc=0
   tools/gpu-train-check.sh "$bundle/bin/exmy" "$out/train" >>"$report" 2>&1 || rc=$?
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=4; fi
   tar -czf "$logs/train-logs.tar.gz" -C "$out" train 2>/dev/null && rm -rf "$out/train"
 fi
 # GPU_CHECK_NCCL=0 leaves out the NCCL data-parallel comparison
-if [ "${GPU_CHECK_NCCL:-1}" = 1 ]; then
+if [ "${GPU_CHECK_NCCL:-1}" = 1 ] && fits "NCCL comparison" 60; then
   rc=0
   tools/gpu-nccl-check.sh "$bundle/bin/exmy" "$out/nccl" >>"$report" 2>&1 || rc=$?
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=6; fi
   tar -czf "$logs/nccl-logs.tar.gz" -C "$out" nccl 2>/dev/null && rm -rf "$out/nccl"
 fi
 # GPU_CHECK_8B=0 leaves out the few steps of nemotron-h-8b
-if [ "${GPU_CHECK_8B:-1}" = 1 ]; then
+if [ "${GPU_CHECK_8B:-1}" = 1 ] && fits "nemotron-h-8b" 120; then
   rc=0
-  tools/gpu-8b-check.sh "$bundle/bin/exmy" "$out/8b" >>"$report" 2>&1 || rc=$?
+  # each of its runs gets a third of what is left, at most its own limit
+  per_run=$(( $(left) / 3 ))
+  [ "$per_run" -gt "${GPU_8B_TIMEOUT:-120}" ] && per_run=${GPU_8B_TIMEOUT:-120}
+  GPU_8B_TIMEOUT=$per_run tools/gpu-8b-check.sh "$bundle/bin/exmy" "$out/8b" >>"$report" 2>&1 || rc=$?
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=5; fi
   tar -czf "$logs/8b-logs.tar.gz" -C "$out" 8b 2>/dev/null && rm -rf "$out/8b"
 fi
-if [ "$cpu_bench" = 1 ] && [ -x "$bundle/bin/exmy-bench-v3" ]; then
+if [ "$cpu_bench" = 1 ] && [ -x "$bundle/bin/exmy-bench-v3" ] && fits "CPU benchmark" 60; then
   { grep -m1 "model name" /proc/cpuinfo; nproc; grep -m1 "^flags" /proc/cpuinfo; lscpu; } >"$out/cpu.txt" 2>&1 || true
   for t in "$(nproc)" 4; do
     echo "--- exmy bench quantize --threads $t (CPU, x86-64-v3 build)" >>"$report"
