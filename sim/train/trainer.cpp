@@ -117,14 +117,12 @@ models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model
   }
   if (plan.grad_accum > 1) {  // Trainer::forward_backward's sums, on the rank that keeps the most
     const int64_t k = (plan.grad_accum + plan.ranks - 1) / plan.ranks;  // a rank's micro-batches
-    if (!plan.on_device || plan.device_sums) {
-      // the running sum; a rank after the first holds k - 1 gradients and
-      // receives the lower ranks' sum (its last gradient stays in the arena)
-      m.grad_sums = 4.0 * arena * static_cast<double>(plan.ranks == 1 ? 1 : std::max<int64_t>(1, k));
-    } else {
-      // through the host: k held copies, the sum, the staging copy
-      m.host_state += 4.0 * arena * static_cast<double>(k + 2);
-    }
+    // The running sum; a rank after the first holds k - 1 gradients (its
+    // last stays in the arena or its staged copy) and receives the lower
+    // ranks' sum.
+    const double sums = 4.0 * arena * static_cast<double>(plan.ranks == 1 ? 1 : std::max<int64_t>(1, k));
+    if (!plan.on_device || plan.device_sums) m.grad_sums = sums;
+    else m.host_state += sums + 4.0 * arena;  // through the host, with the staging copy
   }
   return m;
 }
@@ -802,7 +800,8 @@ class Trainer {
   TrainState state_;
   std::string last_checkpoint_;
   // The step's gradient sum (grad_accum > 1), and on ranks other than 0
-  // their micro-batches' gradients until the lower ranks' sum arrives.
+  // their micro-batches' gradients but the last until the lower ranks' sum
+  // arrives (held_grads_).
   std::vector<float> grad_sum_;
   std::vector<float> grad_stage_;  // on a device: the gradients (or weights) copied to the host for the ranks
   int64_t device_base_ = -1;       // on a device: the bytes allocated there before the run's
@@ -939,6 +938,7 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
   // On a device the sum stays there when one rank runs alone or buffers_
   // takes device pointers; otherwise it is formed on the host.
   const bool sum_on_device = device_->on_device() && (comm_.size() == 1 || !staged());
+  const float* last_host_grad = nullptr;  // the host path: where the rank's last gradient is
   for (int64_t m = mine.begin; m < mine.end; ++m) {
     losses.push_back(micro_batch(m, true));
     if (G == 1) break;  // the arena holds the step's gradient
@@ -946,14 +946,17 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
       keep_device_gradient(grads.data(), n, m - mine.begin, mine.end - mine.begin);
       continue;
     }
-    // Ranks on devices with MPI send their gradients through the host.
+    // Ranks on devices with MPI send their gradients through the host. A
+    // rank after the first keeps copies of all but its last gradient, which
+    // stays where the host sees it (the arena, or its staged copy).
     const float* g = sim::host_view(arena.memory(), grads.data(), n, grad_stage_);
     if (comm_.rank() == 0) {
       add_gradient(std::span<const float>(g, grads.size()), m == 0);
-    } else {
-      held_grads_.resize(static_cast<size_t>(mine.end - mine.begin));
+    } else if (m + 1 < mine.end) {
+      held_grads_.resize(static_cast<size_t>(mine.end - mine.begin - 1));
       held_grads_[static_cast<size_t>(m - mine.begin)].assign(g, g + grads.size());
     }
+    last_host_grad = g;
   }
   sampler_->set_position(start + G * B);
   if (G > 1 && sum_on_device) {
@@ -972,6 +975,7 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
     dist::ordered_sum<float>(*buffers_, grad_sum_, [&](std::span<float> sum, bool prefix) {
       if (!prefix) return;  // rank 0 summed into grad_sum_ as it went
       for (const auto& g : held_grads_) add_to(sum, g);
+      add_to(sum, std::span<const float>(last_host_grad, grads.size()));  // the last
     });
     arena.memory().from_host(grads.data(), grad_sum_.data(), grads.size() * sizeof(float));
   }
