@@ -12,10 +12,9 @@ namespace exmy::sim {
 
 namespace {
 
-class HostMemory final : public Memory {
+class HostMemory final : public HostAddressedMemory {
  public:
   const char* name() const override { return "host"; }
-  bool on_host() const override { return true; }
   void* allocate(size_t bytes) override {
     if (bytes == 0) bytes = 64;
     void* p = ::operator new(bytes, kAlign, std::nothrow);
@@ -23,20 +22,19 @@ class HostMemory final : public Memory {
     return p;
   }
   void deallocate(void* p) noexcept override { ::operator delete(p, kAlign); }
-  void zero(void* p, size_t bytes) override {
-    if (bytes) std::memset(p, 0, bytes);
-  }
-  void to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
-  void from_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) override {
-    if (bytes && dst != src) std::memmove(dst, src, bytes);
-  }
 
  private:
   static constexpr std::align_val_t kAlign{64};
 };
 
 }  // namespace
+
+void HostAddressedMemory::zero(void* p, size_t bytes) {
+  if (bytes) std::memset(p, 0, bytes);
+}
+void HostAddressedMemory::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) std::memmove(dst, src, bytes);
+}
 
 struct AllocationCount::State {
   std::mutex m;

@@ -38,6 +38,18 @@ class Memory {
   virtual void reset_peak() {}
 };
 
+// A memory the host addresses directly (the process's heap, CUDA's
+// page-locked host memory): on_host, zeroing and every copy are memset and
+// memmove; only allocating differs.
+class HostAddressedMemory : public Memory {
+ public:
+  bool on_host() const final { return true; }
+  void zero(void* p, size_t bytes) final;
+  void to_host(void* dst, const void* src, size_t bytes) final { copy(dst, src, bytes); }
+  void from_host(void* dst, const void* src, size_t bytes) final { copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) final;
+};
+
 // The allocation count of a device memory: live bytes and their peak.
 class AllocationCount {
  public:

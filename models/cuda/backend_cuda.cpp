@@ -4,7 +4,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstring>
 #include <string>
 
 #include "formats/cuda/cuda_check.hpp"
@@ -52,10 +51,9 @@ class CudaMemory final : public sim::CountedMemory {
   void synchronize() override { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 };
 
-class PinnedMemory final : public sim::Memory {
+class PinnedMemory final : public sim::HostAddressedMemory {
  public:
   const char* name() const override { return "pinned host"; }
-  bool on_host() const override { return true; }
   void* allocate(size_t bytes) override {
     void* p = nullptr;
     const cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault);
@@ -67,14 +65,6 @@ class PinnedMemory final : public sim::Memory {
     return p;  // page aligned
   }
   void deallocate(void* p) noexcept override { cudaFreeHost(p); }
-  void zero(void* p, size_t bytes) override {
-    if (bytes) std::memset(p, 0, bytes);
-  }
-  void to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
-  void from_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) override {
-    if (bytes && dst != src) std::memmove(dst, src, bytes);
-  }
 };
 
 }  // namespace
