@@ -105,6 +105,12 @@ ArenaLayout mixed_views() {
   return L;
 }
 
+// Every element of L's views in x drawn from nd(gen) (the padding left as it is).
+void fill_views(const ArenaLayout& L, Buf<float>& x, std::normal_distribution<float>& nd, std::mt19937& gen) {
+  for (const auto& v : L.views())
+    for (int64_t i = v.offset; i < v.offset + v.numel; ++i) x[static_cast<size_t>(i)] = nd(gen);
+}
+
 TEST(OptimizerShard, ShardsOfWholeViewsTileTheArenaInRankOrder) {
   const ArenaLayout L = mixed_views();
   const int nv = static_cast<int>(L.views().size());
@@ -142,8 +148,7 @@ TEST(OptimizerShard, ShardedStepsAreTheWholeStepsBits) {
   std::mt19937 gen(11);
   std::normal_distribution<float> nd;
   Buf<float> p0(static_cast<size_t>(L.size()), 0.0f), g(p0.size(), 0.0f);
-  for (const auto& v : L.views())
-    for (int64_t i = v.offset; i < v.offset + v.numel; ++i) p0[static_cast<size_t>(i)] = nd(gen);
+  fill_views(L, p0, nd, gen);
   for (const int n : {2, 3, 5}) {
     AdamW whole(L, c);
     Buf<float> pw = p0;
@@ -152,8 +157,7 @@ TEST(OptimizerShard, ShardedStepsAreTheWholeStepsBits) {
     Buf<float> ps = p0;
     std::mt19937 gg(5);
     for (int t = 0; t < 3; ++t) {
-      for (const auto& v : L.views())
-        for (int64_t i = v.offset; i < v.offset + v.numel; ++i) g[static_cast<size_t>(i)] = nd(gg);
+      fill_views(L, g, nd, gg);
       whole.step(pw, g, 1e-2, 0.5);
       // Each rank steps its own copy; the shards' elements are then gathered.
       Buf<float> gathered = ps;
@@ -212,8 +216,7 @@ TEST(AdamW, OffloadedStateGivesTheSameBitsChunkByChunk) {
   std::mt19937 gen(3);
   std::normal_distribution<float> nd;
   Buf<float> p0(static_cast<size_t>(L.size()), 0.0f), g(p0.size(), 0.0f);
-  for (const auto& v : L.views())
-    for (int64_t i = v.offset; i < v.offset + v.numel; ++i) p0[static_cast<size_t>(i)] = nd(gen);
+  fill_views(L, p0, nd, gen);
   for (const int n : {1, 3}) {
     for (const int64_t chunk : {int64_t{1}, int64_t{37}, int64_t{1000}, kOffloadChunk}) {
       for (int r = 0; r < n; ++r) {
@@ -226,8 +229,7 @@ TEST(AdamW, OffloadedStateGivesTheSameBitsChunkByChunk) {
         Buf<float> pr = p0, po = p0;
         std::mt19937 gg(9);
         for (int t = 0; t < 3; ++t) {
-          for (const auto& v : L.views())
-            for (int64_t i = v.offset; i < v.offset + v.numel; ++i) g[static_cast<size_t>(i)] = nd(gg);
+          fill_views(L, g, nd, gg);
           if (t == 2) {  // the arena rewritten between steps (a checkpoint loaded)
             for (size_t i = 0; i < pr.size(); ++i) pr[i] = po[i] = pr[i] * 0.5f;
             off.master_from_params();
