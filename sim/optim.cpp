@@ -136,16 +136,16 @@ void AdamW::step(std::span<float> params, std::span<const float> grads, double l
   }
 }
 
-// Chunk by chunk of the shard: its gradients to the host, the update of the
-// views (or parts of views) in it on the master weights, the chunk's
-// weights back to the arena. Each element's update is the one every other
-// path makes, so neither the chunking nor the threads change a bit.
 void AdamW::set_offload_chunk(int64_t n) {
   if (n < 1) throw Error("AdamW::set_offload_chunk: " + std::to_string(n) + " elements");
   chunk_ = n;
   if (offloaded_ && stage_.size() < std::min(shard_.size(), n)) stage_.resize_zero(std::min(shard_.size(), n));
 }
 
+// Chunk by chunk of the shard: its gradients to the host, the update of the
+// views (or parts of views) in it on the master weights, the chunk's
+// weights back to the arena. Each element's update is the one every other
+// path makes, so neither the chunking nor the threads change a bit.
 void AdamW::step_offloaded(float* params, const float* grads, const AdamWScalars& s) {
   const int64_t begin = shard_.begin, end = shard_.end;
   if (end <= begin) return;

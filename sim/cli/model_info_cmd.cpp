@@ -149,22 +149,27 @@ int cmd_model_info(const Args& args) {
                 sim::gib_text(m.grad_sums).c_str(),
                 ranks == 1 ? "the step's running sum" : "the sum the ranks' chain passes on and the gradients a rank holds for it");
   std::printf("  total %s (%.0f bytes; exmy train checks it before allocating)\n", sim::gib_text(m.total()).c_str(), m.total());
+  // --memory / --host-memory: GiB the user gives instead of what is free now.
+  auto given = [&](const char* option, sim::AvailableMemory& a) {
+    if (!vm.count(option)) return false;
+    if (!(vm[option].as<double>() > 0)) throw Error(std::string("--") + option + " must be a positive number of GiB");
+    a.bytes = vm[option].as<double>() * 1024.0 * 1024.0 * 1024.0;
+    a.source = std::string("--") + option;
+    return true;
+  };
   sim::AvailableMemory avail;
-  if (vm.count("memory")) {
-    if (!(vm["memory"].as<double>() > 0)) throw Error("--memory must be a positive number of GiB");
-    avail.bytes = vm["memory"].as<double>() * 1024.0 * 1024.0 * 1024.0;
-    avail.source = "--memory";
+  if (given("memory", avail)) {
+    // as given
   } else if (device.is_cuda()) {
     size_t free_b = 0, total_b = 0;
     sim::Device d = device;
-    if (sim::device_problem(d, sim::device_inventory(), "--device").empty() &&
-        train::cuda_device_memory(d, &free_b, &total_b)) {
-      avail.bytes = static_cast<double>(free_b);
-      avail.source = sim::device_name(d) + " free of " + sim::gib_text(static_cast<double>(total_b));
-    } else {
+    if (!sim::device_problem(d, sim::device_inventory(), "--device").empty() ||
+        !train::cuda_device_memory(d, &free_b, &total_b)) {
       std::printf("  (no such CUDA device here: give --memory GiB, e.g. --memory 139 for an H200)\n");
       return 0;
     }
+    avail.bytes = static_cast<double>(free_b);
+    avail.source = sim::device_name(d) + " free of " + sim::gib_text(static_cast<double>(total_b));
   } else {
     avail = sim::available_memory();
   }
@@ -172,13 +177,7 @@ int cmd_model_info(const Args& args) {
               avail.source.c_str());
   if (offloaded) {
     sim::AvailableMemory host;
-    if (vm.count("host-memory")) {
-      if (!(vm["host-memory"].as<double>() > 0)) throw Error("--host-memory must be a positive number of GiB");
-      host.bytes = vm["host-memory"].as<double>() * 1024.0 * 1024.0 * 1024.0;
-      host.source = "--host-memory";
-    } else {
-      host = sim::available_memory();
-    }
+    if (!given("host-memory", host)) host = sim::available_memory();
     std::printf("  host memory %s: FP32 master weights and AdamW moments, a staged chunk of gradients; %s in %s (%s)\n",
                 sim::gib_text(m.host_state).c_str(), m.host_state <= host.bytes ? "fits" : "does not fit",
                 sim::gib_text(host.bytes).c_str(), host.source.c_str());
