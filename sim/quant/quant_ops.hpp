@@ -63,13 +63,6 @@ class QuantOps {
   // (M, ld), and dst (R, rows) = those columns of src (rows, cols).
   virtual void gather_rows(float* dst, const float* src, int64_t ld, int64_t M, int64_t R) = 0;
   virtual void gather_columns(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R) = 0;
-
-  // Why a quantization call of spec q cannot run here (a recipe is refused
-  // when its linears are made, before training), or null when it can.
-  virtual const char* unsupported(const QuantSpec& q) const {
-    (void)q;
-    return nullptr;
-  }
 };
 
 // The CPU's: host memory and the CPU paths.

@@ -39,8 +39,6 @@ QuantizedLinear::QuantizedLinear(const LinearInfo& info, const std::array<RoleSp
     specs_[i].q.validate();
     refs_[i] = &rt_->references().get(reference_key(info_.name, r, shared_dy_reference));
     if (specs_[i].q.scale) scale_tables_[i] = ScaleCodeTable(*specs_[i].q.scale);
-    if (const char* why = rt_->ops().unsupported(specs_[i].q))
-      throw Error(info_.name + ", " + std::string(role_name(r)) + ": " + why + " on " + rt_->ops().name() + " yet");
   }
 }
 

@@ -43,8 +43,7 @@ struct GroupedScratch {
 
 // What the device's quantized-linear ops share: their memory and name, the
 // grouped model's scratch and the statistics' reductions (through the
-// launcher's kernels). Their quantizer runs every spec the CPU's does, so
-// unsupported() is QuantOps's: nothing is refused.
+// launcher's kernels). Their quantizer runs every spec the CPU's does.
 class DeviceQuantOps : public sim::quant::QuantOps {
  public:
   DeviceQuantOps(const char* name, sim::Memory& memory, const sim::quant::StatsKernels& stats)
