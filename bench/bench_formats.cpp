@@ -59,6 +59,7 @@ void BM_Quantize(benchmark::State& state, const char* elem, const char* scale, i
   state.SetBytesProcessed(state.iterations() * rows * cols * 4);
 }
 BENCHMARK_CAPTURE(BM_Quantize, e2m1_ue5m3_1x16_exact, "e2m1", "ue5m3", 1, 16, exmy::Arith::exact, exmy::Round::rne);
+BENCHMARK_CAPTURE(BM_Quantize, e2m1_ue5m3_16x1_exact, "e2m1", "ue5m3", 16, 1, exmy::Arith::exact, exmy::Round::rne);
 BENCHMARK_CAPTURE(BM_Quantize, e2m1_ue4m3_1x16_fp32, "e2m1", "ue4m3", 1, 16, exmy::Arith::fp32, exmy::Round::rne);
 BENCHMARK_CAPTURE(BM_Quantize, e2m1_ue4m3_16x16_fp32, "e2m1", "ue4m3", 16, 16, exmy::Arith::fp32, exmy::Round::rne);
 BENCHMARK_CAPTURE(BM_Quantize, e2m1_ue5m3_1x16_srfast, "e2m1", "ue5m3", 1, 16, exmy::Arith::fp32,
