@@ -102,7 +102,16 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   const __m512i sign_bit = _mm512_set1_epi32(static_cast<int>(f.sign_bit));
   const __m512i two_n_m1 = _mm512_set1_epi32((1 << h) - 1);
   const int cb = f.code_bytes();
-  const bool stream = row.stream;
+  // The row's fields as locals: the code stores may alias anything, so
+  // fields read through `row` would be loaded again after every step.
+  const float* const x_row = row.x;
+  const float* const pf_row = row.prefetch;
+  const int64_t row_i0 = row.i0, cols = row.cols, bc = row.bc, nblocks = row.nblocks;
+  const uint8_t* const key = row.code;
+  const uint8_t* const use = row.use;
+  const BlockConsts* const consts = row.consts;
+  const Fp4Block* const vbs = row.vb;
+  const bool stream = row.stream, stats = row.stats;
   uint64_t n_sat = 0, n_sub = 0, n_nz = 0, n_uf = 0;
 
   // Stochastic modes: the Philox words of the whole row (element i of the
@@ -110,26 +119,30 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   thread_local std::vector<uint32_t> words;
   uint64_t wj0 = 0;
   if constexpr (kSR) wj0 = fp4_row_words(p, row, rng, h, words);
+  const uint32_t* const wd = words.data();
+  const uint64_t g0 = rng.first();
 
   // Lanes the scalar core redoes after the loop (Fp4Pending).
   using Pending = Fp4Pending;
   thread_local std::vector<Pending> pending;
-  pending.resize(static_cast<size_t>(row.cols / 16 + 2 * row.nblocks + 2));
+  pending.resize(static_cast<size_t>(cols / 16 + 2 * nblocks + 2));
+  Pending* const pend = pending.data();
   size_t np = 0;
+  const bool has_scale = p.has_scale;
+  const float tensor_mul = p.t;
 
-  for (int64_t b = 0; b < row.nblocks; ++b) {
-    const int64_t k = row.key(b);
-    if (!row.use[k]) continue;
-    const BlockConsts& c = row.consts[k];
-    const Fp4Block& vb = row.vb[k];
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int64_t k = key ? key[b] : b;
+    if (!use[k]) continue;
+    const Fp4Block& vb = vbs[k];
     const __m512 vr = _mm512_set1_ps(vb.r);
-    const __m512 vmul = _mm512_set1_ps(p.has_scale ? c.mb : p.t);
+    const __m512 vmul = _mm512_set1_ps(has_scale ? consts[k].mb : tensor_mul);
     const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(vb.table));
-    const int64_t i0 = row.i0 + b * row.bc;
-    const int64_t n = std::min(row.bc, row.cols - b * row.bc);
-    const float* x = row.x + b * row.bc;
-    if (row.prefetch) {
-      const float* pf = row.prefetch + b * row.bc;
+    const int64_t i0 = row_i0 + b * bc;
+    const int64_t n = std::min(bc, cols - b * bc);
+    const float* x = x_row + b * bc;
+    if (pf_row) {
+      const float* pf = pf_row + b * bc;
       for (int64_t j = 0; j < n; j += 16) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
     }
     auto step = [&](int64_t j) __attribute__((always_inline)) {
@@ -180,9 +193,9 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
         const __mmask16 sticky = _mm512_cmp_ps_mask(frac, zero, _CMP_NEQ_UQ);
         __m512i r = zero_i;
         if constexpr (kSR) {
-          const uint64_t i = static_cast<uint64_t>(i0 + j), g = rng.first() + i;
+          const uint64_t i = static_cast<uint64_t>(i0 + j), g = g0 + i;
           if ((g & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
-            r = random16(words.data(), wj0, g, h);
+            r = random16(wd, wj0, g, h);
           } else {
             alignas(64) uint32_t rr[16];
             for (int l = 0; l < 16; ++l) rr[l] = rng(i + l);
@@ -222,7 +235,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
         if (cb == 2) _mm256_storeu_si256(reinterpret_cast<__m256i*>(co), _mm512_cvtepi32_epi16(code));
         else _mm_storeu_si128(reinterpret_cast<__m128i*>(co), _mm512_cvtepi32_epi8(code));  // (cached: thr_step_x16.hpp)
       }
-      if (row.stats) {
+      if (stats) {
         if constexpr (kCvtRne && kExact) {
           const __m512 dm = _mm512_abs_ps(_mm512_sub_ps(v, vmax));
           unsure |= _mm512_cmp_ps_mask(dm, _mm512_mul_ps(v, tol_rel), _CMP_LE_OQ);
@@ -237,11 +250,11 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
         n_nz += static_cast<uint64_t>(__builtin_popcount(nz & ok));
         n_uf += static_cast<uint64_t>(__builtin_popcount(nz & zh & ok));
       }
-      if (unsure) pending[np++] = Pending{b, j, unsure};
+      if (unsure) pend[np++] = Pending{b, j, unsure};
     };
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) step(j);
-    if (j < n) pending[np++] = Pending{b, j, (1u << (n - j)) - 1u};  // the tail (fewer than 16)
+    if (j < n) pend[np++] = Pending{b, j, (1u << (n - j)) - 1u};  // the tail (fewer than 16)
   }
   if (stream) _mm_sfence();  // the streamed stores land before the scalar core's
   fp4_redo_pending(p, row, pending, np, 16, codes, values, rng, words.data(), wj0, cnt);

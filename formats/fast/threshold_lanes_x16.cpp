@@ -67,6 +67,10 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   const __m512i zero_i = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
   ThrStep16<kStream> out(p.fe);
+  // (locals: the code stores may alias the band's fields)
+  const float* const bx = band.x;
+  const int64_t brows = band.rows, bi0 = band.i0;
+  const bool stats = band.stats;
   for (int64_t c0 = 0; c0 < c16; c0 += kChunk) {
     const int64_t w = std::min(kChunk, c16 - c0);
     for (int64_t c = 0; c < w; c += 16) {
@@ -84,10 +88,10 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
       for (int k = 0; k < 16; ++k) _mm512_store_si512(lay + k * kChunk + c, r[k]);
       use[c / 16] = static_cast<__mmask16>(u);
     }
-    for (int64_t rr = 0; rr < band.rows; ++rr) {
-      const float* x = band.x + rr * cols + c0;
-      float* vo = values + band.i0 + rr * cols + c0;
-      uint8_t* co = codes ? codes + band.i0 + rr * cols + c0 : nullptr;
+    for (int64_t rr = 0; rr < brows; ++rr) {
+      const float* x = bx + rr * cols + c0;
+      float* vo = values + bi0 + rr * cols + c0;
+      uint8_t* co = codes ? codes + bi0 + rr * cols + c0 : nullptr;
       // the row's next chunk while this one computes: the band's rows are
       // more streams than the hardware prefetchers follow
       const float* pf = c0 + kChunk < c16 ? x + kChunk : nullptr;
@@ -109,7 +113,7 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
           xh = _mm512_mask_load_ps(xh, m, tab + (k + 1) * kChunk);
         }
         xh = out.store(xi, code, xh, vo + c, co ? co + c : nullptr);
-        if (band.stats)
+        if (stats)
           out.count(_mm512_cmpgt_epi32_mask(ax, zero_i) & use[c / 16], code, m1, xh,
                     _mm512_cmpgt_epi32_mask(ax, at(kSat)));
       }
