@@ -184,6 +184,8 @@ bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, 
   return true;
 }
 
+bool scale_codes_cover(const QuantPlan& p) { return ScaleVec(p).ok() && p.fs.code_bytes() == 1; }
+
 bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* bmax_bits, int64_t n, uint8_t* codes,
                        ScaleCodeOut& out) {
   const ScaleVec sv(p);

@@ -255,6 +255,7 @@ bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, 
 
 bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* bmax_bits, int64_t n, uint8_t* codes,
                        ScaleCodeOut& out) {
+  if (have_avx512()) return avx512::block_scale_codes(p, thr, bmax_bits, n, codes, out);
   return have_avx2() && avx2::block_scale_codes(p, thr, bmax_bits, n, codes, out);
 }
 

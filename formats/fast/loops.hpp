@@ -335,6 +335,8 @@ void threshold_band_lanes(const QuantPlan& p, const ThrRow& band, uint8_t* codes
 bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, BlockScale* out);
 bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* bmax_bits, int64_t n, uint8_t* codes,
                        ScaleCodeOut& out);
+// Whether block_scale_codes takes plan p at all (else it returns false).
+bool scale_codes_cover(const QuantPlan& p);
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out);
 uint32_t abs_max_bits(const float* x, int64_t n);
 }  // namespace avx2
@@ -348,6 +350,10 @@ void threshold_band_lanes(const QuantPlan& p, const ThrRow& band, uint8_t* codes
 // 16k columns wide (others: the avx2 form).
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out);
 uint32_t abs_max_bits(const float* x, int64_t n);
+// The threshold form of block_scale_codes, 16 blocks a step (the AVX2 form
+// for the steps and plans it does not cover).
+bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* bmax_bits, int64_t n, uint8_t* codes,
+                       ScaleCodeOut& out);
 // fp4x8_row's per-block form in 16 lanes, for blocks of a width that is a
 // multiple of 16 (or no block scale); the row's last partial step and the
 // uncertain lanes: the scalar core.
