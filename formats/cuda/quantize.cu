@@ -259,7 +259,10 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
 // the core's; per element a few compares replace the core's arithmetic.
 // The thresholds and x-hat tables of every scale code are made on the
 // device (code_table_entry, one thread per code and threshold) once the
-// tensor scale is known there. Blocks the tables do not cover (NaN or Inf
+// tensor scale is known there, and so are the call's scale-code thresholds
+// (detail::ScaleThr, scale_thr_kernel): a block whose amax they cover gets
+// its scale code from a few integer compares, as the CPU's
+// block_scale_codes does, instead of block_scale's double arithmetic. Blocks the tables do not cover (NaN or Inf
 // amax, zero scale, a row's last partial block) take quantize_block_part.
 // ---------------------------------------------------------------------------
 
@@ -307,8 +310,8 @@ __host__ __device__ __noinline__ void threshold_block_left(const QuantPlan& p, c
 // in quantize_block_part, and each element's code the count of thresholds.
 template <int BC>
 EXMY_HD void threshold_block_part(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t blk,
-                                  const CodeTable* tab, const uint8_t* use, void* codes, void* scale_codes,
-                                  float* values, Counts& cnt, unsigned long long* first_error) {
+                                  const detail::ScaleThr& st, const CodeTable* tab, const uint8_t* use, void* codes,
+                                  void* scale_codes, float* values, Counts& cnt, unsigned long long* first_error) {
   const BlockGeom b = block_geom(p, rows, cols, blk);
   const int64_t i0 = b.flat(0);
   if (b.count != BC) {  // a row's last, partial block
@@ -330,16 +333,25 @@ EXMY_HD void threshold_block_part(const QuantPlan& p, const float* x, int64_t ro
     threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
     return;
   }
-  const BlockScale bs = block_scale(p, float_of(m));
-  if (bs.zero || !use[bs.code]) {
+  // The scale code: by the call's scale-code thresholds where they cover m
+  // (a normal, unsaturated code: nothing to count), else block_scale's
+  uint32_t code;
+  if (!detail::scale_code_by_thresholds(st, m, code)) {
+    const BlockScale bs = block_scale(p, float_of(m));
+    if (bs.zero || !use[bs.code]) {
+      threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
+      return;
+    }
+    cnt.c[kScaleSaturated] += bs.saturated;
+    cnt.c[kScaleUnderflow] += bs.underflow;
+    cnt.c[kScaleSubnormal] += p.fs.classify(bs.code) == CodeClass::subnormal;
+    code = bs.code;
+  } else if (!use[code]) {
     threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
     return;
   }
-  cnt.c[kScaleSaturated] += bs.saturated;
-  cnt.c[kScaleUnderflow] += bs.underflow;
-  cnt.c[kScaleSubnormal] += p.fs.classify(bs.code) == CodeClass::subnormal;
-  store_code(scale_codes, 1, blk, bs.code);
-  const CodeTable& e = tab[bs.code];
+  store_code(scale_codes, 1, blk, code);
+  const CodeTable& e = tab[code];
   int32_t t[7];
   for (int k = 0; k < 7; ++k) t[k] = e.t[k];
   const int32_t sat = e.sat;
@@ -531,27 +543,46 @@ __global__ void code_tables_kernel(const QuantPlan* pp, int ncodes, CodeTable* t
   if (i < ncodes * 8) code_table_entry(*pp, static_cast<uint32_t>(i / 8), i % 8, tab, use);
 }
 
-// The threshold path: one thread per 1 x BC block, the tables in shared
-// memory; registers capped for two thread blocks per multiprocessor (on an
-// H200 1.1-1.3x faster than one).
+// The call's scale-code thresholds (detail::ScaleThr) once its tensor scale
+// is known, on one warp: lane 0 finds the first threshold, lanes 0 .. P the
+// other searches side by side, lane 0 checks them (scale_code_thresholds'
+// steps, so the CPU's result).
+__global__ void scale_thr_kernel(const QuantPlan* pp, detail::ScaleThr* out) {
+  __shared__ detail::ScaleThrStart start;
+  __shared__ uint32_t least[9];
+  const QuantPlan& p = *pp;
+  const uint32_t lane = threadIdx.x;
+  if (lane == 0) start = detail::scale_thr_start(p);
+  __syncthreads();
+  if (start.ok && lane <= (1u << p.fs.M))  // (ok: M <= 3, so at most 9 lanes)
+    least[lane] = detail::scale_code_least(p, detail::scale_thr_code(p, start, lane + 1));
+  __syncthreads();
+  if (lane == 0) *out = detail::scale_thr_finish(p, start, least);
+}
+
+// The threshold path: one thread per 1 x BC block, the tables and the
+// scale-code thresholds in shared memory; registers capped for two thread
+// blocks per multiprocessor (on an H200 1.1-1.3x faster than one).
 template <int BC>
 __global__ void __launch_bounds__(kThreads, 2)
-    quantize_thr_kernel(const QuantPlan* pp, const float* x, int64_t rows, int64_t cols, const CodeTable* tab,
-                        const uint8_t* use, int ncodes, void* codes, void* scale_codes, float* values,
-                        unsigned long long* totals, unsigned long long* first_error) {
+    quantize_thr_kernel(const QuantPlan* pp, const float* x, int64_t rows, int64_t cols, const detail::ScaleThr* sthr,
+                        const CodeTable* tab, const uint8_t* use, int ncodes, void* codes, void* scale_codes,
+                        float* values, unsigned long long* totals, unsigned long long* first_error) {
   __shared__ alignas(QuantPlan) uint32_t plan_words[sizeof(QuantPlan) / 4];
   __shared__ CodeTable stab[kMaxScaleCodes];
   __shared__ uint8_t suse[kMaxScaleCodes];
+  __shared__ detail::ScaleThr sst;
   for (int i = static_cast<int>(threadIdx.x); i < ncodes; i += static_cast<int>(blockDim.x)) {
     stab[i] = tab[i];
     suse[i] = use[i];
   }
+  if (threadIdx.x == 0) sst = *sthr;
   const QuantPlan& p = block_plan(pp, plan_words);  // (its barrier covers the tables too)
   Counts cnt = {};
   const int64_t nblocks = rows * ((cols + BC - 1) / BC);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t blk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride)
-    threshold_block_part<BC>(p, x, rows, cols, blk, stab, suse, codes, scale_codes, values, cnt, first_error);
+    threshold_block_part<BC>(p, x, rows, cols, blk, sst, stab, suse, codes, scale_codes, values, cnt, first_error);
   flush_counts(cnt, totals);
 }
 
@@ -651,6 +682,7 @@ struct CudaQuantizer::Impl {
   DeviceBuffer<SumPartial> partials;
   DeviceBuffer<CodeTable> tables{kMaxScaleCodes};  // the threshold path's
   DeviceBuffer<uint8_t> table_use{kMaxScaleCodes};
+  DeviceBuffer<detail::ScaleThr> scale_thr{1};  // the threshold path's scale-code thresholds
   DeviceBuffer<float> rotated;  // the random Hadamard transform of x (spec.rht)
   // Row outer scales: each row's max |x| bits, given reference, plan and report.
   DeviceBuffer<unsigned int> row_bits;
@@ -720,9 +752,12 @@ struct CudaQuantizer::Impl {
         code_tables_kernel<<<(ncodes * 8 + kThreads - 1) / kThreads, kThreads>>>(plan.ptr, ncodes, tables.ptr,
                                                                                table_use.ptr);
         cuda_check(cudaGetLastError(), "threshold tables kernel launch");
+        scale_thr_kernel<<<1, 32>>>(plan.ptr, scale_thr.ptr);
+        cuda_check(cudaGetLastError(), "scale-code thresholds kernel launch");
         auto kernel = p.bc == 16 ? quantize_thr_kernel<16> : quantize_thr_kernel<32>;
-        kernel<<<grid_for(nblocks), kThreads>>>(plan.ptr, x, rows, cols, tables.ptr, table_use.ptr, ncodes,
-                                                out.codes, out.scale_codes, vals, totals.ptr, totals.ptr + kCounters);
+        kernel<<<grid_for(nblocks), kThreads>>>(plan.ptr, x, rows, cols, scale_thr.ptr, tables.ptr, table_use.ptr,
+                                                ncodes, out.codes, out.scale_codes, vals, totals.ptr,
+                                                totals.ptr + kCounters);
       } else if (!p.has_scale) {
         auto kernel = rp ? quantize_noscale_kernel<true> : quantize_noscale_kernel<false>;
         kernel<<<grid_for(n), kThreads>>>(plan.ptr, rp, x, n, cols, out.codes, vals, totals.ptr,
@@ -841,9 +876,11 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
     std::vector<uint8_t> use(kMaxScaleCodes);
     const int ncodes = 1 << p.fs.bits;
     for (int i = 0; i < ncodes * 8; ++i) code_table_entry(p, static_cast<uint32_t>(i / 8), i % 8, tab.data(), use.data());
+    const detail::ScaleThr st = detail::scale_code_thresholds(p);  // scale_thr_kernel's steps in order
     auto part = p.bc == 16 ? threshold_block_part<16> : threshold_block_part<32>;
     for (int64_t blk = 0; blk < nblocks; ++blk)
-      part(p, x, rows, cols, blk, tab.data(), use.data(), out.codes, out.scale_codes, values, cnt, &t.c[kCounters]);
+      part(p, x, rows, cols, blk, st, tab.data(), use.data(), out.codes, out.scale_codes, values, cnt,
+           &t.c[kCounters]);
   } else if (n > 0) {
     const int group = group_size(p);
     for (int64_t blk = 0; blk < nblocks; ++blk) {
@@ -911,6 +948,18 @@ QuantInfo CudaQuantizer::run(const QuantSpec& spec, const float* x, int64_t rows
 QuantInfo quantize_cuda(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
   return with_conventions(spec, x, rows, cols, out,
                           [&](const QuantOutput& o) { return quantize_host_via_device(spec, x, rows, cols, o); });
+}
+
+detail::ScaleThr detail::scale_code_thresholds_cuda(const QuantPlan& p) {
+  if (!cuda_available()) throw Error("scale_code_thresholds_cuda: " + cuda_device_description());
+  DeviceBuffer<QuantPlan> dp(1);
+  DeviceBuffer<detail::ScaleThr> dt(1);
+  cuda_check(cudaMemcpy(dp.ptr, &p, sizeof p, cudaMemcpyHostToDevice), "cudaMemcpy (plan)");
+  scale_thr_kernel<<<1, 32>>>(dp.ptr, dt.ptr);
+  cuda_check(cudaGetLastError(), "scale-code thresholds kernel launch");
+  detail::ScaleThr out;
+  cuda_check(cudaMemcpy(&out, dt.ptr, sizeof out, cudaMemcpyDeviceToHost), "cudaMemcpy (scale-code thresholds)");
+  return out;
 }
 
 QuantInfo quantize_cuda_emulated(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,

@@ -108,4 +108,12 @@ void apply_rht_cuda(const QuantSpec& spec, float* x_device, int64_t rows, int64_
 #endif
 void apply_rht_emulated(const QuantSpec& spec, float* x, int64_t rows, int64_t cols);
 
+namespace detail {
+struct ScaleThr;
+// The scale-code thresholds the threshold path's kernel makes on the device
+// for plan p (its tensor scale set): scale_code_thresholds(p)'s value
+// (a check for the device tests).
+ScaleThr scale_code_thresholds_cuda(const QuantPlan& p);
+}  // namespace detail
+
 }  // namespace exmy

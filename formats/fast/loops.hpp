@@ -28,6 +28,7 @@
 #include "formats/philox.hpp"
 #include "formats/quant_core.hpp"
 #include "formats/quant_sums.hpp"
+#include "formats/thresholds.hpp"
 
 namespace exmy::detail {
 
@@ -177,29 +178,7 @@ void threshold_band_lanes(const QuantPlan& p, const ThrRow& band, uint8_t* codes
 // caller. Returns false (and does nothing) when the plan is not covered.
 bool block_scales_vec(const QuantPlan& p, const uint32_t* bmax_bits, int64_t n, BlockScale* out);
 
-// Block scale codes by thresholds. With the tensor scale fixed (one call),
-// a block's scale code never decreases as its amax b grows, and doubling b
-// adds P = 2^M (scale format Fs = eMm) to every normal, unsaturated code:
-// each rule computes from b t (or fl(b G)) with operations that commute with
-// powers of two while nothing leaves the normal ranges. So for b in
-// [t0, t0 + span) (as float32 bits) the code is
-//   c_lo + P n + #{j >= 1 : r >= D_j},   d = bits(b) - t0, n = d >> 23,
-//   r = d & (2^23 - 1),
-// where t0 = the least b whose code is c_lo = P + 1 (the first code whose
-// lower neighbour is normal too: the step from the largest subnormal to the
-// smallest normal is not repeated), D_j = (least b with code c_lo + j) - t0, and span ends where the code would
-// reach Fs's largest magnitude. The thresholds come from the scalar
-// block_scale() (searches on float32 bit patterns), so the codes are its own.
-struct ScaleThr {
-  bool ok = false;
-  uint32_t t0 = 0, span = 0;
-  uint32_t c_lo = 0, m = 0;  // P + 1, log2 P
-  int32_t d1[7] = {};        // D_j - 1 for j = 1 .. P-1; INT32_MAX when j >= P
-};
-// Thresholds for plan p (its tensor scale set); ok false when Fs has more
-// than 3 mantissa bits, codes wider than a byte, or ranges the derivation
-// does not cover.
-ScaleThr scale_code_thresholds(const QuantPlan& p);
+// Block scale codes by thresholds (ScaleThr, scale_code_thresholds): formats/thresholds.hpp.
 
 // What block_scale_codes adds up besides the codes.
 struct ScaleCodeOut {

@@ -29,6 +29,7 @@
 #include "formats/conventions.hpp"
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
+#include "formats/thresholds.hpp"
 #include "formats/vocab.hpp"
 #include "tests/formats/rht_inputs.hpp"
 #include "tests/formats/test_support.hpp"
@@ -281,6 +282,91 @@ TEST(CudaRandom, MatchesReference) {
   EXPECT_GT(seen.scale_subnormal, 0u);
   EXPECT_GT(seen.scale_saturated, 0u);
   EXPECT_GT(nan_values, 0u);
+}
+
+// The threshold path takes most blocks' scale codes from the call's
+// scale-code thresholds (detail::ScaleThr) instead of block_scale(). Random
+// tensors almost never put a block's amax on a threshold, so here every
+// block's amax sits on, or one or two bit patterns either side of, a
+// threshold of the form (in every octave of its range, and past both ends),
+// against quantize_ref. On a device the kernel's ScaleThr is also compared
+// with the CPU's, which a lane's slip could turn off without changing a bit.
+TEST(CudaThresholdPath, ScaleCodesAtTheirThresholds) {
+  EXMY_REQUIRE_CUDA();
+  struct Case {
+    const char* scale;
+    ScaleRule rule;
+    Arith arith;
+    int bc;
+    Round round;
+  };
+  const Case cases[] = {
+      {"ue5m3", ScaleRule::amax_rne, Arith::exact, 16, Round::rne},
+      {"e4m3", ScaleRule::amax_rne, Arith::fp32, 16, Round::rne},
+      {"ue4m3", ScaleRule::amax_up, Arith::exact, 16, Round::rtz},
+      {"ue5m3", ScaleRule::amax_down, Arith::fp32, 32, Round::odd},
+      {"ue8m0", ScaleRule::mx_floor, Arith::exact, 32, Round::rne},
+      {"ue8m0", ScaleRule::mx_even, Arith::fp32, 32, Round::rna},
+  };
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> frac(0.0f, 1.0f);
+  int with_thresholds = 0;
+  for (const Case& c : cases) {
+    QuantSpec spec;
+    spec.elem = parse_format("e2m1");
+    spec.scale = parse_format(c.scale);
+    spec.block_rows = 1;
+    spec.block_cols = c.bc;
+    spec.rule = c.rule;
+    spec.arith = c.arith;
+    spec.round = c.round;
+    spec.amax_kind = AmaxKind::given;
+    spec.amax_value = 4.7;
+    QuantPlan p = spec.plan();
+    set_tensor_amax(p, spec.amax_value);
+    const detail::ScaleThr thr = detail::scale_code_thresholds(p);
+    const std::string what = std::string("e2m1/") + c.scale + " 1x" + std::to_string(c.bc) + " " +
+                             std::string(scale_rule_name(c.rule)) + (c.arith == Arith::exact ? " exact" : " fp32");
+    if (!thr.ok) continue;
+    ++with_thresholds;
+#if !defined(EXMY_TEST_EMULATED)
+    const detail::ScaleThr dev = detail::scale_code_thresholds_cuda(p);
+    EXPECT_TRUE(dev.ok) << what;
+    EXPECT_EQ(dev.t0, thr.t0) << what;
+    EXPECT_EQ(dev.span, thr.span) << what;
+    EXPECT_EQ(dev.c_lo, thr.c_lo) << what;
+    EXPECT_EQ(dev.m, thr.m) << what;
+    for (int k = 0; k < 7; ++k) EXPECT_EQ(dev.d1[k], thr.d1[k]) << what << " D" << k + 1;
+#endif
+    // the maxima: t0 + n 2^23 + D_j (and t0 itself), -2 .. +2 bit patterns,
+    // from an octave below the range to one above it
+    std::vector<uint32_t> m;
+    const int64_t octave = int64_t{1} << 23, lo = int64_t{thr.t0} - octave, hi = int64_t{thr.t0} + thr.span + octave;
+    for (int64_t base = lo; base < hi; base += octave) {
+      for (int j = -1; j < 7; ++j) {
+        const int64_t d = j < 0 ? 0 : int64_t{thr.d1[j]} + 1;
+        if (d > octave) continue;
+        for (int64_t o = -2; o <= 2; ++o)
+          if (base + d + o > 0 && base + d + o < 0x7f800000) m.push_back(static_cast<uint32_t>(base + d + o));
+      }
+    }
+    for (int64_t o = -2; o <= 2; ++o) m.push_back(static_cast<uint32_t>(int64_t{thr.t0} + thr.span + o));
+    // a block per maximum, its amax at a random place and sign, the other
+    // elements below it
+    const int64_t cols = 256, per_row = cols / c.bc;
+    const int64_t rows = (static_cast<int64_t>(m.size()) + per_row - 1) / per_row;
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (int64_t blk = 0; blk < rows * per_row; ++blk) {
+      const float a = float_of(m[static_cast<size_t>(blk) % m.size()]);
+      const int64_t at = static_cast<int64_t>(rng() % static_cast<uint64_t>(c.bc));
+      for (int64_t k = 0; k < c.bc; ++k) {
+        const float v = k == at ? a : a * frac(rng);
+        x[static_cast<size_t>(blk * c.bc + k)] = (rng() & 1) ? -v : v;
+      }
+    }
+    expect_matches_ref(spec, x, rows, cols, what);
+  }
+  EXPECT_GE(with_thresholds, 4);
 }
 
 // Four over six (docs/numerics.md §3): the kernel's lanes make the shared
