@@ -137,7 +137,7 @@ const std::vector<Case>& cases() {
       // BF16 working weights: each rank keeps its shard's master, rounds
       // its shard after the update and the ranks gather the rounded
       // weights; rank 0 writes the master of every shard into checkpoints
-      {"bf16-working-weights", {"train.working_weights=bf16", "train.recipe=ue5m3-b16"}},
+      {"bf16-working-weights", {"train.working_weights=bf16", "train.recipe=ue5m3-b16", "train.export_hf=fp32"}},
   };
   return c;
 }
@@ -160,6 +160,15 @@ TEST_P(DistTrain, RanksGiveTheBitsOfOneProcess) {
     EXPECT_NE(r.out.find(std::to_string(n) + " ranks: "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("% of rank 0's step time in communication"), std::string::npos) << r.out;
     expect_same_runs(d / "r1", dir, std::string(c.name) + " on " + std::to_string(n) + " ranks");
+    // An HF export (with BF16 working weights: the master gathered from
+    // the shards) is the same file.
+    if (fs::exists(d / "r1/hf/model.safetensors")) {
+      const auto slurp = [](const fs::path& p) {
+        std::ifstream in(p, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+      };
+      EXPECT_TRUE(slurp(d / "r1/hf/model.safetensors") == slurp(dir / "hf/model.safetensors")) << c.name << " " << n;
+    }
   }
 }
 

@@ -14,6 +14,7 @@
 #include "sim/data/token_file.hpp"
 #include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
+#include "models/hf_checkpoint.hpp"
 #include "sim/bf16.hpp"
 #include "sim/linear.hpp"
 #include "sim/parallel.hpp"
@@ -328,6 +329,32 @@ TEST(Trainer, HandsOverToAndStartsFromHfCheckpoints) {
   EXPECT_NEAR(b.losses.front(), a.losses.back(), 0.3);
   expect_error([&] { train_new(tiny({"train.init_from=" + (d / "none")}), d / "e", quiet(), {}); }, "none");
   expect_error([] { parse_run_config("", "f", {"train.export_hf=fp16"}); }, "train.export_hf");
+}
+
+// With BF16 working weights an FP32 HF export holds the master weights
+// (the final checkpoint's /params), so a run started from it has the same
+// master and working weights; a BF16 export holds the working weights (the
+// master's rounding), which the run's final arena is.
+TEST(Trainer, Bf16WorkingWeightsExportTheMasterOrTheWorkingWeights) {
+  TempDir d;
+  const auto sets = [](const char* dtype) {
+    return tiny({"train.steps=6", "train.working_weights=bf16", std::string("train.export_hf=") + dtype});
+  };
+  const TrainResult a = train_new(sets("fp32"), d / "fp32", quiet(), {});
+  const TrainResult b = train_new(sets("bf16"), d / "bf16", quiet(), {});
+  ASSERT_EQ(a.status, TrainStatus::completed);
+  expect_same_bits(a.params, b.params);  // the export changes nothing of the run
+  auto f = sim::make_linear_factory<float>("fp32");
+  models::NemotronH<float> m(sets("fp32").model, *f);
+  models::load_hf_weights(m, d / "fp32/hf");
+  const std::vector<float> exported(m.arena().params().begin(), m.arena().params().end());
+  const auto master = checkpoint_params(sets("fp32"), d / ("fp32/checkpoints/" + checkpoint_name(6)));
+  expect_same_bits(exported, master);
+  size_t below_bf16 = 0;
+  for (size_t i = 0; i < master.size(); ++i) below_bf16 += master[i] != a.params[i];
+  EXPECT_GT(below_bf16, 0u);
+  models::load_hf_weights(m, d / "bf16/hf");
+  expect_same_bits(std::vector<float>(m.arena().params().begin(), m.arena().params().end()), b.params);
 }
 
 TEST(Trainer, BadInputIsAOneLineError) {
