@@ -1,9 +1,10 @@
 // Data-parallel `exmy train` (docs/training.md "Data-parallel runs") through
 // the built binary on this machine: `mpirun -np 2` and `-np 3` against one
 // process without MPI must give the same bits (losses, statistics rows,
-// validation losses, per-parameter norms and checkpoints) for fp32, bf16
-// and two quantized recipes (periodic references; RHT with stochastic
-// rounding), a 2-rank checkpoint resumed on 3 ranks too; a killed rank ends
+// validation losses, per-parameter norms and checkpoints) for fp32, bf16,
+// quantized recipes (periodic references; RHT with stochastic rounding)
+// and BF16 working weights (the master sharded, its HF export gathered), a
+// 2-rank checkpoint resumed on 3 ranks too; a killed rank ends
 // the job with a line naming it and leaves a checkpoint that resumes.
 // Skipped when exmy was built without MPI or no mpirun was found.
 #include <gtest/gtest.h>
