@@ -109,10 +109,13 @@ void AdamW::take_master(std::span<const float> params) {
     throw Error("AdamW::take_master: arena size does not match the optimizer state");
   if (!keeps_master()) return;
   const size_t bytes = sizeof(float) * static_cast<size_t>(shard_.size());
-  if (bytes == 0) return;
   const float* src = params.data() + shard_.begin;
-  if (master_.memory().on_host()) arena_memory_->to_host(master_.data(), src, bytes);
-  else arena_memory_->copy(master_.data(), src, bytes);
+  if (bytes == 0) {  // a rank without a shard
+  } else if (master_.memory().on_host()) {
+    arena_memory_->to_host(master_.data(), src, bytes);
+  } else {
+    arena_memory_->copy(master_.data(), src, bytes);
+  }
   master_valid_ = true;
 }
 

@@ -321,6 +321,22 @@ TEST(AdamW, Bf16WorkingWeightsAreTheRoundedMaster) {
   }
 }
 
+// A rank whose shard is empty (more ranks than large views) takes, keeps
+// and exports no master, steps nothing and leaves the arena alone.
+TEST(AdamW, Bf16WorkingWeightsOnAnEmptyShard) {
+  const ArenaLayout L = two_views();
+  int empty = -1;
+  for (int r = 0; r < 5 && empty < 0; ++r)
+    if (optimizer_shard(L, r, 5).size() == 0) empty = r;
+  ASSERT_GE(empty, 0);
+  AdamW bf(L, AdamWConfig{}, optimizer_shard(L, empty, 5), host_memory(), {}, nullptr, WorkingWeights::bf16);
+  Buf<float> p(static_cast<size_t>(L.size()), 0.5f), g(p.size(), 0.25f);
+  bf.take_master(p);
+  bf.step(p, g, 1e-2, 1.0);
+  bf.master_to(p);
+  for (const float x : p) EXPECT_EQ(x, 0.5f);
+}
+
 // A step with BF16 working weights needs the master taken first: an
 // update of the rounded arena would silently drop the master's low bits.
 TEST(AdamW, Bf16WorkingWeightsWithoutAMasterAreRefused) {
