@@ -165,6 +165,9 @@ FlopCount flops_per_token(const NemotronHConfig& cfg, int64_t seq_len);
 // moments, plus the activations this implementation keeps for backward.
 struct MemoryEstimate {
   double params = 0, grads = 0, optimizer = 0;
+  // FP32 master weights kept apart from the working weights in the memory
+  // the model trains in (BF16 working weights, optimizer not offloaded).
+  double master = 0;
   double activations = 0;  // kept for backward, for batch x seq_len tokens
   double workspace = 0;    // largest temporary (backward buffers, logits)
   // Gradient accumulation: the step's running sum of the micro-batches'
@@ -176,7 +179,7 @@ struct MemoryEstimate {
   // copies: their gradient sums and staging). Not part of total().
   double host_state = 0;
   // The bytes in the memory the model trains in (a device's, or the host's).
-  double total() const { return params + grads + optimizer + activations + workspace + grad_sums; }
+  double total() const { return params + grads + optimizer + master + activations + workspace + grad_sums; }
 };
 // With `recompute` (block recompute, NemotronH::set_recompute) one block's
 // kept tensors per block type instead of every block's.

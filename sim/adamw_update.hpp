@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "formats/format.hpp"  // EXMY_HD
+#include "sim/bf16.hpp"
 #include "sim/hd_math.hpp"
 #include "sim/kernel_launch.hpp"
 
@@ -34,12 +35,29 @@ EXMY_HD void adamw_update(float& p, float& m, float& v, float g, float dk, const
   p -= s.step_size * (m / denom);
 }
 
+// BF16 working weights (train.working_weights = bf16): the update is made
+// on the FP32 master weight and the working weight the model reads is the
+// master rounded to the nearest bfloat16, ties to even (sim/bf16.hpp).
+EXMY_HD void adamw_update_bf16(float& working, float& master, float& m, float& v, float g, float dk,
+                               const AdamWScalars& s) {
+  adamw_update(master, m, v, g, dk, s);
+  working = round_bf16_hd(master);
+}
+
 // The update of one contiguous range of n elements (a view of the arena,
 // one decay factor), a thread per element.
 template <class L>
 void adamw_range_launches(const L& launch, float* p, float* m, float* v, const float* g, int64_t n, float dk,
                           const AdamWScalars& s) {
   launch("adamw_update", n, [=] EXMY_HD_LAMBDA(int64_t i) { adamw_update(p[i], m[i], v[i], g[i], dk, s); });
+}
+
+// ... with BF16 working weights: master updated, p its rounding.
+template <class L>
+void adamw_bf16_range_launches(const L& launch, float* p, float* master, float* m, float* v, const float* g,
+                               int64_t n, float dk, const AdamWScalars& s) {
+  launch("adamw_update_bf16", n,
+         [=] EXMY_HD_LAMBDA(int64_t i) { adamw_update_bf16(p[i], master[i], m[i], v[i], g[i], dk, s); });
 }
 
 // The global gradient norm's blocks (sim::global_norm): block b is the
@@ -69,10 +87,15 @@ void global_norm_launches(const L& launch, const float* g, int64_t n, double* pa
 // default stream; only with EXMY_HAVE_CUDA), and with the threads run on the
 // host (host pointers; tests/train/test_optim.cpp compares it with AdamW).
 void adamw_update_emulated(float* p, float* m, float* v, const float* g, int64_t n, float dk, const AdamWScalars& s);
+// ... adamw_bf16_range_launches likewise.
+void adamw_bf16_update_emulated(float* p, float* master, float* m, float* v, const float* g, int64_t n, float dk,
+                                const AdamWScalars& s);
 // ... and global_norm_launches likewise (part: norm_blocks(n) doubles).
 void global_norm_partials_emulated(const float* g, int64_t n, double* part);
 #if defined(EXMY_HAVE_CUDA)
 void adamw_update_cuda(float* p, float* m, float* v, const float* g, int64_t n, float dk, const AdamWScalars& s);
+void adamw_bf16_update_cuda(float* p, float* master, float* m, float* v, const float* g, int64_t n, float dk,
+                            const AdamWScalars& s);
 void global_norm_partials_cuda(const float* g, int64_t n, double* part);
 #endif
 

@@ -73,14 +73,25 @@ int64_t largest_shard(const ArenaLayout& layout, int n) {
 
 AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg) : AdamW(layout, cfg, whole_arena(layout)) {}
 
+WorkingWeights parse_working_weights(std::string_view name, std::string_view key) {
+  if (name == "fp32") return WorkingWeights::fp32;
+  if (name == "bf16") return WorkingWeights::bf16;
+  throw Error(std::string(key) + ": bad value '" + std::string(name) + "' (expected fp32 or bf16)");
+}
+
+std::string_view working_weights_name(WorkingWeights w) { return w == WorkingWeights::bf16 ? "bf16" : "fp32"; }
+
 AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard, Memory& memory,
-             OptimKernels kernels, Memory* offload)
+             OptimKernels kernels, Memory* offload, WorkingWeights working)
     : cfg_(cfg), shard_(shard), arena_size_(layout.size()), kernels_(kernels), m_(offload ? *offload : memory),
-      v_(offload ? *offload : memory), offloaded_(offload != nullptr), arena_memory_(&memory) {
+      v_(offload ? *offload : memory), offloaded_(offload != nullptr), arena_memory_(&memory), working_(working) {
   if (offload && !offload->on_host())
     throw Error("AdamW: offloaded optimizer state must be in host memory, not " + std::string(offload->name()));
   if (!offload && !memory.on_host() && !kernels.on_device())
     throw Error("AdamW: no update kernel for optimizer state in " + std::string(memory.name()) + " memory");
+  if (!offload && !memory.on_host() && working == WorkingWeights::bf16 && !kernels.adamw_bf16)
+    throw Error("AdamW: no BF16 working-weight update kernel for optimizer state in " + std::string(memory.name()) +
+                " memory");
   const auto& views = layout.views();
   for (const auto& v : views) offsets_.push_back(v.offset);
   for (int i = shard.first_view; i < shard.end_view; ++i) {
@@ -89,10 +100,35 @@ AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard, M
   }
   m_.resize_zero(shard.size());
   v_.resize_zero(shard.size());
-  if (offloaded_) {
-    master_.place(*offload), master_.resize_zero(shard.size());
-    stage_.place(*offload), stage_.resize_zero(std::min(shard.size(), kOffloadChunk));
+  if (keeps_master()) master_.place(offload ? *offload : memory), master_.resize_zero(shard.size());
+  if (offloaded_) stage_.place(*offload), stage_.resize_zero(std::min(shard.size(), kOffloadChunk));
+}
+
+void AdamW::take_master(std::span<const float> params) {
+  if (static_cast<int64_t>(params.size()) != arena_size_)
+    throw Error("AdamW::take_master: arena size does not match the optimizer state");
+  if (!keeps_master()) return;
+  const size_t bytes = sizeof(float) * static_cast<size_t>(shard_.size());
+  const float* src = params.data() + shard_.begin;
+  if (bytes == 0) {  // a rank without a shard
+  } else if (master_.memory().on_host()) {
+    arena_memory_->to_host(master_.data(), src, bytes);
+  } else {
+    arena_memory_->copy(master_.data(), src, bytes);
   }
+  master_valid_ = true;
+}
+
+void AdamW::master_to(std::span<float> params) const {
+  if (static_cast<int64_t>(params.size()) != arena_size_)
+    throw Error("AdamW::master_to: arena size does not match the optimizer state");
+  if (!keeps_master()) return;
+  if (!master_valid_) throw Error("AdamW::master_to: the master weights were never taken (take_master)");
+  const size_t bytes = sizeof(float) * static_cast<size_t>(shard_.size());
+  if (bytes == 0) return;
+  float* dst = params.data() + shard_.begin;
+  if (master_.memory().on_host()) arena_memory_->from_host(dst, master_.data(), bytes);
+  else arena_memory_->copy(dst, master_.data(), bytes);
 }
 
 AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t t, double lr, double grad_scale) {
@@ -112,14 +148,21 @@ void AdamW::step(std::span<float> params, std::span<const float> grads, double l
   const AdamWScalars s = adamw_scalars(cfg_, t_, lr, grad_scale);
   float* p = params.data();
   const float* g = grads.data();
+  const bool bf16 = working_ == WorkingWeights::bf16;
+  // The arena holds rounded weights: an update from them would lose the master's low bits.
+  if (bf16 && !master_valid_ && shard_.size() > 0)
+    throw Error("AdamW::step: BF16 working weights without master weights (take_master after writing the arena)");
   if (offloaded_) return step_offloaded(p, g, s);
   float* m = m_.data();  // shard-indexed: arena element i is m[i - shard_.begin]
   float* v = v_.data();
+  float* master = master_.data();  // BF16 working weights: shard-indexed too
   if (!m_.memory().on_host()) {  // a device: one launch per view, the same update per element
     for (size_t k = 0; k < ranges_.size(); ++k) {
       const auto [off, n] = ranges_[k];
-      kernels_.adamw(p + off, m + (off - shard_.begin), v + (off - shard_.begin), g + off, n,
-                     decay_[k] ? s.decay : 1.0f, s);
+      const int64_t l = off - shard_.begin;
+      const float dk = decay_[k] ? s.decay : 1.0f;
+      if (bf16) kernels_.adamw_bf16(p + off, master + l, m + l, v + l, g + off, n, dk, s);
+      else kernels_.adamw(p + off, m + l, v + l, g + off, n, dk, s);
     }
     return;
   }
@@ -132,7 +175,12 @@ void AdamW::step(std::span<float> params, std::span<const float> grads, double l
     const float dk = decay_[static_cast<size_t>(k)] ? s.decay : 1.0f;
     float* mk = m + (off - shard_.begin);
     float* vk = v + (off - shard_.begin);
-    for (int64_t i = 0; i < n; ++i) adamw_update(p[off + i], mk[i], vk[i], g[off + i], dk, s);
+    if (bf16) {
+      float* wk = master + (off - shard_.begin);
+      for (int64_t i = 0; i < n; ++i) adamw_update_bf16(p[off + i], wk[i], mk[i], vk[i], g[off + i], dk, s);
+    } else {
+      for (int64_t i = 0; i < n; ++i) adamw_update(p[off + i], mk[i], vk[i], g[off + i], dk, s);
+    }
   }
 }
 
@@ -144,8 +192,10 @@ void AdamW::set_offload_chunk(int64_t n) {
 
 // Chunk by chunk of the shard: its gradients to the host, the update of the
 // views (or parts of views) in it on the master weights, the chunk's
-// weights back to the arena. Each element's update is the one every other
-// path makes, so neither the chunking nor the threads change a bit.
+// weights back to the arena (with BF16 working weights their rounding,
+// formed in the staging buffer once the chunk's gradients are used). Each
+// element's update is the one every other path makes, so neither the
+// chunking nor the threads change a bit.
 void AdamW::step_offloaded(float* params, const float* grads, const AdamWScalars& s) {
   const int64_t begin = shard_.begin, end = shard_.end;
   if (end <= begin) return;
@@ -171,7 +221,14 @@ void AdamW::step_offloaded(float* params, const float* grads, const AdamWScalars
       for (int64_t i = 0; i < b - a; ++i) adamw_update(master[l + i], m[l + i], v[l + i], g[a - c0 + i], dk, s);
       if (off + n > c1) break;  // the view goes on into the next chunk
     }
-    arena_memory_->from_host(params + c0, master + (c0 - begin), sizeof(float) * static_cast<size_t>(c1 - c0));
+    const float* up = master + (c0 - begin);
+    if (working_ == WorkingWeights::bf16) {
+      const int64_t l = c0 - begin;
+#pragma omp parallel for schedule(static) if (c1 - c0 >= parallel_min_work())
+      for (int64_t i = 0; i < c1 - c0; ++i) g[i] = round_bf16_hd(master[l + i]);
+      up = g;
+    }
+    arena_memory_->from_host(params + c0, up, sizeof(float) * static_cast<size_t>(c1 - c0));
   }
 }
 

@@ -34,6 +34,9 @@ double global_norm_of_partials(std::span<const double> part, double scale = 1.0)
 struct OptimKernels {
   void (*adamw)(float* p, float* m, float* v, const float* g, int64_t n, float dk, const AdamWScalars& s) = nullptr;
   void (*norm_partials)(const float* g, int64_t n, double* part) = nullptr;
+  // BF16 working weights: adamw_bf16_update_{emulated,cuda}.
+  void (*adamw_bf16)(float* p, float* master, float* m, float* v, const float* g, int64_t n, float dk,
+                     const AdamWScalars& s) = nullptr;
   bool on_device() const { return adamw != nullptr; }
 };
 
@@ -54,6 +57,14 @@ struct AdamWConfig {
 };
 
 struct AdamWScalars;  // sim/adamw_update.hpp
+
+// The weights the model reads (train.working_weights): the FP32 weights the
+// optimizer updates, or (bf16) those rounded to the nearest bfloat16 after
+// every update, the optimizer keeping the FP32 master weights apart.
+enum class WorkingWeights : uint8_t { fp32, bf16 };
+// "fp32" | "bf16"; throws exmy::Error naming `key` and the accepted values.
+WorkingWeights parse_working_weights(std::string_view name, std::string_view key = "train.working_weights");
+std::string_view working_weights_name(WorkingWeights w);
 
 // The FP32 scalars of update t (1-based) at learning rate lr: the bias
 // corrections formed in double, each scalar rounded to float once.
@@ -106,10 +117,19 @@ class AdamW {
   // sim/adamw_update.hpp, so the same bits) and copies each chunk of
   // weights back into the arena. The device then holds only the working
   // weights and the gradients. The master copy is taken from the arena at
-  // the first step and after master_from_params().
+  // the first step and after master_from_params(), or at once by
+  // take_master().
+  //
+  // With `working` = bf16 (train.working_weights) the optimizer keeps the
+  // shard's FP32 master weights apart from the arena (in `memory` beside
+  // the moments, or offloaded with them), updates them, and writes each
+  // updated element's BF16 rounding into the arena (adamw_update_bf16,
+  // sim/adamw_update.hpp): the arena holds the working weights the model
+  // reads. The master must be taken with take_master() before the first
+  // step (the arena's values are then the master weights, not yet rounded).
   AdamW(const ArenaLayout& layout, AdamWConfig cfg);
   AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard, Memory& memory = host_memory(),
-        OptimKernels kernels = {}, Memory* offload = nullptr);
+        OptimKernels kernels = {}, Memory* offload = nullptr, WorkingWeights working = WorkingWeights::fp32);
 
   // Updates the shard's part of the (whole-arena) params from the
   // whole-arena grads; the rest of params is left as it is. Each element's
@@ -141,6 +161,22 @@ class AdamW {
   // loaded): an offloaded optimizer takes its master weights from them
   // again at its next step. Nothing to do otherwise.
   void master_from_params() { master_valid_ = false; }
+  // The working weights the arena holds (WorkingWeights::bf16: the master's
+  // BF16 rounding).
+  WorkingWeights working_weights() const { return working_; }
+  // Whether FP32 master weights are kept apart from the arena (offloaded,
+  // or BF16 working weights); they are then in memory(), shard-indexed.
+  bool keeps_master() const { return offloaded_ || working_ == WorkingWeights::bf16; }
+  // The arena's params hold FP32 master weights just written (an
+  // initialization, a checkpoint or HF weights loaded): the shard's master
+  // copy is taken from them now. Nothing to do for an optimizer that keeps
+  // no master.
+  void take_master(std::span<const float> params);
+  // The shard's master weights written into the arena's params (the rest
+  // left as it is): an FP32 export of a run with BF16 working weights.
+  void master_to(std::span<float> params) const;
+  // View i's master weights (an owned view of an optimizer that keeps_master).
+  const float* master_of(int view) const { return master_.data() + local(view); }
   // Elements per staged copy of an offloaded optimizer (kOffloadChunk;
   // tests make it small so that chunks cut views). Grows the staging
   // buffer when needed.
@@ -169,6 +205,7 @@ class AdamW {
   MemBuf<float> master_, stage_;
   int64_t chunk_ = kOffloadChunk;
   bool master_valid_ = false;
+  WorkingWeights working_ = WorkingWeights::fp32;
 };
 
 // Learning-rate schedules over `total` updates (step = 0-based update index).

@@ -10,6 +10,7 @@
 # Runs (synthetic data, log every step):
 #   fp32    proxy-10m, 50 steps, batch 8 x 256 tokens, fp32 policy
 #   bf16    the same with train.precision = bf16
+#   bf16-working  the same with train.working_weights = bf16 (and offloaded: the device run's bits)
 #   ue5m3   proxy-10m, 20 steps, ue5m3-b16-fp32gemm, statistics every 5 steps
 #   row-scaled  the same with nvfp4-row-scaled (row outer scales)
 # The check: the largest |loss_cuda - loss_cpu| / loss_cpu over the steps is
@@ -86,6 +87,17 @@ else
   status=1
 fi
 compare bf16 50 1e-3 train.precision=bf16
+# BF16 working weights (train.working_weights = bf16): the fused update and
+# rounding kernel against the CPU; offloaded (the master on the host,
+# rounded chunks sent up) the same final weights as on the device
+compare bf16-working 50 1e-3 train.working_weights=bf16 train.export_hf=bf16
+if run bf16-working-offload "$device" 50 train.working_weights=bf16 train.export_hf=bf16 train.offload=optimizer &&
+  cmp -s "$out/bf16-working-$device/hf/model.safetensors" "$out/bf16-working-offload-$device/hf/model.safetensors"; then
+  echo "train bf16 working weights with the optimizer offloaded on $device: the same final weights, bit for bit: ok"
+else
+  echo "train bf16 working weights with the optimizer offloaded on $device: the final weights differ (or the run failed): FAILED"
+  status=1
+fi
 compare ue5m3 20 1e-2 train.recipe=ue5m3-b16-fp32gemm train.stats_interval=5
 compare row-scaled 20 1e-2 train.recipe=nvfp4-row-scaled train.stats_interval=5
 exit $status

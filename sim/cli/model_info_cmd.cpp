@@ -54,6 +54,7 @@ int cmd_model_info(const Args& args) {
       ("batch", po::value<int64_t>()->default_value(1), "micro-batch (sequences) for the memory estimate")  //
       ("recompute", po::value<std::string>()->default_value("none"), "activation recompute for the memory estimate: none | blocks (train.recompute)")  //
       ("offload", po::value<std::string>()->default_value("none"), "none | optimizer: FP32 master weights and AdamW moments in host memory while the model trains on --device (train.offload)")  //
+      ("working-weights", po::value<std::string>()->default_value("fp32"), "fp32 | bf16: the weights the model reads; bf16 adds the optimizer's FP32 master weights where the optimizer state lives (train.working_weights)")  //
       ("host-memory", po::value<double>(), "GiB of host memory for the offloaded state (default: what this machine has free now)")  //
       ("memory", po::value<double>(), "GiB available for the plan (default: what this machine, or --device, has free now)")  //
       ("device", po::value<std::string>()->default_value("cpu"), "where the plan trains: cpu, cuda[:N] (train.device)")  //
@@ -74,6 +75,8 @@ int cmd_model_info(const Args& args) {
   if (offload == "optimizer" && device.is_cpu())
     throw Error("--offload optimizer plans a device run (give --device cuda): on the CPU the optimizer state is in host memory already");
   const bool offloaded = offload == "optimizer";
+  const bool bf16_weights =
+      sim::parse_working_weights(vm["working-weights"].as<std::string>(), "--working-weights") == sim::WorkingWeights::bf16;
   const int ranks = vm["ranks"].as<int>();
   if (ranks < 1) throw Error("--ranks must be at least 1");
   const int64_t accum = vm["grad-accum"].as<int64_t>() == 0 ? ranks : vm["grad-accum"].as<int64_t>();
@@ -124,6 +127,7 @@ int cmd_model_info(const Args& args) {
   train::RankPlan plan;
   plan.ranks = ranks;
   plan.offload = offloaded;
+  plan.bf16_weights = bf16_weights;
   plan.grad_accum = accum;
   plan.on_device = !device.is_cpu();
   plan.device_sums = true;  // one rank alone, or ranks on NCCL (train.comm = auto picks it on CUDA devices)
@@ -133,12 +137,17 @@ int cmd_model_info(const Args& args) {
   const std::string where = device.is_cpu()  ? "on the CPU"
                             : offloaded      ? "on " + sim::device_name(device) + ", optimizer state in host memory"
                                              : "on " + sim::device_name(device) + ", all in device memory";
-  std::printf("\ntraining memory %s, FP32, micro-batch %lld x %lld tokens, recompute %s%s:\n", where.c_str(),
+  std::printf("\ntraining memory %s, %s, micro-batch %lld x %lld tokens, recompute %s%s:\n", where.c_str(),
+              bf16_weights ? "BF16 working weights in FP32 storage with FP32 master weights" : "FP32",
               static_cast<long long>(batch), static_cast<long long>(seq), recompute.c_str(),
               ranks > 1 ? (", per rank of " + std::to_string(ranks) + (offloaded ? " (AdamW state sharded)" : " (AdamW moments sharded)")).c_str() : "");
   if (offloaded)
     std::printf("  weights %s, gradients %s (the master weights and AdamW moments are on the host)\n",
                 sim::gib_text(m.params).c_str(), sim::gib_text(m.grads).c_str());
+  else if (m.master > 0)
+    std::printf("  weights %s, gradients %s, AdamW moments %s, FP32 master weights %s\n",
+                sim::gib_text(m.params).c_str(), sim::gib_text(m.grads).c_str(), sim::gib_text(m.optimizer).c_str(),
+                sim::gib_text(m.master).c_str());
   else
     std::printf("  weights %s, gradients %s, AdamW moments %s\n", sim::gib_text(m.params).c_str(),
                 sim::gib_text(m.grads).c_str(), sim::gib_text(m.optimizer).c_str());

@@ -315,6 +315,7 @@ int64_t QuantEvalModel::load_checkpoint(const std::string& path) {
   sim::AdamW opt(model_->arena().layout(), cfg_.adamw);
   train::TrainState state;
   train::load_checkpoint(path, *model_, opt, state);
+  round_working_weights();
   freeze_weights();
   reset_activations();
   if (policy_.kind == ActPolicy::Kind::checkpoint) freeze_checkpointed(path, state.step);
@@ -348,8 +349,18 @@ void QuantEvalModel::load_hf(const std::string& path) {
   if (policy_.kind == ActPolicy::Kind::checkpoint)
     throw Error("policy checkpoint reads the tensor references of an exmy checkpoint; an HF checkpoint has none");
   models::load_hf_weights(*model_, path);
+  round_working_weights();
   freeze_weights();
   reset_activations();
+}
+
+// A run with train.working_weights = bf16 read its FP32 master weights
+// (what checkpoints and FP32 HF exports hold) rounded to BF16: so does its
+// evaluation, as the in-training one does from the run's arena.
+void QuantEvalModel::round_working_weights() {
+  if (!cfg_.bf16_weights()) return;
+  const auto params = model_->arena().params();
+  model_->backend().round_bf16(params.data(), static_cast<int64_t>(params.size()));
 }
 
 void QuantEvalModel::freeze_weights() {

@@ -173,6 +173,7 @@ class QuantEvalModel {
  private:
   class Linear;
   class Factory;
+  void round_working_weights();  // train.working_weights = bf16: the arena to BF16
   void freeze_weights();
   void reset_activations();
   // policy checkpoint: the forward references the checkpoint at `path`

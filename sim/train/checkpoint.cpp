@@ -46,7 +46,7 @@ std::string checkpoint_name(int64_t step) {
 }
 
 void save_checkpoint(const std::string& path, const models::NemotronH<float>& model, const sim::AdamW& opt,
-                     const TrainState& state, const CheckpointInfo& info, const MomentsOf& others) {
+                     const TrainState& state, const CheckpointInfo& info, const ShardStateOf& others) {
   io::h5::silence_errors();
   try {
     io::write_file_atomic(path, [&](const std::string& tmp) {
@@ -71,20 +71,25 @@ void save_checkpoint(const std::string& path, const models::NemotronH<float>& mo
       write_attribute(root.get(), "git_commit", info.git_commit);
       const auto& arena = model.arena();
       const auto& views = arena.layout().views();
+      // BF16 working weights: the arena holds the master's rounding, the
+      // optimizer (or the rank owning the view) the master itself.
+      const bool master = opt.working_weights() == sim::WorkingWeights::bf16;
       std::vector<float> sp, sm, sv;  // a view's tensors on their way from a device
       for (size_t i = 0; i < views.size(); ++i) {
         const auto& v = views[i];
         const int vi = static_cast<int>(i);
-        io::h5::write_array(f.get(), "/params/" + v.name, sim::host_view(arena.memory(), arena.param(vi), v.numel, sp),
-                            v.shape);
-        std::pair<const float*, const float*> mv{nullptr, nullptr};
+        ViewState st;
         if (opt.owns(vi))
-          mv = {sim::host_view(opt.memory(), opt.exp_avg_of(vi), v.numel, sm),
-                sim::host_view(opt.memory(), opt.exp_avg_sq_of(vi), v.numel, sv)};
-        else if (others) mv = others(vi);
+          st = {sim::host_view(opt.memory(), opt.exp_avg_of(vi), v.numel, sm),
+                sim::host_view(opt.memory(), opt.exp_avg_sq_of(vi), v.numel, sv),
+                master ? sim::host_view(opt.memory(), opt.master_of(vi), v.numel, sp) : nullptr};
+        else if (others) st = others(vi);
         else throw Error("save_checkpoint: the optimizer state of " + v.name + " is on another rank");
-        io::h5::write_array(f.get(), "/optimizer/exp_avg/" + v.name, mv.first, v.shape);
-        io::h5::write_array(f.get(), "/optimizer/exp_avg_sq/" + v.name, mv.second, v.shape);
+        if (master && !st.master) throw Error("save_checkpoint: no master weights of " + v.name);
+        io::h5::write_array(f.get(), "/params/" + v.name,
+                            master ? st.master : sim::host_view(arena.memory(), arena.param(vi), v.numel, sp), v.shape);
+        io::h5::write_array(f.get(), "/optimizer/exp_avg/" + v.name, st.exp_avg, v.shape);
+        io::h5::write_array(f.get(), "/optimizer/exp_avg_sq/" + v.name, st.exp_avg_sq, v.shape);
       }
       const uint64_t rng[2] = {state.data_seed, static_cast<uint64_t>(state.data_position)};
       io::h5::write_array(f.get(), "/rng", rng, {2});

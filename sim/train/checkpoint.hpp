@@ -5,7 +5,10 @@
 //                           data_position, data_seed, tokens_seen, adam_step,
 //                           best_val_loss, best_val_step, elapsed_s, config (resolved
 //                           text), exmy_version, git_commit
-//   /params/<name>          float32, each parameter view with its HF name and shape
+//   /params/<name>          float32, each parameter view with its HF name and shape: the FP32
+//                           master weights (with train.working_weights = bf16 the optimizer's
+//                           master, which the working weights are the BF16 rounding of; else
+//                           the model's weights, the same thing)
 //   /optimizer/exp_avg/<name>, /optimizer/exp_avg_sq/<name>   AdamW moments, same shapes
 //   /train_losses           float64 [step]: the training loss of every step (TrainState::losses;
 //                           absent at step 0)
@@ -63,21 +66,32 @@ struct CheckpointInfo {
   std::string exmy_version, git_commit;
 };
 
-// The AdamW moments (exp_avg, exp_avg_sq) of a view the optimizer does not
-// own: with the optimizer state sharded over the ranks, rank 0 writes the
-// checkpoint and receives the other ranks' views through this, in view
-// order. The pointers stay valid until the next call.
-using MomentsOf = std::function<std::pair<const float*, const float*>(int view)>;
+// The optimizer state of one view in host memory: its AdamW moments and,
+// with BF16 working weights, its FP32 master weights (else null).
+struct ViewState {
+  const float* exp_avg = nullptr;
+  const float* exp_avg_sq = nullptr;
+  const float* master = nullptr;
+};
+// The state of a view the optimizer does not own: with the optimizer state
+// sharded over the ranks, rank 0 writes the checkpoint and receives the
+// other ranks' views through this, in view order. The pointers stay valid
+// until the next call.
+using ShardStateOf = std::function<ViewState(int view)>;
 
-// The checkpoint is the same file whether the moments come from one
-// optimizer or from the shards of several ranks (`others` gives those opt
-// does not own).
+// The checkpoint is the same file whether the moments (and master weights)
+// come from one optimizer or from the shards of several ranks (`others`
+// gives those opt does not own). /params is the master: the model's arena,
+// or with BF16 working weights (opt.working_weights()) the optimizer's
+// master copy.
 void save_checkpoint(const std::string& path, const models::NemotronH<float>& model, const sim::AdamW& opt,
-                     const TrainState& state, const CheckpointInfo& info, const MomentsOf& others = {});
+                     const TrainState& state, const CheckpointInfo& info, const ShardStateOf& others = {});
 // Throws exmy::Error naming the file for a missing, corrupt or mismatched
 // checkpoint (a parameter of the wrong shape, a missing moment, ...). Reads
 // the moments of the views opt owns (a shard: any number of ranks resumes
-// from any checkpoint).
+// from any checkpoint). The arena then holds the FP32 master weights: a
+// caller with BF16 working weights gives them to the optimizer
+// (AdamW::take_master) and rounds the arena.
 void load_checkpoint(const std::string& path, models::NemotronH<float>& model, sim::AdamW& opt, TrainState& state);
 // The resolved configuration text a checkpoint was written with.
 std::string checkpoint_config(const std::string& path);

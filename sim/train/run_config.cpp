@@ -33,6 +33,7 @@ const std::vector<ConfigKey> kKeys = {
     {"train.seq_len", "128", "tokens per sequence"},
     {"train.grad_accum", "1", "micro-batches accumulated per optimizer step"},
     {"train.precision", "fp32", "fp32 or bf16: bf16 rounds activations and every linear the recipe leaves unquantized to BF16"},
+    {"train.working_weights", "fp32", "fp32 or bf16: the weights the model reads (bf16: the FP32 master weights, kept by the optimizer with the AdamW moments, rounded to BF16 after every update; every layer and recipe reads the rounded weights; checkpoints hold the master)"},
     {"train.recipe", "fp32", "quantization recipe: a name (exmy train --recipes lists them) or an .ini file; recipe.SECTION.KNOB=VALUE overrides a knob"},
     {"train.seed", "1", "seed of the weight initialization and of the data order"},
     {"train.threads", "0", "OpenMP threads (0: OpenMP's default); results do not depend on it"},
@@ -241,6 +242,7 @@ void read_train(RunConfig& c, std::map<std::string, std::string>& v,
   c.grad_accum = as_int(v, "train.grad_accum", 1);
   c.precision = v["train.precision"];
   if (c.precision != "fp32" && c.precision != "bf16") bad("train.precision", c.precision, "fp32 or bf16");
+  c.working_weights = sim::parse_working_weights(v["train.working_weights"]);
   // The recipe: loaded, its overrides applied in order, validated; each
   // step names the key at fault.
   c.recipe_name = v["train.recipe"];

@@ -52,6 +52,11 @@ struct RunConfig {
   // and every linear the recipe leaves unquantized runs in BF16 (the
   // recipe's `unquantized` knob is set to bf16).
   std::string precision = "fp32";
+  // fp32 | bf16: the weights every layer reads; with bf16 the optimizer
+  // keeps the FP32 master weights and the model's arena holds their BF16
+  // rounding, renewed after every update (sim::AdamW, WorkingWeights).
+  sim::WorkingWeights working_weights = sim::WorkingWeights::fp32;
+  bool bf16_weights() const { return working_weights == sim::WorkingWeights::bf16; }
   // The quantization recipe of every linear layer: train.recipe (a name or
   // an .ini file) with the recipe.* overrides applied, validated.
   std::string recipe_name = "fp32";

@@ -96,6 +96,7 @@ RankPlan rank_plan(const RunConfig& cfg, int ranks) {
   p.ranks = ranks;
   p.shard_optimizer = cfg.shard_optimizer;
   p.offload = cfg.offloaded();
+  p.bf16_weights = cfg.bf16_weights();
   p.grad_accum = cfg.grad_accum;
   p.on_device = !cfg.device.is_cpu();
   // as make_buffer_comm decides (auto: NCCL on CUDA devices when it loads)
@@ -111,9 +112,11 @@ models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model
   const int shards = plan.shard_optimizer ? plan.ranks : 1;
   const double shard = shards > 1 ? static_cast<double>(sim::largest_shard(models::make_layout(model), shards)) : arena;
   if (shards > 1) m.optimizer = 8.0 * shard;
+  if (plan.bf16_weights) m.master = 4.0 * shard;  // sim::AdamW's master beside the moments
   if (plan.offload) {  // sim::AdamW's offload: master weights and moments on the host, one chunk of gradients staged
     m.host_state = 12.0 * shard + 4.0 * std::min(shard, static_cast<double>(sim::kOffloadChunk));
     m.optimizer = 0;
+    m.master = 0;  // counted in host_state, with or without BF16 working weights
   }
   if (plan.grad_accum > 1) {  // Trainer::forward_backward's sums, on the rank that keeps the most
     const int64_t k = (plan.grad_accum + plan.ranks - 1) / plan.ranks;  // a rank's micro-batches
@@ -144,8 +147,10 @@ void require_training_memory(const RunConfig& cfg, int ranks) {
   sim::require_memory(m.total(),
                       "training model " + cfg.model_name + " (micro-batch " + std::to_string(cfg.batch_size) + " x " +
                           std::to_string(cfg.seq_len) + " tokens: weights, gradients" +
-                          (cfg.offloaded() ? " (AdamW state offloaded)" : " and AdamW moments" + shard) + " " +
-                          sim::gib_text(m.params + m.grads + m.optimizer) + ", activations and workspace " +
+                          (cfg.offloaded() ? " (AdamW state offloaded)"
+                                           : " and AdamW moments" + std::string(m.master > 0 ? " and FP32 master weights" : "") +
+                                                 shard) +
+                          " " + sim::gib_text(m.params + m.grads + m.optimizer + m.master) + ", activations and workspace " +
                           sim::gib_text(m.activations + m.workspace) +
                           (m.grad_sums > 0 ? ", gradient sums " + sim::gib_text(m.grad_sums) : std::string()) +
                           "; exmy model-info --model " + cfg.model_name + ")",
@@ -305,7 +310,20 @@ class Trainer {
       for (int r = 0; r < n; ++r) shards_.push_back(sim::optimizer_shard(layout, r, n));
     opt_ = std::make_unique<sim::AdamW>(
         layout, cfg_.adamw, shards_.empty() ? sim::whole_arena(layout) : shards_[static_cast<size_t>(comm_.rank())],
-        device_->memory(), device_->optim(), cfg_.offloaded() ? device_->offload_memory() : nullptr);
+        device_->memory(), device_->optim(), cfg_.offloaded() ? device_->offload_memory() : nullptr,
+        cfg_.working_weights);
+  }
+
+  // The arena holds FP32 weights just written (the seed's initialization,
+  // HF weights, a checkpoint's master weights): the optimizer takes its
+  // shard's master copy of them, and with BF16 working weights the model
+  // then reads their rounding. Every rank rounds the whole arena (each
+  // holds all the weights; rounding is elementwise), so the ranks' working
+  // weights are the same bits, as after each step's gather.
+  void start_from_params() {
+    const auto params = model_->arena().params();
+    opt_->take_master(params);
+    if (cfg_.bf16_weights()) model_->backend().round_bf16(params.data(), static_cast<int64_t>(params.size()));
   }
 
   // The Comm that moves the model's buffers (train.comm, docs/training.md
@@ -444,10 +462,12 @@ class Trainer {
       models::load_hf_weights(*model_, cfg_.init_from);
       say("initialized from HF checkpoint %s\n", cfg_.init_from.c_str());
     }
+    start_from_params();
   }
 
   void init_from_checkpoint(const std::string& path) {
     load_checkpoint(path, *model_, *opt_, state_);
+    start_from_params();
     if (state_.data_seed != cfg_.seed)
       throw Error("checkpoint '" + path + "' was written with train.seed = " + std::to_string(state_.data_seed) +
                   ", the configuration says " + std::to_string(cfg_.seed));
@@ -673,11 +693,11 @@ class Trainer {
                     ": no checkpoint written");
     }
     if (comm_.rank() != 0) {
-      send_moments();
+      send_shard_state();
     } else {
       fs::create_directories(checkpoint_dir());
       save_checkpoint(path, *model_, *opt_, state_, {cfg_.text(), build_.version, build_.git_commit},
-                      receive_moments());
+                      receive_shard_state());
       auto all = list_checkpoints(checkpoint_dir());
       std::error_code ec;  // a checkpoint that cannot be removed is only clutter
       for (size_t i = 0; i + static_cast<size_t>(cfg_.keep_checkpoints) < all.size(); ++i)
@@ -689,14 +709,16 @@ class Trainer {
   }
 
   // A sharded optimizer's checkpoint: the ranks other than 0 send the
-  // moments of their views in view order, rank 0 receives each view it does
-  // not own as save_checkpoint writes it (one view's buffers at a time).
-  // Moments in a device's memory leave from there when buffers_ takes its
-  // pointers, else from host copies; offloaded moments (host memory) go
-  // through the job's host Comm.
+  // moments of their views in view order (with BF16 working weights the
+  // views' FP32 master weights after them), rank 0 receives each view it
+  // does not own as save_checkpoint writes it (one view's buffers at a
+  // time). Moments in a device's memory leave from there when buffers_
+  // takes its pointers, else from host copies; offloaded moments (host
+  // memory) go through the job's host Comm.
   dist::Comm& moment_comm() { return opt_->memory().on_host() ? comm_ : *buffers_; }
   bool moments_staged() const { return !opt_->memory().on_host() && staged(); }
-  void send_moments() {
+  bool master_in_checkpoint() const { return opt_->working_weights() == sim::WorkingWeights::bf16; }
+  void send_shard_state() {
     if (shards_.empty()) return;
     const auto& views = model_->arena().layout().views();
     auto outgoing = [&](const float* p, int64_t n) {
@@ -707,28 +729,31 @@ class Trainer {
       const int64_t n = views[static_cast<size_t>(i)].numel;
       moment_comm().send(outgoing(opt_->exp_avg_of(i), n), bytes, 0);
       moment_comm().send(outgoing(opt_->exp_avg_sq_of(i), n), bytes, 0);
+      if (master_in_checkpoint()) moment_comm().send(outgoing(opt_->master_of(i), n), bytes, 0);
     }
   }
   // Rank 0 receives into host memory, or (device buffers) into a device
   // buffer that lives as long as the checkpoint's writing and is copied to
   // the host view by view.
-  MomentsOf receive_moments() {
+  ShardStateOf receive_shard_state() {
     if (shards_.empty()) return {};
     auto landing = std::make_shared<sim::MemBuf<float>>(device_->memory());
     return [this, landing](int view) {
       const auto& v = model_->arena().layout().views()[static_cast<size_t>(view)];
-      moment_buf_.resize(2 * static_cast<size_t>(v.numel));
+      const int64_t parts = master_in_checkpoint() ? 3 : 2;
+      moment_buf_.resize(static_cast<size_t>(parts * v.numel));
       const size_t bytes = static_cast<size_t>(v.numel) * sizeof(float);
       const int owner = owner_of(view);
       float* into = moment_buf_.data();
       if (!opt_->memory().on_host() && !staged()) {
-        if (landing->size() < 2 * v.numel) landing->resize_zero(2 * v.numel);
+        if (landing->size() < parts * v.numel) landing->resize_zero(parts * v.numel);
         into = landing->data();
       }
-      moment_comm().recv(into, bytes, owner);
-      moment_comm().recv(into + v.numel, bytes, owner);
-      if (into != moment_buf_.data()) device_->memory().to_host(moment_buf_.data(), into, 2 * bytes);
-      return std::pair<const float*, const float*>{moment_buf_.data(), moment_buf_.data() + v.numel};
+      for (int64_t k = 0; k < parts; ++k) moment_comm().recv(into + k * v.numel, bytes, owner);
+      if (into != moment_buf_.data())
+        device_->memory().to_host(moment_buf_.data(), into, static_cast<size_t>(parts) * bytes);
+      const float* b = moment_buf_.data();
+      return ViewState{b, b + v.numel, parts == 3 ? b + 2 * v.numel : nullptr};
     };
   }
 
@@ -759,6 +784,28 @@ class Trainer {
     }
     run_->append("/train/param_norm", std::span<const double>(w));
     run_->append("/train/param_grad_norm", std::span<const double>(g));
+  }
+
+  // DIR/hf/ from rank 0. With BF16 working weights an FP32 export holds
+  // the FP32 master weights (the state the run continues from: init_from
+  // of it gives the same working weights and master), gathered into the
+  // arena for the export (every rank takes part) and rounded back after
+  // it; a BF16 export is the working weights themselves (the master's
+  // rounding, the same bits).
+  void export_hf() {
+    const bool master = cfg_.bf16_weights() && cfg_.export_hf == "fp32";
+    const auto params = model_->arena().params();
+    if (master) {
+      opt_->master_to(params);
+      if (!shards_.empty()) gather_weights();
+    }
+    if (comm_.rank() == 0) {
+      const std::string hf = (fs::path(dir_) / "hf").string();
+      models::save_hf_checkpoint(*model_, hf, cfg_.export_hf == "bf16" ? "BF16" : "F32");
+      say("  HF checkpoint (%s%s) %s\n", cfg_.export_hf.c_str(), master ? ", the FP32 master weights" : "",
+          hf.c_str());
+    }
+    if (master) model_->backend().round_bf16(params.data(), static_cast<int64_t>(params.size()));
   }
 
   void say(const char* fmt, auto... args) {
@@ -793,7 +840,7 @@ class Trainer {
   std::unique_ptr<models::NemotronH<float>> model_;
   std::unique_ptr<sim::AdamW> opt_;
   std::vector<sim::OptimizerShard> shards_;  // every rank's, when the optimizer is sharded
-  std::vector<float> moment_buf_;            // rank 0: a view's moments received for a checkpoint
+  std::vector<float> moment_buf_;            // rank 0: a view's moments (and master) received for a checkpoint
   std::unique_ptr<io::RunFile> run_;
   std::unique_ptr<RunFileStatsSink> stats_;
   std::unique_ptr<RunFileCaptureSink> capture_;
@@ -882,6 +929,10 @@ void Trainer::say_plan(int64_t first) {
       static_cast<long long>(cfg_.grad_accum), cfg_.schedule.peak,
       std::string(sim::lr_kind_name(cfg_.schedule.kind)).c_str(), static_cast<long long>(cfg_.schedule.warmup),
       dir_.c_str());
+  if (cfg_.bf16_weights())
+    say("working weights BF16: the model reads the FP32 master weights rounded to BF16 after every update; the "
+        "master (%s) is kept by the optimizer in %s memory (train.working_weights)\n",
+        sim::gib_text(4.0 * static_cast<double>(opt_->shard().size())).c_str(), opt_->memory().name());
   if (opt_->offloaded())
     say("AdamW state offloaded: master weights and moments (%s) in %s memory, updated there (train.offload)\n",
         sim::gib_text(12.0 * static_cast<double>(opt_->shard().size())).c_str(), opt_->memory().name());
@@ -1110,11 +1161,7 @@ void Trainer::finish(TrainResult& res, const Session& ss) {
           sim::gib_text(peak).c_str(), sim::gib_text(m.total()).c_str(), 100.0 * (peak - m.total()) / m.total());
     }
     say("  run file %s | checkpoint %s\n", run_path().c_str(), last_checkpoint_.c_str());
-    if (cfg_.export_hf != "none" && comm_.rank() == 0) {
-      const std::string hf = (fs::path(dir_) / "hf").string();
-      models::save_hf_checkpoint(*model_, hf, cfg_.export_hf == "bf16" ? "BF16" : "F32");
-      say("  HF checkpoint (%s) %s\n", cfg_.export_hf.c_str(), hf.c_str());
-    }
+    if (cfg_.export_hf != "none") export_hf();
   }
   if (run_) run_->close();
   fill_result(res);

@@ -115,6 +115,10 @@ struct RankPlan {
   int ranks = 1;
   bool shard_optimizer = true;  // AdamW state sharded over the ranks (ZeRO-1)
   bool offload = false;         // train.offload = optimizer
+  // train.working_weights = bf16: the optimizer keeps FP32 master weights
+  // beside the working weights (the arena stays FP32 storage, 4 bytes a
+  // parameter, holding BF16 values)
+  bool bf16_weights = false;
   int64_t grad_accum = 1;       // micro-batches per optimizer step, all ranks together
   bool on_device = false;       // the model trains in a device's memory
   // The gradient sums of a device run stay on the device (one rank alone,
@@ -124,8 +128,9 @@ struct RankPlan {
 // The plan of `cfg` on one of `ranks` ranks.
 RankPlan rank_plan(const RunConfig& cfg, int ranks);
 // models::training_memory of the rank that keeps the most: the largest of
-// the optimizer shards (sim::optimizer_shard), with `offload` the shard's
-// master weights, moments and a staged chunk of gradients counted in
+// the optimizer shards (sim::optimizer_shard), with `bf16_weights` the
+// shard's FP32 master weights (MemoryEstimate::master), with `offload` the
+// shard's master weights, moments and a staged chunk of gradients counted in
 // host_state instead (sim::AdamW's offload), and the gradient sums of
 // accumulation: one running sum alone, or on one of n ranks ceil(G/n) held
 // micro-batch gradients plus the sum the chain passes on.

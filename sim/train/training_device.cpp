@@ -172,12 +172,12 @@ TrainingDevice::TrainingDevice(const sim::Device& d) : device_(d) {
   sim::require_training_device(d, "train.device");
   if (d.is_emulated()) {
     be_ = models::make_emulated_device_backend();
-    optim_ = {sim::adamw_update_emulated, sim::global_norm_partials_emulated};
+    optim_ = {sim::adamw_update_emulated, sim::global_norm_partials_emulated, sim::adamw_bf16_update_emulated};
     quant_ = std::make_unique<EmulatedQuantOps>(be_->memory());
   } else if (d.is_cuda()) {
 #if defined(EXMY_HAVE_CUDA)
     be_ = models::make_cuda_backend(d.index);
-    optim_ = {sim::adamw_update_cuda, sim::global_norm_partials_cuda};
+    optim_ = {sim::adamw_update_cuda, sim::global_norm_partials_cuda, sim::adamw_bf16_update_cuda};
     gemm_ = std::make_shared<sim::CudaGemm>();
     quant_ = std::make_unique<CudaQuantOps>(be_->memory(), *static_cast<sim::CudaGemm*>(gemm_.get()));
 #endif

@@ -279,12 +279,16 @@ TEST(EvalReproducibility, OneAndTwoThreadsGiveTheSameLoss) {
 
 // The fp32 recipe is the unquantized forward: its evaluation equals the
 // training loop's validation loss on the same batches, bit for bit, for an
-// fp32 and a bf16 run, from the parameters and from the checkpoint.
+// fp32 and a bf16 run, from the parameters and from the checkpoint; and for
+// a run with BF16 working weights, whose checkpoint holds the FP32 master
+// that the evaluation rounds as the run did.
 TEST(EvalAgainstTraining, Fp32RecipeEqualsTheValidationLoss) {
-  for (const char* precision : {"fp32", "bf16"}) {
-    SCOPED_TRACE(precision);
+  for (const std::vector<std::string>& sets : {std::vector<std::string>{"train.precision=fp32"},
+                                               std::vector<std::string>{"train.precision=bf16"},
+                                               std::vector<std::string>{"train.working_weights=bf16"}}) {
+    SCOPED_TRACE(sets[0]);
     TempDir d;
-    const auto cfg = tiny({std::string("train.precision=") + precision});
+    const auto cfg = tiny(sets);
     train::TrainHooks h;
     h.out = nullptr;
     h.keep_params = true;

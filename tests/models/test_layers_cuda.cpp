@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -107,6 +108,44 @@ TEST(LayerKernels, AdamW) {
                                 kg.ptr() + view.offset, view.numel, view.weight_decay ? s.decay : 1.0f, s);
   }
   expect_bits(kp.get(), p, "adamw params");
+  expect_bits(km.get(), Vec(opt.exp_avg().begin(), opt.exp_avg().end()), "adamw exp_avg");
+  expect_bits(kv.get(), Vec(opt.exp_avg_sq().begin(), opt.exp_avg_sq().end()), "adamw exp_avg_sq");
+}
+
+// BF16 working weights: three steps of the fused kernel (the update on the
+// FP32 master, its BF16 rounding into the arena) against sim::AdamW with
+// WorkingWeights::bf16: the arena, the master and both moments bit for bit.
+TEST(LayerKernels, AdamWBf16WorkingWeights) {
+  EXMY_REQUIRE_CUDA();
+  sim::ArenaLayout L;
+  L.add("a.weight", {37, 5}, true);
+  L.add("norm.weight", {19}, false);
+  L.add("b.weight", {300}, true);
+  sim::AdamWConfig cfg;
+  sim::AdamW opt(L, cfg, sim::whole_arena(L), sim::host_memory(), {}, nullptr, sim::WorkingWeights::bf16);
+  const size_t n = static_cast<size_t>(L.size());
+  Vec master = randn(n, 12), p = master, m(n, 0.0f), v(n, 0.0f);
+  opt.take_master(p);
+  for (float& x : p) x = sim::round_bf16_hd(x);
+  Buffer kp(p), kw(master), km(m), kv(v);
+  for (int64_t t = 1; t <= 3; ++t) {
+    const Vec g = randn(n, 40 + static_cast<uint64_t>(t), 0.1f);
+    const double lr = 3e-3 * static_cast<double>(t), scale = 0.5;
+    opt.step(p, g, lr, scale);
+    Buffer kg(g);
+    const sim::AdamWScalars s = sim::adamw_scalars(cfg, t, lr, scale);
+    for (const auto& view : L.views())
+      sim::KERNEL(adamw_bf16_update)(kp.ptr() + view.offset, kw.ptr() + view.offset, km.ptr() + view.offset,
+                                     kv.ptr() + view.offset, kg.ptr() + view.offset, view.numel,
+                                     view.weight_decay ? s.decay : 1.0f, s);
+  }
+  expect_bits(kp.get(), p, "working weights");
+  const Vec want_master(opt.master_of(0), opt.master_of(0) + n);
+  const Vec got_master = kw.get();
+  for (const auto& view : L.views())  // the padding is no view's
+    for (int64_t i = view.offset; i < view.offset + view.numel; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got_master[static_cast<size_t>(i)]),
+                std::bit_cast<uint32_t>(want_master[static_cast<size_t>(i)])) << "master " << i;
   expect_bits(km.get(), Vec(opt.exp_avg().begin(), opt.exp_avg().end()), "adamw exp_avg");
   expect_bits(kv.get(), Vec(opt.exp_avg_sq().begin(), opt.exp_avg_sq().end()), "adamw exp_avg_sq");
 }

@@ -528,6 +528,25 @@ TEST(CliTrain, ModelInfoPlansADeviceRun) {
                         "--grad-accum 3: a positive multiple of --ranks (2)");
   expect_one_line_error({kExmy, "model-info", "--device", "cuda", "--offload", "all"},
                         "--offload 'all' (expected none or optimizer)");
+  // --working-weights bf16: the FP32 master (4 bytes a parameter, 30.18
+  // GiB for the 8B) beside the moments on the device, the working weights
+  // still FP32 storage: 169.35 + 30.18 GiB; with the optimizer offloaded
+  // the master is on the host already (its 90.60 GiB held one)
+  {
+    const Result r = run({kExmy, "model-info", "--model", "nemotron-h-8b", "--device", "cuda", "--memory", "139",
+                          "--working-weights", "bf16"});
+    ASSERT_EQ(r.status, 0) << r.out;
+    for (const char* want : {"BF16 working weights in FP32 storage with FP32 master weights",
+                             "FP32 master weights 30.18 GiB", "total 199.53 GiB"})
+      EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+    const Result off = run({kExmy, "model-info", "--model", "nemotron-h-8b", "--device", "cuda", "--memory", "139",
+                            "--working-weights", "bf16", "--offload", "optimizer", "--host-memory", "128"});
+    ASSERT_EQ(off.status, 0) << off.out;
+    for (const char* want : {"total 109.00 GiB", "host memory 90.60 GiB"})
+      EXPECT_NE(off.out.find(want), std::string::npos) << want << "\n" << off.out;
+  }
+  expect_one_line_error({kExmy, "model-info", "--working-weights", "fp8"},
+                        "--working-weights: bad value 'fp8' (expected fp32 or bf16)");
 }
 
 // --device / train.device: cpu and cuda-emulated train; a CUDA device that

@@ -1,9 +1,10 @@
 // Data-parallel `exmy train` (docs/training.md "Data-parallel runs") through
 // the built binary on this machine: `mpirun -np 2` and `-np 3` against one
 // process without MPI must give the same bits (losses, statistics rows,
-// validation losses, per-parameter norms and checkpoints) for fp32, bf16
-// and two quantized recipes (periodic references; RHT with stochastic
-// rounding), a 2-rank checkpoint resumed on 3 ranks too; a killed rank ends
+// validation losses, per-parameter norms and checkpoints) for fp32, bf16,
+// quantized recipes (periodic references; RHT with stochastic rounding)
+// and BF16 working weights (the master sharded, its HF export gathered), a
+// 2-rank checkpoint resumed on 3 ranks too; a killed rank ends
 // the job with a line naming it and leaves a checkpoint that resumes.
 // Skipped when exmy was built without MPI or no mpirun was found.
 #include <gtest/gtest.h>
@@ -134,6 +135,10 @@ const std::vector<Case>& cases() {
       {"fp8-delayed", {"train.recipe=fp8-current", "recipe.all.reference=delayed:2"}},
       // every rank keeps the whole optimizer state (the others shard it)
       {"fp32-unsharded", {"train.precision=fp32", "train.shard_optimizer=off"}},
+      // BF16 working weights: each rank keeps its shard's master, rounds
+      // its shard after the update and the ranks gather the rounded
+      // weights; rank 0 writes the master of every shard into checkpoints
+      {"bf16-working-weights", {"train.working_weights=bf16", "train.recipe=ue5m3-b16", "train.export_hf=fp32"}},
   };
   return c;
 }
@@ -156,10 +161,19 @@ TEST_P(DistTrain, RanksGiveTheBitsOfOneProcess) {
     EXPECT_NE(r.out.find(std::to_string(n) + " ranks: "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("% of rank 0's step time in communication"), std::string::npos) << r.out;
     expect_same_runs(d / "r1", dir, std::string(c.name) + " on " + std::to_string(n) + " ranks");
+    // An HF export (with BF16 working weights: the master gathered from
+    // the shards) is the same file.
+    if (fs::exists(d / "r1/hf/model.safetensors")) {
+      const auto slurp = [](const fs::path& p) {
+        std::ifstream in(p, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+      };
+      EXPECT_TRUE(slurp(d / "r1/hf/model.safetensors") == slurp(dir / "hf/model.safetensors")) << c.name << " " << n;
+    }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, DistTrain, ::testing::Range<size_t>(0, 6), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Recipes, DistTrain, ::testing::Range<size_t>(0, 7), [](const auto& info) {
   std::string n = cases()[info.param].name;
   for (char& ch : n)
     if (ch == '-') ch = '_';
@@ -203,7 +217,10 @@ TEST(DistTrainDevice, DeviceBufferRanksGiveTheBitsOfOneCpuProcess) {
   for (const Case& c : {Case{"fp32", {"train.precision=fp32"}},
                         Case{"fp32-unsharded", {"train.precision=fp32", "train.shard_optimizer=off"}},
                         Case{"fp32-offloaded", {"train.precision=fp32"}, {"train.offload=optimizer"}},
-                        Case{"ue5m3-periodic", {"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:2"}}}) {
+                        Case{"ue5m3-periodic", {"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:2"}},
+                        // the master in device memory, sent from there to rank 0 for checkpoints
+                        Case{"bf16-working-weights", {"train.working_weights=bf16"}},
+                        Case{"bf16-working-weights-offloaded", {"train.working_weights=bf16"}, {"train.offload=optimizer"}}}) {
     TempDir d;
     const auto one = run_ranks(1, tiny_args(d / "cpu", c.sets));
     ASSERT_EQ(one.status, 0) << one.out;
@@ -300,17 +317,22 @@ TEST(Comm, SharesAndOrderedSumOnOneProcess) {
 
 // A checkpoint of a 2-rank run resumed on 3 ranks continues with the bits of
 // the uninterrupted 1-process run.
+// With BF16 working weights the checkpoint's master (gathered from 2
+// shards) is cut into 3 shards and the whole arena rounded on every rank.
 TEST(DistTrainResume, TwoRankCheckpointResumesOnThreeRanks) {
   REQUIRE_MPI();
-  const std::vector<std::string> sets = {"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:3"};
-  TempDir d;
-  ASSERT_EQ(run_ranks(1, tiny_args(d / "one", sets)).status, 0);
-  const auto two = run_ranks(2, tiny_args(d / "two", sets));
-  ASSERT_EQ(two.status, 0) << two.out;
-  fs::remove(d / "two/checkpoints/step_00000004.h5");  // as if the job had stopped after step 2
-  const auto three = run_ranks(3, {"train", "--resume", d / "two"});
-  ASSERT_EQ(three.status, 0) << three.out;
-  expect_same_runs(d / "one", d / "two", "2-rank checkpoint resumed on 3 ranks");
+  for (const std::vector<std::string>& sets :
+       {std::vector<std::string>{"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:3"},
+        std::vector<std::string>{"train.working_weights=bf16"}}) {
+    TempDir d;
+    ASSERT_EQ(run_ranks(1, tiny_args(d / "one", sets)).status, 0);
+    const auto two = run_ranks(2, tiny_args(d / "two", sets));
+    ASSERT_EQ(two.status, 0) << two.out;
+    fs::remove(d / "two/checkpoints/step_00000004.h5");  // as if the job had stopped after step 2
+    const auto three = run_ranks(3, {"train", "--resume", d / "two"});
+    ASSERT_EQ(three.status, 0) << three.out;
+    expect_same_runs(d / "one", d / "two", "2-rank checkpoint resumed on 3 ranks, " + sets[0]);
+  }
 }
 
 // Configurations are checked across ranks, and the rank count must divide

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "formats/error.hpp"
+#include "sim/bf16.hpp"
 #include "sim/optim.hpp"
 #include "sim/parallel.hpp"
 #include "tests/train/test_support.hpp"
@@ -252,6 +253,102 @@ TEST(AdamW, OffloadedStateGivesTheSameBitsChunkByChunk) {
       }
     }
   }
+}
+
+// train.working_weights = bf16: the optimizer keeps the FP32 master weights
+// and writes their BF16 rounding into the arena after each step. Against a
+// reference that runs the plain AdamW on a master copy and rounds it
+// explicitly (round_bf16_hd, sim/bf16.hpp): every element of the arena is
+// bf16(master) bit for bit, the master and moments are the plain AdamW's
+// — on the host, in a device's memory through the device kernels' host
+// emulation, and offloaded chunk by chunk (chunks that cut views), whole or
+// on each of 3 shards (elements outside a shard are left as they were).
+TEST(AdamW, Bf16WorkingWeightsAreTheRoundedMaster) {
+  const ArenaLayout L = mixed_views();
+  AdamWConfig c;
+  std::mt19937 gen(21);
+  std::normal_distribution<float> nd;
+  Buf<float> p0(static_cast<size_t>(L.size()), 0.0f), g(p0.size(), 0.0f);
+  fill_views(L, p0, nd, gen);
+  const OptimKernels emulated{adamw_update_emulated, global_norm_partials_emulated, adamw_bf16_update_emulated};
+  for (const std::string where : {"host", "device", "offloaded"}) {
+    for (const int n : {1, 3}) {
+      for (int r = 0; r < n; ++r) {
+        const std::string at = where + ", " + std::to_string(n) + " shards, rank " + std::to_string(r);
+        const OptimizerShard sh = optimizer_shard(L, r, n);
+        AdamW ref(L, c, sh);
+        CopyCountingMemory dev;
+        AdamW bf(L, c, sh, where == "host" ? host_memory() : dev, where == "device" ? emulated : OptimKernels{},
+                 where == "offloaded" ? &host_memory() : nullptr, WorkingWeights::bf16);
+        if (where == "offloaded") bf.set_offload_chunk(37);
+        ASSERT_TRUE(bf.keeps_master());
+        Buf<float> master = p0, po = p0;
+        bf.take_master(po);
+        for (float& x : po) x = round_bf16_hd(x);  // what the trainer does after take_master
+        std::mt19937 gg(9);
+        for (int t = 0; t < 3; ++t) {
+          fill_views(L, g, nd, gg);
+          ref.step(master, g, 1e-2, 0.75);
+          bf.step(po, g, 1e-2, 0.75);
+        }
+        size_t below_bf16 = 0;  // master elements with bits a BF16 drops: the test is not vacuous
+        for (size_t i = 0; i < po.size(); ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(po[i]), std::bit_cast<uint32_t>(round_bf16_hd(master[i])))
+              << "element " << i << ", " << at;
+          ASSERT_EQ(std::bit_cast<uint32_t>(po[i]) & 0xffffu, 0u) << "element " << i << ", " << at;
+          below_bf16 += static_cast<int64_t>(i) >= sh.begin && static_cast<int64_t>(i) < sh.end && po[i] != master[i];
+        }
+        EXPECT_GT(below_bf16, 0u) << at;
+        std::vector<float> staging;
+        for (int vi = sh.first_view; vi < sh.end_view; ++vi) {
+          const auto& v = L.view(vi);
+          const float* mv = host_view(bf.memory(), bf.master_of(vi), v.numel, staging);
+          for (int64_t i = 0; i < v.numel; ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(mv[i]), std::bit_cast<uint32_t>(master[static_cast<size_t>(v.offset + i)]))
+                << "master of view " << vi << ", " << at;
+        }
+        for (size_t i = 0; i < ref.exp_avg().size(); ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(bf.exp_avg()[i]), std::bit_cast<uint32_t>(ref.exp_avg()[i])) << at;
+          ASSERT_EQ(std::bit_cast<uint32_t>(bf.exp_avg_sq()[i]), std::bit_cast<uint32_t>(ref.exp_avg_sq()[i])) << at;
+        }
+        // The FP32 export's path: the shard's master back into an arena.
+        Buf<float> back(po.size(), -1.0f);
+        bf.master_to(back);
+        for (int64_t i = sh.begin; i < sh.end; ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(back[static_cast<size_t>(i)]), std::bit_cast<uint32_t>(master[static_cast<size_t>(i)])) << at;
+      }
+    }
+  }
+}
+
+// A rank whose shard is empty (more ranks than large views) takes, keeps
+// and exports no master, steps nothing and leaves the arena alone.
+TEST(AdamW, Bf16WorkingWeightsOnAnEmptyShard) {
+  const ArenaLayout L = two_views();
+  int empty = -1;
+  for (int r = 0; r < 5 && empty < 0; ++r)
+    if (optimizer_shard(L, r, 5).size() == 0) empty = r;
+  ASSERT_GE(empty, 0);
+  AdamW bf(L, AdamWConfig{}, optimizer_shard(L, empty, 5), host_memory(), {}, nullptr, WorkingWeights::bf16);
+  Buf<float> p(static_cast<size_t>(L.size()), 0.5f), g(p.size(), 0.25f);
+  bf.take_master(p);
+  bf.step(p, g, 1e-2, 1.0);
+  bf.master_to(p);
+  for (const float x : p) EXPECT_EQ(x, 0.5f);
+}
+
+// A step with BF16 working weights needs the master taken first: an
+// update of the rounded arena would silently drop the master's low bits.
+TEST(AdamW, Bf16WorkingWeightsWithoutAMasterAreRefused) {
+  const ArenaLayout L = mixed_views();
+  AdamW bf(L, AdamWConfig{}, whole_arena(L), host_memory(), {}, nullptr, WorkingWeights::bf16);
+  Buf<float> p(static_cast<size_t>(L.size()), 0.5f), g(p.size(), 0.25f);
+  test::expect_error([&] { bf.step(p, g, 1e-2, 1.0); }, "without master weights");
+  CopyCountingMemory dev;
+  test::expect_error([&] { AdamW(L, AdamWConfig{}, whole_arena(L), dev, {adamw_update_emulated, global_norm_partials_emulated},
+                                 nullptr, WorkingWeights::bf16); },
+                     "no BF16 working-weight update kernel");
+  test::expect_error([&] { parse_working_weights("fp16"); }, "train.working_weights: bad value 'fp16' (expected fp32 or bf16)");
 }
 
 // Offloaded state must be in host memory.

@@ -134,7 +134,12 @@ TEST(QuantTrain, EmulatedDeviceGivesTheCpuBits) {
            {"train.recipe=nvfp4-no-rht-all-grouped", "train.stats_interval=2"},
            {"train.recipe=nvfp4-row-scaled", "train.stats_interval=1", "train.grad_accum=2"},
            {"train.recipe=nvfp4-row-scaled", "recipe.gemm.model=grouped", "recipe.wgrad-x.reference=periodic:3",
-            "train.stats_interval=2", "train.recompute=blocks"}}) {
+            "train.stats_interval=2", "train.recompute=blocks"},
+           // BF16 working weights: the device's fused update and rounding
+           // (the master in its memory) give the CPU's bits, the recipes
+           // quantizing BF16 weights
+           {"train.recipe=ue5m3-b16", "train.working_weights=bf16", "train.stats_interval=2", "train.grad_accum=2"},
+           {"train.recipe=te-nvfp4", "train.precision=bf16", "train.working_weights=bf16", "train.stats_interval=3"}}) {
     std::string label;
     for (const auto& s : sets) label += s + " ";
     SCOPED_TRACE(label);

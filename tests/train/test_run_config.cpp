@@ -123,6 +123,10 @@ TEST(RunConfig, BadValuesAndShapesAreOneLineErrors) {
   expect_error([] { parse_run_config("", "f", {"train.comm=nccl"}); },
                "train.comm = nccl moves device buffers, but train.device = cpu");
   EXPECT_EQ(parse_run_config("", "f", {"train.comm=nccl", "train.device=cuda-emulated"}).comm, dist::CommChoice::nccl);
+  expect_error([] { parse_run_config("", "f", {"train.working_weights=fp16"}); },
+               "train.working_weights: bad value 'fp16' (expected fp32 or bf16)");
+  EXPECT_FALSE(parse_run_config("", "f", {}).bf16_weights());
+  EXPECT_TRUE(parse_run_config("", "f", {"train.working_weights=bf16"}).bf16_weights());
   expect_error([] { load_run_config("/nonexistent/x.ini", {}); }, "cannot open configuration");
 }
 

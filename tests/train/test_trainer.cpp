@@ -14,6 +14,9 @@
 #include "sim/data/token_file.hpp"
 #include "sim/io/h5.hpp"
 #include "sim/io/run_file.hpp"
+#include "models/hf_checkpoint.hpp"
+#include "sim/bf16.hpp"
+#include "sim/linear.hpp"
 #include "sim/parallel.hpp"
 #include "sim/train/checkpoint.hpp"
 #include "sim/train/trainer.hpp"
@@ -133,6 +136,95 @@ TEST(Trainer, ResumeContinuesBitIdentically) {
   EXPECT_EQ(io::read_run_attribute(d / "cut/run.h5", "resumed_at_steps"), std::string("13,24"));
 }
 
+// The /params of a checkpoint (the FP32 master weights), as an arena.
+std::vector<float> checkpoint_params(const RunConfig& c, const std::string& path) {
+  auto f = sim::make_linear_factory<float>("fp32");
+  models::NemotronH<float> m(c.model, *f);
+  sim::AdamW opt(m.arena().layout(), c.adamw);
+  TrainState st;
+  load_checkpoint(path, m, opt, st);
+  return {m.arena().params().begin(), m.arena().params().end()};
+}
+
+// train.working_weights = bf16: the weights the model reads are the FP32
+// master weights rounded to BF16, renewed after every step. Each step's
+// checkpoint holds the master (/params); the arena the step's hook sees is
+// its rounding, bit for bit, and the master itself is not BF16. Step 1
+// reads the rounded initialization: its loss is that of an FP32 run whose
+// initial weights were rounded, and step 2 is not (that run's optimizer
+// updated the rounded weights, this one the master). A run cut by a signal
+// and resumed from its checkpoint (the master) continues the uninterrupted
+// run's bits. A checkpoint of an FP32 run (what every older checkpoint is)
+// resumes with BF16 working weights only with --allow-changes, and then
+// reads its weights as the master.
+TEST(Trainer, Bf16WorkingWeightsAreTheRoundedMasterAndResumeBitIdentically) {
+  TempDir d;
+  const std::vector<std::string> sets = {"train.working_weights=bf16", "train.grad_accum=2", "train.steps=12",
+                                         "train.checkpoint_interval=1", "train.keep_checkpoints=100"};
+  const RunConfig c = tiny(sets);
+  std::vector<std::vector<float>> working;  // the arena after each step
+  TrainHooks h = quiet();
+  h.after_step = [&](int64_t, models::NemotronH<float>& m, io::RunFile&) {
+    const auto p = m.arena().params();
+    working.emplace_back(p.begin(), p.end());
+  };
+  const TrainResult full = train_new(c, d / "full", h, {});
+  ASSERT_EQ(full.status, TrainStatus::completed);
+  ASSERT_EQ(working.size(), 12u);
+  size_t below_bf16 = 0;
+  for (int64_t s = 1; s <= 12; ++s) {
+    const auto master = checkpoint_params(c, d / ("full/checkpoints/" + checkpoint_name(s)));
+    const auto& w = working[static_cast<size_t>(s - 1)];
+    ASSERT_EQ(master.size(), w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(w[i]), std::bit_cast<uint32_t>(sim::round_bf16_hd(master[i])))
+          << "step " << s << ", element " << i;
+      below_bf16 += w[i] != master[i];
+    }
+  }
+  EXPECT_GT(below_bf16, 0u);
+  expect_same_bits(full.params, working.back());
+
+  const std::vector<std::string> plain = {"train.grad_accum=2", "train.steps=12"};
+  TrainHooks r = quiet();
+  r.before_step = [](int64_t s, models::NemotronH<float>& m) {
+    if (s == 0)
+      for (float& x : m.arena().params()) x = sim::round_bf16_hd(x);
+  };
+  const TrainResult rounded_init = train_new(tiny(plain), d / "rounded", r, {});
+  const TrainResult fp32 = train_new(tiny(plain), d / "fp32", quiet(), {});
+  EXPECT_EQ(bits(rounded_init.losses[0]), bits(full.losses[0]));
+  EXPECT_NE(bits(fp32.losses[0]), bits(full.losses[0]));
+  EXPECT_NE(bits(rounded_init.losses[1]), bits(full.losses[1]));
+
+  std::atomic<int> stop{0};
+  TrainHooks cut = quiet();
+  cut.stop = &stop;
+  cut.before_step = [&](int64_t s, models::NemotronH<float>&) {
+    if (s == 6) stop = SIGINT;
+  };
+  const TrainResult first = train_new(c, d / "cut", cut, {});
+  ASSERT_EQ(first.status, TrainStatus::interrupted);
+  EXPECT_EQ(first.step, 7);
+  const TrainResult rest = train_resume(d / "cut", std::nullopt, {}, quiet(), {});
+  ASSERT_EQ(rest.status, TrainStatus::completed);
+  std::vector<double> joined = first.losses;
+  joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
+  expect_same_bits(joined, full.losses, "loss");
+  expect_same_bits(rest.params, full.params);
+  for (const char* ds : {"/train/param_norm", "/train/grad_norm", "/eval/loss"})
+    expect_same_bits(io::read_run_column(d / "cut/run.h5", ds), io::read_run_column(d / "full/run.h5", ds), ds);
+
+  expect_error([&] { train_resume(d / "fp32", 14, {"train.working_weights=bf16"}, quiet(), {}); },
+               "train.working_weights fp32 -> bf16");
+  const TrainResult changed = train_resume(d / "fp32", 14, {"train.working_weights=bf16"}, quiet(), {}, true);
+  ASSERT_EQ(changed.status, TrainStatus::completed);
+  for (const float x : changed.params) ASSERT_EQ(std::bit_cast<uint32_t>(x) & 0xffffu, 0u);
+  const auto master = checkpoint_params(c, d / ("fp32/checkpoints/" + checkpoint_name(14)));
+  for (size_t i = 0; i < master.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(changed.params[i]), std::bit_cast<uint32_t>(sim::round_bf16_hd(master[i])));
+}
+
 // The final-window train loss is the mean of the last max(1, round(steps/10))
 // steps' losses (here 3 of 30), of every step, not of the logged rows; its
 // steps survive a checkpoint: a run cut inside the window and resumed gives
@@ -237,6 +329,32 @@ TEST(Trainer, HandsOverToAndStartsFromHfCheckpoints) {
   EXPECT_NEAR(b.losses.front(), a.losses.back(), 0.3);
   expect_error([&] { train_new(tiny({"train.init_from=" + (d / "none")}), d / "e", quiet(), {}); }, "none");
   expect_error([] { parse_run_config("", "f", {"train.export_hf=fp16"}); }, "train.export_hf");
+}
+
+// With BF16 working weights an FP32 HF export holds the master weights
+// (the final checkpoint's /params), so a run started from it has the same
+// master and working weights; a BF16 export holds the working weights (the
+// master's rounding), which the run's final arena is.
+TEST(Trainer, Bf16WorkingWeightsExportTheMasterOrTheWorkingWeights) {
+  TempDir d;
+  const auto sets = [](const char* dtype) {
+    return tiny({"train.steps=6", "train.working_weights=bf16", std::string("train.export_hf=") + dtype});
+  };
+  const TrainResult a = train_new(sets("fp32"), d / "fp32", quiet(), {});
+  const TrainResult b = train_new(sets("bf16"), d / "bf16", quiet(), {});
+  ASSERT_EQ(a.status, TrainStatus::completed);
+  expect_same_bits(a.params, b.params);  // the export changes nothing of the run
+  auto f = sim::make_linear_factory<float>("fp32");
+  models::NemotronH<float> m(sets("fp32").model, *f);
+  models::load_hf_weights(m, d / "fp32/hf");
+  const std::vector<float> exported(m.arena().params().begin(), m.arena().params().end());
+  const auto master = checkpoint_params(sets("fp32"), d / ("fp32/checkpoints/" + checkpoint_name(6)));
+  expect_same_bits(exported, master);
+  size_t below_bf16 = 0;
+  for (size_t i = 0; i < master.size(); ++i) below_bf16 += master[i] != a.params[i];
+  EXPECT_GT(below_bf16, 0u);
+  models::load_hf_weights(m, d / "bf16/hf");
+  expect_same_bits(std::vector<float>(m.arena().params().begin(), m.arena().params().end()), b.params);
 }
 
 TEST(Trainer, BadInputIsAOneLineError) {
@@ -378,10 +496,10 @@ namespace {
 // copies for initial weights, norms, checkpoints) trains the CPU's bits —
 // losses, validation losses, gradient norms, per-parameter norms and the
 // final weights — with gradient accumulation, for both plain policies.
-void device_identity(const std::string& precision) {
+void device_identity(const std::string& precision, const std::string& working = "fp32") {
   TempDir d;
   const std::vector<std::string> sets = {"train.precision=" + precision, "train.grad_accum=2",
-                                         "train.stats_interval=5"};
+                                         "train.stats_interval=5", "train.working_weights=" + working};
   auto with = [&](const char* device) {
     auto s = sets;
     s.push_back(std::string("train.device=") + device);
@@ -403,6 +521,9 @@ void device_identity(const std::string& precision) {
 
 TEST(TrainerDevice, EmulatedDeviceTrainsTheCpuBitsFp32) { device_identity("fp32"); }
 TEST(TrainerDevice, EmulatedDeviceTrainsTheCpuBitsBf16) { device_identity("bf16"); }
+// BF16 working weights: the device's master in its memory, the fused
+// update-and-round kernel, the rounding of the initial arena.
+TEST(TrainerDevice, EmulatedDeviceTrainsTheCpuBitsBf16WorkingWeights) { device_identity("bf16", "bf16"); }
 
 // A checkpoint written on the device resumes on the CPU and one written on
 // the CPU resumes on the device, continuing the uninterrupted run's bits
@@ -467,10 +588,10 @@ TEST(TrainerDevice, PeakDeviceMemoryIsThePlanWithinTenPercent) {
 // a checkpoint resumes with the offload switched either way and continues
 // the same bits (the checkpoint holds the moments and weights whichever
 // memory they were in).
-TEST(TrainerDevice, OffloadedOptimizerTrainsTheSameBits) {
+void offload_identity(const std::string& working) {
   TempDir d;
   const std::vector<std::string> sets = {"train.device=cuda-emulated", "train.grad_accum=2",
-                                         "train.checkpoint_interval=10"};
+                                         "train.checkpoint_interval=10", "train.working_weights=" + working};
   const TrainResult on_device = train_new(tiny(sets), d / "device", quiet(), {});
   ASSERT_EQ(on_device.status, TrainStatus::completed);
   auto offloaded = sets;
@@ -501,6 +622,12 @@ TEST(TrainerDevice, OffloadedOptimizerTrainsTheSameBits) {
     expect_same_bits(b.params, on_device.params);
   }
 }
+
+TEST(TrainerDevice, OffloadedOptimizerTrainsTheSameBits) { offload_identity("fp32"); }
+// With BF16 working weights the offloaded optimizer keeps the master on the
+// host and sends the rounded chunks up; the device run keeps the master in
+// its memory: the same bits (and those of the CPU, QuantTrain.EmulatedDeviceGivesTheCpuBits).
+TEST(TrainerDevice, OffloadedOptimizerTrainsTheSameBitsWithBf16WorkingWeights) { offload_identity("bf16"); }
 
 // The offloaded plan: the device's part (no AdamW moments) against the
 // device run's measured peak, within 10%; the host's part is the shard's
@@ -536,6 +663,42 @@ TEST(Trainer, KeepCheckpointsZeroWritesNone) {
   EXPECT_TRUE(r.checkpoint.empty());
   EXPECT_TRUE(!fs::exists(d / "run/checkpoints") || fs::is_empty(d / "run/checkpoints"));
   EXPECT_TRUE(fs::exists(d / "run/run.h5"));
+}
+
+// train.working_weights = bf16 in the plan: the optimizer's FP32 master, 4
+// bytes a parameter of its shard, where the optimizer state lives: beside
+// the moments in the memory the model trains in (all of it, or the largest
+// shard of 3 ranks), or on the host with the offloaded state (which held a
+// master already). On cuda-emulated the run allocates exactly that much
+// more at its peak than the FP32 run.
+TEST(TrainerDevice, Bf16WorkingWeightsPlanTheMasterWhereTheOptimizerStateLives) {
+  const RunConfig c = tiny({"train.working_weights=bf16", "train.device=cuda-emulated"});
+  for (const int ranks : {1, 3}) {
+    RankPlan plan = rank_plan(c, ranks);
+    ASSERT_TRUE(plan.bf16_weights);
+    const models::MemoryEstimate m = rank_training_memory(c.model, c.batch_size, c.seq_len, false, plan);
+    plan.bf16_weights = false;
+    const models::MemoryEstimate fp32 = rank_training_memory(c.model, c.batch_size, c.seq_len, false, plan);
+    const double shard =
+        ranks == 1 ? m.params / 4 : static_cast<double>(sim::largest_shard(models::make_layout(c.model), ranks));
+    EXPECT_EQ(m.master, 4 * shard) << ranks;
+    EXPECT_EQ(m.master, m.optimizer / 2) << ranks;
+    EXPECT_EQ(m.total(), fp32.total() + m.master) << ranks;
+    plan.offload = true;
+    const models::MemoryEstimate off_fp32 = rank_training_memory(c.model, c.batch_size, c.seq_len, false, plan);
+    plan.bf16_weights = true;
+    const models::MemoryEstimate off = rank_training_memory(c.model, c.batch_size, c.seq_len, false, plan);
+    EXPECT_EQ(off.master, 0) << ranks;
+    EXPECT_EQ(off.total(), off_fp32.total()) << ranks;
+    EXPECT_EQ(off.host_state, off_fp32.host_state) << ranks;
+  }
+  TempDir d;
+  const TrainResult bf = train_new(tiny({"train.working_weights=bf16", "train.device=cuda-emulated", "train.steps=2"}),
+                                   d / "bf16", quiet(), {});
+  const TrainResult fp = train_new(tiny({"train.device=cuda-emulated", "train.steps=2"}), d / "fp32", quiet(), {});
+  ASSERT_EQ(bf.status, TrainStatus::completed);
+  const models::MemoryEstimate m = rank_training_memory(c.model, c.batch_size, c.seq_len, false, rank_plan(c, 1));
+  EXPECT_EQ(static_cast<double>(bf.device_peak_bytes - fp.device_peak_bytes), m.master);
 }
 
 // A device error in the middle of a run (what DeviceLaunch throws for a
