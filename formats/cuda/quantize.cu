@@ -6,9 +6,10 @@
 // group reduces the block amax over the integer bits of |x| with shuffles,
 // every lane of the group then computes the same block_scale() (the core is
 // deterministic, so no broadcast is needed), and the lanes encode the
-// block's elements. Calls the CPU's threshold loops would take, in 1x16 and
-// 1x32 blocks, take the threshold path instead (one thread per block, a few
-// compares per element; see threshold_block_part). The launch shape never
+// block's elements. Calls the CPU's threshold loops would take, in R x 16,
+// R x 32 (R a power of two up to 32) and R x 1 blocks, take the threshold
+// path instead (a lane per block row, or per column block; a few compares
+// per element; see threshold_row_part). The launch shape never
 // changes a result: every decision is made by the shared core (or from
 // thresholds the core found) from (plan, element value, flat index), and
 // the random bits of an element come from its flat index (docs/numerics.md
@@ -250,20 +251,22 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
 }
 
 // ---------------------------------------------------------------------------
-// The threshold path: one thread per 1 x B block (B = 16 or 32), for the
-// plans the CPU's threshold loops take (FP4-class signed payloads, one-byte
-// scale codes, the deterministic modes that treat x and -x alike; see
-// formats/fast/loops.hpp, ThrBlock). A block's magnitude codes are the
-// counts of its scale code's thresholds |x| exceeds, which
-// formats/thresholds.hpp finds with the scalar core, so the decisions are
-// the core's; per element a few compares replace the core's arithmetic.
-// The thresholds and x-hat tables of every scale code are made on the
-// device (code_table_entry, one thread per code and threshold) once the
-// tensor scale is known there, and so are the call's scale-code thresholds
-// (detail::ScaleThr, scale_thr_kernel): a block whose amax they cover gets
-// its scale code from a few integer compares, as the CPU's
-// block_scale_codes does, instead of block_scale's double arithmetic. Blocks the tables do not cover (NaN or Inf
-// amax, zero scale, a row's last partial block) take quantize_block_part.
+// The threshold path: a lane per row of an R x B block (B = 16 or 32, R a
+// power of two up to 32; the block's R lanes reduce its amax), or a thread
+// per R x 1 column block, for the plans the CPU's threshold loops take
+// (FP4-class signed payloads, one-byte scale codes, the deterministic modes
+// that treat x and -x alike; see formats/fast/loops.hpp, ThrBlock). A
+// block's magnitude codes are the counts of its scale code's thresholds |x|
+// exceeds, which formats/thresholds.hpp finds with the scalar core, so the
+// decisions are the core's; per element a few compares replace the core's
+// arithmetic. The thresholds and x-hat tables of every scale code are made
+// on the device (code_table_entry, one thread per code and threshold) once
+// the tensor scale is known there, and so are the call's scale-code
+// thresholds (detail::ScaleThr, scale_thr_kernel): a block whose amax they
+// cover gets its scale code from a few integer compares, as the CPU's
+// block_scale_codes does, instead of block_scale's double arithmetic.
+// Blocks the tables do not cover (NaN or Inf amax, zero scale, partial
+// blocks at the ends of the rows or of the tensor) take quantize_block_part.
 // ---------------------------------------------------------------------------
 
 // A scale code's thresholds and table, as the CPU's loops hold them.
@@ -271,16 +274,20 @@ using CodeTable = detail::ThrBlock;
 constexpr int kMaxScaleCodes = 256;  // one-byte scale codes
 
 // Whether a call takes the threshold path: the plans the CPU's 16-lane
-// threshold loop declares (its modes, arithmetics and formats, no four over
-// six or dithered scales; whatever the call's size), in the block shapes
-// the kernel is instantiated for, rows whose blocks start 16-byte aligned;
-// one tensor scale (the tables are made for one t: row outer scales take
-// the general kernel).
+// threshold loops declare (their modes, arithmetics and formats, no four
+// over six or dithered scales; whatever the call's size), in the block
+// shapes the kernel is instantiated for: R x 16 and R x 32 with R a power
+// of two up to 32 (rows whose blocks start 16-byte aligned), R x 1; one
+// tensor scale (the tables are made for one t: row outer scales take the
+// general kernel).
 bool threshold_path(const QuantSpec& spec, const QuantPlan& p, int64_t cols) {
-  return spec.outer == OuterScale::tensor &&
-         detail::loop_claims(detail::loop_decl(detail::Loop::threshold_x16), p, detail::kThresholdMinElements,
-                             detail::Simd::avx512) &&
-         p.br == 1 && (p.bc == 16 || p.bc == 32) && cols % 4 == 0;
+  if (spec.outer != OuterScale::tensor) return false;
+  const auto claims = [&](detail::Loop l) {
+    return detail::loop_claims(detail::loop_decl(l), p, detail::kThresholdMinElements, detail::Simd::avx512);
+  };
+  const bool group_rows = p.br >= 1 && p.br <= 32 && (p.br & (p.br - 1)) == 0;  // a power of two: a lane group
+  if ((p.bc == 16 || p.bc == 32) && group_rows && cols % 4 == 0) return claims(detail::Loop::threshold_x16);
+  return p.bc == 1 && claims(detail::Loop::threshold_lanes_x16);
 }
 
 // Entry k (0..7) of scale code `code`'s table: threshold k+1 (k < 7) or the
@@ -306,19 +313,31 @@ __host__ __device__ __noinline__ void threshold_block_left(const QuantPlan& p, c
   quantize_block_part(p, x, blk, b, m, 0, 1, codes, scale_codes, values, cnt, first_error);
 }
 
-// Block `blk` (1 x BC) of the threshold path. Its scale is block_scale's, as
-// in quantize_block_part, and each element's code the count of thresholds.
-template <int BC>
-EXMY_HD void threshold_block_part(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t blk,
-                                  const detail::ScaleThr& st, const CodeTable* tab, const uint8_t* use, void* codes,
-                                  void* scale_codes, float* values, Counts& cnt, unsigned long long* first_error) {
-  const BlockGeom b = block_geom(p, rows, cols, blk);
-  const int64_t i0 = b.flat(0);
-  if (b.count != BC) {  // a row's last, partial block
-    threshold_block_left(p, x, blk, b, block_amax_part(x, b, 0, 1), codes, scale_codes, values, cnt, first_error);
-    return;
+// The threshold path's scale code of a block with amax bits m: by the
+// call's scale-code thresholds where they cover m (a normal, unsaturated
+// code: nothing to count), else block_scale's, whose statistics the lane
+// that owns the block's scale (`counts`) adds. False: the block is left to
+// quantize_block_part (NaN or Inf amax, a zero scale, a code the tables do
+// not serve).
+EXMY_HD bool threshold_scale_code(const QuantPlan& p, const detail::ScaleThr& st, const uint8_t* use, uint32_t m,
+                                  bool counts, Counts& cnt, uint32_t& code) {
+  if (m >= 0x7f800000u) return false;
+  if (detail::scale_code_by_thresholds(st, m, code)) return use[code] != 0;
+  const BlockScale bs = block_scale(p, float_of(m));
+  if (bs.zero || !use[bs.code]) return false;
+  if (counts) {
+    cnt.c[kScaleSaturated] += bs.saturated;
+    cnt.c[kScaleUnderflow] += bs.underflow;
+    cnt.c[kScaleSubnormal] += p.fs.classify(bs.code) == CodeClass::subnormal;
   }
-  uint32_t xb[BC];
+  code = bs.code;
+  return true;
+}
+
+// The BC elements at flat index i0 (16-byte aligned on the device) as bits,
+// and their max |x| bits.
+template <int BC>
+EXMY_HD uint32_t load_segment(const float* x, int64_t i0, uint32_t* xb) {
 #if defined(__CUDA_ARCH__)
   for (int j = 0; j < BC; j += 4) {
     const uint4 q = *reinterpret_cast<const uint4*>(x + i0 + j);
@@ -329,46 +348,39 @@ EXMY_HD void threshold_block_part(const QuantPlan& p, const float* x, int64_t ro
 #endif
   uint32_t m = 0;
   for (int j = 0; j < BC; ++j) m = max_u32(m, xb[j] & 0x7fffffffu);
-  if (m >= 0x7f800000u) {  // a NaN or an infinity: the core's way
-    threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
-    return;
-  }
-  // The scale code: by the call's scale-code thresholds where they cover m
-  // (a normal, unsaturated code: nothing to count), else block_scale's
-  uint32_t code;
-  if (!detail::scale_code_by_thresholds(st, m, code)) {
-    const BlockScale bs = block_scale(p, float_of(m));
-    if (bs.zero || !use[bs.code]) {
-      threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
-      return;
-    }
-    cnt.c[kScaleSaturated] += bs.saturated;
-    cnt.c[kScaleUnderflow] += bs.underflow;
-    cnt.c[kScaleSubnormal] += p.fs.classify(bs.code) == CodeClass::subnormal;
-    code = bs.code;
-  } else if (!use[code]) {
-    threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
-    return;
-  }
-  store_code(scale_codes, 1, blk, code);
-  const CodeTable& e = tab[code];
+  return m;
+}
+
+// One element's magnitude code (the count of the thresholds |x| exceeds),
+// x-hat and statistics under scale code table e.
+struct ThrElement {
+  uint32_t code, value;
+};
+EXMY_HD ThrElement threshold_element(const QuantPlan& p, const CodeTable& e, const int32_t (&t)[7], uint32_t xb,
+                                     Counts& cnt) {
+  const int32_t a = static_cast<int32_t>(xb & 0x7fffffffu);
+  uint32_t q = 0;
+  for (int k = 0; k < 7; ++k) q += a > t[k];
+  const float mag = e.table[q];
+  cnt.c[kNonzero] += a != 0;
+  cnt.c[kUnderflow] += a != 0 && mag == 0.0f;
+  cnt.c[kSubnormal] += q >= 1 && q < (1u << p.fe.M);
+  cnt.c[kSaturatedCount] += a > e.sat;
+  return ThrElement{q | ((xb >> 31) ? p.fe.sign_bit : 0u), bits_of(mag) | (xb & 0x80000000u)};
+}
+
+// The BC elements xb at flat index i0 under scale code table e: codes,
+// x-hat and counts.
+template <int BC>
+EXMY_HD void threshold_segment(const QuantPlan& p, const uint32_t* xb, int64_t i0, const CodeTable& e,
+                               void* codes, float* values, Counts& cnt) {
   int32_t t[7];
   for (int k = 0; k < 7; ++k) t[k] = e.t[k];
-  const int32_t sat = e.sat;
-  const uint32_t sub_lim = 1u << p.fe.M, sign_bit = p.fe.sign_bit;
   uint32_t q8[BC], vh[BC];
   for (int j = 0; j < BC; ++j) {
-    const int32_t a = static_cast<int32_t>(xb[j] & 0x7fffffffu);
-    const uint32_t neg = xb[j] >> 31;
-    uint32_t q = 0;
-    for (int k = 0; k < 7; ++k) q += a > t[k];
-    const float mag = e.table[q];
-    vh[j] = bits_of(mag) | (xb[j] & 0x80000000u);
-    q8[j] = q | (neg ? sign_bit : 0u);
-    cnt.c[kNonzero] += a != 0;
-    cnt.c[kUnderflow] += a != 0 && mag == 0.0f;
-    cnt.c[kSubnormal] += q >= 1 && q < sub_lim;
-    cnt.c[kSaturatedCount] += a > sat;
+    const ThrElement r = threshold_element(p, e, t, xb[j], cnt);
+    q8[j] = r.code;
+    vh[j] = r.value;
   }
 #if defined(__CUDA_ARCH__)
   for (int j = 0; j < BC; j += 4) {
@@ -383,6 +395,65 @@ EXMY_HD void threshold_block_part(const QuantPlan& p, const float* x, int64_t ro
     store_code(codes, 1, i0 + j, q8[j]);
   }
 #endif
+}
+
+// Row blocks (R x BC, BC = 16 or 32, R a power of two up to 32) on the
+// threshold path: a group of R lanes per block, lane l the block's row l.
+// Each lane loads its row's segment and its max (threshold_row_load); the
+// group reduces the maxima (shuffles on the device, a loop in the
+// emulation); then each lane finishes its row (threshold_row_part): lane 0
+// stores the scale code and counts the block's scale, or alone hands a
+// block the tables do not serve, or a partial one, to quantize_block_part.
+template <int BC>
+EXMY_HD uint32_t threshold_row_load(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t blk,
+                                    int l, uint32_t* xb) {
+  const BlockGeom b = block_geom(p, rows, cols, blk);
+  if (b.count != static_cast<int64_t>(p.br) * BC) return 0u;
+  return load_segment<BC>(x, b.flat(static_cast<int64_t>(l) * BC), xb);
+}
+
+template <int BC>
+EXMY_HD void threshold_row_part(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t blk, int l,
+                                uint32_t m, const uint32_t* xb, const detail::ScaleThr& st, const CodeTable* tab,
+                                const uint8_t* use, void* codes, void* scale_codes, float* values, Counts& cnt,
+                                unsigned long long* first_error) {
+  const BlockGeom b = block_geom(p, rows, cols, blk);
+  if (b.count != static_cast<int64_t>(p.br) * BC) {  // a partial block (the last of a row, or of the rows)
+    if (l == 0)
+      threshold_block_left(p, x, blk, b, block_amax_part(x, b, 0, 1), codes, scale_codes, values, cnt, first_error);
+    return;
+  }
+  uint32_t code;
+  if (!threshold_scale_code(p, st, use, m, l == 0, cnt, code)) {
+    if (l == 0) threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
+    return;
+  }
+  if (l == 0) store_code(scale_codes, 1, blk, code);
+  threshold_segment<BC>(p, xb, b.flat(static_cast<int64_t>(l) * BC), tab[code], codes, values, cnt);
+}
+
+// Column blocks (R x 1) on the threshold path: one thread per block, the
+// lanes of a warp on adjacent columns (coalesced rows).
+EXMY_HD void threshold_column_part(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t blk,
+                                   const detail::ScaleThr& st, const CodeTable* tab, const uint8_t* use, void* codes,
+                                   void* scale_codes, float* values, Counts& cnt, unsigned long long* first_error) {
+  const BlockGeom b = block_geom(p, rows, cols, blk);
+  const uint32_t m = block_amax_part(x, b, 0, 1);
+  uint32_t code;
+  if (b.count != p.br || !threshold_scale_code(p, st, use, m, true, cnt, code)) {
+    threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
+    return;
+  }
+  store_code(scale_codes, 1, blk, code);
+  const CodeTable& e = tab[code];
+  int32_t t[7];
+  for (int k = 0; k < 7; ++k) t[k] = e.t[k];
+  for (int64_t k = 0; k < b.count; ++k) {
+    const int64_t i = b.flat(k);
+    const ThrElement r = threshold_element(p, e, t, bits_of(x[i]), cnt);
+    values[i] = float_of(r.value);
+    store_code(codes, 1, i, r.code);
+  }
 }
 
 // Lanes per scale block: one for column blocks (R x 1), so that the 32
@@ -560,9 +631,12 @@ __global__ void scale_thr_kernel(const QuantPlan* pp, detail::ScaleThr* out) {
   if (lane == 0) *out = detail::scale_thr_finish(p, start, least);
 }
 
-// The threshold path: one thread per 1 x BC block, the tables and the
-// scale-code thresholds in shared memory; registers capped for two thread
-// blocks per multiprocessor (on an H200 1.1-1.3x faster than one).
+// The threshold path, the tables and the scale-code thresholds in shared
+// memory, registers capped for two thread blocks per multiprocessor (on an
+// H200 1.1-1.3x faster than one, for 1 x BC blocks). BC = 16 or 32: row
+// blocks, a group of p.br lanes each, p.br / 32 blocks per warp
+// (threshold_row_load, the group's max, threshold_row_part); BC = 1: column
+// blocks, a thread each (threshold_column_part).
 template <int BC>
 __global__ void __launch_bounds__(kThreads, 2)
     quantize_thr_kernel(const QuantPlan* pp, const float* x, int64_t rows, int64_t cols, const detail::ScaleThr* sthr,
@@ -579,10 +653,27 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (threadIdx.x == 0) sst = *sthr;
   const QuantPlan& p = block_plan(pp, plan_words);  // (its barrier covers the tables too)
   Counts cnt = {};
-  const int64_t nblocks = rows * ((cols + BC - 1) / BC);
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t blk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride)
-    threshold_block_part<BC>(p, x, rows, cols, blk, sst, stab, suse, codes, scale_codes, values, cnt, first_error);
+  const int64_t nblocks = ((rows + p.br - 1) / p.br) * ((cols + BC - 1) / BC);
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if constexpr (BC == 1) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t blk = thread; blk < nblocks; blk += stride)
+      threshold_column_part(p, x, rows, cols, blk, sst, stab, suse, codes, scale_codes, values, cnt, first_error);
+  } else {
+    const int group = p.br, per_warp = 32 / group, lane = threadIdx.x & 31, g = lane / group, l = lane % group;
+    const int64_t nwarps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+    // The loop condition depends only on the warp: every lane takes part in every shuffle.
+    for (int64_t w = thread >> 5; w * per_warp < nblocks; w += nwarps) {
+      const int64_t blk = w * per_warp + g;
+      const bool valid = blk < nblocks;
+      uint32_t xb[BC];
+      uint32_t m = valid ? threshold_row_load<BC>(p, x, rows, cols, blk, l, xb) : 0u;
+      for (int off = group >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off, group));
+      if (valid)
+        threshold_row_part<BC>(p, x, rows, cols, blk, l, m, xb, sst, stab, suse, codes, scale_codes, values, cnt,
+                               first_error);
+    }
+  }
   flush_counts(cnt, totals);
 }
 
@@ -754,8 +845,10 @@ struct CudaQuantizer::Impl {
         cuda_check(cudaGetLastError(), "threshold tables kernel launch");
         scale_thr_kernel<<<1, 32>>>(plan.ptr, scale_thr.ptr);
         cuda_check(cudaGetLastError(), "scale-code thresholds kernel launch");
-        auto kernel = p.bc == 16 ? quantize_thr_kernel<16> : quantize_thr_kernel<32>;
-        kernel<<<grid_for(nblocks), kThreads>>>(plan.ptr, x, rows, cols, scale_thr.ptr, tables.ptr, table_use.ptr,
+        auto kernel = p.bc == 1 ? quantize_thr_kernel<1> : p.bc == 16 ? quantize_thr_kernel<16> : quantize_thr_kernel<32>;
+        // a thread per column block; a group of p.br lanes per row block
+        const int64_t threads = p.bc == 1 ? nblocks : (nblocks + 32 / p.br - 1) / (32 / p.br) * 32;
+        kernel<<<grid_for(threads), kThreads>>>(plan.ptr, x, rows, cols, scale_thr.ptr, tables.ptr, table_use.ptr,
                                                 ncodes, out.codes, out.scale_codes, vals, totals.ptr,
                                                 totals.ptr + kCounters);
       } else if (!p.has_scale) {
@@ -826,6 +919,22 @@ QuantInfo quantize_host_via_device(const QuantSpec& spec, const float* x_in, int
   return info;
 }
 
+// The threshold path's row blocks on the host: each block's lanes load
+// their rows, the group's max is taken, then each lane finishes its row.
+template <int BC>
+void threshold_rows_emulated(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t nblocks,
+                             const detail::ScaleThr& st, const CodeTable* tab, const uint8_t* use, void* codes,
+                             void* scale_codes, float* values, Counts& cnt, unsigned long long* first_error) {
+  std::vector<uint32_t> xb(static_cast<size_t>(p.br) * BC);  // lane l's row at xb[l * BC]
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    uint32_t m = 0;
+    for (int l = 0; l < p.br; ++l) m = std::max(m, threshold_row_load<BC>(p, x, rows, cols, blk, l, &xb[l * BC]));
+    for (int l = 0; l < p.br; ++l)
+      threshold_row_part<BC>(p, x, rows, cols, blk, l, m, &xb[l * BC], st, tab, use, codes, scale_codes, values, cnt,
+                             first_error);
+  }
+}
+
 // The kernels' per-block code run on the host: the transform's launches
 // with HostLaunch, blocks in order, the lanes of a block's group one after
 // another, the group's amax reduced as the shuffles would, the segment
@@ -877,10 +986,15 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
     const int ncodes = 1 << p.fs.bits;
     for (int i = 0; i < ncodes * 8; ++i) code_table_entry(p, static_cast<uint32_t>(i / 8), i % 8, tab.data(), use.data());
     const detail::ScaleThr st = detail::scale_code_thresholds(p);  // scale_thr_kernel's steps in order
-    auto part = p.bc == 16 ? threshold_block_part<16> : threshold_block_part<32>;
-    for (int64_t blk = 0; blk < nblocks; ++blk)
-      part(p, x, rows, cols, blk, st, tab.data(), use.data(), out.codes, out.scale_codes, values, cnt,
-           &t.c[kCounters]);
+    if (p.bc == 1) {
+      for (int64_t blk = 0; blk < nblocks; ++blk)
+        threshold_column_part(p, x, rows, cols, blk, st, tab.data(), use.data(), out.codes, out.scale_codes, values,
+                              cnt, &t.c[kCounters]);
+    } else {
+      auto rows_of = p.bc == 16 ? threshold_rows_emulated<16> : threshold_rows_emulated<32>;
+      rows_of(p, x, rows, cols, nblocks, st, tab.data(), use.data(), out.codes, out.scale_codes, values, cnt,
+              &t.c[kCounters]);
+    }
   } else if (n > 0) {
     const int group = group_size(p);
     for (int64_t blk = 0; blk < nblocks; ++blk) {

@@ -220,6 +220,7 @@ const RandomConfig kConfigs[] = {
     {"e2m3", "ue8m0", "16x16"}, {"e3m2", "ue4m3", "1x7"},     {"e5m2", "ue8m0", "3x3"},  {"e2m1", "ue5m3", "1x1"},
     {"e4m3", "ue5m3", "16x1"},  {"e3m4:nosub", "ue8m0", "1x4"}, {"e2m1", "e4m3", "2x2"}, {"e4m3", nullptr, "1x16"},
     {"fp16", nullptr, "1x16"},  {"e2m1", nullptr, "1x16"},    {"e5m20", nullptr, "1x16"}, {"bf16", "ue8m0", "1x64"},
+    {"e2m1", "ue5m3", "16x16"}, {"e2m1", "e4m3", "16x1"},     {"e2m1", "ue8m0", "32x32"},
 };
 
 TEST(CudaRandom, MatchesReference) {
@@ -297,16 +298,21 @@ TEST(CudaThresholdPath, ScaleCodesAtTheirThresholds) {
     const char* scale;
     ScaleRule rule;
     Arith arith;
-    int bc;
+    int br, bc;
     Round round;
   };
   const Case cases[] = {
-      {"ue5m3", ScaleRule::amax_rne, Arith::exact, 16, Round::rne},
-      {"e4m3", ScaleRule::amax_rne, Arith::fp32, 16, Round::rne},
-      {"ue4m3", ScaleRule::amax_up, Arith::exact, 16, Round::rtz},
-      {"ue5m3", ScaleRule::amax_down, Arith::fp32, 32, Round::odd},
-      {"ue8m0", ScaleRule::mx_floor, Arith::exact, 32, Round::rne},
-      {"ue8m0", ScaleRule::mx_even, Arith::fp32, 32, Round::rna},
+      {"ue5m3", ScaleRule::amax_rne, Arith::exact, 1, 16, Round::rne},
+      {"e4m3", ScaleRule::amax_rne, Arith::fp32, 1, 16, Round::rne},
+      {"ue4m3", ScaleRule::amax_up, Arith::exact, 1, 16, Round::rtz},
+      {"ue5m3", ScaleRule::amax_down, Arith::fp32, 1, 32, Round::odd},
+      {"ue8m0", ScaleRule::mx_floor, Arith::exact, 1, 32, Round::rne},
+      {"ue8m0", ScaleRule::mx_even, Arith::fp32, 1, 32, Round::rna},
+      // row blocks of several rows (a lane group per block) and column blocks
+      {"e4m3", ScaleRule::amax_rne, Arith::fp32, 16, 16, Round::rne},
+      {"ue5m3", ScaleRule::amax_rne, Arith::exact, 32, 32, Round::odd},
+      {"ue5m3", ScaleRule::amax_rne, Arith::exact, 16, 1, Round::rne},
+      {"ue8m0", ScaleRule::mx_floor, Arith::fp32, 32, 1, Round::rtz},
   };
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<float> frac(0.0f, 1.0f);
@@ -315,7 +321,7 @@ TEST(CudaThresholdPath, ScaleCodesAtTheirThresholds) {
     QuantSpec spec;
     spec.elem = parse_format("e2m1");
     spec.scale = parse_format(c.scale);
-    spec.block_rows = 1;
+    spec.block_rows = c.br;
     spec.block_cols = c.bc;
     spec.rule = c.rule;
     spec.arith = c.arith;
@@ -325,7 +331,7 @@ TEST(CudaThresholdPath, ScaleCodesAtTheirThresholds) {
     QuantPlan p = spec.plan();
     set_tensor_amax(p, spec.amax_value);
     const detail::ScaleThr thr = detail::scale_code_thresholds(p);
-    const std::string what = std::string("e2m1/") + c.scale + " 1x" + std::to_string(c.bc) + " " +
+    const std::string what = std::string("e2m1/") + c.scale + " " + std::to_string(c.br) + "x" + std::to_string(c.bc) + " " +
                              std::string(scale_rule_name(c.rule)) + (c.arith == Arith::exact ? " exact" : " fp32");
     if (!thr.ok) continue;
     ++with_thresholds;
@@ -352,21 +358,26 @@ TEST(CudaThresholdPath, ScaleCodesAtTheirThresholds) {
     }
     for (int64_t o = -2; o <= 2; ++o) m.push_back(static_cast<uint32_t>(int64_t{thr.t0} + thr.span + o));
     // a block per maximum, its amax at a random place and sign, the other
-    // elements below it
-    const int64_t cols = 256, per_row = cols / c.bc;
-    const int64_t rows = (static_cast<int64_t>(m.size()) + per_row - 1) / per_row;
+    // elements below it; 8 more columns and 3 more rows than whole blocks,
+    // so that the ends of the rows (row blocks) and of the tensor (blocks of
+    // several rows) hold partial blocks
+    const int64_t whole_cols = c.bc == 1 ? 256 : 256 / c.bc * c.bc, per_row = whole_cols / c.bc;
+    const int64_t cols = whole_cols + 8;
+    const int64_t rows = (static_cast<int64_t>(m.size()) + per_row - 1) / per_row * c.br + (c.br > 1 ? 3 : 0);
     std::vector<float> x(static_cast<size_t>(rows * cols));
-    for (int64_t blk = 0; blk < rows * per_row; ++blk) {
+    const int64_t nblocks = block_count(spec, rows, cols);
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      const BlockGeom g = block_geom(p, rows, cols, blk);
       const float a = float_of(m[static_cast<size_t>(blk) % m.size()]);
-      const int64_t at = static_cast<int64_t>(rng() % static_cast<uint64_t>(c.bc));
-      for (int64_t k = 0; k < c.bc; ++k) {
+      const int64_t at = static_cast<int64_t>(rng() % static_cast<uint64_t>(g.count));
+      for (int64_t k = 0; k < g.count; ++k) {
         const float v = k == at ? a : a * frac(rng);
-        x[static_cast<size_t>(blk * c.bc + k)] = (rng() & 1) ? -v : v;
+        x[static_cast<size_t>(g.flat(k))] = (rng() & 1) ? -v : v;
       }
     }
     expect_matches_ref(spec, x, rows, cols, what);
   }
-  EXPECT_GE(with_thresholds, 4);
+  EXPECT_GE(with_thresholds, 7);
 }
 
 // Four over six (docs/numerics.md §3): the kernel's lanes make the shared
