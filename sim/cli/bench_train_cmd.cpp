@@ -510,15 +510,24 @@ int bench_ranks(dist::Comm& world, const po::variables_map& vm) {
   std::snprintf(share, sizeof share, "%.1f%%", rank0_s > 0 ? 100.0 * rank0_comm_s / rank0_s : 0.0);
   std::printf("%-6d %10.1f %10.1f %10.0f %14s\n", N, best(tN) * 1e3, mean(tN) * 1e3, tokens / best(tN), share);
   const double scaling = best(t1) / best(tN), scaling_mean = mean(t1) / mean(tN);
-  std::printf("\nscaling t1/t%d: %.2fx, efficiency %.1f%% (means: %.2fx, %.1f%%)\n", N, scaling,
-              100.0 * scaling / N, scaling_mean, 100.0 * scaling_mean / N);
+  // Round by round, t1 against the N-rank step just before it: the median
+  // drops the rounds a busy spell of a shared machine caught on one side.
+  std::vector<double> ratio;
+  for (size_t i = 0; i < t1.size(); ++i) ratio.push_back(t1[i] / tN[i]);
+  std::sort(ratio.begin(), ratio.end());
+  const size_t m = ratio.size() / 2;
+  const double scaling_median = ratio.size() % 2 ? ratio[m] : 0.5 * (ratio[m - 1] + ratio[m]);
+  std::printf("\nscaling t1/t%d: %.2fx, efficiency %.1f%% (means: %.2fx, %.1f%%; median of the rounds: %.2fx, "
+              "%.1f%%)\n",
+              N, scaling, 100.0 * scaling / N, scaling_mean, 100.0 * scaling_mean / N, scaling_median,
+              100.0 * scaling_median / N);
   std::printf("\n(a step = exmy train's optimizer step of the global batch: forward + backward of its %lld micro-batches,\n"
               "the gradient sum chained through the ranks in rank order, the AdamW update; %d rounds after a warm-up,\n"
               "each timing the %d-rank step, then rank 0 stepping the same global batch alone on a 1-rank\n"
               "communicator while the other ranks wait; best times give the main columns; the %d-rank time is the\n"
               "slowest rank's; comm: the share of rank 0's %d-rank step time in the job's collectives, waits for the\n"
-              "slower ranks included, as exmy train's summary reports it)\n",
-              static_cast<long long>(cfg.grad_accum), steps, N, N, N);
+              "slower ranks included, as exmy train's summary reports it; the median is that of each round's t1/t%d)\n",
+              static_cast<long long>(cfg.grad_accum), steps, N, N, N, N);
   return 0;
 }
 

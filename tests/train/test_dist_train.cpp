@@ -393,6 +393,11 @@ TEST(DistBenchTrain, TwoRanksPrintTheStepScalingAndCommunicationOnce) {
   EXPECT_GT(scaling, 0) << r.out;
   EXPECT_NEAR(efficiency, 100 * scaling / 2, 0.06 + 0.005 * efficiency) << r.out;
   EXPECT_NEAR(scaling, two[2] / one[2], 0.005 + 0.01 * scaling) << r.out;  // t1/t2 of the best times
+  const size_t med = r.out.find("median of the rounds: ", at);
+  ASSERT_NE(med, std::string::npos) << r.out;
+  double median = 0;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + med, "median of the rounds: %lfx", &median), 1) << r.out;
+  EXPECT_GT(median, 0) << r.out;
 
   for (const auto& [extra, line] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--device", "cpu"}, "exmy: error: --device: not on ranks"},
