@@ -566,7 +566,7 @@ po::options_description bench_train_options() {
      "with --stats: one output row in this many (train.gemm_stats_sample)")
     ("stats", po::value<std::string>()->default_value("all"),
      "with --recipe: recipes also timed with statistics at every step (comma-separated, all, none)")
-    ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)")
+    ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default); on ranks, per rank")
     ("device", po::value<std::string>(), "cpu, cuda, cuda:N or cuda-emulated: where the passes run (on a device, "
      "against its cuBLASLt FP32 and BF16 GEMM rates)");
   // clang-format on
