@@ -15,6 +15,14 @@
 // reference rates are then cuBLASLt's FP32 and BF16 GEMMs on the device
 // (sim::gemm's for cuda-emulated), and the recipes the device does not run
 // yet are listed as such instead of timed.
+//
+// Started by mpirun or srun with N > 1 ranks it times the data-parallel
+// training step instead: `exmy train`'s own step (train::TimedSteps: the
+// global batch's micro-batches split over the ranks, the gradient sums
+// chained in rank order, the sharded AdamW update) on N ranks, alternated
+// with rank 0 stepping the same global batch alone on a 1-rank
+// communicator while the other ranks wait, so that the scaling t1/tN is a
+// ratio measured in one run.
 #include <omp.h>
 
 #include <algorithm>
@@ -35,12 +43,15 @@
 #include "sim/parallel.hpp"
 #include "sim/sysmem.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/dist/comm.hpp"
 #include "sim/gemm.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/linear.hpp"
 #include "sim/quant/quantized_linear.hpp"
 #include "sim/tensor.hpp"
 #include "sim/train/quant_io.hpp"
+#include "sim/train/run_config.hpp"
+#include "sim/train/trainer.hpp"
 #include "sim/train/training_device.hpp"
 
 #if defined(EXMY_HAVE_CUDA)
@@ -390,21 +401,161 @@ int bench_precisions(train::TrainingDevice& td, const models::NemotronHConfig& c
   return 0;
 }
 
+// The data-parallel step on the job's N ranks against the same global batch
+// on rank 0 alone (the file's comment). Every rank parses the same options,
+// so their errors are collective: rank 0 prints the line.
+int bench_ranks(dist::Comm& world, const po::variables_map& vm) {
+  const int N = world.size(), me = world.rank();
+  auto refuse = [](const std::string& what) {
+    throw dist::CollectiveError(what + " (exmy bench train on ranks times exmy train's data-parallel step on the CPU)");
+  };
+  if (vm.count("device")) refuse("--device: not on ranks");
+  for (const char* o : {"gemm-size", "stats", "gemm-stats-rows", "gemm-stats-sample"})
+    if (!vm[o].defaulted()) refuse(std::string("--") + o + ": not on ranks");
+  std::string precision = "fp32";
+  if (!vm["precision"].defaulted()) {
+    precision = vm["precision"].as<std::string>();
+    if (split_list(precision).size() != 1) refuse("--precision: one policy on ranks, not '" + precision + "'");
+  }
+  std::string recipe;
+  if (vm.count("recipe")) {
+    recipe = vm["recipe"].as<std::string>();
+    if (split_list(recipe).size() != 1) refuse("--recipe: one recipe on ranks, not '" + recipe + "'");
+  }
+  const int64_t T = vm["seq-len"].as<int64_t>(), B = vm["batch"].as<int64_t>();
+  const int64_t G = vm.count("grad-accum") ? vm["grad-accum"].as<int64_t>() : N;
+  const int steps = std::max(1, vm["steps"].as<int>());
+  if (T <= 0 || B <= 0 || G <= 0) throw dist::CollectiveError("--seq-len, --batch and --grad-accum must be positive");
+  // The run configuration of both: the options, then --set (any run
+  // configuration key), then what a timing run needs (no statistics,
+  // evaluation or checkpoints; train.steps: the warm-up and the rounds).
+  std::vector<std::string> sets = {"model.name=" + vm["model"].as<std::string>(),
+                                   "train.batch_size=" + std::to_string(B),
+                                   "train.seq_len=" + std::to_string(T),
+                                   "train.grad_accum=" + std::to_string(G),
+                                   "train.threads=" + std::to_string(vm["threads"].as<int>()),
+                                   "train.precision=" + precision,
+                                   // validation windows of one micro-batch in the 5% held out
+                                   "data.synthetic_tokens=" + std::to_string(std::max<int64_t>(262144, 40 * B * (T + 1)))};
+  if (!recipe.empty()) sets.push_back("train.recipe=" + recipe);
+  if (vm.count("set"))
+    for (const auto& s : vm["set"].as<std::vector<std::string>>()) sets.push_back(s);
+  for (const std::string s : {"train.steps=" + std::to_string(steps + 1), std::string("train.stats_interval=0"),
+                              std::string("train.capture_step=0"), std::string("train.eval_interval=0"),
+                              std::string("train.keep_checkpoints=0")})
+    sets.push_back(s);
+  train::RunConfig cfg;
+  try {
+    cfg = train::load_run_config("", sets);
+  } catch (const dist::CollectiveError&) {
+    throw;
+  } catch (const Error& e) {
+    throw dist::CollectiveError(e.what());
+  }
+  if (!cfg.device.is_cpu()) refuse("train.device = " + sim::device_name(cfg.device) + ": not on ranks");
+  if (cfg.grad_accum % N != 0)
+    throw dist::CollectiveError("--grad-accum " + std::to_string(cfg.grad_accum) + " micro-batches do not divide among " +
+                                std::to_string(N) + " ranks (give a multiple of " + std::to_string(N) + ")");
+  // Every rank holds its N-rank model; rank 0 the 1-rank one besides.
+  train::require_training_memory(cfg, N);
+  if (me == 0) {
+    const bool recompute = cfg.recompute == "blocks";
+    const double both = train::rank_training_memory(cfg.model, B, T, recompute, train::rank_plan(cfg, N)).total() +
+                        train::rank_training_memory(cfg.model, B, T, recompute, train::rank_plan(cfg, 1)).total();
+    sim::require_memory(both, "exmy bench train on rank 0 (" + cfg.model_name + " on " + std::to_string(N) +
+                                  " ranks and alone, micro-batch " + std::to_string(B) + " x " + std::to_string(T) + ")",
+                        "lower --batch or --seq-len");
+  }
+
+  train::TimedSteps ranks(cfg, &world);
+  std::unique_ptr<train::TimedSteps> alone;
+  if (me == 0) alone = std::make_unique<train::TimedSteps>(cfg, nullptr);
+  // Rounds after a warm-up: the N-rank step (its time: the slowest rank's),
+  // then rank 0's step alone while the others wait at the barrier, whose
+  // polling sleeps and leaves the cores to rank 0.
+  std::vector<double> tN, t1;
+  double rank0_s = 0, rank0_comm_s = 0;
+  for (int round = 0; round <= steps; ++round) {
+    world.barrier();
+    const train::TimedSteps::Timing d = ranks.step();
+    double slowest = d.seconds;
+    world.max(std::span<double>(&slowest, 1));
+    const double a = me == 0 ? alone->step().seconds : 0;
+    world.barrier();
+    if (round == 0) continue;
+    tN.push_back(slowest);
+    t1.push_back(a);
+    rank0_s += d.seconds;
+    rank0_comm_s += d.comm_seconds;
+  }
+  if (me != 0) return 0;
+
+  const auto best = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
+  const auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (const double x : v) s += x;
+    return s / static_cast<double>(v.size());
+  };
+  const double tokens = static_cast<double>(cfg.tokens_per_step());
+  std::printf("exmy bench train on %d ranks: %s (%.2fM parameters), global batch %lld micro-batches x %lld x seq %lld "
+              "(%lld per rank), %s, recipe %s, %d threads per rank (%u hardware), AdamW state %s\n",
+              N, cfg.model_name.c_str(), static_cast<double>(models::parameter_count(cfg.model)) / 1e6,
+              static_cast<long long>(cfg.grad_accum), static_cast<long long>(cfg.batch_size),
+              static_cast<long long>(cfg.seq_len), static_cast<long long>(cfg.grad_accum / N), cfg.precision.c_str(),
+              cfg.recipe.name.c_str(), omp_get_max_threads(), std::thread::hardware_concurrency(),
+              cfg.shard_optimizer ? "sharded" : "on every rank");
+  std::printf("\n%-6s %10s %10s %10s %14s\n", "ranks", "best ms", "mean ms", "tokens/s", "comm (rank 0)");
+  std::printf("%-6d %10.1f %10.1f %10.0f %14s\n", 1, best(t1) * 1e3, mean(t1) * 1e3, tokens / best(t1), "-");
+  char share[32];
+  std::snprintf(share, sizeof share, "%.1f%%", rank0_s > 0 ? 100.0 * rank0_comm_s / rank0_s : 0.0);
+  std::printf("%-6d %10.1f %10.1f %10.0f %14s\n", N, best(tN) * 1e3, mean(tN) * 1e3, tokens / best(tN), share);
+  const double scaling = best(t1) / best(tN), scaling_mean = mean(t1) / mean(tN);
+  // Round by round, t1 against the N-rank step just before it: the median
+  // drops the rounds a busy spell of a shared machine caught on one side.
+  std::vector<double> ratio;
+  for (size_t i = 0; i < t1.size(); ++i) ratio.push_back(t1[i] / tN[i]);
+  std::sort(ratio.begin(), ratio.end());
+  const size_t m = ratio.size() / 2;
+  const double scaling_median = ratio.size() % 2 ? ratio[m] : 0.5 * (ratio[m - 1] + ratio[m]);
+  std::printf("\nscaling t1/t%d: %.2fx, efficiency %.1f%% (means: %.2fx, %.1f%%; median of the rounds: %.2fx, "
+              "%.1f%%)\n",
+              N, scaling, 100.0 * scaling / N, scaling_mean, 100.0 * scaling_mean / N, scaling_median,
+              100.0 * scaling_median / N);
+  std::printf("\n(a step = exmy train's optimizer step of the global batch: forward + backward of its %lld micro-batches,\n"
+              "the gradient sum chained through the ranks in rank order, the AdamW update; %d rounds after a warm-up,\n"
+              "each timing the %d-rank step, then rank 0 stepping the same global batch alone on a 1-rank\n"
+              "communicator while the other ranks wait; best times give the main columns; the %d-rank time is the\n"
+              "slowest rank's; comm: the share of rank 0's %d-rank step time in the job's collectives, waits for the\n"
+              "slower ranks included, as exmy train's summary reports it; the median is that of each round's t1/t%d)\n",
+              static_cast<long long>(cfg.grad_accum), steps, N, N, N, N);
+  return 0;
+}
+
 po::options_description bench_train_options() {
   po::options_description desc(
       "exmy bench train: forward+backward throughput of a Nemotron-H model and its ratio to the\n"
       "machine's dense float32 GEMM rate (the CPU MFU)\n\n"
       "usage: exmy bench train [--model proxy-50m] [--seq-len 512] [--batch 4] [--steps 3] [--threads T]\n"
-      "       exmy bench train --recipe [LIST] [--stats LIST|all|none] [...]: quantized recipes against bf16\n\noptions");
+      "       exmy bench train --recipe [LIST] [--stats LIST|all|none] [...]: quantized recipes against bf16\n"
+      "       mpirun -np N exmy bench train --threads 1 [--grad-accum G] [--precision P] [--recipe NAME] [...]:\n"
+      "         exmy train's data-parallel step of G micro-batches (default N) on N ranks against the same\n"
+      "         global batch on 1 rank, alternated in one run: step times, tokens/s, rank 0's communication\n"
+      "         share, the scaling t1/tN and its efficiency (rank 0 prints; docs/training.md \"Data-parallel runs\")\n"
+      "\noptions");
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
     ("model", po::value<std::string>()->default_value("proxy-50m"), "preset or config.json")
-    ("set", po::value<std::vector<std::string>>()->composing(), "override a model field: model.FIELD=VALUE")
+    ("set", po::value<std::vector<std::string>>()->composing(), "override a model field: model.FIELD=VALUE "
+     "(on ranks: any run configuration key, e.g. train.shard_optimizer=off)")
     ("seq-len", po::value<int64_t>()->default_value(512), "sequence length")
     ("batch", po::value<int64_t>()->default_value(4), "sequences per forward/backward")
-    ("steps", po::value<int>()->default_value(3), "timed rounds (each: the reference GEMM once, every precision once)")
-    ("precision", po::value<std::string>()->default_value("fp32,bf16"), "comma-separated precision policies")
+    ("steps", po::value<int>()->default_value(3), "timed rounds (each: the reference GEMM once, every precision once; "
+     "on ranks: the N-rank step once, the 1-rank step once)")
+    ("grad-accum", po::value<int64_t>(), "on ranks: micro-batches of --batch sequences per optimizer step, all ranks "
+     "together (a multiple of N; default N)")
+    ("precision", po::value<std::string>()->default_value("fp32,bf16"), "comma-separated precision policies (on "
+     "ranks: one, default fp32)")
     ("gemm-size", po::value<int64_t>()->default_value(2048), "edge of the reference square GEMM")
     ("recipe", po::value<std::string>()->implicit_value(kDefaultRecipes),
      "compare recipes (comma-separated names or .ini files, must include bf16) instead of the MFU; "
@@ -415,7 +566,7 @@ po::options_description bench_train_options() {
      "with --stats: one output row in this many (train.gemm_stats_sample)")
     ("stats", po::value<std::string>()->default_value("all"),
      "with --recipe: recipes also timed with statistics at every step (comma-separated, all, none)")
-    ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default)")
+    ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default); on ranks, per rank")
     ("device", po::value<std::string>(), "cpu, cuda, cuda:N or cuda-emulated: where the passes run (on a device, "
      "against its cuBLASLt FP32 and BF16 GEMM rates)");
   // clang-format on
@@ -428,6 +579,10 @@ int cmd_bench_train(const Args& args) {
   po::options_description desc = bench_train_options();
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
+  // Started by mpirun or srun with several ranks: the data-parallel step.
+  if (dist::Comm& world = dist::world(); world.size() > 1) return bench_ranks(world, vm);
+  if (vm.count("grad-accum"))
+    throw Error("--grad-accum: only on ranks (mpirun -np N exmy bench train ...; exmy train's train.grad_accum)");
   const std::string device = training_device_option(vm, "bench train", true);
   train::TrainingDevice td(device.empty() ? sim::Device{} : sim::parse_device(device, "--device"));
   if (const int n = sim::checked_threads(vm["threads"].as<int>(), "--threads"); n > 0) omp_set_num_threads(n);

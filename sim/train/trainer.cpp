@@ -546,6 +546,24 @@ class Trainer {
 
   TrainResult run();
 
+  // One optimizer step s (0-based): forward and backward over this rank's
+  // micro-batches with the sums chained through the ranks, the global norm,
+  // and, when the loss and the norm are finite, the update (the training
+  // state moves on). With a non-finite one the weights are left alone.
+  struct Step {
+    double loss = 0, grad_norm = 0, lr = 0, inv_accum = 1;
+    bool finite() const { return std::isfinite(loss) && std::isfinite(grad_norm); }
+  };
+  Step train_step(int64_t s, bool first_of_session) {
+    Step st;
+    st.loss = forward_backward(s, first_of_session);
+    st.inv_accum = 1.0 / static_cast<double>(cfg_.grad_accum);
+    st.grad_norm = sim::global_norm(device_->memory(), device_->optim(), model_->arena().grads(), st.inv_accum);
+    if (st.finite()) st.lr = update(s, st.grad_norm, st.inv_accum);
+    return st;
+  }
+  int64_t steps_done() const { return state_.step; }
+
  private:
   // What the loop of one session keeps between steps.
   struct Session {
@@ -874,22 +892,20 @@ TrainResult Trainer::run() {
     if (hooks_.before_step) hooks_.before_step(s, *model_);
     const auto t0 = Clock::now();
     const double comm0 = comm_seconds();
-    const double loss = forward_backward(s, s == ss.first);
-    const double inv_accum = 1.0 / static_cast<double>(cfg_.grad_accum);
-    const double grad_norm = sim::global_norm(device_->memory(), device_->optim(), model_->arena().grads(), inv_accum);
+    const Step st = train_step(s, s == ss.first);
     // A non-finite loss or gradient stops the run before it touches the
     // weights: the checkpoint is the last good step.
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+    if (!st.finite()) {
       res.status = TrainStatus::diverged;
-      res.message = stop_diverged(s, loss, grad_norm);
+      res.message = stop_diverged(s, st.loss, st.grad_norm);
       break;
     }
-    const double lr = update(s, grad_norm, inv_accum);
     ss.comm_s += comm_seconds() - comm0;
-    record_step(loss, seconds_since(t0), ss, res);
+    record_step(st.loss, seconds_since(t0), ss, res);
     const int64_t step = state_.step;
     if (hooks_.after_step && run_) hooks_.after_step(step, *model_, *run_);
-    if (step % cfg_.log_interval == 0 || step == total || step == 1) log_step(step, loss, lr, grad_norm, inv_accum, ss);
+    if (step % cfg_.log_interval == 0 || step == total || step == 1)
+      log_step(step, st.loss, st.lr, st.grad_norm, st.inv_accum, ss);
     if ((cfg_.eval_interval > 0 && step % cfg_.eval_interval == 0) || step == total) evaluate_and_log(step, res);
     if ((cfg_.checkpoint_interval > 0 && step % cfg_.checkpoint_interval == 0) || step == total) checkpoint_in(ss);
   }
@@ -1175,6 +1191,39 @@ void Trainer::finish(TrainResult& res, const Session& ss) {
 }
 
 }  // namespace
+
+struct TimedSteps::Impl {
+  Trainer trainer;
+  Impl(const RunConfig& cfg, const TrainHooks& hooks) : trainer(cfg, "", hooks, BuildInfo{}) {}
+};
+
+TimedSteps::TimedSteps(const RunConfig& cfg, dist::Comm* comm) {
+  if (cfg.stats_interval != 0 || cfg.capture_step != 0)
+    throw Error("TimedSteps: statistics and captures need a run file (train.stats_interval and train.capture_step "
+                "must be 0)");
+  TrainHooks hooks;
+  hooks.out = nullptr;
+  hooks.comm = comm;
+  impl_ = std::make_unique<Impl>(cfg, hooks);
+  impl_->trainer.init_fresh();
+}
+
+TimedSteps::~TimedSteps() = default;
+
+TimedSteps::Timing TimedSteps::step() {
+  Trainer& t = impl_->trainer;
+  const int64_t s = t.steps_done();
+  if (t.finished()) throw Error("TimedSteps: all " + std::to_string(s) + " steps of train.steps are done");
+  const auto t0 = Clock::now();
+  const double comm0 = t.comm_seconds();
+  const Trainer::Step st = t.train_step(s, s == 0);
+  const Timing timing{seconds_since(t0), t.comm_seconds() - comm0};
+  // Every rank holds the same loss and norm (chained sums), so every rank throws.
+  if (!st.finite())
+    throw dist::CollectiveError("step " + std::to_string(s + 1) + ": the " +
+                                (std::isfinite(st.loss) ? "gradient norm" : "loss") + " is not finite");
+  return timing;
+}
 
 TrainResult train_new(const RunConfig& cfg, const std::string& out_dir, const TrainHooks& hooks,
                       const BuildInfo& build, bool overwrite) {

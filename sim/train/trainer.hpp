@@ -167,6 +167,32 @@ RunConfig resume_config(const std::string& out_dir, std::optional<int64_t> steps
 TrainResult train_resume(const std::string& out_dir, const RunConfig& cfg, const TrainHooks& hooks,
                          const BuildInfo& build);
 
+// Optimizer steps of a run without a run directory, timed (`exmy bench
+// train` on ranks): the training loop's own step (the micro-batches split
+// over comm's ranks, the gradient sums chained in rank order, the sharded or
+// whole AdamW update) on cfg's data from the seed's initial weights, with no
+// run file, checkpoint, evaluation or output. cfg.steps bounds the steps
+// (it is the LR schedule's length); cfg.stats_interval and cfg.capture_step
+// must be 0 (rank 0 has no run file to write rows to).
+class TimedSteps {
+ public:
+  // comm: the ranks of the job; nullptr: this process alone.
+  TimedSteps(const RunConfig& cfg, dist::Comm* comm);
+  ~TimedSteps();
+  struct Timing {
+    double seconds = 0;       // the step's wall time on this rank
+    double comm_seconds = 0;  // of it, in the job's collectives (waits for slower ranks included)
+  };
+  // The next step. Throws dist::CollectiveError when its loss or gradient
+  // norm is not finite (every rank sees the same ones), exmy::Error past
+  // cfg.steps.
+  Timing step();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Keys a resume may change without --allow-changes: the run's length, and
 // what is logged, evaluated, checkpointed or exported, and how many threads
 // run it (never the bits of a training step).

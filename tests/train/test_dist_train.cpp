@@ -12,11 +12,13 @@
 #include <hdf5.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -350,6 +352,89 @@ TEST(DistTrainErrors, MismatchAndIndivisibleRankCount) {
   EXPECT_NE(mism.status, 0);
   EXPECT_NE(mism.out.find("rank 1 runs a different configuration than rank 0: optim.lr"), std::string::npos)
       << mism.out;
+}
+
+// The figures of a row of `exmy bench train` on ranks ("2  0.7  0.8  171546  33.4%"): the numbers
+// after the leading rank count; "-" and "%" end a number.
+std::vector<double> row_numbers(const std::string& out, const std::string& ranks, int* rows) {
+  std::vector<double> v;
+  *rows = 0;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::string first;
+    if (!(w >> first) || first != ranks) continue;
+    ++*rows;
+    v.clear();
+    for (std::string x; w >> x;)
+      if (x != "-") v.push_back(std::stod(x));
+  }
+  return v;
+}
+
+size_t count_of(const std::string& out, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
+  return n;
+}
+
+// `exmy bench train` on 2 ranks: exmy train's data-parallel step against the
+// same global batch on rank 0 alone, printed by rank 0 only, with positive
+// step times and tokens/s, a communication share in (0, 100] and the scaling
+// and efficiency of those times (no timing is asserted). Options that have
+// no meaning on ranks end the job with one line.
+TEST(DistBenchTrain, TwoRanksPrintTheStepScalingAndCommunicationOnce) {
+  REQUIRE_MPI();
+  const std::vector<std::string> bench = {"bench", "train", "--model", "proxy-tiny", "--threads", "1", "--batch", "2",
+                                          "--seq-len", "32", "--steps", "2"};
+  const auto r = run_ranks(2, bench);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(count_of(r.out, "exmy bench train on 2 ranks: proxy-tiny"), 1u) << r.out;
+  EXPECT_EQ(count_of(r.out, "global batch 2 micro-batches x 2 x seq 32 (1 per rank)"), 1u) << r.out;
+  EXPECT_EQ(count_of(r.out, "comm (rank 0)"), 1u) << r.out;
+  int rows1 = 0, rows2 = 0;
+  const std::vector<double> one = row_numbers(r.out, "1", &rows1), two = row_numbers(r.out, "2", &rows2);
+  EXPECT_EQ(rows1, 1) << r.out;
+  EXPECT_EQ(rows2, 1) << r.out;
+  ASSERT_EQ(one.size(), 3u) << r.out;  // best ms, mean ms, tokens/s
+  ASSERT_EQ(two.size(), 4u) << r.out;  // and rank 0's communication share
+  for (const double x : one) EXPECT_GT(x, 0) << r.out;
+  for (const double x : two) EXPECT_GT(x, 0) << r.out;
+  EXPECT_LE(one[0], one[1]) << "best above mean\n" << r.out;
+  EXPECT_LE(two[0], two[1]) << "best above mean\n" << r.out;
+  EXPECT_LE(two[3], 100) << r.out;
+  // tokens/s: the global batch's 2 x 2 x 32 tokens over the best time (printed to 0.1 ms)
+  EXPECT_NEAR(one[0], 128 / one[2] * 1e3, 0.051) << r.out;
+  EXPECT_NEAR(two[0], 128 / two[2] * 1e3, 0.051) << r.out;
+  const size_t at = r.out.find("scaling t1/t2: ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_EQ(count_of(r.out, "scaling t1/t2: "), 1u) << r.out;
+  double scaling = 0, efficiency = 0;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + at, "scaling t1/t2: %lfx, efficiency %lf%%", &scaling, &efficiency), 2)
+      << r.out;
+  EXPECT_GT(scaling, 0) << r.out;
+  EXPECT_NEAR(efficiency, 100 * scaling / 2, 0.06 + 0.005 * efficiency) << r.out;
+  EXPECT_NEAR(scaling, two[2] / one[2], 0.005 + 0.01 * scaling) << r.out;  // t1/t2 of the best times
+  const size_t med = r.out.find("median of the rounds: ", at);
+  ASSERT_NE(med, std::string::npos) << r.out;
+  double median = 0;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + med, "median of the rounds: %lfx", &median), 1) << r.out;
+  EXPECT_GT(median, 0) << r.out;
+
+  for (const auto& [extra, line] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--device", "cpu"}, "exmy: error: --device: not on ranks"},
+           {{"--precision", "fp32,bf16"}, "exmy: error: --precision: one policy on ranks"},
+           {{"--grad-accum", "3"}, "exmy: error: --grad-accum 3 micro-batches do not divide among 2 ranks"}}) {
+    std::vector<std::string> args = bench;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto e = run_ranks(2, args);
+    EXPECT_NE(e.status, 0) << e.out;
+    EXPECT_EQ(count_of(e.out, line), 1u) << e.out;  // rank 0's line, once
+    EXPECT_EQ(count_of(e.out, "exmy: error"), 1u) << e.out;
+  }
+  const auto single = run_ranks(1, {"bench", "train", "--grad-accum", "2"});
+  EXPECT_NE(single.status, 0) << single.out;
+  EXPECT_EQ(count_of(single.out, "exmy: error: --grad-accum: only on ranks"), 1u) << single.out;
 }
 
 // A long 2-rank run in `dir` whose rank 1 gets `signal` (kill -SIGNAL) once
