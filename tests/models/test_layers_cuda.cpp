@@ -84,14 +84,20 @@ TEST(LayerKernels, SquaredRelu) {
   EXPECT_TRUE(std::isinf(out[2]));  // the overflow is the CPU's too
 }
 
-// Three AdamW steps of an arena with decayed and exempt views against
-// sim::AdamW::step, parameters and both moments bit for bit.
-TEST(LayerKernels, AdamW) {
-  EXMY_REQUIRE_CUDA();
+// An arena of decayed and exempt views, for the AdamW kernels.
+sim::ArenaLayout adamw_layout() {
   sim::ArenaLayout L;
   L.add("a.weight", {37, 5}, true);
   L.add("norm.weight", {19}, false);
   L.add("b.weight", {300}, true);
+  return L;
+}
+
+// Three AdamW steps of an arena with decayed and exempt views against
+// sim::AdamW::step, parameters and both moments bit for bit.
+TEST(LayerKernels, AdamW) {
+  EXMY_REQUIRE_CUDA();
+  const sim::ArenaLayout L = adamw_layout();
   sim::AdamWConfig cfg;
   sim::AdamW opt(L, cfg);
   const size_t n = static_cast<size_t>(L.size());
@@ -117,10 +123,7 @@ TEST(LayerKernels, AdamW) {
 // WorkingWeights::bf16: the arena, the master and both moments bit for bit.
 TEST(LayerKernels, AdamWBf16WorkingWeights) {
   EXMY_REQUIRE_CUDA();
-  sim::ArenaLayout L;
-  L.add("a.weight", {37, 5}, true);
-  L.add("norm.weight", {19}, false);
-  L.add("b.weight", {300}, true);
+  const sim::ArenaLayout L = adamw_layout();
   sim::AdamWConfig cfg;
   sim::AdamW opt(L, cfg, sim::whole_arena(L), sim::host_memory(), {}, nullptr, sim::WorkingWeights::bf16);
   const size_t n = static_cast<size_t>(L.size());
