@@ -295,10 +295,12 @@ int cmd_bench(const Args& args) {
   if (vm["what"].as<std::string>() != "quantize")
     throw Error("unknown benchmark '" + vm["what"].as<std::string>() + "' (expected quantize)");
   const int64_t cols = vm["cols"].as<int64_t>();
+  if (cols < 1) throw Error("--cols must be at least 1 (got " + std::to_string(cols) + ")");
   const int64_t n = vm["elements"].as<int64_t>() / cols * cols;
   if (n <= 0) throw Error("--elements must be at least --cols");
   const int64_t rows = n / cols;
-  const int repeat = std::max(1, vm["repeat"].as<int>());
+  const int repeat = vm["repeat"].as<int>();
+  if (repeat < 1) throw Error("--repeat must be at least 1 (got " + std::to_string(repeat) + ")");
   const int asked = sim::checked_threads(vm["threads"].as<int>(), "--threads");
   const int all = asked > 0 ? asked : omp_get_max_threads();
   const bool with_stats = vm.count("stats") > 0;

@@ -424,8 +424,9 @@ int bench_ranks(dist::Comm& world, const po::variables_map& vm) {
   }
   const int64_t T = vm["seq-len"].as<int64_t>(), B = vm["batch"].as<int64_t>();
   const int64_t G = vm.count("grad-accum") ? vm["grad-accum"].as<int64_t>() : N;
-  const int steps = std::max(1, vm["steps"].as<int>());
-  if (T <= 0 || B <= 0 || G <= 0) throw dist::CollectiveError("--seq-len, --batch and --grad-accum must be positive");
+  const int steps = vm["steps"].as<int>();
+  if (T <= 0 || B <= 0 || G <= 0 || steps <= 0)
+    throw dist::CollectiveError("--seq-len, --batch, --grad-accum and --steps must be positive");
   // The run configuration of both: the options, then --set (any run
   // configuration key), then what a timing run needs (no statistics,
   // evaluation or checkpoints; train.steps: the warm-up and the rounds).
@@ -591,8 +592,8 @@ int cmd_bench_train(const Args& args) {
     for (const auto& s : vm["set"].as<std::vector<std::string>>()) models::apply_override(cfg, s);
   models::validate(cfg);
   const int64_t T = vm["seq-len"].as<int64_t>(), B = vm["batch"].as<int64_t>();
-  const int steps = std::max(1, vm["steps"].as<int>());
-  if (T <= 0 || B <= 0) throw Error("--seq-len and --batch must be positive");
+  const int steps = vm["steps"].as<int>();
+  if (T <= 0 || B <= 0 || steps <= 0) throw Error("--seq-len, --batch and --steps must be positive");
   {  // every model of the comparison is built up front
     size_t models = 0;
     if (vm.count("recipe")) {

@@ -374,6 +374,13 @@ TEST_F(CliTest, AbsurdThreadCountsAndSizesAreErrors) {
   const CmdResult b = exmy("bench quantize --threads 100000");
   EXPECT_EQ(b.status, 1);
   EXPECT_NE(b.err.find("--threads"), std::string::npos) << b.err;
+  // non-positive sizes and counts (--cols 0 once divided by zero)
+  for (const std::string bad : {"--cols 0", "--cols -4", "--repeat 0", "--repeat -2"}) {
+    const CmdResult r = exmy("bench quantize --elements 4096 " + bad);
+    EXPECT_EQ(r.status, 1) << bad;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(bad.substr(0, bad.find(' '))), std::string::npos) << r.err;
+  }
   // A tensor larger than any machine's memory: refused before allocating.
   const CmdResult m = exmy("bench quantize --elements 4000000000000000");
   EXPECT_EQ(m.status, 1);

@@ -574,6 +574,10 @@ TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
                         "train.offload");
   // eval takes the device (tests/eval/test_cli_eval.cpp runs it); without a target it stops at that
   expect_one_line_error({kExmy, "eval", "--device", "cuda-emulated"}, "exmy eval needs a checkpoint");
+  // bench train's sizes and counts (--steps 0 was once taken as 1)
+  for (const char* bad : {"--steps", "--batch", "--seq-len"})
+    expect_one_line_error({kExmy, "bench", "train", "--model", "proxy-tiny", bad, "0"},
+                          "--seq-len, --batch and --steps must be positive");
   {  // bench train times the device backend's passes
     const Result b = run({kExmy, "bench", "train", "--device", "cuda-emulated", "--model", "proxy-tiny", "--seq-len",
                           "32", "--batch", "1", "--steps", "1", "--gemm-size", "64"});
