@@ -82,6 +82,9 @@ int cmd_model_info(const Args& args) {
   const int64_t accum = vm["grad-accum"].as<int64_t>() == 0 ? ranks : vm["grad-accum"].as<int64_t>();
   if (accum < 1 || accum % ranks != 0)
     throw Error("--grad-accum " + std::to_string(accum) + ": a positive multiple of --ranks (" + std::to_string(ranks) + ")");
+  for (const char* option : {"memory", "host-memory"})  // (checked before the plan is printed)
+    if (vm.count(option) && !(vm[option].as<double>() > 0))
+      throw Error(std::string("--") + option + " must be a positive number of GiB");
 
   std::printf("model %s: %lld layers (%lld Mamba-2, %lld attention, %lld MLP), hidden %lld, vocab %lld\n",
               cfg.name.c_str(), static_cast<long long>(cfg.num_hidden_layers),
@@ -161,7 +164,6 @@ int cmd_model_info(const Args& args) {
   // --memory / --host-memory: GiB the user gives instead of what is free now.
   auto given = [&](const char* option, sim::AvailableMemory& a) {
     if (!vm.count(option)) return false;
-    if (!(vm[option].as<double>() > 0)) throw Error(std::string("--") + option + " must be a positive number of GiB");
     a.bytes = vm[option].as<double>() * 1024.0 * 1024.0 * 1024.0;
     a.source = std::string("--") + option;
     return true;

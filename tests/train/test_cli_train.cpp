@@ -512,6 +512,12 @@ TEST(CliTrain, ModelInfoPlansADeviceRun) {
       EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   }
   expect_one_line_error({kExmy, "model-info", "--offload", "optimizer"}, "--offload optimizer plans a device run");
+  // a GiB figure that is no amount: one line, before any of the plan
+  expect_one_line_error({kExmy, "model-info", "--model", "proxy-1m", "--memory", "0"},
+                        "--memory must be a positive number of GiB");
+  expect_one_line_error({kExmy, "model-info", "--model", "proxy-1m", "--device", "cuda", "--memory", "80", "--offload",
+                         "optimizer", "--host-memory", "-3"},
+                        "--host-memory must be a positive number of GiB");
   // gradient accumulation keeps the step's running sum (one more arena):
   // the 8B with recompute then needs 162.08 GiB, with the optimizer
   // offloaded too 101.72
