@@ -113,8 +113,9 @@ models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model
   const double shard = shards > 1 ? static_cast<double>(sim::largest_shard(models::make_layout(model), shards)) : arena;
   if (shards > 1) m.optimizer = 8.0 * shard;
   if (plan.bf16_weights) m.master = 4.0 * shard;  // sim::AdamW's master beside the moments
-  if (plan.offload) {  // sim::AdamW's offload: master weights and moments on the host, one chunk of gradients staged
-    m.host_state = 12.0 * shard + 4.0 * std::min(shard, static_cast<double>(sim::kOffloadChunk));
+  if (plan.offload) {  // sim::AdamW's offload: master weights and moments on the host, its staging chunks
+    const int staged = sim::offload_staging_chunks(plan.bf16_weights ? sim::WorkingWeights::bf16 : sim::WorkingWeights::fp32);
+    m.host_state = 12.0 * shard + 4.0 * staged * std::min(shard, static_cast<double>(sim::kOffloadChunk));
     m.optimizer = 0;
     m.master = 0;  // counted in host_state, with or without BF16 working weights
   }
