@@ -313,6 +313,16 @@ class Trainer {
         layout, cfg_.adamw, shards_.empty() ? sim::whole_arena(layout) : shards_[static_cast<size_t>(comm_.rank())],
         device_->memory(), device_->optim(), cfg_.offloaded() ? device_->offload_memory() : nullptr,
         cfg_.working_weights);
+    // EXMY_OFFLOAD_CHUNK=N: N elements a staged copy instead of
+    // sim::kOffloadChunk, so that a small model's step is many chunks whose
+    // copies overlap the update (tools/gpu-train-check.sh; the same bits).
+    if (const char* e = std::getenv("EXMY_OFFLOAD_CHUNK"); e && *e && opt_->offloaded()) {
+      char* endp = nullptr;
+      const long long n = std::strtoll(e, &endp, 10);
+      if (*endp != '\0' || n < 1)
+        throw Error("EXMY_OFFLOAD_CHUNK='" + std::string(e) + "': expected a positive number of elements");
+      opt_->set_offload_chunk(n);
+    }
   }
 
   // The arena holds FP32 weights just written (the seed's initialization,
@@ -935,8 +945,10 @@ void Trainer::say_plan(int64_t first) {
         "master (%s) is kept by the optimizer in %s memory (train.working_weights)\n",
         sim::gib_text(4.0 * static_cast<double>(opt_->shard().size())).c_str(), opt_->memory().name());
   if (opt_->offloaded())
-    say("AdamW state offloaded: master weights and moments (%s) in %s memory, updated there (train.offload)\n",
-        sim::gib_text(12.0 * static_cast<double>(opt_->shard().size())).c_str(), opt_->memory().name());
+    say("AdamW state offloaded: master weights and moments (%s) in %s memory, updated there in chunks of %lld "
+        "elements (train.offload)\n",
+        sim::gib_text(12.0 * static_cast<double>(opt_->shard().size())).c_str(), opt_->memory().name(),
+        static_cast<long long>(opt_->offload_chunk()));
   if (first > 0) say("resuming at step %lld from %s\n", static_cast<long long>(first), last_checkpoint_.c_str());
 }
 
