@@ -13,6 +13,14 @@
 
 namespace exmy::sim {
 
+// A copy in flight between a memory and the host (Memory::to_host_async,
+// from_host_async); id 0: finished. Memory::wait finishes it and sets it
+// back to 0, so waiting twice is harmless.
+struct CopyToken {
+  uint64_t id = 0;
+  bool done() const { return id == 0; }
+};
+
 class Memory {
  public:
   virtual ~Memory() = default;
@@ -29,6 +37,25 @@ class Memory {
   virtual void to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // The same copies, started and perhaps not finished when they return:
+  // each starts after the work queued on this memory's device so far (the
+  // kernels that wrote the source), copies to the host run one after
+  // another and copies from the host too (the two directions may run at
+  // once), and until wait(token) returns the destination must not be read
+  // nor the source written. Here (the host's, an emulation) they finish at
+  // once; a CUDA device queues them on its copy streams.
+  virtual CopyToken to_host_async(void* host_dst, const void* src, size_t bytes) {
+    to_host(host_dst, src, bytes);
+    return {};
+  }
+  virtual CopyToken from_host_async(void* dst, const void* host_src, size_t bytes) {
+    from_host(dst, host_src, bytes);
+    return {};
+  }
+  // Blocks until the copy of `t` has landed, then sets t to finished. Work
+  // queued on the device afterwards sees what it wrote. Every token an
+  // async copy returns is waited for once.
+  virtual void wait(CopyToken& t) { t = {}; }
   // Waits until the work queued on this memory's device is done (timing).
   virtual void synchronize() {}
   // Bytes allocated and not freed, and the most at any time since

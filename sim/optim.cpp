@@ -101,7 +101,10 @@ AdamW::AdamW(const ArenaLayout& layout, AdamWConfig cfg, OptimizerShard shard, M
   m_.resize_zero(shard.size());
   v_.resize_zero(shard.size());
   if (keeps_master()) master_.place(offload ? *offload : memory), master_.resize_zero(shard.size());
-  if (offloaded_) stage_.place(*offload), stage_.resize_zero(std::min(shard.size(), kOffloadChunk));
+  if (offloaded_) {
+    for (int b = 0; b < offload_staging_chunks(working_); ++b)
+      stage_[b].place(*offload), stage_[b].resize_zero(std::min(shard.size(), kOffloadChunk));
+  }
 }
 
 void AdamW::take_master(std::span<const float> params) {
@@ -187,7 +190,9 @@ void AdamW::step(std::span<float> params, std::span<const float> grads, double l
 void AdamW::set_offload_chunk(int64_t n) {
   if (n < 1) throw Error("AdamW::set_offload_chunk: " + std::to_string(n) + " elements");
   chunk_ = n;
-  if (offloaded_ && stage_.size() < std::min(shard_.size(), n)) stage_.resize_zero(std::min(shard_.size(), n));
+  if (!offloaded_) return;
+  for (int b = 0; b < offload_staging_chunks(working_); ++b)
+    if (stage_[b].size() < std::min(shard_.size(), n)) stage_[b].resize_zero(std::min(shard_.size(), n));
 }
 
 // Chunk by chunk of the shard: its gradients to the host, the update of the
@@ -196,21 +201,45 @@ void AdamW::set_offload_chunk(int64_t n) {
 // formed in the staging buffer once the chunk's gradients are used). Each
 // element's update is the one every other path makes, so neither the
 // chunking nor the threads change a bit.
+//
+// The copies are asynchronous and run beside the host's update: while the
+// host updates chunk i, the gradients of chunk i + 1 are on their way down
+// into the next staging buffer and the weights of chunk i - 1 on their way
+// up, so a step costs about the longest of the three rather than their sum.
+// Chunk i's gradients use staging buffer i % S (offload_staging_chunks): two
+// take turns when the weights go up from the master itself; with BF16 the
+// rounded weights go up from the staging buffer, so a third keeps the
+// buffer of chunk i - 1 untouched until its copy up has landed.
 void AdamW::step_offloaded(float* params, const float* grads, const AdamWScalars& s) {
   const int64_t begin = shard_.begin, end = shard_.end;
   if (end <= begin) return;
+  Memory& dev = *arena_memory_;
   float* master = master_.data();  // shard-indexed, as the moments
   if (!master_valid_) {
-    arena_memory_->to_host(master, params + begin, sizeof(float) * static_cast<size_t>(end - begin));
+    dev.to_host(master, params + begin, sizeof(float) * static_cast<size_t>(end - begin));
     master_valid_ = true;
   }
   float* m = m_.data();
   float* v = v_.data();
-  float* g = stage_.data();  // the chunk's gradients: arena element i is g[i - c0]
-  size_t k = 0;              // the first view that may overlap the chunk
-  for (int64_t c0 = begin; c0 < end; c0 += chunk_) {
-    const int64_t c1 = std::min(end, c0 + chunk_);
-    arena_memory_->to_host(g, grads + c0, sizeof(float) * static_cast<size_t>(c1 - c0));
+  const bool bf16 = working_ == WorkingWeights::bf16;
+  const int64_t S = offload_staging_chunks(working_);
+  const int64_t chunks = (end - begin + chunk_ - 1) / chunk_;
+  const auto bytes = [&](int64_t c0) { return sizeof(float) * static_cast<size_t>(std::min(end, c0 + chunk_) - c0); };
+  std::vector<CopyToken> down(static_cast<size_t>(S)), up(static_cast<size_t>(chunks));
+  // Starts chunk i's gradients down into its staging buffer, once the
+  // weights that last went up from that buffer have left it.
+  const auto fetch = [&](int64_t i) {
+    const int64_t c0 = begin + i * chunk_;
+    if (bf16 && i >= S) dev.wait(up[static_cast<size_t>(i - S)]);
+    down[static_cast<size_t>(i % S)] = dev.to_host_async(stage_[i % S].data(), grads + c0, bytes(c0));
+  };
+  fetch(0);
+  size_t k = 0;  // the first view that may overlap the chunk
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t c0 = begin + i * chunk_, c1 = std::min(end, c0 + chunk_);
+    if (i + 1 < chunks) fetch(i + 1);
+    dev.wait(down[static_cast<size_t>(i % S)]);
+    float* g = stage_[i % S].data();  // the chunk's gradients: arena element j is g[j - c0]
     for (; k < ranges_.size(); ++k) {
       const auto [off, n] = ranges_[k];
       if (off >= c1) break;
@@ -218,18 +247,20 @@ void AdamW::step_offloaded(float* params, const float* grads, const AdamWScalars
       const float dk = decay_[k] ? s.decay : 1.0f;
       const int64_t l = a - begin;  // shard index of a
 #pragma omp parallel for schedule(static) if (b - a >= parallel_min_work())
-      for (int64_t i = 0; i < b - a; ++i) adamw_update(master[l + i], m[l + i], v[l + i], g[a - c0 + i], dk, s);
+      for (int64_t j = 0; j < b - a; ++j) adamw_update(master[l + j], m[l + j], v[l + j], g[a - c0 + j], dk, s);
       if (off + n > c1) break;  // the view goes on into the next chunk
     }
-    const float* up = master + (c0 - begin);
-    if (working_ == WorkingWeights::bf16) {
+    const float* w = master + (c0 - begin);
+    if (bf16) {
       const int64_t l = c0 - begin;
 #pragma omp parallel for schedule(static) if (c1 - c0 >= parallel_min_work())
-      for (int64_t i = 0; i < c1 - c0; ++i) g[i] = round_bf16_hd(master[l + i]);
-      up = g;
+      for (int64_t j = 0; j < c1 - c0; ++j) g[j] = round_bf16_hd(master[l + j]);
+      w = g;
     }
-    arena_memory_->from_host(params + c0, up, sizeof(float) * static_cast<size_t>(c1 - c0));
+    up[static_cast<size_t>(i)] = dev.from_host_async(params + c0, w, bytes(c0));
   }
+  // The next forward reads the weights, the next step the staging buffers.
+  for (CopyToken& t : up) dev.wait(t);
 }
 
 LrKind parse_lr_kind(std::string_view name) {

@@ -8,6 +8,7 @@
 // one reduction (the gradient norm) adds fixed blocks in block order.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -101,6 +102,12 @@ int64_t largest_shard(const ArenaLayout& layout, int n);
 // Elements of the arena an offloaded AdamW moves per copy (64 MiB of FP32):
 // its host staging buffer.
 inline constexpr int64_t kOffloadChunk = int64_t{1} << 24;
+// The staging buffers of kOffloadChunk elements an offloaded AdamW keeps on
+// the host so that its copies overlap its update: two with FP32 working
+// weights (one chunk's gradients arriving while the other's are used), three
+// with BF16 (a chunk's rounded weights wait in their buffer until they have
+// gone up).
+inline constexpr int offload_staging_chunks(WorkingWeights w) { return w == WorkingWeights::bf16 ? 3 : 2; }
 
 class AdamW {
  public:
@@ -115,7 +122,9 @@ class AdamW {
   // chunks of kOffloadChunk elements, updates the master weights there
   // with the CPU's per-element update (the device kernel's arithmetic,
   // sim/adamw_update.hpp, so the same bits) and copies each chunk of
-  // weights back into the arena. The device then holds only the working
+  // weights back into the arena; the copies are the memory's asynchronous
+  // ones, the next chunk's gradients and the last chunk's weights moving
+  // while the host updates a chunk, and all have landed when step returns. The device then holds only the working
   // weights and the gradients. The master copy is taken from the arena at
   // the first step and after master_from_params(), or at once by
   // take_master().
@@ -178,9 +187,10 @@ class AdamW {
   // View i's master weights (an owned view of an optimizer that keeps_master).
   const float* master_of(int view) const { return master_.data() + local(view); }
   // Elements per staged copy of an offloaded optimizer (kOffloadChunk;
-  // tests make it small so that chunks cut views). Grows the staging
-  // buffer when needed.
+  // tests make it small so that chunks cut views and many are in flight).
+  // Grows the staging buffers when needed.
   void set_offload_chunk(int64_t n);
+  int64_t offload_chunk() const { return chunk_; }
 
  private:
   // step() of an offloaded optimizer.
@@ -199,10 +209,11 @@ class AdamW {
   MemBuf<float> m_, v_;
   int64_t t_ = 0;
   // Offloaded: the arena's memory, the shard's master weights and the
-  // gradient chunk staged on the host.
+  // gradient chunks staged on the host (offload_staging_chunks of them).
   bool offloaded_ = false;
   Memory* arena_memory_ = nullptr;
-  MemBuf<float> master_, stage_;
+  MemBuf<float> master_;
+  std::array<MemBuf<float>, 3> stage_;
   int64_t chunk_ = kOffloadChunk;
   bool master_valid_ = false;
   WorkingWeights working_ = WorkingWeights::fp32;

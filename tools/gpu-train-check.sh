@@ -11,6 +11,8 @@
 #   fp32    proxy-10m, 50 steps, batch 8 x 256 tokens, fp32 policy
 #   bf16    the same with train.precision = bf16
 #   bf16-working  the same with train.working_weights = bf16 (and offloaded: the device run's bits)
+#   fp32 and bf16-working offloaded (train.offload = optimizer) in chunks of
+#   GPU_TRAIN_OFFLOAD_CHUNK elements (1000003): the device run's bits
 #   ue5m3   proxy-10m, 20 steps, ue5m3-b16-fp32gemm, statistics every 5 steps
 #   row-scaled  the same with nvfp4-row-scaled (row outer scales)
 # The check: the largest |loss_cuda - loss_cpu| / loss_cpu over the steps is
@@ -77,10 +79,15 @@ else
 fi
 # the optimizer offloaded to the host (train.offload = optimizer): the host's
 # update is the kernel's arithmetic (no contraction on either side), so the
-# same final weights as the run with everything on the device
-if run fp32-offload "$device" 50 train.precision=fp32 train.export_hf=fp32 train.offload=optimizer &&
+# same final weights as the run with everything on the device. Chunks of
+# 1000003 elements (EXMY_OFFLOAD_CHUNK; the default 16 Mi would hold the
+# whole proxy) cut views and make a step many chunks, so the asynchronous
+# copies overlap the host's update as they do for the 8B: a copy that lands
+# late or starts early changes the weights.
+offload_chunk=${GPU_TRAIN_OFFLOAD_CHUNK:-1000003}
+if EXMY_OFFLOAD_CHUNK=$offload_chunk run fp32-offload "$device" 50 train.precision=fp32 train.export_hf=fp32 train.offload=optimizer &&
   cmp -s "$out/fp32-$device/hf/model.safetensors" "$out/fp32-offload-$device/hf/model.safetensors"; then
-  echo "train fp32 with the optimizer offloaded on $device: the same final weights, bit for bit: ok"
+  echo "train fp32 with the optimizer offloaded on $device (chunks of $offload_chunk): the same final weights, bit for bit: ok"
   echo "  $(grep -E '^done:' "$out/fp32-offload-$device.log")"
 else
   echo "train fp32 with the optimizer offloaded on $device: the final weights differ (or the run failed): FAILED"
@@ -91,9 +98,9 @@ compare bf16 50 1e-3 train.precision=bf16
 # rounding kernel against the CPU; offloaded (the master on the host,
 # rounded chunks sent up) the same final weights as on the device
 compare bf16-working 50 1e-3 train.working_weights=bf16 train.export_hf=bf16
-if run bf16-working-offload "$device" 50 train.working_weights=bf16 train.export_hf=bf16 train.offload=optimizer &&
+if EXMY_OFFLOAD_CHUNK=$offload_chunk run bf16-working-offload "$device" 50 train.working_weights=bf16 train.export_hf=bf16 train.offload=optimizer &&
   cmp -s "$out/bf16-working-$device/hf/model.safetensors" "$out/bf16-working-offload-$device/hf/model.safetensors"; then
-  echo "train bf16 working weights with the optimizer offloaded on $device: the same final weights, bit for bit: ok"
+  echo "train bf16 working weights with the optimizer offloaded on $device (chunks of $offload_chunk): the same final weights, bit for bit: ok"
 else
   echo "train bf16 working weights with the optimizer offloaded on $device: the final weights differ (or the run failed): FAILED"
   status=1

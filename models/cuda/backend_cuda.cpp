@@ -4,7 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "formats/cuda/cuda_check.hpp"
 #include "formats/error.hpp"
@@ -48,7 +50,61 @@ class CudaMemory final : public sim::CountedMemory {
     if (bytes && dst != src)
       cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync");
   }
+  // The kernels run on the (legacy) default stream; an async copy waits on
+  // an event recorded there, runs on its direction's own non-blocking
+  // stream (an H200 has separate copy engines each way) and records the
+  // event its token names.
+  sim::CopyToken to_host_async(void* dst, const void* src, size_t bytes) override {
+    return copy_async(dst, src, bytes, cudaMemcpyDeviceToHost, down_);
+  }
+  sim::CopyToken from_host_async(void* dst, const void* src, size_t bytes) override {
+    return copy_async(dst, src, bytes, cudaMemcpyHostToDevice, up_);
+  }
+  void wait(sim::CopyToken& t) override {
+    if (t.done()) return;
+    cudaEvent_t e = nullptr;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      e = events_.at(static_cast<size_t>(t.id - 1));
+    }
+    cuda_check(cudaEventSynchronize(e), "cudaEventSynchronize of an async copy");
+    std::lock_guard<std::mutex> g(m_);
+    free_.push_back(static_cast<size_t>(t.id - 1));
+    t = {};
+  }
   void synchronize() override { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+ private:
+  std::mutex m_;
+  cudaStream_t down_ = nullptr, up_ = nullptr;  // made at the first async copy
+  std::vector<cudaEvent_t> events_;             // token id - 1 indexes them
+  std::vector<size_t> free_;                    // events no token holds
+
+  // An event no token holds (made when none is free); under m_.
+  size_t take_event() {
+    if (free_.empty()) {
+      cudaEvent_t e = nullptr;
+      cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      events_.push_back(e);
+      return events_.size() - 1;
+    }
+    const size_t i = free_.back();
+    free_.pop_back();
+    return i;
+  }
+  sim::CopyToken copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t& stream) {
+    if (!bytes) return {};
+    std::lock_guard<std::mutex> g(m_);
+    if (!stream) cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    // After what the default stream has queued (the gradients' backward and reduction).
+    const size_t after = take_event(), done = take_event();
+    cuda_check(cudaEventRecord(events_[after], nullptr), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(stream, events_[after], 0), "cudaStreamWaitEvent");
+    free_.push_back(after);  // the wait is queued: the event may be recorded again
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, kind, stream), "cudaMemcpyAsync");
+    cuda_check(cudaEventRecord(events_[done], stream), "cudaEventRecord");
+    return {static_cast<uint64_t>(done) + 1};
+  }
 };
 
 class PinnedMemory final : public sim::HostAddressedMemory {

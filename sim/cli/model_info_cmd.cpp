@@ -189,7 +189,7 @@ int cmd_model_info(const Args& args) {
   if (offloaded) {
     sim::AvailableMemory host;
     if (!given("host-memory", host)) host = sim::available_memory();
-    std::printf("  host memory %s: FP32 master weights and AdamW moments, a staged chunk of gradients; %s in %s (%s)\n",
+    std::printf("  host memory %s: FP32 master weights and AdamW moments, staging chunks of gradients; %s in %s (%s)\n",
                 sim::gib_text(m.host_state).c_str(), m.host_state <= host.bytes ? "fits" : "does not fit",
                 sim::gib_text(host.bytes).c_str(), host.source.c_str());
   }

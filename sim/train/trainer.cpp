@@ -113,8 +113,9 @@ models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model
   const double shard = shards > 1 ? static_cast<double>(sim::largest_shard(models::make_layout(model), shards)) : arena;
   if (shards > 1) m.optimizer = 8.0 * shard;
   if (plan.bf16_weights) m.master = 4.0 * shard;  // sim::AdamW's master beside the moments
-  if (plan.offload) {  // sim::AdamW's offload: master weights and moments on the host, one chunk of gradients staged
-    m.host_state = 12.0 * shard + 4.0 * std::min(shard, static_cast<double>(sim::kOffloadChunk));
+  if (plan.offload) {  // sim::AdamW's offload: master weights and moments on the host, its staging chunks
+    const int staged = sim::offload_staging_chunks(plan.bf16_weights ? sim::WorkingWeights::bf16 : sim::WorkingWeights::fp32);
+    m.host_state = 12.0 * shard + 4.0 * staged * std::min(shard, static_cast<double>(sim::kOffloadChunk));
     m.optimizer = 0;
     m.master = 0;  // counted in host_state, with or without BF16 working weights
   }
@@ -312,6 +313,16 @@ class Trainer {
         layout, cfg_.adamw, shards_.empty() ? sim::whole_arena(layout) : shards_[static_cast<size_t>(comm_.rank())],
         device_->memory(), device_->optim(), cfg_.offloaded() ? device_->offload_memory() : nullptr,
         cfg_.working_weights);
+    // EXMY_OFFLOAD_CHUNK=N: N elements a staged copy instead of
+    // sim::kOffloadChunk, so that a small model's step is many chunks whose
+    // copies overlap the update (tools/gpu-train-check.sh; the same bits).
+    if (const char* e = std::getenv("EXMY_OFFLOAD_CHUNK"); e && *e && opt_->offloaded()) {
+      char* endp = nullptr;
+      const long long n = std::strtoll(e, &endp, 10);
+      if (*endp != '\0' || n < 1)
+        throw Error("EXMY_OFFLOAD_CHUNK='" + std::string(e) + "': expected a positive number of elements");
+      opt_->set_offload_chunk(n);
+    }
   }
 
   // The arena holds FP32 weights just written (the seed's initialization,
@@ -950,8 +961,10 @@ void Trainer::say_plan(int64_t first) {
         "master (%s) is kept by the optimizer in %s memory (train.working_weights)\n",
         sim::gib_text(4.0 * static_cast<double>(opt_->shard().size())).c_str(), opt_->memory().name());
   if (opt_->offloaded())
-    say("AdamW state offloaded: master weights and moments (%s) in %s memory, updated there (train.offload)\n",
-        sim::gib_text(12.0 * static_cast<double>(opt_->shard().size())).c_str(), opt_->memory().name());
+    say("AdamW state offloaded: master weights and moments (%s) in %s memory, updated there in chunks of %lld "
+        "elements (train.offload)\n",
+        sim::gib_text(12.0 * static_cast<double>(opt_->shard().size())).c_str(), opt_->memory().name(),
+        static_cast<long long>(opt_->offload_chunk()));
   if (first > 0) say("resuming at step %lld from %s\n", static_cast<long long>(first), last_checkpoint_.c_str());
 }
 

@@ -130,8 +130,9 @@ RankPlan rank_plan(const RunConfig& cfg, int ranks);
 // models::training_memory of the rank that keeps the most: the largest of
 // the optimizer shards (sim::optimizer_shard), with `bf16_weights` the
 // shard's FP32 master weights (MemoryEstimate::master), with `offload` the
-// shard's master weights, moments and a staged chunk of gradients counted in
-// host_state instead (sim::AdamW's offload), and the gradient sums of
+// shard's master weights, moments and staging chunks (two, three with
+// `bf16_weights`: sim::offload_staging_chunks) counted in host_state instead
+// (sim::AdamW's offload), and the gradient sums of
 // accumulation: one running sum alone, or on one of n ranks ceil(G/n) held
 // micro-batch gradients plus the sum the chain passes on.
 models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model, int64_t batch, int64_t seq_len,

@@ -5,6 +5,8 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <numbers>
 #include <random>
 #include <string>
@@ -190,7 +192,13 @@ TEST(OptimizerShard, ShardedStepsAreTheWholeStepsBits) {
 
 // A device memory for the offloaded optimizer's test: host storage that
 // says it is not the host's (so AdamW must copy through to_host and
-// from_host) and counts the bytes moved each way.
+// from_host) and counts the bytes moved each way. Its asynchronous copies
+// land only at wait(), as late as a device may finish them: until then the
+// destination holds a poison (all bits set, a NaN), and wait() copies the
+// source as it is then, counting the copies whose source was written while
+// in flight. A step that reads a destination before waiting, writes a
+// source still in flight or never waits leaves NaNs, a count or a copy
+// pending.
 class CopyCountingMemory final : public Memory {
  public:
   const char* name() const override { return "test device"; }
@@ -201,7 +209,39 @@ class CopyCountingMemory final : public Memory {
   void to_host(void* d, const void* s, size_t bytes) override { down += bytes, host_memory().copy(d, s, bytes); }
   void from_host(void* d, const void* s, size_t bytes) override { up += bytes, host_memory().copy(d, s, bytes); }
   void copy(void* d, const void* s, size_t bytes) override { host_memory().copy(d, s, bytes); }
+  CopyToken to_host_async(void* d, const void* s, size_t bytes) override { return down += bytes, defer(d, s, bytes); }
+  CopyToken from_host_async(void* d, const void* s, size_t bytes) override { return up += bytes, defer(d, s, bytes); }
+  void wait(CopyToken& t) override {
+    if (t.done()) return;
+    const auto it = pending_.find(t.id);
+    ASSERT_TRUE(it != pending_.end()) << "token " << t.id << " of no copy in flight";
+    const Copy& c = it->second;
+    if (std::memcmp(c.src, c.was.data(), c.was.size()) != 0) ++source_written;
+    std::memmove(c.dst, c.src, c.was.size());
+    pending_.erase(it);
+    t = {};
+  }
+  size_t in_flight() const { return pending_.size(); }
   size_t down = 0, up = 0;
+  size_t most_in_flight = 0;  // copies started and not yet waited for, at most
+  int source_written = 0;
+
+ private:
+  struct Copy {
+    void* dst;
+    const void* src;
+    std::vector<unsigned char> was;  // the source when the copy started
+  };
+  std::map<uint64_t, Copy> pending_;
+  uint64_t next_ = 1;
+  CopyToken defer(void* d, const void* s, size_t bytes) {
+    if (!bytes) return {};
+    const auto* b = static_cast<const unsigned char*>(s);
+    pending_.emplace(next_, Copy{d, s, std::vector<unsigned char>(b, b + bytes)});
+    std::memset(d, 0xff, bytes);
+    most_in_flight = std::max(most_in_flight, pending_.size());
+    return {next_++};
+  }
 };
 
 // train.offload = optimizer: the master weights and moments on the host,
@@ -210,7 +250,10 @@ class CopyCountingMemory final : public Memory {
 // weights and moments are the bits of the AdamW that keeps everything in
 // one memory; each step moves the shard's gradients down and its weights up
 // once; a master_from_params after the arena is written starts from the
-// new weights.
+// new weights. The copies are asynchronous (landing only when waited for):
+// with small chunks many are in flight at once, and every one is waited for
+// before its destination is read or its source written, and by the end of
+// the step.
 TEST(AdamW, OffloadedStateGivesTheSameBitsChunkByChunk) {
   const ArenaLayout L = mixed_views();
   AdamWConfig c;
@@ -241,7 +284,11 @@ TEST(AdamW, OffloadedStateGivesTheSameBitsChunkByChunk) {
           const size_t bytes = sizeof(float) * static_cast<size_t>(sh.size());
           EXPECT_EQ(dev.down, (t == 0 || t == 2 ? 2 : 1) * bytes) << "gradients (and, first, the master weights) down";
           EXPECT_EQ(dev.up, bytes) << "weights up";
+          EXPECT_EQ(dev.in_flight(), 0u) << "copies not waited for";
+          EXPECT_EQ(dev.source_written, 0) << "sources written in flight";
         }
+        const int64_t chunks = (sh.size() + chunk - 1) / chunk;
+        if (chunks >= 3) EXPECT_GE(dev.most_in_flight, 3u) << "copies overlapping the update";
         const std::string at = std::to_string(n) + " shards, rank " + std::to_string(r) + ", chunk " + std::to_string(chunk);
         for (size_t i = 0; i < pr.size(); ++i)
           ASSERT_EQ(std::bit_cast<uint32_t>(po[i]), std::bit_cast<uint32_t>(pr[i])) << "element " << i << ", " << at;
@@ -290,7 +337,10 @@ TEST(AdamW, Bf16WorkingWeightsAreTheRoundedMaster) {
           fill_views(L, g, nd, gg);
           ref.step(master, g, 1e-2, 0.75);
           bf.step(po, g, 1e-2, 0.75);
+          ASSERT_EQ(dev.in_flight(), 0u) << at;
+          ASSERT_EQ(dev.source_written, 0) << at;
         }
+        if (where == "offloaded" && sh.size() > 3 * 37) EXPECT_GE(dev.most_in_flight, 3u) << at;
         size_t below_bf16 = 0;  // master elements with bits a BF16 drops: the test is not vacuous
         for (size_t i = 0; i < po.size(); ++i) {
           ASSERT_EQ(std::bit_cast<uint32_t>(po[i]), std::bit_cast<uint32_t>(round_bf16_hd(master[i])))
