@@ -13,49 +13,72 @@ EXMY_TARGET_AVX512
 
 namespace exmy::detail::avx512 {
 
-void philox_words64(uint64_t seed, uint64_t stream, uint64_t c, int64_t steps, uint32_t* out) {
+namespace {
+
+// G steps side by side (G groups of 16 counter blocks, c, c + 16, ...): the
+// rounds of one group are a single dependency chain, so two in flight keep
+// the multipliers busy while each waits on the other.
+template <int G>
+inline void philox_steps(uint64_t seed, uint64_t stream, uint64_t c, uint32_t* out) {
   const __m512i M0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
   const __m512i M1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i one = _mm512_set1_epi32(1);
-  const __m512i s_lo = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream)));
-  const __m512i s_hi = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream >> 32)));
-  for (int64_t s = 0; s < steps; ++s, c += 16, out += 64) {
+  __m512i C0[G], C1[G], C2[G], C3[G];
+  for (int g = 0; g < G; ++g) {
     // counter = (c low, c high, stream low, stream high); c + i may carry into the high word
-    const __m512i base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(c)));
+    const uint64_t cg = c + 16 * static_cast<uint64_t>(g);
+    const __m512i base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(cg)));
     const __m512i lo = _mm512_add_epi32(base, lane);
     const __mmask16 carry = _mm512_cmplt_epu32_mask(lo, base);
-    const __m512i hi = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(c >> 32)));
-    __m512i C0 = lo, C1 = _mm512_mask_add_epi32(hi, carry, hi, one), C2 = s_lo, C3 = s_hi;
-    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-    for (int round = 0; round < 10; ++round) {
+    const __m512i hi = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(cg >> 32)));
+    C0[g] = lo;
+    C1[g] = _mm512_mask_add_epi32(hi, carry, hi, one);
+    C2[g] = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream)));
+    C3[g] = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(stream >> 32)));
+  }
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const __m512i K0 = _mm512_set1_epi32(static_cast<int>(k0)), K1 = _mm512_set1_epi32(static_cast<int>(k1));
+    for (int g = 0; g < G; ++g) {
       // (hi, lo) of M0 * C0 and M1 * C2, 32 x 32 -> 64 bits per lane
-      const __m512i p0e = _mm512_mul_epu32(C0, M0), p0o = _mm512_mul_epu32(_mm512_srli_epi64(C0, 32), M0);
-      const __m512i p1e = _mm512_mul_epu32(C2, M1), p1o = _mm512_mul_epu32(_mm512_srli_epi64(C2, 32), M1);
+      const __m512i p0e = _mm512_mul_epu32(C0[g], M0), p0o = _mm512_mul_epu32(_mm512_srli_epi64(C0[g], 32), M0);
+      const __m512i p1e = _mm512_mul_epu32(C2[g], M1), p1o = _mm512_mul_epu32(_mm512_srli_epi64(C2[g], 32), M1);
       const __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(p0e, 32), p0o);
       const __m512i lo0 = _mm512_mask_blend_epi32(0xAAAA, p0e, _mm512_slli_epi64(p0o, 32));
       const __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(p1e, 32), p1o);
       const __m512i lo1 = _mm512_mask_blend_epi32(0xAAAA, p1e, _mm512_slli_epi64(p1o, 32));
-      C0 = _mm512_xor_si512(_mm512_xor_si512(hi1, C1), _mm512_set1_epi32(static_cast<int>(k0)));
-      C1 = lo1;
-      C2 = _mm512_xor_si512(_mm512_xor_si512(hi0, C3), _mm512_set1_epi32(static_cast<int>(k1)));
-      C3 = lo0;
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
+      C0[g] = _mm512_ternarylogic_epi32(hi1, C1[g], K0, 0x96);  // hi1 ^ C1 ^ k0
+      C1[g] = lo1;
+      C2[g] = _mm512_ternarylogic_epi32(hi0, C3[g], K1, 0x96);  // hi0 ^ C3 ^ k1
+      C3[g] = lo0;
     }
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  for (int g = 0; g < G; ++g) {
     // block i's words are lane i of C0..C3: transpose within each 128-bit
     // quarter (r_m holds block 4q + m in quarter q), then gather the quarters
-    const __m512i a = _mm512_unpacklo_epi32(C0, C1), b = _mm512_unpackhi_epi32(C0, C1);
-    const __m512i e = _mm512_unpacklo_epi32(C2, C3), f = _mm512_unpackhi_epi32(C2, C3);
+    const __m512i a = _mm512_unpacklo_epi32(C0[g], C1[g]), b = _mm512_unpackhi_epi32(C0[g], C1[g]);
+    const __m512i e = _mm512_unpacklo_epi32(C2[g], C3[g]), f = _mm512_unpackhi_epi32(C2[g], C3[g]);
     const __m512i r0 = _mm512_unpacklo_epi64(a, e), r1 = _mm512_unpackhi_epi64(a, e);
     const __m512i r2 = _mm512_unpacklo_epi64(b, f), r3 = _mm512_unpackhi_epi64(b, f);
     const __m512i t0 = _mm512_shuffle_i32x4(r0, r1, 0x44), t1 = _mm512_shuffle_i32x4(r2, r3, 0x44);
     const __m512i t2 = _mm512_shuffle_i32x4(r0, r1, 0xEE), t3 = _mm512_shuffle_i32x4(r2, r3, 0xEE);
-    _mm512_storeu_si512(out + 0, _mm512_shuffle_i32x4(t0, t1, 0x88));
-    _mm512_storeu_si512(out + 16, _mm512_shuffle_i32x4(t0, t1, 0xDD));
-    _mm512_storeu_si512(out + 32, _mm512_shuffle_i32x4(t2, t3, 0x88));
-    _mm512_storeu_si512(out + 48, _mm512_shuffle_i32x4(t2, t3, 0xDD));
+    uint32_t* o = out + 64 * g;
+    _mm512_storeu_si512(o + 0, _mm512_shuffle_i32x4(t0, t1, 0x88));
+    _mm512_storeu_si512(o + 16, _mm512_shuffle_i32x4(t0, t1, 0xDD));
+    _mm512_storeu_si512(o + 32, _mm512_shuffle_i32x4(t2, t3, 0x88));
+    _mm512_storeu_si512(o + 48, _mm512_shuffle_i32x4(t2, t3, 0xDD));
   }
+}
+
+}  // namespace
+
+void philox_words64(uint64_t seed, uint64_t stream, uint64_t c, int64_t steps, uint32_t* out) {
+  int64_t s = 0;
+  for (; s + 2 <= steps; s += 2, c += 32, out += 128) philox_steps<2>(seed, stream, c, out);
+  if (s < steps) philox_steps<1>(seed, stream, c, out);
 }
 
 }  // namespace exmy::detail::avx512
