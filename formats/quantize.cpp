@@ -683,6 +683,7 @@ void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_t
                         .stream = bs.stream};
       if (thr_lanes) {
         row.rows = nrows;
+        row.prefetch = bs.next_rows == nrows ? bs.next : nullptr;  // the next band, if as tall
         if (bs.loop == Loop::threshold_lanes_x16) detail::avx512::threshold_band_lanes(p, row, codes, values, sc);
         else detail::avx2::threshold_band_lanes(p, row, codes, values, sc);
       } else {

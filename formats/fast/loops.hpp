@@ -154,7 +154,10 @@ struct ThrRow {
   bool stream = false;
   // Where this thread reads next, row-aligned with x (the same row of the
   // next band), or null: one cache line of it is prefetched per 16 elements
-  // quantized, so the next band arrives while this one computes.
+  // quantized, so the next band arrives while this one computes. (For
+  // threshold_band_lanes: the first row of the next band, `rows` rows as
+  // this one, which its 16-lane form prefetches in address order with its
+  // codes.)
   const float* prefetch = nullptr;
   // Rows of x (cols elements apart) that share the blocks: threshold_band_lanes
   // only; threshold_row takes one row.
