@@ -112,6 +112,10 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   const BlockConsts* const consts = row.consts;
   const Fp4Block* const vbs = row.vb;
   const bool stream = row.stream, stats = row.stats;
+  const bool is_signed = f.is_signed;
+  // the random words' alignment holds for every step of the row when it
+  // holds for its first (steps are 16 elements, blocks a multiple of 16 wide)
+  const bool words_aligned = (rng.first() + static_cast<uint64_t>(row_i0)) % static_cast<uint64_t>(align) == 0;
   uint64_t n_sat = 0, n_sub = 0, n_nz = 0, n_uf = 0;
 
   // Stochastic modes: the Philox words of the whole row (element i of the
@@ -162,7 +166,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
         unsure = 0;
       }
       unsure |= _mm512_cmp_ps_mask(v, inf, _CMP_NLT_UQ);
-      if (!f.is_signed) unsure |= neg;
+      if (!is_signed) unsure |= neg;
 
       const __m512i ee = _mm512_max_epi32(_mm512_srli_epi32(_mm512_castps_si512(v), 23), emin_b);
       __m512i kk;
@@ -194,7 +198,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
         __m512i r = zero_i;
         if constexpr (kSR) {
           const uint64_t i = static_cast<uint64_t>(i0 + j), g = g0 + i;
-          if ((g & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
+          if (words_aligned || (g & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
             r = random16(wd, wj0, g, h);
           } else {
             alignas(64) uint32_t rr[16];
@@ -220,7 +224,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
       // (permutexvar takes the low 4 bits: codes above 7 are lanes the
       // scalar core redoes)
       __m512 xh = _mm512_permutexvar_ps(code, table);
-      if (f.is_signed) {
+      if (is_signed) {
         xh = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(xh), _mm512_and_si512(xi, sign_mask)));
         code = _mm512_mask_or_epi32(code, neg, code, sign_bit);
       }
