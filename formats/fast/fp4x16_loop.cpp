@@ -71,7 +71,9 @@ inline __mmask16 away_mask(__m512i k, __m512i F, __mmask16 sticky, __mmask16 neg
   }
 }
 
-template <Round MODE, Arith ARITH>
+// kLean: streamed values, one-byte codes, no statistics (the large calls'
+// case), known at compile time.
+template <Round MODE, Arith ARITH, bool kLean>
 void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng,
                  SpanCounts& cnt) {
   const Format& f = p.fe;
@@ -101,7 +103,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   const __m512i sub_lim = _mm512_set1_epi32(1 << f.M);
   const __m512i sign_bit = _mm512_set1_epi32(static_cast<int>(f.sign_bit));
   const __m512i two_n_m1 = _mm512_set1_epi32((1 << h) - 1);
-  const int cb = f.code_bytes();
+  const int cb = kLean ? 1 : f.code_bytes();
   // The row's fields as locals: the code stores may alias anything, so
   // fields read through `row` would be loaded again after every step.
   const float* const x_row = row.x;
@@ -111,7 +113,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   const uint8_t* const use = row.use;
   const BlockConsts* const consts = row.consts;
   const Fp4Block* const vbs = row.vb;
-  const bool stream = row.stream, stats = row.stats;
+  const bool stream = kLean || row.stream, stats = !kLean && row.stats;
   const bool is_signed = f.is_signed;
   // the random words' alignment holds for every step of the row when it
   // holds for its first (steps are 16 elements, blocks a multiple of 16 wide)
@@ -234,7 +236,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
       } else {
         _mm512_storeu_ps(vo, xh);
       }
-      if (codes) {
+      if (kLean || codes) {
         uint8_t* co = codes + cb * (i0 + j);
         if (cb == 2) _mm256_storeu_si256(reinterpret_cast<__m256i*>(co), _mm512_cvtepi32_epi16(code));
         else _mm_storeu_si128(reinterpret_cast<__m128i*>(co), _mm512_cvtepi32_epi8(code));  // (cached: thr_step_x16.hpp)
@@ -268,20 +270,20 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   cnt.underflow += n_uf;
 }
 
-template <Arith A>
+template <Arith A, bool L>
 void fp4x16_by_mode(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng,
                     SpanCounts& cnt) {
   switch (p.round) {
-    case Round::rne: return fp4x16_impl<Round::rne, A>(p, row, codes, values, rng, cnt);
-    case Round::rna: return fp4x16_impl<Round::rna, A>(p, row, codes, values, rng, cnt);
-    case Round::rtz: return fp4x16_impl<Round::rtz, A>(p, row, codes, values, rng, cnt);
-    case Round::up: return fp4x16_impl<Round::up, A>(p, row, codes, values, rng, cnt);
-    case Round::down: return fp4x16_impl<Round::down, A>(p, row, codes, values, rng, cnt);
-    case Round::odd: return fp4x16_impl<Round::odd, A>(p, row, codes, values, rng, cnt);
-    case Round::stochastic: return fp4x16_impl<Round::stochastic, A>(p, row, codes, values, rng, cnt);
-    case Round::stochastic_fast: return fp4x16_impl<Round::stochastic_fast, A>(p, row, codes, values, rng, cnt);
+    case Round::rne: return fp4x16_impl<Round::rne, A, L>(p, row, codes, values, rng, cnt);
+    case Round::rna: return fp4x16_impl<Round::rna, A, L>(p, row, codes, values, rng, cnt);
+    case Round::rtz: return fp4x16_impl<Round::rtz, A, L>(p, row, codes, values, rng, cnt);
+    case Round::up: return fp4x16_impl<Round::up, A, L>(p, row, codes, values, rng, cnt);
+    case Round::down: return fp4x16_impl<Round::down, A, L>(p, row, codes, values, rng, cnt);
+    case Round::odd: return fp4x16_impl<Round::odd, A, L>(p, row, codes, values, rng, cnt);
+    case Round::stochastic: return fp4x16_impl<Round::stochastic, A, L>(p, row, codes, values, rng, cnt);
+    case Round::stochastic_fast: return fp4x16_impl<Round::stochastic_fast, A, L>(p, row, codes, values, rng, cnt);
     case Round::stochastic_fastest:
-      return fp4x16_impl<Round::stochastic_fastest, A>(p, row, codes, values, rng, cnt);
+      return fp4x16_impl<Round::stochastic_fastest, A, L>(p, row, codes, values, rng, cnt);
   }
 }
 
@@ -289,8 +291,14 @@ void fp4x16_by_mode(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float
 
 void fp4x16_row(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng,
                 SpanCounts& cnt) {
-  if (p.arith == Arith::exact) fp4x16_by_mode<Arith::exact>(p, row, codes, values, rng, cnt);
-  else fp4x16_by_mode<Arith::fp32>(p, row, codes, values, rng, cnt);
+  const bool lean = row.stream && codes && p.fe.code_bytes() == 1 && !row.stats;
+  if (p.arith == Arith::exact) {
+    if (lean) fp4x16_by_mode<Arith::exact, true>(p, row, codes, values, rng, cnt);
+    else fp4x16_by_mode<Arith::exact, false>(p, row, codes, values, rng, cnt);
+  } else {
+    if (lean) fp4x16_by_mode<Arith::fp32, true>(p, row, codes, values, rng, cnt);
+    else fp4x16_by_mode<Arith::fp32, false>(p, row, codes, values, rng, cnt);
+  }
 }
 
 }  // namespace exmy::detail::avx512
