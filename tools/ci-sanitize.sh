@@ -45,13 +45,13 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
 step "ctest -L unit, but the data-parallel tests (ASAN_OPTIONS=$ASAN_OPTIONS UBSAN_OPTIONS=$UBSAN_OPTIONS)"
-ctest --test-dir "$BUILD_DIR" -L unit -E '^(Recipes/)?DistTrain' --output-on-failure --no-tests=error -j "$JOBS" "$@"
-# The data-parallel tests run exmy under mpirun: Open MPI's own allocations
+ctest --test-dir "$BUILD_DIR" -L unit -E '^(Recipes/)?Dist(Bench)?Train' --output-on-failure --no-tests=error -j "$JOBS" "$@"
+# The data-parallel tests (DistTrain*, DistBenchTrain*) run exmy under mpirun: Open MPI's own allocations
 # (many in MCA plugins it has unloaded by exit, so no suppression can name
 # them) are reported as leaks. Every other check stays on; exmy's own leaks
 # are the other tests' business.
 step "ctest -L unit, the data-parallel tests (leak detection off)"
 ASAN_OPTIONS="${ASAN_OPTIONS//detect_leaks=1/detect_leaks=0}" \
-  ctest --test-dir "$BUILD_DIR" -L unit -R '^(Recipes/)?DistTrain' --output-on-failure --no-tests=error -j "$JOBS" "$@"
+  ctest --test-dir "$BUILD_DIR" -L unit -R '^(Recipes/)?Dist(Bench)?Train' --output-on-failure --no-tests=error -j "$JOBS" "$@"
 
 step "ci-sanitize: passed in $(( $(date +%s) - start )) s"
