@@ -145,9 +145,10 @@ fi
 # issue 17's step figures: the bf16 step's model FLOP rate against the
 # same run's cuBLASLt BF16 GEMM rate on proxy-350m at sequence 4096, the FP4
 # recipes against bf16 (and with statistics at every step), and proxy-50m
-# on the device against two CPU threads
+# on the device against two CPU threads; --profile adds one more pass of each
+# configuration with every launch and GEMM timed (where the time goes)
 if [ "${GPU_CHECK_BENCH_TRAIN:-1}" = 1 ]; then
-  p350=(--model proxy-350m --seq-len 4096 --batch 1 --steps 2)
+  p350=(--model proxy-350m --seq-len 4096 --batch 1 --steps 2 --profile)
   if fits "exmy bench train --device cuda (proxy-350m)" 90; then
     echo "--- exmy bench train --device cuda ${p350[*]}" >>"$report"
     timeout 150 "$bundle/bin/exmy" bench train --device cuda "${p350[@]}" >>"$report" 2>&1 ||

@@ -812,10 +812,14 @@ struct CudaQuantizer::Impl {
     const AmaxKind kind = by_row ? AmaxKind::none : spec.amax_kind;
     if (kind == AmaxKind::current) {
       cuda_check(cudaMemsetAsync(amax.ptr, 0, sizeof(unsigned int)), "cudaMemset");
+      DeviceProfileScope timed("quantize tensor amax");
       if (n > 0) abs_bits_max_kernel<<<abs_max_grid(n, kThreads), kThreads>>>(x, n, amax.ptr);
       cuda_check(cudaGetLastError(), "tensor amax kernel launch");
     }
-    tensor_plan_kernel<<<1, 1>>>(p, kind, spec.amax_value, amax.ptr, plan.ptr);
+    {
+      DeviceProfileScope timed("quantize tensor plan");
+      tensor_plan_kernel<<<1, 1>>>(p, kind, spec.amax_value, amax.ptr, plan.ptr);
+    }
     cuda_check(cudaGetLastError(), "tensor plan kernel launch");
     const QuantPlan* rp = nullptr;  // the rows' plans (row outer scales)
     std::vector<RowScale> host_rows(static_cast<size_t>(by_row ? rows : 0));
@@ -829,6 +833,7 @@ struct CudaQuantizer::Impl {
                                    cudaMemcpyHostToDevice),
                    "cudaMemcpy (row references)");
       }
+      DeviceProfileScope timed("quantize row plans");
       row_amax_kernel<<<grid_for(rows * 32), kThreads>>>(x, rows, cols, row_bits.ptr);
       cuda_check(cudaGetLastError(), "row amax kernel launch");
       row_plans_kernel<<<grid_for(rows), kThreads>>>(p, spec.amax_kind, row_given.ptr, row_bits.ptr, rows,
@@ -840,6 +845,7 @@ struct CudaQuantizer::Impl {
       const auto aligned = [](const void* ptr, uintptr_t to) { return reinterpret_cast<uintptr_t>(ptr) % to == 0; };
       if (threshold_path(spec, p, cols) && aligned(x, 16) && aligned(vals, 16) && aligned(out.codes, 4)) {
         const int ncodes = 1 << p.fs.bits;
+        DeviceProfileScope timed(p.bc == 1 ? "quantize threshold path, column blocks" : "quantize threshold path");
         code_tables_kernel<<<(ncodes * 8 + kThreads - 1) / kThreads, kThreads>>>(plan.ptr, ncodes, tables.ptr,
                                                                                table_use.ptr);
         cuda_check(cudaGetLastError(), "threshold tables kernel launch");
@@ -853,12 +859,14 @@ struct CudaQuantizer::Impl {
                                                 totals.ptr + kCounters);
       } else if (!p.has_scale) {
         auto kernel = rp ? quantize_noscale_kernel<true> : quantize_noscale_kernel<false>;
+        DeviceProfileScope timed("quantize without block scales");
         kernel<<<grid_for(n), kThreads>>>(plan.ptr, rp, x, n, cols, out.codes, vals, totals.ptr,
                                           totals.ptr + kCounters);
       } else {
         const int group = group_size(p);
         const int64_t warps = (nblocks + (32 / group) - 1) / (32 / group);
         auto kernel = rp ? quantize_blocks_kernel<true> : quantize_blocks_kernel<false>;
+        DeviceProfileScope timed("quantize blocks (general kernel)");
         kernel<<<grid_for(warps * 32), kThreads>>>(plan.ptr, rp, x, rows, cols, group, out.codes, out.scale_codes, vals,
                                                    totals.ptr, totals.ptr + kCounters);
       }
@@ -867,6 +875,7 @@ struct CudaQuantizer::Impl {
     std::vector<SumPartial> host_partials(static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0));
     if (!host_partials.empty()) {
       partials.reserve(host_partials.size());
+      DeviceProfileScope timed("quantize statistics sums");
       segment_sums_kernel<<<grid_for(static_cast<int64_t>(host_partials.size())), kThreads>>>(x, vals, rows, cols,
                                                                                               partials.ptr);
       cuda_check(cudaGetLastError(), "segment sums kernel launch");
@@ -874,6 +883,7 @@ struct CudaQuantizer::Impl {
                             cudaMemcpyDeviceToHost),
             "cudaMemcpy (sum partials)");
     }
+    DeviceProfileScope timed_copy("quantize results to the host (waits)");
     cuda_check(cudaMemcpyAsync(t.c, totals.ptr, sizeof t.c, cudaMemcpyDeviceToHost), "cudaMemcpy (counters)");
     cuda_check(cudaMemcpyAsync(&p, plan.ptr, sizeof p, cudaMemcpyDeviceToHost), "cudaMemcpy (plan)");
     if (!host_rows.empty())

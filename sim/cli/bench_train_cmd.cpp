@@ -37,6 +37,7 @@
 #include <thread>
 
 #include "formats/error.hpp"
+#include "formats/launch_profile.hpp"
 #include "models/config.hpp"
 #include "models/nemotron_h.hpp"
 #include "sim/cli/cli_support.hpp"
@@ -119,6 +120,23 @@ std::vector<std::string> split_list(const std::string& s) {
   return v;
 }
 
+// --profile: one more pass, with every kernel launch and GEMM timed under
+// its name (formats/launch_profile.hpp), printed as a table.
+template <class Pass>
+void print_launch_profile(const std::string& label, Pass&& pass) {
+  launch_profile_start();
+  double s = 0;
+  try {
+    s = pass();
+  } catch (...) {
+    launch_profile_stop();
+    throw;
+  }
+  const std::vector<LaunchProfileRow> rows = launch_profile_stop();
+  std::printf("\nlaunch profile of one %s pass (%.2f ms with every launch timed):\n%s", label.c_str(), s * 1e3,
+              launch_profile_table(rows, s * 1e3).c_str());
+}
+
 // One model per (recipe, statistics on/off), all from the same weights.
 struct RecipeRun {
   std::string label;  // recipe name, "+stats" for the statistics variant
@@ -194,7 +212,8 @@ void print_recipe_table(const std::vector<RecipeRun>& runs, int64_t B, int64_t T
 }
 
 int bench_recipes(train::TrainingDevice& td, const models::NemotronHConfig& cfg, int64_t B, int64_t T, int steps,
-                  const std::string& list, const std::string& stats_list, const sim::quant::RuntimeOptions& rt_opt) {
+                  const std::string& list, const std::string& stats_list, const sim::quant::RuntimeOptions& rt_opt,
+                  bool profile) {
   const std::vector<std::string> names = split_list(list);
   if (names.empty()) throw Error("--recipe: empty list");
   if (std::find(names.begin(), names.end(), "bf16") == names.end())
@@ -283,6 +302,13 @@ int bench_recipes(train::TrainingDevice& td, const models::NemotronHConfig& cfg,
 
   print_recipe_table(runs, B, T, steps);
   for (const auto& n : not_here) std::printf("not on %s yet: %s\n", sim::device_name(td.device()).c_str(), n.c_str());
+  if (profile) {
+    for (auto& r : runs) {
+      if (r.file) continue;  // (closed above; the +stats rows' launches are the recipe's plus the statistics')
+      ++step;
+      print_launch_profile(r.label, [&] { return pass(r); });
+    }
+  }
   return 0;
 }
 
@@ -299,7 +325,7 @@ struct PrecisionRun {
 // FP32 and BF16 GEMM rates on the same device, in interleaved rounds.
 template <class Pass>
 int device_precisions(train::TrainingDevice& td, std::vector<PrecisionRun>& runs, Pass pass, double flops_tok,
-                      int64_t B, int64_t T, int steps, int64_t n) {
+                      int64_t B, int64_t T, int steps, int64_t n, bool profile) {
   DeviceGemmRate f32(td.memory(), n, sim::GemmOperands::fp32), b16(td.memory(), n, sim::GemmOperands::bf16);
   f32.seconds_once(), b16.seconds_once();
   for (auto& r : runs) pass(*r.model);
@@ -327,6 +353,8 @@ int device_precisions(train::TrainingDevice& td, std::vector<PrecisionRun>& runs
   std::printf("\n(a pass = forward + backward on the device, waited for; %d rounds after a warm-up; TFLOP/s counts\n"
               "the model's FLOPs. Target: the bf16 pass at >= 35%% of the BF16 GEMM rate on proxy-350m at seq 4096.)\n",
               steps);
+  if (profile)
+    for (auto& r : runs) print_launch_profile(r.policy, [&] { return pass(*r.model); });
   return 0;
 }
 #endif
@@ -334,7 +362,7 @@ int device_precisions(train::TrainingDevice& td, std::vector<PrecisionRun>& runs
 // The MFU: a pass of each precision policy against the dense float32 GEMM
 // rate (sim::gemm on n x n x n), in interleaved rounds.
 int bench_precisions(train::TrainingDevice& td, const models::NemotronHConfig& cfg, int64_t B, int64_t T, int steps,
-                     const std::string& precisions, int64_t n) {
+                     const std::string& precisions, int64_t n, bool profile) {
   const double flops_tok = models::flops_per_token(cfg, T).training();
   std::printf("exmy bench train: %s (%.1fM parameters), batch %lld x seq %lld, %d threads (%u hardware), device %s\n",
               cfg.name.c_str(), static_cast<double>(models::parameter_count(cfg)) / 1e6, static_cast<long long>(B),
@@ -364,7 +392,7 @@ int bench_precisions(train::TrainingDevice& td, const models::NemotronHConfig& c
     return seconds(t0, Clock::now());
   };
 #if defined(EXMY_HAVE_CUDA)
-  if (td.device().is_cuda()) return device_precisions(td, runs, pass, flops_tok, B, T, steps, n);
+  if (td.device().is_cuda()) return device_precisions(td, runs, pass, flops_tok, B, T, steps, n, profile);
 #endif
   DenseGemm dense(n);
   dense.seconds_once();  // warm-up: first touch of the matrices
@@ -398,6 +426,8 @@ int bench_precisions(train::TrainingDevice& td, const models::NemotronHConfig& c
   std::printf("\n(a pass = forward + backward; %d rounds after a warm-up, each timing the GEMM once and every\n"
               "policy once; best times give the main columns, means the last; GFLOP/s counts the model's FLOPs)\n",
               steps);
+  if (profile)
+    for (auto& r : runs) print_launch_profile(r.policy, [&] { return pass(*r.model); });
   return 0;
 }
 
@@ -410,7 +440,7 @@ int bench_ranks(dist::Comm& world, const po::variables_map& vm) {
     throw dist::CollectiveError(what + " (exmy bench train on ranks times exmy train's data-parallel step on the CPU)");
   };
   if (vm.count("device")) refuse("--device: not on ranks");
-  for (const char* o : {"gemm-size", "stats", "gemm-stats-rows", "gemm-stats-sample"})
+  for (const char* o : {"gemm-size", "stats", "gemm-stats-rows", "gemm-stats-sample", "profile"})
     if (!vm[o].defaulted()) refuse(std::string("--") + o + ": not on ranks");
   std::string precision = "fp32";
   if (!vm["precision"].defaulted()) {
@@ -569,7 +599,9 @@ po::options_description bench_train_options() {
      "with --recipe: recipes also timed with statistics at every step (comma-separated, all, none)")
     ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default); on ranks, per rank")
     ("device", po::value<std::string>(), "cpu, cuda, cuda:N or cuda-emulated: where the passes run (on a device, "
-     "against its cuBLASLt FP32 and BF16 GEMM rates)");
+     "against its cuBLASLt FP32 and BF16 GEMM rates)")
+    ("profile", po::bool_switch(), "on a device backend (cuda, cuda-emulated): after the rounds, one more pass of "
+     "each configuration with every kernel launch and GEMM timed, printed per name (where the pass's time goes)");
   // clang-format on
   return desc;
 }
@@ -586,6 +618,10 @@ int cmd_bench_train(const Args& args) {
     throw Error("--grad-accum: only on ranks (mpirun -np N exmy bench train ...; exmy train's train.grad_accum)");
   const std::string device = training_device_option(vm, "bench train", true);
   train::TrainingDevice td(device.empty() ? sim::Device{} : sim::parse_device(device, "--device"));
+  const bool profile = vm["profile"].as<bool>();
+  if (profile && !td.on_device())
+    throw Error("--profile: times a device backend's kernel launches (--device cuda or cuda-emulated); the CPU "
+                "layers are not launches");
   if (const int n = sim::checked_threads(vm["threads"].as<int>(), "--threads"); n > 0) omp_set_num_threads(n);
   models::NemotronHConfig cfg = models::resolve_config(vm["model"].as<std::string>());
   if (vm.count("set"))
@@ -616,12 +652,13 @@ int cmd_bench_train(const Args& args) {
     rt_opt.gemm_stats_sample = vm["gemm-stats-sample"].as<int64_t>();
     if (rt_opt.gemm_stats_rows < 0 || rt_opt.gemm_stats_sample < 1)
       throw Error("--gemm-stats-rows must be >= 0 and --gemm-stats-sample >= 1");
-    return bench_recipes(td, cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>(), rt_opt);
+    return bench_recipes(td, cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>(), rt_opt,
+                         profile);
   }
   const int64_t n = vm["gemm-size"].as<int64_t>();
   if (n <= 0) throw Error("--gemm-size must be positive");
 
-  return bench_precisions(td, cfg, B, T, steps, vm["precision"].as<std::string>(), n);
+  return bench_precisions(td, cfg, B, T, steps, vm["precision"].as<std::string>(), n, profile);
 }
 
 }  // namespace exmy::cli

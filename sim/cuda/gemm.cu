@@ -23,6 +23,7 @@
 
 #include "formats/cuda/cuda_check.hpp"
 #include "formats/error.hpp"
+#include "formats/kernel_launch.hpp"  // DeviceProfileScope
 
 namespace exmy::sim {
 namespace {
@@ -155,6 +156,13 @@ void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, co
   }
   const Impl::Plan& p = impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  // (named by operands and M x N x K, so a profile shows each linear's rate)
+  DeviceProfileScope timed(launch_profile_on() ? std::string("cublasLt ") +
+                                                     (operands == GemmOperands::bf16 ? "bf16 " : "fp32 ") +
+                                                     std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                                     std::to_string(K)
+                                               : std::string(),
+                           2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K));
   check(lt().cublasLtMatmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
                        impl_->workspace, impl_->workspace_bytes, 0),
         "cublasLtMatmul");

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "formats/cuda/quantize_cuda.hpp"
+#include "formats/launch_profile.hpp"
 #include "sim/adamw_update.hpp"
 #include "sim/gemm.hpp"
 #include "sim/quant/cuda/grouped_gemm_cuda.hpp"
@@ -88,7 +89,10 @@ class EmulatedQuantOps final : public DeviceQuantOps {
   QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
                      const QuantOutput& out) override {
 #if defined(EXMY_HAVE_CUDA)
-    return quantize_cuda_emulated(q, x, rows, cols, out);
+    QuantInfo info;
+    launch_profile_host("quantize (host emulation of the kernels)", 0,
+                        [&] { info = quantize_cuda_emulated(q, x, rows, cols, out); });
+    return info;
 #else
     // A build without CUDA has no emulation of the device quantizer (it is
     // made from formats/cuda/quantize.cu): the CPU's quantizer, whose bits
@@ -98,7 +102,8 @@ class EmulatedQuantOps final : public DeviceQuantOps {
   }
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, sim::Op opA, const float* B, int64_t ldb,
             sim::Op opB, int64_t M, int64_t N, int64_t K) override {
-    sim::gemm(C, ldc, A, lda, opA, B, ldb, opB, M, N, K, false);
+    launch_profile_host("gemm (host, sim::gemm)", 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
+                        [&] { sim::gemm(C, ldc, A, lda, opA, B, ldb, opB, M, N, K, false); });
   }
   void add(float* dst, const float* src, int64_t n) override { sim::quant::add_emulated(dst, src, n); }
   void encode(double* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,

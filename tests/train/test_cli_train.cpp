@@ -25,6 +25,7 @@
 #include <tuple>
 #include <vector>
 
+#include "models/config.hpp"
 #include "sim/device/device.hpp"
 #include "sim/io/run_file.hpp"
 #include "sim/train/checkpoint.hpp"
@@ -585,12 +586,27 @@ TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
   for (const char* bad : {"--steps", "--batch", "--seq-len"})
     expect_one_line_error({kExmy, "bench", "train", "--model", "proxy-tiny", bad, "0"},
                           "--seq-len, --batch and --steps must be positive");
-  {  // bench train times the device backend's passes
+  {  // bench train times the device backend's passes, and --profile each launch of one more pass
     const Result b = run({kExmy, "bench", "train", "--device", "cuda-emulated", "--model", "proxy-tiny", "--seq-len",
-                          "32", "--batch", "1", "--steps", "1", "--gemm-size", "64"});
+                          "32", "--batch", "1", "--steps", "1", "--gemm-size", "64", "--profile"});
     ASSERT_EQ(b.status, 0) << b.out;
     EXPECT_NE(b.out.find("device cuda-emulated"), std::string::npos) << b.out;
     EXPECT_NE(b.out.find("\nbf16 "), std::string::npos) << b.out;
+    for (const char* policy : {"fp32", "bf16"}) {
+      const size_t at = b.out.find(std::string("launch profile of one ") + policy + " pass");
+      ASSERT_NE(at, std::string::npos) << b.out;
+      // proxy-tiny's pre-norms and its final norm: one rstd launch each
+      const std::string table = b.out.substr(at, b.out.find("\nlaunches: ", at) - at);
+      const size_t row = table.find("\nrmsnorm_forward rstd ");
+      ASSERT_NE(row, std::string::npos) << table;
+      std::istringstream fields(table.substr(row + std::strlen("\nrmsnorm_forward rstd ")));
+      int64_t calls = 0;
+      fields >> calls;
+      EXPECT_EQ(calls, models::resolve_config("proxy-tiny").num_hidden_layers + 1) << table;
+    }
+    // the CPU's layers are not launches
+    expect_one_line_error({kExmy, "bench", "train", "--model", "proxy-tiny", "--profile"},
+                          "--profile: times a device backend's kernel launches");
   }
   for (const char* dir : {"a", "b", "c", "e", "f", "h"}) EXPECT_FALSE(fs::exists(d / dir)) << dir;
   {  // row outer scales run on the device's quantizer
