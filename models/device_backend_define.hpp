@@ -90,7 +90,7 @@ class DeviceBackend final : public Backend<float> {
     mean_.resize_zero(1);
     counted_.resize_zero(1);
     EXMY_K(cross_entropy_forward)(losses_.data(), mean_.data(), counted_.data(), logits,
-                                  upload(targets_, targets_host, N), N, V);
+                                  upload(targets_, targets_host, N), N, V, scratch(cross_entropy_scratch(N, V)));
     double mean = 0;
     mem_->to_host(losses_host, losses_.data(), static_cast<size_t>(N) * sizeof(double));
     mem_->to_host(&mean, mean_.data(), sizeof mean);
@@ -100,7 +100,7 @@ class DeviceBackend final : public Backend<float> {
   void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets_host, int64_t N, int64_t V,
                               double scale) override {
     EXMY_K(cross_entropy_backward)(dlogits, logits, upload(targets_, targets_host, N), N, V, scale,
-                                   scratch(cross_entropy_backward_scratch(N)));
+                                   scratch(cross_entropy_scratch(N, V)));
   }
   void mamba_dt_forward(float* dt, const float* dt_raw, int64_t ld, const float* dt_bias, int64_t N, int64_t H,
                         double lo, double hi) override {

@@ -242,36 +242,83 @@ void mamba_dt_backward_launches(const L& launch, float* ddt_raw, int64_t ld, flo
                        });
 }
 
-// cross_entropy_forward of models/layers.hpp: a thread per row (its max,
-// its double sum in column order, its loss), then one thread for the mean
-// in row order; the mean and the count land in device memory.
+// Scratch floats of cross_entropy_forward and _backward: per (row,
+// segment) its double sum and its max, then per row its max and (backward)
+// 1/sum. The doubles come first (the scratch is aligned for them).
+inline int64_t cross_entropy_scratch(int64_t N, int64_t V) {
+  const int64_t ns = N * ce_segments(V);
+  return 2 * ns + ns + 2 * N;
+}
+
+// Each counted row's max and sum of exp(l - max) (layer_rows.hpp's
+// segments): a thread per (row, segment) for the segment's max, a thread
+// per row combining them, a thread per (row, segment) for the segment's
+// sum; the rows' sums are left in seg_sum for the caller to combine.
+template <class L>
+void cross_entropy_row_sums_launches(const L& launch, const char* const (&names)[3], const float* logits,
+                                     const int32_t* targets, int64_t N, int64_t V, float* scratch,
+                                     float*& row_max, double*& seg_sum) {
+  const int64_t S = ce_segments(V);
+  double* sums = reinterpret_cast<double*>(scratch);
+  float* seg_max = scratch + 2 * N * S;
+  float* rmax = seg_max + N * S;
+  launch(names[0], N * S, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / S;
+    if (targets[n] >= 0) seg_max[i] = ce_segment_max(logits + n * V, V, i % S);
+  });
+  launch(names[1], N, [=] EXMY_HD_LAMBDA(int64_t n) {
+    if (targets[n] >= 0) rmax[n] = ce_combine_max(seg_max + n * S, S);
+  });
+  launch(names[2], N * S, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t n = i / S;
+    if (targets[n] >= 0) sums[i] = ce_segment_sumexp(logits + n * V, V, i % S, rmax[n]);
+  });
+  row_max = rmax;
+  seg_sum = sums;
+}
+
+// cross_entropy_forward of models/layers.hpp: the rows' maxima and segment
+// sums (cross_entropy_row_sums_launches), a thread per row for its loss,
+// then one thread for the mean in row order; the mean and the count land in
+// device memory. scratch: cross_entropy_scratch(N, V) floats.
 template <class L>
 void cross_entropy_forward_launches(const L& launch, double* losses, double* mean, int64_t* counted,
-                                    const float* logits, const int32_t* targets, int64_t N, int64_t V) {
-  launch("cross_entropy_forward rows", N,
-         [=] EXMY_HD_LAMBDA(int64_t n) { ce_row_forward(losses, logits, targets, n, V); });
+                                    const float* logits, const int32_t* targets, int64_t N, int64_t V, float* scratch) {
+  static constexpr const char* kNames[3] = {"cross_entropy_forward segment max", "cross_entropy_forward row max",
+                                            "cross_entropy_forward segment sums"};
+  float* row_max = nullptr;
+  double* seg_sum = nullptr;
+  cross_entropy_row_sums_launches(launch, kNames, logits, targets, N, V, scratch, row_max, seg_sum);
+  const int64_t S = ce_segments(V);
+  launch("cross_entropy_forward rows", N, [=] EXMY_HD_LAMBDA(int64_t n) {
+    if (targets[n] < 0) {
+      losses[n] = 0;
+      return;
+    }
+    losses[n] = ce_row_loss(row_max[n], ce_combine_sums(seg_sum + n * S, S), logits[n * V + targets[n]]);
+  });
   launch("cross_entropy_forward mean", 1,
          [=] EXMY_HD_LAMBDA(int64_t) { *mean = ce_mean(losses, targets, N, counted); });
 }
 
-// Scratch floats of cross_entropy_backward: each row's max and 1/sum.
-inline int64_t cross_entropy_backward_scratch(int64_t N) { return 2 * N; }
-
-// cross_entropy_backward (dlogits +=): a thread per row for its max and
-// 1/sum, a thread per element of the counted rows for its term, then a
-// thread per counted row subtracting scale at its target, as the CPU does
-// after the row's terms.
+// cross_entropy_backward (dlogits +=): the rows' maxima and segment sums as
+// in the forward, a thread per row for 1/sum, a thread per element of the
+// counted rows for its term, then a thread per counted row subtracting
+// scale at its target, as the CPU does after the row's terms. scratch:
+// cross_entropy_scratch(N, V) floats.
 template <class L>
 void cross_entropy_backward_launches(const L& launch, float* dlogits, const float* logits, const int32_t* targets,
                                      int64_t N, int64_t V, double scale, float* scratch) {
-  float* row_max = scratch;
-  float* row_inv = scratch + N;
+  static constexpr const char* kNames[3] = {"cross_entropy_backward segment max", "cross_entropy_backward row max",
+                                            "cross_entropy_backward segment sums"};
+  float* row_max = nullptr;
+  double* seg_sum = nullptr;
+  cross_entropy_row_sums_launches(launch, kNames, logits, targets, N, V, scratch, row_max, seg_sum);
+  const int64_t S = ce_segments(V);
+  float* row_inv = row_max + N;
   const float sc = static_cast<float>(scale);
   launch("cross_entropy_backward rows", N, [=] EXMY_HD_LAMBDA(int64_t n) {
-    if (targets[n] < 0) return;
-    const float* l = logits + n * V;
-    row_max[n] = ce_row_max(l, V);
-    row_inv[n] = static_cast<float>(1.0 / ce_row_sumexp(l, V, row_max[n]));
+    if (targets[n] >= 0) row_inv[n] = static_cast<float>(1.0 / ce_combine_sums(seg_sum + n * S, S));
   });
   launch("cross_entropy_backward terms", N * V, [=] EXMY_HD_LAMBDA(int64_t i) {
     const int64_t n = i / V;

@@ -169,21 +169,62 @@ EXMY_HD MambaDtGrad<T> mamba_dt_grad(T ddt, T raw, T bias, double lo, double hi)
   return {ddt * (v > T(20) ? T(1) : sigmoid_hd(v)), true};
 }
 
-// Cross-entropy of one row l (V) of logits. The max (as std::max orders it,
-// element after element), the sum of exp(l - max) in double in column order,
-// the row's loss max + log(sum) - l[target] in double, and one element's
-// gradient term scale * (exp(l - max) * inv), inv = 1 / sum rounded to T.
+// Cross-entropy of one row l (V) of logits. The row runs in segments of
+// kCeSegment columns: the max of each segment (element after element, as
+// std::max orders them), the row's max over the segments' in segment order;
+// the sum of exp(l - max) of each segment in double from 0, column after
+// column, and the row's sum over the segments' in segment order. A device
+// gives each (row, segment) a thread and each row one more for the
+// combination; the CPU runs the same functions row by row, so both make
+// the same bits (a row of at most kCeSegment columns sums in column order).
+// Then the row's loss max + log(sum) - l[target] in double, and one
+// element's gradient term scale * (exp(l - max) * inv), inv = 1 / sum
+// rounded to T.
+inline constexpr int64_t kCeSegment = 1024;
+EXMY_HD int64_t ce_segments(int64_t V) { return (V + kCeSegment - 1) / kCeSegment; }
+template <class T>
+EXMY_HD T ce_max_of(T mx, T v) {
+  return mx < v ? v : mx;
+}
+template <class T>
+EXMY_HD T ce_segment_max(const T* l, int64_t V, int64_t s) {
+  const int64_t v0 = s * kCeSegment, v1 = v0 + kCeSegment < V ? v0 + kCeSegment : V;
+  T mx = l[v0];
+  for (int64_t v = v0 + 1; v < v1; ++v) mx = ce_max_of(mx, l[v]);
+  return mx;
+}
+template <class T>
+EXMY_HD double ce_segment_sumexp(const T* l, int64_t V, int64_t s, T mx) {
+  const int64_t v0 = s * kCeSegment, v1 = v0 + kCeSegment < V ? v0 + kCeSegment : V;
+  double sum = 0;
+  for (int64_t v = v0; v < v1; ++v) sum += static_cast<double>(hd_exp(l[v] - mx));
+  return sum;
+}
+// The row's max from its segments' maxima (seg[0 .. S)), and its sum from
+// its segments' sums.
+template <class T>
+EXMY_HD T ce_combine_max(const T* seg, int64_t S) {
+  T mx = seg[0];
+  for (int64_t s = 1; s < S; ++s) mx = ce_max_of(mx, seg[s]);
+  return mx;
+}
+EXMY_HD double ce_combine_sums(const double* seg, int64_t S) {
+  double sum = 0;
+  for (int64_t s = 0; s < S; ++s) sum += seg[s];
+  return sum;
+}
+// The same, a row at a time (the CPU's loops).
 template <class T>
 EXMY_HD T ce_row_max(const T* l, int64_t V) {
-  T mx = l[0];
-  for (int64_t v = 1; v < V; ++v) mx = mx < l[v] ? l[v] : mx;
+  T mx = ce_segment_max(l, V, 0);
+  for (int64_t s = 1, S = ce_segments(V); s < S; ++s) mx = ce_max_of(mx, ce_segment_max(l, V, s));
   return mx;
 }
 template <class T>
 EXMY_HD double ce_row_sumexp(const T* l, int64_t V, T mx) {
-  double s = 0;
-  for (int64_t v = 0; v < V; ++v) s += static_cast<double>(hd_exp(l[v] - mx));
-  return s;
+  double sum = 0;
+  for (int64_t s = 0, S = ce_segments(V); s < S; ++s) sum += ce_segment_sumexp(l, V, s, mx);
+  return sum;
 }
 template <class T>
 EXMY_HD double ce_row_loss(T mx, double sumexp, T l_target) {

@@ -8,8 +8,9 @@
 // Shapes and accumulation (+=) as in models/layers.hpp (mamba_dt_* as in
 // models/ssd.hpp, round_bf16 as sim::round_bf16 of sim/linear.hpp); scratch
 // is rmsnorm_backward_scratch(N, C), gated_rmsnorm_backward_scratch(N, D, G),
-// conv1d_silu_backward_scratch(B, T, Cc), cross_entropy_backward_scratch(N)
-// and mamba_dt_backward_scratch(N, H) floats. cross_entropy_forward writes
+// conv1d_silu_backward_scratch(B, T, Cc), cross_entropy_scratch(N, V) (both
+// cross-entropy kernels; 8-byte aligned) and mamba_dt_backward_scratch(N, H)
+// floats. cross_entropy_forward writes
 // the mean loss and the counted rows to *mean and *counted (device memory
 // for the kernels).
 //
@@ -48,7 +49,7 @@ TokenGroups group_tokens(const int32_t* tokens, int64_t N);
   void relu2_forward_##suffix(float* out, const float* in, int64_t n);                                              \
   void relu2_backward_##suffix(float* din, const float* dout, const float* in, int64_t n);                          \
   void cross_entropy_forward_##suffix(double* losses, double* mean, int64_t* counted, const float* logits,           \
-                                      const int32_t* targets, int64_t N, int64_t V);                                 \
+                                      const int32_t* targets, int64_t N, int64_t V, float* scratch);                 \
   void cross_entropy_backward_##suffix(float* dlogits, const float* logits, const int32_t* targets, int64_t N,        \
                                        int64_t V, double scale, float* scratch);                                     \
   void embedding_forward_##suffix(float* out, const int32_t* tokens, const float* wte, int64_t N, int64_t C);       \

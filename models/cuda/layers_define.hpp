@@ -25,8 +25,8 @@ void EXMY_CAT(relu2_backward, EXMY_SUFFIX)(float* din, const float* dout, const 
 }
 
 void EXMY_CAT(cross_entropy_forward, EXMY_SUFFIX)(double* losses, double* mean, int64_t* counted, const float* logits,
-                                                  const int32_t* targets, int64_t N, int64_t V) {
-  cross_entropy_forward_launches(EXMY_LAUNCHER{}, losses, mean, counted, logits, targets, N, V);
+                                                  const int32_t* targets, int64_t N, int64_t V, float* scratch) {
+  cross_entropy_forward_launches(EXMY_LAUNCHER{}, losses, mean, counted, logits, targets, N, V, scratch);
 }
 void EXMY_CAT(cross_entropy_backward, EXMY_SUFFIX)(float* dlogits, const float* logits, const int32_t* targets,
                                                    int64_t N, int64_t V, double scale, float* scratch) {

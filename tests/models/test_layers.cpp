@@ -2,7 +2,12 @@
 // chunked SSD scan against the per-token recurrence.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <random>
+
 #include "models/attention.hpp"
+#include "models/layer_rows.hpp"  // kCeSegment
 #include "models/layers.hpp"
 #include "models/ssd.hpp"
 #include "sim/linear.hpp"
@@ -108,6 +113,51 @@ TEST(GradCheck, CrossEntropy) {
   V d(N * Vc, 0.0);
   cross_entropy_backward(d.data(), logits.data(), tgt.data(), N, Vc, 1.0 / static_cast<double>(counted));
   check_grad("cross-entropy", logits, d, loss);
+}
+
+// docs: a row's sum of exp(l - max) runs in segments of kCeSegment columns,
+// each from 0 in column order, added in segment order (what a device's
+// thread per segment gives): rows wider than a segment, written out here
+// from that definition (std::exp is the CPU's exp), equal the CPU's losses
+// and gradients bit for bit; a row of one segment is the plain column order.
+TEST(Layers, CrossEntropySumsInSegments) {
+  const int64_t N = 6;
+  for (const int64_t Vc : {int64_t{700}, 3 * kCeSegment + 5}) {
+    std::vector<float> logits(static_cast<size_t>(N * Vc));
+    std::mt19937 g(static_cast<unsigned>(Vc));
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    for (auto& x : logits) x = nd(g);
+    // Row 0: the max first and every other term below half an ulp of 1, so
+    // that the order shows: column after column each term is lost in the
+    // sum (which stays 1), segment by segment the other segments' terms add
+    // up first and survive.
+    for (int64_t v = 0; v < Vc; ++v) logits[static_cast<size_t>(v)] = v == 0 ? 0.0f : -37.5f;
+    std::vector<int32_t> tgt(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) tgt[static_cast<size_t>(n)] = static_cast<int32_t>((n * 611) % Vc);
+    std::vector<double> losses(static_cast<size_t>(N));
+    cross_entropy_forward(losses.data(), nullptr, logits.data(), tgt.data(), N, Vc);
+    std::vector<float> d(logits.size(), 0.0f);
+    cross_entropy_backward(d.data(), logits.data(), tgt.data(), N, Vc, 0.5);
+    for (int64_t n = 0; n < N; ++n) {
+      const float* l = logits.data() + n * Vc;
+      const float mx = *std::max_element(l, l + Vc);
+      double sum = 0;
+      for (int64_t v0 = 0; v0 < Vc; v0 += kCeSegment) {
+        double seg = 0;
+        for (int64_t v = v0; v < std::min(Vc, v0 + kCeSegment); ++v) seg += static_cast<double>(std::exp(l[v] - mx));
+        sum += seg;
+      }
+      if (n == 0) EXPECT_EQ(sum == 1.0, Vc <= kCeSegment) << "V " << Vc;  // the order shows in row 0
+      const double loss = static_cast<double>(mx) + std::log(sum) - static_cast<double>(l[tgt[static_cast<size_t>(n)]]);
+      EXPECT_EQ(losses[static_cast<size_t>(n)], loss) << "V " << Vc << " row " << n;
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t v = 0; v < Vc; ++v) {
+        float want = 0.5f * (std::exp(l[v] - mx) * inv);
+        if (v == tgt[static_cast<size_t>(n)]) want -= 0.5f;
+        ASSERT_EQ(d[static_cast<size_t>(n * Vc + v)], want) << "V " << Vc << " row " << n << " column " << v;
+      }
+    }
+  }
 }
 
 TEST(GradCheck, MlpSquaredRelu) {

@@ -362,10 +362,22 @@ TEST(LayerKernels, Conv1dSilu) {
 // each side: at most 9 * 2^-23 relative of the term; the += into dlogits and
 // the -= scale at the target add a rounding of the result on each side:
 // tested with 10 * 2^-23 |term| + 2 ulp(|dlogits|).
-TEST(LayerKernels, CrossEntropy) {
+// Rows of one segment (V = 300) and of several (layer_rows.hpp's
+// kCeSegment columns each, the last one partial), so that the segments'
+// maxima and sums, and their combination, are checked too.
+class LayerKernelsCrossEntropy : public ::testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+INSTANTIATE_TEST_SUITE_P(Shapes, LayerKernelsCrossEntropy,
+                         ::testing::Values(std::pair<int64_t, int64_t>{45, 300},
+                                           std::pair<int64_t, int64_t>{9, 2 * kCeSegment + 77}));
+
+TEST_P(LayerKernelsCrossEntropy, MatchesTheCpu) {
   EXMY_REQUIRE_CUDA();
-  const int64_t N = 45, V = 300;
-  const Vec logits = randn(static_cast<size_t>(N * V), 30, 4.0f);
+  const auto [N, V] = GetParam();
+  Vec logits = randn(static_cast<size_t>(N * V), 30, 4.0f);
+  if (V > kCeSegment) {  // a row's max in its last segment, another's in its first element
+    logits[static_cast<size_t>(1 * V + V - 3)] = 40.0f;
+    logits[static_cast<size_t>(2 * V)] = 41.0f;
+  }
   std::vector<int32_t> targets(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n) targets[static_cast<size_t>(n)] = n % 7 == 3 ? -1 : static_cast<int32_t>((n * 37) % V);
   std::vector<double> losses(static_cast<size_t>(N));
@@ -376,10 +388,13 @@ TEST(LayerKernels, CrossEntropy) {
   BufferOf<double> klosses(std::vector<double>(losses.size(), -1.0)), kmean(std::vector<double>(1, -1.0));
   BufferOf<int64_t> kcounted(std::vector<int64_t>(1, -1));
   BufferOf<int32_t> ktargets(targets);
-  Buffer klogits(logits), kdl(dl), scratch(Vec(static_cast<size_t>(cross_entropy_backward_scratch(N)), 0.0f));
+  // the scratch starts as NaN: a read of what no launch wrote shows
+  const Vec nan_scratch(static_cast<size_t>(cross_entropy_scratch(N, V)), std::numeric_limits<float>::quiet_NaN());
+  Buffer klogits(logits), kdl(dl), fscratch(nan_scratch), bscratch(nan_scratch);
   cross_entropy_backward(dl.data(), logits.data(), targets.data(), N, V, scale);
-  KERNEL(cross_entropy_forward)(klosses.ptr(), kmean.ptr(), kcounted.ptr(), klogits.ptr(), ktargets.ptr(), N, V);
-  KERNEL(cross_entropy_backward)(kdl.ptr(), klogits.ptr(), ktargets.ptr(), N, V, scale, scratch.ptr());
+  KERNEL(cross_entropy_forward)(klosses.ptr(), kmean.ptr(), kcounted.ptr(), klogits.ptr(), ktargets.ptr(), N, V,
+                                fscratch.ptr());
+  KERNEL(cross_entropy_backward)(kdl.ptr(), klogits.ptr(), ktargets.ptr(), N, V, scale, bscratch.ptr());
   EXPECT_EQ(kcounted.get()[0], counted);
   EXPECT_LT(counted, N);  // ignored rows were there
   const std::vector<double> got_losses = klosses.get();
