@@ -175,19 +175,7 @@ void f64x4_impl(const QuantPlan& p, const BlockConsts& c, const F64Block& vb, co
 template <Arith A>
 void f64x4_by_mode(const QuantPlan& p, const BlockConsts& c, const F64Block& vb, const float* x, int64_t i0, int64_t n,
                    uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
-  switch (p.round) {
-    case Round::rne: return f64x4_impl<Round::rne, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
-    case Round::rna: return f64x4_impl<Round::rna, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
-    case Round::rtz: return f64x4_impl<Round::rtz, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
-    case Round::up: return f64x4_impl<Round::up, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
-    case Round::down: return f64x4_impl<Round::down, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
-    case Round::odd: return f64x4_impl<Round::odd, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
-    case Round::stochastic: return f64x4_impl<Round::stochastic, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
-    case Round::stochastic_fast:
-      return f64x4_impl<Round::stochastic_fast, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
-    case Round::stochastic_fastest:
-      return f64x4_impl<Round::stochastic_fastest, A>(p, c, vb, x, i0, n, codes, values, rng, cnt);
-  }
+  with_round(p.round, [&](auto r) { f64x4_impl<decltype(r)::value, A>(p, c, vb, x, i0, n, codes, values, rng, cnt); });
 }
 
 }  // namespace

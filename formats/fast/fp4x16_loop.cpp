@@ -273,18 +273,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
 template <Arith A, bool L>
 void fp4x16_by_mode(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng,
                     SpanCounts& cnt) {
-  switch (p.round) {
-    case Round::rne: return fp4x16_impl<Round::rne, A, L>(p, row, codes, values, rng, cnt);
-    case Round::rna: return fp4x16_impl<Round::rna, A, L>(p, row, codes, values, rng, cnt);
-    case Round::rtz: return fp4x16_impl<Round::rtz, A, L>(p, row, codes, values, rng, cnt);
-    case Round::up: return fp4x16_impl<Round::up, A, L>(p, row, codes, values, rng, cnt);
-    case Round::down: return fp4x16_impl<Round::down, A, L>(p, row, codes, values, rng, cnt);
-    case Round::odd: return fp4x16_impl<Round::odd, A, L>(p, row, codes, values, rng, cnt);
-    case Round::stochastic: return fp4x16_impl<Round::stochastic, A, L>(p, row, codes, values, rng, cnt);
-    case Round::stochastic_fast: return fp4x16_impl<Round::stochastic_fast, A, L>(p, row, codes, values, rng, cnt);
-    case Round::stochastic_fastest:
-      return fp4x16_impl<Round::stochastic_fastest, A, L>(p, row, codes, values, rng, cnt);
-  }
+  with_round(p.round, [&](auto r) { fp4x16_impl<decltype(r)::value, A, L>(p, row, codes, values, rng, cnt); });
 }
 
 }  // namespace

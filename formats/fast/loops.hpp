@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "formats/philox.hpp"
 #include "formats/quant_core.hpp"
@@ -31,6 +32,25 @@
 #include "formats/thresholds.hpp"
 
 namespace exmy::detail {
+
+// f(std::integral_constant<Round, R>{}) for R = r: the one switch from a
+// call's rounding mode to a loop's template argument (the loops are
+// instantiated per mode, so that each step's rounding is a constant).
+template <class F>
+void with_round(Round r, F&& f) {
+  using R = Round;
+  switch (r) {
+    case R::rne: return f(std::integral_constant<R, R::rne>{});
+    case R::rna: return f(std::integral_constant<R, R::rna>{});
+    case R::rtz: return f(std::integral_constant<R, R::rtz>{});
+    case R::up: return f(std::integral_constant<R, R::up>{});
+    case R::down: return f(std::integral_constant<R, R::down>{});
+    case R::odd: return f(std::integral_constant<R, R::odd>{});
+    case R::stochastic: return f(std::integral_constant<R, R::stochastic>{});
+    case R::stochastic_fast: return f(std::integral_constant<R, R::stochastic_fast>{});
+    case R::stochastic_fastest: return f(std::integral_constant<R, R::stochastic_fastest>{});
+  }
+}
 
 struct SpanCounts {
   uint64_t nonzero = 0, underflow = 0, saturated = 0, subnormal = 0;
