@@ -404,20 +404,18 @@ EXMY_HD void threshold_segment(const QuantPlan& p, const uint32_t* xb, int64_t i
 // emulation); then each lane finishes its row (threshold_row_part): lane 0
 // stores the scale code and counts the block's scale, or alone hands a
 // block the tables do not serve, or a partial one, to quantize_block_part.
+// b: block_geom of block blk, made once for both.
 template <int BC>
-EXMY_HD uint32_t threshold_row_load(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t blk,
-                                    int l, uint32_t* xb) {
-  const BlockGeom b = block_geom(p, rows, cols, blk);
+EXMY_HD uint32_t threshold_row_load(const QuantPlan& p, const float* x, const BlockGeom& b, int l, uint32_t* xb) {
   if (b.count != static_cast<int64_t>(p.br) * BC) return 0u;
   return load_segment<BC>(x, b.flat(static_cast<int64_t>(l) * BC), xb);
 }
 
 template <int BC>
-EXMY_HD void threshold_row_part(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t blk, int l,
+EXMY_HD void threshold_row_part(const QuantPlan& p, const float* x, const BlockGeom& b, int64_t blk, int l,
                                 uint32_t m, const uint32_t* xb, const detail::ScaleThr& st, const CodeTable* tab,
                                 const uint8_t* use, void* codes, void* scale_codes, float* values, Counts& cnt,
                                 unsigned long long* first_error) {
-  const BlockGeom b = block_geom(p, rows, cols, blk);
   if (b.count != static_cast<int64_t>(p.br) * BC) {  // a partial block (the last of a row, or of the rows)
     if (l == 0)
       threshold_block_left(p, x, blk, b, block_amax_part(x, b, 0, 1), codes, scale_codes, values, cnt, first_error);
@@ -667,11 +665,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int64_t blk = w * per_warp + g;
       const bool valid = blk < nblocks;
       uint32_t xb[BC];
-      uint32_t m = valid ? threshold_row_load<BC>(p, x, rows, cols, blk, l, xb) : 0u;
+      const BlockGeom b = valid ? block_geom(p, rows, cols, blk) : BlockGeom{};
+      uint32_t m = valid ? threshold_row_load<BC>(p, x, b, l, xb) : 0u;
       for (int off = group >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off, group));
       if (valid)
-        threshold_row_part<BC>(p, x, rows, cols, blk, l, m, xb, sst, stab, suse, codes, scale_codes, values, cnt,
-                               first_error);
+        threshold_row_part<BC>(p, x, b, blk, l, m, xb, sst, stab, suse, codes, scale_codes, values, cnt, first_error);
     }
   }
   flush_counts(cnt, totals);
@@ -937,10 +935,11 @@ void threshold_rows_emulated(const QuantPlan& p, const float* x, int64_t rows, i
                              void* scale_codes, float* values, Counts& cnt, unsigned long long* first_error) {
   std::vector<uint32_t> xb(static_cast<size_t>(p.br) * BC);  // lane l's row at xb[l * BC]
   for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const BlockGeom b = block_geom(p, rows, cols, blk);
     uint32_t m = 0;
-    for (int l = 0; l < p.br; ++l) m = std::max(m, threshold_row_load<BC>(p, x, rows, cols, blk, l, &xb[l * BC]));
+    for (int l = 0; l < p.br; ++l) m = std::max(m, threshold_row_load<BC>(p, x, b, l, &xb[l * BC]));
     for (int l = 0; l < p.br; ++l)
-      threshold_row_part<BC>(p, x, rows, cols, blk, l, m, &xb[l * BC], st, tab, use, codes, scale_codes, values, cnt,
+      threshold_row_part<BC>(p, x, b, blk, l, m, &xb[l * BC], st, tab, use, codes, scale_codes, values, cnt,
                              first_error);
   }
 }
