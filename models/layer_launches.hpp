@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "models/layer_rows.hpp"
 #include "sim/kernel_launch.hpp"
@@ -253,28 +254,32 @@ inline int64_t cross_entropy_scratch(int64_t N, int64_t V) {
 // Each counted row's max and sum of exp(l - max) (layer_rows.hpp's
 // segments): a thread per (row, segment) for the segment's max, a thread
 // per row combining them, a thread per (row, segment) for the segment's
-// sum; the rows' sums are left in seg_sum for the caller to combine.
+// sum; the caller combines each row's S segment sums (seg_sum + n * S).
+// The launches are named after `kernel`.
+struct CeRowSums {
+  float* row_max;   // N
+  double* seg_sum;  // N x S
+  int64_t S;
+};
 template <class L>
-void cross_entropy_row_sums_launches(const L& launch, const char* const (&names)[3], const float* logits,
-                                     const int32_t* targets, int64_t N, int64_t V, float* scratch,
-                                     float*& row_max, double*& seg_sum) {
+CeRowSums cross_entropy_row_sums_launches(const L& launch, const std::string& kernel, const float* logits,
+                                          const int32_t* targets, int64_t N, int64_t V, float* scratch) {
   const int64_t S = ce_segments(V);
   double* sums = reinterpret_cast<double*>(scratch);
   float* seg_max = scratch + 2 * N * S;
   float* rmax = seg_max + N * S;
-  launch(names[0], N * S, [=] EXMY_HD_LAMBDA(int64_t i) {
+  launch((kernel + " segment max").c_str(), N * S, [=] EXMY_HD_LAMBDA(int64_t i) {
     const int64_t n = i / S;
     if (targets[n] >= 0) seg_max[i] = ce_segment_max(logits + n * V, V, i % S);
   });
-  launch(names[1], N, [=] EXMY_HD_LAMBDA(int64_t n) {
+  launch((kernel + " row max").c_str(), N, [=] EXMY_HD_LAMBDA(int64_t n) {
     if (targets[n] >= 0) rmax[n] = ce_combine_max(seg_max + n * S, S);
   });
-  launch(names[2], N * S, [=] EXMY_HD_LAMBDA(int64_t i) {
+  launch((kernel + " segment sums").c_str(), N * S, [=] EXMY_HD_LAMBDA(int64_t i) {
     const int64_t n = i / S;
     if (targets[n] >= 0) sums[i] = ce_segment_sumexp(logits + n * V, V, i % S, rmax[n]);
   });
-  row_max = rmax;
-  seg_sum = sums;
+  return {rmax, sums, S};
 }
 
 // cross_entropy_forward of models/layers.hpp: the rows' maxima and segment
@@ -284,18 +289,13 @@ void cross_entropy_row_sums_launches(const L& launch, const char* const (&names)
 template <class L>
 void cross_entropy_forward_launches(const L& launch, double* losses, double* mean, int64_t* counted,
                                     const float* logits, const int32_t* targets, int64_t N, int64_t V, float* scratch) {
-  static constexpr const char* kNames[3] = {"cross_entropy_forward segment max", "cross_entropy_forward row max",
-                                            "cross_entropy_forward segment sums"};
-  float* row_max = nullptr;
-  double* seg_sum = nullptr;
-  cross_entropy_row_sums_launches(launch, kNames, logits, targets, N, V, scratch, row_max, seg_sum);
-  const int64_t S = ce_segments(V);
+  const CeRowSums r = cross_entropy_row_sums_launches(launch, "cross_entropy_forward", logits, targets, N, V, scratch);
   launch("cross_entropy_forward rows", N, [=] EXMY_HD_LAMBDA(int64_t n) {
     if (targets[n] < 0) {
       losses[n] = 0;
       return;
     }
-    losses[n] = ce_row_loss(row_max[n], ce_combine_sums(seg_sum + n * S, S), logits[n * V + targets[n]]);
+    losses[n] = ce_row_loss(r.row_max[n], ce_combine_sums(r.seg_sum + n * r.S, r.S), logits[n * V + targets[n]]);
   });
   launch("cross_entropy_forward mean", 1,
          [=] EXMY_HD_LAMBDA(int64_t) { *mean = ce_mean(losses, targets, N, counted); });
@@ -309,21 +309,16 @@ void cross_entropy_forward_launches(const L& launch, double* losses, double* mea
 template <class L>
 void cross_entropy_backward_launches(const L& launch, float* dlogits, const float* logits, const int32_t* targets,
                                      int64_t N, int64_t V, double scale, float* scratch) {
-  static constexpr const char* kNames[3] = {"cross_entropy_backward segment max", "cross_entropy_backward row max",
-                                            "cross_entropy_backward segment sums"};
-  float* row_max = nullptr;
-  double* seg_sum = nullptr;
-  cross_entropy_row_sums_launches(launch, kNames, logits, targets, N, V, scratch, row_max, seg_sum);
-  const int64_t S = ce_segments(V);
-  float* row_inv = row_max + N;
+  const CeRowSums r = cross_entropy_row_sums_launches(launch, "cross_entropy_backward", logits, targets, N, V, scratch);
+  float* row_inv = r.row_max + N;
   const float sc = static_cast<float>(scale);
   launch("cross_entropy_backward rows", N, [=] EXMY_HD_LAMBDA(int64_t n) {
-    if (targets[n] >= 0) row_inv[n] = static_cast<float>(1.0 / ce_combine_sums(seg_sum + n * S, S));
+    if (targets[n] >= 0) row_inv[n] = static_cast<float>(1.0 / ce_combine_sums(r.seg_sum + n * r.S, r.S));
   });
   launch("cross_entropy_backward terms", N * V, [=] EXMY_HD_LAMBDA(int64_t i) {
     const int64_t n = i / V;
     if (targets[n] < 0) return;
-    dlogits[i] += ce_grad(sc, logits[i], row_max[n], row_inv[n]);
+    dlogits[i] += ce_grad(sc, logits[i], r.row_max[n], row_inv[n]);
   });
   launch("cross_entropy_backward targets", N, [=] EXMY_HD_LAMBDA(int64_t n) {
     if (targets[n] >= 0) dlogits[n * V + targets[n]] -= sc;
