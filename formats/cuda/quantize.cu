@@ -305,12 +305,19 @@ EXMY_HD void code_table_entry(const QuantPlan& p, uint32_t code, int k, CodeTabl
 }
 
 // The blocks the threshold path leaves to quantize_block_part, out of line
-// so that its registers stay the hot loop's.
-__host__ __device__ __noinline__ void threshold_block_left(const QuantPlan& p, const float* x, int64_t blk,
-                                                         const BlockGeom& b, uint32_t m, void* codes,
-                                                         void* scale_codes, float* values, Counts& cnt,
-                                                         unsigned long long* first_error) {
+// so that its registers stay the hot loop's; it returns its counts, which
+// the caller adds (a caller's counts passed by reference to an out-of-line
+// function would live in local memory, every element's counting with them).
+__host__ __device__ __noinline__ Counts threshold_block_left(const QuantPlan& p, const float* x, int64_t blk,
+                                                           const BlockGeom& b, uint32_t m, void* codes,
+                                                           void* scale_codes, float* values,
+                                                           unsigned long long* first_error) {
+  Counts cnt = {};
   quantize_block_part(p, x, blk, b, m, 0, 1, codes, scale_codes, values, cnt, first_error);
+  return cnt;
+}
+EXMY_HD void add_counts(Counts& to, const Counts& from) {
+  for (int k = 0; k < kCounters; ++k) to.c[k] += from.c[k];
 }
 
 // The threshold path's scale code of a block with amax bits m: by the
@@ -418,12 +425,13 @@ EXMY_HD void threshold_row_part(const QuantPlan& p, const float* x, const BlockG
                                 unsigned long long* first_error) {
   if (b.count != static_cast<int64_t>(p.br) * BC) {  // a partial block (the last of a row, or of the rows)
     if (l == 0)
-      threshold_block_left(p, x, blk, b, block_amax_part(x, b, 0, 1), codes, scale_codes, values, cnt, first_error);
+      add_counts(cnt, threshold_block_left(p, x, blk, b, block_amax_part(x, b, 0, 1), codes, scale_codes, values,
+                                           first_error));
     return;
   }
   uint32_t code;
   if (!threshold_scale_code(p, st, use, m, l == 0, cnt, code)) {
-    if (l == 0) threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
+    if (l == 0) add_counts(cnt, threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, first_error));
     return;
   }
   if (l == 0) store_code(scale_codes, 1, blk, code);
@@ -439,7 +447,7 @@ EXMY_HD void threshold_column_part(const QuantPlan& p, const float* x, int64_t r
   const uint32_t m = block_amax_part(x, b, 0, 1);
   uint32_t code;
   if (b.count != p.br || !threshold_scale_code(p, st, use, m, true, cnt, code)) {
-    threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, cnt, first_error);
+    add_counts(cnt, threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, first_error));
     return;
   }
   store_code(scale_codes, 1, blk, code);
@@ -557,7 +565,7 @@ __global__ void row_plans_kernel(QuantPlan p, AmaxKind kind, const double* given
 // Without a block scale: one thread per element (of `cols` a row). With
 // row outer scales (kRows) each element takes its row's plan in row_plans;
 // the instance without them is the tensor-scale kernel alone.
-template <bool kRows>
+template <bool kRows, bool kCount>
 __global__ void quantize_noscale_kernel(const QuantPlan* pp, const QuantPlan* row_plans, const float* x, int64_t n,
                                         int64_t cols, void* codes, float* values, unsigned long long* totals,
                                         unsigned long long* first_error) {
@@ -569,7 +577,7 @@ __global__ void quantize_noscale_kernel(const QuantPlan* pp, const QuantPlan* ro
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     quantize_element(plan_of_row(p, kRows ? row_plans : nullptr, kRows ? i / cols : 0), c, x, i, codes, values, cnt,
                      first_error);
-  flush_counts(cnt, totals);
+  if constexpr (kCount) flush_counts(cnt, totals);
 }
 
 // With a block scale: a group of `group` lanes (a power of two <= 32) per
@@ -577,7 +585,9 @@ __global__ void quantize_noscale_kernel(const QuantPlan* pp, const QuantPlan* ro
 // thread blocks per multiprocessor (the core spills a little): on an H200
 // that ran 1.2-2x faster than one block of 152 registers.
 // With row outer scales (kRows) a block takes its row's plan in row_plans.
-template <bool kRows>
+// Without kCount (no statistics wanted) the counts are never added up, so
+// the compiler drops their arithmetic (as in the other kernels).
+template <bool kRows, bool kCount>
 __global__ void __launch_bounds__(kThreads, 4)
     quantize_blocks_kernel(const QuantPlan* pp, const QuantPlan* row_plans, const float* x, int64_t rows,
                            int64_t cols, int group, void* codes, void* scale_codes, float* values,
@@ -603,7 +613,7 @@ __global__ void __launch_bounds__(kThreads, 4)
       quantize_block_part(plan_of_row(p, kRows ? row_plans : nullptr, b.r0), x, blk, b, m, l, group, codes,
                           scale_codes, values, cnt, first_error);
   }
-  flush_counts(cnt, totals);
+  if constexpr (kCount) flush_counts(cnt, totals);
 }
 
 // The threshold path's tables: one thread per scale code and entry.
@@ -635,7 +645,7 @@ __global__ void scale_thr_kernel(const QuantPlan* pp, detail::ScaleThr* out) {
 // blocks, a group of p.br lanes each, p.br / 32 blocks per warp
 // (threshold_row_load, the group's max, threshold_row_part); BC = 1: column
 // blocks, a thread each (threshold_column_part).
-template <int BC>
+template <int BC, bool kCount>
 __global__ void __launch_bounds__(kThreads, 2)
     quantize_thr_kernel(const QuantPlan* pp, const float* x, int64_t rows, int64_t cols, const detail::ScaleThr* sthr,
                         const CodeTable* tab, const uint8_t* use, int ncodes, void* codes, void* scale_codes,
@@ -672,7 +682,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         threshold_row_part<BC>(p, x, b, blk, l, m, xb, sst, stab, suse, codes, scale_codes, values, cnt, first_error);
     }
   }
-  flush_counts(cnt, totals);
+  if constexpr (kCount) flush_counts(cnt, totals);
 }
 
 // The partial of every segment of the double sums, one thread per segment.
@@ -840,6 +850,7 @@ struct CudaQuantizer::Impl {
       rp = row_plans.ptr;
     }
     if (n > 0) {
+      const bool count = out.stats != nullptr;  // the counts feed only the statistics
       const auto aligned = [](const void* ptr, uintptr_t to) { return reinterpret_cast<uintptr_t>(ptr) % to == 0; };
       if (threshold_path(spec, p, cols) && aligned(x, 16) && aligned(vals, 16) && aligned(out.codes, 4)) {
         const int ncodes = 1 << p.fs.bits;
@@ -849,21 +860,28 @@ struct CudaQuantizer::Impl {
         cuda_check(cudaGetLastError(), "threshold tables kernel launch");
         scale_thr_kernel<<<1, 32>>>(plan.ptr, scale_thr.ptr);
         cuda_check(cudaGetLastError(), "scale-code thresholds kernel launch");
-        auto kernel = p.bc == 1 ? quantize_thr_kernel<1> : p.bc == 16 ? quantize_thr_kernel<16> : quantize_thr_kernel<32>;
+        auto kernel = count ? (p.bc == 1    ? quantize_thr_kernel<1, true>
+                               : p.bc == 16 ? quantize_thr_kernel<16, true>
+                                            : quantize_thr_kernel<32, true>)
+                            : (p.bc == 1    ? quantize_thr_kernel<1, false>
+                               : p.bc == 16 ? quantize_thr_kernel<16, false>
+                                            : quantize_thr_kernel<32, false>);
         // a thread per column block; a group of p.br lanes per row block
         const int64_t threads = p.bc == 1 ? nblocks : (nblocks + 32 / p.br - 1) / (32 / p.br) * 32;
         kernel<<<grid_for(threads), kThreads>>>(plan.ptr, x, rows, cols, scale_thr.ptr, tables.ptr, table_use.ptr,
                                                 ncodes, out.codes, out.scale_codes, vals, totals.ptr,
                                                 totals.ptr + kCounters);
       } else if (!p.has_scale) {
-        auto kernel = rp ? quantize_noscale_kernel<true> : quantize_noscale_kernel<false>;
+        auto kernel = count ? (rp ? quantize_noscale_kernel<true, true> : quantize_noscale_kernel<false, true>)
+                            : (rp ? quantize_noscale_kernel<true, false> : quantize_noscale_kernel<false, false>);
         DeviceProfileScope timed("quantize without block scales");
         kernel<<<grid_for(n), kThreads>>>(plan.ptr, rp, x, n, cols, out.codes, vals, totals.ptr,
                                           totals.ptr + kCounters);
       } else {
         const int group = group_size(p);
         const int64_t warps = (nblocks + (32 / group) - 1) / (32 / group);
-        auto kernel = rp ? quantize_blocks_kernel<true> : quantize_blocks_kernel<false>;
+        auto kernel = count ? (rp ? quantize_blocks_kernel<true, true> : quantize_blocks_kernel<false, true>)
+                            : (rp ? quantize_blocks_kernel<true, false> : quantize_blocks_kernel<false, false>);
         DeviceProfileScope timed("quantize blocks (general kernel)");
         kernel<<<grid_for(warps * 32), kThreads>>>(plan.ptr, rp, x, rows, cols, group, out.codes, out.scale_codes, vals,
                                                    totals.ptr, totals.ptr + kCounters);
