@@ -83,6 +83,11 @@ void print_timeout(int rank, const char* what, std::span<const int> peers, doubl
                  rank, what, waited);
 }
 
+int collective_peer(int rank, int size, int root) {
+  if (rank != root) return root;
+  return size == 2 ? 1 - root : -1;
+}
+
 void broadcast_string(Comm& c, std::string& s, int root) {
   if (c.size() == 1) return;
   uint64_t n = s.size();

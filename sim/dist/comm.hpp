@@ -216,6 +216,11 @@ double comm_timeout_seconds();
 // still pending (`peers`; empty: the other ranks), on stderr.
 void print_timeout(int rank, const char* what, std::span<const int> peers, double waited);
 
+// The rank a timed-out wait in a collective rooted at `root` names: the root,
+// on the other ranks; on the root, the other rank of a 2-rank job, else -1
+// (any of the others may be the one missing: "the other ranks").
+int collective_peer(int rank, int size, int root);
+
 // The contiguous share [begin, end) of `count` items rank r of n takes (the
 // first count % n ranks take one more).
 struct Share {

@@ -80,7 +80,8 @@ class MpiComm final : public Comm {
       MPI_Request rq;
       MPI_Ibcast(static_cast<char*>(data) + off, static_cast<int>(std::min(kPiece, bytes - off)), MPI_BYTE, root,
                  comm_, &rq);
-      wait(rq, "broadcast from", root);
+      // (the root waits for the others: it names them, not itself)
+      wait(rq, rank_ == root ? "broadcast to" : "broadcast from", collective_peer(rank_, size_, root));
     }
   }
   // Max and barrier go through rank 0 point to point (they are small), so
@@ -123,7 +124,7 @@ class MpiComm final : public Comm {
     uint64_t n = mine.size();
     MPI_Request rq;
     MPI_Igather(&n, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, 0, comm_, &rq);
-    wait(rq, "gather to", 0);
+    wait(rq, rank_ == 0 ? "gather from" : "gather to", collective_peer(rank_, size_, 0));
     if (rank_ != 0) {
       send(mine.data(), mine.size(), 0);
       return {};

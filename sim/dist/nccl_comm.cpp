@@ -119,7 +119,9 @@ class NcclComm final : public ForwardingComm {
   }
   void broadcast(void* data, size_t bytes, int root) override {
     if (bytes > 0)
-      wait(f_.ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, nullptr), "NCCL broadcast from", root, true);
+      wait(f_.ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, nullptr),
+           inner_.rank() == root ? "NCCL broadcast to" : "NCCL broadcast from",
+           collective_peer(inner_.rank(), inner_.size(), root), true);
   }
   [[noreturn]] void abort(int code) override {
     if (comm_) f_.ncclCommAbort(comm_);

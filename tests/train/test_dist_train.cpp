@@ -276,6 +276,17 @@ TEST(Nccl, LoaderNamesAMissingLibraryAndLoadsTheToolkitsOne) {
 }
 
 // The helpers every Comm shares, on one process (no MPI needed).
+// A collective that times out names the rank it waited for: the root, on
+// the other ranks; on the root, the other rank of a 2-rank job, or the
+// others as a whole (once, the root of a broadcast named itself as hanging).
+TEST(Comm, TimedOutCollectivesNameTheOtherSide) {
+  EXPECT_EQ(collective_peer(1, 2, 0), 0);
+  EXPECT_EQ(collective_peer(0, 2, 0), 1);
+  EXPECT_EQ(collective_peer(1, 2, 1), 0);
+  EXPECT_EQ(collective_peer(2, 4, 3), 3);
+  EXPECT_EQ(collective_peer(3, 4, 3), -1);
+}
+
 TEST(Comm, SharesAndOrderedSumOnOneProcess) {
   // Contiguous shares cover [0, count) in rank order; the first count % n
   // ranks take one more.
