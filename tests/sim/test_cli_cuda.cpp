@@ -3,7 +3,8 @@
 // the files written on the device equal the CPU's byte for byte (values,
 // codes, scale codes, statistics JSON) over formats, block shapes, rounding
 // modes, tensor-amax policies, the Hadamard transform and TE's codes; the
-// device benchmark prints every row with a throughput and a ratio.
+// device benchmark prints every row with a throughput and a ratio; and
+// `exmy bench train --profile` times the device's launches.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -103,6 +104,34 @@ TEST(CliCuda, BenchQuantizeOnTheDevice) {
     const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
     EXPECT_NE(line.find(" Me/s"), std::string::npos) << line;
   }
+}
+
+// `exmy bench train --device cuda --profile`: the extra pass's table names
+// the layer kernels, the quantizer's kernels and the cuBLASLt GEMMs (with a
+// rate), and the launches' sum is within the pass (events, not host time).
+TEST(CliCuda, BenchTrainProfileTimesTheDevicesLaunches) {
+  EXMY_REQUIRE_CUDA();
+  const auto r = exmy::test::run_cli({exmy_binary(), "bench", "train", "--device", "cuda", "--model", "proxy-tiny",
+                                      "--seq-len", "64", "--batch", "2", "--steps", "1", "--recipe", "bf16,te-nvfp4",
+                                      "--stats", "none", "--profile"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t at = r.out.find("launch profile of one te-nvfp4 pass (");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const size_t end = r.out.find("\nlaunches: ", at);
+  ASSERT_NE(end, std::string::npos) << r.out;
+  const std::string table = r.out.substr(at, end - at);
+  for (const char* row : {"\nrmsnorm_forward rstd ", "\nquantize ", "\ncublasLt fp32 "})
+    EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
+  // "launches: N, X ms of the pass's Y ms (P%)"
+  std::istringstream line(r.out.substr(end + std::string("\nlaunches: ").size()));
+  long long calls = 0;
+  char comma = 0;
+  double sum_ms = 0, pass_ms = 0;
+  std::string of, the, pass;
+  line >> calls >> comma >> sum_ms >> of >> of >> the >> pass >> pass_ms;
+  EXPECT_GT(calls, 0) << r.out.substr(end, 200);
+  EXPECT_GT(sum_ms, 0.0) << r.out.substr(end, 200);
+  EXPECT_LE(sum_ms, pass_ms) << r.out.substr(end, 200);
 }
 
 }  // namespace

@@ -607,6 +607,16 @@ TEST(CliTrain, DeviceChoicesAndRefusalsAreOneLine) {
     // the CPU's layers are not launches
     expect_one_line_error({kExmy, "bench", "train", "--model", "proxy-tiny", "--profile"},
                           "--profile: times a device backend's kernel launches");
+    // a recipe's pass: its quantizer calls and GEMMs have rows of their own
+    const Result q = run({kExmy, "bench", "train", "--device", "cuda-emulated", "--model", "proxy-tiny", "--seq-len",
+                          "32", "--batch", "1", "--steps", "1", "--recipe", "bf16,te-nvfp4", "--stats", "none",
+                          "--profile"});
+    ASSERT_EQ(q.status, 0) << q.out;
+    const size_t at = q.out.find("launch profile of one te-nvfp4 pass");
+    ASSERT_NE(at, std::string::npos) << q.out;
+    const std::string table = q.out.substr(at, q.out.find("\nlaunches: ", at) - at);
+    for (const char* row : {"\nquantize (host emulation of the kernels) ", "\ngemm (host, sim::gemm) "})
+      EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
   }
   for (const char* dir : {"a", "b", "c", "e", "f", "h"}) EXPECT_FALSE(fs::exists(d / dir)) << dir;
   {  // row outer scales run on the device's quantizer
