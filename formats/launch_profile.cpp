@@ -85,7 +85,7 @@ std::string launch_profile_table(const std::vector<LaunchProfileRow>& rows, doub
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line, "%-52s %7s %10s %7s %10s %9s\n", "launch", "calls", "total ms", "share",
-                "mean us", "TFLOP/s");
+                "mean us", "GFLOP/s");
   out += line;
   double sum = 0;
   int64_t calls = 0;
@@ -102,7 +102,7 @@ std::string launch_profile_table(const std::vector<LaunchProfileRow>& rows, doub
       continue;
     }
     char rate[32] = "";
-    if (r.flops > 0 && r.ms > 0) std::snprintf(rate, sizeof rate, "%9.1f", r.flops / (r.ms * 1e-3) / 1e12);
+    if (r.flops > 0 && r.ms > 0) std::snprintf(rate, sizeof rate, "%9.1f", r.flops / (r.ms * 1e-3) / 1e9);
     std::snprintf(line, sizeof line, "%-52.52s %7lld %10.3f %6.1f%% %10.1f %9s\n", r.name.c_str(),
                   static_cast<long long>(r.calls), r.ms, pass_ms > 0 ? 100.0 * r.ms / pass_ms : 0.0,
                   r.calls ? 1e3 * r.ms / static_cast<double>(r.calls) : 0.0, rate);
@@ -115,8 +115,8 @@ std::string launch_profile_table(const std::vector<LaunchProfileRow>& rows, doub
     out += line;
   }
   std::snprintf(line, sizeof line,
-                "launches: %lld, %.3f ms of the pass's %.3f ms (%.1f%%); the rest is host work, copies and the gaps "
-                "between launches\n",
+                "launches: %lld, %.3f ms of the pass's %.3f ms (%.1f%%); the rest is work outside the timed calls "
+                "(host work, copies, the gaps between launches)\n",
                 static_cast<long long>(calls), sum, pass_ms, pass_ms > 0 ? 100.0 * sum / pass_ms : 0.0);
   out += line;
   return out;

@@ -64,7 +64,7 @@ void launch_profile_host(const char* name, double flops, F&& f) {
 }
 
 // The table as `exmy bench train --profile` prints it: name, calls, total ms,
-// share of `pass_ms`, mean us per call, and TFLOP/s for GEMM rows; rows past
+// share of `pass_ms`, mean us per call, and GFLOP/s for GEMM rows; rows past
 // `max_rows` folded into one; then the launches' sum against the pass (the
 // rest is host work, copies and the gaps between launches).
 std::string launch_profile_table(const std::vector<LaunchProfileRow>& rows, double pass_ms, int max_rows = 40);

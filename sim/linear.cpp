@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "formats/error.hpp"
+#include "formats/launch_profile.hpp"
 #include "formats/round.hpp"
 #include "formats/spec.hpp"
 #include "sim/bf16.hpp"
@@ -59,18 +60,25 @@ template void round_bf16<double>(double*, const double*, int64_t);
 
 namespace {
 
-// The three GEMMs of a linear layer on the operands as given.
+// The three GEMMs of a linear layer on the operands as given, each timed
+// while a launch profile is on (exmy bench train --profile).
+double gemm_flops(int64_t tokens, int64_t in, int64_t out) {
+  return 2.0 * static_cast<double>(tokens) * static_cast<double>(in) * static_cast<double>(out);
+}
 template <class T>
 void fprop(T* Y, const T* X, const T* W, int64_t tokens, int64_t in, int64_t out) {
-  gemm(Y, out, X, in, Op::N, W, in, Op::T, tokens, out, in, false);
+  launch_profile_host("gemm fprop (sim::gemm)", gemm_flops(tokens, in, out),
+                      [&] { gemm(Y, out, X, in, Op::N, W, in, Op::T, tokens, out, in, false); });
 }
 template <class T>
 void dgrad(T* dX, const T* dY, const T* W, int64_t tokens, int64_t in, int64_t out) {
-  gemm(dX, in, dY, out, Op::N, W, in, Op::N, tokens, in, out, true);
+  launch_profile_host("gemm dgrad (sim::gemm)", gemm_flops(tokens, in, out),
+                      [&] { gemm(dX, in, dY, out, Op::N, W, in, Op::N, tokens, in, out, true); });
 }
 template <class T>
 void wgrad(T* dW, const T* dY, const T* X, int64_t tokens, int64_t in, int64_t out) {
-  gemm(dW, in, dY, out, Op::T, X, in, Op::N, out, in, tokens, true);
+  launch_profile_host("gemm wgrad (sim::gemm)", gemm_flops(tokens, in, out),
+                      [&] { gemm(dW, in, dY, out, Op::T, X, in, Op::N, out, in, tokens, true); });
 }
 
 template <class T>

@@ -1,5 +1,7 @@
 #include "sim/quant/quant_ops.hpp"
 
+#include "formats/launch_profile.hpp"
+
 #include <cstring>
 #include <vector>
 
@@ -19,15 +21,19 @@ class CpuQuantOps final : public QuantOps {
   const char* name() const override { return "cpu"; }
   Memory& memory() override { return host_memory(); }
   void transpose(float* dst, const float* src, int64_t rows, int64_t cols) override {
-    quant::transpose(dst, src, rows, cols);
+    launch_profile_host("transpose", 0, [&] { quant::transpose(dst, src, rows, cols); });
   }
-  void round_bf16(float* dst, const float* src, int64_t n) override { sim::round_bf16(dst, src, n); }
+  void round_bf16(float* dst, const float* src, int64_t n) override {
+    launch_profile_host("round_bf16", 0, [&] { sim::round_bf16(dst, src, n); });
+  }
   void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override {
-    hadamard(x, rows, cols, 1, rht_of(q));
+    launch_profile_host("rht", 0, [&] { hadamard(x, rows, cols, 1, rht_of(q)); });
   }
   QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
                      const QuantOutput& out) override {
-    return exmy::quantize(q, x, rows, cols, out);
+    QuantInfo info;
+    launch_profile_host("quantize", 0, [&] { info = exmy::quantize(q, x, rows, cols, out); });
+    return info;
   }
   void add(float* dst, const float* src, int64_t n) override {
 #pragma omp parallel for schedule(static) if (n >= parallel_min_work())
@@ -35,11 +41,12 @@ class CpuQuantOps final : public QuantOps {
   }
   void encode(double* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
               int64_t cols) override {
-    encode_operand(v, q, codes, scale_codes, rows, cols);
+    launch_profile_host("encode (grouped model)", 0, [&] { encode_operand(v, q, codes, scale_codes, rows, cols); });
   }
   void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
                     const GemmModel& model, float alpha) override {
-    quant::grouped_gemm(C, A, B, M, N, K, model, alpha);
+    launch_profile_host("grouped gemm", 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
+                        [&] { quant::grouped_gemm(C, A, B, M, N, K, model, alpha); });
   }
   void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                    const float* row_t_b) override {
@@ -48,7 +55,8 @@ class CpuQuantOps final : public QuantOps {
   double abs_max(const float* x, int64_t n) override { return quant::abs_max(x, n); }
   void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
                         OperandStats& st) override {
-    quant::add_block_ranges(x, rows, cols, block_rows, block_cols, st);
+    launch_profile_host("statistics: block ranges", 0,
+                        [&] { quant::add_block_ranges(x, rows, cols, block_rows, block_cols, st); });
   }
   void add_scale_codes(const ScaleCodeTable& table, const void* codes, int64_t blocks, OperandStats& st) override {
     table.add(codes, blocks, st);
@@ -70,7 +78,9 @@ class CpuQuantOps final : public QuantOps {
   }
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, Op opA, const float* B, int64_t ldb, Op opB,
             int64_t M, int64_t N, int64_t K) override {
-    sim::gemm(C, ldc, A, lda, opA, B, ldb, opB, M, N, K, false);
+    launch_profile_host("gemm (quantized operands, sim::gemm)",
+                        2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
+                        [&] { sim::gemm(C, ldc, A, lda, opA, B, ldb, opB, M, N, K, false); });
   }
 };
 
