@@ -88,17 +88,18 @@ class EmulatedQuantOps final : public DeviceQuantOps {
   void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override { apply_rht_emulated(q, x, rows, cols); }
   QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
                      const QuantOutput& out) override {
-#if defined(EXMY_HAVE_CUDA)
     QuantInfo info;
+#if defined(EXMY_HAVE_CUDA)
     launch_profile_host("quantize (host emulation of the kernels)", 0,
                         [&] { info = quantize_cuda_emulated(q, x, rows, cols, out); });
-    return info;
 #else
     // A build without CUDA has no emulation of the device quantizer (it is
     // made from formats/cuda/quantize.cu): the CPU's quantizer, whose bits
     // the emulation equals (tests/formats/test_cuda.cpp).
-    return exmy::quantize(q, x, rows, cols, out);
+    launch_profile_host("quantize (the CPU's: a build without CUDA)", 0,
+                        [&] { info = exmy::quantize(q, x, rows, cols, out); });
 #endif
+    return info;
   }
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, sim::Op opA, const float* B, int64_t ldb,
             sim::Op opB, int64_t M, int64_t N, int64_t K) override {
