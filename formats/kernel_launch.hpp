@@ -19,7 +19,6 @@
 // formats' kernels use it too; sim/kernel_launch.hpp names it in exmy::sim.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -44,13 +43,9 @@ namespace exmy {
 struct HostLaunch {
   template <class F>
   void operator()(const char* name, int64_t n, F&& f) const {
-    if (!launch_profile_on()) {
+    launch_profile_host(name, 0, [&] {
       for (int64_t i = 0; i < n; ++i) f(i);
-      return;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < n; ++i) f(i);
-    launch_profile_add_host(name, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    });
   }
 };
 

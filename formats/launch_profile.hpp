@@ -1,9 +1,11 @@
-// Where a training pass spends its time on a device: while a profile is on,
-// every kernel launch (formats/kernel_launch.hpp's launchers, the
-// quantization kernels of formats/cuda/quantize.cu) and every cuBLASLt GEMM
-// (sim/cuda/gemm.cu) is timed under its name — by a pair of CUDA events
-// around it on the device, by the host's clock around a host emulation — and
-// launch_profile_stop() sums the times per name. `exmy bench train
+// Where a training pass spends its time: while a profile is on, every kernel
+// launch (formats/kernel_launch.hpp's launchers, the quantization kernels of
+// formats/cuda/quantize.cu) and every cuBLASLt GEMM (sim/cuda/gemm.cu) is
+// timed under its name — by a pair of CUDA events around it on a device, by
+// the host's clock in the host emulation — and so, by the host's clock, is
+// each call of the CPU backend's layers, the linears' GEMMs and the
+// quantizer's operations (models/backend.cpp, sim/linear.cpp,
+// sim/quant/quant_ops.cpp); launch_profile_stop() sums the times per name. `exmy bench train
 // --profile` prints that table after its timed rounds (one more pass with
 // the profile on), so one run on a device says which kernels to speed up.
 // Off (the default), a launch pays one relaxed atomic load.
@@ -53,7 +55,7 @@ void launch_profile_add_device(std::string name, void* start, void* stop, double
                                void (*release)(void*), double flops = 0);
 
 // f() timed by the host's clock under `name` while a profile is on (a host
-// emulation's work that is not a launch: its quantizer, its GEMMs).
+// launch, a CPU layer call, a host GEMM or quantizer call).
 template <class F>
 void launch_profile_host(const char* name, double flops, F&& f) {
   if (!launch_profile_on()) return f();

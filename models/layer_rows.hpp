@@ -186,16 +186,20 @@ template <class T>
 EXMY_HD T ce_max_of(T mx, T v) {
   return mx < v ? v : mx;
 }
+// The end of segment s of a row of V columns (it starts at s * kCeSegment).
+EXMY_HD int64_t ce_segment_end(int64_t V, int64_t s) {
+  return (s + 1) * kCeSegment < V ? (s + 1) * kCeSegment : V;
+}
 template <class T>
 EXMY_HD T ce_segment_max(const T* l, int64_t V, int64_t s) {
-  const int64_t v0 = s * kCeSegment, v1 = v0 + kCeSegment < V ? v0 + kCeSegment : V;
+  const int64_t v0 = s * kCeSegment, v1 = ce_segment_end(V, s);
   T mx = l[v0];
   for (int64_t v = v0 + 1; v < v1; ++v) mx = ce_max_of(mx, l[v]);
   return mx;
 }
 template <class T>
 EXMY_HD double ce_segment_sumexp(const T* l, int64_t V, int64_t s, T mx) {
-  const int64_t v0 = s * kCeSegment, v1 = v0 + kCeSegment < V ? v0 + kCeSegment : V;
+  const int64_t v0 = s * kCeSegment, v1 = ce_segment_end(V, s);
   double sum = 0;
   for (int64_t v = v0; v < v1; ++v) sum += static_cast<double>(hd_exp(l[v] - mx));
   return sum;

@@ -19,6 +19,11 @@ namespace exmy::sim {
 
 enum class Op : uint8_t { N, T };
 
+// The FLOPs of an M x N x K product (a multiply and an add each).
+inline double gemm_flops(int64_t M, int64_t N, int64_t K) {
+  return 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+}
+
 // C (M,N) = op(A) · op(B), or C += op(A) · op(B) when `accumulate`.
 // op(A) is (M,K): A is stored (M,K) with row stride lda for Op::N, or (K,M)
 // for Op::T. op(B) is (K,N): B is stored (K,N) with row stride ldb for Op::N,

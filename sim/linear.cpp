@@ -62,9 +62,6 @@ namespace {
 
 // The three GEMMs of a linear layer on the operands as given, each timed
 // while a launch profile is on (exmy bench train --profile).
-double gemm_flops(int64_t tokens, int64_t in, int64_t out) {
-  return 2.0 * static_cast<double>(tokens) * static_cast<double>(in) * static_cast<double>(out);
-}
 template <class T>
 void fprop(T* Y, const T* X, const T* W, int64_t tokens, int64_t in, int64_t out) {
   launch_profile_host("gemm fprop (sim::gemm)", gemm_flops(tokens, in, out),

@@ -162,7 +162,7 @@ void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, co
                                                      std::to_string(M) + "x" + std::to_string(N) + "x" +
                                                      std::to_string(K)
                                                : std::string(),
-                           2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K));
+                           gemm_flops(M, N, K));
   check(lt().cublasLtMatmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
                        impl_->workspace, impl_->workspace_bytes, 0),
         "cublasLtMatmul");

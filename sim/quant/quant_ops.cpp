@@ -45,8 +45,7 @@ class CpuQuantOps final : public QuantOps {
   }
   void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
                     const GemmModel& model, float alpha) override {
-    launch_profile_host("grouped gemm", 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
-                        [&] { quant::grouped_gemm(C, A, B, M, N, K, model, alpha); });
+    launch_profile_host("grouped gemm", gemm_flops(M, N, K), [&] { quant::grouped_gemm(C, A, B, M, N, K, model, alpha); });
   }
   void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                    const float* row_t_b) override {
@@ -79,7 +78,7 @@ class CpuQuantOps final : public QuantOps {
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, Op opA, const float* B, int64_t ldb, Op opB,
             int64_t M, int64_t N, int64_t K) override {
     launch_profile_host("gemm (quantized operands, sim::gemm)",
-                        2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
+                        gemm_flops(M, N, K),
                         [&] { sim::gemm(C, ldc, A, lda, opA, B, ldb, opB, M, N, K, false); });
   }
 };

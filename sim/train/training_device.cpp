@@ -104,7 +104,7 @@ class EmulatedQuantOps final : public DeviceQuantOps {
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, sim::Op opA, const float* B, int64_t ldb,
             sim::Op opB, int64_t M, int64_t N, int64_t K) override {
     launch_profile_host("gemm (quantized operands, sim::gemm)",
-                        2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
+                        sim::gemm_flops(M, N, K),
                         [&] { sim::gemm(C, ldc, A, lda, opA, B, ldb, opB, M, N, K, false); });
   }
   void add(float* dst, const float* src, int64_t n) override { sim::quant::add_emulated(dst, src, n); }
