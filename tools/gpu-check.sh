@@ -6,7 +6,7 @@
 # tests/models/test_attention_cuda.cpp, tests/sim/test_cli_cuda.cpp,
 # tests/sim/test_gemm_cuda.cpp, tests/sim/test_linear_cuda.cpp,
 # tests/models/test_model_device.cpp, tests/quant/test_grouped_cuda.cpp,
-# tests/quant/test_quant_stats_cuda.cpp),
+# tests/quant/test_quant_stats_cuda.cpp, tests/quant/test_fp32_gemm_bf16.cpp),
 # `exmy bench quantize --device cuda --repeat 3`, short training runs on the
 # CPU and the device side by side (tools/gpu-train-check.sh), a
 # data-parallel run with NCCL against one process (tools/gpu-nccl-check.sh)
@@ -43,8 +43,8 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 bundle=build-cuda/gpu-bundle
 # the gpu-labelled test binaries (build-cuda/ paths) and the targets that make them
-tests="tests/formats/test_cuda tests/models/test_layers_cuda tests/models/test_ssd_cuda tests/models/test_attention_cuda tests/sim/test_cli_cuda tests/sim/test_gemm_cuda tests/sim/test_linear_cuda tests/models/test_model_device tests/quant/test_grouped_cuda tests/quant/test_quant_stats_cuda"
-targets="exmy test_cuda test_cuda_emulated test_layers_cuda test_layers_cuda_emulated test_ssd_cuda test_ssd_cuda_emulated test_attention_cuda test_attention_cuda_emulated test_cli_cuda test_gemm_cuda test_linear_cuda test_model_device test_model_device_emulated test_grouped_cuda test_grouped_cuda_emulated test_quant_stats_cuda test_quant_stats_cuda_emulated"
+tests="tests/formats/test_cuda tests/models/test_layers_cuda tests/models/test_ssd_cuda tests/models/test_attention_cuda tests/sim/test_cli_cuda tests/sim/test_gemm_cuda tests/sim/test_linear_cuda tests/models/test_model_device tests/quant/test_grouped_cuda tests/quant/test_quant_stats_cuda tests/quant/test_fp32_gemm_bf16"
+targets="exmy test_cuda test_cuda_emulated test_layers_cuda test_layers_cuda_emulated test_ssd_cuda test_ssd_cuda_emulated test_attention_cuda test_attention_cuda_emulated test_cli_cuda test_gemm_cuda test_linear_cuda test_model_device test_model_device_emulated test_grouped_cuda test_grouped_cuda_emulated test_quant_stats_cuda test_quant_stats_cuda_emulated test_fp32_gemm_bf16 test_fp32_gemm_bf16_emulated"
 
 build() {
   # portable code: the binaries may run on another CPU than the one that built them
@@ -131,11 +131,12 @@ for t in $tests; do
   grep -E "^\[  FAILED  \] [A-Za-z]" "$logs/$name.log" >>"$report" || true
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
 done
-# the GEMM rates and error-to-budget ratios test_gemm_cuda and test_linear_cuda printed, and the
-# attention row kernels' and the SSD thread kernels' times at sequence 4096 test_attention_cuda and
-# test_ssd_cuda printed
+# the GEMM rates and error-to-budget ratios test_gemm_cuda, test_linear_cuda and test_fp32_gemm_bf16
+# printed, and the attention row kernels' and the SSD thread kernels' times at sequence 4096
+# test_attention_cuda and test_ssd_cuda printed
 grep -h -E '^CudaGemm |largest error|^\[attention rows\]|^\[ssd threads\]' "$logs/test_gemm_cuda.log" \
-  "$logs/test_linear_cuda.log" "$logs/test_attention_cuda.log" "$logs/test_ssd_cuda.log" >>"$report" 2>/dev/null || true
+  "$logs/test_linear_cuda.log" "$logs/test_fp32_gemm_bf16.log" "$logs/test_attention_cuda.log" \
+  "$logs/test_ssd_cuda.log" >>"$report" 2>/dev/null || true
 # the device benchmarks (need the device), then the CPU one (needs none)
 if fits "exmy bench quantize --device cuda" 60; then
   echo "--- exmy bench quantize --device cuda --repeat 3" >>"$report"
@@ -159,6 +160,13 @@ if [ "${GPU_CHECK_BENCH_TRAIN:-1}" = 1 ]; then
     timeout 180 "$bundle/bin/exmy" bench train --device cuda "${p350[@]}" \
       --recipe bf16,te-nvfp4,ue5m3-b16-fp32gemm,ue5m3-b16 --stats ue5m3-b16-fp32gemm >>"$report" 2>&1 ||
       echo "gpu-check: bench train --device cuda --recipe failed or ran out of its 180 s" | tee -a "$report"
+  fi
+  # the fp32 model's GEMMs in FP32 (CUDA cores) instead of the default BF16 tensor cores
+  if fits "exmy bench train --device cuda --recipe --fp32-gemm sgemm (proxy-350m)" 60; then
+    echo "--- exmy bench train --device cuda --model proxy-350m --seq-len 4096 --batch 1 --steps 1 --recipe bf16,te-nvfp4 --stats none --fp32-gemm sgemm" >>"$report"
+    timeout 90 "$bundle/bin/exmy" bench train --device cuda --model proxy-350m --seq-len 4096 --batch 1 --steps 1 \
+      --recipe bf16,te-nvfp4 --stats none --fp32-gemm sgemm >>"$report" 2>&1 ||
+      echo "gpu-check: bench train --device cuda --fp32-gemm sgemm failed or ran out of its 90 s" | tee -a "$report"
   fi
   if fits "exmy bench train proxy-50m, device and 2 CPU threads" 150; then
     for where in "--device cuda" "--threads 2"; do

@@ -13,8 +13,10 @@
 #   bf16-working  the same with train.working_weights = bf16 (and offloaded: the device run's bits)
 #   fp32 and bf16-working offloaded (train.offload = optimizer) in chunks of
 #   GPU_TRAIN_OFFLOAD_CHUNK elements (1000003): the device run's bits
-#   ue5m3   proxy-10m, 20 steps, ue5m3-b16-fp32gemm, statistics every 5 steps
-#   row-scaled  the same with nvfp4-row-scaled (row outer scales)
+#   ue5m3   proxy-10m, 20 steps, ue5m3-b16-fp32gemm, statistics every 5 steps,
+#           its fp32 model in BF16 on both sides (train.fp32_gemm = bf16, the
+#           device's default), and ue5m3-sgemm with FP32 GEMMs on both sides
+#   row-scaled  ue5m3's runs with nvfp4-row-scaled (row outer scales)
 # The check: the largest |loss_cuda - loss_cpu| / loss_cpu over the steps is
 # at most 1e-3 for fp32 and bf16 and 1e-2 for ue5m3 and row-scaled (the device's GEMMs
 # accumulate in another order, within the budgets the gpu tests derive; the
@@ -105,6 +107,7 @@ else
   echo "train bf16 working weights with the optimizer offloaded on $device: the final weights differ (or the run failed): FAILED"
   status=1
 fi
-compare ue5m3 20 1e-2 train.recipe=ue5m3-b16-fp32gemm train.stats_interval=5
-compare row-scaled 20 1e-2 train.recipe=nvfp4-row-scaled train.stats_interval=5
+compare ue5m3 20 1e-2 train.recipe=ue5m3-b16-fp32gemm train.fp32_gemm=bf16 train.stats_interval=5
+compare ue5m3-sgemm 20 1e-2 train.recipe=ue5m3-b16-fp32gemm train.fp32_gemm=sgemm train.stats_interval=5
+compare row-scaled 20 1e-2 train.recipe=nvfp4-row-scaled train.fp32_gemm=bf16 train.stats_interval=5
 exit $status

@@ -228,10 +228,12 @@ int bench_recipes(train::TrainingDevice& td, const models::NemotronHConfig& cfg,
         throw Error("--stats: '" + n + "' is not in --recipe");
   }
   std::printf("exmy bench train --recipe: %s (%.1fM parameters), batch %lld x seq %lld, %d threads (%u hardware), "
-              "device %s\n",
+              "device %s, fp32 model GEMMs: %s\n",
               cfg.name.c_str(), static_cast<double>(models::parameter_count(cfg)) / 1e6, static_cast<long long>(B),
               static_cast<long long>(T), omp_get_max_threads(), std::thread::hardware_concurrency(),
-              sim::device_name(td.device()).c_str());
+              sim::device_name(td.device()).c_str(),
+              rt_opt.fp32_gemm == sim::quant::Fp32Gemm::bf16 ? "bf16 where bfloat16 holds the encoded operands"
+                                                            : "sgemm");
   std::vector<int32_t> tokens, targets;
   random_tokens(cfg, B * T, tokens, targets);
   namespace fs = std::filesystem;
@@ -595,6 +597,8 @@ po::options_description bench_train_options() {
      "with --stats: GEMM statistics compare at most this many output rows (train.gemm_stats_rows; 0: all)")
     ("gemm-stats-sample", po::value<int64_t>()->default_value(sim::quant::RuntimeOptions{}.gemm_stats_sample),
      "with --stats: one output row in this many (train.gemm_stats_sample)")
+    ("fp32-gemm", po::value<std::string>()->default_value("auto"),
+     "with --recipe: how the fp32 GEMM output model runs: sgemm, bf16 or auto (train.fp32_gemm)")
     ("stats", po::value<std::string>()->default_value("all"),
      "with --recipe: recipes also timed with statistics at every step (comma-separated, all, none)")
     ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: OpenMP's default); on ranks, per rank")
@@ -648,6 +652,7 @@ int cmd_bench_train(const Args& args) {
     rt_opt.seed = 1;
     rt_opt.gemm_stats_rows = vm["gemm-stats-rows"].as<int64_t>();
     rt_opt.gemm_stats_sample = vm["gemm-stats-sample"].as<int64_t>();
+    rt_opt.fp32_gemm = sim::quant::parse_fp32_gemm(vm["fp32-gemm"].as<std::string>(), td.device().is_cuda());
     if (rt_opt.gemm_stats_rows < 0 || rt_opt.gemm_stats_sample < 1)
       throw Error("--gemm-stats-rows must be >= 0 and --gemm-stats-sample >= 1");
     return bench_recipes(td, cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>(), rt_opt,

@@ -147,7 +147,7 @@ CudaGemm::CudaGemm(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
 CudaGemm::~CudaGemm() = default;
 
 void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, const void* B, int64_t ldb, Op opB,
-                   int64_t M, int64_t N, int64_t K, bool accumulate, GemmOperands operands) {
+                   int64_t M, int64_t N, int64_t K, bool accumulate, GemmOperands operands, float alpha) {
   if (M == 0 || N == 0) return;
   if (K == 0) {  // an empty sum: C = 0, or C unchanged
     if (!accumulate)
@@ -155,7 +155,7 @@ void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, co
     return;
   }
   const Impl::Plan& p = impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands);
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const float beta = accumulate ? 1.0f : 0.0f;
   // (named by operands and M x N x K, so a profile shows each linear's rate)
   DeviceProfileScope timed(launch_profile_on() ? std::string("cublasLt ") +
                                                      (operands == GemmOperands::bf16 ? "bf16 " : "fp32 ") +

@@ -1,8 +1,9 @@
 // GEMMs on a CUDA device through cuBLASLt, in sim::gemm's terms (row-major
 // C = op(A) · op(B), or C += op(A) · op(B); sim/gemm.hpp): FP32 operands
 // with FP32 arithmetic (CUBLAS_COMPUTE_32F: no TF32), or BF16 operands with
-// FP32 accumulation and an FP32 C (the `bf16` policy's GEMMs, and quantized
-// operands whose decoded values BF16 holds exactly). A result differs from
+// FP32 accumulation and an FP32 C (the `bf16` policy's GEMMs, and the
+// `fp32` model's in BF16: encoded operands q·s that BF16 holds exactly, the
+// tensor scales as the epilogue's alpha). A result differs from
 // the CPU's only in the order of each output's sums: tests/sim/test_gemm_cuda.cpp
 // states the budget and checks it. Deterministic: a shape's algorithm is
 // the heuristic's first for a fixed workspace, chosen once per CudaGemm and
@@ -29,8 +30,10 @@ class CudaGemm {
 
   // Device pointers. A and B hold float32 (fp32) or bfloat16 bits (bf16),
   // shaped as in sim::gemm; C is float32. Enqueued on the default stream.
+  // With alpha, C = fl(alpha · sum) (+ C when accumulating): cuBLASLt's
+  // epilogue scale, one FP32 multiplication of each output's sum.
   void run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, const void* B, int64_t ldb, Op opB, int64_t M,
-           int64_t N, int64_t K, bool accumulate, GemmOperands operands);
+           int64_t N, int64_t K, bool accumulate, GemmOperands operands, float alpha = 1.0f);
 
  private:
   struct Impl;

@@ -272,7 +272,8 @@ QuantEvalModel::QuantEvalModel(const train::RunConfig& cfg, sim::quant::Recipe r
   // linears through the device's ops, the others the device's plain
   // linears, the layers and tensors the device backend's.
   device_ = std::make_unique<train::TrainingDevice>(cfg_.device);
-  runtime_ = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{cfg_.seed, 128});
+  runtime_ = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{
+      cfg_.seed, 128, 64, sim::quant::parse_fp32_gemm(cfg_.fp32_gemm, cfg_.device.is_cuda())});
   runtime_->set_ops(device_->quant_ops());
   factory_ = std::make_unique<Factory>(recipe_, policy_, cfg_.model.num_hidden_layers, runtime_,
                                        device_->on_device() ? device_->plain_linears(recipe_.unquantized) : nullptr,

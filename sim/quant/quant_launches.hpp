@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "formats/format.hpp"
+#include "formats/quantize.hpp"
 #include "sim/bf16.hpp"
 #include "sim/kernel_launch.hpp"
 #include "sim/quant/stats_items.hpp"
@@ -53,6 +54,14 @@ struct EncodePlan {
   int64_t block_rows = 1, block_cols = 1;
 };
 
+inline EncodePlan encode_plan(const QuantSpec& q) {
+  EncodePlan p;
+  p.elem = q.elem;
+  p.scaled = q.scale.has_value();
+  if (p.scaled) p.scale = *q.scale, p.block_rows = q.block_rows, p.block_cols = q.block_cols;
+  return p;
+}
+
 // encode_operand of sim/quant/grouped_gemm.hpp, one thread per element: the
 // element's decoded value times its block's decoded scale, in double (both
 // exact, as the CPU's value tables hold them).
@@ -70,6 +79,27 @@ void encode_launches(const L& launch, double* v, const EncodePlan& p, const void
     const int64_t r = i / cols, c = i % cols;
     const double s = scaled ? fs.decode(code_at(ps, sb, (r / br) * gc + c / bc)) : 1.0;
     v[i] = fe.decode(code_at(pc, cb, i)) * s;
+  });
+}
+
+// The same encoded values as bfloat16 bits, for the `fp32` model's BF16
+// GEMM (QuantizedLinear, RuntimeOptions::fp32_gemm): only for formats whose
+// every q·s bfloat16 holds (bf16_holds_encoded in sim/quant/quant_ops.hpp),
+// so the conversion through float is exact.
+template <class L>
+void encode_bf16_launches(const L& launch, uint16_t* v, const EncodePlan& p, const void* codes,
+                          const void* scale_codes, int64_t rows, int64_t cols) {
+  const auto* pc = static_cast<const uint8_t*>(codes);
+  const auto* ps = static_cast<const uint8_t*>(scale_codes);
+  const int cb = p.elem.code_bytes(), sb = p.scaled ? p.scale.code_bytes() : 1;
+  const int64_t br = p.scaled ? p.block_rows : 1, bc = p.scaled ? p.block_cols : cols;
+  const int64_t gc = (cols + bc - 1) / bc;
+  const Format fe = p.elem, fs = p.scale;
+  const bool scaled = p.scaled;
+  launch("encode_bf16", rows * cols, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t r = i / cols, c = i % cols;
+    const double s = scaled ? fs.decode(code_at(ps, sb, (r / br) * gc + c / bc)) : 1.0;
+    v[i] = bf16_bits(static_cast<float>(fe.decode(code_at(pc, cb, i)) * s));
   });
 }
 
@@ -188,6 +218,8 @@ struct StatsKernels {
   void add_##suffix(float* dst, const float* src, int64_t n);                               \
   void encode_##suffix(double* v, const EncodePlan& p, const void* codes, const void* scale_codes, int64_t rows, \
                        int64_t cols);                                                                   \
+  void encode_bf16_##suffix(uint16_t* v, const EncodePlan& p, const void* codes, const void* scale_codes,      \
+                            int64_t rows, int64_t cols);                                                      \
   void max_abs_bits_##suffix(uint32_t* part, const uint32_t* bits, int64_t n, int64_t parts);                 \
   void count_codes_##suffix(uint32_t* part, const uint8_t* codes, int code_bytes, int64_t blocks, int64_t parts); \
   void count_ranges_##suffix(uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br, int64_t bc,  \

@@ -18,6 +18,10 @@ void EXMY_CAT(encode, EXMY_SUFFIX)(double* v, const EncodePlan& p, const void* c
                                    int64_t rows, int64_t cols) {
   encode_launches(EXMY_LAUNCHER{}, v, p, codes, scale_codes, rows, cols);
 }
+void EXMY_CAT(encode_bf16, EXMY_SUFFIX)(uint16_t* v, const EncodePlan& p, const void* codes, const void* scale_codes,
+                                        int64_t rows, int64_t cols) {
+  encode_bf16_launches(EXMY_LAUNCHER{}, v, p, codes, scale_codes, rows, cols);
+}
 
 void EXMY_CAT(max_abs_bits, EXMY_SUFFIX)(uint32_t* part, const uint32_t* bits, int64_t n, int64_t parts) {
   max_abs_bits_launches(EXMY_LAUNCHER{}, part, bits, n, parts);

@@ -3,6 +3,9 @@
 #include "formats/launch_profile.hpp"
 
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "sim/gemm.hpp"
@@ -10,6 +13,7 @@
 #include "sim/parallel.hpp"
 #include "sim/quant/grouped_gemm.hpp"
 #include "sim/quant/kernels.hpp"
+#include "sim/quant/quant_launches.hpp"
 #include "sim/quant/stats.hpp"
 
 namespace exmy::sim::quant {
@@ -51,6 +55,16 @@ class CpuQuantOps final : public QuantOps {
                    const float* row_t_b) override {
     apply_outer_alpha(C, M, N, t_a, row_t_a, t_b, row_t_b);
   }
+  void encode_bf16(uint16_t* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
+                   int64_t cols) override {
+    launch_profile_host("encode_bf16 (fp32 model in BF16)", 0,
+                        [&] { encode_bf16_emulated(v, encode_plan(q), codes, scale_codes, rows, cols); });
+  }
+  void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                 float alpha) override {
+    launch_profile_host("gemm (quantized operands in BF16, sim::gemm)", gemm_flops(M, N, K),
+                        [&] { gemm_bf16_host(C, A, B, M, N, K, alpha); });
+  }
   double abs_max(const float* x, int64_t n) override { return quant::abs_max(x, n); }
   void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
                         OperandStats& st) override {
@@ -84,6 +98,61 @@ class CpuQuantOps final : public QuantOps {
 };
 
 }  // namespace
+
+namespace {
+
+// Every finite value of f's magnitudes (both signs are symmetric).
+std::vector<double> finite_magnitudes(const Format& f) {
+  std::vector<double> v;
+  v.reserve(f.max_mag + 1);
+  for (uint32_t m = 0; m <= f.max_mag; ++m) v.push_back(f.mag_value(m));
+  return v;
+}
+
+bool held_by_bf16(const Format& elem, const Format* scale) {
+  const double pairs = (elem.max_mag + 1.0) * (scale ? scale->max_mag + 1.0 : 1.0);
+  if (pairs > double(1 << 22)) return false;
+  const std::vector<double> e = finite_magnitudes(elem);
+  const std::vector<double> s = scale ? finite_magnitudes(*scale) : std::vector<double>{1.0};
+  for (const double b : s)
+    for (const double a : e) {
+      const double v = a * b;  // exact: two significands of at most 24 bits
+      const float f = static_cast<float>(v);
+      if (static_cast<double>(f) != v || (bits_of(f) & 0xffffu) != 0) return false;  // not a float, or not a bfloat16
+    }
+  return true;
+}
+
+std::string format_key(const Format& f) {
+  return std::to_string(f.E) + "," + std::to_string(f.M) + "," + std::to_string(f.is_signed) + "," +
+         std::to_string(f.bias) + "," + std::to_string(f.subnormals) + "," + std::to_string(f.has_inf) + "," +
+         std::to_string(f.nans) + "," + std::to_string(f.negzero);
+}
+
+}  // namespace
+
+bool bf16_holds_encoded(const QuantSpec& q) {
+  static std::mutex mu;
+  static std::map<std::string, bool> known;
+  const Format* scale = q.scale ? &*q.scale : nullptr;
+  const std::string key = format_key(q.elem) + "/" + (scale ? format_key(*scale) : "-");
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  return known[key] = held_by_bf16(q.elem, scale);
+}
+
+void gemm_bf16_host(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K, float alpha) {
+  std::vector<float> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(N * K));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_value(A[i]);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_value(B[i]);
+  sim::gemm(C, N, a.data(), K, Op::N, b.data(), K, Op::T, M, N, K, false);
+  if (alpha != 1.0f) {
+    const int64_t n = M * N;
+#pragma omp parallel for schedule(static) if (n >= parallel_min_work())
+    for (int64_t i = 0; i < n; ++i) C[i] = alpha * C[i];
+  }
+}
 
 QuantOps& cpu_quant_ops() {
   static CpuQuantOps* ops = new CpuQuantOps;  // never destroyed (see sim::host_memory)

@@ -50,6 +50,15 @@ class QuantOps {
                             const GemmModel& model, float alpha) = 0;
   virtual void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                            const float* row_t_b) = 0;
+  // The `fp32` model's GEMM in BF16 (RuntimeOptions::fp32_gemm = bf16): an
+  // operand's encoded values q·s as bfloat16 bits (exact: only for specs
+  // bf16_holds_encoded accepts), and C (M,N) = fl(alpha · A (M,K) · B (N,K)^T)
+  // of two such operands, products exact in FP32 and FP32 accumulation (on
+  // a device cuBLASLt's order, on the CPU and cuda-emulated sim::gemm's).
+  virtual void encode_bf16(uint16_t* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
+                           int64_t cols) = 0;
+  virtual void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                         float alpha) = 0;
 
   // --- statistics (tensors in memory(), results on the host) ---
   // max|x| over n elements, NaN when one is NaN (stats.hpp's abs_max).
@@ -67,6 +76,21 @@ class QuantOps {
 
 // The CPU's: host memory and the CPU paths.
 QuantOps& cpu_quant_ops();
+
+// Whether bfloat16 holds every encoded value q·s of q's element and scale
+// formats (q alone without a block scale): every finite element value times
+// every finite scale value, checked one by one (cached per format pair;
+// pairs of more than 2^22 values count as not held). E2M1 or E4M3 elements
+// with UE4M3 or UE5M3 scales are held (at most 4 + 4 significant bits, in
+// range); UE8M0 scales are not (2^127 · 6 overflows, 2^-127 · 2^-9 is below
+// bfloat16's smallest subnormal), nor is any format wider than 8 bits of
+// significand.
+bool bf16_holds_encoded(const QuantSpec& q);
+
+// gemm_bf16 on the host (the CPU's and cuda-emulated's): the operands widened
+// to float (exact), sim::gemm, then each element times alpha (fl(alpha · c);
+// none when alpha is 1).
+void gemm_bf16_host(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K, float alpha);
 
 // Scratch in a QuantOps' memory: b placed in m with room for n elements
 // (its contents are not kept when it grows: every caller writes before it

@@ -17,6 +17,15 @@ void QuantRuntime::begin(const StepContext& ctx) {
   ctx_ = ctx;
 }
 
+Fp32Gemm parse_fp32_gemm(std::string_view v, bool on_cuda) {
+  if (v == "auto") return on_cuda ? Fp32Gemm::bf16 : Fp32Gemm::sgemm;
+  if (v == "sgemm") return Fp32Gemm::sgemm;
+  if (v == "bf16") return Fp32Gemm::bf16;
+  throw Error("bad fp32_gemm '" + std::string(v) + "' (expected auto, sgemm or bf16)");
+}
+
+const char* fp32_gemm_name(Fp32Gemm g) { return g == Fp32Gemm::bf16 ? "bf16" : "sgemm"; }
+
 namespace {
 
 // Marks the shared scratch as in use for one call.
@@ -40,6 +49,12 @@ QuantizedLinear::QuantizedLinear(const LinearInfo& info, const std::array<RoleSp
     refs_[i] = &rt_->references().get(reference_key(info_.name, r, shared_dy_reference));
     if (specs_[i].q.scale) scale_tables_[i] = ScaleCodeTable(*specs_[i].q.scale);
   }
+  if (gemm_.kind == GemmModel::Kind::fp32 && rt_->options().fp32_gemm == Fp32Gemm::bf16)
+    for (Gemm g : {Gemm::fprop, Gemm::dgrad, Gemm::wgrad}) {
+      const auto roles = gemm_roles(g);
+      bf16_gemm_[static_cast<size_t>(g)] = bf16_holds_encoded(specs_[static_cast<size_t>(roles[0])].q) &&
+                                           bf16_holds_encoded(specs_[static_cast<size_t>(roles[1])].q);
+    }
 }
 
 CallKey QuantizedLinear::key(Gemm g, Role r) const {
@@ -86,7 +101,7 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
     if (!d.valid || d.step != ctx.step || d.micro_batch != ctx.micro_batch)
       throw Error(info_.name + ": recompute_forward without a forward of step " + std::to_string(ctx.step) +
                   ", micro-batch " + std::to_string(ctx.micro_batch));
-    return quantize_decided(d.q, hp, rows, cols, b, nullptr).op;
+    return quantize_decided(d.q, hp, rows, cols, b, nullptr, bf16_gemm_[static_cast<size_t>(role_gemm(role))]).op;
   }
   // Row outer scales: the reference is one amax per row (held row by row).
   const bool by_row = rs.q.outer == OuterScale::row;
@@ -117,7 +132,7 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
 
   StatsSink* sink = ctx.stats ? rt_->stats_sink() : nullptr;
   QuantStats qs;
-  const Quantized r = quantize_decided(q, hp, rows, cols, b, sink ? &qs : nullptr);
+  const Quantized r = quantize_decided(q, hp, rows, cols, b, sink ? &qs : nullptr, bf16_gemm_[static_cast<size_t>(g)]);
 
   // The operand's amax: `current` calls measured it as their reference; the
   // others need it for the statistics or a delayed history, and the CPU
@@ -145,11 +160,12 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
 
 // An operand whose spec is decided (reference applied, RHT still to do):
 // the RHT, the quantization call into the role's buffers, and the grouped
-// model's encoding. With `stats`, the call's statistics and the scale codes
-// (for the histograms) too. A replay (recompute_forward) calls it alone.
+// model's encoding (or, with `bf16`, the encoding as bfloat16 bits for the
+// fp32 model in BF16). With `stats`, the call's statistics and the scale
+// codes (for the histograms) too. A replay (recompute_forward) calls it alone.
 QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q, const float* hp, int64_t rows,
                                                              int64_t cols, QuantRuntime::OperandBuffers& b,
-                                                             QuantStats* stats) {
+                                                             QuantStats* stats, bool bf16) {
   const int64_t n = rows * cols;
   QuantOps& ops = rt_->ops();
   Memory& mem = ops.memory();
@@ -168,10 +184,10 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
   r.blocks = block_count(qc, rows, cols);
   QuantOutput out;
   out.values = ensure(b.dq, n, mem);
-  // Element codes feed the grouped GEMM; scale codes also feed the
+  // Element codes feed the encodings; scale codes also feed the
   // statistics' scale histograms.
-  if (grouped) out.codes = ensure(b.codes, n * qc.elem.code_bytes(), mem);
-  if ((grouped || stats) && qc.scale)
+  if (grouped || bf16) out.codes = ensure(b.codes, n * qc.elem.code_bytes(), mem);
+  if ((grouped || bf16 || stats) && qc.scale)
     out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, r.blocks * qc.scale->code_bytes()), mem);
   out.stats = stats;
   r.info = ops.quantize(qc, hp, rows, cols, out);
@@ -185,6 +201,11 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
   if (grouped) {
     ops.encode(ensure(b.enc, n, mem), qc, b.codes.data(), qc.scale ? b.scale_codes.data() : nullptr, rows, cols);
     r.op.enc = b.enc.data();
+  }
+  if (bf16) {
+    ops.encode_bf16(ensure(b.bf16, n, mem), qc, b.codes.data(), qc.scale ? b.scale_codes.data() : nullptr, rows,
+                    cols);
+    r.op.bf16 = b.bf16.data();
   }
   return r;
 }
@@ -201,6 +222,13 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
       ops.outer_alpha(target, M, N, a.t, a.row_t, b.t, b.row_t);
     } else {
       ops.grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, tensor_decode_alpha(a.t, b.t));
+    }
+  } else if (a.bf16 && b.bf16) {  // the fp32 model in BF16: the tensor scales applied to the result
+    if (a.row_t || b.row_t) {
+      ops.gemm_bf16(target, a.bf16, b.bf16, M, N, K, 1.0f);
+      ops.outer_alpha(target, M, N, a.t, a.row_t, b.t, b.row_t);
+    } else {
+      ops.gemm_bf16(target, a.bf16, b.bf16, M, N, K, tensor_decode_alpha(a.t, b.t));
     }
   } else {
     ops.gemm(target, N, a.dq, K, Op::N, b.dq, K, Op::T, M, N, K);

@@ -15,7 +15,9 @@
 // transposed tile of W (the 2D tiles are shared by both views). With the
 // RHT on, both operands of the GEMM are transformed along K (the transform
 // cancels in the product). Then the GEMM output model: `fp32` multiplies the
-// decoded operands with FP32 accumulation (sim::gemm); `grouped` runs
+// decoded operands with FP32 accumulation (sim::gemm; or, with
+// RuntimeOptions::fp32_gemm = bf16, the encoded operands in BF16 with the
+// tensor scales applied to the result); `grouped` runs
 // grouped_gemm on the encoded operands. backward() accumulates into dX and
 // dW like every layer (the GEMM result is formed first, then added).
 //
@@ -31,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sim/linear.hpp"
@@ -42,6 +45,26 @@
 #include "sim/tensor.hpp"
 
 namespace exmy::sim::quant {
+
+// How the `fp32` GEMM output model's GEMMs run (train.fp32_gemm):
+//   sgemm: FP32 GEMMs of the decoded operands x̂ (docs/recipes.md §6; the
+//          CPU's default and its bits);
+//   bf16:  where bfloat16 holds every encoded value q·s of both operands'
+//          formats (bf16_holds_encoded), a BF16 GEMM of the encoded
+//          operands with FP32 accumulation and the tensor decode scales
+//          applied to its result, C = fl(alpha · Σ (q·s)_a (q·s)_b) with
+//          alpha = fl(fl(1/t_a) · fl(1/t_b)) (per output element with row
+//          outer scales), as a tensor-core GEMM computes it; sgemm
+//          otherwise. It differs from sgemm by the placement of the tensor
+//          scales' roundings besides the order of the sums (the budget:
+//          docs/recipes.md §6, tests/quant/test_fp32_gemm_bf16.cpp).
+enum class Fp32Gemm : uint8_t { sgemm, bf16 };
+
+// train.fp32_gemm's values: sgemm, bf16, or auto (bf16 on a CUDA device,
+// sgemm on the CPU and cuda-emulated). Throws exmy::Error naming the value.
+Fp32Gemm parse_fp32_gemm(std::string_view v, bool on_cuda);
+// "sgemm" or "bf16"
+const char* fp32_gemm_name(Fp32Gemm g);
 
 struct RuntimeOptions {
   uint64_t seed = 0;  // Philox seed of every stochastic rounding call (the run's seed)
@@ -55,6 +78,7 @@ struct RuntimeOptions {
   // "Statistics sums").
   int64_t gemm_stats_rows = 128;
   int64_t gemm_stats_sample = 64;
+  Fp32Gemm fp32_gemm = Fp32Gemm::sgemm;
 };
 
 struct StepContext {
@@ -93,6 +117,7 @@ class QuantRuntime {
     MemBuf<float> dq;  // decoded operand
     MemBuf<uint8_t> codes, scale_codes;
     MemBuf<double> enc;  // encoded operand (grouped GEMM)
+    MemBuf<uint16_t> bf16;  // encoded operand as bfloat16 bits (fp32 model, Fp32Gemm::bf16)
     MemBuf<float> row_t;  // row outer scales: each row's encode scale (for ops().outer_alpha)
   };
   struct Scratch {
@@ -133,6 +158,7 @@ class QuantizedLinear final : public Linear<float> {
   struct Operand {
     const float* dq = nullptr;    // decoded (rows, K)
     const double* enc = nullptr;  // encoded (grouped model)
+    const uint16_t* bf16 = nullptr;  // encoded as bfloat16 bits (fp32 model in BF16)
     float t = 1;                  // tensor encode scale
     const float* row_t = nullptr; // row outer scales: each row's (t then unused)
   };
@@ -150,7 +176,7 @@ class QuantizedLinear final : public Linear<float> {
     int64_t blocks = 0;
   };
   Quantized quantize_decided(const QuantSpec& q, const float* hp, int64_t rows, int64_t cols,
-                             QuantRuntime::OperandBuffers& b, QuantStats* stats);
+                             QuantRuntime::OperandBuffers& b, QuantStats* stats, bool bf16);
 
   // What the last quantization of each role decided (for recompute_forward).
   struct Decided {
@@ -166,6 +192,7 @@ class QuantizedLinear final : public Linear<float> {
   std::shared_ptr<QuantRuntime> rt_;
   std::array<ReferenceState*, kNumRoles> refs_{};
   std::array<ScaleCodeTable, kNumRoles> scale_tables_;
+  std::array<bool, 3> bf16_gemm_{};  // per Gemm: the fp32 model's GEMM in BF16 (Fp32Gemm::bf16 and formats held)
 };
 
 // The recipe as a precision policy: quantized linears where the recipe's

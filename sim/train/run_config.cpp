@@ -47,6 +47,7 @@ const std::vector<ConfigKey> kKeys = {
     {"train.capture_step", "0", "step whose quantized operands are written exactly to /capture (0: none)"},
     {"train.gemm_stats_rows", "128", "GEMM statistics compare min(this, ceil(M/gemm_stats_sample)) output rows with the unquantized GEMM (0: all)"},
     {"train.gemm_stats_sample", "64", "GEMM statistics compare one output row in this many (at most gemm_stats_rows)"},
+    {"train.fp32_gemm", "auto", "how a recipe's fp32 GEMM output model runs: sgemm (FP32 GEMMs of the decoded operands: the CPU's bits), bf16 (where bfloat16 holds every payload x block scale of both operands' formats, as E2M1 or E4M3 with UE4M3 or UE5M3 scales do: a BF16 GEMM of those with FP32 accumulation and the tensor scales applied to its result, as tensor cores run it; within a stated budget of sgemm, docs/recipes.md section 6) or auto (bf16 on a CUDA device, sgemm on the CPU and cuda-emulated)"},
     {"train.recompute", "none", "activation recompute: none, or blocks (each block's forward runs again in backward: the same bits, about a block's activations kept instead of every block's)"},
     {"train.offload", "none", "none, or optimizer (on a device: the FP32 master weights and AdamW moments in pinned host memory, updated there, the device keeping the working weights and gradients; the same bits)"},
     {"train.shard_optimizer", "on", "multi-rank jobs: each rank keeps the AdamW moments of its share of the parameters and the ranks gather the updated weights (ZeRO-1; off: every rank keeps them all); the same bits either way"},
@@ -268,6 +269,9 @@ void read_train(RunConfig& c, std::map<std::string, std::string>& v,
   c.capture_step = as_int(v, "train.capture_step", 0);
   c.gemm_stats_rows = as_int(v, "train.gemm_stats_rows", 0);
   c.gemm_stats_sample = as_int(v, "train.gemm_stats_sample", 1);
+  c.fp32_gemm = v["train.fp32_gemm"];
+  if (c.fp32_gemm != "auto" && c.fp32_gemm != "sgemm" && c.fp32_gemm != "bf16")
+    bad("train.fp32_gemm", c.fp32_gemm, "auto, sgemm or bf16");
   c.cold_restart_references = as_bool(v, "train.cold_restart_references");
   c.shard_optimizer = as_bool(v, "train.shard_optimizer");
   c.comm = dist::parse_comm_choice(v["train.comm"], "train.comm");

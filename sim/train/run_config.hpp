@@ -77,6 +77,9 @@ struct RunConfig {
   int64_t capture_step = 0;
   int64_t gemm_stats_rows = 128;   // sim::quant::RuntimeOptions::gemm_stats_rows
   int64_t gemm_stats_sample = 64;  // sim::quant::RuntimeOptions::gemm_stats_sample
+  // auto | sgemm | bf16: how the `fp32` GEMM output model's GEMMs run
+  // (sim::quant::Fp32Gemm; auto: bf16 on a CUDA device, sgemm elsewhere).
+  std::string fp32_gemm = "auto";
   // On resume, tensor references start empty instead of restored (the
   // reference implementation's cold restart).
   bool cold_restart_references = false;

@@ -274,7 +274,9 @@ class Trainer {
                         eval_batches_ * cfg_.batch_size, val_tokens_, val_targets_);
     // Every linear through the recipe (fp32 and bf16 are recipes too); the
     // runtime carries the step context, the tensor references and the sinks.
-    quant_ = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{cfg_.seed, cfg_.gemm_stats_rows, cfg_.gemm_stats_sample});
+    quant_ = std::make_shared<sim::quant::QuantRuntime>(
+        sim::quant::RuntimeOptions{cfg_.seed, cfg_.gemm_stats_rows, cfg_.gemm_stats_sample,
+                                   sim::quant::parse_fp32_gemm(cfg_.fp32_gemm, cfg_.device.is_cuda())});
     if (comm_.rank() != 0) {  // statistics rows go to rank 0 after each step
       rank_stats_ = std::make_unique<SerializedStatsSink>();
       quant_->set_stats_sink(rank_stats_.get());
@@ -1272,6 +1274,7 @@ bool resumable_key(const std::string& key) {
       "train.steps",          "train.threads",           "train.device",           "train.log_interval",
       "train.eval_interval",  "train.eval_batches",   "train.checkpoint_interval", "train.keep_checkpoints", "train.stats_interval",
       "train.capture_step",   "train.gemm_stats_rows",   "train.gemm_stats_sample", "train.cold_restart_references",
+      "train.fp32_gemm",
       "train.recompute",      "train.offload",           "train.shard_optimizer",   "train.export_hf",
       "train.comm"};
   if (key.starts_with("eval.")) return true;

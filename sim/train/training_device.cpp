@@ -22,14 +22,6 @@ namespace exmy::train {
 
 namespace {
 
-sim::quant::EncodePlan encode_plan(const QuantSpec& q) {
-  sim::quant::EncodePlan p;
-  p.elem = q.elem;
-  p.scaled = q.scale.has_value();
-  if (p.scaled) p.scale = *q.scale, p.block_rows = q.block_rows, p.block_cols = q.block_cols;
-  return p;
-}
-
 // The grouped model's scratch (sim/quant/grouped_launches.hpp), grown in a
 // memory as needed.
 struct GroupedScratch {
@@ -110,7 +102,7 @@ class EmulatedQuantOps final : public DeviceQuantOps {
   void add(float* dst, const float* src, int64_t n) override { sim::quant::add_emulated(dst, src, n); }
   void encode(double* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
               int64_t cols) override {
-    sim::quant::encode_emulated(v, encode_plan(q), codes, scale_codes, rows, cols);
+    sim::quant::encode_emulated(v, sim::quant::encode_plan(q), codes, scale_codes, rows, cols);
   }
   void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
                     const sim::quant::GemmModel& model, float alpha) override {
@@ -119,6 +111,15 @@ class EmulatedQuantOps final : public DeviceQuantOps {
   void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                    const float* row_t_b) override {
     sim::quant::apply_outer_alpha_emulated(C, M, N, t_a, row_t_a, t_b, row_t_b);
+  }
+  void encode_bf16(uint16_t* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
+                   int64_t cols) override {
+    sim::quant::encode_bf16_emulated(v, sim::quant::encode_plan(q), codes, scale_codes, rows, cols);
+  }
+  void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                 float alpha) override {
+    launch_profile_host("gemm (quantized operands in BF16, sim::gemm)", sim::gemm_flops(M, N, K),
+                        [&] { sim::quant::gemm_bf16_host(C, A, B, M, N, K, alpha); });
   }
 };
 
@@ -145,7 +146,7 @@ class CudaQuantOps final : public DeviceQuantOps {
   void add(float* dst, const float* src, int64_t n) override { sim::quant::add_cuda(dst, src, n); }
   void encode(double* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
               int64_t cols) override {
-    sim::quant::encode_cuda(v, encode_plan(q), codes, scale_codes, rows, cols);
+    sim::quant::encode_cuda(v, sim::quant::encode_plan(q), codes, scale_codes, rows, cols);
   }
   void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
                     const sim::quant::GemmModel& model, float alpha) override {
@@ -154,6 +155,14 @@ class CudaQuantOps final : public DeviceQuantOps {
   void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                    const float* row_t_b) override {
     sim::quant::apply_outer_alpha_cuda(C, M, N, t_a, row_t_a, t_b, row_t_b);  // row_t in device memory
+  }
+  void encode_bf16(uint16_t* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
+                   int64_t cols) override {
+    sim::quant::encode_bf16_cuda(v, sim::quant::encode_plan(q), codes, scale_codes, rows, cols);
+  }
+  void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                 float alpha) override {
+    gemm_.run(C, N, A, K, sim::Op::N, B, K, sim::Op::T, M, N, K, false, sim::GemmOperands::bf16, alpha);
   }
 
  private:

@@ -205,6 +205,80 @@ TEST(QuantizedLinear, OperandsAreQuantizedAlongTheirGemmsK) {
   expect_bits_equal(a.dW.data(), dW.data(), out * in, "dW");
 }
 
+// RuntimeOptions::fp32_gemm = bf16 on recipes whose formats bfloat16 holds
+// (E2M1 with UE4M3 scales; row outer scales on the activations and
+// gradients, the RHT on the wgrad operands, stochastic rounding on dY):
+// each GEMM is the BF16 GEMM of the captured operands' encodings with the
+// tensor scales applied to its result (gemm_bf16_host, then
+// apply_outer_alpha with row scales), bit for bit; and mxfp4, whose UE8M0
+// scales bfloat16 does not hold, keeps the sgemm model's bits.
+TEST(QuantizedLinear, Fp32ModelInBf16MultipliesTheEncodedOperands) {
+  const int64_t T = 48, in = 64, out = 32;
+  for (const char* name : {"nvfp4-row-scaled", "te-nvfp4", "mxfp4"}) {
+    SCOPED_TRACE(name);
+    const LinearInfo info = info_of("layers.0.mixer.up_proj", 0, LinearKind::mlp_up, in, out);
+    MemoryCaptureSink cap;
+    RuntimeOptions opt;
+    opt.seed = 5;
+    opt.fp32_gemm = Fp32Gemm::bf16;
+    Rig q(load_recipe(name), info, opt);
+    ASSERT_NE(dynamic_cast<QuantizedLinear*>(q.lin.get()), nullptr);
+    q.rt->set_capture_sink(&cap);
+    q.rt->begin({2, 0, false, true});
+    Tensors a(T, in, out, 3);
+    a.run(*q.lin);
+    const bool held = std::string(name) != "mxfp4";
+
+    struct Side {
+      std::vector<float> dq;
+      std::vector<uint16_t> enc;
+      QuantInfo info;
+    };
+    const auto side = [&](Role role, const std::vector<float>& x, int64_t rows, int64_t cols) {
+      const auto* c = cap.find(info.name, role);
+      EXPECT_NE(c, nullptr);
+      Side s;
+      s.dq.resize(x.size());
+      std::vector<uint8_t> codes(x.size()), scodes(static_cast<size_t>(block_count(c->spec, rows, cols)));
+      s.info = quantize(c->spec, x.data(), rows, cols, QuantOutput{s.dq.data(), codes.data(), scodes.data(), nullptr});
+      EXPECT_EQ(bf16_holds_encoded(c->spec), held);
+      if (held) {
+        s.enc.resize(x.size());
+        QuantSpec plain = c->spec;
+        plain.rht = false;  // codes of the transformed operand
+        cpu_quant_ops().encode_bf16(s.enc.data(), plain, codes.data(), scodes.data(), rows, cols);
+      }
+      return s;
+    };
+    const auto product = [&](const Side& A, const Side& B, int64_t M, int64_t N, int64_t K) {
+      std::vector<float> C(static_cast<size_t>(M * N));
+      if (!held) {
+        gemm(C.data(), N, A.dq.data(), K, Op::N, B.dq.data(), K, Op::T, M, N, K, false);
+      } else if (!A.info.row_t.empty() || !B.info.row_t.empty()) {
+        gemm_bf16_host(C.data(), A.enc.data(), B.enc.data(), M, N, K, 1.0f);
+        apply_outer_alpha(C.data(), M, N, A.info.t, A.info.row_t.empty() ? nullptr : A.info.row_t.data(), B.info.t,
+                          B.info.row_t.empty() ? nullptr : B.info.row_t.data());
+      } else {
+        gemm_bf16_host(C.data(), A.enc.data(), B.enc.data(), M, N, K, tensor_decode_alpha(A.info.t, B.info.t));
+      }
+      return C;
+    };
+    const Side x = side(Role::fprop_x, a.X, T, in), w = side(Role::fprop_w, a.W, out, in);
+    const Side dy = side(Role::dgrad_dy, a.dY, T, out), wt = side(Role::dgrad_w, transposed(a.W, out, in), in, out);
+    const Side dyt = side(Role::wgrad_dy, transposed(a.dY, T, out), out, T);
+    const Side xt = side(Role::wgrad_x, transposed(a.X, T, in), in, T);
+    const auto Y = product(x, w, T, out, in), dX = product(dy, wt, T, in, out), dW = product(dyt, xt, out, in, T);
+    expect_bits_equal(a.Y.data(), Y.data(), T * out, "Y");
+    expect_bits_equal(a.dX.data(), dX.data(), T * in, "dX");
+    expect_bits_equal(a.dW.data(), dW.data(), out * in, "dW");
+    if (held) {  // (not the sgemm model's bits)
+      std::vector<float> sg(static_cast<size_t>(T * out));
+      gemm(sg.data(), out, x.dq.data(), in, Op::N, w.dq.data(), in, Op::T, T, out, in, false);
+      EXPECT_NE(0, std::memcmp(sg.data(), a.Y.data(), sizeof(float) * sg.size()));
+    }
+  }
+}
+
 TEST(QuantizedLinear, WeightTilesAreSharedByBothViews) {
   const Recipe r = load_recipe("te-nvfp4");
   const auto specs = r.resolve(info_of("l", 0, LinearKind::mlp_up, 80, 48), 20);

@@ -139,7 +139,12 @@ TEST(QuantTrain, EmulatedDeviceGivesTheCpuBits) {
            // (the master in its memory) give the CPU's bits, the recipes
            // quantizing BF16 weights
            {"train.recipe=ue5m3-b16", "train.working_weights=bf16", "train.stats_interval=2", "train.grad_accum=2"},
-           {"train.recipe=te-nvfp4", "train.precision=bf16", "train.working_weights=bf16", "train.stats_interval=3"}}) {
+           {"train.recipe=te-nvfp4", "train.precision=bf16", "train.working_weights=bf16", "train.stats_interval=3"},
+           // the fp32 model in BF16 (the encoded operands, the tensor
+           // scales applied to the result; row scales by the epilogue)
+           {"train.recipe=te-nvfp4", "train.fp32_gemm=bf16", "train.stats_interval=1", "train.grad_accum=2"},
+           {"train.recipe=nvfp4-row-scaled", "train.fp32_gemm=bf16", "train.stats_interval=2",
+            "train.recompute=blocks"}}) {
     std::string label;
     for (const auto& s : sets) label += s + " ";
     SCOPED_TRACE(label);
@@ -163,6 +168,28 @@ TEST(QuantTrain, EmulatedDeviceGivesTheCpuBits) {
     }
     EXPECT_GT(quant, 0);
   }
+}
+
+// train.fp32_gemm = bf16 runs the fp32 model's GEMMs on the encoded
+// operands where bfloat16 holds them (te-nvfp4: other bits than sgemm's, the
+// same run twice the same bits) and keeps sgemm where it does not (mxfp4's
+// UE8M0 scales: sgemm's bits); auto is sgemm on the CPU.
+TEST(QuantTrain, Fp32GemmInBf16WhereBfloat16HoldsTheOperands) {
+  TempDir d;
+  const auto run = [&](const char* recipe, const char* fp32_gemm, const char* dir) {
+    return train_new(tiny({std::string("train.recipe=") + recipe, std::string("train.fp32_gemm=") + fp32_gemm,
+                           "train.steps=4"}),
+                     d / dir, quiet(), {}, true);
+  };
+  const auto same = [](const TrainResult& a, const TrainResult& b) {
+    return a.params.size() == b.params.size() &&
+           std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)) == 0;
+  };
+  const TrainResult te_s = run("te-nvfp4", "sgemm", "te-s"), te_b = run("te-nvfp4", "bf16", "te-b");
+  EXPECT_FALSE(same(te_s, te_b));
+  EXPECT_TRUE(same(te_b, run("te-nvfp4", "bf16", "te-b2")));
+  EXPECT_TRUE(same(te_s, run("te-nvfp4", "auto", "te-auto")));
+  EXPECT_TRUE(same(run("mxfp4", "sgemm", "mx-s"), run("mxfp4", "bf16", "mx-b")));
 }
 
 TEST(QuantTrain, ResumeWithPeriodicReferencesIsBitIdentical) {

@@ -8,6 +8,7 @@
 #include "formats/error.hpp"
 #include "models/config.hpp"
 #include "sim/quant/recipe.hpp"
+#include "sim/quant/quantized_linear.hpp"
 #include "sim/train/run_config.hpp"
 #include "tests/train/test_support.hpp"
 
@@ -41,6 +42,12 @@ TEST(RunConfig, DefaultsWithoutAFile) {
   EXPECT_EQ(c.model.hidden_size, 32);
   EXPECT_EQ(c.steps, 200);
   EXPECT_EQ(c.precision, "fp32");
+  EXPECT_EQ(c.fp32_gemm, "auto");
+  // auto: the fp32 model in BF16 on a CUDA device only
+  EXPECT_EQ(sim::quant::parse_fp32_gemm(c.fp32_gemm, true), sim::quant::Fp32Gemm::bf16);
+  EXPECT_EQ(sim::quant::parse_fp32_gemm(c.fp32_gemm, false), sim::quant::Fp32Gemm::sgemm);
+  EXPECT_EQ(sim::quant::parse_fp32_gemm("sgemm", true), sim::quant::Fp32Gemm::sgemm);
+  EXPECT_EQ(sim::quant::parse_fp32_gemm("bf16", false), sim::quant::Fp32Gemm::bf16);
   EXPECT_EQ(c.schedule.kind, sim::LrKind::cosine);
   EXPECT_EQ(c.data_path, "synthetic");
 }
@@ -125,6 +132,8 @@ TEST(RunConfig, BadValuesAndShapesAreOneLineErrors) {
   EXPECT_EQ(parse_run_config("", "f", {"train.comm=nccl", "train.device=cuda-emulated"}).comm, dist::CommChoice::nccl);
   expect_error([] { parse_run_config("", "f", {"train.working_weights=fp16"}); },
                "train.working_weights: bad value 'fp16' (expected fp32 or bf16)");
+  expect_error([] { parse_run_config("", "f", {"train.fp32_gemm=tf32"}); },
+               "train.fp32_gemm: bad value 'tf32' (expected auto, sgemm or bf16)");
   EXPECT_FALSE(parse_run_config("", "f", {}).bf16_weights());
   EXPECT_TRUE(parse_run_config("", "f", {"train.working_weights=bf16"}).bf16_weights());
   expect_error([] { load_run_config("/nonexistent/x.ini", {}); }, "cannot open configuration");
