@@ -95,6 +95,29 @@ struct DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
+// Page-locked host memory that only grows: the results a call brings back
+// are copied into it asynchronously (a copy to pageable memory would wait
+// for the device once per copy), and the call waits once for all of them.
+template <class T>
+struct PinnedBuffer {
+  T* ptr = nullptr;
+  size_t size = 0;
+  void reserve(size_t count) {
+    if (count <= size) return;
+    if (ptr) cudaFreeHost(ptr);
+    ptr = nullptr;
+    size = 0;
+    cuda_check(cudaMallocHost(reinterpret_cast<void**>(&ptr), count * sizeof(T)), "cudaMallocHost");
+    size = count;
+  }
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (ptr) cudaFreeHost(ptr);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+};
+
 // ---------------------------------------------------------------------------
 // Per-element and per-block work (host and device)
 // ---------------------------------------------------------------------------
@@ -788,6 +811,11 @@ struct CudaQuantizer::Impl {
   DeviceBuffer<double> row_given;
   DeviceBuffer<QuantPlan> row_plans;
   DeviceBuffer<RowScale> row_scales;
+  // What comes back to the host, in page-locked memory.
+  PinnedBuffer<Totals> host_totals;
+  PinnedBuffer<QuantPlan> host_plan;
+  PinnedBuffer<RowScale> host_row_scales;
+  PinnedBuffer<SumPartial> host_partials;
 
   // x and the tensors of out are on the device, out.stats on the host; the
   // spec's conventions are the caller's business. With spec.rht the rest
@@ -813,9 +841,9 @@ struct CudaQuantizer::Impl {
       values.reserve(static_cast<size_t>(n));
       vals = values.ptr;
     }
-    Totals t = {};
-    t.c[kCounters] = kNoError;
-    cuda_check(cudaMemcpyAsync(totals.ptr, t.c, sizeof t.c, cudaMemcpyHostToDevice), "cudaMemcpy (counters)");
+    // The counters start at 0, the lowest unrepresentable index at kNoError (all ones).
+    cuda_check(cudaMemsetAsync(totals.ptr, 0, sizeof(unsigned long long) * kCounters), "cudaMemset (counters)");
+    cuda_check(cudaMemsetAsync(totals.ptr + kCounters, 0xff, sizeof(unsigned long long)), "cudaMemset (counters)");
     // (With row outer scales the call's plan has no tensor scale; each row's has its own.)
     const AmaxKind kind = by_row ? AmaxKind::none : spec.amax_kind;
     if (kind == AmaxKind::current) {
@@ -888,25 +916,34 @@ struct CudaQuantizer::Impl {
       }
       cuda_check(cudaGetLastError(), "quantize kernel launch");
     }
-    std::vector<SumPartial> host_partials(static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0));
-    if (!host_partials.empty()) {
-      partials.reserve(host_partials.size());
+    const size_t nparts = static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0);
+    if (nparts > 0) {
+      partials.reserve(nparts);
+      host_partials.reserve(nparts);
       DeviceProfileScope timed("quantize statistics sums");
-      segment_sums_kernel<<<grid_for(static_cast<int64_t>(host_partials.size())), kThreads>>>(x, vals, rows, cols,
-                                                                                              partials.ptr);
+      segment_sums_kernel<<<grid_for(static_cast<int64_t>(nparts)), kThreads>>>(x, vals, rows, cols, partials.ptr);
       cuda_check(cudaGetLastError(), "segment sums kernel launch");
-      cuda_check(cudaMemcpyAsync(host_partials.data(), partials.ptr, sizeof(SumPartial) * host_partials.size(),
-                            cudaMemcpyDeviceToHost),
-            "cudaMemcpy (sum partials)");
+      cuda_check(cudaMemcpyAsync(host_partials.ptr, partials.ptr, sizeof(SumPartial) * nparts, cudaMemcpyDeviceToHost),
+                 "cudaMemcpy (sum partials)");
     }
+    // Every result into page-locked memory, then one wait for all of them.
     DeviceProfileScope timed_copy("quantize results to the host (waits)");
-    cuda_check(cudaMemcpyAsync(t.c, totals.ptr, sizeof t.c, cudaMemcpyDeviceToHost), "cudaMemcpy (counters)");
-    cuda_check(cudaMemcpyAsync(&p, plan.ptr, sizeof p, cudaMemcpyDeviceToHost), "cudaMemcpy (plan)");
-    if (!host_rows.empty())
-      cuda_check(cudaMemcpyAsync(host_rows.data(), row_scales.ptr, sizeof(RowScale) * host_rows.size(),
+    host_totals.reserve(1);
+    host_plan.reserve(1);
+    cuda_check(cudaMemcpyAsync(host_totals.ptr, totals.ptr, sizeof(Totals), cudaMemcpyDeviceToHost),
+               "cudaMemcpy (counters)");
+    cuda_check(cudaMemcpyAsync(host_plan.ptr, plan.ptr, sizeof p, cudaMemcpyDeviceToHost), "cudaMemcpy (plan)");
+    if (!host_rows.empty()) {
+      host_row_scales.reserve(host_rows.size());
+      cuda_check(cudaMemcpyAsync(host_row_scales.ptr, row_scales.ptr, sizeof(RowScale) * host_rows.size(),
                                  cudaMemcpyDeviceToHost),
                  "cudaMemcpy (row scales)");
+    }
     cuda_check(cudaStreamSynchronize(0), "quantize kernels");
+    const Totals t = *host_totals.ptr;
+    p = *host_plan.ptr;
+    std::copy(host_row_scales.ptr, host_row_scales.ptr + host_rows.size(), host_rows.begin());
+    const std::vector<SumPartial> host_sums(host_partials.ptr, host_partials.ptr + nparts);
     take_rows(host_rows, info);
     if (t.c[kCounters] != kNoError) {
       const int64_t i = static_cast<int64_t>(t.c[kCounters]);
@@ -914,7 +951,7 @@ struct CudaQuantizer::Impl {
       cuda_check(cudaMemcpy(&xi, x + i, sizeof xi, cudaMemcpyDeviceToHost), "cudaMemcpy (element)");
       detail::throw_element_error(error_plan(p, by_row, info, i, cols), xi, i, cols);
     }
-    return tensor_info(p, by_row, std::move(info), t, rows, cols, nblocks, host_partials, out.stats);
+    return tensor_info(p, by_row, std::move(info), t, rows, cols, nblocks, host_sums, out.stats);
   }
 };
 
