@@ -206,7 +206,7 @@ EXMY_HD void quantize_element(const QuantPlan& p, const BlockConsts& c, const fl
   cnt.c[kUnderflow] += (xi != 0.0f && xh == 0.0f);
   cnt.c[kSubnormal] += p.fe.classify(code) == CodeClass::subnormal;
   store_code(codes, p.fe.code_bytes(), i, code);
-  values[i] = xh;
+  if (values) values[i] = xh;
 }
 
 // Lane l of a group of `group` lanes: max of the bits of |x| over elements
@@ -240,7 +240,7 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
       cnt.c[kNonzero] += xi != 0.0f;
       cnt.c[kSubnormal] += p.fe.classify(code) == CodeClass::subnormal;
       store_code(codes, cb, i, code);
-      values[i] = float_of(0x7fc00000u);
+      if (values) values[i] = float_of(0x7fc00000u);
     }
     return;
   }
@@ -266,7 +266,7 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
       cnt.c[kNonzero] += xi != 0.0f;
       cnt.c[kUnderflow] += xi != 0.0f;
       store_code(codes, cb, i, code);
-      values[i] = (code & p.fe.sign_bit) ? -0.0f : 0.0f;
+      if (values) values[i] = (code & p.fe.sign_bit) ? -0.0f : 0.0f;
     } else {
       quantize_element(p, c, x, i, codes, values, cnt, first_error);
     }
@@ -414,14 +414,14 @@ EXMY_HD void threshold_segment(const QuantPlan& p, const uint32_t* xb, int64_t i
   }
 #if defined(__CUDA_ARCH__)
   for (int j = 0; j < BC; j += 4) {
-    *reinterpret_cast<uint4*>(values + i0 + j) = make_uint4(vh[j], vh[j + 1], vh[j + 2], vh[j + 3]);
+    if (values) *reinterpret_cast<uint4*>(values + i0 + j) = make_uint4(vh[j], vh[j + 1], vh[j + 2], vh[j + 3]);
     if (codes)
       *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(codes) + i0 + j) =
           q8[j] | (q8[j + 1] << 8) | (q8[j + 2] << 16) | (q8[j + 3] << 24);
   }
 #else
   for (int j = 0; j < BC; ++j) {
-    values[i0 + j] = float_of(vh[j]);
+    if (values) values[i0 + j] = float_of(vh[j]);
     store_code(codes, 1, i0 + j, q8[j]);
   }
 #endif
@@ -480,7 +480,7 @@ EXMY_HD void threshold_column_part(const QuantPlan& p, const float* x, int64_t r
   for (int64_t k = 0; k < b.count; ++k) {
     const int64_t i = b.flat(k);
     const ThrElement r = threshold_element(p, e, t, bits_of(x[i]), cnt);
-    values[i] = float_of(r.value);
+    if (values) values[i] = float_of(r.value);
     store_code(codes, 1, i, r.code);
   }
 }
@@ -725,7 +725,8 @@ int grid_for(int64_t threads_needed) {
 // Backends: the device, and the host emulation of the same kernels
 // ---------------------------------------------------------------------------
 //
-// Each backend fills values (always), codes and scale codes (when non-null)
+// Each backend fills values, codes and scale codes (each when non-null; the
+// values also, into its own scratch, when the statistics' sums need them)
 // and the counters (totals[kCounters] is the lowest unrepresentable flat
 // index, or all ones); tensor_info turns the counters into the result.
 
@@ -800,7 +801,7 @@ struct CudaQuantizer::Impl {
   DeviceBuffer<unsigned long long> totals{kCounters + 1};
   DeviceBuffer<unsigned int> amax{1};
   DeviceBuffer<QuantPlan> plan{1};
-  DeviceBuffer<float> values;  // when the caller asks for none
+  DeviceBuffer<float> values;  // when the caller asks for none but for statistics
   DeviceBuffer<SumPartial> partials;
   DeviceBuffer<CodeTable> tables{kMaxScaleCodes};  // the threshold path's
   DeviceBuffer<uint8_t> table_use{kMaxScaleCodes};
@@ -836,8 +837,8 @@ struct CudaQuantizer::Impl {
       }
     }
     const int64_t nblocks = block_count(spec, rows, cols);
-    float* vals = out.values;
-    if (!vals && n > 0) {
+    float* vals = out.values;  // none written when the caller asks for none and no statistics
+    if (!vals && out.stats && n > 0) {
       values.reserve(static_cast<size_t>(n));
       vals = values.ptr;
     }
@@ -1013,9 +1014,9 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
   const int64_t nblocks = block_count(spec, rows, cols);
   std::vector<float> transformed;
   const float* x = transformed_input_emulated(spec, x_in, rows, cols, transformed);
-  std::vector<float> own_values;
+  std::vector<float> own_values;  // (the statistics' sums read the values)
   float* values = out.values;
-  if (!values) {
+  if (!values && out.stats) {
     own_values.resize(static_cast<size_t>(n));
     values = own_values.data();
   }

@@ -183,7 +183,9 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
   r.hp = hp;
   r.blocks = block_count(qc, rows, cols);
   QuantOutput out;
-  out.values = ensure(b.dq, n, mem);
+  // The GEMM in BF16 reads the encoding alone: no decoded values, unless
+  // for the statistics (a device's quantizer then writes none).
+  out.values = bf16 && !stats ? nullptr : ensure(b.dq, n, mem);
   // Element codes feed the encodings; scale codes also feed the
   // statistics' scale histograms.
   if (grouped || bf16) out.codes = ensure(b.codes, n * qc.elem.code_bytes(), mem);
@@ -191,7 +193,7 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
     out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, r.blocks * qc.scale->code_bytes()), mem);
   out.stats = stats;
   r.info = ops.quantize(qc, hp, rows, cols, out);
-  r.op.dq = b.dq.data();
+  r.op.dq = out.values;
   r.op.t = r.info.t;
   if (!r.info.row_t.empty()) {  // (QuantInfo's are on the host; the GEMM's alphas read them where the ops run)
     const int64_t m = static_cast<int64_t>(r.info.row_t.size());

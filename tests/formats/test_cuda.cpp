@@ -853,6 +853,59 @@ RunOut run_device_tensors(CudaQuantizer&, const QuantSpec& spec, const std::vect
 }
 #endif
 
+// Without values and statistics (QuantizedLinear asks for codes alone when
+// its GEMM reads the encoded operands) the quantizer writes no values and
+// gives the same codes, scale codes and tensor decisions as with them, on
+// every path: the threshold path's row blocks (1x16, 16x16) and column
+// blocks (16x1), the general block kernel (UE8M0 1x32, four over six), no
+// block scale, row outer scales, stochastic rounding.
+TEST(CudaRandom, CodesWithoutValues) {
+  EXMY_REQUIRE_CUDA();
+  struct Case {
+    const char *elem, *scale;
+    int br, bc;
+    const char* what;
+  };
+  const int64_t rows = 48, cols = 64;
+  const std::vector<float> x = random_tensor(rows * cols, 9, false);
+  for (const Case c : {Case{"e2m1", "ue4m3", 1, 16, ""}, Case{"e2m1", "ue5m3", 16, 16, ""},
+                       Case{"e2m1", "ue4m3", 16, 1, ""}, Case{"e2m1", "ue8m0", 1, 32, "mx"},
+                       Case{"e2m1", "ue4m3", 1, 16, "4over6"}, Case{"e4m3", "", 1, 1, ""},
+                       Case{"e2m1", "ue4m3", 1, 16, "rows"}, Case{"e2m1", "ue4m3", 1, 16, "sr"}}) {
+    SCOPED_TRACE(std::string(c.elem) + "/" + c.scale + " " + std::to_string(c.br) + "x" + std::to_string(c.bc) + " " +
+                 c.what);
+    QuantSpec spec;
+    spec.elem = parse_format(c.elem);
+    if (*c.scale) spec.scale = parse_format(c.scale), spec.block_rows = c.br, spec.block_cols = c.bc;
+    spec.amax_kind = AmaxKind::current;
+    const std::string what = c.what;
+    if (what == "mx") spec.rule = ScaleRule::mx_floor, spec.amax_kind = AmaxKind::none;
+    if (what == "4over6") spec.four_over_six = FourSix::mse;
+    if (what == "rows") spec.outer = OuterScale::row;
+    if (what == "sr") spec.round = Round::stochastic_fast, spec.sr_bits = 8, spec.seed = 3;
+    const RunOut want =
+        run(spec, rows, cols, [&](const QuantOutput& o) { return quantize_ref(spec, x.data(), rows, cols, o); });
+    std::vector<uint8_t> codes(want.codes.size(), 0xAB), scales(want.scales.size(), 0xAB);
+    QuantInfo info;
+#if defined(EXMY_TEST_EMULATED)
+    info = quantize_cuda_emulated(spec, x.data(), rows, cols, QuantOutput{nullptr, codes.data(), scales.data(), nullptr});
+#else
+    {
+      CudaQuantizer q;
+      DeviceArray<float> dx(x);
+      DeviceArray<uint8_t> dc(codes), ds(scales);
+      info = q.run(spec, dx.ptr, rows, cols, QuantOutput{nullptr, dc.ptr, ds.ptr, nullptr});
+      codes = dc.get();
+      scales = ds.get();
+    }
+#endif
+    EXPECT_EQ(codes, want.codes);
+    EXPECT_EQ(scales, want.scales);
+    EXPECT_EQ(bits_of(info.t), bits_of(want.info.t));
+    EXPECT_EQ(info.row_t, want.info.row_t);
+  }
+}
+
 // The specs of the recipes' transformed operands (experiments/recipes):
 // te-nvfp4's wgrad-dy and wgrad-x (the 16-point transform, TE's signs),
 // nvfp4-h32-wgrad's wgrad-dy (32 points) and its deterministic variant,
