@@ -542,6 +542,14 @@ __global__ void tensor_plan_kernel(QuantPlan p, AmaxKind kind, double given, con
   *out = p;
 }
 
+// A call that does not wait (CudaQuantizer::run with wait = false): the
+// value of its lowest unrepresentable element, read while x still holds it,
+// for the message the next check gives.
+__global__ void error_value_kernel(const float* x, const unsigned long long* first_error, float* value) {
+  const unsigned long long i = *first_error;
+  *value = i == ~0ull ? 0.0f : x[i];
+}
+
 // Row outer scales: what a call reports of row r (QuantInfo's row_amax,
 // row_abs_max and row_t).
 struct RowScale {
@@ -812,6 +820,20 @@ struct CudaQuantizer::Impl {
   DeviceBuffer<double> row_given;
   DeviceBuffer<QuantPlan> row_plans;
   DeviceBuffer<RowScale> row_scales;
+  // The calls that did not wait, whose unrepresentable elements check()
+  // reports: each one's plan and row length, and its lowest unrepresentable
+  // index and that element's value on the device (kMaxPending slots,
+  // allocated once: a check empties them).
+  struct Pending {
+    QuantPlan p;
+    int64_t cols;
+  };
+  static constexpr size_t kMaxPending = 4096;
+  std::vector<Pending> pending;
+  DeviceBuffer<unsigned long long> err_index;
+  DeviceBuffer<float> err_value;
+  PinnedBuffer<unsigned long long> host_err_index;
+  PinnedBuffer<float> host_err_value;
   // What comes back to the host, in page-locked memory.
   PinnedBuffer<Totals> host_totals;
   PinnedBuffer<QuantPlan> host_plan;
@@ -821,9 +843,38 @@ struct CudaQuantizer::Impl {
   // x and the tensors of out are on the device, out.stats on the host; the
   // spec's conventions are the caller's business. With spec.rht the rest
   // reads the transform of x, made in `rotated`.
-  QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
+  // Reports the first unrepresentable element of the calls that did not
+  // wait, in call order, with quantize's message; waits for the device.
+  void check() {
+    if (pending.empty()) return;
+    const size_t n = pending.size();
+    host_err_index.reserve(kMaxPending);
+    host_err_value.reserve(kMaxPending);
+    cuda_check(cudaMemcpyAsync(host_err_index.ptr, err_index.ptr, sizeof(unsigned long long) * n,
+                               cudaMemcpyDeviceToHost),
+               "cudaMemcpy (deferred errors)");
+    cuda_check(cudaMemcpyAsync(host_err_value.ptr, err_value.ptr, sizeof(float) * n, cudaMemcpyDeviceToHost),
+               "cudaMemcpy (deferred errors)");
+    cuda_check(cudaStreamSynchronize(0), "quantize kernels");
+    const std::vector<Pending> calls = std::move(pending);
+    pending.clear();
+    for (size_t k = 0; k < n; ++k)
+      if (host_err_index.ptr[k] != kNoError)
+        detail::throw_element_error(calls[k].p, host_err_value.ptr[k], static_cast<int64_t>(host_err_index.ptr[k]),
+                                    calls[k].cols);
+  }
+
+  QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
+                bool wait = true, bool need_info = true) {
     QuantPlan p = spec.plan();  // validates; throws exmy::Error
     const bool by_row = spec.outer == OuterScale::row;
+    // Without statistics or row scales, and with a tensor amax the host
+    // knows (given or none) or a caller that reads none of the info, the
+    // call need not wait: the host makes the plan the tensor plan kernel
+    // makes (the same EXMY_HD code on the same inputs), and an
+    // unrepresentable element waits for check().
+    const bool lazy = !wait && !out.stats && !by_row && (spec.amax_kind != AmaxKind::current || !need_info);
+    if (!lazy) check();  // (earlier calls' errors first)
     QuantInfo info;
     if (by_row) detail::start_rows(spec, 0, rows, info);  // (a reference per row: checked before any launch)
     const int64_t n = rows * cols;
@@ -842,9 +893,16 @@ struct CudaQuantizer::Impl {
       values.reserve(static_cast<size_t>(n));
       vals = values.ptr;
     }
-    // The counters start at 0, the lowest unrepresentable index at kNoError (all ones).
+    // The counters start at 0, the lowest unrepresentable index at kNoError
+    // (all ones): the call's, or a pending slot of a call that does not wait.
+    if (lazy && pending.size() == kMaxPending) check();
+    if (lazy && pending.empty()) {
+      err_index.reserve(kMaxPending);
+      err_value.reserve(kMaxPending);
+    }
+    unsigned long long* first_error = lazy ? err_index.ptr + pending.size() : totals.ptr + kCounters;
     cuda_check(cudaMemsetAsync(totals.ptr, 0, sizeof(unsigned long long) * kCounters), "cudaMemset (counters)");
-    cuda_check(cudaMemsetAsync(totals.ptr + kCounters, 0xff, sizeof(unsigned long long)), "cudaMemset (counters)");
+    cuda_check(cudaMemsetAsync(first_error, 0xff, sizeof(unsigned long long)), "cudaMemset (counters)");
     // (With row outer scales the call's plan has no tensor scale; each row's has its own.)
     const AmaxKind kind = by_row ? AmaxKind::none : spec.amax_kind;
     if (kind == AmaxKind::current) {
@@ -899,13 +957,12 @@ struct CudaQuantizer::Impl {
         const int64_t threads = p.bc == 1 ? nblocks : (nblocks + 32 / p.br - 1) / (32 / p.br) * 32;
         kernel<<<grid_for(threads), kThreads>>>(plan.ptr, x, rows, cols, scale_thr.ptr, tables.ptr, table_use.ptr,
                                                 ncodes, out.codes, out.scale_codes, vals, totals.ptr,
-                                                totals.ptr + kCounters);
+                                                first_error);
       } else if (!p.has_scale) {
         auto kernel = count ? (rp ? quantize_noscale_kernel<true, true> : quantize_noscale_kernel<false, true>)
                             : (rp ? quantize_noscale_kernel<true, false> : quantize_noscale_kernel<false, false>);
         DeviceProfileScope timed("quantize without block scales");
-        kernel<<<grid_for(n), kThreads>>>(plan.ptr, rp, x, n, cols, out.codes, vals, totals.ptr,
-                                          totals.ptr + kCounters);
+        kernel<<<grid_for(n), kThreads>>>(plan.ptr, rp, x, n, cols, out.codes, vals, totals.ptr, first_error);
       } else {
         const int group = group_size(p);
         const int64_t warps = (nblocks + (32 / group) - 1) / (32 / group);
@@ -913,9 +970,29 @@ struct CudaQuantizer::Impl {
                             : (rp ? quantize_blocks_kernel<true, false> : quantize_blocks_kernel<false, false>);
         DeviceProfileScope timed("quantize blocks (general kernel)");
         kernel<<<grid_for(warps * 32), kThreads>>>(plan.ptr, rp, x, rows, cols, group, out.codes, out.scale_codes, vals,
-                                                   totals.ptr, totals.ptr + kCounters);
+                                                   totals.ptr, first_error);
       }
       cuda_check(cudaGetLastError(), "quantize kernel launch");
+    }
+    if (lazy) {
+      const size_t k = pending.size();
+      if (n > 0) {
+        error_value_kernel<<<1, 1>>>(x, first_error, err_value.ptr + k);
+        cuda_check(cudaGetLastError(), "error value kernel launch");
+      } else {
+        cuda_check(cudaMemsetAsync(err_value.ptr + k, 0, sizeof(float)), "cudaMemset");
+      }
+      // The info the host knows: the given (or no) reference's plan, or
+      // with a current one that nobody reads, NaN amax and scale.
+      QuantPlan hp = p;
+      set_tensor_amax(hp, reference_amax_of(kind, spec.amax_value, 0u));
+      pending.push_back(Pending{hp, cols});
+      QuantInfo li = tensor_info(hp, false, std::move(info), Totals{}, rows, cols, nblocks, {}, nullptr);
+      if (kind == AmaxKind::current) {
+        li.amax = double_of(0x7ff8000000000000ull);
+        li.t = float_of(0x7fc00000u);
+      }
+      return li;
     }
     const size_t nparts = static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0);
     if (nparts > 0) {
@@ -1117,12 +1194,14 @@ CudaQuantizer::CudaQuantizer() : impl_(std::make_unique<Impl>()) {}
 CudaQuantizer::~CudaQuantizer() = default;
 
 QuantInfo CudaQuantizer::run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
-                             const QuantOutput& out) {
+                             const QuantOutput& out, bool wait, bool need_info) {
   if (conventions_apply(spec))
     throw Error("CudaQuantizer: the code and dequantization conventions of other implementations are not "
                 "implemented on device tensors yet (quantize_cuda applies them on the host)");
-  return impl_->run(spec, x, rows, cols, out);
+  return impl_->run(spec, x, rows, cols, out, wait, need_info);
 }
+
+void CudaQuantizer::check() { impl_->check(); }
 
 QuantInfo quantize_cuda(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
   return with_conventions(spec, x, rows, cols, out,

@@ -71,13 +71,26 @@ void cuda_select_device(int index);
 // device, so the only host synchronisation is the final copy of the
 // counters and the plan (and of the sum partials with statistics). Scratch
 // is grown, never shrunk: repeated calls at one size allocate nothing.
+//
+// With wait = false the call returns without waiting for the device where
+// the host can make the QuantInfo itself: no statistics, no row outer
+// scales, and a tensor reference that is given or none (the host makes the
+// plan the device's tensor plan kernel makes, from the same EXMY_HD code),
+// or a current one when the caller reads none of the info (need_info =
+// false: its amax and t are then NaN). An unrepresentable element of such a
+// call is reported, with quantize's message, by the next check() or the
+// next call that waits (which checks first). Other calls wait as before.
 class CudaQuantizer {
  public:
   CudaQuantizer();
   ~CudaQuantizer();
   CudaQuantizer(const CudaQuantizer&) = delete;
   CudaQuantizer& operator=(const CudaQuantizer&) = delete;
-  QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out);
+  QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
+                bool wait = true, bool need_info = true);
+  // Throws the first unrepresentable element of the calls that did not
+  // wait (in call order); waits for the device when there are any.
+  void check();
 
   struct Impl;  // defined in quantize.cu (quantize_cuda uses it too)
 

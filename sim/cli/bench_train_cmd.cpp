@@ -280,6 +280,7 @@ int bench_recipes(train::TrainingDevice& td, const models::NemotronHConfig& cfg,
     r.model->arena().zero_grad();
     r.model->forward(tokens.data(), targets.data(), B, T);
     r.model->backward();
+    r.rt->finish();
     td.memory().synchronize();
     const auto t1 = Clock::now();
     // The trainer writes the rows at its logging steps (train.log_interval);

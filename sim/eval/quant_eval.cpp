@@ -401,6 +401,7 @@ void QuantEvalModel::calibrate(std::span<const int32_t> sequences, int64_t seq_l
       const int64_t b = std::min(batch, n - i);
       model_->forward(sequences.data() + i * seq_len, nullptr, b, seq_len);
     }
+    runtime_->finish();
   } catch (...) {
     factory_->calibrating_ = false;
     throw;
@@ -428,6 +429,7 @@ QuantEvalModel::Result QuantEvalModel::evaluate(const EvalBatches& b, std::vecto
   for (int64_t i = 0; i < b.batches; ++i) {
     runtime_->begin({i + 1, 0, false, false});
     const double loss = model_->forward(b.tokens.data() + i * n, b.targets.data() + i * n, b.batch_size, b.seq_len);
+    runtime_->finish();
     r.batch_losses.push_back(loss);
     r.tokens += model_->counted_targets();
     if (logits) {

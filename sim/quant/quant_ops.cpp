@@ -33,8 +33,8 @@ class CpuQuantOps final : public QuantOps {
   void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override {
     launch_profile_host("rht", 0, [&] { hadamard(x, rows, cols, 1, rht_of(q)); });
   }
-  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
-                     const QuantOutput& out) override {
+  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
+                     bool) override {
     QuantInfo info;
     launch_profile_host("quantize", 0, [&] { info = exmy::quantize(q, x, rows, cols, out); });
     return info;

@@ -31,8 +31,15 @@ class QuantOps {
   // The spec's random Hadamard transform of x (rows, cols) along cols, in place.
   virtual void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) = 0;
   // exmy::quantize's contract on tensors in memory() (out.stats on the host).
-  virtual QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
-                             const QuantOutput& out) = 0;
+  // need_info = false: the caller reads neither the info's amax nor its t,
+  // so a device may return before its kernels ran (the CUDA quantizer's
+  // calls that do not wait) and report an unrepresentable element at the
+  // next check_deferred().
+  virtual QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
+                             bool need_info) = 0;
+  // Throws what the calls that did not wait left to report (exmy::Error);
+  // nothing where every call waits.
+  virtual void check_deferred() {}
   // sim::gemm's product (row-major, C = op(A) op(B), C overwritten) with
   // FP32 operands and accumulation: the `fp32` GEMM output model and the
   // GEMM statistics' unquantized reference (on a device, cuBLAS's order of

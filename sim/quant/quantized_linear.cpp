@@ -14,6 +14,7 @@ namespace exmy::sim::quant {
 void QuantRuntime::begin(const StepContext& ctx) {
   if (ctx.step < 1) throw Error("optimizer step " + std::to_string(ctx.step) + " (steps count from 1)");
   if (ctx.micro_batch < 0) throw Error("micro-batch " + std::to_string(ctx.micro_batch) + " is negative");
+  finish();
   ctx_ = ctx;
 }
 
@@ -101,7 +102,8 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
     if (!d.valid || d.step != ctx.step || d.micro_batch != ctx.micro_batch)
       throw Error(info_.name + ": recompute_forward without a forward of step " + std::to_string(ctx.step) +
                   ", micro-batch " + std::to_string(ctx.micro_batch));
-    return quantize_decided(d.q, hp, rows, cols, b, nullptr, bf16_gemm_[static_cast<size_t>(role_gemm(role))]).op;
+    return quantize_decided(d.q, hp, rows, cols, b, nullptr, bf16_gemm_[static_cast<size_t>(role_gemm(role))], false)
+        .op;
   }
   // Row outer scales: the reference is one amax per row (held row by row).
   const bool by_row = rs.q.outer == OuterScale::row;
@@ -132,7 +134,8 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
 
   StatsSink* sink = ctx.stats ? rt_->stats_sink() : nullptr;
   QuantStats qs;
-  const Quantized r = quantize_decided(q, hp, rows, cols, b, sink ? &qs : nullptr, bf16_gemm_[static_cast<size_t>(g)]);
+  const Quantized r = quantize_decided(q, hp, rows, cols, b, sink ? &qs : nullptr, bf16_gemm_[static_cast<size_t>(g)],
+                                       ref.takes_amax(rs.reference));
 
   // The operand's amax: `current` calls measured it as their reference; the
   // others need it for the statistics or a delayed history, and the CPU
@@ -165,7 +168,7 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
 // codes (for the histograms) too. A replay (recompute_forward) calls it alone.
 QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q, const float* hp, int64_t rows,
                                                              int64_t cols, QuantRuntime::OperandBuffers& b,
-                                                             QuantStats* stats, bool bf16) {
+                                                             QuantStats* stats, bool bf16, bool need_amax) {
   const int64_t n = rows * cols;
   QuantOps& ops = rt_->ops();
   Memory& mem = ops.memory();
@@ -192,7 +195,10 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
   if ((grouped || bf16 || stats) && qc.scale)
     out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, r.blocks * qc.scale->code_bytes()), mem);
   out.stats = stats;
-  r.info = ops.quantize(qc, hp, rows, cols, out);
+  // The info's amax and t are read by the statistics, a reference that
+  // records the amax, and the GEMMs that apply the tensor scales to their
+  // result (grouped, BF16); the sgemm GEMM's operands carry them already.
+  r.info = ops.quantize(qc, hp, rows, cols, out, stats || need_amax || grouped || bf16);
   r.op.dq = out.values;
   r.op.t = r.info.t;
   if (!r.info.row_t.empty()) {  // (QuantInfo's are on the host; the GEMM's alphas read them where the ops run)

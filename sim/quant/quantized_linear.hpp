@@ -95,6 +95,11 @@ class QuantRuntime {
   // Sets the context of the calls that follow. Throws exmy::Error for a step
   // < 1 or a negative micro-batch.
   void begin(const StepContext& ctx);
+  // Throws what the ops' calls that did not wait left to report (an
+  // unrepresentable element; QuantOps::check_deferred): the trainer calls
+  // it after each micro-batch's backward, before the gradients are used;
+  // begin() calls it too.
+  void finish() { ops_->check_deferred(); }
   const StepContext& context() const { return ctx_; }
   const RuntimeOptions& options() const { return opt_; }
 
@@ -176,7 +181,7 @@ class QuantizedLinear final : public Linear<float> {
     int64_t blocks = 0;
   };
   Quantized quantize_decided(const QuantSpec& q, const float* hp, int64_t rows, int64_t cols,
-                             QuantRuntime::OperandBuffers& b, QuantStats* stats, bool bf16);
+                             QuantRuntime::OperandBuffers& b, QuantStats* stats, bool bf16, bool need_amax);
 
   // What the last quantization of each role decided (for recompute_forward).
   struct Decided {

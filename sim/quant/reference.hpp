@@ -51,6 +51,11 @@ class ReferenceState {
   void end_call(const RefPolicy& p, int64_t step, double amax, const std::vector<double>* row_amax = nullptr);
   // True when end_call needs max|x| of a call that did not measure it.
   static bool needs_amax(const RefPolicy& p) { return p.kind == RefPolicy::Kind::delayed; }
+  // True when the coming end_call reads its amax at all (a periodic sample,
+  // a delayed record); between begin_call and end_call.
+  bool takes_amax(const RefPolicy& p) const {
+    return (p.kind == RefPolicy::Kind::periodic && sampling_) || p.kind == RefPolicy::Kind::delayed;
+  }
 
   std::vector<double> save() const;
   void load(const std::vector<double>& v);  // throws exmy::Error when malformed

@@ -700,6 +700,7 @@ class Trainer {
     for (int64_t b = mine.begin; b < mine.end; ++b)
       losses.push_back(
           model_->forward(val_tokens_.data() + b * n, val_targets_.data() + b * n, cfg_.batch_size, cfg_.seq_len));
+    quant_->finish();
     quant_->references().load(refs);
     double sum = 0;
     dist::ordered_sum<double>(comm_, std::span<double>(&sum, 1), [&](std::span<double> acc, bool prefix) {
@@ -1008,6 +1009,7 @@ double Trainer::forward_backward(int64_t s, bool first_of_session) {
     arena.zero_grad();
     const double loss = model_->forward(tokens_.data(), targets_.data(), B, cfg_.seq_len);
     model_->backward();
+    quant_->finish();  // (a device's quantizer calls that did not wait report here)
     return loss;
   };
   // A periodic reference samples on the first call of a sampling step, in

@@ -78,8 +78,8 @@ class EmulatedQuantOps final : public DeviceQuantOps {
   }
   void round_bf16(float* dst, const float* src, int64_t n) override { sim::quant::round_bf16_emulated(dst, src, n); }
   void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override { apply_rht_emulated(q, x, rows, cols); }
-  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
-                     const QuantOutput& out) override {
+  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
+                     bool) override {
     QuantInfo info;
 #if defined(EXMY_HAVE_CUDA)
     launch_profile_host("quantize (host emulation of the kernels)", 0,
@@ -135,10 +135,14 @@ class CudaQuantOps final : public DeviceQuantOps {
   }
   void round_bf16(float* dst, const float* src, int64_t n) override { sim::quant::round_bf16_cuda(dst, src, n); }
   void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override { apply_rht_cuda(q, x, rows, cols); }
-  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
-                     const QuantOutput& out) override {
-    return quantizer_.run(q, x, rows, cols, out);
+  // Calls need not wait for the device (CudaQuantizer's wait = false): an
+  // unrepresentable element is reported at the next check_deferred, which
+  // QuantRuntime::begin and ::finish call.
+  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
+                     bool need_info) override {
+    return quantizer_.run(q, x, rows, cols, out, /*wait=*/false, need_info);
   }
+  void check_deferred() override { quantizer_.check(); }
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, sim::Op opA, const float* B, int64_t ldb,
             sim::Op opB, int64_t M, int64_t N, int64_t K) override {
     gemm_.run(C, ldc, A, lda, opA, B, ldb, opB, M, N, K, false, sim::GemmOperands::fp32);

@@ -906,6 +906,74 @@ TEST(CudaRandom, CodesWithoutValues) {
   }
 }
 
+#if !defined(EXMY_TEST_EMULATED)
+// Calls that do not wait (CudaQuantizer::run with wait = false, as the
+// training ops call it): the same codes, values and, where the host knows
+// the reference (given, none), the same info as a call that waits; a
+// current reference with need_info = false reports NaN amax and t. An
+// unrepresentable element is reported by check() (or by the next call that
+// waits), with the CPU's message, and only once; calls with statistics or
+// row scales wait.
+TEST(CudaDeferred, SameResultsAndErrorsAtTheCheck) {
+  EXMY_REQUIRE_CUDA();
+  const int64_t rows = 12, cols = 32;
+  const std::vector<float> x = random_tensor(rows * cols, 4, false);
+  CudaQuantizer q;
+  for (const AmaxKind kind : {AmaxKind::given, AmaxKind::none, AmaxKind::current}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    QuantSpec spec;
+    spec.elem = parse_format("e2m1");
+    spec.scale = parse_format("ue4m3");
+    spec.block_cols = 16;
+    spec.amax_kind = kind;
+    spec.amax_value = 3.5;
+    bool kept = false;
+    const RunOut want = run_device_tensors(q, spec, x, rows, cols, kept);
+    DeviceArray<float> dx(x), dv(want.values);
+    DeviceArray<uint8_t> dc(want.codes), ds(want.scales);
+    const QuantInfo info = q.run(spec, dx.ptr, rows, cols, QuantOutput{dv.ptr, dc.ptr, ds.ptr, nullptr},
+                                 /*wait=*/false, /*need_info=*/false);
+    q.check();
+    EXPECT_EQ(dv.get(), want.values);
+    EXPECT_EQ(dc.get(), want.codes);
+    EXPECT_EQ(ds.get(), want.scales);
+    if (kind == AmaxKind::current) {
+      EXPECT_TRUE(std::isnan(info.amax));
+      EXPECT_TRUE(std::isnan(info.t));
+    } else {
+      EXPECT_EQ(bits_of(info.t), bits_of(want.info.t));
+      EXPECT_EQ(std::isnan(info.amax), std::isnan(want.info.amax));
+      if (!std::isnan(info.amax)) EXPECT_EQ(info.amax, want.info.amax);
+      EXPECT_EQ(info.block_grid_cols, want.info.block_grid_cols);
+    }
+  }
+  // A NaN that e2m1 cannot hold: no error until the check, then quantize's.
+  QuantSpec spec;
+  spec.elem = parse_format("e2m1");
+  spec.amax_kind = AmaxKind::given;
+  spec.amax_value = 2.0;
+  std::vector<float> bad(x);
+  bad[5 * cols + 13] = std::numeric_limits<float>::quiet_NaN();
+  const std::string want = test::error_message([&] { quantize(spec, bad.data(), rows, cols, QuantOutput{}, 1); });
+  ASSERT_FALSE(want.empty());
+  DeviceArray<float> dgood(x), dbad(bad);
+  DeviceArray<float> dv(std::vector<float>(x.size()));
+  EXPECT_NO_THROW(q.run(spec, dgood.ptr, rows, cols, QuantOutput{dv.ptr, nullptr, nullptr, nullptr}, false, false));
+  EXPECT_NO_THROW(q.run(spec, dbad.ptr, rows, cols, QuantOutput{dv.ptr, nullptr, nullptr, nullptr}, false, false));
+  EXPECT_EQ(test::error_message([&] { q.check(); }), want);
+  EXPECT_NO_THROW(q.check());  // reported once
+  // ... or at the next call that waits, before its own work
+  EXPECT_NO_THROW(q.run(spec, dbad.ptr, rows, cols, QuantOutput{dv.ptr, nullptr, nullptr, nullptr}, false, false));
+  EXPECT_EQ(test::error_message([&] { q.run(spec, dgood.ptr, rows, cols, QuantOutput{dv.ptr, nullptr, nullptr, nullptr}); }),
+            want);
+  // with statistics a call waits: its own error at once
+  QuantStats st;
+  EXPECT_EQ(test::error_message(
+                [&] { q.run(spec, dbad.ptr, rows, cols, QuantOutput{dv.ptr, nullptr, nullptr, &st}, false, false); }),
+            want);
+}
+#endif
+
 // The specs of the recipes' transformed operands (experiments/recipes):
 // te-nvfp4's wgrad-dy and wgrad-x (the 16-point transform, TE's signs),
 // nvfp4-h32-wgrad's wgrad-dy (32 points) and its deterministic variant,

@@ -279,6 +279,116 @@ TEST(QuantizedLinear, Fp32ModelInBf16MultipliesTheEncodedOperands) {
   }
 }
 
+// The CPU's ops, recording what each quantization call said of its info
+// (QuantOps::quantize's need_info: a device's calls with false need not
+// wait) and the deferred checks.
+class NeedsRecorder final : public QuantOps {
+ public:
+  std::vector<bool> needs;
+  int checks = 0;
+  QuantOps& cpu = cpu_quant_ops();
+  const char* name() const override { return "recorder"; }
+  Memory& memory() override { return cpu.memory(); }
+  void transpose(float* d, const float* s, int64_t r, int64_t c) override { cpu.transpose(d, s, r, c); }
+  void round_bf16(float* d, const float* s, int64_t n) override { cpu.round_bf16(d, s, n); }
+  void rht(const QuantSpec& q, float* x, int64_t r, int64_t c) override { cpu.rht(q, x, r, c); }
+  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t r, int64_t c, const QuantOutput& o,
+                     bool need_info) override {
+    needs.push_back(need_info);
+    return cpu.quantize(q, x, r, c, o, need_info);
+  }
+  void check_deferred() override { ++checks; }
+  void gemm(float* C, int64_t ldc, const float* A, int64_t lda, Op oa, const float* B, int64_t ldb, Op ob, int64_t M,
+            int64_t N, int64_t K) override {
+    cpu.gemm(C, ldc, A, lda, oa, B, ldb, ob, M, N, K);
+  }
+  void add(float* d, const float* s, int64_t n) override { cpu.add(d, s, n); }
+  void encode(double* v, const QuantSpec& q, const void* c, const void* sc, int64_t r, int64_t k) override {
+    cpu.encode(v, q, c, sc, r, k);
+  }
+  void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K, const GemmModel& m,
+                    float alpha) override {
+    cpu.grouped_gemm(C, A, B, M, N, K, m, alpha);
+  }
+  void outer_alpha(float* C, int64_t M, int64_t N, float ta, const float* ra, float tb, const float* rb) override {
+    cpu.outer_alpha(C, M, N, ta, ra, tb, rb);
+  }
+  void encode_bf16(uint16_t* v, const QuantSpec& q, const void* c, const void* sc, int64_t r, int64_t k) override {
+    cpu.encode_bf16(v, q, c, sc, r, k);
+  }
+  void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K, float a) override {
+    cpu.gemm_bf16(C, A, B, M, N, K, a);
+  }
+  double abs_max(const float* x, int64_t n) override { return cpu.abs_max(x, n); }
+  void add_block_ranges(const float* x, int64_t r, int64_t c, int br, int bc, OperandStats& st) override {
+    cpu.add_block_ranges(x, r, c, br, bc, st);
+  }
+  void add_scale_codes(const ScaleCodeTable& t, const void* c, int64_t b, OperandStats& st) override {
+    cpu.add_scale_codes(t, c, b, st);
+  }
+  void gather_rows(float* d, const float* s, int64_t ld, int64_t M, int64_t R) override { cpu.gather_rows(d, s, ld, M, R); }
+  void gather_columns(float* d, const float* s, int64_t r, int64_t c, int64_t R) override {
+    cpu.gather_columns(d, s, r, c, R);
+  }
+};
+
+// Which quantization calls read their info (QuantOps::quantize's
+// need_info): with the sgemm GEMM and current references none do (a
+// device's calls then need not wait); statistics, the BF16 GEMM and the
+// grouped model (the tensor scales applied to the result) and a periodic
+// reference's sampling step do; begin() checks what was deferred.
+TEST(QuantizedLinear, CallsSayWhetherTheyReadTheirInfo) {
+  struct Case {
+    const char* recipe;
+    Fp32Gemm fp32_gemm;
+    bool stats;
+    int64_t step;
+    bool need;
+  };
+  for (const Case c : {Case{"nvfp4-no-rht-all", Fp32Gemm::sgemm, false, 1, false},
+                       Case{"nvfp4-no-rht-all", Fp32Gemm::sgemm, true, 1, true},
+                       Case{"nvfp4-no-rht-all", Fp32Gemm::bf16, false, 1, true},
+                       Case{"nvfp4-no-rht-all-grouped", Fp32Gemm::sgemm, false, 1, true},
+                       // samples at step 1 (but wgrad-dy: the dY reference it shares with dgrad-dy holds
+                       // what dgrad-dy sampled)
+                       Case{"ue5m3-b16-fp32gemm", Fp32Gemm::sgemm, false, 1, true},
+                       Case{"mxfp4", Fp32Gemm::bf16, false, 1, false}}) {          // (no BF16: UE8M0)
+    SCOPED_TRACE(std::string(c.recipe) + (c.fp32_gemm == Fp32Gemm::bf16 ? " bf16" : "") + (c.stats ? " stats" : ""));
+    const LinearInfo info = info_of("layers.0.mixer.up_proj", 0, LinearKind::mlp_up, 32, 48);
+    RuntimeOptions opt;
+    opt.fp32_gemm = c.fp32_gemm;
+    Rig q(load_recipe(c.recipe), info, opt);
+    NeedsRecorder rec;
+    q.rt->set_ops(rec);
+    MemoryStatsSink sink;
+    q.rt->set_stats_sink(&sink);
+    q.rt->begin({c.step, 0, c.stats, false});
+    EXPECT_EQ(rec.checks, 1);
+    Tensors a(32, 32, 48, 5);
+    a.run(*q.lin);
+    ASSERT_EQ(rec.needs.size(), static_cast<size_t>(kNumRoles));
+    for (size_t i = 0; i < rec.needs.size(); ++i) {
+      const bool shared_dy = std::string(c.recipe) == "ue5m3-b16-fp32gemm" && kRoles[i] == Role::wgrad_dy;
+      EXPECT_EQ(rec.needs[i], c.need && !shared_dy) << role_name(kRoles[i]);
+    }
+  }
+  // ue5m3-b16-fp32gemm after its sampling step: held references, nothing read
+  const LinearInfo info = info_of("layers.0.mixer.up_proj", 0, LinearKind::mlp_up, 32, 48);
+  Rig q(load_recipe("ue5m3-b16-fp32gemm"), info);
+  NeedsRecorder rec;
+  q.rt->set_ops(rec);
+  Tensors a(32, 32, 48, 5);
+  q.rt->begin({1, 0, false, false});
+  a.run(*q.lin);
+  rec.needs.clear();
+  q.rt->begin({2, 0, false, false});
+  a.run(*q.lin);
+  ASSERT_EQ(rec.needs.size(), static_cast<size_t>(kNumRoles));
+  for (const bool n : rec.needs) EXPECT_FALSE(n);
+  q.rt->finish();
+  EXPECT_EQ(rec.checks, 3);
+}
+
 TEST(QuantizedLinear, WeightTilesAreSharedByBothViews) {
   const Recipe r = load_recipe("te-nvfp4");
   const auto specs = r.resolve(info_of("l", 0, LinearKind::mlp_up, 80, 48), 20);
