@@ -47,6 +47,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -865,7 +866,7 @@ struct CudaQuantizer::Impl {
   }
 
   QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
-                bool wait = true, bool need_info = true) {
+                bool wait = true, bool need_info = true, float* t_out = nullptr) {
     QuantPlan p = spec.plan();  // validates; throws exmy::Error
     const bool by_row = spec.outer == OuterScale::row;
     // Without statistics or row scales, and with a tensor amax the host
@@ -916,6 +917,10 @@ struct CudaQuantizer::Impl {
       tensor_plan_kernel<<<1, 1>>>(p, kind, spec.amax_value, amax.ptr, plan.ptr);
     }
     cuda_check(cudaGetLastError(), "tensor plan kernel launch");
+    if (t_out)
+      cuda_check(cudaMemcpyAsync(t_out, reinterpret_cast<const char*>(plan.ptr) + offsetof(QuantPlan, t), sizeof(float),
+                                 cudaMemcpyDeviceToDevice),
+                 "cudaMemcpy (tensor scale)");
     const QuantPlan* rp = nullptr;  // the rows' plans (row outer scales)
     std::vector<RowScale> host_rows(static_cast<size_t>(by_row ? rows : 0));
     if (!host_rows.empty()) {
@@ -1194,11 +1199,11 @@ CudaQuantizer::CudaQuantizer() : impl_(std::make_unique<Impl>()) {}
 CudaQuantizer::~CudaQuantizer() = default;
 
 QuantInfo CudaQuantizer::run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
-                             const QuantOutput& out, bool wait, bool need_info) {
+                             const QuantOutput& out, bool wait, bool need_info, float* t_out) {
   if (conventions_apply(spec))
     throw Error("CudaQuantizer: the code and dequantization conventions of other implementations are not "
                 "implemented on device tensors yet (quantize_cuda applies them on the host)");
-  return impl_->run(spec, x, rows, cols, out, wait, need_info);
+  return impl_->run(spec, x, rows, cols, out, wait, need_info, t_out);
 }
 
 void CudaQuantizer::check() { impl_->check(); }

@@ -80,6 +80,8 @@ void cuda_select_device(int index);
 // false: its amax and t are then NaN). An unrepresentable element of such a
 // call is reported, with quantize's message, by the next check() or the
 // next call that waits (which checks first). Other calls wait as before.
+// t_out (a device pointer, or null): where the call's tensor encode scale t
+// goes, on the device (for a GEMM whose epilogue applies it).
 class CudaQuantizer {
  public:
   CudaQuantizer();
@@ -87,7 +89,7 @@ class CudaQuantizer {
   CudaQuantizer(const CudaQuantizer&) = delete;
   CudaQuantizer& operator=(const CudaQuantizer&) = delete;
   QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
-                bool wait = true, bool need_info = true);
+                bool wait = true, bool need_info = true, float* t_out = nullptr);
   // Throws the first unrepresentable element of the calls that did not
   // wait (in call order); waits for the device when there are any.
   void check();

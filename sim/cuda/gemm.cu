@@ -92,8 +92,9 @@ struct CudaGemm::Impl {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, bool>;
   std::map<Key, Plan> plans;
+  float* zero = nullptr;  // beta = 0 in device memory (device pointer mode)
 
   ~Impl() {
     for (auto& [k, p] : plans) {
@@ -103,16 +104,31 @@ struct CudaGemm::Impl {
       lt().cublasLtMatmulDescDestroy(p.desc);
     }
     if (workspace) cudaFree(workspace);
+    if (zero) cudaFree(zero);
     if (handle) lt().cublasLtDestroy(handle);
   }
 
   const Plan& plan(int64_t ldc, int64_t lda, Op opA, int64_t ldb, Op opB, int64_t M, int64_t N, int64_t K,
-                   GemmOperands operands) {
-    const Key key{ldc, lda, ldb, M, N, K, static_cast<int>(opA), static_cast<int>(opB), static_cast<int>(operands)};
+                   GemmOperands operands, bool device_alpha = false) {
+    const Key key{ldc,
+                  lda,
+                  ldb,
+                  M,
+                  N,
+                  K,
+                  static_cast<int>(opA),
+                  static_cast<int>(opB),
+                  static_cast<int>(operands),
+                  device_alpha};
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     Plan p;
     const cudaDataType_t in = operands == GemmOperands::bf16 ? CUDA_R_16BF : CUDA_R_32F;
     check(lt().cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    if (device_alpha) {
+      const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
+      check(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm),
+            "POINTER_MODE");
+    }
     const cublasOperation_t ta = op_of(opB), tb = op_of(opA);  // cuBLAS's first operand is our B
     check(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
     check(lt().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
@@ -138,6 +154,18 @@ struct CudaGemm::Impl {
   }
 };
 
+namespace {
+
+// A GEMM's row in a profile (named by operands and M x N x K, so that a
+// profile shows each linear's rate); empty when no profile records.
+std::string profile_name(GemmOperands operands, int64_t M, int64_t N, int64_t K) {
+  if (!launch_profile_on()) return {};
+  return std::string("cublasLt ") + (operands == GemmOperands::bf16 ? "bf16 " : "fp32 ") + std::to_string(M) + "x" +
+         std::to_string(N) + "x" + std::to_string(K);
+}
+
+}  // namespace
+
 CudaGemm::CudaGemm(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
   check(lt().cublasLtCreate(&impl_->handle), "cublasLtCreate");
   impl_->workspace_bytes = workspace_bytes;
@@ -145,6 +173,24 @@ CudaGemm::CudaGemm(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
 }
 
 CudaGemm::~CudaGemm() = default;
+
+void CudaGemm::run_device_alpha(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, const void* B, int64_t ldb,
+                                Op opB, int64_t M, int64_t N, int64_t K, GemmOperands operands, const float* alpha) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: C = 0
+    for (int64_t r = 0; r < M; ++r) cuda_check(cudaMemsetAsync(C + r * ldc, 0, sizeof(float) * N), "cudaMemset");
+    return;
+  }
+  if (!impl_->zero) {
+    cuda_check(cudaMalloc(&impl_->zero, sizeof(float)), "cudaMalloc (GEMM beta)");
+    cuda_check(cudaMemset(impl_->zero, 0, sizeof(float)), "cudaMemset (GEMM beta)");
+  }
+  const Impl::Plan& p = impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands, /*device_alpha=*/true);
+  DeviceProfileScope timed(profile_name(operands, M, N, K), gemm_flops(M, N, K));
+  check(lt().cublasLtMatmul(impl_->handle, p.desc, alpha, B, p.a, A, p.b, impl_->zero, C, p.c, C, p.c, &p.algo,
+                            impl_->workspace, impl_->workspace_bytes, 0),
+        "cublasLtMatmul");
+}
 
 void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, const void* B, int64_t ldb, Op opB,
                    int64_t M, int64_t N, int64_t K, bool accumulate, GemmOperands operands, float alpha) {
@@ -156,13 +202,7 @@ void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, co
   }
   const Impl::Plan& p = impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands);
   const float beta = accumulate ? 1.0f : 0.0f;
-  // (named by operands and M x N x K, so a profile shows each linear's rate)
-  DeviceProfileScope timed(launch_profile_on() ? std::string("cublasLt ") +
-                                                     (operands == GemmOperands::bf16 ? "bf16 " : "fp32 ") +
-                                                     std::to_string(M) + "x" + std::to_string(N) + "x" +
-                                                     std::to_string(K)
-                                               : std::string(),
-                           gemm_flops(M, N, K));
+  DeviceProfileScope timed(profile_name(operands, M, N, K), gemm_flops(M, N, K));
   check(lt().cublasLtMatmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
                        impl_->workspace, impl_->workspace_bytes, 0),
         "cublasLtMatmul");

@@ -34,6 +34,10 @@ class CudaGemm {
   // epilogue scale, one FP32 multiplication of each output's sum.
   void run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, const void* B, int64_t ldb, Op opB, int64_t M,
            int64_t N, int64_t K, bool accumulate, GemmOperands operands, float alpha = 1.0f);
+  // C = fl(*alpha · sum) with alpha a device pointer (cuBLASLt's device
+  // pointer mode: the host never reads it), C overwritten.
+  void run_device_alpha(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, const void* B, int64_t ldb, Op opB,
+                        int64_t M, int64_t N, int64_t K, GemmOperands operands, const float* alpha);
 
  private:
   struct Impl;

@@ -103,6 +103,16 @@ void encode_bf16_launches(const L& launch, uint16_t* v, const EncodePlan& p, con
   });
 }
 
+// alpha[0] = fl(fl(1/t_a[0]) · fl(1/t_b[0])): tensor_decode_alpha of
+// sim/quant/grouped_gemm.hpp where the tensor scales are (the BF16 GEMM's
+// epilogue scale on a device, without the host reading the scales).
+template <class L>
+void decode_alpha_launches(const L& launch, float* alpha, const float* t_a, const float* t_b) {
+  launch("decode_alpha", 1, [=] EXMY_HD_LAMBDA(int64_t) {
+    alpha[0] = fp32_rne_div(1.0, t_a[0]) * fp32_rne_div(1.0, t_b[0]);
+  });
+}
+
 // --- statistics (docs/recipes.md, "Statistics") ------------------------------
 //
 // The reductions run in two launches without atomics: `parts` threads each
@@ -220,6 +230,7 @@ struct StatsKernels {
                        int64_t cols);                                                                   \
   void encode_bf16_##suffix(uint16_t* v, const EncodePlan& p, const void* codes, const void* scale_codes,      \
                             int64_t rows, int64_t cols);                                                      \
+  void decode_alpha_##suffix(float* alpha, const float* t_a, const float* t_b);                               \
   void max_abs_bits_##suffix(uint32_t* part, const uint32_t* bits, int64_t n, int64_t parts);                 \
   void count_codes_##suffix(uint32_t* part, const uint8_t* codes, int code_bytes, int64_t blocks, int64_t parts); \
   void count_ranges_##suffix(uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br, int64_t bc,  \

@@ -23,6 +23,10 @@ void EXMY_CAT(encode_bf16, EXMY_SUFFIX)(uint16_t* v, const EncodePlan& p, const 
   encode_bf16_launches(EXMY_LAUNCHER{}, v, p, codes, scale_codes, rows, cols);
 }
 
+void EXMY_CAT(decode_alpha, EXMY_SUFFIX)(float* alpha, const float* t_a, const float* t_b) {
+  decode_alpha_launches(EXMY_LAUNCHER{}, alpha, t_a, t_b);
+}
+
 void EXMY_CAT(max_abs_bits, EXMY_SUFFIX)(uint32_t* part, const uint32_t* bits, int64_t n, int64_t parts) {
   max_abs_bits_launches(EXMY_LAUNCHER{}, part, bits, n, parts);
 }

@@ -33,10 +33,11 @@ class CpuQuantOps final : public QuantOps {
   void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override {
     launch_profile_host("rht", 0, [&] { hadamard(x, rows, cols, 1, rht_of(q)); });
   }
-  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
-                     bool) override {
+  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out, bool,
+                     float* t_out) override {
     QuantInfo info;
     launch_profile_host("quantize", 0, [&] { info = exmy::quantize(q, x, rows, cols, out); });
+    if (t_out) *t_out = info.t;
     return info;
   }
   void add(float* dst, const float* src, int64_t n) override {
@@ -64,6 +65,10 @@ class CpuQuantOps final : public QuantOps {
                  float alpha) override {
     launch_profile_host("gemm (quantized operands in BF16, sim::gemm)", gemm_flops(M, N, K),
                         [&] { gemm_bf16_host(C, A, B, M, N, K, alpha); });
+  }
+  void gemm_bf16_scaled(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                        const float* t_a, const float* t_b) override {
+    gemm_bf16(C, A, B, M, N, K, tensor_decode_alpha(*t_a, *t_b));
   }
   double abs_max(const float* x, int64_t n) override { return quant::abs_max(x, n); }
   void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,

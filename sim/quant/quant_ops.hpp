@@ -34,9 +34,10 @@ class QuantOps {
   // need_info = false: the caller reads neither the info's amax nor its t,
   // so a device may return before its kernels ran (the CUDA quantizer's
   // calls that do not wait) and report an unrepresentable element at the
-  // next check_deferred().
+  // next check_deferred(). t_out (in memory(), or null): where the call's
+  // tensor encode scale t goes, where the ops run (for gemm_bf16_scaled).
   virtual QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
-                             bool need_info) = 0;
+                             bool need_info, float* t_out) = 0;
   // Throws what the calls that did not wait left to report (exmy::Error);
   // nothing where every call waits.
   virtual void check_deferred() {}
@@ -66,6 +67,11 @@ class QuantOps {
                            int64_t cols) = 0;
   virtual void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
                          float alpha) = 0;
+  // The same with alpha = tensor_decode_alpha(*t_a, *t_b), the two tensor
+  // scales in memory() (on a device the host never reads them: the
+  // epilogue's alpha is made and read there).
+  virtual void gemm_bf16_scaled(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                                const float* t_a, const float* t_b) = 0;
 
   // --- statistics (tensors in memory(), results on the host) ---
   // max|x| over n elements, NaN when one is NaN (stats.hpp's abs_max).

@@ -196,9 +196,14 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
     out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, r.blocks * qc.scale->code_bytes()), mem);
   out.stats = stats;
   // The info's amax and t are read by the statistics, a reference that
-  // records the amax, and the GEMMs that apply the tensor scales to their
-  // result (grouped, BF16); the sgemm GEMM's operands carry them already.
-  r.info = ops.quantize(qc, hp, rows, cols, out, stats || need_amax || grouped || bf16);
+  // records the amax, and the grouped GEMM and the BF16 GEMM of row-scaled
+  // operands, which apply the tensor scales to their result on the host's
+  // word; the BF16 GEMM of other operands reads t where the ops run, and the
+  // sgemm GEMM's operands carry it already.
+  const bool by_row = qc.outer == OuterScale::row;
+  float* t_at = bf16 && !by_row ? ensure(b.t, 1, mem) : nullptr;
+  r.info = ops.quantize(qc, hp, rows, cols, out, stats || need_amax || grouped || (bf16 && by_row), t_at);
+  r.op.t_at = t_at;
   r.op.dq = out.values;
   r.op.t = r.info.t;
   if (!r.info.row_t.empty()) {  // (QuantInfo's are on the host; the GEMM's alphas read them where the ops run)
@@ -236,7 +241,7 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
       ops.gemm_bf16(target, a.bf16, b.bf16, M, N, K, 1.0f);
       ops.outer_alpha(target, M, N, a.t, a.row_t, b.t, b.row_t);
     } else {
-      ops.gemm_bf16(target, a.bf16, b.bf16, M, N, K, tensor_decode_alpha(a.t, b.t));
+      ops.gemm_bf16_scaled(target, a.bf16, b.bf16, M, N, K, a.t_at, b.t_at);
     }
   } else {
     ops.gemm(target, N, a.dq, K, Op::N, b.dq, K, Op::T, M, N, K);

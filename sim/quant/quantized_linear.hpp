@@ -123,6 +123,7 @@ class QuantRuntime {
     MemBuf<uint8_t> codes, scale_codes;
     MemBuf<double> enc;  // encoded operand (grouped GEMM)
     MemBuf<uint16_t> bf16;  // encoded operand as bfloat16 bits (fp32 model, Fp32Gemm::bf16)
+    MemBuf<float> t;        // its tensor encode scale, where the ops run (gemm_bf16_scaled)
     MemBuf<float> row_t;  // row outer scales: each row's encode scale (for ops().outer_alpha)
   };
   struct Scratch {
@@ -164,6 +165,7 @@ class QuantizedLinear final : public Linear<float> {
     const float* dq = nullptr;    // decoded (rows, K)
     const double* enc = nullptr;  // encoded (grouped model)
     const uint16_t* bf16 = nullptr;  // encoded as bfloat16 bits (fp32 model in BF16)
+    const float* t_at = nullptr;     // ... and t in the ops' memory (no row scales)
     float t = 1;                  // tensor encode scale
     const float* row_t = nullptr; // row outer scales: each row's (t then unused)
   };

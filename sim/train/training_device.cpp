@@ -78,8 +78,8 @@ class EmulatedQuantOps final : public DeviceQuantOps {
   }
   void round_bf16(float* dst, const float* src, int64_t n) override { sim::quant::round_bf16_emulated(dst, src, n); }
   void rht(const QuantSpec& q, float* x, int64_t rows, int64_t cols) override { apply_rht_emulated(q, x, rows, cols); }
-  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
-                     bool) override {
+  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out, bool,
+                     float* t_out) override {
     QuantInfo info;
 #if defined(EXMY_HAVE_CUDA)
     launch_profile_host("quantize (host emulation of the kernels)", 0,
@@ -91,6 +91,7 @@ class EmulatedQuantOps final : public DeviceQuantOps {
     launch_profile_host("quantize (the CPU's: a build without CUDA)", 0,
                         [&] { info = exmy::quantize(q, x, rows, cols, out); });
 #endif
+    if (t_out) *t_out = info.t;  // (the host's memory)
     return info;
   }
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, sim::Op opA, const float* B, int64_t ldb,
@@ -121,6 +122,12 @@ class EmulatedQuantOps final : public DeviceQuantOps {
     launch_profile_host("gemm (quantized operands in BF16, sim::gemm)", sim::gemm_flops(M, N, K),
                         [&] { sim::quant::gemm_bf16_host(C, A, B, M, N, K, alpha); });
   }
+  void gemm_bf16_scaled(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                        const float* t_a, const float* t_b) override {
+    float alpha = 0;
+    sim::quant::decode_alpha_emulated(&alpha, t_a, t_b);
+    gemm_bf16(C, A, B, M, N, K, alpha);
+  }
 };
 
 #if defined(EXMY_HAVE_CUDA)
@@ -139,8 +146,8 @@ class CudaQuantOps final : public DeviceQuantOps {
   // unrepresentable element is reported at the next check_deferred, which
   // QuantRuntime::begin and ::finish call.
   QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
-                     bool need_info) override {
-    return quantizer_.run(q, x, rows, cols, out, /*wait=*/false, need_info);
+                     bool need_info, float* t_out) override {
+    return quantizer_.run(q, x, rows, cols, out, /*wait=*/false, need_info, t_out);
   }
   void check_deferred() override { quantizer_.check(); }
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, sim::Op opA, const float* B, int64_t ldb,
@@ -168,10 +175,17 @@ class CudaQuantOps final : public DeviceQuantOps {
                  float alpha) override {
     gemm_.run(C, N, A, K, sim::Op::N, B, K, sim::Op::T, M, N, K, false, sim::GemmOperands::bf16, alpha);
   }
+  void gemm_bf16_scaled(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                        const float* t_a, const float* t_b) override {
+    float* alpha = sim::quant::ensure(alpha_, 1, mem_);
+    sim::quant::decode_alpha_cuda(alpha, t_a, t_b);
+    gemm_.run_device_alpha(C, N, A, K, sim::Op::N, B, K, sim::Op::T, M, N, K, sim::GemmOperands::bf16, alpha);
+  }
 
  private:
   sim::CudaGemm& gemm_;
   CudaQuantizer quantizer_;
+  sim::MemBuf<float> alpha_;  // gemm_bf16_scaled's alpha, made on the device
 };
 #endif
 

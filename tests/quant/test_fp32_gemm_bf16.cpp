@@ -168,6 +168,26 @@ Vec gemm_bf16_under_test(const std::vector<uint16_t>& A, const std::vector<uint1
 #endif
 }
 
+// The same GEMM with its alpha made from the two tensor scales where the
+// GEMM runs (decode_alpha; on the device cuBLASLt reads it in device
+// pointer mode), as QuantOps::gemm_bf16_scaled runs it. Also checks that
+// alpha equals tensor_decode_alpha's bit for bit.
+Vec gemm_bf16_scaled_under_test(const std::vector<uint16_t>& A, const std::vector<uint16_t>& B, int64_t M, int64_t N,
+                                int64_t K, float t_a, float t_b) {
+  BufferOf<float> ta(Vec{t_a}), tb(Vec{t_b}), alpha(Vec{-1.0f});
+  KERNEL(decode_alpha)(alpha.ptr(), ta.ptr(), tb.ptr());
+  EXPECT_EQ(models::bits(alpha.get()[0]), models::bits(tensor_decode_alpha(t_a, t_b)));
+#if defined(EXMY_TEST_EMULATED)
+  return gemm_bf16_under_test(A, B, M, N, K, alpha.get()[0]);
+#else
+  BufferOf<uint16_t> a(A), b(B);
+  BufferOf<float> c(Vec(static_cast<size_t>(M * N), -1234.5f));
+  CudaGemm g;
+  g.run_device_alpha(c.ptr(), N, a.ptr(), K, Op::N, b.ptr(), K, Op::T, M, N, K, GemmOperands::bf16, alpha.ptr());
+  return c.get();
+#endif
+}
+
 TEST(Fp32GemmBf16, WithinItsBudgetOfTheSgemmModel) {
   EXMY_REQUIRE_CUDA();
   const double u = std::ldexp(1.0, -24), u_acc = models::kOnDevice ? std::ldexp(1.0, -23) : u;
@@ -191,8 +211,13 @@ TEST(Fp32GemmBf16, WithinItsBudgetOfTheSgemmModel) {
     gemm(sg.data(), c.N, a.dq.data(), c.K, Op::N, b.dq.data(), c.K, Op::T, c.M, c.N, c.K, false);
     const std::vector<uint16_t> ea = encode_kernel(qa, a, c.M, c.K), eb = encode_kernel(qb, b, c.N, c.K);
     const bool rows = !a.info.row_t.empty();
-    Vec got = gemm_bf16_under_test(ea, eb, c.M, c.N, c.K, rows ? 1.0f : tensor_decode_alpha(a.info.t, b.info.t));
+    Vec got = rows ? gemm_bf16_under_test(ea, eb, c.M, c.N, c.K, 1.0f)
+                   : gemm_bf16_scaled_under_test(ea, eb, c.M, c.N, c.K, a.info.t, b.info.t);
     if (rows) apply_outer_alpha(got.data(), c.M, c.N, a.info.t, a.info.row_t.data(), b.info.t, nullptr);
+    if (!rows) {  // the host's alpha gives the same bits where the GEMM is sim::gemm's
+      const Vec host = gemm_bf16_under_test(ea, eb, c.M, c.N, c.K, tensor_decode_alpha(a.info.t, b.info.t));
+      if (!models::kOnDevice) EXPECT_EQ(0, std::memcmp(host.data(), got.data(), sizeof(float) * got.size()));
+    }
     // The same GEMM without its tensor scales (alpha = 1): far outside the
     // budget, which therefore sees a scale applied wrongly.
     const Vec unscaled = gemm_bf16_under_test(ea, eb, c.M, c.N, c.K, 1.0f);

@@ -292,10 +292,10 @@ class NeedsRecorder final : public QuantOps {
   void transpose(float* d, const float* s, int64_t r, int64_t c) override { cpu.transpose(d, s, r, c); }
   void round_bf16(float* d, const float* s, int64_t n) override { cpu.round_bf16(d, s, n); }
   void rht(const QuantSpec& q, float* x, int64_t r, int64_t c) override { cpu.rht(q, x, r, c); }
-  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t r, int64_t c, const QuantOutput& o,
-                     bool need_info) override {
+  QuantInfo quantize(const QuantSpec& q, const float* x, int64_t r, int64_t c, const QuantOutput& o, bool need_info,
+                     float* t_out) override {
     needs.push_back(need_info);
-    return cpu.quantize(q, x, r, c, o, need_info);
+    return cpu.quantize(q, x, r, c, o, need_info, t_out);
   }
   void check_deferred() override { ++checks; }
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, Op oa, const float* B, int64_t ldb, Op ob, int64_t M,
@@ -319,6 +319,10 @@ class NeedsRecorder final : public QuantOps {
   void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K, float a) override {
     cpu.gemm_bf16(C, A, B, M, N, K, a);
   }
+  void gemm_bf16_scaled(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
+                        const float* ta, const float* tb) override {
+    cpu.gemm_bf16_scaled(C, A, B, M, N, K, ta, tb);
+  }
   double abs_max(const float* x, int64_t n) override { return cpu.abs_max(x, n); }
   void add_block_ranges(const float* x, int64_t r, int64_t c, int br, int bc, OperandStats& st) override {
     cpu.add_block_ranges(x, r, c, br, bc, st);
@@ -333,10 +337,11 @@ class NeedsRecorder final : public QuantOps {
 };
 
 // Which quantization calls read their info (QuantOps::quantize's
-// need_info): with the sgemm GEMM and current references none do (a
-// device's calls then need not wait); statistics, the BF16 GEMM and the
-// grouped model (the tensor scales applied to the result) and a periodic
-// reference's sampling step do; begin() checks what was deferred.
+// need_info): with the sgemm GEMM or the BF16 GEMM (which reads t where
+// the ops run) and current references none do (a device's calls then need
+// not wait); statistics, the grouped model and the BF16 GEMM of row-scaled
+// operands (the tensor scales applied to the result from the host) and a
+// periodic reference's sampling step do; begin() checks what was deferred.
 TEST(QuantizedLinear, CallsSayWhetherTheyReadTheirInfo) {
   struct Case {
     const char* recipe;
@@ -347,7 +352,8 @@ TEST(QuantizedLinear, CallsSayWhetherTheyReadTheirInfo) {
   };
   for (const Case c : {Case{"nvfp4-no-rht-all", Fp32Gemm::sgemm, false, 1, false},
                        Case{"nvfp4-no-rht-all", Fp32Gemm::sgemm, true, 1, true},
-                       Case{"nvfp4-no-rht-all", Fp32Gemm::bf16, false, 1, true},
+                       Case{"nvfp4-no-rht-all", Fp32Gemm::bf16, false, 1, false},  // (t read where the ops run)
+                       Case{"nvfp4-row-scaled", Fp32Gemm::bf16, false, 1, true},   // (row scales: read on the host)
                        Case{"nvfp4-no-rht-all-grouped", Fp32Gemm::sgemm, false, 1, true},
                        // samples at step 1 (but wgrad-dy: the dY reference it shares with dgrad-dy holds
                        // what dgrad-dy sampled)
@@ -367,9 +373,13 @@ TEST(QuantizedLinear, CallsSayWhetherTheyReadTheirInfo) {
     Tensors a(32, 32, 48, 5);
     a.run(*q.lin);
     ASSERT_EQ(rec.needs.size(), static_cast<size_t>(kNumRoles));
+    const auto* lin = dynamic_cast<QuantizedLinear*>(q.lin.get());
+    ASSERT_NE(lin, nullptr);
     for (size_t i = 0; i < rec.needs.size(); ++i) {
       const bool shared_dy = std::string(c.recipe) == "ue5m3-b16-fp32gemm" && kRoles[i] == Role::wgrad_dy;
-      EXPECT_EQ(rec.needs[i], c.need && !shared_dy) << role_name(kRoles[i]);
+      const bool per_tensor = lin->spec(kRoles[i]).q.outer == OuterScale::tensor;  // (nvfp4-row-scaled's weights)
+      const bool rows_only = std::string(c.recipe) == "nvfp4-row-scaled";
+      EXPECT_EQ(rec.needs[i], c.need && !shared_dy && !(rows_only && per_tensor)) << role_name(kRoles[i]);
     }
   }
   // ue5m3-b16-fp32gemm after its sampling step: held references, nothing read
