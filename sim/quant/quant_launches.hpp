@@ -62,24 +62,33 @@ inline EncodePlan encode_plan(const QuantSpec& q) {
   return p;
 }
 
-// encode_operand of sim/quant/grouped_gemm.hpp, one thread per element: the
-// element's decoded value times its block's decoded scale, in double (both
-// exact, as the CPU's value tables hold them).
+// Element i's encoded value q·s (the element's decoded value times its
+// block's decoded scale, in double: both exact, as the CPU's value tables
+// hold them) of an operand (rows, cols) from its codes and scale codes.
+struct EncodedValues {
+  const uint8_t *codes, *scale_codes;
+  int cb, sb;
+  int64_t cols, br, bc, gc;
+  Format fe, fs;
+  bool scaled;
+  EncodedValues(const EncodePlan& p, const void* c, const void* sc, int64_t cols_)
+      : codes(static_cast<const uint8_t*>(c)), scale_codes(static_cast<const uint8_t*>(sc)),
+        cb(p.elem.code_bytes()), sb(p.scaled ? p.scale.code_bytes() : 1), cols(cols_),
+        br(p.scaled ? p.block_rows : 1), bc(p.scaled ? p.block_cols : cols_), gc((cols_ + bc - 1) / bc),
+        fe(p.elem), fs(p.scale), scaled(p.scaled) {}
+  EXMY_HD double operator()(int64_t i) const {
+    const int64_t r = i / cols, c = i % cols;
+    const double s = scaled ? fs.decode(code_at(scale_codes, sb, (r / br) * gc + c / bc)) : 1.0;
+    return fe.decode(code_at(codes, cb, i)) * s;
+  }
+};
+
+// encode_operand of sim/quant/grouped_gemm.hpp, one thread per element.
 template <class L>
 void encode_launches(const L& launch, double* v, const EncodePlan& p, const void* codes, const void* scale_codes,
                      int64_t rows, int64_t cols) {
-  const auto* pc = static_cast<const uint8_t*>(codes);
-  const auto* ps = static_cast<const uint8_t*>(scale_codes);
-  const int cb = p.elem.code_bytes(), sb = p.scaled ? p.scale.code_bytes() : 1;
-  const int64_t br = p.scaled ? p.block_rows : 1, bc = p.scaled ? p.block_cols : cols;
-  const int64_t gc = (cols + bc - 1) / bc;
-  const Format fe = p.elem, fs = p.scale;
-  const bool scaled = p.scaled;
-  launch("encode", rows * cols, [=] EXMY_HD_LAMBDA(int64_t i) {
-    const int64_t r = i / cols, c = i % cols;
-    const double s = scaled ? fs.decode(code_at(ps, sb, (r / br) * gc + c / bc)) : 1.0;
-    v[i] = fe.decode(code_at(pc, cb, i)) * s;
-  });
+  const EncodedValues e(p, codes, scale_codes, cols);
+  launch("encode", rows * cols, [=] EXMY_HD_LAMBDA(int64_t i) { v[i] = e(i); });
 }
 
 // The same encoded values as bfloat16 bits, for the `fp32` model's BF16
@@ -89,18 +98,9 @@ void encode_launches(const L& launch, double* v, const EncodePlan& p, const void
 template <class L>
 void encode_bf16_launches(const L& launch, uint16_t* v, const EncodePlan& p, const void* codes,
                           const void* scale_codes, int64_t rows, int64_t cols) {
-  const auto* pc = static_cast<const uint8_t*>(codes);
-  const auto* ps = static_cast<const uint8_t*>(scale_codes);
-  const int cb = p.elem.code_bytes(), sb = p.scaled ? p.scale.code_bytes() : 1;
-  const int64_t br = p.scaled ? p.block_rows : 1, bc = p.scaled ? p.block_cols : cols;
-  const int64_t gc = (cols + bc - 1) / bc;
-  const Format fe = p.elem, fs = p.scale;
-  const bool scaled = p.scaled;
-  launch("encode_bf16", rows * cols, [=] EXMY_HD_LAMBDA(int64_t i) {
-    const int64_t r = i / cols, c = i % cols;
-    const double s = scaled ? fs.decode(code_at(ps, sb, (r / br) * gc + c / bc)) : 1.0;
-    v[i] = bf16_bits(static_cast<float>(fe.decode(code_at(pc, cb, i)) * s));
-  });
+  const EncodedValues e(p, codes, scale_codes, cols);
+  launch("encode_bf16", rows * cols,
+         [=] EXMY_HD_LAMBDA(int64_t i) { v[i] = bf16_bits(static_cast<float>(e(i))); });
 }
 
 // alpha[0] = fl(fl(1/t_a[0]) · fl(1/t_b[0])): tensor_decode_alpha of
