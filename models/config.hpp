@@ -173,13 +173,18 @@ struct MemoryEstimate {
   // Gradient accumulation: the step's running sum of the micro-batches'
   // gradients and the ones a rank holds until the lower ranks' sum arrives.
   double grad_sums = 0;
+  // The quantized linears' shared scratch (sim::quant::quant_scratch_bytes:
+  // the recipe's operands, encodings and backward results at their largest).
+  double quant_scratch = 0;
   // Bytes in host memory while the rest is on a device (train.offload =
   // optimizer: FP32 master weights, AdamW moments, a staged chunk of
   // gradients, optimizer then 0; ranks that reach each other through host
   // copies: their gradient sums and staging). Not part of total().
   double host_state = 0;
   // The bytes in the memory the model trains in (a device's, or the host's).
-  double total() const { return params + grads + optimizer + master + activations + workspace + grad_sums; }
+  double total() const {
+    return params + grads + optimizer + master + activations + workspace + grad_sums + quant_scratch;
+  }
 };
 // With `recompute` (block recompute, NemotronH::set_recompute) one block's
 // kept tensors per block type instead of every block's.

@@ -287,6 +287,30 @@ ActivationBytes activation_bytes(const NemotronHConfig& cfg, int64_t B, int64_t 
   return a;
 }
 
+std::vector<sim::LinearInfo> linear_infos(const NemotronHConfig& cfg) {
+  std::vector<sim::LinearInfo> out;
+  const std::string suffix = ".weight";
+  const sim::ArenaLayout layout = make_layout(cfg);
+  for (const sim::ParamView& v : layout.views()) {
+    if (v.shape.size() != 2 || !v.name.ends_with(suffix)) continue;
+    const std::string name = v.name.substr(0, v.name.size() - suffix.size());
+    const std::string module = name.substr(name.rfind('.') + 1);
+    for (int k = 0; k <= static_cast<int>(sim::LinearKind::lm_head); ++k) {
+      const auto kind = static_cast<sim::LinearKind>(k);
+      if (sim::linear_kind_name(kind) != module) continue;
+      sim::LinearInfo info;
+      info.name = name;
+      info.kind = kind;
+      info.layer = kind == sim::LinearKind::lm_head ? static_cast<int>(cfg.num_hidden_layers)
+                                                    : std::stoi(name.substr(name.find('.') + 1));
+      info.out_features = v.shape[0];
+      info.in_features = v.shape[1];
+      out.push_back(info);
+    }
+  }
+  return out;
+}
+
 MemoryEstimate training_memory(const NemotronHConfig& cfg, int64_t batch, int64_t seq_len, bool recompute) {
   const sim::ArenaLayout layout = make_layout(cfg);
   const double arena = static_cast<double>(layout.size()) * 4.0;

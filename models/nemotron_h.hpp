@@ -34,6 +34,13 @@
 
 namespace exmy::models {
 
+// The model's linears as its mixers make them (name, block, kind, in and
+// out features), read from its layout's linear weights in layout order (the
+// LM head, when it has its own weight, last): what a memory plan needs to
+// know of the linears a recipe quantizes.
+std::vector<sim::LinearInfo> linear_infos(const NemotronHConfig& cfg);
+
+
 template <class T>
 class NemotronH {
  public:

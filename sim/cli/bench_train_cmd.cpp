@@ -653,7 +653,7 @@ int cmd_bench_train(const Args& args) {
     rt_opt.seed = 1;
     rt_opt.gemm_stats_rows = vm["gemm-stats-rows"].as<int64_t>();
     rt_opt.gemm_stats_sample = vm["gemm-stats-sample"].as<int64_t>();
-    rt_opt.fp32_gemm = sim::quant::parse_fp32_gemm(vm["fp32-gemm"].as<std::string>(), td.device().is_cuda());
+    rt_opt.fp32_gemm = sim::quant::parse_fp32_gemm(vm["fp32-gemm"].as<std::string>(), td.device().is_cuda(), "--fp32-gemm");
     if (rt_opt.gemm_stats_rows < 0 || rt_opt.gemm_stats_sample < 1)
       throw Error("--gemm-stats-rows must be >= 0 and --gemm-stats-sample >= 1");
     return bench_recipes(td, cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>(), rt_opt,

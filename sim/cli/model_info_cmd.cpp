@@ -11,6 +11,8 @@
 #include "models/config.hpp"
 #include "sim/cli/cli_support.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/quant/quantized_linear.hpp"
+#include "sim/quant/recipe.hpp"
 #include "sim/train/trainer.hpp"
 #include "sim/sysmem.hpp"
 #include "sim/train/training_device.hpp"
@@ -60,6 +62,8 @@ int cmd_model_info(const Args& args) {
       ("device", po::value<std::string>()->default_value("cpu"), "where the plan trains: cpu, cuda[:N] (train.device)")  //
       ("ranks", po::value<int>()->default_value(1), "data-parallel ranks: the plan of one rank, AdamW moments sharded (train.shard_optimizer)")  //
       ("grad-accum", po::value<int64_t>()->default_value(0), "micro-batches per optimizer step, all ranks together (train.grad_accum; default: one per rank): their gradient sums")  //
+      ("recipe", po::value<std::string>()->default_value("fp32"), "the recipe whose quantized linears' scratch the plan holds (train.recipe: a name or an .ini file)")  //
+      ("fp32-gemm", po::value<std::string>()->default_value("auto"), "auto | sgemm | bf16: how the recipe's fp32 GEMM model runs (train.fp32_gemm)")  //
       ("fields", "also print every configuration field");
   po::variables_map vm;
   if (parse_or_help(args, desc, {}, vm)) return 0;
@@ -82,6 +86,10 @@ int cmd_model_info(const Args& args) {
   const int64_t accum = vm["grad-accum"].as<int64_t>() == 0 ? ranks : vm["grad-accum"].as<int64_t>();
   if (accum < 1 || accum % ranks != 0)
     throw Error("--grad-accum " + std::to_string(accum) + ": a positive multiple of --ranks (" + std::to_string(ranks) + ")");
+  const std::string recipe_name = vm["recipe"].as<std::string>();
+  const sim::quant::Recipe recipe = sim::quant::load_recipe(recipe_name);
+  sim::quant::RuntimeOptions rt_opt;
+  rt_opt.fp32_gemm = sim::quant::parse_fp32_gemm(vm["fp32-gemm"].as<std::string>(), device.is_cuda(), "--fp32-gemm");
   for (const char* option : {"memory", "host-memory"})  // (checked before the plan is printed)
     if (vm.count(option) && !(vm[option].as<double>() > 0))
       throw Error(std::string("--") + option + " must be a positive number of GiB");
@@ -134,6 +142,8 @@ int cmd_model_info(const Args& args) {
   plan.grad_accum = accum;
   plan.on_device = !device.is_cpu();
   plan.device_sums = true;  // one rank alone, or ranks on NCCL (train.comm = auto picks it on CUDA devices)
+  plan.quant_scratch = sim::quant::quant_scratch_bytes(recipe, cfg.num_hidden_layers, models::linear_infos(cfg),
+                                                       batch * seq, rt_opt, /*stats=*/true);
   const models::MemoryEstimate m = train::rank_training_memory(cfg, batch, seq, recompute == "blocks", plan);
   // On a device the training step keeps the same FP32 tensors in the
   // device's memory, or (offloaded) all but the optimizer's.
@@ -156,6 +166,9 @@ int cmd_model_info(const Args& args) {
                 sim::gib_text(m.grads).c_str(), sim::gib_text(m.optimizer).c_str());
   std::printf("  activations kept for backward %s, backward workspace %s\n", sim::gib_text(m.activations).c_str(),
               sim::gib_text(m.workspace).c_str());
+  if (m.quant_scratch > 0)
+    std::printf("  quantized linears' scratch (%s, fp32 GEMM model %s, statistics on) %s\n", recipe_name.c_str(),
+                sim::quant::fp32_gemm_name(rt_opt.fp32_gemm), sim::gib_text(m.quant_scratch).c_str());
   if (m.grad_sums > 0)
     std::printf("  gradient sums of %lld micro-batches %s (%s)\n", static_cast<long long>(accum),
                 sim::gib_text(m.grad_sums).c_str(),

@@ -1,12 +1,14 @@
 #include "sim/quant/quantized_linear.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
 #include "formats/error.hpp"
 #include "sim/gemm.hpp"
 #include "sim/quant/grouped_gemm.hpp"
+#include "sim/quant/grouped_launches.hpp"
 #include "sim/quant/stream.hpp"
 
 namespace exmy::sim::quant {
@@ -18,11 +20,11 @@ void QuantRuntime::begin(const StepContext& ctx) {
   ctx_ = ctx;
 }
 
-Fp32Gemm parse_fp32_gemm(std::string_view v, bool on_cuda) {
+Fp32Gemm parse_fp32_gemm(std::string_view v, bool on_cuda, std::string_view what) {
   if (v == "auto") return on_cuda ? Fp32Gemm::bf16 : Fp32Gemm::sgemm;
   if (v == "sgemm") return Fp32Gemm::sgemm;
   if (v == "bf16") return Fp32Gemm::bf16;
-  throw Error("bad fp32_gemm '" + std::string(v) + "' (expected auto, sgemm or bf16)");
+  throw Error(std::string(what) + ": bad value '" + std::string(v) + "' (expected auto, sgemm or bf16)");
 }
 
 const char* fp32_gemm_name(Fp32Gemm g) { return g == Fp32Gemm::bf16 ? "bf16" : "sgemm"; }
@@ -332,6 +334,69 @@ void QuantizedLinear::backward(float* dX, float* dW, const float* dY, const floa
   const Operand dyt = quantize_operand(Role::wgrad_dy, dY, tokens, out, true, s.side[0]);
   const Operand xt = quantize_operand(Role::wgrad_x, X, tokens, in, true, s.side[1]);
   run_gemm(Gemm::wgrad, dyt, xt, out, in, tokens, dW, true, X, W, dY, tokens);
+}
+
+double quant_scratch_bytes(const Recipe& recipe, int64_t num_blocks, const std::vector<LinearInfo>& linears,
+                           int64_t tokens, const RuntimeOptions& opt, bool stats) {
+  struct Side {  // the largest size of each of QuantRuntime::OperandBuffers' buffers
+    double hp = 0, dq = 0, codes = 0, scale_codes = 0, enc = 0, bf16 = 0, t = 0, row_t = 0;
+    double sum() const { return hp + dq + codes + scale_codes + enc + bf16 + t + row_t; }
+  } side[2];
+  double out = 0, ref = 0, gather = 0, ranges = 0;
+  const bool grouped = recipe.gemm.kind == GemmModel::Kind::grouped;
+  const auto up = [](double& v, double bytes) { v = std::max(v, bytes); };
+  const auto sampled = [&](int64_t M) {
+    const int64_t cap = opt.gemm_stats_rows, every = std::max<int64_t>(1, opt.gemm_stats_sample);
+    return cap == 0 ? M : std::min(cap, (M + every - 1) / every);
+  };
+  for (const LinearInfo& info : linears) {
+    if (!recipe.quantizes(info, num_blocks)) continue;
+    const auto specs = recipe.resolve(info, num_blocks);
+    const int64_t in = info.in_features, o = info.out_features;
+    const auto held = [&](Gemm g) {
+      const auto roles = gemm_roles(g);
+      return !grouped && opt.fp32_gemm == Fp32Gemm::bf16 && bf16_holds_encoded(specs[role_index(roles[0])].q) &&
+             bf16_holds_encoded(specs[role_index(roles[1])].q);
+    };
+    // Each role's operand (rows, cols = K), its side and whether it is the
+    // transpose of the tensor the model passes (quantize_operand).
+    const auto call = [&](Role r, int si, int64_t rows, int64_t cols, bool transposed) {
+      const RoleSpec& rs = specs[role_index(r)];
+      const double n = static_cast<double>(rows * cols);
+      const bool bf = held(role_gemm(r)), row = rs.q.outer == OuterScale::row;
+      Side& b = side[si];
+      if (transposed || rs.pre_round_bf16 || rs.q.rht) up(b.hp, 4 * n);
+      if (!bf || stats) up(b.dq, 4 * n);
+      if (grouped || bf) up(b.codes, n * rs.q.elem.code_bytes());
+      if ((grouped || bf || stats) && rs.q.scale)
+        up(b.scale_codes, static_cast<double>(std::max<int64_t>(1, block_count(rs.q, rows, cols)) *
+                                              rs.q.scale->code_bytes()));
+      if (grouped) up(b.enc, 8 * n);
+      if (bf) up(b.bf16, 2 * n);
+      if (bf && !row) up(b.t, 4);
+      if (row) up(b.row_t, 4.0 * static_cast<double>(rows));
+    };
+    call(Role::fprop_x, 0, tokens, in, false);
+    call(Role::fprop_w, 1, o, in, false);
+    call(Role::dgrad_dy, 0, tokens, o, false);
+    call(Role::dgrad_w, 1, in, o, true);
+    call(Role::wgrad_dy, 0, o, tokens, true);
+    call(Role::wgrad_x, 1, in, tokens, true);
+    // run_gemm: the backward's results formed apart, the grouped model's
+    // ranges, the statistics' reference and gathered rows.
+    up(out, 4.0 * static_cast<double>(std::max(tokens * in, o * in)));
+    if (grouped)
+      for (const auto& [M, N, K] : {std::array<int64_t, 3>{tokens, o, in}, {tokens, in, o}, {o, in, tokens}})
+        up(ranges, static_cast<double>(std::max<int64_t>(1, grouped_gemm_scratch(M, N, K, recipe.gemm)) *
+                                       static_cast<int64_t>(sizeof(GroupRange))));
+    if (stats) {
+      const int64_t rf = sampled(tokens), rw = sampled(o);
+      up(ref, 4.0 * static_cast<double>(std::max({rf * o, rf * in, rw * in})));
+      up(gather, 4.0 * static_cast<double>(std::max({rf < tokens ? rf * in : 0, rf < tokens ? rf * o : 0,
+                                                     rw * tokens})));
+    }
+  }
+  return side[0].sum() + side[1].sum() + out + ref + gather + ranges;
 }
 
 // ---------------------------------------------------------------------------

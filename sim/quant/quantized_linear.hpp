@@ -61,8 +61,9 @@ namespace exmy::sim::quant {
 enum class Fp32Gemm : uint8_t { sgemm, bf16 };
 
 // train.fp32_gemm's values: sgemm, bf16, or auto (bf16 on a CUDA device,
-// sgemm on the CPU and cuda-emulated). Throws exmy::Error naming the value.
-Fp32Gemm parse_fp32_gemm(std::string_view v, bool on_cuda);
+// sgemm on the CPU and cuda-emulated). Throws exmy::Error naming `what`
+// (the key or option) and the value.
+Fp32Gemm parse_fp32_gemm(std::string_view v, bool on_cuda, std::string_view what = "train.fp32_gemm");
 // "sgemm" or "bf16"
 const char* fp32_gemm_name(Fp32Gemm g);
 
@@ -201,6 +202,15 @@ class QuantizedLinear final : public Linear<float> {
   std::array<ScaleCodeTable, kNumRoles> scale_tables_;
   std::array<bool, 3> bf16_gemm_{};  // per Gemm: the fp32 model's GEMM in BF16 (Fp32Gemm::bf16 and formats held)
 };
+
+// The bytes QuantRuntime's scratch (in its ops' memory, with the device
+// ops' grouped-model scratch) grows to when each of `linears` that the
+// recipe quantizes runs its forward and backward on `tokens` tokens, with
+// statistics when `stats`: per buffer the largest call's size (MemBufs only
+// grow, so the largest calls' buffers are all held at the end). For the
+// memory plan of a run (sim/train: MemoryEstimate::quant_scratch).
+double quant_scratch_bytes(const Recipe& recipe, int64_t num_blocks, const std::vector<LinearInfo>& linears,
+                           int64_t tokens, const RuntimeOptions& opt, bool stats);
 
 // The recipe as a precision policy: quantized linears where the recipe's
 // layer selection says so, the `unquantized` policy (bf16 or fp32)

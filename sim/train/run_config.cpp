@@ -12,6 +12,7 @@
 #include "sim/parallel.hpp"
 #include "sim/linear.hpp"
 #include "sim/quant/ini.hpp"
+#include "sim/quant/quantized_linear.hpp"
 
 
 namespace exmy::train {
@@ -270,8 +271,7 @@ void read_train(RunConfig& c, std::map<std::string, std::string>& v,
   c.gemm_stats_rows = as_int(v, "train.gemm_stats_rows", 0);
   c.gemm_stats_sample = as_int(v, "train.gemm_stats_sample", 1);
   c.fp32_gemm = v["train.fp32_gemm"];
-  if (c.fp32_gemm != "auto" && c.fp32_gemm != "sgemm" && c.fp32_gemm != "bf16")
-    bad("train.fp32_gemm", c.fp32_gemm, "auto, sgemm or bf16");
+  sim::quant::parse_fp32_gemm(c.fp32_gemm, false);  // (validates; the device resolves auto)
   c.cold_restart_references = as_bool(v, "train.cold_restart_references");
   c.shard_optimizer = as_bool(v, "train.shard_optimizer");
   c.comm = dist::parse_comm_choice(v["train.comm"], "train.comm");

@@ -93,6 +93,11 @@ void remove_leftovers(const fs::path& dir) {
 
 RankPlan rank_plan(const RunConfig& cfg, int ranks) {
   RankPlan p;
+  p.quant_scratch = sim::quant::quant_scratch_bytes(
+      cfg.recipe, cfg.model.num_hidden_layers, models::linear_infos(cfg.model), cfg.batch_size * cfg.seq_len,
+      sim::quant::RuntimeOptions{cfg.seed, cfg.gemm_stats_rows, cfg.gemm_stats_sample,
+                                 sim::quant::parse_fp32_gemm(cfg.fp32_gemm, cfg.device.is_cuda())},
+      cfg.stats_interval > 0);
   p.ranks = ranks;
   p.shard_optimizer = cfg.shard_optimizer;
   p.offload = cfg.offloaded();
@@ -108,6 +113,7 @@ RankPlan rank_plan(const RunConfig& cfg, int ranks) {
 models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model, int64_t batch, int64_t seq_len,
                                             bool recompute, const RankPlan& plan) {
   models::MemoryEstimate m = models::training_memory(model, batch, seq_len, recompute);
+  m.quant_scratch = plan.quant_scratch;
   const double arena = m.params / 4.0;  // elements of the arena (padding included)
   const int shards = plan.shard_optimizer ? plan.ranks : 1;
   const double shard = shards > 1 ? static_cast<double>(sim::largest_shard(models::make_layout(model), shards)) : arena;
@@ -154,6 +160,8 @@ void require_training_memory(const RunConfig& cfg, int ranks) {
                           " " + sim::gib_text(m.params + m.grads + m.optimizer + m.master) + ", activations and workspace " +
                           sim::gib_text(m.activations + m.workspace) +
                           (m.grad_sums > 0 ? ", gradient sums " + sim::gib_text(m.grad_sums) : std::string()) +
+                          (m.quant_scratch > 0 ? ", quantized linears' scratch " + sim::gib_text(m.quant_scratch)
+                                               : std::string()) +
                           "; exmy model-info --model " + cfg.model_name + ")",
                       "lower train.batch_size or train.seq_len (train.grad_accum keeps the tokens per step), or "
                       "choose a smaller model",

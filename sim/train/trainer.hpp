@@ -124,6 +124,9 @@ struct RankPlan {
   // The gradient sums of a device run stay on the device (one rank alone,
   // or ranks whose Comm takes device buffers); else they are the host's.
   bool device_sums = true;
+  // Bytes of the quantized linears' shared scratch (quant_scratch_bytes of
+  // the run's recipe; 0 when it quantizes nothing).
+  double quant_scratch = 0;
 };
 // The plan of `cfg` on one of `ranks` ranks.
 RankPlan rank_plan(const RunConfig& cfg, int ranks);

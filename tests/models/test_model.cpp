@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <bit>
 #include <random>
 
@@ -38,6 +39,32 @@ TEST(Model, ArenaHoldsEveryParameterOnce) {
     const bool no_decay = v.name.find("norm") != std::string::npos || v.name.ends_with("A_log") ||
                           v.name.ends_with(".D") || v.name.ends_with("dt_bias") || v.name.ends_with(".bias");
     EXPECT_EQ(v.weight_decay, !no_decay) << v.name;
+  }
+}
+
+// linear_infos (the memory plan's view of the linears, read from the
+// layout) names every linear the model makes, with its block, kind and
+// shape, for presets with every block type and GQA.
+TEST(Model, LinearInfosAreTheModelsLinears) {
+  for (const char* preset : {"proxy-tiny", "proxy-10m", "proxy-125m"}) {
+    SCOPED_TRACE(preset);
+    const NemotronHConfig c = preset_config(preset);
+    auto f = sim::make_linear_factory<float>("fp32");
+    NemotronH<float> m(c, *f);
+    std::vector<sim::LinearInfo> made;
+    for (const auto& l : m.linears()) made.push_back(l->info());
+    std::vector<sim::LinearInfo> read = linear_infos(c);
+    const auto by_name = [](const sim::LinearInfo& a, const sim::LinearInfo& b) { return a.name < b.name; };
+    std::sort(made.begin(), made.end(), by_name);
+    std::sort(read.begin(), read.end(), by_name);
+    ASSERT_EQ(read.size(), made.size());
+    for (size_t i = 0; i < made.size(); ++i) {
+      EXPECT_EQ(read[i].name, made[i].name);
+      EXPECT_EQ(read[i].layer, made[i].layer) << made[i].name;
+      EXPECT_EQ(read[i].kind, made[i].kind) << made[i].name;
+      EXPECT_EQ(read[i].in_features, made[i].in_features) << made[i].name;
+      EXPECT_EQ(read[i].out_features, made[i].out_features) << made[i].name;
+    }
   }
 }
 

@@ -433,6 +433,46 @@ TEST(CliTrain, MemoryEstimateIsThePeakWithinTenPercent) {
   }
 }
 
+// `model-info --recipe`: the plan holds the recipe's quantized linears'
+// scratch (the bytes `exmy train` checks: tests/train/test_trainer.cpp
+// compares them with a device run's peak), the same as train's plan of the
+// same run; bad recipes and fp32-gemm values are one line.
+TEST(CliTrain, ModelInfoPlansTheRecipesScratch) {
+  const auto total = [](const std::string& out) {
+    const size_t at = out.find(" bytes; exmy train checks");
+    EXPECT_NE(at, std::string::npos) << out;
+    const size_t open = out.rfind('(', at);
+    return std::stod(out.substr(open + 1, at - open - 1));
+  };
+  const std::vector<std::string> base = {kExmy, "model-info", "--model", "proxy-10m", "--seq-len", "256",
+                                         "--batch", "4", "--device", "cuda-emulated"};
+  const Result plain = run(base);
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  EXPECT_EQ(plain.out.find("quantized linears' scratch"), std::string::npos);
+  auto with = base;
+  for (const char* a : {"--recipe", "te-nvfp4", "--fp32-gemm", "bf16"}) with.push_back(a);
+  const Result q = run(with);
+  ASSERT_EQ(q.status, 0) << q.out;
+  EXPECT_NE(q.out.find("quantized linears' scratch (te-nvfp4, fp32 GEMM model bf16, statistics on)"), std::string::npos)
+      << q.out;
+  const RunConfig c = parse_run_config("", "t", {"model.name=proxy-10m", "train.batch_size=4", "train.seq_len=256",
+                                                 "train.recipe=te-nvfp4", "train.fp32_gemm=bf16",
+                                                 "train.device=cuda-emulated"});
+  const models::MemoryEstimate m = rank_training_memory(c.model, 4, 256, false, rank_plan(c, 1));
+  EXPECT_GT(m.quant_scratch, 0);
+  EXPECT_EQ(total(q.out), m.total());
+  EXPECT_EQ(total(plain.out) + m.quant_scratch, m.total());
+  for (const auto& [flag, value] : {std::pair<const char*, const char*>{"--recipe", "nope"}, {"--fp32-gemm", "tf32"}}) {
+    auto bad = base;
+    bad.push_back(flag);
+    bad.push_back(value);
+    const Result r = run(bad);
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.out.find(value), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+}
+
 // `model-info --ranks N`: one rank's plan with the AdamW moments sharded
 // (train.shard_optimizer): an N-th of the moments, up to the imbalance of
 // shards of whole parameters; the weights and gradients stay whole.
