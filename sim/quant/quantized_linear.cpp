@@ -52,12 +52,14 @@ QuantizedLinear::QuantizedLinear(const LinearInfo& info, const std::array<RoleSp
     refs_[i] = &rt_->references().get(reference_key(info_.name, r, shared_dy_reference));
     if (specs_[i].q.scale) scale_tables_[i] = ScaleCodeTable(*specs_[i].q.scale);
   }
-  if (gemm_.kind == GemmModel::Kind::fp32 && rt_->options().fp32_gemm == Fp32Gemm::bf16)
-    for (Gemm g : {Gemm::fprop, Gemm::dgrad, Gemm::wgrad}) {
-      const auto roles = gemm_roles(g);
-      bf16_gemm_[static_cast<size_t>(g)] = bf16_holds_encoded(specs_[static_cast<size_t>(roles[0])].q) &&
-                                           bf16_holds_encoded(specs_[static_cast<size_t>(roles[1])].q);
-    }
+  for (Gemm g : {Gemm::fprop, Gemm::dgrad, Gemm::wgrad}) {
+    const QuantSpec& qa = specs_[static_cast<size_t>(gemm_roles(g)[0])].q;
+    const QuantSpec& qb = specs_[static_cast<size_t>(gemm_roles(g)[1])].q;
+    bf16_gemm_[static_cast<size_t>(g)] = gemm_.kind == GemmModel::Kind::fp32 &&
+                                         rt_->options().fp32_gemm == Fp32Gemm::bf16 && bf16_holds_encoded(qa) &&
+                                         bf16_holds_encoded(qb);
+    row_gemm_[static_cast<size_t>(g)] = qa.outer == OuterScale::row || qb.outer == OuterScale::row;
+  }
 }
 
 CallKey QuantizedLinear::key(Gemm g, Role r) const {
@@ -104,8 +106,7 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
     if (!d.valid || d.step != ctx.step || d.micro_batch != ctx.micro_batch)
       throw Error(info_.name + ": recompute_forward without a forward of step " + std::to_string(ctx.step) +
                   ", micro-batch " + std::to_string(ctx.micro_batch));
-    return quantize_decided(d.q, hp, rows, cols, b, nullptr, bf16_gemm_[static_cast<size_t>(role_gemm(role))], false)
-        .op;
+    return quantize_decided(d.q, hp, rows, cols, b, nullptr, role_gemm(role), false).op;
   }
   // Row outer scales: the reference is one amax per row (held row by row).
   const bool by_row = rs.q.outer == OuterScale::row;
@@ -136,8 +137,7 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
 
   StatsSink* sink = ctx.stats ? rt_->stats_sink() : nullptr;
   QuantStats qs;
-  const Quantized r = quantize_decided(q, hp, rows, cols, b, sink ? &qs : nullptr, bf16_gemm_[static_cast<size_t>(g)],
-                                       ref.takes_amax(rs.reference));
+  const Quantized r = quantize_decided(q, hp, rows, cols, b, sink ? &qs : nullptr, g, ref.takes_amax(rs.reference));
 
   // The operand's amax: `current` calls measured it as their reference; the
   // others need it for the statistics or a delayed history, and the CPU
@@ -165,12 +165,14 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
 
 // An operand whose spec is decided (reference applied, RHT still to do):
 // the RHT, the quantization call into the role's buffers, and the grouped
-// model's encoding (or, with `bf16`, the encoding as bfloat16 bits for the
-// fp32 model in BF16). With `stats`, the call's statistics and the scale
-// codes (for the histograms) too. A replay (recompute_forward) calls it alone.
+// model's encoding (or, when GEMM g runs in BF16, the encoding as bfloat16
+// bits for the fp32 model in BF16). With `stats`, the call's statistics and
+// the scale codes (for the histograms) too. A replay (recompute_forward)
+// calls it alone.
 QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q, const float* hp, int64_t rows,
                                                              int64_t cols, QuantRuntime::OperandBuffers& b,
-                                                             QuantStats* stats, bool bf16, bool need_amax) {
+                                                             QuantStats* stats, Gemm g, bool need_amax) {
+  const bool bf16 = bf16_gemm_[static_cast<size_t>(g)], rows_gemm = row_gemm_[static_cast<size_t>(g)];
   const int64_t n = rows * cols;
   QuantOps& ops = rt_->ops();
   Memory& mem = ops.memory();
@@ -198,13 +200,12 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
     out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, r.blocks * qc.scale->code_bytes()), mem);
   out.stats = stats;
   // The info's amax and t are read by the statistics, a reference that
-  // records the amax, and the grouped GEMM and the BF16 GEMM of row-scaled
-  // operands, which apply the tensor scales to their result on the host's
-  // word; the BF16 GEMM of other operands reads t where the ops run, and the
-  // sgemm GEMM's operands carry it already.
-  const bool by_row = qc.outer == OuterScale::row;
-  float* t_at = bf16 && !by_row ? ensure(b.t, 1, mem) : nullptr;
-  r.info = ops.quantize(qc, hp, rows, cols, out, stats || need_amax || grouped || (bf16 && by_row), t_at);
+  // records the amax, and the grouped GEMM and a BF16 GEMM with a row-scaled
+  // operand, which apply both operands' scales to their result on the
+  // host's word; another BF16 GEMM reads t where the ops run, and the sgemm
+  // GEMM's operands carry it already.
+  float* t_at = bf16 && !rows_gemm ? ensure(b.t, 1, mem) : nullptr;
+  r.info = ops.quantize(qc, hp, rows, cols, out, stats || need_amax || grouped || (bf16 && rows_gemm), t_at);
   r.op.t_at = t_at;
   r.op.dq = out.values;
   r.op.t = r.info.t;
@@ -363,7 +364,10 @@ double quant_scratch_bytes(const Recipe& recipe, int64_t num_blocks, const std::
     const auto call = [&](Role r, int si, int64_t rows, int64_t cols, bool transposed) {
       const RoleSpec& rs = specs[role_index(r)];
       const double n = static_cast<double>(rows * cols);
-      const bool bf = held(role_gemm(r)), row = rs.q.outer == OuterScale::row;
+      const Gemm g = role_gemm(r);
+      const bool bf = held(g), row = rs.q.outer == OuterScale::row;
+      const bool row_gemm = specs[role_index(gemm_roles(g)[0])].q.outer == OuterScale::row ||
+                            specs[role_index(gemm_roles(g)[1])].q.outer == OuterScale::row;
       Side& b = side[si];
       if (transposed || rs.pre_round_bf16 || rs.q.rht) up(b.hp, 4 * n);
       if (!bf || stats) up(b.dq, 4 * n);
@@ -373,7 +377,7 @@ double quant_scratch_bytes(const Recipe& recipe, int64_t num_blocks, const std::
                                               rs.q.scale->code_bytes()));
       if (grouped) up(b.enc, 8 * n);
       if (bf) up(b.bf16, 2 * n);
-      if (bf && !row) up(b.t, 4);
+      if (bf && !row_gemm) up(b.t, 4);
       if (row) up(b.row_t, 4.0 * static_cast<double>(rows));
     };
     call(Role::fprop_x, 0, tokens, in, false);

@@ -184,7 +184,7 @@ class QuantizedLinear final : public Linear<float> {
     int64_t blocks = 0;
   };
   Quantized quantize_decided(const QuantSpec& q, const float* hp, int64_t rows, int64_t cols,
-                             QuantRuntime::OperandBuffers& b, QuantStats* stats, bool bf16, bool need_amax);
+                             QuantRuntime::OperandBuffers& b, QuantStats* stats, Gemm g, bool need_amax);
 
   // What the last quantization of each role decided (for recompute_forward).
   struct Decided {
@@ -201,6 +201,7 @@ class QuantizedLinear final : public Linear<float> {
   std::array<ReferenceState*, kNumRoles> refs_{};
   std::array<ScaleCodeTable, kNumRoles> scale_tables_;
   std::array<bool, 3> bf16_gemm_{};  // per Gemm: the fp32 model's GEMM in BF16 (Fp32Gemm::bf16 and formats held)
+  std::array<bool, 3> row_gemm_{};   // per Gemm: an operand has row outer scales (alphas made on the host's word)
 };
 
 // The bytes QuantRuntime's scratch (in its ops' memory, with the device
