@@ -12,7 +12,7 @@
 #include "sim/parallel.hpp"
 #include "sim/linear.hpp"
 #include "sim/quant/ini.hpp"
-#include "sim/quant/quantized_linear.hpp"
+#include "sim/quant/fp32_gemm.hpp"
 
 
 namespace exmy::train {
