@@ -74,50 +74,46 @@ namespace {
 // Host helpers
 // ---------------------------------------------------------------------------
 
-// A device allocation freed on scope exit; reserve() grows it (never shrinks).
-template <class T>
-struct DeviceBuffer {
+// Memory freed on scope exit that reserve() grows (never shrinks; the old
+// contents are not kept), from allocator A: device memory (DeviceBuffer)
+// or page-locked host memory (PinnedBuffer: the results a call brings back
+// are copied into it asynchronously, where a copy into pageable memory
+// would wait for the device once per copy, and the call waits once).
+template <class T, class A>
+struct GrowingBuffer {
   T* ptr = nullptr;
   size_t size = 0;
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t count) { reserve(count); }
+  GrowingBuffer() = default;
+  explicit GrowingBuffer(size_t count) { reserve(count); }
   void reserve(size_t count) {
     if (count <= size) return;
-    if (ptr) cudaFree(ptr);
+    if (ptr) A::free(ptr);
     ptr = nullptr;
     size = 0;
-    cuda_check(cudaMalloc(reinterpret_cast<void**>(&ptr), count * sizeof(T)), "cudaMalloc");
+    cuda_check(A::alloc(reinterpret_cast<void**>(&ptr), count * sizeof(T)), A::name);
     size = count;
   }
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
+  ~GrowingBuffer() {
+    if (ptr) A::free(ptr);
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  GrowingBuffer(const GrowingBuffer&) = delete;
+  GrowingBuffer& operator=(const GrowingBuffer&) = delete;
 };
 
-// Page-locked host memory that only grows: the results a call brings back
-// are copied into it asynchronously (a copy to pageable memory would wait
-// for the device once per copy), and the call waits once for all of them.
-template <class T>
-struct PinnedBuffer {
-  T* ptr = nullptr;
-  size_t size = 0;
-  void reserve(size_t count) {
-    if (count <= size) return;
-    if (ptr) cudaFreeHost(ptr);
-    ptr = nullptr;
-    size = 0;
-    cuda_check(cudaMallocHost(reinterpret_cast<void**>(&ptr), count * sizeof(T)), "cudaMallocHost");
-    size = count;
-  }
-  PinnedBuffer() = default;
-  ~PinnedBuffer() {
-    if (ptr) cudaFreeHost(ptr);
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+struct DeviceAlloc {
+  static cudaError_t alloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+  static void free(void* p) { cudaFree(p); }
+  static constexpr const char* name = "cudaMalloc";
 };
+struct PinnedAlloc {
+  static cudaError_t alloc(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+  static void free(void* p) { cudaFreeHost(p); }
+  static constexpr const char* name = "cudaMallocHost";
+};
+template <class T>
+using DeviceBuffer = GrowingBuffer<T, DeviceAlloc>;
+template <class T>
+using PinnedBuffer = GrowingBuffer<T, PinnedAlloc>;
 
 // ---------------------------------------------------------------------------
 // Per-element and per-block work (host and device)

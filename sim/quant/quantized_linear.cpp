@@ -22,6 +22,31 @@ void QuantRuntime::begin(const StepContext& ctx) {
 
 namespace {
 
+// How GEMM g of a linear with these role specs runs: the fp32 model in BF16
+// (Fp32Gemm::bf16 and formats bfloat16 holds), and whether an operand has
+// row outer scales (its alphas then made on the host's word). The
+// quantized linear runs so, and quant_scratch_bytes plans so.
+struct GemmPath {
+  bool bf16 = false, rows = false;
+};
+GemmPath gemm_path(const std::array<RoleSpec, kNumRoles>& specs, Gemm g, const GemmModel& model, Fp32Gemm fp32_gemm) {
+  const QuantSpec& qa = specs[static_cast<size_t>(gemm_roles(g)[0])].q;
+  const QuantSpec& qb = specs[static_cast<size_t>(gemm_roles(g)[1])].q;
+  GemmPath p;
+  p.bf16 = model.kind == GemmModel::Kind::fp32 && fp32_gemm == Fp32Gemm::bf16 && bf16_holds_encoded(qa) &&
+           bf16_holds_encoded(qb);
+  p.rows = qa.outer == OuterScale::row || qb.outer == OuterScale::row;
+  return p;
+}
+
+// What sample_rows takes for the GEMM statistics of an M-row output: the
+// rows compared, min(gemm_stats_rows, ceil(M / gemm_stats_sample)), or 0
+// (all) when gemm_stats_rows is 0.
+int64_t compared_rows_request(const RuntimeOptions& opt, int64_t M) {
+  const int64_t cap = opt.gemm_stats_rows, every = std::max<int64_t>(1, opt.gemm_stats_sample);
+  return cap == 0 ? 0 : std::min(cap, (M + every - 1) / every);
+}
+
 // Marks the shared scratch as in use for one call.
 struct ScratchGuard {
   QuantRuntime::Scratch& s;
@@ -44,12 +69,9 @@ QuantizedLinear::QuantizedLinear(const LinearInfo& info, const std::array<RoleSp
     if (specs_[i].q.scale) scale_tables_[i] = ScaleCodeTable(*specs_[i].q.scale);
   }
   for (Gemm g : {Gemm::fprop, Gemm::dgrad, Gemm::wgrad}) {
-    const QuantSpec& qa = specs_[static_cast<size_t>(gemm_roles(g)[0])].q;
-    const QuantSpec& qb = specs_[static_cast<size_t>(gemm_roles(g)[1])].q;
-    bf16_gemm_[static_cast<size_t>(g)] = gemm_.kind == GemmModel::Kind::fp32 &&
-                                         rt_->options().fp32_gemm == Fp32Gemm::bf16 && bf16_holds_encoded(qa) &&
-                                         bf16_holds_encoded(qb);
-    row_gemm_[static_cast<size_t>(g)] = qa.outer == OuterScale::row || qb.outer == OuterScale::row;
+    const GemmPath p = gemm_path(specs_, g, gemm_, rt_->options().fp32_gemm);
+    bf16_gemm_[static_cast<size_t>(g)] = p.bf16;
+    row_gemm_[static_cast<size_t>(g)] = p.rows;
   }
 }
 
@@ -246,8 +268,7 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
     // reads the result's and the reference's compared rows (on a device,
     // copies of those rows alone).
     Memory& mem = ops.memory();
-    const int64_t cap = rt_->options().gemm_stats_rows, every = std::max<int64_t>(1, rt_->options().gemm_stats_sample);
-    const std::vector<int64_t> rows = sample_rows(M, cap == 0 ? 0 : std::min(cap, (M + every - 1) / every));
+    const std::vector<int64_t> rows = sample_rows(M, compared_rows_request(rt_->options(), M));
     const int64_t R = rows.empty() ? M : static_cast<int64_t>(rows.size());
     const int64_t in = info_.in_features, out = info_.out_features;
     float* ref = ensure(s.ref, R * N, mem);
@@ -337,28 +358,24 @@ double quant_scratch_bytes(const Recipe& recipe, int64_t num_blocks, const std::
   double out = 0, ref = 0, gather = 0, ranges = 0;
   const bool grouped = recipe.gemm.kind == GemmModel::Kind::grouped;
   const auto up = [](double& v, double bytes) { v = std::max(v, bytes); };
-  const auto sampled = [&](int64_t M) {
-    const int64_t cap = opt.gemm_stats_rows, every = std::max<int64_t>(1, opt.gemm_stats_sample);
-    return cap == 0 ? M : std::min(cap, (M + every - 1) / every);
+  const auto sampled = [&](int64_t M) {  // the rows compared (sample_rows: all when the request is 0 or >= M)
+    const int64_t r = compared_rows_request(opt, M);
+    return r <= 0 || r >= M ? M : r;
   };
   for (const LinearInfo& info : linears) {
     if (!recipe.quantizes(info, num_blocks)) continue;
     const auto specs = recipe.resolve(info, num_blocks);
     const int64_t in = info.in_features, o = info.out_features;
-    const auto held = [&](Gemm g) {
-      const auto roles = gemm_roles(g);
-      return !grouped && opt.fp32_gemm == Fp32Gemm::bf16 && bf16_holds_encoded(specs[role_index(roles[0])].q) &&
-             bf16_holds_encoded(specs[role_index(roles[1])].q);
-    };
+    std::array<GemmPath, 3> paths;
+    for (Gemm g : {Gemm::fprop, Gemm::dgrad, Gemm::wgrad})
+      paths[static_cast<size_t>(g)] = gemm_path(specs, g, recipe.gemm, opt.fp32_gemm);
     // Each role's operand (rows, cols = K), its side and whether it is the
     // transpose of the tensor the model passes (quantize_operand).
     const auto call = [&](Role r, int si, int64_t rows, int64_t cols, bool transposed) {
       const RoleSpec& rs = specs[role_index(r)];
       const double n = static_cast<double>(rows * cols);
-      const Gemm g = role_gemm(r);
-      const bool bf = held(g), row = rs.q.outer == OuterScale::row;
-      const bool row_gemm = specs[role_index(gemm_roles(g)[0])].q.outer == OuterScale::row ||
-                            specs[role_index(gemm_roles(g)[1])].q.outer == OuterScale::row;
+      const GemmPath& path = paths[static_cast<size_t>(role_gemm(r))];
+      const bool bf = path.bf16, row = rs.q.outer == OuterScale::row;
       Side& b = side[si];
       if (transposed || rs.pre_round_bf16 || rs.q.rht) up(b.hp, 4 * n);
       if (!bf || stats) up(b.dq, 4 * n);
@@ -368,7 +385,7 @@ double quant_scratch_bytes(const Recipe& recipe, int64_t num_blocks, const std::
                                               rs.q.scale->code_bytes()));
       if (grouped) up(b.enc, 8 * n);
       if (bf) up(b.bf16, 2 * n);
-      if (bf && !row_gemm) up(b.t, 4);
+      if (bf && !path.rows) up(b.t, 4);
       if (row) up(b.row_t, 4.0 * static_cast<double>(rows));
     };
     call(Role::fprop_x, 0, tokens, in, false);
