@@ -3,7 +3,7 @@
 #include <array>
 
 #include "models/attention_items.hpp"
-#include "models/attention_launches.hpp"  // attention_rows_backward_scratch
+#include "models/cuda/attention_cuda.hpp"  // attention_device_scratch
 #include "sim/parallel.hpp"
 #include "sim/tensor.hpp"
 
@@ -84,15 +84,16 @@ void attention_add_flops(FlopCount& f, const NemotronHConfig& c, int64_t seq_len
 int64_t attention_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sum_sizes(sizes(c, B, T_)); }
 
 // Per token: do (q), dq (q), dk (kv), dv (kv); inside, what the CUDA
-// backend's attention kernels allocate: the row kernels' backward scratch
-// (D and the per-head parts of dK, dV: 2 Hq Dh + Hq floats per token), the
-// forward none (models/attention_launches.hpp). The
-// CPU's query-block scratch (2 x 64 x S floats per thread) and the emulated
-// backend's item scratch (B x Hq x 64 x S floats) are not in the plan: the
-// first is small, the second only emulates a device in tests.
+// backend's attention kernels allocate: the larger of its two families'
+// backward scratch (attention_device_scratch: the block launches' P and dP
+// of attn_device_block_rows query rows per kv head, or the row kernels' D
+// and per-head parts of dK, dV), which also covers the emulated backend's
+// block launches at kQueryBlock rows (never more rows than the device's).
+// The CPU's query-block scratch (2 x 64 x S floats per thread) is not in the
+// plan: it is small.
 MixerScratch attention_scratch(const NemotronHConfig& c, int64_t B, int64_t T_) {
   return {{c.attn_q_dim(), c.attn_q_dim(), c.attn_kv_dim(), c.attn_kv_dim()},
-          attention_rows_backward_scratch(attn_dims(c, B, T_))};
+          attention_device_scratch(attn_dims(c, B, T_))};
 }
 
 // Kept for backward: q, k, v, the attention output and the log-sum-exp of

@@ -1,20 +1,37 @@
-// The host emulation of causal GQA attention's kernels: the item launches of
-// models/attention_launches.hpp with sim::HostLaunch (threads one after
-// another) and SerialGemm (the CPU's Eigen products), which the emulated
-// device backend runs; and the row launches, which the CUDA backend runs,
-// with sim::HostLaunch, for the tests.
+// The host emulation of causal GQA attention's kernels: the block launches
+// of models/attention_blocks.hpp with sim::HostLaunch (threads one after
+// another) and LoopGemm<SerialGemm> (the CPU's Eigen products), which the
+// emulated device backend runs at the CPU's blocking; and the row launches
+// of models/attention_launches.hpp, for the tests.
 #include "models/cuda/attention_cuda.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 namespace exmy::models {
 
-void attention_forward_emulated(float* out, float* lse, const float* q, const float* k, const float* v,
-                                const AttnDims& d, float* scratch) {
-  attention_forward_launches(sim::HostLaunch{}, SerialGemm{}, out, lse, q, k, v, d, scratch);
+void attention_blocks_forward_emulated(float* out, float* lse, const float* q, const float* k, const float* v,
+                                       const AttnDims& d, int64_t rows, float* scratch) {
+  attention_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, out, lse, q, k, v, d, rows, scratch);
 }
-void attention_backward_emulated(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                                 const float* lse, const float* q, const float* k, const float* v, const AttnDims& d,
-                                 float* scratch) {
-  attention_backward_launches(sim::HostLaunch{}, SerialGemm{}, dq, dk, dv, dout, out, lse, q, k, v, d, scratch);
+void attention_blocks_backward_emulated(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                        const float* lse, const float* q, const float* k, const float* v,
+                                        const AttnDims& d, int64_t rows, float* scratch) {
+  attention_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, dq, dk, dv, dout, out, lse, q, k, v,
+                                     d, rows, scratch);
+}
+
+bool attention_rows_chosen() {
+  static const bool rows = [] {
+    const char* v = std::getenv("EXMY_CUDA_ATTENTION");
+    return v && std::string_view(v) == "rows";
+  }();
+  return rows;
+}
+
+int64_t attention_device_scratch(const AttnDims& d) {
+  return std::max(attention_rows_backward_scratch(d), attention_blocks_backward_scratch(d, attn_device_block_rows(d)));
 }
 
 }  // namespace exmy::models

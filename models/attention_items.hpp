@@ -54,6 +54,54 @@ EXMY_HD int64_t attn_block_end(const AttnDims& d, int64_t i0) {
   return d.seqlen < i0 + kQueryBlock ? d.seqlen : i0 + kQueryBlock;
 }
 
+// The steps of a probability row, shared with the block launches
+// (models/attention_blocks.hpp), which run the element steps a thread per
+// element and the row steps a thread per row, so that both make the same
+// values. Row r of a block holds query i's scores over `keys` keys; only
+// j <= i take part, the rest are set to zero.
+//
+// The forward: the scores scaled in place, and their max over j <= i.
+template <class T>
+EXMY_HD T attn_row_scale_max(T* row, int64_t i, T scale) {
+  T mx = -INFINITY;
+  for (int64_t j = 0; j <= i; ++j) {
+    row[j] *= scale;
+    mx = sim::hd_max(mx, row[j]);
+  }
+  return mx;
+}
+// The forward: one element exp(s - max), or zero where masked (j > i).
+template <class T>
+EXMY_HD T attn_prob_unnormalized(T s, int64_t i, int64_t j, T mx) {
+  return j <= i ? sim::hd_exp(s - mx) : T(0);
+}
+// The forward: the sum of a row's exp(s - max) over j <= i, in order from 0.
+template <class T>
+EXMY_HD T attn_row_sum(const T* row, int64_t i) {
+  T sum = 0;
+  for (int64_t j = 0; j <= i; ++j) sum += row[j];
+  return sum;
+}
+// The backward: a probability recomputed from the saved log-sum-exp, or
+// zero where masked.
+template <class T>
+EXMY_HD T attn_prob_saved(T s, int64_t i, int64_t j, T scale, T saved_i) {
+  return j <= i ? sim::hd_exp(s * scale - saved_i) : T(0);
+}
+// The backward: D_i = sum_e dO_ie O_ie in e order, from 0.
+template <class T>
+EXMY_HD T attn_row_dot(const T* doi, const T* oi, int64_t Dh) {
+  T di = 0;
+  for (int64_t e = 0; e < Dh; ++e) di += doi[e] * oi[e];
+  return di;
+}
+// The backward: a score's gradient dS = p (dP - D_i) scale, or zero where
+// masked.
+template <class T>
+EXMY_HD T attn_dscore(T p, T dp, int64_t i, int64_t j, T di, T scale) {
+  return j <= i ? p * (dp - di) * scale : T(0);
+}
+
 // The probabilities of query block [i0, i1) of one head into P (rows =
 // i1 - i0, keys = i1): row r is the softmax of query i = i0 + r's scaled
 // scores Q_i K_j^T over the keys j <= i, the masked keys zero. The forward
@@ -70,23 +118,15 @@ EXMY_HD void attn_block_probs(const Gemm& gemm, T* P, T* lse, const T* saved, co
   for (int64_t i = i0; i < i1; ++i) {
     T* row = P + (i - i0) * keys;
     if (saved) {
-      for (int64_t j = 0; j <= i; ++j) row[j] = sim::hd_exp(row[j] * scale - saved[i]);
+      for (int64_t j = 0; j < keys; ++j) row[j] = attn_prob_saved(row[j], i, j, scale, saved[i]);
     } else {
-      T mx = -INFINITY;
-      for (int64_t j = 0; j <= i; ++j) {
-        row[j] *= scale;
-        mx = sim::hd_max(mx, row[j]);
-      }
-      T sum = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        row[j] = sim::hd_exp(row[j] - mx);
-        sum += row[j];
-      }
+      const T mx = attn_row_scale_max(row, i, scale);
+      for (int64_t j = 0; j < keys; ++j) row[j] = attn_prob_unnormalized(row[j], i, j, mx);
+      const T sum = attn_row_sum(row, i);
       const T inv = T(1) / sum;
       for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
       lse[i] = mx + sim::hd_log(sum);
     }
-    for (int64_t j = i + 1; j < keys; ++j) row[j] = 0;
   }
 }
 
@@ -138,12 +178,10 @@ EXMY_HD void attn_bwd_kv_head(const Gemm& gemm, T* dq, T* dk, T* dv, const T* do
       // that multiplied the scores.
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
-        T di = 0;
-        for (int64_t e = 0; e < Dh; ++e) di += doh[i * ldq + e] * oh[i * ldq + e];
+        const T di = attn_row_dot(doh + i * ldq, oh + i * ldq, Dh);
         T* row = dP + r * keys;
         const T* prow = P + r * keys;
-        for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - di) * scale;
-        for (int64_t j = i + 1; j < keys; ++j) row[j] = 0;
+        for (int64_t j = 0; j < keys; ++j) row[j] = attn_dscore(prow[j], row[j], i, j, di, scale);
       }
       // dQ[i0:i1] += dS K[0:i1];  dK[0:i1] += dS^T Q[i0:i1]
       gemm(dqh + i0 * ldq, ldq, dP, keys, sim::Op::N, kh, ldkv, sim::Op::N, rows, Dh, keys, true);

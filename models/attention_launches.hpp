@@ -1,28 +1,16 @@
-// The launch sequences of causal GQA attention, written once over a launcher
-// (sim/kernel_launch.hpp), in two families:
-//
-// - The item launches (attention_forward_launches, attention_backward_launches):
-//   one thread per work item of models/attention.cpp's loops (per (b, head)
-//   in the forward, per (b, kv head) in the backward), over a GEMM functor
-//   (models/item_gemm.hpp). models/attention_emulated.cpp runs them with
-//   HostLaunch and SerialGemm, so they equal the CPU bit for bit: the
-//   EMULATED device backend (cuda-emulated, make_emulated_device_backend)
-//   runs these, because the whole-model emulation tests hold it to the CPU's
-//   bits. A whole item in one thread is correct, not fast, so no device runs
-//   them.
-// - The row launches (attention_rows_*): one thread per query row (forward,
-//   dQ, D) or key row (dK, dV) of models/attention_rows.hpp, the forward an
-//   online softmax; scratch linear in the sequence length. The CUDA backend
-//   runs these (models/cuda/attention.cu, DeviceLaunch); their sums are in
-//   another order than the CPU's, so they are held to the FP32 budget of
-//   tests/models/test_attention_cuda.cpp, which also runs them with
-//   HostLaunch in CI (models/attention_emulated.cpp).
-//
-// The kernels are float32 (the training type); tests also run both families
-// on an error-bound number type. The row threads are FP32 CUDA cores, not
-// tensor cores: a tiled flash-attention kernel with a thread block per query
-// block would be faster still, at the price of code a host launch cannot
-// emulate thread by thread.
+// The row launches of causal GQA attention, written once over a launcher
+// (sim/kernel_launch.hpp): one thread per query row (forward, dQ, D) or key
+// row (dK, dV) of models/attention_rows.hpp, the forward an online softmax;
+// scratch linear in the sequence length. The CUDA backend runs these when
+// the environment sets EXMY_CUDA_ATTENTION=rows (models/cuda/attention.cu,
+// DeviceLaunch), its block launches (models/attention_blocks.hpp)
+// otherwise; their sums are in another order than the CPU's, so they are
+// held to the FP32 budget of tests/models/test_attention_cuda.cpp, which
+// also runs them with HostLaunch in CI (models/attention_emulated.cpp). The
+// kernels are float32 (the training type); tests also run them on an
+// error-bound number type. The row threads use the FP32 CUDA cores alone:
+// each multiply-add reads an element of k or v, so the load units bound
+// them (docs/architecture.md, "Speed, not yet").
 #pragma once
 
 #include <cstdint>
@@ -30,40 +18,11 @@
 #include <string>
 
 #include "formats/error.hpp"
-#include "models/attention_items.hpp"
+#include "models/attention_items.hpp"  // attn_scale
 #include "models/attention_rows.hpp"
 #include "sim/kernel_launch.hpp"
 
 namespace exmy::models {
-
-// Scratch elements of the forward: per (b, h) item one block's scores P; of
-// the backward: per (b, kv head) item P and dP. Every array padded by
-// item_pad, the scratch 64-byte aligned (as cudaMalloc's and sim::Buf's are).
-inline int64_t attention_forward_scratch(const AttnDims& d) {
-  return d.batch * d.q_heads * item_pad(attn_block_size(d));
-}
-inline int64_t attention_backward_scratch(const AttnDims& d) {
-  return d.batch * d.kv_heads * 2 * item_pad(attn_block_size(d));
-}
-
-template <class L, class Gemm, class T>
-void attention_forward_launches(const L& launch, const Gemm& gemm, T* out, T* lse, const T* q, const T* k, const T* v,
-                                const AttnDims& d, T* scratch) {
-  const int64_t Hq = d.q_heads, psz = item_pad(attn_block_size(d));
-  launch("attention_forward head", d.batch * Hq, [=] EXMY_HD_LAMBDA(int64_t u) {
-    attn_fwd_head(gemm, out, lse, q, k, v, d, u / Hq, u % Hq, scratch + u * psz);
-  });
-}
-
-template <class L, class Gemm, class T>
-void attention_backward_launches(const L& launch, const Gemm& gemm, T* dq, T* dk, T* dv, const T* dout, const T* out,
-                                 const T* lse, const T* q, const T* k, const T* v, const AttnDims& d, T* scratch) {
-  const int64_t Hkv = d.kv_heads, psz = item_pad(attn_block_size(d));
-  launch("attention_backward kv_head", d.batch * Hkv, [=] EXMY_HD_LAMBDA(int64_t u) {
-    T* w = scratch + 2 * u * psz;
-    attn_bwd_kv_head(gemm, dq, dk, dv, dout, out, lse, q, k, v, d, u / Hkv, u % Hkv, w, w + psz);
-  });
-}
 
 // Scratch elements of the row launches: none for the forward; for the
 // backward D (B,Hq,S) and the per-head parts of dK and dV (B,S,Hq*Dh each),

@@ -6,15 +6,17 @@
 // backend, grown to the largest call; the host's token and target ids are
 // copied over on each call (N int32: small next to a layer), and the
 // per-token losses copied back.
-// The includer also defines EXMY_ITEM_KERNELS: 1 for attention's and the
-// SSD scan's item kernels (the emulated backend: the CPU's bits), 0 for
-// attention's row kernels and the SSD scan's thread kernels (the CUDA
-// backend: parallel, within an FP32 budget of the CPU).
+// The includer also defines EXMY_ITEM_KERNELS: 1 for the SSD scan's item
+// kernels and attention's block launches at the CPU's blocking (the
+// emulated backend: the CPU's bits), 0 for the SSD scan's thread kernels
+// and attention's device blocking (the CUDA backend: parallel, within an
+// FP32 budget of the CPU).
 #if !defined(EXMY_ITEM_KERNELS)
-#error "define EXMY_ITEM_KERNELS (1: the item kernels, 0: the row and thread kernels) before including this file"
+#error "define EXMY_ITEM_KERNELS (1: the CPU's bits, 0: the device's kernels) before including this file"
 #endif
 #include <algorithm>
 
+#include "models/attention_blocks.hpp"
 #include "models/attention_launches.hpp"
 #include "models/backend.hpp"
 #include "models/cuda/attention_cuda.hpp"
@@ -134,25 +136,39 @@ class DeviceBackend final : public Backend<float> {
                                   scratch(ssd_parallel_backward_scratch(d)));
 #endif
   }
-  // Attention, as the SSD scan above: the emulated backend runs the item
-  // kernels (the CPU's bits, which the whole-model emulation tests require),
-  // the CUDA backend the row kernels (parallel, within an FP32 budget of the
-  // CPU); see models/attention_launches.hpp and models/ssd_launches.hpp.
+  // Attention: the block launches (models/attention_blocks.hpp), in the
+  // emulated backend at the CPU's kQueryBlock rows with the CPU's products
+  // (the CPU's bits, which the whole-model emulation tests require), in the
+  // CUDA backend at attn_device_block_rows on cuBLASLt (within an FP32
+  // budget of the CPU), or its row kernels (EXMY_CUDA_ATTENTION=rows).
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const AttnDims& d) override {
 #if EXMY_ITEM_KERNELS
-    attention_forward_emulated(out, lse, q, k, v, d, scratch(attention_forward_scratch(d)));
+    attention_blocks_forward_emulated(out, lse, q, k, v, d, kQueryBlock,
+                                      scratch(attention_blocks_forward_scratch(d, kQueryBlock)));
 #else
-    EXMY_K(attention_rows_forward)(out, lse, q, k, v, d);
+    if (attention_rows_chosen()) {
+      EXMY_K(attention_rows_forward)(out, lse, q, k, v, d);
+    } else {
+      const int64_t rows = attn_device_block_rows(d);
+      EXMY_K(attention_blocks_forward)(out, lse, q, k, v, d, rows, scratch(attention_blocks_forward_scratch(d, rows)));
+    }
 #endif
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                           const float* q, const float* k, const float* v, const AttnDims& d) override {
 #if EXMY_ITEM_KERNELS
-    attention_backward_emulated(dq, dk, dv, dout, out, lse, q, k, v, d, scratch(attention_backward_scratch(d)));
+    attention_blocks_backward_emulated(dq, dk, dv, dout, out, lse, q, k, v, d, kQueryBlock,
+                                       scratch(attention_blocks_backward_scratch(d, kQueryBlock)));
 #else
-    EXMY_K(attention_rows_backward)(dq, dk, dv, dout, out, lse, q, k, v, d,
-                                    scratch(attention_rows_backward_scratch(d)));
+    if (attention_rows_chosen()) {
+      EXMY_K(attention_rows_backward)(dq, dk, dv, dout, out, lse, q, k, v, d,
+                                      scratch(attention_rows_backward_scratch(d)));
+    } else {
+      const int64_t rows = attn_device_block_rows(d);
+      EXMY_K(attention_blocks_backward)(dq, dk, dv, dout, out, lse, q, k, v, d, rows,
+                                        scratch(attention_blocks_backward_scratch(d, rows)));
+    }
 #endif
   }
   void round_bf16(float* p, int64_t n) override { EXMY_K(round_bf16)(p, p, n); }

@@ -1,35 +1,54 @@
-// Causal GQA attention's kernels of models/attention_launches.hpp, float32,
-// with the arguments of models/attention.hpp's attention_* plus a scratch:
-// - attention_forward_emulated / attention_backward_emulated: the item
-//   launches on the host (HostLaunch, SerialGemm), host pointers, scratch
-//   attention_forward_scratch(d) / attention_backward_scratch(d) floats.
-//   They equal the CPU attention bit for bit (the same item functions, the
-//   same Eigen products, the host's exp and log); the emulated device
-//   backend runs them. Always built.
-// - attention_rows_forward_* / attention_rows_backward_*: the row launches
-//   (models/attention_rows.hpp), the backward with a scratch of
-//   attention_rows_backward_scratch(d) floats, in two builds:
-//   *_cuda on the current CUDA device, device pointers, the default stream
-//   (asynchronous; a failed launch throws exmy::Error naming the kernel),
-//   only where exmy is built with CUDA (EXMY_HAVE_CUDA): the CUDA backend
-//   runs these; *_emulated, the same launches with the threads run one after
-//   another on the host, always built, so that CI holds them to the budget.
-//   Both are within the FP32 budget of tests/models/test_attention_cuda.cpp
-//   of the CPU (another summation order; on a device also the device's exp
-//   and log). Heads wider than kAttnRowMaxDim (128) are refused (exmy::Error).
+// Causal GQA attention's kernels, float32, with the arguments of
+// models/attention.hpp's attention_* plus a scratch, in two builds each:
+// *_cuda on the current CUDA device (device pointers, the default stream,
+// asynchronous; a failed launch throws exmy::Error naming the kernel), only
+// where exmy is built with CUDA (EXMY_HAVE_CUDA); *_emulated, the same
+// launches with the threads run one after another on the host, always
+// built, so that CI holds them to the CPU.
+// - attention_blocks_*: the block launches (models/attention_blocks.hpp);
+//   the emulated backend runs them at kQueryBlock rows (the CPU's bits),
+//   the CUDA backend at attn_device_block_rows.
+// - attention_rows_*: the row launches (models/attention_launches.hpp), the
+//   backward with a scratch of attention_rows_backward_scratch(d) floats;
+//   the CUDA backend's other family. Heads wider than kAttnRowMaxDim (128)
+//   are refused (exmy::Error).
+// Results on a device, and the emulation at other blockings, are within
+// the FP32 budget of tests/models/test_attention_cuda.cpp of the CPU
+// (another summation order; on a device also the device's exp and log).
 #pragma once
 
 #include <cstdint>
 
-#include "models/attention_launches.hpp"  // the scratch sizes
+#include "models/attention_blocks.hpp"    // the scratch sizes
+#include "models/attention_launches.hpp"
 
 namespace exmy::models {
 
-void attention_forward_emulated(float* out, float* lse, const float* q, const float* k, const float* v,
-                                const AttnDims& d, float* scratch);
-void attention_backward_emulated(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                                 const float* lse, const float* q, const float* k, const float* v, const AttnDims& d,
-                                 float* scratch);
+// The block launches (models/attention_blocks.hpp) with `rows` rows per
+// query block and a scratch of attention_blocks_*_scratch(d, rows) floats:
+// *_emulated on the host (HostLaunch, LoopGemm<SerialGemm>: the CPU's bits
+// where rows = kQueryBlock), *_cuda on the current device (DeviceLaunch,
+// cuBLASLt's strided batches, on the default stream): within the FP32 budget
+// of tests/models/test_attention_cuda.cpp.
+#define EXMY_ATTENTION_BLOCK_KERNELS(suffix)                                                                        \
+  void attention_blocks_forward_##suffix(float* out, float* lse, const float* q, const float* k, const float* v,  \
+                                         const AttnDims& d, int64_t rows, float* scratch);                         \
+  void attention_blocks_backward_##suffix(float* dq, float* dk, float* dv, const float* dout, const float* out,   \
+                                          const float* lse, const float* q, const float* k, const float* v,       \
+                                          const AttnDims& d, int64_t rows, float* scratch);
+EXMY_ATTENTION_BLOCK_KERNELS(emulated)
+#if defined(EXMY_HAVE_CUDA)
+EXMY_ATTENTION_BLOCK_KERNELS(cuda)
+#endif
+#undef EXMY_ATTENTION_BLOCK_KERNELS
+
+// Which family the CUDA backend runs: the block launches, unless the
+// environment sets EXMY_CUDA_ATTENTION=rows (the row kernels; kept until a
+// device has timed both, docs/benchmarks.md). Read once.
+bool attention_rows_chosen();
+// The scratch (floats) the CUDA backend's attention may ask for: the
+// larger of the two families' backward.
+int64_t attention_device_scratch(const AttnDims& d);
 
 #define EXMY_ATTENTION_ROW_KERNELS(suffix)                                                                         \
   void attention_rows_forward_##suffix(float* out, float* lse, const float* q, const float* k, const float* v,    \

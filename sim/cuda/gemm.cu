@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <tuple>
@@ -50,7 +51,8 @@ cublasOperation_t op_of(Op op) { return op == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T;
   X(cublasLtMatmulPreferenceDestroy) \
   X(cublasLtMatmulPreferenceSetAttribute) \
   X(cublasLtMatrixLayoutCreate) \
-  X(cublasLtMatrixLayoutDestroy)
+  X(cublasLtMatrixLayoutDestroy) \
+  X(cublasLtMatrixLayoutSetAttribute)
 
 struct Lt {
 #define EXMY_LT(name) decltype(&::name) name = nullptr;
@@ -80,6 +82,12 @@ const Lt& lt() {
 }
 #undef EXMY_LT_FUNCTIONS
 
+// A batch of products: how many, and each operand's stride in elements.
+struct GemmBatch {
+  int64_t count = 1, sa = 0, sb = 0, sc = 0;
+  auto key() const { return std::make_tuple(count, sa, sb, sc); }
+};
+
 }  // namespace
 
 struct CudaGemm::Impl {
@@ -92,7 +100,9 @@ struct CudaGemm::Impl {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, bool>;
+  using Batch = GemmBatch;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, bool,
+                         std::tuple<int64_t, int64_t, int64_t, int64_t>>;
   std::map<Key, Plan> plans;
   float* zero = nullptr;  // beta = 0 in device memory (device pointer mode)
 
@@ -109,7 +119,7 @@ struct CudaGemm::Impl {
   }
 
   const Plan& plan(int64_t ldc, int64_t lda, Op opA, int64_t ldb, Op opB, int64_t M, int64_t N, int64_t K,
-                   GemmOperands operands, bool device_alpha = false) {
+                   GemmOperands operands, bool device_alpha = false, const Batch& batch = Batch{}) {
     const Key key{ldc,
                   lda,
                   ldb,
@@ -119,7 +129,8 @@ struct CudaGemm::Impl {
                   static_cast<int>(opA),
                   static_cast<int>(opB),
                   static_cast<int>(operands),
-                  device_alpha};
+                  device_alpha,
+                  batch.key()};
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     Plan p;
     const cudaDataType_t in = operands == GemmOperands::bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -137,6 +148,18 @@ struct CudaGemm::Impl {
     check(lt().cublasLtMatrixLayoutCreate(&p.a, in, opB == Op::N ? m : k, opB == Op::N ? k : m, ldb), "layout B");
     check(lt().cublasLtMatrixLayoutCreate(&p.b, in, opA == Op::N ? k : n, opA == Op::N ? n : k, lda), "layout A");
     check(lt().cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, m, n, ldc), "layout C");
+    if (batch.count > 1) {  // cuBLAS's first operand is our B, its second our A
+      const auto strided = [&](cublasLtMatrixLayout_t l, int64_t stride, const char* what) {
+        const int32_t count = static_cast<int32_t>(batch.count);
+        check(lt().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count), what);
+        check(lt().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                    sizeof stride),
+              what);
+      };
+      strided(p.a, batch.sb, "batch of B");
+      strided(p.b, batch.sa, "batch of A");
+      strided(p.c, batch.sc, "batch of C");
+    }
     cublasLtMatmulPreference_t pref = nullptr;
     check(lt().cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     check(lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
@@ -190,6 +213,29 @@ void CudaGemm::run_device_alpha(float* C, int64_t ldc, const void* A, int64_t ld
   check(lt().cublasLtMatmul(impl_->handle, p.desc, alpha, B, p.a, A, p.b, impl_->zero, C, p.c, C, p.c, &p.algo,
                             impl_->workspace, impl_->workspace_bytes, 0),
         "cublasLtMatmul");
+}
+
+void CudaGemm::run_batched(int64_t count, float* C, int64_t ldc, int64_t sc, const float* A, int64_t lda, int64_t sa,
+                           Op opA, const float* B, int64_t ldb, int64_t sb, Op opB, int64_t M, int64_t N, int64_t K,
+                           bool accumulate) {
+  if (count <= 0 || M == 0 || N == 0) return;
+  if (count == 1 || K == 0) {  // (an empty sum: each entry's C = 0, or unchanged)
+    for (int64_t t = 0; t < count; ++t)
+      run(C + t * sc, ldc, A + t * sa, lda, opA, B + t * sb, ldb, opB, M, N, K, accumulate, GemmOperands::fp32);
+    return;
+  }
+  if (count > INT32_MAX) throw Error("a batched GEMM of " + std::to_string(count) + " products");
+  const Impl::Plan& p =
+      impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, GemmOperands::fp32, false, Impl::Batch{count, sa, sb, sc});
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  DeviceProfileScope timed(launch_profile_on() ? "cublasLt fp32 batched " + std::to_string(count) + "x " +
+                                                     std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                                     std::to_string(K)
+                                               : std::string(),
+                           static_cast<double>(count) * gemm_flops(M, N, K));
+  check(lt().cublasLtMatmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
+                            impl_->workspace, impl_->workspace_bytes, 0),
+        "cublasLtMatmul (batched)");
 }
 
 void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, const void* B, int64_t ldb, Op opB,

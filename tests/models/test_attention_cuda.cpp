@@ -1,19 +1,20 @@
 // Causal GQA attention's kernels (models/cuda/attention_cuda.hpp) against
 // the CPU attention (models/attention.hpp), forward and backward, in two
-// families (models/attention_launches.hpp):
-// - the item kernels, which the emulated device backend runs: their host
-//   emulation must equal the CPU bit for bit (the same item functions, the
-//   same Eigen products, the host's exp and log). Only emulated: no device
-//   runs them.
-// - the row kernels, which the CUDA backend runs (one thread per query or
-//   key row, the forward an online softmax): within the FP32 budget below,
+// families:
+// - the block kernels (models/attention_blocks.hpp), which both device
+//   backends run: at the CPU's blocking (kQueryBlock rows) their host
+//   emulation must equal the CPU bit for bit (the item functions' steps, the
+//   same Eigen products in the same order); on a device (cuBLASLt's
+//   products) and at other blockings, within the FP32 budget below.
+// - the row kernels (one thread per query or key row, the forward an
+//   online softmax), the CUDA backend's other family: within the budget,
 //   in the emulation (HostLaunch) and on a device.
 //
 // Built twice, as test_ssd_cuda.cpp: test_attention_cuda_emulated (label
 // "unit") and test_attention_cuda (label "gpu", only with CUDA; every test
 // reports SKIPPED without a CUDA device).
 //
-// The row kernels' FP32 budget. The CPU and the row kernels are two
+// The FP32 budget. The CPU and the row kernels are two
 // algorithms: the CPU forms a block of scores with one Eigen product, takes
 // each row's max, and normalizes by the row's sum; a row thread sums each
 // score over e in order, keeps a running max m and sum l over tiles of 16
@@ -29,15 +30,20 @@
 // its products bound any order of their sums, its exp allows 2 ulp and log
 // 1 ulp, which covers the device's expf and logf as well as glibc's; the
 // scores' errors go through exp multiplied by the probability, a max
-// carries the largest error of its operands): E_cpu for the CPU's item
-// functions (attention_items.hpp), E_rows for the row functions
-// (attention_rows.hpp), which the device runs as written (no fused
-// multiply-adds, exmy_cuda_library's --fmad=false). Each result is within
-// 2 u E of the exact value (twice for the terms beyond first order and E's
-// own double evaluation), so the row kernels are within
-// 2 u (E_rows + E_cpu) + 2^-126 of the CPU (tests/models/budget_test.hpp,
-// compare_reordered); the emulated build checks both premises against the
-// double evaluation as well. Where two scores of a row are within their
+// carries the largest error of its operands): E_cpu for the CPU's
+// algorithm (the block launches at kQueryBlock rows, whose steps are the
+// item functions of attention_items.hpp), E_rows for the row functions
+// (attention_rows.hpp), E_B for the block launches at B rows (the same
+// steps; the backward's sums over query rows grouped by B rows a product),
+// each run as the device runs it (no fused multiply-adds,
+// exmy_cuda_library's --fmad=false). Each result is within 2 u E of the
+// exact value (twice for the terms beyond first order and E's own double
+// evaluation), so the row kernels are within 2 u (E_rows + E_cpu) + 2^-126
+// of the CPU and the blocks at B rows within 2 u (E_B + E_cpu) + 2^-126
+// (tests/models/budget_test.hpp, compare_reordered); the CPU's blocking on
+// a device, which reorders only the products' sums, within 4 u E_cpu
+// (compare). The emulated build checks the premises against the double
+// evaluation as well. Where two scores of a row are within their
 // rounding of each other the sides may take different maxima: the softmax
 // does not depend on that choice, only its roundings do, which the max's
 // carried error covers. The bound ignores that a max's error shifts every
@@ -123,19 +129,21 @@ CpuBackward cpu_backward(const Inputs& in, const CpuForward& f, uint64_t seed) {
 }
 
 // The RunErr evaluations of the forward (out, lse) and of the backward (dq,
-// dk, dv) of one family: items (the CPU's algorithm) or rows.
-enum class Family { items, rows };
+// dk, dv) of one family: blocks of `block` query rows (the CPU's algorithm
+// with the CPU's blocking at kQueryBlock; the item functions' steps, the
+// products bounded in any order) or rows.
+enum class Family { blocks, rows };
 struct ForwardBound {
   Bound out, lse;
 };
-ForwardBound forward_bound(Family fam, const Inputs& in) {
+ForwardBound forward_bound(Family fam, const Inputs& in, int64_t block = kQueryBlock) {
   const AttnDims& d = in.d;
   const Bound rq = to<RunErr>(in.q), rk = to<RunErr>(in.k), rv = to<RunErr>(in.v);
   ForwardBound r{Bound(in.q.size()), Bound(in.lse_size())};
-  if (fam == Family::items) {
-    Bound rscratch(static_cast<size_t>(attention_forward_scratch(d)));
-    attention_forward_launches(sim::HostLaunch{}, test::RunErrGemm{}, r.out.data(), r.lse.data(), rq.data(),
-                               rk.data(), rv.data(), d, rscratch.data());
+  if (fam == Family::blocks) {
+    Bound rscratch(static_cast<size_t>(attention_blocks_forward_scratch(d, block)));
+    attention_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<test::RunErrGemm>{}, r.out.data(), r.lse.data(),
+                                      rq.data(), rk.data(), rv.data(), d, block, rscratch.data());
   } else {
     attention_rows_forward_launches(sim::HostLaunch{}, r.out.data(), r.lse.data(), rq.data(), rk.data(), rv.data(),
                                     d);
@@ -145,16 +153,17 @@ ForwardBound forward_bound(Family fam, const Inputs& in) {
 struct BackwardBound {
   Bound dq, dk, dv;
 };
-BackwardBound backward_bound(Family fam, const Inputs& in, const CpuForward& f, const CpuBackward& g) {
+BackwardBound backward_bound(Family fam, const Inputs& in, const CpuForward& f, const CpuBackward& g,
+                             int64_t block = kQueryBlock) {
   const AttnDims& d = in.d;
   const Bound rq = to<RunErr>(in.q), rk = to<RunErr>(in.k), rv = to<RunErr>(in.v), rdout = to<RunErr>(in.dout),
               rout = to<RunErr>(f.out), rlse = to<RunErr>(f.lse);
   BackwardBound r{to<RunErr>(g.dq0), to<RunErr>(g.dk0), to<RunErr>(g.dv0)};
-  if (fam == Family::items) {
-    Bound rscratch(static_cast<size_t>(attention_backward_scratch(d)));
-    attention_backward_launches(sim::HostLaunch{}, test::RunErrGemm{}, r.dq.data(), r.dk.data(), r.dv.data(),
-                                rdout.data(), rout.data(), rlse.data(), rq.data(), rk.data(), rv.data(), d,
-                                rscratch.data());
+  if (fam == Family::blocks) {
+    Bound rscratch(static_cast<size_t>(attention_blocks_backward_scratch(d, block)));
+    attention_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<test::RunErrGemm>{}, r.dq.data(), r.dk.data(),
+                                       r.dv.data(), rdout.data(), rout.data(), rlse.data(), rq.data(), rk.data(),
+                                       rv.data(), d, block, rscratch.data());
   } else {
     Bound rscratch(static_cast<size_t>(attention_rows_backward_scratch(d)));
     attention_rows_backward_launches(sim::HostLaunch{}, r.dq.data(), r.dk.data(), r.dv.data(), rdout.data(),
@@ -181,37 +190,103 @@ std::vector<Case> cases(uint64_t seed, const std::string& what) {
   return all;
 }
 
-#if defined(EXMY_TEST_EMULATED)
-// The item kernels (the emulated backend's) equal the CPU bit for bit; the
-// CPU is within its bound of the exact value.
-TEST(AttentionItemKernels, ForwardEqualsCpu) {
-  for (const Case& c : cases(40, "attention forward items")) {
-    const auto& [in, f, what, seed] = c;
+// The block kernels (the emulated backend's at kQueryBlock rows, the CUDA
+// backend's at attn_device_block_rows): at kQueryBlock rows in the emulation
+// (LoopGemm<SerialGemm>) they equal the CPU bit for bit, on a device (the
+// products cuBLASLt's) they are within 4 u E of it, E the CPU algorithm's
+// bound; at other block sizes (another grouping of the backward's sums over
+// query rows: one product per block) within the budget of two algorithms,
+// each bounded by its own RunErr run. The scratch is poisoned (NaN), so a
+// read of an element no launch wrote shows; a second run on a device gives
+// the same bits (fixed cuBLASLt algorithms, no atomics).
+std::vector<int64_t> block_sizes(const AttnDims& d) {
+  return {kQueryBlock, 32, 7, d.seqlen, attn_device_block_rows(d)};
+}
+
+TEST(AttentionBlockKernels, Forward) {
+  EXMY_REQUIRE_CUDA();
+  for (const Case& c : cases(40, "attention forward blocks")) {
+    const auto& [in, f, what0, seed] = c;
     const AttnDims& d = in.d;
-    Buffer kout(Vec(f.out.size(), -1.0f)), klse(Vec(f.lse.size(), -1.0f)),
-        scratch(Vec(static_cast<size_t>(attention_forward_scratch(d)), 0.0f));
-    attention_forward_emulated(kout.ptr(), klse.ptr(), in.q.data(), in.k.data(), in.v.data(), d, scratch.ptr());
-    const ForwardBound b = forward_bound(Family::items, in);
-    compare(kout.get(), plain(f.out), b.out, what + " out");
-    compare(klse.get(), plain(f.lse), b.lse, what + " lse");
+    const ForwardBound cpu = forward_bound(Family::blocks, in);
+    for (const int64_t block : block_sizes(d)) {
+      const std::string what = what0 + " block " + std::to_string(block);
+      const Vec nan(static_cast<size_t>(attention_blocks_forward_scratch(d, block)), std::nanf(""));
+      Buffer kq(in.q), kk(in.k), kv(in.v), kout(Vec(f.out.size(), -1.0f)), klse(Vec(f.lse.size(), -1.0f)),
+          scratch(nan);
+      KERNEL(attention_blocks_forward)(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d, block, scratch.ptr());
+      const Vec out = kout.get(), lse = klse.get();
+      if (block == kQueryBlock) {
+        compare(out, plain(f.out), cpu.out, what + " out");
+        compare(lse, plain(f.lse), cpu.lse, what + " lse");
+      } else {
+        const ForwardBound own = forward_bound(Family::blocks, in, block);
+        compare_reordered(out, plain(f.out), own.out, cpu.out, what + " out");
+        compare_reordered(lse, plain(f.lse), own.lse, cpu.lse, what + " lse");
+      }
+      if (kOnDevice) {
+        Buffer scratch2(nan);
+        KERNEL(attention_blocks_forward)(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d, block,
+                                         scratch2.ptr());
+        expect_bits(kout.get(), out, what + " out, run twice");
+        expect_bits(klse.get(), lse, what + " lse, run twice");
+      }
+    }
   }
 }
 
-TEST(AttentionItemKernels, BackwardEqualsCpuAndAccumulates) {
-  for (const Case& c : cases(900, "attention backward items")) {
-    const auto& [in, f, what, seed] = c;
+TEST(AttentionBlockKernels, BackwardAccumulates) {
+  EXMY_REQUIRE_CUDA();
+  for (const Case& c : cases(900, "attention backward blocks")) {
+    const auto& [in, f, what0, seed] = c;
     const AttnDims& d = in.d;
     const CpuBackward g = cpu_backward(in, f, seed);
-    Buffer kdq(g.dq0), kdk(g.dk0), kdv(g.dv0), scratch(Vec(static_cast<size_t>(attention_backward_scratch(d)), 0.0f));
-    attention_backward_emulated(kdq.ptr(), kdk.ptr(), kdv.ptr(), in.dout.data(), f.out.data(), f.lse.data(),
-                                in.q.data(), in.k.data(), in.v.data(), d, scratch.ptr());
-    const BackwardBound b = backward_bound(Family::items, in, f, g);
-    compare(kdq.get(), plain(g.dq), b.dq, what + " dq");
-    compare(kdk.get(), plain(g.dk), b.dk, what + " dk");
-    compare(kdv.get(), plain(g.dv), b.dv, what + " dv");
+    const BackwardBound cpu = backward_bound(Family::blocks, in, f, g);
+    for (const int64_t block : block_sizes(d)) {
+      const std::string what = what0 + " block " + std::to_string(block);
+      // From the CPU's saved output and log-sum-exp, so that only the
+      // backward is compared.
+      const Vec nan(static_cast<size_t>(attention_blocks_backward_scratch(d, block)), std::nanf(""));
+      Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(f.out), klse(f.lse), kdq(g.dq0), kdk(g.dk0),
+          kdv(g.dv0), scratch(nan);
+      KERNEL(attention_blocks_backward)(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(),
+                                        kq.ptr(), kk.ptr(), kv.ptr(), d, block, scratch.ptr());
+      const Vec dq = kdq.get(), dk = kdk.get(), dv = kdv.get();
+      if (block == kQueryBlock) {
+        compare(dq, plain(g.dq), cpu.dq, what + " dq");
+        compare(dk, plain(g.dk), cpu.dk, what + " dk");
+        compare(dv, plain(g.dv), cpu.dv, what + " dv");
+      } else {
+        const BackwardBound own = backward_bound(Family::blocks, in, f, g, block);
+        compare_reordered(dq, plain(g.dq), own.dq, cpu.dq, what + " dq");
+        compare_reordered(dk, plain(g.dk), own.dk, cpu.dk, what + " dk");
+        compare_reordered(dv, plain(g.dv), own.dv, cpu.dv, what + " dv");
+      }
+      if (kOnDevice) {
+        Buffer kdq2(g.dq0), kdk2(g.dk0), kdv2(g.dv0), scratch2(nan);
+        KERNEL(attention_blocks_backward)(kdq2.ptr(), kdk2.ptr(), kdv2.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(),
+                                          kq.ptr(), kk.ptr(), kv.ptr(), d, block, scratch2.ptr());
+        expect_bits(kdq2.get(), dq, what + " dq, run twice");
+        expect_bits(kdk2.get(), dk, what + " dk, run twice");
+        expect_bits(kdv2.get(), dv, what + " dv, run twice");
+      }
+    }
   }
 }
-#endif
+
+// The device's block size: about a quarter of the sequence in multiples of
+// kQueryBlock, the whole of a short one, one scratch array within 128 MiB.
+TEST(AttentionBlockKernels, DeviceBlockRows) {
+  const auto rows = [](int64_t S, int64_t Hkv) {
+    return attn_device_block_rows({.batch = 1, .seqlen = S, .q_heads = 4 * Hkv, .kv_heads = Hkv, .head_dim = 128});
+  };
+  EXPECT_EQ(rows(4096, 2), 1024);
+  EXPECT_EQ(rows(4096, 8), 1024);   // 8 x 1024 x 4096 floats: 128 MiB
+  EXPECT_EQ(rows(8192, 8), 512);    // a quarter would be 256 MiB
+  EXPECT_EQ(rows(100, 2), 64);
+  EXPECT_EQ(rows(40, 2), 40);
+  EXPECT_EQ(rows(1 << 20, 8), 64);  // never below kQueryBlock
+}
 
 // The row kernels (the CUDA backend's) within the budget of the CPU; on a
 // device, a second run gives the same bits (no atomics, fixed orders).
@@ -223,7 +298,7 @@ TEST(AttentionRowKernels, ForwardWithinBudget) {
     Buffer kq(in.q), kk(in.k), kv(in.v), kout(Vec(f.out.size(), -1.0f)), klse(Vec(f.lse.size(), -1.0f));
     KERNEL(attention_rows_forward)(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d);
     const Vec out = kout.get(), lse = klse.get();
-    const ForwardBound rows = forward_bound(Family::rows, in), items = forward_bound(Family::items, in);
+    const ForwardBound rows = forward_bound(Family::rows, in), items = forward_bound(Family::blocks, in);
     compare_reordered(out, plain(f.out), rows.out, items.out, what + " out");
     compare_reordered(lse, plain(f.lse), rows.lse, items.lse, what + " lse");
     if (kOnDevice) {
@@ -249,7 +324,7 @@ TEST(AttentionRowKernels, BackwardWithinBudgetAndAccumulates) {
     KERNEL(attention_rows_backward)(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
                                     kk.ptr(), kv.ptr(), d, scratch.ptr());
     const Vec dq = kdq.get(), dk = kdk.get(), dv = kdv.get();
-    const BackwardBound rows = backward_bound(Family::rows, in, f, g), items = backward_bound(Family::items, in, f, g);
+    const BackwardBound rows = backward_bound(Family::rows, in, f, g), items = backward_bound(Family::blocks, in, f, g);
     compare_reordered(dq, plain(g.dq), rows.dq, items.dq, what + " dq");
     compare_reordered(dk, plain(g.dk), rows.dk, items.dk, what + " dk");
     compare_reordered(dv, plain(g.dv), rows.dv, items.dv, what + " dv");
@@ -300,6 +375,34 @@ TEST(AttentionRowKernels, TimesSequence4096) {
   std::printf("[attention rows] B1 S4096 Hq16 Hkv4 Dh128: forward %.2f ms (%.1f TFLOP/s), backward %.2f ms "
               "(%.1f TFLOP/s), median of 3\n",
               ms.fwd, fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
+  for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
+    bool finite = true, nonzero = false;
+    for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
+    EXPECT_TRUE(finite && nonzero);
+  }
+}
+
+// The block kernels' time at the same shape and the device's block size
+// (printed beside the row kernels' for the device report).
+TEST(AttentionBlockKernels, TimesSequence4096) {
+  EXMY_REQUIRE_CUDA();
+  const AttnDims d{.batch = 1, .seqlen = 4096, .q_heads = 16, .kv_heads = 4, .head_dim = 128};
+  const int64_t rows = attn_device_block_rows(d);
+  const Inputs in(d, 7);
+  Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(Vec(in.q.size(), std::nanf(""))),
+      klse(Vec(in.lse_size(), std::nanf(""))), kdq(Vec(in.q.size(), 0.0f)), kdk(Vec(in.k.size(), 0.0f)),
+      kdv(Vec(in.v.size(), 0.0f)), scratch(Vec(static_cast<size_t>(attention_blocks_backward_scratch(d, rows)), 0.0f));
+  const FwdBwdMs ms = time_forward_backward(
+      [&] { attention_blocks_forward_cuda(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d, rows, scratch.ptr()); },
+      [&] {
+        attention_blocks_backward_cuda(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
+                                       kk.ptr(), kv.ptr(), d, rows, scratch.ptr());
+      });
+  const double pairs = static_cast<double>(d.seqlen) * static_cast<double>(d.seqlen + 1) / 2;
+  const double fwd_flops = 4.0 * static_cast<double>(d.head_dim * d.q_heads * d.batch) * pairs;
+  std::printf("[attention blocks] B1 S4096 Hq16 Hkv4 Dh128, %lld rows a block: forward %.2f ms (%.1f TFLOP/s), "
+              "backward %.2f ms (%.1f TFLOP/s), median of 3\n",
+              static_cast<long long>(rows), ms.fwd, fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
   for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
     bool finite = true, nonzero = false;
     for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;

@@ -167,6 +167,75 @@ TEST(CudaGemm, Bf16OperandsWithinBudgetAndDeterministic) {
   check_cases(GemmOperands::bf16, 12);
 }
 
+// Strided batches (run_batched: attention's products on a device), FP32:
+// each entry within the budget of its exact product, the elements between
+// the entries untouched, and the same bits twice.
+TEST(CudaGemm, Fp32BatchesWithinBudgetAndDeterministic) {
+  EXMY_REQUIRE_CUDA();
+  CudaGemm g;
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const Case cases[] = {{64, 200, 128, Op::N, Op::T, false, 2},
+                        {200, 128, 64, Op::T, Op::N, true, 0},
+                        {5, 3, 7, Op::N, Op::N, true, 1}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << c.M << "x" << c.N << "x" << c.K);
+    const int64_t M = c.M, N = c.N, K = c.K, count = 3;
+    const int64_t ar = c.opA == Op::N ? M : K, ac = c.opA == Op::N ? K : M;
+    const int64_t br = c.opB == Op::N ? K : N, bc = c.opB == Op::N ? N : K;
+    const int64_t lda = ac + c.pad, ldb = bc + c.pad, ldc = N + c.pad;
+    // each entry followed by a gap of 5 elements
+    const int64_t sa = ar * lda + 5, sb = br * ldb + 5, sc = M * ldc + 5;
+    std::vector<float> A(static_cast<size_t>(count * sa)), B(static_cast<size_t>(count * sb)),
+        C0(static_cast<size_t>(count * sc));
+    for (float& v : A) v = normal(rng);
+    for (float& v : B) v = normal(rng);
+    for (float& v : C0) v = normal(rng);
+    const float* dA = upload(A);
+    const float* dB = upload(B);
+    float* dC = upload(C0);
+    g.run_batched(count, dC, ldc, sc, dA, lda, sa, c.opA, dB, ldb, sb, c.opB, M, N, K, c.accumulate);
+    ok(cudaDeviceSynchronize());
+    const std::vector<float> got = download(dC, C0.size());
+    ok(cudaMemcpy(dC, C0.data(), sizeof(float) * C0.size(), cudaMemcpyHostToDevice));
+    g.run_batched(count, dC, ldc, sc, dA, lda, sa, c.opA, dB, ldb, sb, c.opB, M, N, K, c.accumulate);
+    ok(cudaDeviceSynchronize());
+    EXPECT_EQ(std::memcmp(got.data(), download(dC, C0.size()).data(), sizeof(float) * got.size()), 0)
+        << "two runs differ";
+    const double u = std::ldexp(1.0, -24), n = static_cast<double>(K + (c.accumulate ? 1 : 0));
+    const double gamma = n * u / (1 - n * u);
+    int bad = 0;
+    for (int64_t t = 0; t < count; ++t) {
+      const float* a = A.data() + t * sa;
+      const float* b = B.data() + t * sb;
+      const int64_t c0 = t * sc;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          const size_t at = static_cast<size_t>(c0 + i * ldc + j);
+          if (j >= N) {  // the padding
+            if (got[at] != C0[at] && bad++ < 5) ADD_FAILURE() << "entry " << t << ": padding written";
+            continue;
+          }
+          double exact = c.accumulate ? C0[at] : 0.0, mag = std::fabs(exact);
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = static_cast<double>(c.opA == Op::N ? a[i * lda + k] : a[k * lda + i]) *
+                             (c.opB == Op::N ? b[k * ldb + j] : b[j * ldb + k]);
+            exact += p;
+            mag += std::fabs(p);
+          }
+          if (std::fabs(got[at] - exact) > gamma * mag && bad++ < 5)
+            ADD_FAILURE() << "entry " << t << " C(" << i << "," << j << ") = " << got[at] << ", exact " << exact;
+        }
+      for (int64_t e = M * ldc; e < sc && c0 + e < static_cast<int64_t>(got.size()); ++e)
+        if (got[static_cast<size_t>(c0 + e)] != C0[static_cast<size_t>(c0 + e)] && bad++ < 5)
+          ADD_FAILURE() << "entry " << t << ": the gap after it was written";
+    }
+    cudaFree(const_cast<float*>(dA));
+    cudaFree(const_cast<float*>(dB));
+    cudaFree(dC);
+  }
+}
+
 // Not a check: the rates of large products on this device (printed; the
 // figures in docs/benchmarks.md come from here), the median of 10 timed
 // runs after 3 warm-up runs, on normal random operands.

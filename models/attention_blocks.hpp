@@ -1,0 +1,186 @@
+// The block launches of causal GQA attention (models/attention.hpp): the
+// CPU's algorithm (models/attention_items.hpp: a query block's scores as one
+// product, the softmax of each row after its max, the backward from the
+// saved log-sum-exp) with its products as batched GEMMs and its row and
+// element steps as launches, so that a CUDA device runs the products on
+// cuBLASLt instead of a thread per row summing alone.
+//
+// Order: for each batch b and each r < rep (rep = Hq / Hkv query heads per
+// kv head), for each query block [i0, i1) of `rows` rows, in order, one
+// batched call per product covers the Hkv heads h = kvh * rep + r (entry
+// kvh). So every kv head receives its dk, dv sums as the CPU's item does
+// (its query heads in order, each head's blocks in order), and with
+// rows = kQueryBlock and the CPU's GEMM (LoopGemm<SerialGemm>) the launches
+// give the CPU's bits (tests/models/test_attention_cuda.cpp). On a device
+// the products are cuBLASLt's (another order of each output's sums) and
+// `rows` is attn_device_block_rows(d): the results are then within the FP32
+// budget of that test.
+//
+// Per block and entry (scratch P, and dP in the backward, `rows` x i1 each):
+//   forward   P = Q_blk K^T; per row (a thread): scale, max into lse; per
+//             element: exp(s - max); per row: the sum, lse = max + log sum,
+//             1/sum into R; per element: P *= 1/sum; out_blk = P V
+//   backward  per row (before the blocks): D_i = dO_i · O_i; per block:
+//             P = Q_blk K^T, per element P = exp(s scale - lse_i);
+//             dV += P^T dO_blk; dP = dO_blk V^T; per element
+//             dS = P (dP - D_i) scale; dQ_blk += dS K; dK += dS^T Q_blk
+// Scratch is linear in the sequence length: rows x S per kv head and array.
+#pragma once
+
+#include <cstdint>
+
+#include "models/attention.hpp"
+#include "models/attention_items.hpp"
+#include "models/item_gemm.hpp"
+#include "sim/kernel_launch.hpp"
+
+namespace exmy::models {
+
+// A batched GEMM functor: gemm(count, C, ldc, sc, A, lda, sa, opA, B, ldb, sb,
+// opB, M, N, K, accumulate) forms entry t as C + t sc = op(A + t sa) op(B +
+// t sb) (+= with accumulate), sim::gemm's shapes. LoopGemm runs the entries
+// one after another through an item functor (SerialGemm on the host, an
+// error-bound one in the tests); a device passes cuBLASLt's strided batch
+// (models/cuda/attention.cu).
+template <class G>
+struct LoopGemm {
+  G g;
+  template <class T>
+  void operator()(int64_t count, T* C, int64_t ldc, int64_t sc, const T* A, int64_t lda, int64_t sa, sim::Op opA,
+                  const T* B, int64_t ldb, int64_t sb, sim::Op opB, int64_t M, int64_t N, int64_t K,
+                  bool accumulate) const {
+    for (int64_t t = 0; t < count; ++t) g(C + t * sc, ldc, A + t * sa, lda, opA, B + t * sb, ldb, opB, M, N, K, accumulate);
+  }
+};
+
+// Rows per query block on a device: about a quarter of the sequence (so the
+// products cover at most 1.25 times the causal triangle for long
+// sequences, and the row steps have Hkv x rows threads), a multiple of
+// kQueryBlock, at most the sequence, and small enough that one array of the
+// scratch (Hkv x rows x S floats) stays within 128 MiB.
+inline int64_t attn_device_block_rows(const AttnDims& d) {
+  const int64_t S = d.seqlen;
+  int64_t rows = ((S + 3) / 4 + kQueryBlock - 1) / kQueryBlock * kQueryBlock;
+  const int64_t cap = (int64_t{1} << 25) / (d.kv_heads * S);  // floats: 128 MiB
+  if (rows > cap) rows = cap / kQueryBlock * kQueryBlock;
+  if (rows < kQueryBlock) rows = kQueryBlock;
+  return rows < S ? rows : S;
+}
+
+// The scratch layout of the block launches, in floats: P (and dP) per kv
+// head, each item_pad(rows x S) apart (64-byte aligned, as the CPU's
+// buffers), R the rows' 1/sum (forward), D the rows' dO · O (backward).
+struct AttnBlockScratch {
+  int64_t rows = 0, per_head = 0, P = 0, dP = 0, R = 0, D = 0, total = 0;
+  AttnBlockScratch(const AttnDims& d, int64_t block_rows, bool backward) : rows(block_rows) {
+    per_head = item_pad(rows * d.seqlen);
+    const int64_t array = d.kv_heads * per_head;
+    P = 0;
+    dP = backward ? array : P;
+    R = P + (backward ? 2 : 1) * array;
+    D = R + item_pad(d.kv_heads * rows);
+    total = D + (backward ? item_pad(d.kv_heads * d.seqlen) : 0);
+  }
+};
+inline int64_t attention_blocks_forward_scratch(const AttnDims& d, int64_t rows) {
+  return AttnBlockScratch(d, rows, false).total;
+}
+inline int64_t attention_blocks_backward_scratch(const AttnDims& d, int64_t rows) {
+  return AttnBlockScratch(d, rows, true).total;
+}
+
+template <class L, class Gemm, class T>
+void attention_blocks_forward_launches(const L& launch, const Gemm& gemm, T* out, T* lse, const T* q, const T* k,
+                                       const T* v, const AttnDims& d, int64_t block_rows, T* scratch) {
+  const AttnBlockScratch s(d, block_rows, false);
+  const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, Hkv = d.kv_heads, rep = Hq / Hkv;
+  const int64_t ldq = Hq * Dh, ldkv = Hkv * Dh, ph = s.per_head;
+  const T scale = attn_scale<T>(d);
+  T* const P = scratch + s.P;
+  T* const R = scratch + s.R;
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t r = 0; r < rep; ++r) {
+      // entry kvh: query head h = kvh * rep + r, its lse row at (b Hq + h) S
+      T* const lse_r = lse + (b * Hq + r) * S;
+      const int64_t lse_step = rep * S;
+      for (int64_t i0 = 0; i0 < S; i0 += s.rows) {
+        const int64_t i1 = i0 + s.rows < S ? i0 + s.rows : S, n = i1 - i0, keys = i1;
+        gemm(Hkv, P, keys, ph, q + (b * S + i0) * ldq + r * Dh, ldq, rep * Dh, sim::Op::N, k + b * S * ldkv, ldkv, Dh,
+             sim::Op::T, n, keys, Dh, false);
+        launch("attention_forward block scale max", Hkv * n, [=] EXMY_HD_LAMBDA(int64_t u) {
+          const int64_t h = u / n, row = u % n;
+          lse_r[h * lse_step + i0 + row] = attn_row_scale_max(P + h * ph + row * keys, i0 + row, scale);
+        });
+        launch("attention_forward block exp", Hkv * n * keys, [=] EXMY_HD_LAMBDA(int64_t u) {
+          const int64_t h = u / (n * keys), row = (u / keys) % n, j = u % keys, i = i0 + row;
+          T* e = P + h * ph + row * keys + j;
+          *e = attn_prob_unnormalized(*e, i, j, lse_r[h * lse_step + i]);
+        });
+        launch("attention_forward block sum", Hkv * n, [=] EXMY_HD_LAMBDA(int64_t u) {
+          const int64_t h = u / n, row = u % n, i = i0 + row;
+          const T sum = attn_row_sum(P + h * ph + row * keys, i);
+          R[h * n + row] = T(1) / sum;
+          T& l = lse_r[h * lse_step + i];
+          l = l + sim::hd_log(sum);
+        });
+        launch("attention_forward block normalize", Hkv * n * keys, [=] EXMY_HD_LAMBDA(int64_t u) {
+          const int64_t h = u / (n * keys), row = (u / keys) % n, j = u % keys;
+          if (j <= i0 + row) P[h * ph + row * keys + j] *= R[h * n + row];
+        });
+        gemm(Hkv, out + (b * S + i0) * ldq + r * Dh, ldq, rep * Dh, static_cast<const T*>(P), keys, ph, sim::Op::N,
+             v + b * S * ldkv, ldkv, Dh, sim::Op::N, n, Dh, keys, false);
+      }
+    }
+}
+
+template <class L, class Gemm, class T>
+void attention_blocks_backward_launches(const L& launch, const Gemm& gemm, T* dq, T* dk, T* dv, const T* dout,
+                                        const T* out, const T* lse, const T* q, const T* k, const T* v,
+                                        const AttnDims& d, int64_t block_rows, T* scratch) {
+  const AttnBlockScratch s(d, block_rows, true);
+  const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, Hkv = d.kv_heads, rep = Hq / Hkv;
+  const int64_t ldq = Hq * Dh, ldkv = Hkv * Dh, ph = s.per_head;
+  const T scale = attn_scale<T>(d);
+  T* const P = scratch + s.P;
+  T* const dP = scratch + s.dP;
+  T* const D = scratch + s.D;
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t r = 0; r < rep; ++r) {
+      const T* const lse_r = lse + (b * Hq + r) * S;
+      const int64_t lse_step = rep * S;
+      const int64_t head0 = b * S * ldq + r * Dh;  // entry kvh's head: + kvh * rep * Dh
+      launch("attention_backward block rowsum", Hkv * S, [=] EXMY_HD_LAMBDA(int64_t u) {
+        const int64_t h = u / S, i = u % S, at = head0 + h * rep * Dh + i * ldq;
+        D[u] = attn_row_dot(dout + at, out + at, Dh);
+      });
+      for (int64_t i0 = 0; i0 < S; i0 += s.rows) {
+        const int64_t i1 = i0 + s.rows < S ? i0 + s.rows : S, n = i1 - i0, keys = i1;
+        const T* const q_blk = q + head0 + i0 * ldq;
+        const T* const do_blk = dout + head0 + i0 * ldq;
+        gemm(Hkv, P, keys, ph, q_blk, ldq, rep * Dh, sim::Op::N, k + b * S * ldkv, ldkv, Dh, sim::Op::T, n, keys, Dh,
+             false);
+        launch("attention_backward block probs", Hkv * n * keys, [=] EXMY_HD_LAMBDA(int64_t u) {
+          const int64_t h = u / (n * keys), row = (u / keys) % n, j = u % keys, i = i0 + row;
+          T* e = P + h * ph + row * keys + j;
+          *e = attn_prob_saved(*e, i, j, scale, lse_r[h * lse_step + i]);
+        });
+        // dV[0:i1] += P^T dO_blk;  dP = dO_blk V[0:i1]^T
+        gemm(Hkv, dv + b * S * ldkv, ldkv, Dh, static_cast<const T*>(P), keys, ph, sim::Op::T, do_blk, ldq, rep * Dh,
+             sim::Op::N, keys, Dh, n, true);
+        gemm(Hkv, dP, keys, ph, do_blk, ldq, rep * Dh, sim::Op::N, v + b * S * ldkv, ldkv, Dh, sim::Op::T, n, keys, Dh,
+             false);
+        launch("attention_backward block dscores", Hkv * n * keys, [=] EXMY_HD_LAMBDA(int64_t u) {
+          const int64_t h = u / (n * keys), row = (u / keys) % n, j = u % keys, i = i0 + row;
+          const int64_t at = h * ph + row * keys + j;
+          dP[at] = attn_dscore(P[at], dP[at], i, j, D[h * S + i], scale);
+        });
+        // dQ_blk += dS K[0:i1];  dK[0:i1] += dS^T Q_blk
+        gemm(Hkv, dq + head0 + i0 * ldq, ldq, rep * Dh, static_cast<const T*>(dP), keys, ph, sim::Op::N,
+             k + b * S * ldkv, ldkv, Dh, sim::Op::N, n, Dh, keys, true);
+        gemm(Hkv, dk + b * S * ldkv, ldkv, Dh, static_cast<const T*>(dP), keys, ph, sim::Op::T, q_blk, ldq, rep * Dh,
+             sim::Op::N, keys, Dh, n, true);
+      }
+    }
+}
+
+}  // namespace exmy::models
