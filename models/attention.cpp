@@ -84,11 +84,11 @@ void attention_add_flops(FlopCount& f, const NemotronHConfig& c, int64_t seq_len
 int64_t attention_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sum_sizes(sizes(c, B, T_)); }
 
 // Per token: do (q), dq (q), dk (kv), dv (kv); inside, what the CUDA
-// backend's attention kernels allocate: the larger of its two families'
-// backward scratch (attention_device_scratch: the block launches' P and dP
-// of attn_device_block_rows query rows per kv head, or the row kernels' D
-// and per-head parts of dK, dV), which also covers the emulated backend's
-// block launches at kQueryBlock rows (never more rows than the device's).
+// backend's attention kernels allocate: the largest scratch of its two
+// families (attention_device_scratch: the block launches' P and dP of
+// attn_device_block_rows query rows per kv head, or the row kernels' D and
+// per-head parts of dK, dV), and of the emulated backend's block launches
+// with the CPU's blocking.
 // The CPU's query-block scratch (2 x 64 x S floats per thread) is not in the
 // plan: it is small.
 MixerScratch attention_scratch(const NemotronHConfig& c, int64_t B, int64_t T_) {

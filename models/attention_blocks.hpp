@@ -13,13 +13,17 @@
 // rows = kQueryBlock and the CPU's GEMM (LoopGemm<SerialGemm>) the launches
 // give the CPU's bits (tests/models/test_attention_cuda.cpp). On a device
 // the products are cuBLASLt's (another order of each output's sums) and
-// `rows` is attn_device_block_rows(d): the results are then within the FP32
-// budget of that test.
+// the blocking is attn_device_blocking(d): the results are then within the
+// FP32 budget of that test. A row's max is exact in any grouping, so its
+// parts change nothing; its sum in parts of `segment` keys (the device's)
+// is another order than the CPU's whole-row sum (segment 0).
 //
 // Per block and entry (scratch P, and dP in the backward, `rows` x i1 each):
-//   forward   P = Q_blk K^T; per row (a thread): scale, max into lse; per
-//             element: exp(s - max); per row: the sum, lse = max + log sum,
-//             1/sum into R; per element: P *= 1/sum; out_blk = P V
+//   forward   P = Q_blk K^T; per row part (a thread per `segment` keys):
+//             scale, the part's max; per row: the max into lse; per
+//             element: exp(s - max); per row part: its sum; per row: the
+//             sum of the parts in order, lse = max + log sum, 1/sum into R;
+//             per element: P *= 1/sum; out_blk = P V
 //   backward  per row (before the blocks): D_i = dO_i · O_i; per block:
 //             P = Q_blk K^T, per element P = exp(s scale - lse_i);
 //             dV += P^T dO_blk; dP = dO_blk V^T; per element
@@ -53,6 +57,15 @@ struct LoopGemm {
   }
 };
 
+// How the block launches cut the work: query rows per block, and keys per
+// part of a row's max and sum (0: the whole row, the CPU's order).
+struct AttnBlocking {
+  int64_t rows = kQueryBlock, segment = 0;
+};
+// The keys per row part on a device: enough parts for a thread each to keep
+// the row steps busy at long sequences, long enough for few partial sums.
+inline constexpr int64_t kAttnDeviceSegment = 256;
+
 // Rows per query block on a device: about a quarter of the sequence (so the
 // products cover at most 1.25 times the causal triangle for long
 // sequences, and the row steps have Hkv x rows threads), a multiple of
@@ -67,37 +80,54 @@ inline int64_t attn_device_block_rows(const AttnDims& d) {
   return rows < S ? rows : S;
 }
 
+// The CPU's blocking (the emulated backend's: the CPU's bits) and the
+// device's.
+inline AttnBlocking attn_cpu_blocking() { return {kQueryBlock, 0}; }
+inline AttnBlocking attn_device_blocking(const AttnDims& d) { return {attn_device_block_rows(d), kAttnDeviceSegment}; }
+
+// Parts of a row of `keys` keys.
+EXMY_HD int64_t attn_row_parts(int64_t keys, int64_t segment) {
+  return segment > 0 ? (keys + segment - 1) / segment : 1;
+}
+
 // The scratch layout of the block launches, in floats: P (and dP) per kv
 // head, each item_pad(rows x S) apart (64-byte aligned, as the CPU's
-// buffers), R the rows' 1/sum (forward), D the rows' dO · O (backward).
+// buffers); in the forward the rows' parts (max, then sum) and R the rows'
+// 1/sum, in the backward D the rows' dO · O.
 struct AttnBlockScratch {
-  int64_t rows = 0, per_head = 0, P = 0, dP = 0, R = 0, D = 0, total = 0;
-  AttnBlockScratch(const AttnDims& d, int64_t block_rows, bool backward) : rows(block_rows) {
+  int64_t rows = 0, segment = 0, per_head = 0, P = 0, dP = 0, parts = 0, R = 0, D = 0, total = 0;
+  AttnBlockScratch(const AttnDims& d, const AttnBlocking& k, bool backward) : rows(k.rows), segment(k.segment) {
     per_head = item_pad(rows * d.seqlen);
     const int64_t array = d.kv_heads * per_head;
     P = 0;
-    dP = backward ? array : P;
-    R = P + (backward ? 2 : 1) * array;
-    D = R + item_pad(d.kv_heads * rows);
-    total = D + (backward ? item_pad(d.kv_heads * d.seqlen) : 0);
+    if (backward) {
+      dP = array;
+      D = 2 * array;
+      total = D + item_pad(d.kv_heads * d.seqlen);
+    } else {
+      parts = array;
+      R = parts + item_pad(d.kv_heads * rows * attn_row_parts(d.seqlen, segment));
+      total = R + item_pad(d.kv_heads * rows);
+    }
   }
 };
-inline int64_t attention_blocks_forward_scratch(const AttnDims& d, int64_t rows) {
-  return AttnBlockScratch(d, rows, false).total;
+inline int64_t attention_blocks_forward_scratch(const AttnDims& d, const AttnBlocking& k) {
+  return AttnBlockScratch(d, k, false).total;
 }
-inline int64_t attention_blocks_backward_scratch(const AttnDims& d, int64_t rows) {
-  return AttnBlockScratch(d, rows, true).total;
+inline int64_t attention_blocks_backward_scratch(const AttnDims& d, const AttnBlocking& k) {
+  return AttnBlockScratch(d, k, true).total;
 }
 
 template <class L, class Gemm, class T>
 void attention_blocks_forward_launches(const L& launch, const Gemm& gemm, T* out, T* lse, const T* q, const T* k,
-                                       const T* v, const AttnDims& d, int64_t block_rows, T* scratch) {
-  const AttnBlockScratch s(d, block_rows, false);
+                                       const T* v, const AttnDims& d, const AttnBlocking& blocking, T* scratch) {
+  const AttnBlockScratch s(d, blocking, false);
   const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, Hkv = d.kv_heads, rep = Hq / Hkv;
   const int64_t ldq = Hq * Dh, ldkv = Hkv * Dh, ph = s.per_head;
   const T scale = attn_scale<T>(d);
   T* const P = scratch + s.P;
   T* const R = scratch + s.R;
+  T* const part = scratch + s.parts;
   for (int64_t b = 0; b < d.batch; ++b)
     for (int64_t r = 0; r < rep; ++r) {
       // entry kvh: query head h = kvh * rep + r, its lse row at (b Hq + h) S
@@ -107,20 +137,30 @@ void attention_blocks_forward_launches(const L& launch, const Gemm& gemm, T* out
         const int64_t i1 = i0 + s.rows < S ? i0 + s.rows : S, n = i1 - i0, keys = i1;
         gemm(Hkv, P, keys, ph, q + (b * S + i0) * ldq + r * Dh, ldq, rep * Dh, sim::Op::N, k + b * S * ldkv, ldkv, Dh,
              sim::Op::T, n, keys, Dh, false);
-        launch("attention_forward block scale max", Hkv * n, [=] EXMY_HD_LAMBDA(int64_t u) {
-          const int64_t h = u / n, row = u % n;
-          lse_r[h * lse_step + i0 + row] = attn_row_scale_max(P + h * ph + row * keys, i0 + row, scale);
+        const int64_t seg = s.segment > 0 ? s.segment : keys, parts = attn_row_parts(keys, s.segment);
+        launch("attention_forward block scale max", Hkv * n * parts, [=] EXMY_HD_LAMBDA(int64_t u) {
+          const int64_t h = u / (n * parts), row = (u / parts) % n, j0 = (u % parts) * seg, i = i0 + row;
+          part[u] = attn_row_scale_max(P + h * ph + row * keys, j0, j0 + seg < i + 1 ? j0 + seg : i + 1, scale);
+        });
+        launch("attention_forward block max", Hkv * n, [=] EXMY_HD_LAMBDA(int64_t u) {
+          T mx = part[u * parts];
+          for (int64_t k = 1; k < parts; ++k) mx = sim::hd_max(mx, part[u * parts + k]);
+          lse_r[(u / n) * lse_step + i0 + u % n] = mx;
         });
         launch("attention_forward block exp", Hkv * n * keys, [=] EXMY_HD_LAMBDA(int64_t u) {
           const int64_t h = u / (n * keys), row = (u / keys) % n, j = u % keys, i = i0 + row;
           T* e = P + h * ph + row * keys + j;
           *e = attn_prob_unnormalized(*e, i, j, lse_r[h * lse_step + i]);
         });
+        launch("attention_forward block sum parts", Hkv * n * parts, [=] EXMY_HD_LAMBDA(int64_t u) {
+          const int64_t h = u / (n * parts), row = (u / parts) % n, j0 = (u % parts) * seg, i = i0 + row;
+          part[u] = attn_row_sum(P + h * ph + row * keys, j0, j0 + seg < i + 1 ? j0 + seg : i + 1);
+        });
         launch("attention_forward block sum", Hkv * n, [=] EXMY_HD_LAMBDA(int64_t u) {
-          const int64_t h = u / n, row = u % n, i = i0 + row;
-          const T sum = attn_row_sum(P + h * ph + row * keys, i);
-          R[h * n + row] = T(1) / sum;
-          T& l = lse_r[h * lse_step + i];
+          T sum = part[u * parts];
+          for (int64_t k = 1; k < parts; ++k) sum += part[u * parts + k];
+          R[u] = T(1) / sum;
+          T& l = lse_r[(u / n) * lse_step + i0 + u % n];
           l = l + sim::hd_log(sum);
         });
         launch("attention_forward block normalize", Hkv * n * keys, [=] EXMY_HD_LAMBDA(int64_t u) {
@@ -136,8 +176,8 @@ void attention_blocks_forward_launches(const L& launch, const Gemm& gemm, T* out
 template <class L, class Gemm, class T>
 void attention_blocks_backward_launches(const L& launch, const Gemm& gemm, T* dq, T* dk, T* dv, const T* dout,
                                         const T* out, const T* lse, const T* q, const T* k, const T* v,
-                                        const AttnDims& d, int64_t block_rows, T* scratch) {
-  const AttnBlockScratch s(d, block_rows, true);
+                                        const AttnDims& d, const AttnBlocking& blocking, T* scratch) {
+  const AttnBlockScratch s(d, blocking, true);
   const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, Hkv = d.kv_heads, rep = Hq / Hkv;
   const int64_t ldq = Hq * Dh, ldkv = Hkv * Dh, ph = s.per_head;
   const T scale = attn_scale<T>(d);

@@ -12,14 +12,14 @@
 namespace exmy::models {
 
 void attention_blocks_forward_emulated(float* out, float* lse, const float* q, const float* k, const float* v,
-                                       const AttnDims& d, int64_t rows, float* scratch) {
-  attention_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, out, lse, q, k, v, d, rows, scratch);
+                                       const AttnDims& d, const AttnBlocking& blocking, float* scratch) {
+  attention_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, out, lse, q, k, v, d, blocking, scratch);
 }
 void attention_blocks_backward_emulated(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                         const float* lse, const float* q, const float* k, const float* v,
-                                        const AttnDims& d, int64_t rows, float* scratch) {
+                                        const AttnDims& d, const AttnBlocking& blocking, float* scratch) {
   attention_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, dq, dk, dv, dout, out, lse, q, k, v,
-                                     d, rows, scratch);
+                                     d, blocking, scratch);
 }
 
 bool attention_rows_chosen() {
@@ -31,7 +31,10 @@ bool attention_rows_chosen() {
 }
 
 int64_t attention_device_scratch(const AttnDims& d) {
-  return std::max(attention_rows_backward_scratch(d), attention_blocks_backward_scratch(d, attn_device_block_rows(d)));
+  int64_t most = attention_rows_backward_scratch(d);
+  for (const AttnBlocking& k : {attn_cpu_blocking(), attn_device_blocking(d)})
+    most = std::max({most, attention_blocks_forward_scratch(d, k), attention_blocks_backward_scratch(d, k)});
+  return most;
 }
 
 }  // namespace exmy::models

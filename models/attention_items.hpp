@@ -60,11 +60,14 @@ EXMY_HD int64_t attn_block_end(const AttnDims& d, int64_t i0) {
 // values. Row r of a block holds query i's scores over `keys` keys; only
 // j <= i take part, the rest are set to zero.
 //
-// The forward: the scores scaled in place, and their max over j <= i.
+// The forward: the scores j in [j0, j1) scaled in place, and their max
+// (from -inf). The row's max over j <= i is this over [0, i + 1), or the max
+// of its parts over consecutive ranges: a max is exact, so any grouping
+// gives the same value.
 template <class T>
-EXMY_HD T attn_row_scale_max(T* row, int64_t i, T scale) {
+EXMY_HD T attn_row_scale_max(T* row, int64_t j0, int64_t j1, T scale) {
   T mx = -INFINITY;
-  for (int64_t j = 0; j <= i; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     row[j] *= scale;
     mx = sim::hd_max(mx, row[j]);
   }
@@ -75,11 +78,12 @@ template <class T>
 EXMY_HD T attn_prob_unnormalized(T s, int64_t i, int64_t j, T mx) {
   return j <= i ? sim::hd_exp(s - mx) : T(0);
 }
-// The forward: the sum of a row's exp(s - max) over j <= i, in order from 0.
+// The forward: the sum of a row's exp(s - max) over j in [j0, j1), in
+// order from 0 (the CPU's: [0, i + 1)).
 template <class T>
-EXMY_HD T attn_row_sum(const T* row, int64_t i) {
+EXMY_HD T attn_row_sum(const T* row, int64_t j0, int64_t j1) {
   T sum = 0;
-  for (int64_t j = 0; j <= i; ++j) sum += row[j];
+  for (int64_t j = j0; j < j1; ++j) sum += row[j];
   return sum;
 }
 // The backward: a probability recomputed from the saved log-sum-exp, or
@@ -120,9 +124,9 @@ EXMY_HD void attn_block_probs(const Gemm& gemm, T* P, T* lse, const T* saved, co
     if (saved) {
       for (int64_t j = 0; j < keys; ++j) row[j] = attn_prob_saved(row[j], i, j, scale, saved[i]);
     } else {
-      const T mx = attn_row_scale_max(row, i, scale);
+      const T mx = attn_row_scale_max(row, 0, i + 1, scale);
       for (int64_t j = 0; j < keys; ++j) row[j] = attn_prob_unnormalized(row[j], i, j, mx);
-      const T sum = attn_row_sum(row, i);
+      const T sum = attn_row_sum(row, 0, i + 1);
       const T inv = T(1) / sum;
       for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
       lse[i] = mx + sim::hd_log(sum);

@@ -137,37 +137,37 @@ class DeviceBackend final : public Backend<float> {
 #endif
   }
   // Attention: the block launches (models/attention_blocks.hpp), in the
-  // emulated backend at the CPU's kQueryBlock rows with the CPU's products
-  // (the CPU's bits, which the whole-model emulation tests require), in the
-  // CUDA backend at attn_device_block_rows on cuBLASLt (within an FP32
-  // budget of the CPU), or its row kernels (EXMY_CUDA_ATTENTION=rows).
+  // emulated backend with the CPU's blocking and products (the CPU's bits,
+  // which the whole-model emulation tests require), in the CUDA backend
+  // with the device's blocking on cuBLASLt (within an FP32 budget of the
+  // CPU), or its row kernels (EXMY_CUDA_ATTENTION=rows).
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const AttnDims& d) override {
 #if EXMY_ITEM_KERNELS
-    attention_blocks_forward_emulated(out, lse, q, k, v, d, kQueryBlock,
-                                      scratch(attention_blocks_forward_scratch(d, kQueryBlock)));
+    attention_blocks_forward_emulated(out, lse, q, k, v, d, attn_cpu_blocking(),
+                                      scratch(attention_blocks_forward_scratch(d, attn_cpu_blocking())));
 #else
     if (attention_rows_chosen()) {
       EXMY_K(attention_rows_forward)(out, lse, q, k, v, d);
     } else {
-      const int64_t rows = attn_device_block_rows(d);
-      EXMY_K(attention_blocks_forward)(out, lse, q, k, v, d, rows, scratch(attention_blocks_forward_scratch(d, rows)));
+      const AttnBlocking blk = attn_device_blocking(d);
+      EXMY_K(attention_blocks_forward)(out, lse, q, k, v, d, blk, scratch(attention_blocks_forward_scratch(d, blk)));
     }
 #endif
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                           const float* q, const float* k, const float* v, const AttnDims& d) override {
 #if EXMY_ITEM_KERNELS
-    attention_blocks_backward_emulated(dq, dk, dv, dout, out, lse, q, k, v, d, kQueryBlock,
-                                       scratch(attention_blocks_backward_scratch(d, kQueryBlock)));
+    attention_blocks_backward_emulated(dq, dk, dv, dout, out, lse, q, k, v, d, attn_cpu_blocking(),
+                                       scratch(attention_blocks_backward_scratch(d, attn_cpu_blocking())));
 #else
     if (attention_rows_chosen()) {
       EXMY_K(attention_rows_backward)(dq, dk, dv, dout, out, lse, q, k, v, d,
                                       scratch(attention_rows_backward_scratch(d)));
     } else {
-      const int64_t rows = attn_device_block_rows(d);
-      EXMY_K(attention_blocks_backward)(dq, dk, dv, dout, out, lse, q, k, v, d, rows,
-                                        scratch(attention_blocks_backward_scratch(d, rows)));
+      const AttnBlocking blk = attn_device_blocking(d);
+      EXMY_K(attention_blocks_backward)(dq, dk, dv, dout, out, lse, q, k, v, d, blk,
+                                        scratch(attention_blocks_backward_scratch(d, blk)));
     }
 #endif
   }

@@ -27,14 +27,14 @@ struct DeviceBatchedGemm {
 }  // namespace
 
 void attention_blocks_forward_cuda(float* out, float* lse, const float* q, const float* k, const float* v,
-                                   const AttnDims& d, int64_t rows, float* scratch) {
-  attention_blocks_forward_launches(sim::DeviceLaunch{}, DeviceBatchedGemm{}, out, lse, q, k, v, d, rows, scratch);
+                                   const AttnDims& d, const AttnBlocking& blocking, float* scratch) {
+  attention_blocks_forward_launches(sim::DeviceLaunch{}, DeviceBatchedGemm{}, out, lse, q, k, v, d, blocking, scratch);
 }
 void attention_blocks_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                     const float* lse, const float* q, const float* k, const float* v,
-                                    const AttnDims& d, int64_t rows, float* scratch) {
+                                    const AttnDims& d, const AttnBlocking& blocking, float* scratch) {
   attention_blocks_backward_launches(sim::DeviceLaunch{}, DeviceBatchedGemm{}, dq, dk, dv, dout, out, lse, q, k, v, d,
-                                     rows, scratch);
+                                     blocking, scratch);
 }
 
 }  // namespace exmy::models

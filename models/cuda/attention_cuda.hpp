@@ -6,8 +6,8 @@
 // launches with the threads run one after another on the host, always
 // built, so that CI holds them to the CPU.
 // - attention_blocks_*: the block launches (models/attention_blocks.hpp);
-//   the emulated backend runs them at kQueryBlock rows (the CPU's bits),
-//   the CUDA backend at attn_device_block_rows.
+//   the emulated backend runs them with attn_cpu_blocking() (the CPU's
+//   bits), the CUDA backend with attn_device_blocking(d).
 // - attention_rows_*: the row launches (models/attention_launches.hpp), the
 //   backward with a scratch of attention_rows_backward_scratch(d) floats;
 //   the CUDA backend's other family. Heads wider than kAttnRowMaxDim (128)
@@ -24,18 +24,19 @@
 
 namespace exmy::models {
 
-// The block launches (models/attention_blocks.hpp) with `rows` rows per
-// query block and a scratch of attention_blocks_*_scratch(d, rows) floats:
-// *_emulated on the host (HostLaunch, LoopGemm<SerialGemm>: the CPU's bits
-// where rows = kQueryBlock), *_cuda on the current device (DeviceLaunch,
+// The block launches (models/attention_blocks.hpp) with a blocking (rows
+// per query block, keys per row part) and a scratch of
+// attention_blocks_*_scratch(d, blocking) floats: *_emulated on the host
+// (HostLaunch, LoopGemm<SerialGemm>: the CPU's bits with
+// attn_cpu_blocking()), *_cuda on the current device (DeviceLaunch,
 // cuBLASLt's strided batches, on the default stream): within the FP32 budget
 // of tests/models/test_attention_cuda.cpp.
 #define EXMY_ATTENTION_BLOCK_KERNELS(suffix)                                                                        \
   void attention_blocks_forward_##suffix(float* out, float* lse, const float* q, const float* k, const float* v,  \
-                                         const AttnDims& d, int64_t rows, float* scratch);                         \
+                                         const AttnDims& d, const AttnBlocking& blocking, float* scratch);         \
   void attention_blocks_backward_##suffix(float* dq, float* dk, float* dv, const float* dout, const float* out,   \
                                           const float* lse, const float* q, const float* k, const float* v,       \
-                                          const AttnDims& d, int64_t rows, float* scratch);
+                                          const AttnDims& d, const AttnBlocking& blocking, float* scratch);
 EXMY_ATTENTION_BLOCK_KERNELS(emulated)
 #if defined(EXMY_HAVE_CUDA)
 EXMY_ATTENTION_BLOCK_KERNELS(cuda)
@@ -46,8 +47,9 @@ EXMY_ATTENTION_BLOCK_KERNELS(cuda)
 // environment sets EXMY_CUDA_ATTENTION=rows (the row kernels; kept until a
 // device has timed both, docs/benchmarks.md). Read once.
 bool attention_rows_chosen();
-// The scratch (floats) the CUDA backend's attention may ask for: the
-// larger of the two families' backward.
+// The scratch (floats) a device backend's attention may ask for: the
+// largest of the row kernels' backward and the block launches' forward and
+// backward with the CPU's and the device's blocking.
 int64_t attention_device_scratch(const AttnDims& d);
 
 #define EXMY_ATTENTION_ROW_KERNELS(suffix)                                                                         \

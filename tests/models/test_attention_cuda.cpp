@@ -129,14 +129,14 @@ CpuBackward cpu_backward(const Inputs& in, const CpuForward& f, uint64_t seed) {
 }
 
 // The RunErr evaluations of the forward (out, lse) and of the backward (dq,
-// dk, dv) of one family: blocks of `block` query rows (the CPU's algorithm
-// with the CPU's blocking at kQueryBlock; the item functions' steps, the
-// products bounded in any order) or rows.
+// dk, dv) of one family: blocks (the CPU's algorithm with the CPU's
+// blocking by default: the item functions' steps, the products bounded in
+// any order) or rows.
 enum class Family { blocks, rows };
 struct ForwardBound {
   Bound out, lse;
 };
-ForwardBound forward_bound(Family fam, const Inputs& in, int64_t block = kQueryBlock) {
+ForwardBound forward_bound(Family fam, const Inputs& in, const AttnBlocking& block = attn_cpu_blocking()) {
   const AttnDims& d = in.d;
   const Bound rq = to<RunErr>(in.q), rk = to<RunErr>(in.k), rv = to<RunErr>(in.v);
   ForwardBound r{Bound(in.q.size()), Bound(in.lse_size())};
@@ -154,7 +154,7 @@ struct BackwardBound {
   Bound dq, dk, dv;
 };
 BackwardBound backward_bound(Family fam, const Inputs& in, const CpuForward& f, const CpuBackward& g,
-                             int64_t block = kQueryBlock) {
+                             const AttnBlocking& block = attn_cpu_blocking()) {
   const AttnDims& d = in.d;
   const Bound rq = to<RunErr>(in.q), rk = to<RunErr>(in.k), rv = to<RunErr>(in.v), rdout = to<RunErr>(in.dout),
               rout = to<RunErr>(f.out), rlse = to<RunErr>(f.lse);
@@ -190,17 +190,21 @@ std::vector<Case> cases(uint64_t seed, const std::string& what) {
   return all;
 }
 
-// The block kernels (the emulated backend's at kQueryBlock rows, the CUDA
-// backend's at attn_device_block_rows): at kQueryBlock rows in the emulation
-// (LoopGemm<SerialGemm>) they equal the CPU bit for bit, on a device (the
-// products cuBLASLt's) they are within 4 u E of it, E the CPU algorithm's
-// bound; at other block sizes (another grouping of the backward's sums over
-// query rows: one product per block) within the budget of two algorithms,
-// each bounded by its own RunErr run. The scratch is poisoned (NaN), so a
+// The block kernels (the emulated backend's with the CPU's blocking, the
+// CUDA backend's with attn_device_blocking): with the CPU's blocking in the
+// emulation (LoopGemm<SerialGemm>) they equal the CPU bit for bit, on a
+// device (the products cuBLASLt's) they are within 4 u E of it, E the CPU
+// algorithm's bound; with other blockings (another grouping of the
+// backward's sums over query rows, one product per block; the forward's
+// row sums in parts) within the budget of two algorithms, each bounded by
+// its own RunErr run. The scratch is poisoned (NaN), so a
 // read of an element no launch wrote shows; a second run on a device gives
 // the same bits (fixed cuBLASLt algorithms, no atomics).
-std::vector<int64_t> block_sizes(const AttnDims& d) {
-  return {kQueryBlock, 32, 7, d.seqlen, attn_device_block_rows(d)};
+std::vector<AttnBlocking> blockings(const AttnDims& d) {
+  return {attn_cpu_blocking(), {32, 0}, {7, 0}, {d.seqlen, 0}, {kQueryBlock, 16}, {32, 5}, attn_device_blocking(d)};
+}
+std::string name_of(const AttnBlocking& k) {
+  return "blocks of " + std::to_string(k.rows) + " rows, parts of " + std::to_string(k.segment) + " keys";
 }
 
 TEST(AttentionBlockKernels, Forward) {
@@ -209,14 +213,14 @@ TEST(AttentionBlockKernels, Forward) {
     const auto& [in, f, what0, seed] = c;
     const AttnDims& d = in.d;
     const ForwardBound cpu = forward_bound(Family::blocks, in);
-    for (const int64_t block : block_sizes(d)) {
-      const std::string what = what0 + " block " + std::to_string(block);
+    for (const AttnBlocking& block : blockings(d)) {
+      const std::string what = what0 + " " + name_of(block);
       const Vec nan(static_cast<size_t>(attention_blocks_forward_scratch(d, block)), std::nanf(""));
       Buffer kq(in.q), kk(in.k), kv(in.v), kout(Vec(f.out.size(), -1.0f)), klse(Vec(f.lse.size(), -1.0f)),
           scratch(nan);
       KERNEL(attention_blocks_forward)(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d, block, scratch.ptr());
       const Vec out = kout.get(), lse = klse.get();
-      if (block == kQueryBlock) {
+      if (block.rows == kQueryBlock && block.segment == 0) {
         compare(out, plain(f.out), cpu.out, what + " out");
         compare(lse, plain(f.lse), cpu.lse, what + " lse");
       } else {
@@ -242,8 +246,8 @@ TEST(AttentionBlockKernels, BackwardAccumulates) {
     const AttnDims& d = in.d;
     const CpuBackward g = cpu_backward(in, f, seed);
     const BackwardBound cpu = backward_bound(Family::blocks, in, f, g);
-    for (const int64_t block : block_sizes(d)) {
-      const std::string what = what0 + " block " + std::to_string(block);
+    for (const AttnBlocking& block : blockings(d)) {
+      const std::string what = what0 + " " + name_of(block);
       // From the CPU's saved output and log-sum-exp, so that only the
       // backward is compared.
       const Vec nan(static_cast<size_t>(attention_blocks_backward_scratch(d, block)), std::nanf(""));
@@ -252,7 +256,7 @@ TEST(AttentionBlockKernels, BackwardAccumulates) {
       KERNEL(attention_blocks_backward)(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(),
                                         kq.ptr(), kk.ptr(), kv.ptr(), d, block, scratch.ptr());
       const Vec dq = kdq.get(), dk = kdk.get(), dv = kdv.get();
-      if (block == kQueryBlock) {
+      if (block.rows == kQueryBlock && block.segment == 0) {
         compare(dq, plain(g.dq), cpu.dq, what + " dq");
         compare(dk, plain(g.dk), cpu.dk, what + " dk");
         compare(dv, plain(g.dv), cpu.dv, what + " dv");
@@ -387,7 +391,7 @@ TEST(AttentionRowKernels, TimesSequence4096) {
 TEST(AttentionBlockKernels, TimesSequence4096) {
   EXMY_REQUIRE_CUDA();
   const AttnDims d{.batch = 1, .seqlen = 4096, .q_heads = 16, .kv_heads = 4, .head_dim = 128};
-  const int64_t rows = attn_device_block_rows(d);
+  const AttnBlocking rows = attn_device_blocking(d);
   const Inputs in(d, 7);
   Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(Vec(in.q.size(), std::nanf(""))),
       klse(Vec(in.lse_size(), std::nanf(""))), kdq(Vec(in.q.size(), 0.0f)), kdk(Vec(in.k.size(), 0.0f)),
@@ -402,7 +406,7 @@ TEST(AttentionBlockKernels, TimesSequence4096) {
   const double fwd_flops = 4.0 * static_cast<double>(d.head_dim * d.q_heads * d.batch) * pairs;
   std::printf("[attention blocks] B1 S4096 Hq16 Hkv4 Dh128, %lld rows a block: forward %.2f ms (%.1f TFLOP/s), "
               "backward %.2f ms (%.1f TFLOP/s), median of 3\n",
-              static_cast<long long>(rows), ms.fwd, fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
+              static_cast<long long>(rows.rows), ms.fwd, fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
   for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
     bool finite = true, nonzero = false;
     for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
