@@ -633,32 +633,53 @@ int cmd_bench_train(const Args& args) {
   const int64_t T = vm["seq-len"].as<int64_t>(), B = vm["batch"].as<int64_t>();
   const int steps = vm["steps"].as<int>();
   if (T <= 0 || B <= 0 || steps <= 0) throw Error("--seq-len, --batch and --steps must be positive");
-  {  // every model of the comparison is built up front
-    size_t models = 0;
-    if (vm.count("recipe")) {
-      const size_t n_recipes = split_list(vm["recipe"].as<std::string>()).size();
-      const std::string st = vm["stats"].as<std::string>();
-      models = n_recipes + (st == "all" ? n_recipes : st == "none" ? 0 : split_list(st).size());
-    } else {
-      models = split_list(vm["precision"].as<std::string>()).size();
-    }
-    if (!td.device().is_cuda())  // the host's memory holds the models (cuda-emulated's too)
-    sim::require_memory(static_cast<double>(std::max<size_t>(models, 1)) * models::training_memory(cfg, B, T).total(),
-                        "exmy bench train (" + std::to_string(models) + " models " + cfg.name + ", batch " +
-                            std::to_string(B) + " x " + std::to_string(T) + ")",
-                        "lower --batch or --seq-len, or compare fewer recipes at once");
-  }
+  sim::quant::RuntimeOptions rt_opt;
   if (vm.count("recipe")) {
-    sim::quant::RuntimeOptions rt_opt;
     rt_opt.seed = 1;
     rt_opt.gemm_stats_rows = vm["gemm-stats-rows"].as<int64_t>();
     rt_opt.gemm_stats_sample = vm["gemm-stats-sample"].as<int64_t>();
     rt_opt.fp32_gemm = sim::quant::parse_fp32_gemm(vm["fp32-gemm"].as<std::string>(), td.device().is_cuda(), "--fp32-gemm");
     if (rt_opt.gemm_stats_rows < 0 || rt_opt.gemm_stats_sample < 1)
       throw Error("--gemm-stats-rows must be >= 0 and --gemm-stats-sample >= 1");
+  }
+  {  // every model of the comparison is built up front, each with its quantized linears' scratch
+    const double model = models::training_memory(cfg, B, T).total();
+    double need = 0;
+    size_t count = 0;
+    if (vm.count("recipe")) {
+      const std::vector<std::string> names = split_list(vm["recipe"].as<std::string>());
+      const std::string st = vm["stats"].as<std::string>();
+      const std::vector<std::string> with_stats = st == "all" ? names : st == "none" ? std::vector<std::string>{}
+                                                                                      : split_list(st);
+      const std::vector<sim::LinearInfo> linears = models::linear_infos(cfg);
+      const auto add = [&](const std::string& name, bool stats) {
+        need += model + sim::quant::quant_scratch_bytes(sim::quant::load_recipe(name), cfg.num_hidden_layers, linears,
+                                                        B * T, rt_opt, stats);
+        ++count;
+      };
+      for (const std::string& n : names) add(n, false);
+      for (const std::string& n : with_stats) add(n, true);
+    } else {
+      count = split_list(vm["precision"].as<std::string>()).size();
+      need = static_cast<double>(count) * model;
+    }
+    // the host's memory holds the models (cuda-emulated's too), a CUDA device's its own
+    sim::AvailableMemory device;
+    size_t free_b = 0, total_b = 0;
+    const bool on_cuda = train::cuda_device_memory(td.device(), &free_b, &total_b);
+    if (on_cuda) {
+      device.bytes = static_cast<double>(free_b);
+      device.source = sim::device_name(td.device()) + ": " + sim::gib_text(static_cast<double>(free_b)) +
+                      " free of " + sim::gib_text(static_cast<double>(total_b));
+    }
+    sim::require_memory(need,
+                        "exmy bench train (" + std::to_string(count) + " models " + cfg.name + ", batch " +
+                            std::to_string(B) + " x " + std::to_string(T) + ")",
+                        "lower --batch or --seq-len, or compare fewer recipes at once", on_cuda ? &device : nullptr);
+  }
+  if (vm.count("recipe"))
     return bench_recipes(td, cfg, B, T, steps, vm["recipe"].as<std::string>(), vm["stats"].as<std::string>(), rt_opt,
                          profile);
-  }
   const int64_t n = vm["gemm-size"].as<int64_t>();
   if (n <= 0) throw Error("--gemm-size must be positive");
 

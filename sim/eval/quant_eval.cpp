@@ -19,6 +19,9 @@
 #include "sim/train/checkpoint.hpp"
 #include "sim/train/training_device.hpp"
 #include "models/hf_checkpoint.hpp"
+#include "models/nemotron_h.hpp"
+#include "sim/quant/fp32_gemm.hpp"
+#include "sim/quant/quantized_linear.hpp"
 #include "sim/sysmem.hpp"
 #include "sim/train/trainer.hpp"
 
@@ -260,9 +263,14 @@ class QuantEvalModel::Factory final : public sim::LinearFactory<float> {
 QuantEvalModel::QuantEvalModel(const train::RunConfig& cfg, sim::quant::Recipe recipe, ActPolicy policy)
     : cfg_(cfg), recipe_(std::move(recipe)), policy_(policy) {
   if (!cfg_.device.is_cuda()) {  // forward only: weights and activations, no gradients or AdamW moments
-    // (in host memory; on a CUDA device they are the device's)
+    // (in host memory; on a CUDA device they are the device's), and the
+    // quantized linears' scratch (planned for forward and backward: an
+    // upper bound of the forward's)
     const models::MemoryEstimate m = models::training_memory(cfg_.model, cfg_.batch_size, cfg_.seq_len);
-    sim::require_memory(m.params + m.activations + m.workspace,
+    const double scratch = sim::quant::quant_scratch_bytes(
+        recipe_, cfg_.model.num_hidden_layers, models::linear_infos(cfg_.model), cfg_.batch_size * cfg_.seq_len,
+        sim::quant::RuntimeOptions{cfg_.seed, 128, 64, sim::quant::parse_fp32_gemm(cfg_.fp32_gemm, false)}, false);
+    sim::require_memory(m.params + m.activations + m.workspace + scratch,
                         "evaluating model " + cfg_.model_name + " (batch " + std::to_string(cfg_.batch_size) + " x " +
                             std::to_string(cfg_.seq_len) + ")",
                         "lower train.batch_size or train.seq_len with --set");
