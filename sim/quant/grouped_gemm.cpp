@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #endif
 
+#include "sim/bf16.hpp"
 #include "sim/gemm.hpp"
 #include "sim/parallel.hpp"
 
@@ -444,8 +445,12 @@ std::vector<double> value_table(const Format& f) {
 
 }  // namespace
 
-void encode_operand(double* v, const QuantSpec& spec, const void* codes, const void* scale_codes, int64_t rows,
-                    int64_t cols) {
+namespace {
+
+// The encoded values of encode_operand, each handed to store(i, value).
+template <class Store>
+void encode_rows(const QuantSpec& spec, const void* codes, const void* scale_codes, int64_t rows, int64_t cols,
+                 Store&& store) {
   if (rows <= 0 || cols <= 0) return;
   const Format& fe = spec.elem;
   const std::vector<double> et = value_table(fe);
@@ -467,15 +472,28 @@ void encode_operand(double* v, const QuantSpec& spec, const void* codes, const v
         s = st.empty() ? spec.scale->decode(sc) : st[sc];
       }
       if (cb == 1 && !et.empty()) {
-        for (int64_t c = c0; c < c1; ++c) v[i0 + c] = et[pc[i0 + c]] * s;
+        for (int64_t c = c0; c < c1; ++c) store(i0 + c, et[pc[i0 + c]] * s);
       } else {
         for (int64_t c = c0; c < c1; ++c) {
           const uint32_t code = load_code(pc, cb, i0 + c);
-          v[i0 + c] = (et.empty() ? fe.decode(code) : et[code]) * s;
+          store(i0 + c, (et.empty() ? fe.decode(code) : et[code]) * s);
         }
       }
     }
   }
+}
+
+}  // namespace
+
+void encode_operand(double* v, const QuantSpec& spec, const void* codes, const void* scale_codes, int64_t rows,
+                    int64_t cols) {
+  encode_rows(spec, codes, scale_codes, rows, cols, [v](int64_t i, double x) { v[i] = x; });
+}
+
+void encode_operand_bf16(uint16_t* v, const QuantSpec& spec, const void* codes, const void* scale_codes, int64_t rows,
+                         int64_t cols) {
+  encode_rows(spec, codes, scale_codes, rows, cols,
+              [v](int64_t i, double x) { v[i] = bf16_bits(static_cast<float>(x)); });
 }
 
 std::vector<double> quantize_encoded(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,

@@ -68,6 +68,12 @@ GroupedGemmPaths& grouped_gemm_paths();
 // row-major, from exmy::quantize's codes and scale codes for `spec`.
 void encode_operand(double* v, const QuantSpec& spec, const void* codes, const void* scale_codes, int64_t rows,
                     int64_t cols);
+// The same values as bfloat16 bits (through float), for the `fp32` model's
+// BF16 GEMM on the CPU: exact where bf16_holds_encoded(spec), and then the
+// bits of encode_bf16_launches (sim/quant/quant_launches.hpp), which the
+// device runs; by value tables and rows in parallel.
+void encode_operand_bf16(uint16_t* v, const QuantSpec& spec, const void* codes, const void* scale_codes, int64_t rows,
+                         int64_t cols);
 
 // Quantizes x (rows, cols) with `spec` and returns its encoded operand; the
 // call's QuantInfo and dequantized values go to `info` and `values` when

@@ -59,7 +59,7 @@ class CpuQuantOps final : public QuantOps {
   void encode_bf16(uint16_t* v, const QuantSpec& q, const void* codes, const void* scale_codes, int64_t rows,
                    int64_t cols) override {
     launch_profile_host("encode_bf16 (fp32 model in BF16)", 0,
-                        [&] { encode_bf16_emulated(v, encode_plan(q), codes, scale_codes, rows, cols); });
+                        [&] { encode_operand_bf16(v, q, codes, scale_codes, rows, cols); });
   }
   void gemm_bf16(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
                  float alpha) override {
@@ -148,9 +148,17 @@ bool bf16_holds_encoded(const QuantSpec& q) {
 }
 
 void gemm_bf16_host(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K, float alpha) {
-  std::vector<float> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(N * K));
-  for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_value(A[i]);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_value(B[i]);
+  // The operands widened to float (exact) into buffers kept for the next
+  // call: sim::gemm multiplies float32.
+  thread_local std::vector<float> a, b;
+  const auto widen = [](std::vector<float>& dst, const uint16_t* src, int64_t n) {
+    if (dst.size() < static_cast<size_t>(n)) dst.resize(static_cast<size_t>(n));
+    float* d = dst.data();
+#pragma omp parallel for schedule(static) if (n >= parallel_min_work())
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16_value(src[i]);
+  };
+  widen(a, A, M * K);
+  widen(b, B, N * K);
   sim::gemm(C, N, a.data(), K, Op::N, b.data(), K, Op::T, M, N, K, false);
   if (alpha != 1.0f) {
     const int64_t n = M * N;

@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "formats/quantize.hpp"
@@ -148,6 +149,27 @@ TEST(Fp32GemmBf16, EncodeBf16IsTheExactEncoding) {
     EXPECT_GT(nonzero, static_cast<int64_t>(enc.size()) / 2);
   }
 }
+
+#if defined(EXMY_TEST_EMULATED)
+// The CPU's encoding (value tables, rows in parallel: cpu_quant_ops, which
+// `train.fp32_gemm = bf16` runs on the CPU) gives the device kernel's bits.
+TEST(Fp32GemmBf16, CpuEncodeBf16GivesTheKernelsBits) {
+  for (const auto& [elem, scale, br, bc] : {std::tuple{"e2m1", "ue4m3", 1, 16}, std::tuple{"e2m1", "ue5m3", 16, 16},
+                                           std::tuple{"e4m3", "ue4m3", 1, 32}, std::tuple{"e5m2", "", 1, 1},
+                                           std::tuple{"e2m1", "e4m3", 16, 1}}) {
+    SCOPED_TRACE(std::string(elem) + " / " + scale);
+    const QuantSpec q = spec_of(elem, scale, br, bc);
+    const int64_t rows = 300, cols = 272;  // (enough for the rows to run in parallel)
+    Vec x = data(rows, cols, 5);
+    x[7] = 0.0f, x[8] = -0.0f;
+    const Quantized r = run_quantize(q, x, rows, cols);
+    std::vector<uint16_t> cpu(x.size(), 0xdead);
+    cpu_quant_ops().encode_bf16(cpu.data(), q, r.codes.data(), q.scale ? r.scale_codes.data() : nullptr, rows, cols);
+    const std::vector<uint16_t> kernel = encode_kernel(q, r, rows, cols);
+    for (size_t i = 0; i < cpu.size(); ++i) ASSERT_EQ(cpu[i], kernel[i]) << i;
+  }
+}
+#endif
 
 double gamma(double n, double u) { return n * u / (1 - n * u); }
 
