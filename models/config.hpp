@@ -176,6 +176,9 @@ struct MemoryEstimate {
   // The quantized linears' shared scratch (sim::quant::quant_scratch_bytes:
   // the recipe's operands, encodings and backward results at their largest).
   double quant_scratch = 0;
+  // A CUDA device's `bf16` plain Linears' BF16 operand copies
+  // (sim::cuda_bf16_linear_scratch_bytes).
+  double linear_scratch = 0;
   // Bytes in host memory while the rest is on a device (train.offload =
   // optimizer: FP32 master weights, AdamW moments, a staged chunk of
   // gradients, optimizer then 0; ranks that reach each other through host
@@ -183,7 +186,7 @@ struct MemoryEstimate {
   double host_state = 0;
   // The bytes in the memory the model trains in (a device's, or the host's).
   double total() const {
-    return params + grads + optimizer + master + activations + workspace + grad_sums + quant_scratch;
+    return params + grads + optimizer + master + activations + workspace + grad_sums + quant_scratch + linear_scratch;
   }
 };
 // With `recompute` (block recompute, NemotronH::set_recompute) one block's

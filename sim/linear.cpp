@@ -1,5 +1,6 @@
 #include "sim/linear.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "formats/error.hpp"
@@ -151,5 +152,15 @@ std::unique_ptr<LinearFactory<T>> make_linear_factory(std::string_view policy) {
 }
 template std::unique_ptr<LinearFactory<float>> make_linear_factory<float>(std::string_view);
 template std::unique_ptr<LinearFactory<double>> make_linear_factory<double>(std::string_view);
+
+double cuda_bf16_linear_scratch_bytes(const std::vector<LinearInfo>& linears, int64_t tokens) {
+  int64_t x = 0, w = 0, dy = 0;
+  for (const LinearInfo& l : linears) {
+    x = std::max(x, tokens * l.in_features);
+    w = std::max(w, l.out_features * l.in_features);
+    dy = std::max(dy, tokens * l.out_features);
+  }
+  return 2.0 * static_cast<double>(x + w + dy);
+}
 
 }  // namespace exmy::sim

@@ -110,6 +110,13 @@ const std::vector<std::string>& linear_policy_names();
 enum class LinearPolicy : uint8_t { fp32, bf16 };
 LinearPolicy parse_linear_policy(std::string_view policy);
 
+// The bytes of a CUDA device's `bf16` Linears' shared operand scratch
+// (sim/cuda/linear_cuda.cpp: one BF16 buffer each for X, W and dY, each
+// grown to the largest call, two bytes an element) once `linears` have run
+// forward and backward on `tokens` tokens. For the memory plan of a device
+// run (sim/train: RankPlan::linear_scratch).
+double cuda_bf16_linear_scratch_bytes(const std::vector<LinearInfo>& linears, int64_t tokens);
+
 // Round to the nearest bfloat16, ties to even, as a value of the same type.
 // NaN stays NaN, overflow gives +-Inf (IEEE behaviour, no saturation). The
 // float one is sim::bf16_bits (sim/bf16.hpp), which the device's `bf16`

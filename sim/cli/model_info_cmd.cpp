@@ -144,6 +144,7 @@ int cmd_model_info(const Args& args) {
   plan.device_sums = true;  // one rank alone, or ranks on NCCL (train.comm = auto picks it on CUDA devices)
   plan.quant_scratch = sim::quant::quant_scratch_bytes(recipe, cfg.num_hidden_layers, models::linear_infos(cfg),
                                                        batch * seq, rt_opt, /*stats=*/true);
+  plan.linear_scratch = train::plain_linear_scratch(cfg, recipe, device, batch * seq);
   const models::MemoryEstimate m = train::rank_training_memory(cfg, batch, seq, recompute == "blocks", plan);
   // On a device the training step keeps the same FP32 tensors in the
   // device's memory, or (offloaded) all but the optimizer's.
@@ -169,6 +170,8 @@ int cmd_model_info(const Args& args) {
   if (m.quant_scratch > 0)
     std::printf("  quantized linears' scratch (%s, fp32 GEMM model %s, statistics on) %s\n", recipe_name.c_str(),
                 sim::quant::fp32_gemm_name(rt_opt.fp32_gemm), sim::gib_text(m.quant_scratch).c_str());
+  if (m.linear_scratch > 0)
+    std::printf("  BF16 operand copies of the bf16 linears %s\n", sim::gib_text(m.linear_scratch).c_str());
   if (m.grad_sums > 0)
     std::printf("  gradient sums of %lld micro-batches %s (%s)\n", static_cast<long long>(accum),
                 sim::gib_text(m.grad_sums).c_str(),

@@ -91,8 +91,18 @@ void remove_leftovers(const fs::path& dir) {
 
 }  // namespace
 
+double plain_linear_scratch(const models::NemotronHConfig& model, const sim::quant::Recipe& recipe,
+                            const sim::Device& device, int64_t tokens) {
+  if (!device.is_cuda() || sim::parse_linear_policy(recipe.unquantized) != sim::LinearPolicy::bf16) return 0;
+  std::vector<sim::LinearInfo> plain;
+  for (const sim::LinearInfo& info : models::linear_infos(model))
+    if (!recipe.quantizes(info, model.num_hidden_layers)) plain.push_back(info);
+  return sim::cuda_bf16_linear_scratch_bytes(plain, tokens);
+}
+
 RankPlan rank_plan(const RunConfig& cfg, int ranks) {
   RankPlan p;
+  p.linear_scratch = plain_linear_scratch(cfg.model, cfg.recipe, cfg.device, cfg.batch_size * cfg.seq_len);
   p.quant_scratch = sim::quant::quant_scratch_bytes(
       cfg.recipe, cfg.model.num_hidden_layers, models::linear_infos(cfg.model), cfg.batch_size * cfg.seq_len,
       sim::quant::RuntimeOptions{cfg.seed, cfg.gemm_stats_rows, cfg.gemm_stats_sample,
@@ -114,6 +124,7 @@ models::MemoryEstimate rank_training_memory(const models::NemotronHConfig& model
                                             bool recompute, const RankPlan& plan) {
   models::MemoryEstimate m = models::training_memory(model, batch, seq_len, recompute);
   m.quant_scratch = plan.quant_scratch;
+  m.linear_scratch = plan.linear_scratch;
   const double arena = m.params / 4.0;  // elements of the arena (padding included)
   const int shards = plan.shard_optimizer ? plan.ranks : 1;
   const double shard = shards > 1 ? static_cast<double>(sim::largest_shard(models::make_layout(model), shards)) : arena;
@@ -162,6 +173,8 @@ void require_training_memory(const RunConfig& cfg, int ranks) {
                           (m.grad_sums > 0 ? ", gradient sums " + sim::gib_text(m.grad_sums) : std::string()) +
                           (m.quant_scratch > 0 ? ", quantized linears' scratch " + sim::gib_text(m.quant_scratch)
                                                : std::string()) +
+                          (m.linear_scratch > 0 ? ", BF16 operand copies " + sim::gib_text(m.linear_scratch)
+                                                : std::string()) +
                           "; exmy model-info --model " + cfg.model_name + ")",
                       "lower train.batch_size or train.seq_len (train.grad_accum keeps the tokens per step), or "
                       "choose a smaller model",

@@ -127,7 +127,17 @@ struct RankPlan {
   // Bytes of the quantized linears' shared scratch (quant_scratch_bytes of
   // the run's recipe; 0 when it quantizes nothing).
   double quant_scratch = 0;
+  // Bytes of a CUDA device's `bf16` plain Linears' operand copies
+  // (plain_linear_scratch; 0 on the CPU and cuda-emulated, whose plain
+  // Linears are the CPU's).
+  double linear_scratch = 0;
 };
+// The BF16 operand copies the plain Linears of `recipe` (those it leaves
+// unquantized, with its `unquantized` policy) keep on `device` for `tokens`
+// tokens: a CUDA device's `bf16` Linears' (sim::cuda_bf16_linear_scratch_bytes),
+// else 0.
+double plain_linear_scratch(const models::NemotronHConfig& model, const sim::quant::Recipe& recipe,
+                            const sim::Device& device, int64_t tokens);
 // The plan of `cfg` on one of `ranks` ranks.
 RankPlan rank_plan(const RunConfig& cfg, int ranks);
 // models::training_memory of the rank that keeps the most: the largest of

@@ -28,7 +28,10 @@
 #include "models/config.hpp"
 #include "sim/device/device.hpp"
 #include "sim/io/run_file.hpp"
+#include "sim/quant/recipe.hpp"
+#include "sim/sysmem.hpp"
 #include "sim/train/checkpoint.hpp"
+#include "sim/train/trainer.hpp"
 #include "tests/cli_support.hpp"
 #include "tests/train/test_support.hpp"
 
@@ -471,6 +474,42 @@ TEST(CliTrain, ModelInfoPlansTheRecipesScratch) {
     EXPECT_NE(r.out.find(value), std::string::npos) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   }
+}
+
+// A CUDA device's `bf16` plain Linears keep BF16 copies of their largest X,
+// W and dY (sim/cuda/linear_cuda.cpp): the plan counts them for the linears
+// a recipe leaves to its `unquantized` policy, only on a CUDA device (the
+// CPU's and cuda-emulated's Linears are the CPU's), and model-info prints
+// the same bytes as train's plan.
+TEST(CliTrain, PlanCountsTheDevicesBf16OperandCopies) {
+  const models::NemotronHConfig model = models::resolve_config("proxy-10m");
+  const int64_t tokens = 4 * 256;
+  int64_t x = 0, w = 0, dy = 0;  // every linear unquantized: the largest of each operand
+  for (const sim::LinearInfo& l : models::linear_infos(model)) {
+    x = std::max(x, tokens * l.in_features);
+    w = std::max(w, l.out_features * l.in_features);
+    dy = std::max(dy, tokens * l.out_features);
+  }
+  const sim::quant::Recipe bf16 = sim::quant::load_recipe("bf16"), fp32 = sim::quant::load_recipe("fp32");
+  const sim::Device cuda = sim::parse_device("cuda", "t"), emulated = sim::parse_device("cuda-emulated", "t");
+  EXPECT_EQ(plain_linear_scratch(model, bf16, cuda, tokens), 2.0 * static_cast<double>(x + w + dy));
+  EXPECT_EQ(plain_linear_scratch(model, fp32, cuda, tokens), 0.0);
+  EXPECT_EQ(plain_linear_scratch(model, bf16, emulated, tokens), 0.0);
+  EXPECT_EQ(plain_linear_scratch(model, bf16, sim::Device{}, tokens), 0.0);
+  // a recipe that quantizes some linears leaves fewer copies, never more
+  const sim::quant::Recipe nv = sim::quant::load_recipe("te-nvfp4");
+  const double some = plain_linear_scratch(model, nv, cuda, tokens);
+  EXPECT_GT(some, 0.0);
+  EXPECT_LE(some, 2.0 * static_cast<double>(x + w + dy));
+  const RunConfig c = parse_run_config("", "t", {"model.name=proxy-10m", "train.batch_size=4", "train.seq_len=256",
+                                                 "train.precision=bf16", "train.device=cuda"});
+  EXPECT_EQ(rank_plan(c, 1).linear_scratch, 2.0 * static_cast<double>(x + w + dy));
+  const Result r = run({kExmy, "model-info", "--model", "proxy-10m", "--seq-len", "256", "--batch", "4", "--device",
+                        "cuda", "--recipe", "bf16", "--memory", "100"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("BF16 operand copies of the bf16 linears " + sim::gib_text(2.0 * static_cast<double>(x + w + dy))),
+            std::string::npos)
+      << r.out;
 }
 
 // `model-info --ranks N`: one rank's plan with the AdamW moments sharded
