@@ -189,7 +189,12 @@ class QuantizedLinear final : public Linear<float> {
 // recipe quantizes runs its forward and backward on `tokens` tokens, with
 // statistics when `stats`: per buffer the largest call's size (MemBufs only
 // grow, so the largest calls' buffers are all held at the end). For the
-// memory plan of a run (sim/train: MemoryEstimate::quant_scratch).
+// memory plan of a run (sim/train: MemoryEstimate::quant_scratch). Not in
+// it: a CUDA quantizer's own buffers (formats/cuda/quantize.cu), a few MiB
+// in training: its copy for a random Hadamard transform and its values for
+// statistics stay empty there, since the runtime rotates in its own
+// scratch (the `hp` buffer above) and asks for values whenever statistics
+// are on; its tables and statistics partials are small.
 double quant_scratch_bytes(const Recipe& recipe, int64_t num_blocks, const std::vector<LinearInfo>& linears,
                            int64_t tokens, const RuntimeOptions& opt, bool stats);
 
