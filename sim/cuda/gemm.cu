@@ -88,6 +88,21 @@ struct GemmBatch {
   auto key() const { return std::make_tuple(count, sa, sb, sc); }
 };
 
+// The alignment in bytes (a power of two, at most 256) every matrix of an
+// operand starts at: its address's and, in a batch, its stride's. cuBLASLt's
+// heuristic assumes 256 unless told (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*),
+// and an algorithm chosen for 256 may fault or read wrongly on a matrix that
+// starts, say, 64 bytes into a line (attention's per-head blocks, scratch
+// arrays 64-byte aligned).
+uint32_t alignment(const void* p, int64_t stride_bytes = 0) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(p) | static_cast<uint64_t>(stride_bytes) | 256u;
+  return static_cast<uint32_t>(bits & (~bits + 1));  // the lowest set bit
+}
+struct GemmAlign {
+  uint32_t a = 256, b = 256, c = 256;  // our A, B, C
+  auto key() const { return std::make_tuple(a, b, c); }
+};
+
 }  // namespace
 
 struct CudaGemm::Impl {
@@ -102,7 +117,7 @@ struct CudaGemm::Impl {
   };
   using Batch = GemmBatch;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, bool,
-                         std::tuple<int64_t, int64_t, int64_t, int64_t>>;
+                         std::tuple<int64_t, int64_t, int64_t, int64_t>, std::tuple<uint32_t, uint32_t, uint32_t>>;
   std::map<Key, Plan> plans;
   float* zero = nullptr;  // beta = 0 in device memory (device pointer mode)
 
@@ -119,7 +134,8 @@ struct CudaGemm::Impl {
   }
 
   const Plan& plan(int64_t ldc, int64_t lda, Op opA, int64_t ldb, Op opB, int64_t M, int64_t N, int64_t K,
-                   GemmOperands operands, bool device_alpha = false, const Batch& batch = Batch{}) {
+                   GemmOperands operands, const GemmAlign& align, bool device_alpha = false,
+                   const Batch& batch = Batch{}) {
     const Key key{ldc,
                   lda,
                   ldb,
@@ -130,7 +146,8 @@ struct CudaGemm::Impl {
                   static_cast<int>(opB),
                   static_cast<int>(operands),
                   device_alpha,
-                  batch.key()};
+                  batch.key(),
+                  align.key()};
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     Plan p;
     const cudaDataType_t in = operands == GemmOperands::bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -165,6 +182,12 @@ struct CudaGemm::Impl {
     check(lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
                                                sizeof workspace_bytes),
           "workspace preference");
+    // cuBLAS's A is our B, its B our A; D is C
+    for (const auto& [attr, bytes] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align.b},
+                                      std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align.a},
+                                      std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align.c},
+                                      std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align.c}})
+      check(lt().cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes), "alignment preference");
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t s = lt().cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
@@ -208,7 +231,8 @@ void CudaGemm::run_device_alpha(float* C, int64_t ldc, const void* A, int64_t ld
     cuda_check(cudaMalloc(&impl_->zero, sizeof(float)), "cudaMalloc (GEMM beta)");
     cuda_check(cudaMemset(impl_->zero, 0, sizeof(float)), "cudaMemset (GEMM beta)");
   }
-  const Impl::Plan& p = impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands, /*device_alpha=*/true);
+  const Impl::Plan& p = impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands,
+                                    GemmAlign{alignment(A), alignment(B), alignment(C)}, /*device_alpha=*/true);
   DeviceProfileScope timed(profile_name(operands, M, N, K), gemm_flops(M, N, K));
   check(lt().cublasLtMatmul(impl_->handle, p.desc, alpha, B, p.a, A, p.b, impl_->zero, C, p.c, C, p.c, &p.algo,
                             impl_->workspace, impl_->workspace_bytes, 0),
@@ -225,8 +249,9 @@ void CudaGemm::run_batched(int64_t count, float* C, int64_t ldc, int64_t sc, con
     return;
   }
   if (count > INT32_MAX) throw Error("a batched GEMM of " + std::to_string(count) + " products");
+  const GemmAlign align{alignment(A, 4 * sa), alignment(B, 4 * sb), alignment(C, 4 * sc)};
   const Impl::Plan& p =
-      impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, GemmOperands::fp32, false, Impl::Batch{count, sa, sb, sc});
+      impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, GemmOperands::fp32, align, false, Impl::Batch{count, sa, sb, sc});
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   DeviceProfileScope timed(launch_profile_on() ? "cublasLt fp32 batched " + std::to_string(count) + "x " +
                                                      std::to_string(M) + "x" + std::to_string(N) + "x" +
@@ -246,7 +271,8 @@ void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, co
       for (int64_t r = 0; r < M; ++r) cuda_check(cudaMemsetAsync(C + r * ldc, 0, sizeof(float) * N), "cudaMemset");
     return;
   }
-  const Impl::Plan& p = impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands);
+  const Impl::Plan& p =
+      impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands, GemmAlign{alignment(A), alignment(B), alignment(C)});
   const float beta = accumulate ? 1.0f : 0.0f;
   DeviceProfileScope timed(profile_name(operands, M, N, K), gemm_flops(M, N, K));
   check(lt().cublasLtMatmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,

@@ -6,9 +6,10 @@
 // tensor scales as the epilogue's alpha). A result differs from
 // the CPU's only in the order of each output's sums: tests/sim/test_gemm_cuda.cpp
 // states the budget and checks it. Deterministic: a shape's algorithm is
-// the heuristic's first for a fixed workspace, chosen once per CudaGemm and
-// kept, and no algorithm with atomics is asked for, so the same call gives
-// the same bits.
+// the heuristic's first for a fixed workspace and the operands' alignment
+// (told to the heuristic, which otherwise assumes 256-byte aligned
+// matrices), chosen once per CudaGemm and kept, and no algorithm with
+// atomics is asked for, so the same call gives the same bits.
 #pragma once
 
 #include <cstdint>

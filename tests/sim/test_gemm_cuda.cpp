@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "sim/cuda/gemm_cuda.hpp"
@@ -52,12 +53,18 @@ float bf16_value(uint16_t b) {
   return x;
 }
 
+// v on the device, `offset` elements past a cudaMalloc'd (256-byte aligned)
+// start; free with release(p, offset).
 template <class T>
-T* upload(const std::vector<T>& v) {
+T* upload(const std::vector<T>& v, int64_t offset = 0) {
   T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, sizeof(T) * v.size()), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
+  EXPECT_EQ(cudaMalloc(&d, sizeof(T) * (v.size() + static_cast<size_t>(offset))), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d + offset, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  return d + offset;
+}
+template <class T>
+void release(T* p, int64_t offset) {
+  cudaFree(const_cast<std::remove_const_t<T>*>(p) - offset);
 }
 
 std::vector<float> download(const float* d, size_t n) {
@@ -71,6 +78,7 @@ struct Case {
   Op opA, opB;
   bool accumulate;
   int64_t pad;  // extra elements per row of every matrix
+  int64_t offset = 0;  // every matrix starts this many elements past a 256-byte boundary
 };
 
 // One product on the device, checked against the exact product within the
@@ -90,9 +98,10 @@ void check_case(CudaGemm& g, const Case& c, GemmOperands kind, std::mt19937& rng
     for (size_t i = 0; i < A.size(); ++i) A[i] = bf16_value(Ab[i] = bf16_bits(A[i]));
     for (size_t i = 0; i < B.size(); ++i) B[i] = bf16_value(Bb[i] = bf16_bits(B[i]));
   }
-  const void* dA = kind == GemmOperands::bf16 ? static_cast<const void*>(upload(Ab)) : upload(A);
-  const void* dB = kind == GemmOperands::bf16 ? static_cast<const void*>(upload(Bb)) : upload(B);
-  float* dC = upload(C0);
+  const int64_t off = c.offset;
+  const void* dA = kind == GemmOperands::bf16 ? static_cast<const void*>(upload(Ab, off)) : upload(A, off);
+  const void* dB = kind == GemmOperands::bf16 ? static_cast<const void*>(upload(Bb, off)) : upload(B, off);
+  float* dC = upload(C0, off);
   g.run(dC, ldc, dA, lda, c.opA, dB, ldb, c.opB, M, N, K, c.accumulate, kind);
   ok(cudaDeviceSynchronize());
   const std::vector<float> got = download(dC, C0.size());
@@ -134,9 +143,14 @@ void check_case(CudaGemm& g, const Case& c, GemmOperands kind, std::mt19937& rng
     for (int64_t j = N; j < ldc; ++j) ASSERT_EQ(got[i * ldc + j], C0[i * ldc + j]) << "padding written";
   std::printf("  %lldx%lldx%lld: largest error %.3g of its budget\n", static_cast<long long>(M), static_cast<long long>(N),
               static_cast<long long>(K), worst);
-  cudaFree(const_cast<void*>(dA));
-  cudaFree(const_cast<void*>(dB));
-  cudaFree(dC);
+  if (kind == GemmOperands::bf16) {
+    release(static_cast<const uint16_t*>(dA), off);
+    release(static_cast<const uint16_t*>(dB), off);
+  } else {
+    release(static_cast<const float*>(dA), off);
+    release(static_cast<const float*>(dB), off);
+  }
+  release(dC, off);
 }
 
 const Case kCases[] = {
@@ -144,6 +158,10 @@ const Case kCases[] = {
     {17, 33, 65, Op::T, Op::N, false, 3},   {64, 128, 256, Op::T, Op::T, true, 0},
     {130, 70, 1000, Op::N, Op::N, true, 5}, {8, 4096, 64, Op::N, Op::T, false, 0},
     {256, 96, 4096, Op::T, Op::N, true, 0},
+    // matrices that start off a 256-byte boundary (cuBLASLt's heuristic is
+    // told their alignment): 4, 16 and 64 bytes in (fp32), 2, 8, 32 (bf16)
+    {200, 136, 128, Op::N, Op::T, false, 0, 1}, {96, 64, 256, Op::T, Op::N, true, 0, 4},
+    {128, 128, 64, Op::N, Op::N, false, 0, 16},
 };
 
 // Every case of kCases with operands of one kind.
