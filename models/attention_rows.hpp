@@ -31,9 +31,10 @@
 //
 // Bits: these sums are not the CPU's (Eigen's blocked products, a softmax
 // normalized after its max), so the results are within the FP32 budget of
-// tests/models/test_attention_cuda.cpp, not equal to the CPU's; that is why
-// the emulated device backend runs the item kernels instead
-// (models/attention_launches.hpp).
+// tests/models/test_attention_cuda.cpp, not equal to the CPU's; the
+// emulated device backend runs the block launches with the CPU's blocking
+// instead (models/attention_blocks.hpp), and so, by default, does the CUDA
+// backend with its own.
 #pragma once
 
 #include <cstdint>
