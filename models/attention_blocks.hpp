@@ -144,7 +144,7 @@ void attention_blocks_forward_launches(const L& launch, const Gemm& gemm, T* out
         });
         launch("attention_forward block max", Hkv * n, [=] EXMY_HD_LAMBDA(int64_t u) {
           T mx = part[u * parts];
-          for (int64_t k = 1; k < parts; ++k) mx = sim::hd_max(mx, part[u * parts + k]);
+          for (int64_t c = 1; c < parts; ++c) mx = sim::hd_max(mx, part[u * parts + c]);
           lse_r[(u / n) * lse_step + i0 + u % n] = mx;
         });
         launch("attention_forward block exp", Hkv * n * keys, [=] EXMY_HD_LAMBDA(int64_t u) {
@@ -158,7 +158,7 @@ void attention_blocks_forward_launches(const L& launch, const Gemm& gemm, T* out
         });
         launch("attention_forward block sum", Hkv * n, [=] EXMY_HD_LAMBDA(int64_t u) {
           T sum = part[u * parts];
-          for (int64_t k = 1; k < parts; ++k) sum += part[u * parts + k];
+          for (int64_t c = 1; c < parts; ++c) sum += part[u * parts + c];
           R[u] = T(1) / sum;
           T& l = lse_r[(u / n) * lse_step + i0 + u % n];
           l = l + sim::hd_log(sum);
