@@ -658,7 +658,8 @@ int cmd_bench_train(const Args& args) {
         ++count;
       };
       for (const std::string& n : names) add(n, false);
-      for (const std::string& n : with_stats) add(n, true);
+      for (const std::string& n : with_stats)  // (a name not in --recipe: bench_recipes says so)
+        if (std::find(names.begin(), names.end(), n) != names.end()) add(n, true);
     } else {
       count = split_list(vm["precision"].as<std::string>()).size();
       need = static_cast<double>(count) * model;
