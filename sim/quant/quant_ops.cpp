@@ -149,10 +149,10 @@ bool bf16_holds_encoded(const QuantSpec& q) {
 
 void gemm_bf16_host(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K, float alpha) {
   // The operands widened to float (exact) into buffers kept for the next
-  // call: sim::gemm multiplies float32. (Host memory beside the plan's
-  // scratch: 4 bytes an element of the largest A and B, the run's largest
-  // quantized operands, which the plan counts twice over already as their
-  // dequantized values and BF16 encodings.)
+  // call: sim::gemm multiplies float32. (Host memory outside the plan's
+  // scratch: 4 bytes an element of the largest A and B, only where the CPU
+  // or cuda-emulated runs `train.fp32_gemm = bf16`, which is not their
+  // default.)
   thread_local std::vector<float> a, b;
   const auto widen = [](std::vector<float>& dst, const uint16_t* src, int64_t n) {
     if (dst.size() < static_cast<size_t>(n)) dst.resize(static_cast<size_t>(n));
