@@ -68,6 +68,25 @@ BENCHMARK_CAPTURE(BM_Quantize, e4m3_ue8m0_1x32_exact, "e4m3", "ue8m0", 1, 32, ex
 BENCHMARK_CAPTURE(BM_Quantize, e4m3_tensor_exact, "e4m3", nullptr, 1, 16, exmy::Arith::exact, exmy::Round::rne);
 BENCHMARK_CAPTURE(BM_Quantize, e3m2_ue8m0_1x32_exact, "e3m2", "ue8m0", 1, 32, exmy::Arith::exact, exmy::Round::rne);
 
+// The 16-point random Hadamard transform (te-nvfp4's wgrad operands) in
+// place, along rows or columns, on one thread. The data is refreshed outside
+// the timing so that every pass transforms normal values.
+void BM_Hadamard16(benchmark::State& state, int axis) {
+  const int64_t rows = 256, cols = 4096;
+  const std::vector<float> x = normal_data(static_cast<size_t>(rows * cols));
+  std::vector<float> y(x.size());
+  for (auto _ : state) {
+    state.PauseTiming();
+    y = x;
+    state.ResumeTiming();
+    exmy::hadamard(y.data(), rows, cols, axis, exmy::Rht{16, exmy::RhtKind::random, 0x5a3c}, 1);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * rows * cols);
+}
+BENCHMARK_CAPTURE(BM_Hadamard16, rows, 1);
+BENCHMARK_CAPTURE(BM_Hadamard16, columns, 0);
+
 }  // namespace
 
 BENCHMARK_MAIN();

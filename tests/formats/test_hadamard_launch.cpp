@@ -17,6 +17,7 @@
 
 #include "formats/cuda/quantize_cuda.hpp"
 #include "formats/error.hpp"
+#include "formats/fast/loops.hpp"
 #include "formats/hadamard_segment.hpp"
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
@@ -92,6 +93,64 @@ TEST(HadamardLaunch, EmulationEqualsCpuBitForBit) {
     EXPECT_GT(neg_zero_out, 0) << n;
     EXPECT_GT(subnormal_out, 0) << n;
   }
+}
+
+// The CPU's transform on every vector width this machine has (the 16-point
+// transform along rows has a 16-lane AVX-512 form) equals the segment
+// function's bits, segment by segment, over runs of segments that do not
+// divide the tensor, every style of rht_input, on one and on three threads.
+TEST(HadamardLaunch, EveryWidthGivesTheSegmentFunctionsBits) {
+  const detail::Simd before = detail::simd_width();
+  uint64_t seed = 7000;
+  for (const detail::Simd w : {detail::Simd::scalar, detail::Simd::avx2, detail::Simd::avx512}) {
+    if (w > detail::simd_available()) continue;
+    detail::set_simd_width(w);
+    for (const uint16_t mask : {uint16_t{0x0000}, uint16_t{0xD7E8}, uint16_t{0xFFFF}}) {
+      const int64_t rows = 37, cols = 16 * 41;  // 1517 segments: 5 runs of 256 and a partial one
+      const std::vector<float> x = test::rht_input(rows, cols, 16, 1, ++seed);
+      const QuantSpec spec = rht_spec(16, RhtKind::random, mask, 1);
+      std::vector<float> want = x, one = x, three = x;
+      const RhtParams p = rht_params(spec, rows, cols);
+      for (int64_t s = 0; s < rht_segment_count(rows, cols, p); ++s) rht_segment(want.data(), cols, p, s);
+      apply_rht(spec, one.data(), rows, cols, 1);
+      apply_rht(spec, three.data(), rows, cols, 3);
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(bits_of(one[i]), bits_of(want[i]))
+            << detail::simd_name(w) << " mask " << test::hexcode(mask) << " element " << i << " (input " << hex(x[i])
+            << "): " << hex(one[i]) << ", the segment function " << hex(want[i]);
+        ASSERT_EQ(bits_of(three[i]), bits_of(want[i])) << detail::simd_name(w) << " element " << i << ", 3 threads";
+      }
+    }
+  }
+  detail::set_simd_width(before);
+}
+
+// Sums just off a bf16 tie at float precision, on the exact butterflies'
+// path: x_0 = 4 (1 + 2^-8) and x_1 = -+2^-23 (25 binades apart) make the
+// outputs 4 (1 + 2^-8 -+ 2^-25). Rounded to nearest float they land on the
+// tie 1 + 2^-8 (one from below, one from above), so only the round-to-odd
+// step (to_bf16: a float rounded away from zero steps back by one before
+// its sticky bit) gives bf16 1 below and 1 + 2^-7 above the tie.
+TEST(HadamardLaunch, EveryWidthRoundsSumsNextToABf16Tie) {
+  const detail::Simd before = detail::simd_width();
+  for (const detail::Simd w : {detail::Simd::scalar, detail::Simd::avx2, detail::Simd::avx512}) {
+    if (w > detail::simd_available()) continue;
+    detail::set_simd_width(w);
+    for (const float d : {std::ldexp(1.0f, -23), -std::ldexp(1.0f, -23)}) {
+      std::vector<float> x(16 * 300, 0.0f);  // 300 segments: more than a 16-lane run
+      for (size_t s = 0; s < 300; ++s) x[16 * s] = 4.0f * (1.0f + std::ldexp(1.0f, -8)), x[16 * s + 1] = -d;
+      const QuantSpec spec = rht_spec(16, RhtKind::deterministic, 0, 1);
+      std::vector<float> got = x;
+      apply_rht(spec, got.data(), 300, 16, 1);
+      // output j: x_0 + (-1)^popcount(j & 1) x_1
+      for (size_t i = 0; i < got.size(); ++i) {
+        const bool below = (d > 0) == (i % 2 == 0);  // the sum 4 (1 + 2^-8) - 2^-23 ...
+        const float want = below ? 1.0f : 1.0f + std::ldexp(1.0f, -7);
+        ASSERT_EQ(bits_of(got[i]), bits_of(want)) << detail::simd_name(w) << " element " << i << ": " << hex(got[i]);
+      }
+    }
+  }
+  detail::set_simd_width(before);
 }
 
 // The launch's parameters carry the documented sign vector.
