@@ -43,19 +43,18 @@ float* segment_base(float* x, int64_t cols, int axis, int n, int64_t s, int64_t&
 
 // Every segment of the transform's axis by the shared rht_segment (the
 // device kernel's thread body), segments split statically over the threads.
-// 16-point transforms along rows take the 16-lane form where the CPU has
-// AVX-512 (its bits are rht_segment's: tests/formats/test_hadamard.cpp),
-// runs of 256 segments a task.
+// Transforms along rows take the 16-lane form where the CPU has AVX-512
+// (its bits are rht_segment's: tests/formats/test_hadamard_launch.cpp), runs
+// of 4096 elements a task.
 void run(float* x, int64_t rows, int64_t cols, int axis, const Rht& t, int threads, bool parallel) {
   const RhtParams p = rht_params(t, rows, cols, axis);
   const int64_t nseg = rht_segment_count(rows, cols, p);
 #if defined(__x86_64__)
-  if (p.size == 16 && p.axis == 1 && detail::simd_width() >= detail::Simd::avx512) {
-    constexpr int64_t kRun = 256;
-    const int64_t runs = (nseg + kRun - 1) / kRun;
+  if (p.axis == 1 && detail::simd_width() >= detail::Simd::avx512) {
+    const int64_t run = 4096 / p.size, runs = (nseg + run - 1) / run;
 #pragma omp parallel for num_threads(threads) if (parallel) schedule(static)
     for (int64_t r = 0; r < runs; ++r)
-      detail::avx512::rht16_rows(x + 16 * kRun * r, std::min(kRun, nseg - kRun * r), p);
+      detail::avx512::rht_rows(x + p.size * run * r, std::min(run, nseg - run * r), p);
     return;
   }
 #endif

@@ -370,9 +370,9 @@ void fp4x16_row(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
 void philox_words64(uint64_t seed, uint64_t stream, uint64_t c, int64_t steps, uint32_t* out);
 // Eight segment partials side by side (segment_partials4's eight-lane form).
 void segment_partials8(const float* const x[8], const float* const xh[8], int64_t n, SumPartial out[8]);
-// The 16-point Hadamard transform of nseg consecutive 16-float segments in
-// place (p.size = 16): rht_transform_segment's bits (formats/fast/rht16_x16.cpp).
-void rht16_rows(float* x, int64_t nseg, const RhtParams& p);
+// The p.size-point Hadamard transform of nseg consecutive segments in place
+// (along rows): rht_transform_segment's bits (formats/fast/rht_x16.cpp).
+void rht_rows(float* x, int64_t nseg, const RhtParams& p);
 }  // namespace avx512
 
 }  // namespace exmy::detail

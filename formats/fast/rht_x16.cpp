@@ -1,0 +1,129 @@
+// The n-point Hadamard transforms (n = 16, 32, 64, 128) of segments along
+// rows (formats/hadamard_segment.hpp, rht_transform_segment) in 16 lanes
+// (AVX-512 F/DQ): a segment's n signed inputs as n / 8 vectors of doubles,
+// the butterfly stages by lane swaps and masked blends inside a vector and
+// by adds between vectors, and the rounding to bf16 of to_bf16 on 16
+// lanes. The butterflies are exact where the scalar path's are (the inputs
+// span at most 52 - log2 n binades), so their order does not matter and
+// the bits are rht_transform_segment's; a segment outside that path (a
+// non-finite input, a wider span, an exact zero output, whose sign the
+// scalar path settles from the terms) goes to rht_transform_segment itself.
+#include "formats/fast/loops.hpp"
+#include "formats/fast/target.hpp"
+#include "formats/hadamard_segment.hpp"
+
+#if defined(__x86_64__)
+EXMY_TARGET_AVX512
+#include <immintrin.h>
+
+namespace exmy::detail::avx512 {
+namespace {
+
+// The transform of the N floats at x in place (N = 16, 32, 64, 128: N / 8
+// vectors of doubles, lane j % 8 of vector j / 8 holding element j); false,
+// writing nothing, for a segment the fast path does not take.
+template <int N>
+bool rht_fast(float* x, const __m512i* sign) {
+  constexpr int V = N / 8, F = N / 16;  // vectors of doubles; of floats
+  __m512i t[F];
+  __m512i emax = _mm512_setzero_si512(), emin = _mm512_set1_epi32(255);
+  __mmask16 special = 0, any = 0;
+  const __m512i exp_mask = _mm512_set1_epi32(0xff), abs_mask = _mm512_set1_epi32(0x7fffffff);
+  for (int f = 0; f < F; ++f) {
+    t[f] = _mm512_xor_si512(_mm512_loadu_si512(x + 16 * f), sign[f]);
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(t[f], 23), exp_mask);
+    special |= _mm512_cmpeq_epi32_mask(e, exp_mask);  // Inf or NaN
+    const __mmask16 nz = _mm512_test_epi32_mask(t[f], abs_mask);
+    any |= nz;
+    emax = _mm512_mask_max_epi32(emax, nz, emax, e);
+    emin = _mm512_mask_min_epi32(emin, nz, emin, _mm512_max_epi32(e, _mm512_set1_epi32(1)));
+  }
+  if (special || !any) return false;
+  // The span of the scalar path's test, hi - lo <= 52 - log2 N, from the
+  // biased exponents: hi <= e_max - 127 (a subnormal's, -127, is above its
+  // true one: the test can only be stricter), lo = max(e, 1) - 150.
+  constexpr int kLog2 = N == 16 ? 4 : N == 32 ? 5 : N == 64 ? 6 : 7;
+  if (_mm512_reduce_max_epi32(emax) - _mm512_reduce_min_epi32(emin) > 29 - kLog2) return false;
+  __m512d y[V];
+  for (int f = 0; f < F; ++f) {
+    y[2 * f] = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_castsi512_ps(t[f])));
+    y[2 * f + 1] = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(t[f], 1)));
+  }
+  // h = 1, 2, 4 inside each vector: lane j with partner j ^ h takes a + b
+  // where j < j ^ h, else a - b (a the lower lane's, b the upper's).
+  const auto stage = [](__m512d v, __m512d sw, __mmask8 upper) {
+    return _mm512_mask_blend_pd(upper, _mm512_add_pd(v, sw), _mm512_sub_pd(sw, v));
+  };
+  for (int k = 0; k < V; ++k) {
+    y[k] = stage(y[k], _mm512_permute_pd(y[k], 0x55), 0xAA);
+    y[k] = stage(y[k], _mm512_permutex_pd(y[k], 0x4E), 0xCC);
+    y[k] = stage(y[k], _mm512_shuffle_f64x2(y[k], y[k], 0x4E), 0xF0);
+  }
+  // h = 8, 16, ...: between vectors k and k + h / 8
+  for (int hv = 1; hv < V; hv <<= 1)
+    for (int k = 0; k < V; ++k)
+      if ((k & hv) == 0) {
+        const __m512d a = y[k], b = y[k + hv];
+        y[k] = _mm512_add_pd(a, b);
+        y[k + hv] = _mm512_sub_pd(a, b);
+      }
+  const __m512d zero = _mm512_setzero_pd();
+  for (int k = 0; k < V; ++k)
+    if (_mm512_cmpeq_pd_mask(y[k], zero)) return false;
+  // to_bf16: v = y times 1/sqrt(2) rounded (N = 32, 128), times 1/4 (N <= 32)
+  // or 1/8 (exact), rounded to odd at float precision, then to nearest even
+  // at bf16's.
+  const __m512d scale = _mm512_set1_pd(N <= 32 ? 0.25 : 0.125);
+  const __m512d rsqrt2 = _mm512_set1_pd(0x1.6a09e667f3bcdp-1);
+  const __m512i one = _mm512_set1_epi32(1);
+  for (int f = 0; f < F; ++f) {
+    __m512d v0 = y[2 * f], v1 = y[2 * f + 1];
+    if constexpr (N == 32 || N == 128) v0 = _mm512_mul_pd(v0, rsqrt2), v1 = _mm512_mul_pd(v1, rsqrt2);
+    v0 = _mm512_mul_pd(v0, scale), v1 = _mm512_mul_pd(v1, scale);
+    const __m256 f0 = _mm512_cvtpd_ps(v0), f1 = _mm512_cvtpd_ps(v1);
+    const __m512d d0 = _mm512_cvtps_pd(f0), d1 = _mm512_cvtps_pd(f1);
+    const __mmask16 inexact = static_cast<__mmask16>(_mm512_cmp_pd_mask(d0, v0, _CMP_NEQ_UQ) |
+                                                     (_mm512_cmp_pd_mask(d1, v1, _CMP_NEQ_UQ) << 8));
+    const __mmask16 away = static_cast<__mmask16>(
+        _mm512_cmp_pd_mask(_mm512_abs_pd(d0), _mm512_abs_pd(v0), _CMP_GT_OQ) |
+        (_mm512_cmp_pd_mask(_mm512_abs_pd(d1), _mm512_abs_pd(v1), _CMP_GT_OQ) << 8));
+    const __m512i fb = _mm512_castps_si512(_mm512_insertf32x8(_mm512_castps256_ps512(f0), f1, 1));
+    __m512i u = _mm512_mask_sub_epi32(fb, inexact & away, fb, one);
+    u = _mm512_mask_or_epi32(u, inexact, u, one);
+    const __mmask16 inf = _mm512_cmpge_epu32_mask(_mm512_and_si512(u, abs_mask), _mm512_set1_epi32(0x7f800000));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    r = _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+    t[f] = _mm512_mask_mov_epi32(r, inf, fb);  // an infinite result stays as the conversion made it
+  }
+  for (int f = 0; f < F; ++f) _mm512_storeu_si512(x + 16 * f, t[f]);
+  return true;
+}
+
+template <int N>
+void rht_rows_n(float* x, int64_t nseg, const RhtParams& p) {
+  // the signs s_i as sign-bit masks, lane i % 16 of vector i / 16 for input i
+  alignas(64) uint32_t sgn[N];
+  for (int i = 0; i < N; ++i) sgn[i] = p.negated(i) ? 0x80000000u : 0u;
+  __m512i sign[N / 16];
+  for (int f = 0; f < N / 16; ++f) sign[f] = _mm512_load_si512(sgn + 16 * f);
+  for (int64_t s = 0; s < nseg; ++s) {
+    float* seg = x + N * s;
+    if (!rht_fast<N>(seg, sign)) rht_transform_segment(seg, p);
+  }
+}
+
+}  // namespace
+
+void rht_rows(float* x, int64_t nseg, const RhtParams& p) {
+  switch (p.size) {
+    case 16: return rht_rows_n<16>(x, nseg, p);
+    case 32: return rht_rows_n<32>(x, nseg, p);
+    case 64: return rht_rows_n<64>(x, nseg, p);
+    default: return rht_rows_n<128>(x, nseg, p);
+  }
+}
+
+}  // namespace exmy::detail::avx512
+EXMY_TARGET_END
+#endif
