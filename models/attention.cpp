@@ -1,9 +1,10 @@
 #include "models/attention.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include "models/attention_items.hpp"
-#include "models/cuda/attention_cuda.hpp"  // attention_device_scratch
+#include "models/cuda/attention_cuda.hpp"  // attention_device_scratch (defined here: plan arithmetic)
 #include "sim/parallel.hpp"
 #include "sim/tensor.hpp"
 
@@ -82,6 +83,19 @@ void attention_add_flops(FlopCount& f, const NemotronHConfig& c, int64_t seq_len
 }
 
 int64_t attention_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sum_sizes(sizes(c, B, T_)); }
+
+}  // namespace
+
+// (models/cuda/attention_cuda.hpp; here, with the plan it serves, so that
+// the plan needs none of the kernels)
+int64_t attention_device_scratch(const AttnDims& d) {
+  int64_t most = attention_rows_backward_scratch(d);
+  for (const AttnBlocking& k : {attn_cpu_blocking(), attn_device_blocking(d)})
+    most = std::max({most, attention_blocks_forward_scratch(d, k), attention_blocks_backward_scratch(d, k)});
+  return most;
+}
+
+namespace {
 
 // Per token: do (q), dq (q), dk (kv), dv (kv); inside, what the CUDA
 // backend's attention kernels allocate: the largest scratch of its two

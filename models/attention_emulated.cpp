@@ -30,13 +30,6 @@ bool attention_rows_chosen() {
   return rows;
 }
 
-int64_t attention_device_scratch(const AttnDims& d) {
-  int64_t most = attention_rows_backward_scratch(d);
-  for (const AttnBlocking& k : {attn_cpu_blocking(), attn_device_blocking(d)})
-    most = std::max({most, attention_blocks_forward_scratch(d, k), attention_blocks_backward_scratch(d, k)});
-  return most;
-}
-
 }  // namespace exmy::models
 
 #define EXMY_LAUNCHER sim::HostLaunch
