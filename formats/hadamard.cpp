@@ -43,18 +43,22 @@ float* segment_base(float* x, int64_t cols, int axis, int n, int64_t s, int64_t&
 
 // Every segment of the transform's axis by the shared rht_segment (the
 // device kernel's thread body), segments split statically over the threads.
-// Transforms along rows take the 16-lane form where the CPU has AVX-512
-// (its bits are rht_segment's: tests/formats/test_hadamard_launch.cpp), runs
-// of 4096 elements a task.
+// The transforms take the AVX-512 forms where the CPU has AVX-512 (their
+// bits are rht_segment's: tests/formats/test_hadamard_launch.cpp): along
+// rows runs of 4096 elements a task, along columns runs of 64 column
+// segments, eight columns a step.
 void run(float* x, int64_t rows, int64_t cols, int axis, const Rht& t, int threads, bool parallel) {
   const RhtParams p = rht_params(t, rows, cols, axis);
   const int64_t nseg = rht_segment_count(rows, cols, p);
 #if defined(__x86_64__)
-  if (p.axis == 1 && detail::simd_width() >= detail::Simd::avx512) {
-    const int64_t run = 4096 / p.size, runs = (nseg + run - 1) / run;
+  if (detail::simd_width() >= detail::Simd::avx512) {
+    const int64_t run = p.axis == 1 ? 4096 / p.size : 64, runs = (nseg + run - 1) / run;
 #pragma omp parallel for num_threads(threads) if (parallel) schedule(static)
-    for (int64_t r = 0; r < runs; ++r)
-      detail::avx512::rht_rows(x + p.size * run * r, std::min(run, nseg - run * r), p);
+    for (int64_t r = 0; r < runs; ++r) {
+      const int64_t s0 = run * r, s1 = std::min(nseg, s0 + run);
+      if (p.axis == 1) detail::avx512::rht_rows(x + p.size * s0, s1 - s0, p);
+      else detail::avx512::rht_cols(x, cols, s0, s1, p);
+    }
     return;
   }
 #endif

@@ -373,6 +373,9 @@ void segment_partials8(const float* const x[8], const float* const xh[8], int64_
 // The p.size-point Hadamard transform of nseg consecutive segments in place
 // (along rows): rht_transform_segment's bits (formats/fast/rht_x16.cpp).
 void rht_rows(float* x, int64_t nseg, const RhtParams& p);
+// ... and of the column segments s0 .. s1 - 1 of x [rows, cols] (axis 0;
+// rht_segment's numbering), eight columns a step.
+void rht_cols(float* x, int64_t cols, int64_t s0, int64_t s1, const RhtParams& p);
 }  // namespace avx512
 
 }  // namespace exmy::detail

@@ -113,7 +113,98 @@ void rht_rows_n(float* x, int64_t nseg, const RhtParams& p) {
   }
 }
 
+// to_bf16 of 8 lanes (v already times 1/sqrt(2) where N asks, times the
+// power of two): rounded to odd at float precision, then to nearest even at
+// bf16's.
+__attribute__((always_inline)) inline __m256 to_bf16_x8(__m512d v) {
+  const __m256 f = _mm512_cvtpd_ps(v);
+  const __m512d d = _mm512_cvtps_pd(f);
+  const __mmask8 inexact = _mm512_cmp_pd_mask(d, v, _CMP_NEQ_UQ);
+  const __mmask8 away = _mm512_cmp_pd_mask(_mm512_abs_pd(d), _mm512_abs_pd(v), _CMP_GT_OQ);
+  const __m256i fb = _mm256_castps_si256(f), one = _mm256_set1_epi32(1);
+  __m256i u = _mm256_mask_sub_epi32(fb, inexact & away, fb, one);
+  u = _mm256_mask_or_epi32(u, inexact, u, one);
+  const __mmask8 inf =
+      _mm256_cmpge_epu32_mask(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                                                   _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+  r = _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+  return _mm256_castsi256_ps(_mm256_mask_mov_epi32(r, inf, fb));
+}
+
+// The transforms of the N-element column segments of 8 adjacent columns at
+// base (row stride cols; element i of column l at base[i cols + l]), a lane
+// per column, in place; false, writing nothing, unless every lane takes the
+// fast path.
+template <int N>
+bool rht_cols_fast(float* base, int64_t cols, const RhtParams& p) {
+  constexpr int kLog2 = N == 16 ? 4 : N == 32 ? 5 : N == 64 ? 6 : 7;
+  __m512d y[N];
+  __m256i emax = _mm256_setzero_si256(), emin = _mm256_set1_epi32(255);
+  __mmask8 special = 0, any = 0;
+  const __m256i exp_mask = _mm256_set1_epi32(0xff), abs_mask = _mm256_set1_epi32(0x7fffffff);
+  for (int i = 0; i < N; ++i) {
+    __m256i t = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i * cols));
+    if (p.negated(i)) t = _mm256_xor_si256(t, _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+    const __m256i e = _mm256_and_si256(_mm256_srli_epi32(t, 23), exp_mask);
+    special |= _mm256_cmpeq_epi32_mask(e, exp_mask);
+    const __mmask8 nz = _mm256_test_epi32_mask(t, abs_mask);
+    any |= nz;
+    emax = _mm256_mask_max_epi32(emax, nz, emax, e);
+    emin = _mm256_mask_min_epi32(emin, nz, emin, _mm256_max_epi32(e, _mm256_set1_epi32(1)));
+    y[i] = _mm512_cvtps_pd(_mm256_castsi256_ps(t));
+  }
+  // every lane: finite, some non-zero input, its span within the scalar
+  // path's test (see rht_fast)
+  if (special || any != 0xff) return false;
+  if (_mm256_cmpgt_epi32_mask(_mm256_sub_epi32(emax, emin), _mm256_set1_epi32(29 - kLog2))) return false;
+  for (int h = 1; h < N; h <<= 1)
+    for (int i = 0; i < N; i += 2 * h)
+      for (int j = i; j < i + h; ++j) {
+        const __m512d a = y[j], b = y[j + h];
+        y[j] = _mm512_add_pd(a, b);
+        y[j + h] = _mm512_sub_pd(a, b);
+      }
+  const __m512d zero = _mm512_setzero_pd();
+  for (int j = 0; j < N; ++j)
+    if (_mm512_cmpeq_pd_mask(y[j], zero)) return false;
+  const __m512d scale = _mm512_set1_pd(N <= 32 ? 0.25 : 0.125);
+  const __m512d rsqrt2 = _mm512_set1_pd(0x1.6a09e667f3bcdp-1);
+  for (int j = 0; j < N; ++j) {
+    __m512d v = y[j];
+    if constexpr (N == 32 || N == 128) v = _mm512_mul_pd(v, rsqrt2);
+    _mm256_storeu_ps(base + j * cols, to_bf16_x8(_mm512_mul_pd(v, scale)));
+  }
+  return true;
+}
+
+// Column segments s in [s0, s1) (rht_segment's numbering: column s % cols
+// of row block s / cols), eight adjacent columns of a row block at a time
+// where the fast path takes all eight, else each by the segment function.
+template <int N>
+void rht_cols_n(float* x, int64_t cols, int64_t s0, int64_t s1, const RhtParams& p) {
+  int64_t s = s0;
+  while (s < s1) {
+    const int64_t c = s % cols;
+    if (c + 8 <= cols && s + 8 <= s1 && rht_cols_fast<N>(x + (s / cols) * N * cols + c, cols, p)) {
+      s += 8;
+      continue;
+    }
+    rht_segment(x, cols, p, s);
+    ++s;
+  }
+}
+
 }  // namespace
+
+void rht_cols(float* x, int64_t cols, int64_t s0, int64_t s1, const RhtParams& p) {
+  switch (p.size) {
+    case 16: return rht_cols_n<16>(x, cols, s0, s1, p);
+    case 32: return rht_cols_n<32>(x, cols, s0, s1, p);
+    case 64: return rht_cols_n<64>(x, cols, s0, s1, p);
+    default: return rht_cols_n<128>(x, cols, s0, s1, p);
+  }
+}
 
 void rht_rows(float* x, int64_t nseg, const RhtParams& p) {
   switch (p.size) {

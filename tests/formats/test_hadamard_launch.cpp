@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,7 @@ TEST(HadamardLaunch, EmulationEqualsCpuBitForBit) {
 }
 
 // The CPU's transform on every vector width this machine has (the
-// transforms along rows have a 16-lane AVX-512 form) equals the segment
+// transforms have AVX-512 forms) equals the segment
 // function's bits, segment by segment, over runs of segments that do not
 // divide the tensor, every style of rht_input, on one and on three threads.
 TEST(HadamardLaunch, EveryWidthGivesTheSegmentFunctionsBits) {
@@ -105,25 +106,39 @@ TEST(HadamardLaunch, EveryWidthGivesTheSegmentFunctionsBits) {
   for (const detail::Simd w : {detail::Simd::scalar, detail::Simd::avx2, detail::Simd::avx512}) {
     if (w > detail::simd_available()) continue;
     detail::set_simd_width(w);
-    for (const int n : {16, 32, 64, 128})
-      for (const uint16_t mask : {uint16_t{0x0000}, uint16_t{0xD7E8}, uint16_t{0xFFFF}}) {
-        // 37 x 41 segments: runs of 4096 elements and a partial one
-        const int64_t rows = 37, cols = n * 41;
-        const std::vector<float> x = test::rht_input(rows, cols, n, 1, ++seed);
-        const QuantSpec spec = rht_spec(n, RhtKind::random, mask, 1);
-        std::vector<float> want = x, one = x, three = x;
-        const RhtParams p = rht_params(spec, rows, cols);
-        for (int64_t s = 0; s < rht_segment_count(rows, cols, p); ++s) rht_segment(want.data(), cols, p, s);
-        apply_rht(spec, one.data(), rows, cols, 1);
-        apply_rht(spec, three.data(), rows, cols, 3);
-        for (size_t i = 0; i < x.size(); ++i) {
-          ASSERT_EQ(bits_of(one[i]), bits_of(want[i]))
-              << detail::simd_name(w) << " n " << n << " mask " << test::hexcode(mask) << " element " << i
-              << " (input " << hex(x[i]) << "): " << hex(one[i]) << ", the segment function " << hex(want[i]);
-          ASSERT_EQ(bits_of(three[i]), bits_of(want[i]))
-              << detail::simd_name(w) << " n " << n << " element " << i << ", 3 threads";
+    for (const int n : {16, 32, 64, 128}) {
+      for (const int axis : {1, 0}) {
+        for (const uint16_t mask : {uint16_t{0x0000}, uint16_t{0xD7E8}, uint16_t{0xFFFF}}) {
+          // along rows 37 x 41 segments: runs of 4096 elements and a partial
+          // one; along columns 3 row blocks of 45 columns: runs of 64
+          // segments across row blocks, steps of eight columns, a tail of five
+          const int64_t rows = axis == 1 ? 37 : 3 * n, cols = axis == 1 ? n * 41 : 45;
+          // every style of rht_input, segment by segment; then normal values
+          // alone, so that every eight adjacent column segments take the fast
+          // path together
+          std::vector<float> x = test::rht_input(rows, cols, n, axis, ++seed);
+          if (mask == 0xFFFF) {
+            std::mt19937 rng(static_cast<uint32_t>(seed));
+            std::normal_distribution<float> normal(0.0f, 1.0f);
+            for (float& v : x) v = normal(rng);
+          }
+          const QuantSpec spec = rht_spec(n, RhtKind::random, mask, axis);
+          std::vector<float> want = x, one = x, three = x;
+          const RhtParams p = rht_params(spec, rows, cols);
+          for (int64_t s = 0; s < rht_segment_count(rows, cols, p); ++s) rht_segment(want.data(), cols, p, s);
+          apply_rht(spec, one.data(), rows, cols, 1);
+          apply_rht(spec, three.data(), rows, cols, 3);
+          const std::string what = std::string(detail::simd_name(w)) + " n " + std::to_string(n) + " axis " +
+                                   std::to_string(axis) + " mask " + test::hexcode(mask);
+          for (size_t i = 0; i < x.size(); ++i) {
+            ASSERT_EQ(bits_of(one[i]), bits_of(want[i])) << what << " element " << i << " (input " << hex(x[i])
+                                                         << "): " << hex(one[i]) << ", the segment function "
+                                                         << hex(want[i]);
+            ASSERT_EQ(bits_of(three[i]), bits_of(want[i])) << what << " element " << i << ", 3 threads";
+          }
         }
       }
+    }
   }
   detail::set_simd_width(before);
 }
