@@ -114,6 +114,7 @@ struct CudaGemm::Impl {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    bool none = false;  // a batch the heuristic has no algorithm for (run_batched: one call per entry)
   };
   using Batch = GemmBatch;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, bool,
@@ -193,6 +194,10 @@ struct CudaGemm::Impl {
     const cublasStatus_t s = lt().cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
     lt().cublasLtMatmulPreferenceDestroy(pref);
     check(s, "cublasLtMatmulAlgoGetHeuristic");
+    if (found == 0 && batch.count > 1) {
+      p.none = true;  // (kept, with its descriptors, so that the search runs once)
+      return plans.emplace(key, p).first->second;
+    }
     if (found == 0) throw Error("cuBLASLt has no algorithm for a " + std::to_string(M) + "x" + std::to_string(N) + "x" +
                                 std::to_string(K) + " GEMM");
     p.algo = result.algo;
@@ -243,15 +248,15 @@ void CudaGemm::run_batched(int64_t count, float* C, int64_t ldc, int64_t sc, con
                            Op opA, const float* B, int64_t ldb, int64_t sb, Op opB, int64_t M, int64_t N, int64_t K,
                            bool accumulate) {
   if (count <= 0 || M == 0 || N == 0) return;
-  if (count == 1 || K == 0) {  // (an empty sum: each entry's C = 0, or unchanged)
+  const auto each = [&] {  // one call per entry
     for (int64_t t = 0; t < count; ++t)
       run(C + t * sc, ldc, A + t * sa, lda, opA, B + t * sb, ldb, opB, M, N, K, accumulate, GemmOperands::fp32);
-    return;
-  }
-  if (count > INT32_MAX) throw Error("a batched GEMM of " + std::to_string(count) + " products");
+  };
+  if (count == 1 || K == 0 || count > INT32_MAX) return each();  // (K = 0: each entry's C = 0, or unchanged)
   const GemmAlign align{alignment(A, 4 * sa), alignment(B, 4 * sb), alignment(C, 4 * sc)};
   const Impl::Plan& p =
       impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, GemmOperands::fp32, align, false, Impl::Batch{count, sa, sb, sc});
+  if (p.none) return each();  // the heuristic has no algorithm for this batch
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   DeviceProfileScope timed(launch_profile_on() ? "cublasLt fp32 batched " + std::to_string(count) + "x " +
                                                      std::to_string(M) + "x" + std::to_string(N) + "x" +

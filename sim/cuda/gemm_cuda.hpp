@@ -38,7 +38,8 @@ class CudaGemm {
   // FP32 operands, `count` products at once (cuBLASLt's strided batch):
   // entry t is C + t sc = op(A + t sa) · op(B + t sb) (+= with accumulate),
   // strides in elements; each entry's result is that of run() on it up to
-  // the order of each output's sums.
+  // the order of each output's sums. A batch the heuristic has no algorithm
+  // for runs as one call per entry.
   void run_batched(int64_t count, float* C, int64_t ldc, int64_t sc, const float* A, int64_t lda, int64_t sa, Op opA,
                    const float* B, int64_t ldb, int64_t sb, Op opB, int64_t M, int64_t N, int64_t K, bool accumulate);
   // C = fl(*alpha · sum) with alpha a device pointer (cuBLASLt's device

@@ -238,7 +238,9 @@ TEST(Fp32GemmBf16, WithinItsBudgetOfTheSgemmModel) {
     if (rows) apply_outer_alpha(got.data(), c.M, c.N, a.info.t, a.info.row_t.data(), b.info.t, nullptr);
     if (!rows) {  // the host's alpha gives the same bits where the GEMM is sim::gemm's
       const Vec host = gemm_bf16_under_test(ea, eb, c.M, c.N, c.K, tensor_decode_alpha(a.info.t, b.info.t));
-      if (!models::kOnDevice) EXPECT_EQ(0, std::memcmp(host.data(), got.data(), sizeof(float) * got.size()));
+      if (!models::kOnDevice) {
+        EXPECT_EQ(0, std::memcmp(host.data(), got.data(), sizeof(float) * got.size()));
+      }
     }
     // The same GEMM without its tensor scales (alpha = 1): far outside the
     // budget, which therefore sees a scale applied wrongly.
