@@ -19,6 +19,52 @@ EXMY_TARGET_AVX512
 namespace exmy::detail::avx512 {
 namespace {
 
+// log2 of a transform's size.
+template <int N>
+constexpr int kLog2Size = N == 16 ? 4 : N == 32 ? 5 : N == 64 ? 6 : 7;
+
+// The butterfly stages between `count` vectors (a power of two): vectors k
+// and k + h take a + b and a - b.
+__attribute__((always_inline)) inline void butterflies_between(__m512d* y, int count) {
+  for (int h = 1; h < count; h <<= 1)
+    for (int i = 0; i < count; i += 2 * h)
+      for (int j = i; j < i + h; ++j) {
+        const __m512d a = y[j], b = y[j + h];
+        y[j] = _mm512_add_pd(a, b);
+        y[j + h] = _mm512_sub_pd(a, b);
+      }
+}
+
+// Whether any lane of the `count` vectors is an exact zero (whose sign the
+// segment function settles from the terms).
+__attribute__((always_inline)) inline bool any_zero(const __m512d* y, int count) {
+  for (int k = 0; k < count; ++k)
+    if (_mm512_cmpeq_pd_mask(y[k], _mm512_setzero_pd())) return true;
+  return false;
+}
+
+// to_bf16 of 8 exact sums y of an N-point transform: times 1/sqrt(2)
+// rounded (N = 32, 128), times 1/4 (N <= 32) or 1/8 (exact), rounded to odd
+// at float precision, then to nearest even at bf16's.
+template <int N>
+__attribute__((always_inline)) inline __m256 to_bf16_x8(__m512d y) {
+  if constexpr (N == 32 || N == 128) y = _mm512_mul_pd(y, _mm512_set1_pd(0x1.6a09e667f3bcdp-1));
+  const __m512d v = _mm512_mul_pd(y, _mm512_set1_pd(N <= 32 ? 0.25 : 0.125));
+  const __m256 f = _mm512_cvtpd_ps(v);
+  const __m512d d = _mm512_cvtps_pd(f);
+  const __mmask8 inexact = _mm512_cmp_pd_mask(d, v, _CMP_NEQ_UQ);
+  const __mmask8 away = _mm512_cmp_pd_mask(_mm512_abs_pd(d), _mm512_abs_pd(v), _CMP_GT_OQ);
+  const __m256i fb = _mm256_castps_si256(f), one = _mm256_set1_epi32(1);
+  __m256i u = _mm256_mask_sub_epi32(fb, inexact & away, fb, one);
+  u = _mm256_mask_or_epi32(u, inexact, u, one);
+  const __mmask8 inf =
+      _mm256_cmpge_epu32_mask(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                                                   _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+  r = _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+  return _mm256_castsi256_ps(_mm256_mask_mov_epi32(r, inf, fb));  // an infinite result stays as converted
+}
+
 // The transform of the N floats at x in place (N = 16, 32, 64, 128: N / 8
 // vectors of doubles, lane j % 8 of vector j / 8 holding element j); false,
 // writing nothing, for a segment the fast path does not take.
@@ -42,8 +88,7 @@ bool rht_fast(float* x, const __m512i* sign) {
   // The span of the scalar path's test, hi - lo <= 52 - log2 N, from the
   // biased exponents: hi <= e_max - 127 (a subnormal's, -127, is above its
   // true one: the test can only be stricter), lo = max(e, 1) - 150.
-  constexpr int kLog2 = N == 16 ? 4 : N == 32 ? 5 : N == 64 ? 6 : 7;
-  if (_mm512_reduce_max_epi32(emax) - _mm512_reduce_min_epi32(emin) > 29 - kLog2) return false;
+  if (_mm512_reduce_max_epi32(emax) - _mm512_reduce_min_epi32(emin) > 29 - kLog2Size<N>) return false;
   __m512d y[V];
   for (int f = 0; f < F; ++f) {
     y[2 * f] = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_castsi512_ps(t[f])));
@@ -59,44 +104,9 @@ bool rht_fast(float* x, const __m512i* sign) {
     y[k] = stage(y[k], _mm512_permutex_pd(y[k], 0x4E), 0xCC);
     y[k] = stage(y[k], _mm512_shuffle_f64x2(y[k], y[k], 0x4E), 0xF0);
   }
-  // h = 8, 16, ...: between vectors k and k + h / 8
-  for (int hv = 1; hv < V; hv <<= 1)
-    for (int k = 0; k < V; ++k)
-      if ((k & hv) == 0) {
-        const __m512d a = y[k], b = y[k + hv];
-        y[k] = _mm512_add_pd(a, b);
-        y[k + hv] = _mm512_sub_pd(a, b);
-      }
-  const __m512d zero = _mm512_setzero_pd();
-  for (int k = 0; k < V; ++k)
-    if (_mm512_cmpeq_pd_mask(y[k], zero)) return false;
-  // to_bf16: v = y times 1/sqrt(2) rounded (N = 32, 128), times 1/4 (N <= 32)
-  // or 1/8 (exact), rounded to odd at float precision, then to nearest even
-  // at bf16's.
-  const __m512d scale = _mm512_set1_pd(N <= 32 ? 0.25 : 0.125);
-  const __m512d rsqrt2 = _mm512_set1_pd(0x1.6a09e667f3bcdp-1);
-  const __m512i one = _mm512_set1_epi32(1);
-  for (int f = 0; f < F; ++f) {
-    __m512d v0 = y[2 * f], v1 = y[2 * f + 1];
-    if constexpr (N == 32 || N == 128) v0 = _mm512_mul_pd(v0, rsqrt2), v1 = _mm512_mul_pd(v1, rsqrt2);
-    v0 = _mm512_mul_pd(v0, scale), v1 = _mm512_mul_pd(v1, scale);
-    const __m256 f0 = _mm512_cvtpd_ps(v0), f1 = _mm512_cvtpd_ps(v1);
-    const __m512d d0 = _mm512_cvtps_pd(f0), d1 = _mm512_cvtps_pd(f1);
-    const __mmask16 inexact = static_cast<__mmask16>(_mm512_cmp_pd_mask(d0, v0, _CMP_NEQ_UQ) |
-                                                     (_mm512_cmp_pd_mask(d1, v1, _CMP_NEQ_UQ) << 8));
-    const __mmask16 away = static_cast<__mmask16>(
-        _mm512_cmp_pd_mask(_mm512_abs_pd(d0), _mm512_abs_pd(v0), _CMP_GT_OQ) |
-        (_mm512_cmp_pd_mask(_mm512_abs_pd(d1), _mm512_abs_pd(v1), _CMP_GT_OQ) << 8));
-    const __m512i fb = _mm512_castps_si512(_mm512_insertf32x8(_mm512_castps256_ps512(f0), f1, 1));
-    __m512i u = _mm512_mask_sub_epi32(fb, inexact & away, fb, one);
-    u = _mm512_mask_or_epi32(u, inexact, u, one);
-    const __mmask16 inf = _mm512_cmpge_epu32_mask(_mm512_and_si512(u, abs_mask), _mm512_set1_epi32(0x7f800000));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-    r = _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
-    t[f] = _mm512_mask_mov_epi32(r, inf, fb);  // an infinite result stays as the conversion made it
-  }
-  for (int f = 0; f < F; ++f) _mm512_storeu_si512(x + 16 * f, t[f]);
+  butterflies_between(y, V);  // h = 8, 16, ...: the stages between vectors
+  if (any_zero(y, V)) return false;
+  for (int k = 0; k < V; ++k) _mm256_storeu_ps(x + 8 * k, to_bf16_x8<N>(y[k]));
   return true;
 }
 
@@ -113,32 +123,12 @@ void rht_rows_n(float* x, int64_t nseg, const RhtParams& p) {
   }
 }
 
-// to_bf16 of 8 lanes (v already times 1/sqrt(2) where N asks, times the
-// power of two): rounded to odd at float precision, then to nearest even at
-// bf16's.
-__attribute__((always_inline)) inline __m256 to_bf16_x8(__m512d v) {
-  const __m256 f = _mm512_cvtpd_ps(v);
-  const __m512d d = _mm512_cvtps_pd(f);
-  const __mmask8 inexact = _mm512_cmp_pd_mask(d, v, _CMP_NEQ_UQ);
-  const __mmask8 away = _mm512_cmp_pd_mask(_mm512_abs_pd(d), _mm512_abs_pd(v), _CMP_GT_OQ);
-  const __m256i fb = _mm256_castps_si256(f), one = _mm256_set1_epi32(1);
-  __m256i u = _mm256_mask_sub_epi32(fb, inexact & away, fb, one);
-  u = _mm256_mask_or_epi32(u, inexact, u, one);
-  const __mmask8 inf =
-      _mm256_cmpge_epu32_mask(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
-                                                   _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
-  r = _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xffff0000u)));
-  return _mm256_castsi256_ps(_mm256_mask_mov_epi32(r, inf, fb));
-}
-
 // The transforms of the N-element column segments of 8 adjacent columns at
 // base (row stride cols; element i of column l at base[i cols + l]), a lane
 // per column, in place; false, writing nothing, unless every lane takes the
 // fast path.
 template <int N>
 bool rht_cols_fast(float* base, int64_t cols, const RhtParams& p) {
-  constexpr int kLog2 = N == 16 ? 4 : N == 32 ? 5 : N == 64 ? 6 : 7;
   __m512d y[N];
   __m256i emax = _mm256_setzero_si256(), emin = _mm256_set1_epi32(255);
   __mmask8 special = 0, any = 0;
@@ -157,24 +147,10 @@ bool rht_cols_fast(float* base, int64_t cols, const RhtParams& p) {
   // every lane: finite, some non-zero input, its span within the scalar
   // path's test (see rht_fast)
   if (special || any != 0xff) return false;
-  if (_mm256_cmpgt_epi32_mask(_mm256_sub_epi32(emax, emin), _mm256_set1_epi32(29 - kLog2))) return false;
-  for (int h = 1; h < N; h <<= 1)
-    for (int i = 0; i < N; i += 2 * h)
-      for (int j = i; j < i + h; ++j) {
-        const __m512d a = y[j], b = y[j + h];
-        y[j] = _mm512_add_pd(a, b);
-        y[j + h] = _mm512_sub_pd(a, b);
-      }
-  const __m512d zero = _mm512_setzero_pd();
-  for (int j = 0; j < N; ++j)
-    if (_mm512_cmpeq_pd_mask(y[j], zero)) return false;
-  const __m512d scale = _mm512_set1_pd(N <= 32 ? 0.25 : 0.125);
-  const __m512d rsqrt2 = _mm512_set1_pd(0x1.6a09e667f3bcdp-1);
-  for (int j = 0; j < N; ++j) {
-    __m512d v = y[j];
-    if constexpr (N == 32 || N == 128) v = _mm512_mul_pd(v, rsqrt2);
-    _mm256_storeu_ps(base + j * cols, to_bf16_x8(_mm512_mul_pd(v, scale)));
-  }
+  if (_mm256_cmpgt_epi32_mask(_mm256_sub_epi32(emax, emin), _mm256_set1_epi32(29 - kLog2Size<N>))) return false;
+  butterflies_between(y, N);
+  if (any_zero(y, N)) return false;
+  for (int j = 0; j < N; ++j) _mm256_storeu_ps(base + j * cols, to_bf16_x8<N>(y[j]));
   return true;
 }
 
