@@ -666,13 +666,7 @@ int cmd_bench_train(const Args& args) {
     }
     // the host's memory holds the models (cuda-emulated's too), a CUDA device's its own
     sim::AvailableMemory device;
-    size_t free_b = 0, total_b = 0;
-    const bool on_cuda = train::cuda_device_memory(td.device(), &free_b, &total_b);
-    if (on_cuda) {
-      device.bytes = static_cast<double>(free_b);
-      device.source = sim::device_name(td.device()) + ": " + sim::gib_text(static_cast<double>(free_b)) +
-                      " free of " + sim::gib_text(static_cast<double>(total_b));
-    }
+    const bool on_cuda = train::cuda_available_memory(td.device(), &device);
     sim::require_memory(need,
                         "exmy bench train (" + std::to_string(count) + " models " + cfg.name + ", batch " +
                             std::to_string(B) + " x " + std::to_string(T) + ")",

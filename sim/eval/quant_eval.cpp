@@ -262,6 +262,8 @@ class QuantEvalModel::Factory final : public sim::LinearFactory<float> {
 
 QuantEvalModel::QuantEvalModel(const train::RunConfig& cfg, sim::quant::Recipe recipe, ActPolicy policy)
     : cfg_(cfg), recipe_(std::move(recipe)), policy_(policy) {
+  const sim::quant::RuntimeOptions rt_opt{cfg_.seed, 128, 64,
+                                          sim::quant::parse_fp32_gemm(cfg_.fp32_gemm, cfg_.device.is_cuda())};
   if (!cfg_.device.is_cuda()) {  // forward only: weights and activations, no gradients or AdamW moments
     // (in host memory; on a CUDA device they are the device's), and the
     // quantized linears' scratch (planned for forward and backward: an
@@ -269,7 +271,7 @@ QuantEvalModel::QuantEvalModel(const train::RunConfig& cfg, sim::quant::Recipe r
     const models::MemoryEstimate m = models::training_memory(cfg_.model, cfg_.batch_size, cfg_.seq_len);
     const double scratch = sim::quant::quant_scratch_bytes(
         recipe_, cfg_.model.num_hidden_layers, models::linear_infos(cfg_.model), cfg_.batch_size * cfg_.seq_len,
-        sim::quant::RuntimeOptions{cfg_.seed, 128, 64, sim::quant::parse_fp32_gemm(cfg_.fp32_gemm, false)}, false);
+        rt_opt, false);
     sim::require_memory(m.params + m.activations + m.workspace + scratch,
                         "evaluating model " + cfg_.model_name + " (batch " + std::to_string(cfg_.batch_size) + " x " +
                             std::to_string(cfg_.seq_len) + ")",
@@ -280,8 +282,7 @@ QuantEvalModel::QuantEvalModel(const train::RunConfig& cfg, sim::quant::Recipe r
   // linears through the device's ops, the others the device's plain
   // linears, the layers and tensors the device backend's.
   device_ = std::make_unique<train::TrainingDevice>(cfg_.device);
-  runtime_ = std::make_shared<sim::quant::QuantRuntime>(sim::quant::RuntimeOptions{
-      cfg_.seed, 128, 64, sim::quant::parse_fp32_gemm(cfg_.fp32_gemm, cfg_.device.is_cuda())});
+  runtime_ = std::make_shared<sim::quant::QuantRuntime>(rt_opt);
   runtime_->set_ops(device_->quant_ops());
   factory_ = std::make_unique<Factory>(recipe_, policy_, cfg_.model.num_hidden_layers, runtime_,
                                        device_->on_device() ? device_->plain_linears(recipe_.unquantized) : nullptr,

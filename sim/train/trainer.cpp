@@ -155,13 +155,7 @@ void require_training_memory(const RunConfig& cfg, int ranks) {
   const std::string shard = shards > 1 ? " (this rank's shard of " + std::to_string(shards) + ")" : "";
   // On a CUDA device the model lives in the device's memory.
   sim::AvailableMemory device;
-  size_t free_b = 0, total_b = 0;
-  const bool on_cuda = cuda_device_memory(cfg.device, &free_b, &total_b);
-  if (on_cuda) {
-    device.bytes = static_cast<double>(free_b);
-    device.source = sim::device_name(cfg.device) + ": " + sim::gib_text(static_cast<double>(free_b)) + " free of " +
-                    sim::gib_text(static_cast<double>(total_b));
-  }
+  const bool on_cuda = cuda_available_memory(cfg.device, &device);
   sim::require_memory(m.total(),
                       "training model " + cfg.model_name + " (micro-batch " + std::to_string(cfg.batch_size) + " x " +
                           std::to_string(cfg.seq_len) + " tokens: weights, gradients" +

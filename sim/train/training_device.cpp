@@ -202,6 +202,15 @@ bool cuda_device_memory(const sim::Device& d, size_t* free_bytes, size_t* total_
 #endif
 }
 
+bool cuda_available_memory(const sim::Device& d, sim::AvailableMemory* out) {
+  size_t free_b = 0, total_b = 0;
+  if (!cuda_device_memory(d, &free_b, &total_b)) return false;
+  out->bytes = static_cast<double>(free_b);
+  out->source = sim::device_name(d) + ": " + sim::gib_text(static_cast<double>(free_b)) + " free of " +
+                sim::gib_text(static_cast<double>(total_b));
+  return true;
+}
+
 TrainingDevice::TrainingDevice(const sim::Device& d) : device_(d) {
   sim::require_training_device(d, "train.device");
   if (d.is_emulated()) {

@@ -16,12 +16,16 @@
 #include "sim/linear.hpp"
 #include "sim/optim.hpp"
 #include "sim/quant/quant_ops.hpp"
+#include "sim/sysmem.hpp"
 
 namespace exmy::train {
 
 // Free and total bytes of CUDA device d (cudaMemGetInfo on it); false
 // without CUDA or for another kind of device.
 bool cuda_device_memory(const sim::Device& d, size_t* free_bytes, size_t* total_bytes);
+// The same as sim::require_memory's AvailableMemory, its free bytes with
+// the source "cuda:N: F GiB free of T GiB"; false as above.
+bool cuda_available_memory(const sim::Device& d, sim::AvailableMemory* out);
 
 class TrainingDevice {
  public:
