@@ -13,13 +13,19 @@
 namespace exmy::detail::avx512 {
 namespace {
 
-// Non-temporal stores of 16 floats (vo 16-byte aligned). The one-byte codes
+// Non-temporal stores of 16 floats (vo 16-byte aligned): one 64-byte store
+// where vo starts a cache line (a training tensor's storage is 64-byte
+// aligned), else four 16-byte pieces. The one-byte codes
 // of a streamed output go through the cache all the same: 8- or 16-byte
 // non-temporal pieces of a line cost more than the line's read for
 // ownership (on an Intel Xeon, family 6 model 207, a one-pass quantizer's
 // traffic moves at 0.56 of memcpy's rate with the codes streamed and 0.75
 // with them cached; docs/benchmarks.md).
 __attribute__((always_inline)) inline void stream_values16(float* vo, __m512 v) {
+  if ((reinterpret_cast<uintptr_t>(vo) & 63) == 0) {
+    _mm512_stream_ps(vo, v);
+    return;
+  }
   _mm_stream_ps(vo, _mm512_castps512_ps128(v));
   _mm_stream_ps(vo + 4, _mm512_extractf32x4_ps(v, 1));
   _mm_stream_ps(vo + 8, _mm512_extractf32x4_ps(v, 2));

@@ -27,12 +27,14 @@
 #include <thread>
 
 #include "formats/error.hpp"
+#include "formats/fast/loops.hpp"
 #include "formats/quantize.hpp"
 #include "formats/spec.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/device/device.hpp"
 #include "sim/parallel.hpp"
 #include "sim/sysmem.hpp"
+#include "sim/tensor.hpp"
 
 namespace po = boost::program_options;
 
@@ -139,14 +141,44 @@ void parallel_copy(float* dst, const float* src, int64_t n, int threads) {
 // outputs (the values with non-temporal stores unless statistics are on, the
 // codes through the cache), and the same after
 // a read-only pass over x, as the current tensor amax needs.
+// With AVX-512 (where the loops use it) and y 64-byte aligned, the values
+// go out a whole cache line per non-temporal store, as the 16-lane loops
+// store them (formats/fast/thr_step_x16.hpp).
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void floor_chunk_avx512(const float* x, float* y, uint8_t* codes, int64_t i,
+                                                          int64_t e, float k) {
+  for (; i + 16 <= e; i += 16) {
+    _mm512_stream_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(k)));
+    const long long c8[2] = {static_cast<long long>(i), static_cast<long long>(i)};
+    std::memcpy(codes + i, c8, 16);
+  }
+  _mm_sfence();
+  for (; i < e; ++i) {
+    y[i] = x[i] * k;
+    codes[i] = static_cast<uint8_t>(i);
+  }
+}
+#endif
+
 void memory_floor(const float* x, float* y, uint8_t* codes, int64_t n, int threads, bool amax_pass, bool stream) {
-  const int64_t chunk = 1 << 14;  // multiple of 8
+  const int64_t chunk = 1 << 14;  // multiple of 16
   const double amax = amax_pass ? tensor_abs_max(x, n, threads) : 1.0;
   const float k = std::isnan(amax) ? 0.0f : 1.0f;  // keeps the amax pass from being optimised away
+#if defined(__x86_64__)
+  const bool wide = stream && detail::simd_width() == detail::Simd::avx512 && reinterpret_cast<uintptr_t>(y) % 64 == 0;
+#else
+  const bool wide = false;
+#endif
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t c = 0; c < n; c += chunk) {
     const int64_t e = std::min(n, c + chunk);
     int64_t i = c;
+#if defined(__x86_64__)
+    if (wide) {
+      floor_chunk_avx512(x, y, codes, i, e, k);
+      continue;
+    }
+#endif
 #ifdef __AVX2__
     if (stream && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
       for (; i + 8 <= e; i += 8) {
@@ -323,9 +355,10 @@ int cmd_bench(const Args& args) {
   // input, copy/values, codes, scale codes, and the kernels' own scratch (at most one more float32 tensor)
   sim::require_memory(static_cast<double>(n) * (4.0 + 4.0 + 1.0 + 4.0) + static_cast<double>(n) / 16.0,
                       "exmy bench quantize (" + std::to_string(n) + " elements)", "lower --elements");
-  std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
-  std::vector<uint8_t> codes(static_cast<size_t>(n));
-  std::vector<uint8_t> scodes(static_cast<size_t>(n / 16 + 16));
+  // (64-byte aligned, as a training tensor's storage is: sim/tensor.hpp)
+  sim::Buf<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  sim::Buf<uint8_t> codes(static_cast<size_t>(n));
+  sim::Buf<uint8_t> scodes(static_cast<size_t>(n / 16 + 16));
   {
     std::mt19937 rng(42);
     std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -772,8 +772,9 @@ TEST(QuantizeFast, M0FormatsFollowTheCodeParity) {
 }
 
 // Outputs of 64 MiB or more (counting 5 bytes per element) are written with
-// non-temporal stores when the values are 16-byte aligned; the result must
-// not change. Also a misaligned value buffer (regular stores), a row
+// non-temporal stores when the values are 16-byte aligned (a whole line per
+// store where a step starts one: offset 0; 16-byte pieces at offset 4); the
+// result must not change. Also a misaligned value buffer (regular stores), a row
 // length that is not a multiple of 4, and 16x1 blocks (the loop with a block
 // per lane, rows a multiple of 4 but not of 8). Rounding to nearest takes
 // the threshold loop; the stochastic modes the FP4 multiply-and-convert
@@ -788,7 +789,9 @@ TEST(QuantizeFast, StreamedOutputsMatchReference) {
     int sr_bits;
   };
   for (const Shape sh :
-       {Shape{3300, 4096, 0, 1, 16, Round::rne, 0}, Shape{3300, 4096, 1, 1, 16, Round::rne, 0},
+       {Shape{3300, 4096, 0, 1, 16, Round::rne, 0}, Shape{3300, 4096, 4, 1, 16, Round::rne, 0},
+        Shape{3300, 4096, 1, 1, 16, Round::rne, 0}, Shape{3300, 4096, 4, 16, 1, Round::rne, 0},
+        Shape{3300, 4096, 4, 1, 16, Round::stochastic_fast, 8},
         Shape{2690, 5001, 0, 1, 16, Round::rne, 0}, Shape{3300, 4092, 0, 16, 1, Round::rne, 0},
         Shape{3300, 4096, 0, 1, 16, Round::stochastic_fast, 8}, Shape{3300, 4096, 1, 1, 16, Round::stochastic, 16},
         Shape{3300, 4092, 0, 1, 16, Round::stochastic_fast, 8}}) {
