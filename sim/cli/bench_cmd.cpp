@@ -11,8 +11,8 @@
 #include "sim/cuda/memory_floor.hpp"
 #endif
 
-#ifdef __AVX2__
-#include <immintrin.h>
+#if defined(__x86_64__)
+#include <immintrin.h>  // (the AVX-512 floor is a target("avx512f") function: any baseline)
 #endif
 
 #include <algorithm>
