@@ -35,13 +35,6 @@ cmake -S . -B "$BUILD_DIR" "${generator[@]}" \
 step "build ($JOBS jobs)"
 cmake --build "$BUILD_DIR" -j "$JOBS"
 
-# halt_on_error / abort_on_error: the first report fails the test.
-# detect_leaks stays on: libgomp's thread pool is reachable at exit, so
-# OpenMP does not produce leak reports here (checked with GCC 12's libgomp).
-# No detect_stack_use_after_return: its fake stack frames do not keep the
-# 64-byte alignment GCC 12 assumes for AVX-512 stack slots, so on an AVX-512
-# CPU an aligned 512-bit move of a local faults (a SEGV at a "high value
-# address" in code as plain as a std::copy of a float[16]).
 # Longest tests first: ctest orders a run by each test's time in the build
 # directory's cost data, which a fresh build-asan lacks, so the slowest test
 # (an emulated-device training run: 9 minutes under the sanitizers on a
@@ -54,6 +47,13 @@ if [[ ! -f "$BUILD_DIR/$cost" && -f "build/$cost" ]]; then
   cp "build/$cost" "$BUILD_DIR/$cost"
 fi
 
+# halt_on_error / abort_on_error: the first report fails the test.
+# detect_leaks stays on: libgomp's thread pool is reachable at exit, so
+# OpenMP does not produce leak reports here (checked with GCC 12's libgomp).
+# No detect_stack_use_after_return: its fake stack frames do not keep the
+# 64-byte alignment GCC 12 assumes for AVX-512 stack slots, so on an AVX-512
+# CPU an aligned 512-bit move of a local faults (a SEGV at a "high value
+# address" in code as plain as a std::copy of a float[16]).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
 step "ctest -L unit, but the data-parallel tests (ASAN_OPTIONS=$ASAN_OPTIONS UBSAN_OPTIONS=$UBSAN_OPTIONS)"

@@ -145,18 +145,16 @@ void parallel_copy(float* dst, const float* src, int64_t n, int threads) {
 // go out a whole cache line per non-temporal store, as the 16-lane loops
 // store them (formats/fast/thr_step_x16.hpp).
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) void floor_chunk_avx512(const float* x, float* y, uint8_t* codes, int64_t i,
-                                                          int64_t e, float k) {
+// Returns where it stopped (the last e - i < 16 elements are memory_floor's).
+__attribute__((target("avx512f"))) int64_t floor_lines_avx512(const float* x, float* y, uint8_t* codes, int64_t i,
+                                                             int64_t e, float k) {
   for (; i + 16 <= e; i += 16) {
     _mm512_stream_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(k)));
     const long long c8[2] = {static_cast<long long>(i), static_cast<long long>(i)};
     std::memcpy(codes + i, c8, 16);
   }
   _mm_sfence();
-  for (; i < e; ++i) {
-    y[i] = x[i] * k;
-    codes[i] = static_cast<uint8_t>(i);
-  }
+  return i;
 }
 #endif
 
@@ -174,13 +172,10 @@ void memory_floor(const float* x, float* y, uint8_t* codes, int64_t n, int threa
     const int64_t e = std::min(n, c + chunk);
     int64_t i = c;
 #if defined(__x86_64__)
-    if (wide) {
-      floor_chunk_avx512(x, y, codes, i, e, k);
-      continue;
-    }
+    if (wide) i = floor_lines_avx512(x, y, codes, i, e, k);
 #endif
 #ifdef __AVX2__
-    if (stream && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+    if (!wide && stream && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
       for (; i + 8 <= e; i += 8) {
         const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(k));
         _mm_stream_ps(y + i, _mm256_castps256_ps128(v));
