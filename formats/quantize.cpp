@@ -967,6 +967,7 @@ QuantInfo quantize_exmy(const QuantSpec& spec, const float* x_in, int64_t rows, 
         }
       }
     }
+    if (stream) detail::stream_fence();  // before the region's barrier: the caller reads the values
 #pragma omp critical
     total.add(cnt);
   }

@@ -262,7 +262,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
     for (; j + 16 <= n; j += 16) step(j);
     if (j < n) pend[np++] = Pending{b, j, (1u << (n - j)) - 1u};  // the tail (fewer than 16)
   }
-  if (stream) _mm_sfence();  // the streamed stores land before the scalar core's
+  if (stream && np) _mm_sfence();  // the streamed stores land before the scalar core's
   fp4_redo_pending(p, row, pending, np, 16, codes, values, rng, words.data(), wj0, cnt);
   cnt.saturated += n_sat;
   cnt.subnormal += n_sub;

@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "formats/fast/tails.hpp"
 
@@ -195,6 +198,12 @@ void loop_use(uint64_t out[kLoopKinds]) {
 // (so only on a width that has them); their scalar forms serve callers that
 // run them directly, as the tests do. The passes around them (block maxima,
 // block scales) have a form for every width.
+
+void stream_fence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
 
 namespace {
 bool have_avx2() { return simd_width() >= Simd::avx2; }

@@ -36,24 +36,28 @@ template <bool kStream>
 struct ThrStep16 {
   const __m512i sign_mask = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   const __m512i sub_lim;
+  const __m512i sign_code;  // the element format's sign bit in a code
   const unsigned sign_shift;
   uint64_t n_sat = 0, n_sub = 0, n_nz = 0, n_uf = 0;
 
   explicit ThrStep16(const Format& f)
-      : sub_lim(_mm512_set1_epi32(1 << f.M)), sign_shift(31u - static_cast<unsigned>(__builtin_ctz(f.sign_bit))) {}
+      : sub_lim(_mm512_set1_epi32(1 << f.M)),
+        sign_code(_mm512_set1_epi32(static_cast<int>(f.sign_bit))),
+        sign_shift(31u - static_cast<unsigned>(__builtin_ctz(f.sign_bit))) {}
 
   // xi: the input bits; returns x-hat. co is null when no codes are wanted.
+  // (x's sign goes to x-hat and to the code by one ternary-logic op each:
+  // a | (b & c), imm 0xF8.)
   __attribute__((always_inline)) __m512 store(__m512i xi, __m512i code, __m512 mag, float* vo, uint8_t* co) const {
-    const __m512i xs = _mm512_and_si512(xi, sign_mask);
-    const __m512 xh = _mm512_or_ps(mag, _mm512_castsi512_ps(xs));
+    const __m512 xh = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(mag), xi, sign_mask, 0xF8));
     if constexpr (kStream) {
       stream_values16(vo, xh);
     } else {
       _mm512_storeu_ps(vo, xh);
     }
     if (co) {
-      const __m128i c8 = _mm512_cvtepi32_epi8(_mm512_or_si512(code, _mm512_srli_epi32(xs, sign_shift)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(co), c8);
+      const __m512i signed_code = _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(xi, sign_shift), sign_code, 0xF8);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(co), _mm512_cvtepi32_epi8(signed_code));
     }
     return xh;
   }

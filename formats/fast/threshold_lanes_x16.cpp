@@ -136,7 +136,6 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
       }
     }
   }
-  if constexpr (kStream) _mm_sfence();
   out.add_to(cnt);
   // the last columns (fewer than 16) through the scalar core
   RandomBits rng(p.seed, p.stream, 8);  // for core_element; these modes draw no bits

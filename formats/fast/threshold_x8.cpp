@@ -111,7 +111,6 @@ void threshold_row_impl(const QuantPlan& p, const ThrRow& row, uint8_t* codes, f
     }
     return j;
   });
-  if constexpr (kStream) _mm_sfence();
   out.add_to(cnt);
 }
 
@@ -206,7 +205,6 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
       }
     }
   }
-  if constexpr (kStream) _mm_sfence();
   // the last columns (fewer than 8) through the scalar core
   RandomBits rng(p.seed, p.stream, 8);  // for core_element; these modes draw no bits
   for (int64_t r = 0; r < band.rows; ++r) {
