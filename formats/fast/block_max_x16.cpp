@@ -65,6 +65,15 @@ void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc,
   if (rows != 1 || bc % 16 != 0) return avx2::band_block_max_bits(x, rows, cols, bc, out);
   const int64_t full = cols / bc, gc = (cols + bc - 1) / bc;
   int64_t j = 0;
+  if (bc == 16) {  // (the NVFP4 and UE5M3 recipes' blocks: unrolled, in registers)
+    for (; j + 16 <= full; j += 16) {
+      const float* b = x + j * 16;
+      for (int k = 0; k < 16; ++k) _mm_prefetch(reinterpret_cast<const char*>(b + kAheadFloats + 16 * k), _MM_HINT_T0);
+      __m512i m[16];
+      for (int k = 0; k < 16; ++k) m[k] = abs16(b + 16 * k);
+      _mm512_storeu_si512(out + j, reduce16(m));
+    }
+  }
   for (; j + 16 <= full; j += 16) {
     __m512i m[16];
     // The input 2 KiB ahead (past the row's end too: the next band, or
