@@ -36,6 +36,25 @@ inline __m512i reduce16(const __m512i m[16]) {
   return _mm512_max_epu32(_mm512_shuffle_i32x4(r01, r23, 0x88), _mm512_shuffle_i32x4(r01, r23, 0xdd));
 }
 
+// Sixteen blocks of BC elements a step, while sixteen remain of the
+// row's `full`; returns the blocks done. The input 2 KiB ahead is
+// prefetched (see band_block_max_bits).
+template <int BC>
+int64_t row_block_max_fixed(const float* x, int64_t full, uint32_t* out) {
+  int64_t j = 0;
+  for (; j + 16 <= full; j += 16) {
+    const float* b = x + j * BC;
+    for (int k = 0; k < BC; ++k) _mm_prefetch(reinterpret_cast<const char*>(b + kAheadFloats + 16 * k), _MM_HINT_T0);
+    __m512i m[16];
+    for (int k = 0; k < 16; ++k) {
+      m[k] = abs16(b + BC * k);
+      for (int c = 16; c < BC; c += 16) m[k] = _mm512_max_epu32(m[k], abs16(b + BC * k + c));
+    }
+    _mm512_storeu_si512(out + j, reduce16(m));
+  }
+  return j;
+}
+
 }  // namespace
 
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
@@ -65,15 +84,10 @@ void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc,
   if (rows != 1 || bc % 16 != 0) return avx2::band_block_max_bits(x, rows, cols, bc, out);
   const int64_t full = cols / bc, gc = (cols + bc - 1) / bc;
   int64_t j = 0;
-  if (bc == 16) {  // (the NVFP4 and UE5M3 recipes' blocks: unrolled, in registers)
-    for (; j + 16 <= full; j += 16) {
-      const float* b = x + j * 16;
-      for (int k = 0; k < 16; ++k) _mm_prefetch(reinterpret_cast<const char*>(b + kAheadFloats + 16 * k), _MM_HINT_T0);
-      __m512i m[16];
-      for (int k = 0; k < 16; ++k) m[k] = abs16(b + 16 * k);
-      _mm512_storeu_si512(out + j, reduce16(m));
-    }
-  }
+  // (the recipes' widths, 16 for NVFP4 and UE5M3, 32 for MX: unrolled, the
+  // sixteen blocks' lanes in registers)
+  if (bc == 16) j = row_block_max_fixed<16>(x, full, out);
+  else if (bc == 32) j = row_block_max_fixed<32>(x, full, out);
   for (; j + 16 <= full; j += 16) {
     __m512i m[16];
     // The input 2 KiB ahead (past the row's end too: the next band, or
