@@ -19,52 +19,33 @@ EXMY_TARGET_AVX512
 namespace exmy::detail::avx512 {
 namespace {
 
-// A block's thresholds and its table. The magnitude code is the count of
-// thresholds |x| exceeds; the thresholds rise with k (codes rise with
-// |x|), so the count is found by a binary search of three comparisons
-// (t[3], then t[1] or t[5], then t[0], t[2], t[4] or t[6]), each lane
-// taking its next threshold from `t` by its index so far. Against seven
-// comparisons and seven additions this halves the loop's work on the one
-// port that compares into masks and permutes (port 5 on Intel cores).
+// A block's thresholds broadcast to 16 lanes, and its table.
 struct ThrConsts16 {
-  __m512i t3, t, sat;
+  __m512i t[7], sat;
   __m512 table;
   __attribute__((always_inline)) explicit ThrConsts16(const ThrBlock& th)
-      : t3(_mm512_set1_epi32(th.t[3])),
-        // (lane 7, th.sat, is never indexed: the search's indices are 0..6)
-        t(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(th.t)))),
-        sat(_mm512_set1_epi32(th.sat)),
+      : sat(_mm512_set1_epi32(th.sat)),
         // codes are at most 7: the table's upper half (zeros) is never indexed
-        table(_mm512_zextps256_ps512(_mm256_loadu_ps(th.table))) {}
+        table(_mm512_zextps256_ps512(_mm256_loadu_ps(th.table))) {
+    for (int k = 0; k < 7; ++k) t[k] = _mm512_set1_epi32(th.t[k]);
+  }
 };
-
-// The magnitude code of |x| bits ax: the count of thresholds it exceeds.
-__attribute__((always_inline)) inline __m512i thr_code16(const ThrConsts16& c, __m512i ax) {
-  const __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_set1_epi32(1), i2 = _mm512_set1_epi32(2);
-  const __m512i i4 = _mm512_set1_epi32(4), i5 = _mm512_set1_epi32(5);
-  const __mmask16 up4 = _mm512_cmpgt_epi32_mask(ax, c.t3);  // code >= 4
-  const __m512i j2 = _mm512_mask_blend_epi32(up4, i1, i5);  // t[1] or t[5] next
-  const __mmask16 up2 = _mm512_cmpgt_epi32_mask(ax, _mm512_permutexvar_epi32(j2, c.t));
-  __m512i j3 = _mm512_mask_blend_epi32(up4, i0, i4);
-  j3 = _mm512_mask_add_epi32(j3, up2, j3, i2);  // t[0], t[2], t[4] or t[6] next
-  const __mmask16 up1 = _mm512_cmpgt_epi32_mask(ax, _mm512_permutexvar_epi32(j3, c.t));
-  return _mm512_mask_add_epi32(j3, up1, j3, i1);
-}
 
 // One 16-lane step: the codes and x-hat of x[0..16) under a block's
 // constants c, stored and counted.
 template <bool kStream>
 __attribute__((always_inline)) inline void thr_step16(ThrStep16<kStream>& out, const ThrConsts16& c, const float* x,
                                                       float* vo, uint8_t* co, bool stats) {
+  const __m512i* t = c.t;
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512i zero_i = _mm512_setzero_si512();
+  const __m512i zero_i = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
   const __m512i xi = _mm512_loadu_si512(x);
   const __m512i ax = _mm512_and_si512(xi, abs_mask);
-  const __m512i code = thr_code16(c, ax);
+  const __mmask16 m1 = _mm512_cmpgt_epi32_mask(ax, t[0]);
+  __m512i code = _mm512_maskz_mov_epi32(m1, one);
+  for (int k = 1; k < 7; ++k) code = _mm512_mask_add_epi32(code, _mm512_cmpgt_epi32_mask(ax, t[k]), code, one);
   const __m512 xh = out.store(xi, code, _mm512_permutexvar_ps(code, c.table), vo, co);
-  if (stats)
-    out.count(_mm512_cmpgt_epi32_mask(ax, zero_i), code, _mm512_cmpgt_epi32_mask(code, zero_i), xh,
-              _mm512_cmpgt_epi32_mask(ax, c.sat));
+  if (stats) out.count(_mm512_cmpgt_epi32_mask(ax, zero_i), code, m1, xh, _mm512_cmpgt_epi32_mask(ax, c.sat));
 }
 
 // Rows of whole blocks (widths a multiple of 16 that divide the row): with
