@@ -71,6 +71,21 @@ inline __mmask16 away_mask(__m512i k, __m512i F, __mmask16 sticky, __mmask16 neg
   }
 }
 
+// random16 with the word width known: kW 8, 16 or 32 bits a word's share
+// per element (n <= kW), the words aligned for element i.
+template <int kW>
+inline __m512i random16_w(const uint32_t* w, uint64_t j0, uint64_t i, __m128i shift) {
+  if constexpr (kW == 8) {
+    return _mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + ((i >> 2) - j0)))),
+                            shift);
+  } else if constexpr (kW == 16) {
+    return _mm512_srl_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ((i >> 1) - j0)))), shift);
+  } else {
+    return _mm512_srl_epi32(_mm512_loadu_si512(w + (i - j0)), shift);
+  }
+}
+
 // kLean: streamed values, one-byte codes, no statistics (the large calls'
 // case), known at compile time.
 template <Round MODE, Arith ARITH, bool kLean>
@@ -127,6 +142,8 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   if constexpr (kSR) wj0 = fp4_row_words(p, row, rng, h, words);
   const uint32_t* const wd = words.data();
   const uint64_t g0 = rng.first();
+  // (random16_w's shift: the words' share per element less the bits drawn)
+  const __m128i rshift = _mm_cvtsi32_si128(h <= 8 ? 8 - h : h <= 16 ? 16 - h : 32 - h);
 
   // Lanes the scalar core redoes after the loop (Fp4Pending).
   using Pending = Fp4Pending;
@@ -139,8 +156,10 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
 
   // One 16-lane step at element j of block b (x the block's first input, i0
   // its index in the call) under the block's constants.
-  auto step16 = [&](const float* x, int64_t i0, int64_t j, __m512 vr, __m512 vmul, __m512 table,
-                    int64_t b) __attribute__((always_inline)) {
+  // kW: the random words' width class when known (8, 16, 32; 0: from h at
+  // run time, aligned or not); kSigned: the element format known signed.
+  auto step16 = [&]<int kW, bool kSigned>(const float* x, int64_t i0, int64_t j, __m512 vr, __m512 vmul,
+                                          __m512 table, int64_t b) __attribute__((always_inline)) {
     const __m512 x16 = _mm512_loadu_ps(x + j);
     const __m512i xi = _mm512_castps_si512(x16);
     const __mmask16 neg = _mm512_movepi32_mask(xi);
@@ -157,7 +176,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
       unsure = 0;
     }
     unsure |= _mm512_cmp_ps_mask(v, inf, _CMP_NLT_UQ);
-    if (!is_signed) unsure |= neg;
+    if (!kSigned && !is_signed) unsure |= neg;
 
     const __m512i ee = _mm512_max_epi32(_mm512_srli_epi32(_mm512_castps_si512(v), 23), emin_b);
     __m512i kk;
@@ -189,7 +208,9 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
       __m512i r = zero_i;
       if constexpr (kSR) {
         const uint64_t i = static_cast<uint64_t>(i0 + j), g = g0 + i;
-        if (words_aligned || (g & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
+        if constexpr (kW != 0) {
+          r = random16_w<kW>(wd, wj0, g, rshift);
+        } else if (words_aligned || (g & static_cast<uint64_t>(align - 1)) == 0) {  // align is 1, 2 or 4
           r = random16(wd, wj0, g, h);
         } else {
           alignas(64) uint32_t rr[16];
@@ -215,7 +236,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
     // (permutexvar takes the low 4 bits: codes above 7 are lanes the
     // scalar core redoes)
     __m512 xh = _mm512_permutexvar_ps(code, table);
-    if (is_signed) {
+    if (kSigned || is_signed) {
       xh = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(xh), _mm512_and_si512(xi, sign_mask)));
       code = _mm512_mask_or_epi32(code, neg, code, sign_bit);
     }
@@ -253,17 +274,24 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   // general loop's per-block bounds, inner loop and tail test (sr-fast8
   // 1x16: 0.73 -> 0.65 ns an element in L2, Intel Xeon family 6 model 207).
   int64_t b0 = 0;
-  if (bc == 16 && cols == 16 * nblocks && (!kSR || words_aligned)) {
-    for (int64_t b = 0; b < nblocks; ++b) {
-      const int64_t k = key ? key[b] : b;
-      if (!use[k]) continue;
-      const Fp4Block& vb = vbs[k];
-      const __m512 vr = _mm512_set1_ps(vb.r);
-      const __m512 vmul = _mm512_set1_ps(has_scale ? consts[k].mb : tensor_mul);
-      const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(vb.table));
-      if (pf_row) _mm_prefetch(reinterpret_cast<const char*>(pf_row + 16 * b), _MM_HINT_T0);
-      step16(x_row + 16 * b, row_i0 + 16 * b, 0, vr, vmul, table, b);
-    }
+  // (The random words' width and the format's sign known at compile time.)
+  if (bc == 16 && cols == 16 * nblocks && (!kSR || words_aligned) && is_signed) {
+    auto blocks = [&]<int kW>() __attribute__((always_inline)) {
+      for (int64_t b = 0; b < nblocks; ++b) {
+        const int64_t k = key ? key[b] : b;
+        if (!use[k]) continue;
+        const Fp4Block& vb = vbs[k];
+        const __m512 vr = _mm512_set1_ps(vb.r);
+        const __m512 vmul = _mm512_set1_ps(has_scale ? consts[k].mb : tensor_mul);
+        const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(vb.table));
+        if (pf_row) _mm_prefetch(reinterpret_cast<const char*>(pf_row + 16 * b), _MM_HINT_T0);
+        step16.template operator()<kW, true>(x_row + 16 * b, row_i0 + 16 * b, 0, vr, vmul, table, b);
+      }
+    };
+    if (!kSR) blocks.template operator()<32>();  // (no random bits drawn)
+    else if (h <= 8) blocks.template operator()<8>();
+    else if (h <= 16) blocks.template operator()<16>();
+    else blocks.template operator()<32>();
     b0 = nblocks;
   }
   for (int64_t b = b0; b < nblocks; ++b) {
@@ -280,7 +308,9 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
       const float* pf = pf_row + b * bc;
       for (int64_t j = 0; j < n; j += 16) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
     }
-    auto step = [&](int64_t j) __attribute__((always_inline)) { step16(x, i0, j, vr, vmul, table, b); };
+    auto step = [&](int64_t j) __attribute__((always_inline)) {
+      step16.template operator()<0, false>(x, i0, j, vr, vmul, table, b);
+    };
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) step(j);
     if (j < n) pend[np++] = Pending{b, j, (1u << (n - j)) - 1u};  // the tail (fewer than 16)
