@@ -24,6 +24,10 @@ inline void philox_steps(uint64_t seed, uint64_t stream, uint64_t c, uint32_t* o
   const __m512i M1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i one = _mm512_set1_epi32(1);
+  // lane 2m takes dword 2m+1 (high half) or 2m (low) of the even products,
+  // lane 2m+1 the same of the odd products (indices 16 and up: the second source)
+  const __m512i take_hi = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+  const __m512i take_lo = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
   __m512i C0[G], C1[G], C2[G], C3[G];
   for (int g = 0; g < G; ++g) {
     // counter = (c low, c high, stream low, stream high); c + i may carry into the high word
@@ -44,10 +48,11 @@ inline void philox_steps(uint64_t seed, uint64_t stream, uint64_t c, uint32_t* o
       // (hi, lo) of M0 * C0 and M1 * C2, 32 x 32 -> 64 bits per lane
       const __m512i p0e = _mm512_mul_epu32(C0[g], M0), p0o = _mm512_mul_epu32(_mm512_srli_epi64(C0[g], 32), M0);
       const __m512i p1e = _mm512_mul_epu32(C2[g], M1), p1o = _mm512_mul_epu32(_mm512_srli_epi64(C2[g], 32), M1);
-      const __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(p0e, 32), p0o);
-      const __m512i lo0 = _mm512_mask_blend_epi32(0xAAAA, p0e, _mm512_slli_epi64(p0o, 32));
-      const __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(p1e, 32), p1o);
-      const __m512i lo1 = _mm512_mask_blend_epi32(0xAAAA, p1e, _mm512_slli_epi64(p1o, 32));
+      // the high and low halves back in lane order, one two-source permute each
+      const __m512i hi0 = _mm512_permutex2var_epi32(p0e, take_hi, p0o);
+      const __m512i lo0 = _mm512_permutex2var_epi32(p0e, take_lo, p0o);
+      const __m512i hi1 = _mm512_permutex2var_epi32(p1e, take_hi, p1o);
+      const __m512i lo1 = _mm512_permutex2var_epi32(p1e, take_lo, p1o);
       C0[g] = _mm512_ternarylogic_epi32(hi1, C1[g], K0, 0x96);  // hi1 ^ C1 ^ k0
       C1[g] = lo1;
       C2[g] = _mm512_ternarylogic_epi32(hi0, C3[g], K1, 0x96);  // hi0 ^ C3 ^ k1
