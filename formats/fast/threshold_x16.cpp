@@ -63,16 +63,21 @@ void threshold_whole_blocks(const ThrRow& row, uint8_t* codes, float* values, Th
   uint8_t* const co = codes ? codes + row.i0 : nullptr;
   const bool stats = row.stats;
   const int64_t bc = row.bc, nb = row.cols / bc;
-  if (bc == 16) {  // (a step a block: no inner loop)
+  // (the recipes' widths, 16 and 32, as fixed step counts: no inner loop)
+  auto fixed = [&]<int kSteps>() __attribute__((always_inline)) {
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t sc = code[b];
       if (!use[sc]) continue;
-      const int64_t j = 16 * b;
-      if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
-      thr_step16(out, ThrConsts16(thr[sc]), x + j, vo + j, co ? co + j : nullptr, stats);
+      const ThrConsts16 c(thr[sc]);
+      for (int k = 0; k < kSteps; ++k) {
+        const int64_t j = 16 * (kSteps * b + k);
+        if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
+        thr_step16(out, c, x + j, vo + j, co ? co + j : nullptr, stats);
+      }
     }
-    return;
-  }
+  };
+  if (bc == 16) return fixed.template operator()<1>();
+  if (bc == 32) return fixed.template operator()<2>();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t sc = code[b];
     if (!use[sc]) continue;
