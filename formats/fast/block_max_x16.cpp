@@ -15,10 +15,11 @@ EXMY_TARGET_AVX512
 namespace exmy::detail::avx512 {
 namespace {
 
-// |x| bits of 16 floats: as integers they order like the magnitudes, NaN
-// above Inf.
+// How far ahead the 1xB block maxima prefetch their input (2 KiB).
 constexpr int64_t kAheadFloats = 512;
 
+// |x| bits of 16 floats: as integers they order like the magnitudes, NaN
+// above Inf.
 inline __m512i abs16(const float* p) { return _mm512_and_si512(_mm512_loadu_si512(p), _mm512_set1_epi32(0x7fffffff)); }
 
 // The lane maxima of sixteen blocks to one vector of their sixteen maxima,
@@ -36,19 +37,26 @@ inline __m512i reduce16(const __m512i m[16]) {
   return _mm512_max_epu32(_mm512_shuffle_i32x4(r01, r23, 0x88), _mm512_shuffle_i32x4(r01, r23, 0xdd));
 }
 
-// Sixteen blocks of BC elements a step, while sixteen remain of the
-// row's `full`; returns the blocks done. The input 2 KiB ahead is
-// prefetched (see band_block_max_bits).
+// Sixteen blocks of a 1xB row a step, while sixteen remain of the row's
+// `full`; returns the blocks done. BC: B known at compile time (the
+// recipes' 16 and 32: unrolled, the sixteen blocks' lanes in registers), or
+// 0 for bc at run time. The input 2 KiB ahead is prefetched (past the row's
+// end too: the next band, or nothing — a prefetch never faults): the
+// hardware prefetcher alone leaves this pass at 0.80 of a plain max pass's
+// rate, with it 0.93 (Intel Xeon, family 6 model 207, one thread, a
+// 256 MiB tensor).
 template <int BC>
-int64_t row_block_max_fixed(const float* x, int64_t full, uint32_t* out) {
+int64_t row_block_max(const float* x, int64_t full, int64_t bc, uint32_t* out) {
+  const int64_t w = BC ? BC : bc;
   int64_t j = 0;
   for (; j + 16 <= full; j += 16) {
-    const float* b = x + j * BC;
-    for (int k = 0; k < BC; ++k) _mm_prefetch(reinterpret_cast<const char*>(b + kAheadFloats + 16 * k), _MM_HINT_T0);
+    const float* b = x + j * w;
+    for (int64_t c = 0; c < 16 * w; c += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(b + kAheadFloats + c), _MM_HINT_T0);
     __m512i m[16];
     for (int k = 0; k < 16; ++k) {
-      m[k] = abs16(b + BC * k);
-      for (int c = 16; c < BC; c += 16) m[k] = _mm512_max_epu32(m[k], abs16(b + BC * k + c));
+      m[k] = abs16(b + w * k);
+      for (int64_t c = 16; c < w; c += 16) m[k] = _mm512_max_epu32(m[k], abs16(b + w * k + c));
     }
     _mm512_storeu_si512(out + j, reduce16(m));
   }
@@ -83,26 +91,9 @@ void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc,
   }
   if (rows != 1 || bc % 16 != 0) return avx2::band_block_max_bits(x, rows, cols, bc, out);
   const int64_t full = cols / bc, gc = (cols + bc - 1) / bc;
-  int64_t j = 0;
-  // (the recipes' widths, 16 for NVFP4 and UE5M3, 32 for MX: unrolled, the
-  // sixteen blocks' lanes in registers)
-  if (bc == 16) j = row_block_max_fixed<16>(x, full, out);
-  else if (bc == 32) j = row_block_max_fixed<32>(x, full, out);
-  for (; j + 16 <= full; j += 16) {
-    __m512i m[16];
-    // The input 2 KiB ahead (past the row's end too: the next band, or
-    // nothing — a prefetch never faults). The hardware prefetcher alone
-    // leaves this pass at 0.80 of a plain max pass's rate; with it, 0.93
-    // (Intel Xeon, family 6 model 207, one thread, a 256 MiB tensor).
-    const float* ahead = x + j * bc + kAheadFloats;
-    for (int64_t c = 0; c < 16 * bc; c += 16) _mm_prefetch(reinterpret_cast<const char*>(ahead + c), _MM_HINT_T0);
-    for (int k = 0; k < 16; ++k) {
-      const float* b = x + (j + k) * bc;
-      m[k] = abs16(b);
-      for (int64_t c = 16; c < bc; c += 16) m[k] = _mm512_max_epu32(m[k], abs16(b + c));
-    }
-    _mm512_storeu_si512(out + j, reduce16(m));
-  }
+  const int64_t j = bc == 16   ? row_block_max<16>(x, full, bc, out)
+                    : bc == 32 ? row_block_max<32>(x, full, bc, out)
+                               : row_block_max<0>(x, full, bc, out);
   if (j < gc) avx2::band_block_max_bits(x + j * bc, 1, cols - j * bc, bc, out + j);
 }
 

@@ -22,17 +22,27 @@ namespace exmy::detail::avx512 {
 namespace {
 
 // Random bits of the 16 elements i .. i+15 from the words of their row
-// (w[k] is word j0 + k); i is a multiple of 4 when n <= 8, of 2 when n <= 16.
+// (w[k] is word j0 + k), a word's share per element kW = 8, 16 or 32 bits
+// of which the low n are drawn (shift: kW - n); i is a multiple of 4 when
+// kW = 8, of 2 when kW = 16.
+template <int kW>
+inline __m512i random16_w(const uint32_t* w, uint64_t j0, uint64_t i, __m128i shift) {
+  if constexpr (kW == 8) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + ((i >> 2) - j0)));
+    return _mm512_srl_epi32(_mm512_cvtepu8_epi32(b), shift);
+  } else if constexpr (kW == 16) {
+    return _mm512_srl_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ((i >> 1) - j0)))), shift);
+  } else {
+    return _mm512_srl_epi32(_mm512_loadu_si512(w + (i - j0)), shift);
+  }
+}
+
+// The same with n bits drawn known only at run time.
 inline __m512i random16(const uint32_t* w, uint64_t j0, uint64_t i, int n) {
-  if (n <= 8) {
-    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + ((i >> 2) - j0))));
-    return _mm512_srl_epi32(b, _mm_cvtsi32_si128(8 - n));
-  }
-  if (n <= 16) {
-    const __m512i b = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ((i >> 1) - j0))));
-    return _mm512_srl_epi32(b, _mm_cvtsi32_si128(16 - n));
-  }
-  return _mm512_srl_epi32(_mm512_loadu_si512(w + (i - j0)), _mm_cvtsi32_si128(32 - n));
+  if (n <= 8) return random16_w<8>(w, j0, i, _mm_cvtsi32_si128(8 - n));
+  if (n <= 16) return random16_w<16>(w, j0, i, _mm_cvtsi32_si128(16 - n));
+  return random16_w<32>(w, j0, i, _mm_cvtsi32_si128(32 - n));
 }
 
 // docs/numerics.md §2's decision to round a magnitude away from zero (the
@@ -68,21 +78,6 @@ inline __mmask16 away_mask(__m512i k, __m512i F, __mmask16 sticky, __mmask16 neg
   } else {
     static_assert(MODE == Round::stochastic, "stochastic_fast and _fastest add their carry in the step");
     return 0;
-  }
-}
-
-// random16 with the word width known: kW 8, 16 or 32 bits a word's share
-// per element (n <= kW), the words aligned for element i.
-template <int kW>
-inline __m512i random16_w(const uint32_t* w, uint64_t j0, uint64_t i, __m128i shift) {
-  if constexpr (kW == 8) {
-    return _mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + ((i >> 2) - j0)))),
-                            shift);
-  } else if constexpr (kW == 16) {
-    return _mm512_srl_epi32(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ((i >> 1) - j0)))), shift);
-  } else {
-    return _mm512_srl_epi32(_mm512_loadu_si512(w + (i - j0)), shift);
   }
 }
 
@@ -153,6 +148,17 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   size_t np = 0;
   const bool has_scale = p.has_scale;
   const float tensor_mul = p.t;
+
+  // The constants of the blocks with key k, broadcast: 1/scale (exact
+  // arithmetic), the multiplier (fp32), the table of x-hat magnitudes.
+  struct BlockVecs {
+    __m512 vr, vmul, table;
+  };
+  auto block_vecs = [&](int64_t k) __attribute__((always_inline)) {
+    const Fp4Block& vb = vbs[k];
+    return BlockVecs{_mm512_set1_ps(vb.r), _mm512_set1_ps(has_scale ? consts[k].mb : tensor_mul),
+                     _mm512_zextps256_ps512(_mm256_loadu_ps(vb.table))};
+  };
 
   // One 16-lane step at element j of block b (x the block's first input, i0
   // its index in the call) under the block's constants.
@@ -280,12 +286,9 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
       for (int64_t b = 0; b < nblocks; ++b) {
         const int64_t k = key ? key[b] : b;
         if (!use[k]) continue;
-        const Fp4Block& vb = vbs[k];
-        const __m512 vr = _mm512_set1_ps(vb.r);
-        const __m512 vmul = _mm512_set1_ps(has_scale ? consts[k].mb : tensor_mul);
-        const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(vb.table));
+        const BlockVecs c = block_vecs(k);
         if (pf_row) _mm_prefetch(reinterpret_cast<const char*>(pf_row + 16 * b), _MM_HINT_T0);
-        step16.template operator()<kW, true>(x_row + 16 * b, row_i0 + 16 * b, 0, vr, vmul, table, b);
+        step16.template operator()<kW, true>(x_row + 16 * b, row_i0 + 16 * b, 0, c.vr, c.vmul, c.table, b);
       }
     };
     if (!kSR) blocks.template operator()<32>();  // (no random bits drawn)
@@ -297,10 +300,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   for (int64_t b = b0; b < nblocks; ++b) {
     const int64_t k = key ? key[b] : b;
     if (!use[k]) continue;
-    const Fp4Block& vb = vbs[k];
-    const __m512 vr = _mm512_set1_ps(vb.r);
-    const __m512 vmul = _mm512_set1_ps(has_scale ? consts[k].mb : tensor_mul);
-    const __m512 table = _mm512_zextps256_ps512(_mm256_loadu_ps(vb.table));
+    const BlockVecs c = block_vecs(k);
     const int64_t i0 = row_i0 + b * bc;
     const int64_t n = std::min(bc, cols - b * bc);
     const float* x = x_row + b * bc;
@@ -309,7 +309,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
       for (int64_t j = 0; j < n; j += 16) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
     }
     auto step = [&](int64_t j) __attribute__((always_inline)) {
-      step16.template operator()<0, false>(x, i0, j, vr, vmul, table, b);
+      step16.template operator()<0, false>(x, i0, j, c.vr, c.vmul, c.table, b);
     };
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) step(j);

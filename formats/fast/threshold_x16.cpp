@@ -63,30 +63,24 @@ void threshold_whole_blocks(const ThrRow& row, uint8_t* codes, float* values, Th
   uint8_t* const co = codes ? codes + row.i0 : nullptr;
   const bool stats = row.stats;
   const int64_t bc = row.bc, nb = row.cols / bc;
-  // (the recipes' widths, 16 and 32, as fixed step counts: no inner loop)
-  auto fixed = [&]<int kSteps>() __attribute__((always_inline)) {
+  // kSteps: the steps a block (the recipes' widths, 16 and 32, as fixed
+  // counts: no inner loop), or 0 for bc / 16 at run time
+  auto blocks = [&]<int kSteps>() __attribute__((always_inline)) {
+    const int64_t steps = kSteps ? kSteps : bc / 16;
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t sc = code[b];
       if (!use[sc]) continue;
       const ThrConsts16 c(thr[sc]);
-      for (int k = 0; k < kSteps; ++k) {
-        const int64_t j = 16 * (kSteps * b + k);
+      for (int64_t k = 0; k < steps; ++k) {
+        const int64_t j = 16 * (steps * b + k);
         if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
         thr_step16(out, c, x + j, vo + j, co ? co + j : nullptr, stats);
       }
     }
   };
-  if (bc == 16) return fixed.template operator()<1>();
-  if (bc == 32) return fixed.template operator()<2>();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t sc = code[b];
-    if (!use[sc]) continue;
-    const ThrConsts16 c(thr[sc]);
-    for (int64_t j = b * bc; j < (b + 1) * bc; j += 16) {
-      if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
-      thr_step16(out, c, x + j, vo + j, co ? co + j : nullptr, stats);
-    }
-  }
+  if (bc == 16) blocks.template operator()<1>();
+  else if (bc == 32) blocks.template operator()<2>();
+  else blocks.template operator()<0>();
 }
 
 template <bool kStream>
