@@ -68,23 +68,28 @@ int64_t row_block_max(const float* x, int64_t full, int64_t bc, uint32_t* out) {
 void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
   if (rows > 1 && cols % 16 == 0) {
     // B x B and B x 1 blocks: |x| maxima down the columns first (vertical,
-    // no shuffles), two rows per pass over the column maxima, then one row
-    // reduction (none for B x 1: a block per column).
+    // no shuffles), a row at a time in address order with the input 4 KiB
+    // ahead prefetched (into the next rows, and past the band's end into the
+    // next band, which the same thread reads next), then one row reduction
+    // (none for B x 1: a block per column). The hardware prefetcher alone
+    // follows rows of a few KiB poorly: 16x1 bands of 4096 columns, two
+    // threads, Intel Xeon family 6 model 207: 0.139 ns an element two rows a
+    // pass without the prefetch, 0.125 thus (a 1x16 pass: 0.105).
     thread_local std::vector<uint32_t> colmax;
     colmax.resize(static_cast<size_t>(cols));
     uint32_t* cm = colmax.data();
-    int64_t r = 0;
-    for (int64_t c = 0; c < cols; c += 16) _mm512_storeu_si512(cm + c, abs16(x + c));
-    for (r = 1; r + 2 <= rows; r += 2) {
-      const float* a = x + r * cols;
-      const float* b = a + cols;
-      for (int64_t c = 0; c < cols; c += 16)
-        _mm512_storeu_si512(cm + c, _mm512_max_epu32(_mm512_loadu_si512(cm + c),
-                                                     _mm512_max_epu32(abs16(a + c), abs16(b + c))));
+    constexpr int64_t kAhead = 1024;  // floats
+    for (int64_t c = 0; c < cols; c += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(x + c + kAhead), _MM_HINT_T0);
+      _mm512_storeu_si512(cm + c, abs16(x + c));
     }
-    for (; r < rows; ++r)
-      for (int64_t c = 0; c < cols; c += 16)
-        _mm512_storeu_si512(cm + c, _mm512_max_epu32(_mm512_loadu_si512(cm + c), abs16(x + r * cols + c)));
+    for (int64_t r = 1; r < rows; ++r) {
+      const float* a = x + r * cols;
+      for (int64_t c = 0; c < cols; c += 16) {
+        _mm_prefetch(reinterpret_cast<const char*>(a + c + kAhead), _MM_HINT_T0);
+        _mm512_storeu_si512(cm + c, _mm512_max_epu32(_mm512_loadu_si512(cm + c), abs16(a + c)));
+      }
+    }
     if (bc == 1) std::memcpy(out, cm, sizeof(uint32_t) * static_cast<size_t>(cols));
     else band_block_max_bits(reinterpret_cast<const float*>(cm), 1, cols, bc, out);
     return;
