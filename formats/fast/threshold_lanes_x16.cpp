@@ -2,9 +2,12 @@
 // lanes (AVX-512 F/BW/DQ/VL): Bx1 columns and other block widths that are
 // not a multiple of 8. Each lane compares |x| with the thresholds of its own
 // column's block, laid out column by column: a ThrBlock is 16 int32, so the
-// blocks of 16 columns transpose, as a 16x16 matrix, into 16 vectors. The
-// same decisions as the 8-lane form, so the same bits.
+// blocks of 16 columns transpose, as a 16x16 matrix, into 16 vectors, or,
+// for Bx1 blocks whose codes span fewer than 32 values, come from a palette
+// of the band's ThrBlocks by one permute per vector. The same decisions as
+// the 8-lane form, so the same bits.
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "formats/fast/loops.hpp"
@@ -48,6 +51,37 @@ inline void transpose16x16(__m512i r[16]) {
   }
 }
 
+// Bx1 blocks (a block per column) whose scale codes span fewer than 32
+// values, lo .. lo + 31: fills pal (pal[k][e]: int32 k of the ThrBlock of
+// code lo + e, `unused` for codes the loop does not take) and pal_use (1
+// where it takes code lo + e), and returns lo; else -1.
+int band_palette(const ThrRow& band, const ThrBlock& unused, int32_t (*pal)[32], int32_t* pal_use) {
+  if (band.bc != 1) return -1;
+  const int64_t n = band.cols;
+  __m512i lo_v = _mm512_set1_epi8(-1), hi_v = _mm512_setzero_si512();
+  int64_t c = 0;
+  for (; c + 64 <= n; c += 64) {
+    const __m512i v = _mm512_loadu_si512(band.code + c);
+    lo_v = _mm512_min_epu8(lo_v, v);
+    hi_v = _mm512_max_epu8(hi_v, v);
+  }
+  alignas(64) uint8_t l[64], h[64];
+  _mm512_store_si512(l, lo_v);
+  _mm512_store_si512(h, hi_v);
+  int lo = *std::min_element(l, l + 64), hi = *std::max_element(h, h + 64);
+  for (; c < n; ++c) lo = std::min<int>(lo, band.code[c]), hi = std::max<int>(hi, band.code[c]);
+  if (hi - lo >= 32) return -1;
+  for (int e = 0; e < 32; ++e) {
+    const int sc = lo + e;
+    const bool take = sc <= hi && band.use[sc];
+    int32_t f[16];
+    std::memcpy(f, take ? &band.thr[sc] : &unused, sizeof f);
+    for (int k = 0; k < 16; ++k) pal[k][e] = f[k];
+    pal_use[e] = take ? 1 : 0;
+  }
+  return lo;
+}
+
 template <bool kStream>
 void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes, float* values, SpanCounts& cnt) {
   static_assert(sizeof(ThrBlock) == 16 * sizeof(int32_t), "ThrBlock: t[7], sat, table[8]");
@@ -64,6 +98,17 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
   ThrBlock unused;
   for (int k = 0; k < 7; ++k) unused.t[k] = std::numeric_limits<int32_t>::max();
   unused.sat = std::numeric_limits<int32_t>::max();
+  // Bx1 blocks whose scale codes span fewer than 32 values (a band of
+  // Gaussian 16x1 blocks with UE5M3 or E4M3 scales spans about 20-26): the
+  // ThrBlocks of those codes as a palette, column e of pal holding code
+  // lo + e's, and a chunk's layout is then 16 two-table permutes by the
+  // columns' codes per 16 columns instead of 16 lookups, 16 loads and a
+  // 16x16 transpose (e2m1/ue5m3 16x1, 256 MiB, two threads, Intel Xeon
+  // family 6 model 207: 0.39-0.42 -> 0.36-0.38 ns an element).
+  alignas(64) int32_t pal[16][32];
+  alignas(64) int32_t pal_use[32];
+  const int pal_lo = band_palette(band, unused, pal, pal_use);
+  const bool by_palette = pal_lo >= 0;
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   const __m512i zero_i = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
   ThrStep16<kStream> out(p.fe);
@@ -82,7 +127,17 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
   int64_t step_no = 0;  // the steps made so far: the line of the next band to prefetch
   for (int64_t c0 = 0; c0 < c16; c0 += kChunk) {
     const int64_t w = std::min(kChunk, c16 - c0);
-    for (int64_t c = 0; c < w; c += 16) {
+    for (int64_t c = 0; by_palette && c < w; c += 16) {
+      const __m512i e = _mm512_sub_epi32(
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(band.code + c0 + c))),
+          _mm512_set1_epi32(pal_lo));
+      for (int k = 0; k < 16; ++k)
+        _mm512_store_si512(lay + k * kChunk + c,
+                           _mm512_permutex2var_epi32(_mm512_load_si512(pal[k]), e, _mm512_load_si512(pal[k] + 16)));
+      use[c / 16] = _mm512_test_epi32_mask(
+          _mm512_permutex2var_epi32(_mm512_load_si512(pal_use), e, _mm512_load_si512(pal_use + 16)), one);
+    }
+    for (int64_t c = 0; !by_palette && c < w; c += 16) {
       __m512i r[16];
       unsigned u = 0;
       // the blocks of columns c0 + c + l: one division per 16 columns

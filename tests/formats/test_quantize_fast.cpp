@@ -628,6 +628,78 @@ TEST(QuantizeFast, ThresholdLoopWithZeroScaleBlocks) {
   EXPECT_GT(zero_blocks, 16 * 50);
 }
 
+// Bx1 blocks whose scale codes span few values in a band, as Gaussian data
+// gives (the 16-lane loop then lays out its thresholds from a palette of the
+// band's codes), and spans around the palette's limit of 32 codes: column c
+// of band b is scaled by 2^(spread_b * c / cols) for spreads from 0 to 6
+// binades (8 UE5M3 or E4M3 codes a binade), so the bands' spans run from a
+// few codes to past 32, some bands with blocks of zeros or tiny values among
+// them. Compared with the reference bit for bit, statistics included.
+TEST(QuantizeFast, BlockPerLaneLoopOverNarrowCodeSpans) {
+  test::Rng rng(3141);
+  int compared = 0;
+  for (const char* scale : {"ue5m3", "e4m3"}) {
+    for (const Arith arith : {Arith::exact, Arith::fp32}) {
+      for (const Round mode : {Round::rne, Round::rtz, Round::odd}) {
+        QuantSpec s = ue5m3_1x16();
+        s.scale = parse_format(scale);
+        if (s.scale->is_signed) s.scale_target = std::nullopt;
+        s.block_rows = 16;
+        s.block_cols = 1;
+        s.arith = arith;
+        s.round = mode;
+        const int64_t rows = 16 * 12, cols = 1024;
+        const double spreads[] = {0.0, 0.5, 2.0, 3.5, 3.8, 3.9, 4.0, 4.1, 4.3, 6.0, 3.0, 1.0};
+        std::vector<float> x(static_cast<size_t>(rows * cols));
+        for (int64_t r = 0; r < rows; ++r) {
+          const double spread = spreads[r / 16];
+          for (int64_t c = 0; c < cols; ++c) {
+            // a Gaussian-like magnitude: the sum of four uniforms, centred
+            double g = 0.0;
+            for (int k = 0; k < 4; ++k) g += rng.uniform();
+            float v = static_cast<float>((g - 2.0) * std::exp2(spread * static_cast<double>(c) / cols));
+            // bands 10 and 11: some blocks all zero or tiny (zero scale)
+            if (r >= 16 * 10 && c % 97 == 3) v = 0.0f;
+            if (r >= 16 * 11 && c % 89 == 5) v = 1e-30f * v;
+            x[static_cast<size_t>(r * cols + c)] = v;
+          }
+        }
+        const Outcome r = run(s, x, rows, cols, 0);
+        ASSERT_FALSE(r.threw) << r.error;
+        for (int threads : {1, 2})
+          EXPECT_EQ(difference(r, run(s, x, rows, cols, threads), x), "")
+              << scale << " " << (arith == Arith::exact ? "exact " : "fp32 ") << test::mode_name(mode);
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 12);
+  // Zero-scale blocks (policy zero: scale code 0, which the loop leaves to
+  // the scalar core) inside a palette's span: a given amax so far above the
+  // data that the other blocks' codes are small too (UE5M3 codes 1 .. 31).
+  int in_span = 0;
+  for (const double amax : {1e6, 3e6, 1e7, 3e7, 1e8}) {
+    QuantSpec s = ue5m3_1x16();
+    s.block_rows = 16;
+    s.block_cols = 1;
+    s.amax_kind = AmaxKind::given;
+    s.amax_value = amax;
+    const int64_t rows = 32, cols = 1024;
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        x[static_cast<size_t>(r * cols + c)] =
+            c % 7 == 2 ? 0.0f : static_cast<float>((rng.uniform() - 0.5) * std::exp2(2.0 * static_cast<double>(c) / cols));
+    const Outcome r = run(s, x, rows, cols, 0);
+    ASSERT_FALSE(r.threw) << r.error;
+    const uint8_t top = *std::max_element(r.scodes.begin(), r.scodes.end());
+    const bool zero_scale = std::count(r.scodes.begin(), r.scodes.end(), 0) > 0;
+    in_span += top > 0 && top < 32 && zero_scale;
+    for (int threads : {1, 2}) EXPECT_EQ(difference(r, run(s, x, rows, cols, threads), x), "") << "amax " << amax;
+  }
+  EXPECT_GT(in_span, 0);
+}
+
 // Blocks whose width is not a multiple of 8 in the modes outside the
 // threshold loop (and in all modes on tensors too small for it): the 8-lane
 // loop with a block per lane, each lane gathering its block's multiplier and
