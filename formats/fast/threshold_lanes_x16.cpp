@@ -4,9 +4,11 @@
 // column's block, laid out column by column: a ThrBlock is 16 int32, so the
 // blocks of 16 columns transpose, as a 16x16 matrix, into 16 vectors, or,
 // for Bx1 blocks whose codes span fewer than 32 values, come from a palette
-// of the band's ThrBlocks by one permute per vector. The same decisions as
-// the 8-lane form, so the same bits.
+// of the band's ThrBlocks by one permute per vector (and x-hat, where the
+// tables allow, from two units per block instead of eight table entries).
+// The same decisions and x-hat as the 8-lane form, so the same bits.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -82,6 +84,54 @@ int band_palette(const ThrRow& band, const ThrBlock& unused, int32_t (*pal)[32],
   return lo;
 }
 
+// x-hat of magnitude code q as pow2[q] times a unit of its block's, one
+// unit for each odd part m of the format's magnitudes v = 2^E m (E2M1:
+// m = 1 for 0.5, 1, 2, 4 and m = 1.5 for 1.5, 3, 6): the table entry
+// fl(v s / t) is 2^E fl(m s / t) wherever that stays a normal float, which
+// band_units checks entry by entry. `ok` is false for formats with more
+// than two odd parts (E1M2).
+struct UnitForm {
+  bool ok = true;
+  alignas(64) float pow2[16] = {};
+  uint32_t second = 0;  // bit q: code q takes the second unit
+  int rep[2] = {0, 0};  // a code of each unit (0: none)
+};
+
+UnitForm unit_form(const Format& f) {
+  UnitForm u;
+  double odd[2] = {0.0, 0.0};
+  for (uint32_t q = 1; q < 8 && q <= f.max_mag; ++q) {
+    const double v = f.mag_value(q);
+    if (v == 0.0) continue;
+    int e = 0;
+    const double m = 2.0 * std::frexp(v, &e);  // v = m 2^(e-1), m in [1, 2)
+    int k = 0;
+    while (k < 2 && odd[k] != 0.0 && odd[k] != m) ++k;
+    if (k == 2) return UnitForm{.ok = false};
+    if (odd[k] == 0.0) odd[k] = m, u.rep[k] = static_cast<int>(q);
+    u.pow2[q] = static_cast<float>(std::ldexp(1.0, e - 1));
+    u.second |= static_cast<uint32_t>(k) << q;
+  }
+  return u;
+}
+
+// The units of the palette's entries (unit[k][e]), when every entry's
+// table is pow2[q] times them bit for bit; else false.
+bool band_units(const UnitForm& uf, const int32_t (*pal)[32], float (*unit)[32]) {
+  if (!uf.ok) return false;
+  constexpr int kTab = 8;
+  for (int e = 0; e < 32; ++e) {
+    float tab[8];
+    for (int q = 0; q < 8; ++q) std::memcpy(&tab[q], &pal[kTab + q][e], sizeof(float));
+    for (int k = 0; k < 2; ++k) unit[k][e] = uf.rep[k] ? tab[uf.rep[k]] / uf.pow2[uf.rep[k]] : 0.0f;
+    for (int q = 0; q < 8; ++q) {
+      const float xh = uf.pow2[q] * unit[(uf.second >> q) & 1][e];
+      if (std::memcmp(&xh, &tab[q], sizeof xh) != 0) return false;
+    }
+  }
+  return true;
+}
+
 template <bool kStream>
 void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes, float* values, SpanCounts& cnt) {
   static_assert(sizeof(ThrBlock) == 16 * sizeof(int32_t), "ThrBlock: t[7], sat, table[8]");
@@ -109,6 +159,17 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
   alignas(64) int32_t pal_use[32];
   const int pal_lo = band_palette(band, unused, pal, pal_use);
   const bool by_palette = pal_lo >= 0;
+  // With a palette, x-hat from per-block units where the tables allow
+  // (band_units): the layout's eight tables become two units, made and read
+  // in a quarter of the permutes and loads (e2m1/ue5m3 16x1, Intel Xeon
+  // family 6 model 207, medians of alternated runs: 256 MiB at two threads
+  // 0.406 -> 0.398 ns an element, at one 0.809 -> 0.798; in L2 0.556 ->
+  // 0.525).
+  const UnitForm uf = unit_form(p.fe);
+  alignas(64) float pal_unit[2][32];
+  const bool by_unit = by_palette && band_units(uf, pal, pal_unit);
+  const __m512 pow2_v = _mm512_load_ps(uf.pow2);
+  const __m512i second_v = _mm512_set1_epi32(static_cast<int>(uf.second));
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   const __m512i zero_i = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
   ThrStep16<kStream> out(p.fe);
@@ -131,9 +192,12 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
       const __m512i e = _mm512_sub_epi32(
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(band.code + c0 + c))),
           _mm512_set1_epi32(pal_lo));
-      for (int k = 0; k < 16; ++k)
+      for (int k = 0; k < (by_unit ? kTab : 16); ++k)
         _mm512_store_si512(lay + k * kChunk + c,
                            _mm512_permutex2var_epi32(_mm512_load_si512(pal[k]), e, _mm512_load_si512(pal[k] + 16)));
+      for (int k = 0; by_unit && k < 2; ++k)
+        _mm512_store_ps(lay + (kTab + k) * kChunk + c,
+                        _mm512_permutex2var_ps(_mm512_load_ps(pal_unit[k]), e, _mm512_load_ps(pal_unit[k] + 16)));
       use[c / 16] = _mm512_test_epi32_mask(
           _mm512_permutex2var_epi32(_mm512_load_si512(pal_use), e, _mm512_load_si512(pal_use + 16)), one);
     }
@@ -152,6 +216,8 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
       for (int k = 0; k < 16; ++k) _mm512_store_si512(lay + k * kChunk + c, r[k]);
       use[c / 16] = static_cast<__mmask16>(u);
     }
+    // the band's rows through the chunk; kUnit: x-hat from the units
+    auto rows = [&]<bool kUnit>() __attribute__((always_inline)) {
     for (int64_t rr = 0; rr < brows; ++rr) {
       const float* x = bx + rr * cols + c0;
       float* vo = values + bi0 + rr * cols + c0;
@@ -170,7 +236,7 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
             _mm_prefetch(reinterpret_cast<const char*>(next_co + 16 * step_no), _MM_HINT_ET0);
         }
         const int32_t* l = lay + c;
-        auto at = [l](int k) { return _mm512_load_si512(l + k * kChunk); };
+        auto at = [&](int k) { return _mm512_load_si512(l + k * kChunk); };
         const float* tab = reinterpret_cast<const float*>(l + kTab * kChunk);
         const __m512i xi = _mm512_loadu_si512(x + c);
         const __m512i ax = _mm512_and_si512(xi, abs_mask);
@@ -178,11 +244,20 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
         // masks up the table (they are nested: each implies the one before)
         const __mmask16 m1 = _mm512_cmpgt_epi32_mask(ax, at(kT));
         __m512i code = _mm512_maskz_mov_epi32(m1, one);
-        __m512 xh = _mm512_mask_load_ps(_mm512_load_ps(tab), m1, tab + kChunk);
-        for (int k = 1; k < 7; ++k) {
-          const __mmask16 m = _mm512_cmpgt_epi32_mask(ax, at(kT + k));
-          code = _mm512_mask_add_epi32(code, m, code, one);
-          xh = _mm512_mask_load_ps(xh, m, tab + (k + 1) * kChunk);
+        __m512 xh;
+        if constexpr (kUnit) {
+          for (int k = 1; k < 7; ++k)
+            code = _mm512_mask_add_epi32(code, _mm512_cmpgt_epi32_mask(ax, at(kT + k)), code, one);
+          const __mmask16 second = _mm512_test_epi32_mask(_mm512_srlv_epi32(second_v, code), one);
+          const __m512 unit = _mm512_mask_blend_ps(second, _mm512_load_ps(tab), _mm512_load_ps(tab + kChunk));
+          xh = _mm512_mul_ps(_mm512_permutexvar_ps(code, pow2_v), unit);
+        } else {
+          xh = _mm512_mask_load_ps(_mm512_load_ps(tab), m1, tab + kChunk);
+          for (int k = 1; k < 7; ++k) {
+            const __mmask16 m = _mm512_cmpgt_epi32_mask(ax, at(kT + k));
+            code = _mm512_mask_add_epi32(code, m, code, one);
+            xh = _mm512_mask_load_ps(xh, m, tab + (k + 1) * kChunk);
+          }
         }
         xh = out.store(xi, code, xh, vo + c, co ? co + c : nullptr);
         if (stats)
@@ -190,6 +265,9 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
                     _mm512_cmpgt_epi32_mask(ax, at(kSat)));
       }
     }
+    };
+    if (by_unit) rows.template operator()<true>();
+    else rows.template operator()<false>();
   }
   out.add_to(cnt);
   // the last columns (fewer than 16) through the scalar core
