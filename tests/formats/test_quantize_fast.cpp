@@ -634,7 +634,9 @@ TEST(QuantizeFast, ThresholdLoopWithZeroScaleBlocks) {
 // of band b is scaled by 2^(spread_b * c / cols) for spreads from 0 to 6
 // binades (8 UE5M3 or E4M3 codes a binade), so the bands' spans run from a
 // few codes to past 32, some bands with blocks of zeros or tiny values among
-// them. Compared with the reference bit for bit, statistics included.
+// them. Where a palette is taken, x-hat comes from two units per block
+// wherever the band's tables allow it (band_units checks every entry).
+// Compared with the reference bit for bit, statistics included.
 TEST(QuantizeFast, BlockPerLaneLoopOverNarrowCodeSpans) {
   test::Rng rng(3141);
   int compared = 0;
