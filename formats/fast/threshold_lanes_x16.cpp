@@ -53,6 +53,11 @@ inline void transpose16x16(__m512i r[16]) {
   }
 }
 
+// A ThrBlock's 16 int32 as the layout's fields: thresholds 1..7, the
+// saturation threshold, the x-hat table of magnitude codes 0..7 (with units,
+// the two units in the first two table fields).
+constexpr int kT = 0, kSat = 7, kTab = 8;
+
 // Bx1 blocks (a block per column) whose scale codes span fewer than 32
 // values, lo .. lo + 31: fills pal (pal[k][e]: int32 k of the ThrBlock of
 // code lo + e, `unused` for codes the loop does not take) and pal_use (1
@@ -119,7 +124,6 @@ UnitForm unit_form(const Format& f) {
 // table is pow2[q] times them bit for bit; else false.
 bool band_units(const UnitForm& uf, const int32_t (*pal)[32], float (*unit)[32]) {
   if (!uf.ok) return false;
-  constexpr int kTab = 8;
   for (int e = 0; e < 32; ++e) {
     float tab[8];
     for (int q = 0; q < 8; ++q) std::memcpy(&tab[q], &pal[kTab + q][e], sizeof(float));
@@ -142,7 +146,6 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
   // lanes whose block is the loop's (the others, which the scalar core
   // encodes, take `unused`: thresholds no |x| exceeds, counted nowhere).
   constexpr int64_t kChunk = 256;
-  constexpr int kT = 0, kSat = 7, kTab = 8;
   alignas(64) int32_t lay[16 * kChunk];
   __mmask16 use[kChunk / 16];
   ThrBlock unused;
@@ -218,53 +221,53 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
     }
     // the band's rows through the chunk; kUnit: x-hat from the units
     auto rows = [&]<bool kUnit>() __attribute__((always_inline)) {
-    for (int64_t rr = 0; rr < brows; ++rr) {
-      const float* x = bx + rr * cols + c0;
-      float* vo = values + bi0 + rr * cols + c0;
-      uint8_t* co = codes ? codes + bi0 + rr * cols + c0 : nullptr;
-      // the row's next chunk while this one computes: the band's rows are
-      // more streams than the hardware prefetchers follow
-      const float* pf = c0 + kChunk < c16 ? x + kChunk : nullptr;
-      for (int64_t c = 0; c < w; c += 16, ++step_no) {
-        if (pf) {
-          _mm_prefetch(reinterpret_cast<const char*>(pf + c), _MM_HINT_T0);
-          if (co && (c & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(co + kChunk + c), _MM_HINT_ET0);
-        }
-        if (next_x) {
-          _mm_prefetch(reinterpret_cast<const char*>(next_x + 16 * step_no), _MM_HINT_T0);
-          if (next_co && (step_no & 3) == 0)
-            _mm_prefetch(reinterpret_cast<const char*>(next_co + 16 * step_no), _MM_HINT_ET0);
-        }
-        const int32_t* l = lay + c;
-        auto at = [&](int k) { return _mm512_load_si512(l + k * kChunk); };
-        const float* tab = reinterpret_cast<const float*>(l + kTab * kChunk);
-        const __m512i xi = _mm512_loadu_si512(x + c);
-        const __m512i ax = _mm512_and_si512(xi, abs_mask);
-        // the code counts the thresholds |x| exceeds; x-hat follows the same
-        // masks up the table (they are nested: each implies the one before)
-        const __mmask16 m1 = _mm512_cmpgt_epi32_mask(ax, at(kT));
-        __m512i code = _mm512_maskz_mov_epi32(m1, one);
-        __m512 xh;
-        if constexpr (kUnit) {
-          for (int k = 1; k < 7; ++k)
-            code = _mm512_mask_add_epi32(code, _mm512_cmpgt_epi32_mask(ax, at(kT + k)), code, one);
-          const __mmask16 second = _mm512_test_epi32_mask(_mm512_srlv_epi32(second_v, code), one);
-          const __m512 unit = _mm512_mask_blend_ps(second, _mm512_load_ps(tab), _mm512_load_ps(tab + kChunk));
-          xh = _mm512_mul_ps(_mm512_permutexvar_ps(code, pow2_v), unit);
-        } else {
-          xh = _mm512_mask_load_ps(_mm512_load_ps(tab), m1, tab + kChunk);
-          for (int k = 1; k < 7; ++k) {
-            const __mmask16 m = _mm512_cmpgt_epi32_mask(ax, at(kT + k));
-            code = _mm512_mask_add_epi32(code, m, code, one);
-            xh = _mm512_mask_load_ps(xh, m, tab + (k + 1) * kChunk);
+      for (int64_t rr = 0; rr < brows; ++rr) {
+        const float* x = bx + rr * cols + c0;
+        float* vo = values + bi0 + rr * cols + c0;
+        uint8_t* co = codes ? codes + bi0 + rr * cols + c0 : nullptr;
+        // the row's next chunk while this one computes: the band's rows are
+        // more streams than the hardware prefetchers follow
+        const float* pf = c0 + kChunk < c16 ? x + kChunk : nullptr;
+        for (int64_t c = 0; c < w; c += 16, ++step_no) {
+          if (pf) {
+            _mm_prefetch(reinterpret_cast<const char*>(pf + c), _MM_HINT_T0);
+            if (co && (c & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(co + kChunk + c), _MM_HINT_ET0);
           }
+          if (next_x) {
+            _mm_prefetch(reinterpret_cast<const char*>(next_x + 16 * step_no), _MM_HINT_T0);
+            if (next_co && (step_no & 3) == 0)
+              _mm_prefetch(reinterpret_cast<const char*>(next_co + 16 * step_no), _MM_HINT_ET0);
+          }
+          const int32_t* l = lay + c;
+          auto at = [&](int k) { return _mm512_load_si512(l + k * kChunk); };
+          const float* tab = reinterpret_cast<const float*>(l + kTab * kChunk);
+          const __m512i xi = _mm512_loadu_si512(x + c);
+          const __m512i ax = _mm512_and_si512(xi, abs_mask);
+          // the code counts the thresholds |x| exceeds; x-hat follows the same
+          // masks up the table (they are nested: each implies the one before)
+          const __mmask16 m1 = _mm512_cmpgt_epi32_mask(ax, at(kT));
+          __m512i code = _mm512_maskz_mov_epi32(m1, one);
+          __m512 xh;
+          if constexpr (kUnit) {
+            for (int k = 1; k < 7; ++k)
+              code = _mm512_mask_add_epi32(code, _mm512_cmpgt_epi32_mask(ax, at(kT + k)), code, one);
+            const __mmask16 second = _mm512_test_epi32_mask(_mm512_srlv_epi32(second_v, code), one);
+            const __m512 unit = _mm512_mask_blend_ps(second, _mm512_load_ps(tab), _mm512_load_ps(tab + kChunk));
+            xh = _mm512_mul_ps(_mm512_permutexvar_ps(code, pow2_v), unit);
+          } else {
+            xh = _mm512_mask_load_ps(_mm512_load_ps(tab), m1, tab + kChunk);
+            for (int k = 1; k < 7; ++k) {
+              const __mmask16 m = _mm512_cmpgt_epi32_mask(ax, at(kT + k));
+              code = _mm512_mask_add_epi32(code, m, code, one);
+              xh = _mm512_mask_load_ps(xh, m, tab + (k + 1) * kChunk);
+            }
+          }
+          xh = out.store(xi, code, xh, vo + c, co ? co + c : nullptr);
+          if (stats)
+            out.count(_mm512_cmpgt_epi32_mask(ax, zero_i) & use[c / 16], code, m1, xh,
+                      _mm512_cmpgt_epi32_mask(ax, at(kSat)));
         }
-        xh = out.store(xi, code, xh, vo + c, co ? co + c : nullptr);
-        if (stats)
-          out.count(_mm512_cmpgt_epi32_mask(ax, zero_i) & use[c / 16], code, m1, xh,
-                    _mm512_cmpgt_epi32_mask(ax, at(kSat)));
       }
-    }
     };
     if (by_unit) rows.template operator()<true>();
     else rows.template operator()<false>();
