@@ -1,9 +1,10 @@
 // The FP4 multiply-and-convert loop (see fp4x8_loop.cpp) in 16 lanes
 // (AVX-512 F/BW/DQ/VL), per block, for blocks whose width is a multiple of
-// 16: every rounding mode, both arithmetics. Each lane makes the decisions of
-// the 8-lane form with the same float32 operations, so the bits are the
-// same; lanes the uncertainty rule marks, and the last partial step of a
-// row, go to the scalar core.
+// 16: every rounding mode, both arithmetics. Each lane computes the 8-lane
+// form's float32 values; its test for the lanes whose decision v's rounding
+// could change keeps the same margin in fewer micro-ops, and those lanes, and
+// the last partial step of a row, go to the scalar core, so the bits are the
+// same.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -26,23 +27,23 @@ namespace {
 // of which the low n are drawn (shift: kW - n); i is a multiple of 4 when
 // kW = 8, of 2 when kW = 16.
 template <int kW>
-inline __m512i random16_w(const uint32_t* w, uint64_t j0, uint64_t i, __m128i shift) {
+inline __m512i random16_w(const uint32_t* w, uint64_t j0, uint64_t i, __m512i shift) {
   if constexpr (kW == 8) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + ((i >> 2) - j0)));
-    return _mm512_srl_epi32(_mm512_cvtepu8_epi32(b), shift);
+    return _mm512_srlv_epi32(_mm512_cvtepu8_epi32(b), shift);
   } else if constexpr (kW == 16) {
-    return _mm512_srl_epi32(
+    return _mm512_srlv_epi32(
         _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ((i >> 1) - j0)))), shift);
   } else {
-    return _mm512_srl_epi32(_mm512_loadu_si512(w + (i - j0)), shift);
+    return _mm512_srlv_epi32(_mm512_loadu_si512(w + (i - j0)), shift);
   }
 }
 
 // The same with n bits drawn known only at run time.
 inline __m512i random16(const uint32_t* w, uint64_t j0, uint64_t i, int n) {
-  if (n <= 8) return random16_w<8>(w, j0, i, _mm_cvtsi32_si128(8 - n));
-  if (n <= 16) return random16_w<16>(w, j0, i, _mm_cvtsi32_si128(16 - n));
-  return random16_w<32>(w, j0, i, _mm_cvtsi32_si128(32 - n));
+  if (n <= 8) return random16_w<8>(w, j0, i, _mm512_set1_epi32(8 - n));
+  if (n <= 16) return random16_w<16>(w, j0, i, _mm512_set1_epi32(16 - n));
+  return random16_w<32>(w, j0, i, _mm512_set1_epi32(32 - n));
 }
 
 // docs/numerics.md §2's decision to round a magnitude away from zero (the
@@ -97,16 +98,16 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   const __m512i sign_mask = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   const __m512 vmax = _mm512_set1_ps(static_cast<float>(f.max));
   const __m512 inf = _mm512_set1_ps(INFINITY);
-  const __m512 tiny = _mm512_set1_ps(std::ldexp(1.0f, -100));
   const __m512 tol_rel = _mm512_set1_ps(std::ldexp(1.0f, -22));
-  const __m512 one_f = _mm512_set1_ps(1.0f);
   const __m512 half = _mm512_set1_ps(0.5f);
   const __m512 zero = _mm512_setzero_ps();
   const __m512i emin_b = _mm512_set1_epi32(f.emin + 127);
   const __m512i shift_b = _mm512_set1_epi32(h + 1 + f.M + 254);
   const __m512i shift_rne = _mm512_set1_epi32(f.M + 254);
-  const __m128i cnt_h1 = _mm_cvtsi32_si128(h + 1);
-  const __m128i cnt_M = _mm_cvtsi32_si128(f.M);
+  // (shift counts as vectors: VPSRLVD is one micro-op, VPSRLD by an xmm two)
+  const __m512i vh1 = _mm512_set1_epi32(h + 1);
+  const __m512i vM = _mm512_set1_epi32(f.M);
+  const __m512i exp_lo = _mm512_set1_epi32(127 - 100), exp_span = _mm512_set1_epi32(254 - (127 - 100));
   const __m512i Fmask = _mm512_set1_epi32((1 << (h + 1)) - 1);
   const __m512i zero_i = _mm512_setzero_si512();
   const __m512i max_mag = _mm512_set1_epi32(static_cast<int>(f.max_mag));
@@ -138,7 +139,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   const uint32_t* const wd = words.data();
   const uint64_t g0 = rng.first();
   // (random16_w's shift: the words' share per element less the bits drawn)
-  const __m128i rshift = _mm_cvtsi32_si128(h <= 8 ? 8 - h : h <= 16 ? 16 - h : 32 - h);
+  const __m512i rshift = _mm512_set1_epi32(h <= 8 ? 8 - h : h <= 16 ? 16 - h : 32 - h);
 
   // Lanes the scalar core redoes after the loop (Fp4Pending).
   using Pending = Fp4Pending;
@@ -172,19 +173,23 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
     const __mmask16 nz = _mm512_cmp_ps_mask(x16, zero, _CMP_NEQ_UQ);
     __m512 v;
     __mmask16 unsure;
+    __m512i ev;  // v's biased exponent
     if constexpr (kExact) {
       v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xi, abs_mask)), vr);
-      // tiny (float-subnormal, or underflowed to 0) products of non-zero x
-      // lose precision: let the core decide
-      unsure = _mm512_cmp_ps_mask(v, tiny, _CMP_LT_OQ) & nz;
+      ev = _mm512_srli_epi32(_mm512_castps_si512(v), 23);
+      // tiny (below 2^-100: float-subnormal, or underflowed to 0) products
+      // of non-zero x lose precision, and infinite or NaN ones have no
+      // code: let the core decide. (v >= 0: one unsigned test of its
+      // exponent, ev - 27 > 227, for both.)
+      unsure = _mm512_mask_cmpgt_epu32_mask(nz, _mm512_sub_epi32(ev, exp_lo), exp_span);
     } else {
       v = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_mul_ps(x16, vmul)), abs_mask));
-      unsure = 0;
+      ev = _mm512_srli_epi32(_mm512_castps_si512(v), 23);
+      unsure = _mm512_cmp_ps_mask(v, inf, _CMP_NLT_UQ);
     }
-    unsure |= _mm512_cmp_ps_mask(v, inf, _CMP_NLT_UQ);
     if (!kSigned && !is_signed) unsure |= neg;
 
-    const __m512i ee = _mm512_max_epi32(_mm512_srli_epi32(_mm512_castps_si512(v), 23), emin_b);
+    const __m512i ee = _mm512_max_epi32(ev, emin_b);
     __m512i kk;
     if constexpr (kCvtRne) {
       // one rounding of v * 2^(M-ee) to nearest even (fp4x8_impl)
@@ -199,16 +204,20 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
     } else {
       const __m512 p2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(shift_b, ee), 23));
       const __m512 Ws = _mm512_mul_ps(v, p2);
-      const __m512 Wf = _mm512_roundscale_ps(Ws, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-      const __m512 frac = _mm512_sub_ps(Ws, Wf);
+      // W = floor(Ws) (Ws >= 0 and below 2^22: truncation), its fraction exact
+      const __m512i W = _mm512_cvttps_epi32(Ws);
+      const __m512 frac = _mm512_sub_ps(Ws, _mm512_cvtepi32_ps(W));
       if constexpr (kExact) {
-        const __m512 tol = _mm512_mul_ps(Ws, tol_rel);
-        const __mmask16 near = _mm512_cmp_ps_mask(frac, tol, _CMP_LE_OQ) |
-                               _mm512_cmp_ps_mask(frac, _mm512_sub_ps(one_f, tol), _CMP_GE_OQ);
-        unsure |= near & _mm512_cmp_ps_mask(v, zero, _CMP_NEQ_UQ);
+        // Within Ws * 2^-22 of an integer, v's error (two roundings, about
+        // 2^-23 of v) may move floor(Ws): the core decides, by |frac - 1/2|
+        // >= 1/2 - Ws * 2^-22. (The subtraction's rounding is monotone and
+        // the bound's below 2^-25, so the test covers v's error wherever Ws
+        // >= 1/4; below, frac = Ws cannot reach an integer. x = 0 has W = 0
+        // exactly.)
+        const __m512 off_half = _mm512_abs_ps(_mm512_sub_ps(frac, half));
+        unsure |= _mm512_mask_cmp_ps_mask(nz, off_half, _mm512_fnmadd_ps(Ws, tol_rel, half), _CMP_GE_OQ);
       }
-      const __m512i W = _mm512_cvttps_epi32(Wf);
-      const __m512i k = _mm512_srl_epi32(W, cnt_h1);
+      const __m512i k = _mm512_srlv_epi32(W, vh1);
       const __m512i F = _mm512_and_si512(W, Fmask);
       const __mmask16 sticky = _mm512_cmp_ps_mask(frac, zero, _CMP_NEQ_UQ);
       __m512i r = zero_i;
@@ -227,17 +236,17 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
       if constexpr (MODE == Round::stochastic_fast) {
         // away exactly when F + 2r + 1 carries into bit h+1 (F + 2r + 1 <
         // 2^(h+2)): k + away in one sum
-        kk = _mm512_srl_epi32(_mm512_add_epi32(_mm512_add_epi32(W, _mm512_add_epi32(r, r)), _mm512_set1_epi32(1)),
-                              cnt_h1);
+        kk = _mm512_srlv_epi32(_mm512_add_epi32(_mm512_add_epi32(W, _mm512_add_epi32(r, r)), _mm512_set1_epi32(1)),
+                               vh1);
       } else if constexpr (MODE == Round::stochastic_fastest) {
         // away exactly when F/2 + r carries into bit h (F/2 + r < 2^(h+1))
-        kk = _mm512_srl_epi32(_mm512_add_epi32(_mm512_srli_epi32(W, 1), r), _mm_cvtsi32_si128(h));
+        kk = _mm512_srlv_epi32(_mm512_add_epi32(_mm512_srli_epi32(W, 1), r), _mm512_set1_epi32(h));
       } else {
         const __mmask16 away = away_mask<MODE>(k, F, sticky, neg, r, two_n_m1);
         kk = _mm512_mask_add_epi32(k, away, k, _mm512_set1_epi32(1));
       }
     }
-    __m512i code = _mm512_add_epi32(_mm512_sll_epi32(_mm512_sub_epi32(ee, emin_b), cnt_M), kk);
+    __m512i code = _mm512_add_epi32(_mm512_sllv_epi32(_mm512_sub_epi32(ee, emin_b), vM), kk);
     code = _mm512_min_epi32(code, max_mag);
     // (permutexvar takes the low 4 bits: codes above 7 are lanes the
     // scalar core redoes)
