@@ -195,14 +195,17 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
       const __m512i e = _mm512_sub_epi32(
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(band.code + c0 + c))),
           _mm512_set1_epi32(pal_lo));
+      // (the saturation field and the use mask serve the statistics alone)
       for (int k = 0; k < (by_unit ? kTab : 16); ++k)
-        _mm512_store_si512(lay + k * kChunk + c,
-                           _mm512_permutex2var_epi32(_mm512_load_si512(pal[k]), e, _mm512_load_si512(pal[k] + 16)));
+        if (k != kSat || stats)
+          _mm512_store_si512(lay + k * kChunk + c,
+                             _mm512_permutex2var_epi32(_mm512_load_si512(pal[k]), e, _mm512_load_si512(pal[k] + 16)));
       for (int k = 0; by_unit && k < 2; ++k)
         _mm512_store_ps(lay + (kTab + k) * kChunk + c,
                         _mm512_permutex2var_ps(_mm512_load_ps(pal_unit[k]), e, _mm512_load_ps(pal_unit[k] + 16)));
-      use[c / 16] = _mm512_test_epi32_mask(
-          _mm512_permutex2var_epi32(_mm512_load_si512(pal_use), e, _mm512_load_si512(pal_use + 16)), one);
+      if (stats)
+        use[c / 16] = _mm512_test_epi32_mask(
+            _mm512_permutex2var_epi32(_mm512_load_si512(pal_use), e, _mm512_load_si512(pal_use + 16)), one);
     }
     for (int64_t c = 0; !by_palette && c < w; c += 16) {
       __m512i r[16];
