@@ -37,13 +37,13 @@ struct ThrStep16 {
   const __m512i sign_mask = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   const __m512i sub_lim;
   const __m512i sign_code;  // the element format's sign bit in a code
-  const unsigned sign_shift;
+  const __m512i sign_shift;  // (a vector count: VPSRLVD is one micro-op, VPSRLD by a register two)
   uint64_t n_sat = 0, n_sub = 0, n_nz = 0, n_uf = 0;
 
   explicit ThrStep16(const Format& f)
       : sub_lim(_mm512_set1_epi32(1 << f.M)),
         sign_code(_mm512_set1_epi32(static_cast<int>(f.sign_bit))),
-        sign_shift(31u - static_cast<unsigned>(__builtin_ctz(f.sign_bit))) {}
+        sign_shift(_mm512_set1_epi32(31 - __builtin_ctz(f.sign_bit))) {}
 
   // xi: the input bits; returns x-hat. co is null when no codes are wanted.
   // (x's sign goes to x-hat and to the code by one ternary-logic op each:
@@ -56,7 +56,7 @@ struct ThrStep16 {
       _mm512_storeu_ps(vo, xh);
     }
     if (co) {
-      const __m512i signed_code = _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(xi, sign_shift), sign_code, 0xF8);
+      const __m512i signed_code = _mm512_ternarylogic_epi32(code, _mm512_srlv_epi32(xi, sign_shift), sign_code, 0xF8);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(co), _mm512_cvtepi32_epi8(signed_code));
     }
     return xh;
