@@ -383,19 +383,21 @@ int cmd_bench(const Args& args) {
   struct Row {
     std::string name;
     double c[2], s[2];
+    int floor = -1;  // the floor the row is held to: 0 one pass, 1 two passes (-1: a floor itself)
   };
   std::vector<Row> table;
   // the memory floors (see memory_floor), streamed as quantize would stream
   const bool stream = !with_stats && n * 5 >= (int64_t{64} << 20);
   for (const bool amax_pass : {false, true}) {
-    Row r{amax_pass ? "memory floor, 2 passes" : "memory floor, 1 pass", {}, {}};
+    Row r{amax_pass ? "memory floor, 2 passes" : "memory floor, 1 pass", {}, {}, -1};
     for (int k = 0; k < 2; ++k)
       timed_pair(k, [&] { memory_floor(x.data(), y.data(), codes.data(), n, thread_counts[k], amax_pass, stream); },
                  r.c[k], r.s[k]);
     table.push_back(r);
   }
   for (const auto& v : chosen) {
-    Row r{v.name, {}, {}};
+    // (a current tensor amax is measured by a pass of its own before the blocks)
+    Row r{v.name, {}, {}, v.spec.amax_kind == AmaxKind::current ? 1 : 0};
     for (int k = 0; k < 2; ++k) {
       QuantStats st;
       QuantOutput out{y.data(), codes.data(), scodes.data(), with_stats ? &st : nullptr};
@@ -403,15 +405,26 @@ int cmd_bench(const Args& args) {
     }
     table.push_back(r);
   }
-  std::printf("%-28s %14s %8s %14s %8s\n", "", "1 thread", "ratio", (std::to_string(all) + " threads").c_str(), "ratio");
+  std::printf("%-28s %14s %8s %14s %8s %16s\n", "", "1 thread", "ratio", (std::to_string(all) + " threads").c_str(),
+              "ratio", ("of floor (1, " + std::to_string(all) + ")").c_str());
   std::printf("%-28s %10.1f Me/s %8s %10.1f Me/s %8s\n", "float32 copy", n / copy_best[0] / 1e6, "1.00",
               n / copy_best[1] / 1e6, "1.00");
-  for (const Row& r : table)
-    std::printf("%-28s %10.1f Me/s %8.2f %10.1f Me/s %8.2f\n", r.name.c_str(), n / r.s[0] / 1e6, r.c[0] / r.s[0],
+  for (const Row& r : table) {
+    std::printf("%-28s %10.1f Me/s %8.2f %10.1f Me/s %8.2f", r.name.c_str(), n / r.s[0] / 1e6, r.c[0] / r.s[0],
                 n / r.s[1] / 1e6, r.c[1] / r.s[1]);
+    if (r.floor >= 0) {
+      const Row& f = table[static_cast<size_t>(r.floor)];
+      std::printf(" %7.2f %7.2f %s", (r.c[0] / r.s[0]) / (f.c[0] / f.s[0]), (r.c[1] / r.s[1]) / (f.c[1] / f.s[1]),
+                  r.floor ? "(2 passes)" : "(1 pass)");
+    }
+    std::printf("\n");
+  }
   std::printf("(ratio = copy time / quantize+dequantize time, in the same thread setting, timed in alternation;\n"
               " the memory floors move what a one-pass quantizer, and one after a tensor-amax pass, must move,\n"
-              " with next to no arithmetic; `held`: the amax given, as periodic tensor scaling holds it)\n");
+              " with next to no arithmetic; of floor = the row's ratio over its floor's, each against the copy\n"
+              " timed with it, so a change of the machine's bandwidth between rows cancels: the floor of two\n"
+              " passes for a current tensor amax, else one; `held`: the amax given, as periodic tensor scaling\n"
+              " holds it)\n");
   return 0;
 }
 

@@ -460,6 +460,35 @@ TEST_F(CliTest, BenchQuantizeSmallRun) {
     while ((me = line.find(" Me/s", me + 1)) != std::string::npos) ++count;
     EXPECT_EQ(count, 2u) << line;
   }
+  // The quantize rows' ratios of their floor: the row's ratio (to the copy
+  // timed with it) over the ratio of the floor that applies, two passes for
+  // a current tensor amax and one for the rest, at each thread count.
+  auto ratios = [&](const std::string& row) {
+    const size_t at = text.find(row + " ");
+    const std::string line = text.substr(at, text.find('\n', at) - at);
+    std::istringstream in(line.substr(row.size()));
+    std::vector<double> v(6, -1.0);
+    std::string unit;
+    in >> v[0] >> unit >> v[1] >> v[2] >> unit >> v[3] >> v[4] >> v[5];  // rate, ratio, rate, ratio, floor ratios
+    std::string which;
+    std::getline(in, which);
+    return std::make_pair(v, which);
+  };
+  const auto one_pass = ratios("memory floor, 1 pass"), two_passes = ratios("memory floor, 2 passes");
+  for (const char* row : {"e2m1/ue5m3 1x16 rne exact", "e2m1/ue5m3 1x16 exact, held", "e2m1/e4m3 16x16 rne fp32",
+                          "e2m1/e4m3 1x16 fp32 (NVFP4)", "e2m1/ue8m0 1x32 mx-floor", "e2m1/ue5m3 1x16 sr-fast8"}) {
+    const auto [v, which] = ratios(row);
+    const bool held_or_mx = std::string(row).find("held") != std::string::npos ||
+                            std::string(row).find("mx-floor") != std::string::npos;
+    EXPECT_EQ(which, held_or_mx ? " (1 pass)" : " (2 passes)") << row;
+    const std::vector<double>& f = held_or_mx ? one_pass.first : two_passes.first;
+    for (int k = 0; k < 2; ++k) {
+      // (each printed to two decimals)
+      const double r = v[1 + 2 * k], fr = f[1 + 2 * k];
+      EXPECT_GE(v[4 + k], (r - 0.005) / (fr + 0.005) - 0.005) << row;
+      EXPECT_LE(v[4 + k], (r + 0.005) / (fr - 0.005) + 0.005) << row;
+    }
+  }
   const CmdResult bad = exmy("bench nonsense");
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.err.find("unknown benchmark 'nonsense'"), std::string::npos) << bad.err;
