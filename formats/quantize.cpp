@@ -498,6 +498,11 @@ struct BandState {
   // known: the element loop prefetches it.
   const float* next = nullptr;
   int64_t next_rows = 0;
+  // The band's own block-max pass prefetched the first half of the next
+  // band (one-row bands: band_block_max_bits with next); its element loop
+  // then prefetches the second half, so the traffic runs on through both
+  // passes (held 1x16, Intel Xeon family 6 model 207: docs/benchmarks.md).
+  bool next_half = false;
 };
 
 // One element on the scalar path (the reference's per-element code).
@@ -542,10 +547,14 @@ struct Band {
 // pass already measured them (bmax).
 const uint32_t* band_block_maxima(const QuantPlan& p, const float* x, const Band& g, const uint32_t* bmax,
                                   BandState& bs) {
+  bs.next_half = false;
   if (bmax) return bmax;
   bs.bmax_bits.resize(static_cast<size_t>(g.gc));
   const float* x0 = x + g.r0 * g.cols;
-  if (p.has_scale) detail::band_block_max_bits(x0, g.r1 - g.r0, g.cols, p.bc, bs.bmax_bits.data());
+  const bool one_row = g.r1 - g.r0 == 1 && bs.next_rows == 1;
+  if (p.has_scale)
+    bs.next_half = detail::band_block_max_bits(x0, g.r1 - g.r0, g.cols, p.bc, bs.bmax_bits.data(),
+                                               one_row ? bs.next : nullptr);
   else bs.bmax_bits[0] = detail::abs_max_bits(x0, (g.r1 - g.r0) * g.cols);
   return bs.bmax_bits.data();
 }
@@ -689,6 +698,7 @@ void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_t
       } else {
         row.stream = bs.stream && g.bc % 4 == 0;
         row.prefetch = rr < bs.next_rows ? bs.next + rr * g.cols : nullptr;  // the same row of the next band
+        if (bs.next_half) row.prefetch += g.cols / 2, row.prefetch_half = true;  // (one row: rr = 0)
         if (bs.loop == Loop::threshold_x16) detail::avx512::threshold_row(p, row, codes, values, sc);
         else detail::avx2::threshold_row(p, row, codes, values, sc);
       }
@@ -700,6 +710,7 @@ void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_t
                   : detail::Fp4Row{x + i0, i0, rcols, g.bc, g.gc, bs.consts.data(), bs.fp4.data(), bs.use_vec.data(),
                                    out.stats != nullptr, nullptr, bs.stream};
       row.prefetch = rr < bs.next_rows ? bs.next + rr * g.cols : nullptr;  // the same row of the next band
+      if (bs.next_half) row.prefetch += g.cols / 2, row.prefetch_half = true;
       if (g.other == Loop::fp4x16) detail::avx512::fp4x16_row(p, row, codes, values, rng, sc);
       else detail::avx2::fp4x8_row(p, row, codes, values, rng, sc);
     }

@@ -79,11 +79,12 @@ void row_block_max_impl(const float* row, int64_t cols, int64_t bc, uint32_t* ac
 
 }  // namespace
 
-void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
+// (The 8-lane form leaves the next band's prefetch to the element loop.)
+bool band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out, const float*) {
   if (rows == 1 || cols % 8 != 0) {
     row_block_max_impl<true>(x, cols, bc, out);
     for (int64_t r = 1; r < rows; ++r) row_block_max_impl<false>(x + r * cols, cols, bc, out);
-    return;
+    return false;
   }
   // B x B and B x 1 blocks: |x| maxima down the columns first (vertical, no shuffles),
   // two rows per pass over the column maxima, then one row reduction.
@@ -111,6 +112,7 @@ void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc,
   }
   if (bc == 1) std::memcpy(out, cm, sizeof(uint32_t) * static_cast<size_t>(cols));  // Bx1: one block per column
   else row_block_max_impl<true>(reinterpret_cast<const float*>(cm), cols, bc, out);
+  return false;
 }
 
 uint32_t abs_max_bits(const float* x, int64_t n) {

@@ -119,6 +119,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
   // fields read through `row` would be loaded again after every step.
   const float* const x_row = row.x;
   const float* const pf_row = row.prefetch;
+  const bool pf_half = row.prefetch_half;
   const int64_t row_i0 = row.i0, cols = row.cols, bc = row.bc, nblocks = row.nblocks;
   const uint8_t* const key = row.code;
   const uint8_t* const use = row.use;
@@ -296,7 +297,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
         const int64_t k = key ? key[b] : b;
         if (!use[k]) continue;
         const BlockVecs c = block_vecs(k);
-        if (pf_row) _mm_prefetch(reinterpret_cast<const char*>(pf_row + 16 * b), _MM_HINT_T0);
+        if (pf_row) prefetch_next_line(pf_row, pf_half, 16 * b);
         step16.template operator()<kW, true>(x_row + 16 * b, row_i0 + 16 * b, 0, c.vr, c.vmul, c.table, b);
       }
     };
@@ -313,10 +314,8 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
     const int64_t i0 = row_i0 + b * bc;
     const int64_t n = std::min(bc, cols - b * bc);
     const float* x = x_row + b * bc;
-    if (pf_row) {
-      const float* pf = pf_row + b * bc;
-      for (int64_t j = 0; j < n; j += 16) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
-    }
+    if (pf_row)
+      for (int64_t j = 0; j < n; j += 16) prefetch_next_line(pf_row, pf_half, b * bc + j);
     auto step = [&](int64_t j) __attribute__((always_inline)) {
       step16.template operator()<0, false>(x, i0, j, c.vr, c.vmul, c.table, b);
     };

@@ -268,15 +268,16 @@ bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* 
   return have_avx2() && avx2::block_scale_codes(p, thr, bmax_bits, n, codes, out);
 }
 
-void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out) {
-  if (have_avx512()) return avx512::band_block_max_bits(x, rows, cols, bc, out);
-  if (have_avx2()) return avx2::band_block_max_bits(x, rows, cols, bc, out);
+bool band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out, const float* next) {
+  if (have_avx512()) return avx512::band_block_max_bits(x, rows, cols, bc, out, next);
+  if (have_avx2()) return avx2::band_block_max_bits(x, rows, cols, bc, out, next);
   std::fill(out, out + (cols + bc - 1) / bc, 0u);
   for (int64_t i = 0; i < rows * cols; ++i) {
     const uint32_t b = bits_of(x[i]) & 0x7fffffffu;
     uint32_t& m = out[(i % cols) / bc];
     m = b > m ? b : m;
   }
+  return false;
 }
 
 uint32_t abs_max_bits(const float* x, int64_t n) {

@@ -138,6 +138,7 @@ struct Fp4Row {
   // The same row of the next band (or null): one cache line of it is
   // prefetched per 16 elements, as ThrRow::prefetch (per-block steps only).
   const float* prefetch = nullptr;
+  bool prefetch_half = false;  // as ThrRow::prefetch_half
   int64_t key(int64_t b) const { return code ? code[b] : b; }  // index of block b's constants
 };
 void fp4x8_row(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt);
@@ -184,6 +185,10 @@ struct ThrRow {
   // this one, which its 16-lane form prefetches in address order with its
   // codes.)
   const float* prefetch = nullptr;
+  // The band's own block-max pass prefetched the first half of `prefetch`
+  // (band_block_max_bits with next): the loop takes the second half, one line
+  // per 32 elements (prefetch_next_line). threshold_row only.
+  bool prefetch_half = false;
   // Rows of x (cols elements apart) that share the blocks: threshold_band_lanes
   // only; threshold_row takes one row.
   int64_t rows = 1;
@@ -228,8 +233,23 @@ bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* 
 
 // The block maxima of `rows` consecutive rows (a band of B x B blocks, or
 // one row): out[j] = max over the band of |x| bits in block column j (what
-// out held before is ignored). Row-major x, `cols` per row.
-void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out);
+// out held before is ignored). Row-major x, `cols` per row. With `next` (the
+// next band's first row, which this thread quantizes next), a one-row pass
+// may also prefetch the first half of that row, a line per 32 of its own
+// elements, so that the memory traffic runs on through this pass as through
+// the element loop after it; returns whether it did (the element loop then
+// prefetches the second half: ThrRow::prefetch_half).
+bool band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out,
+                         const float* next = nullptr);
+
+// The next band's line an element loop prefetches at element offset j of its
+// row (a multiple of 16): the line at pf + j, or with `half` (see
+// ThrRow::prefetch_half), for every other step, the line at pf + j / 2 (pf
+// then the row's second half).
+inline void prefetch_next_line(const float* pf, bool half, int64_t j) {
+  if (!half) __builtin_prefetch(pf + j, 0, 3);
+  else if ((j & 16) == 0) __builtin_prefetch(pf + j / 2, 0, 3);
+}
 
 // max|x| over x[0..n) as float32 bits, NaN bits (> 0x7f800000) if any NaN.
 uint32_t abs_max_bits(const float* x, int64_t n);
@@ -352,7 +372,8 @@ bool block_scale_codes(const QuantPlan& p, const ScaleThr* thr, const uint32_t* 
                        ScaleCodeOut& out);
 // Whether block_scale_codes takes plan p at all (else it returns false).
 bool scale_codes_cover(const QuantPlan& p);
-void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out);
+bool band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out,
+                         const float* next = nullptr);
 uint32_t abs_max_bits(const float* x, int64_t n);
 }  // namespace avx2
 
@@ -362,8 +383,10 @@ void threshold_row(const QuantPlan& p, const ThrRow& row, uint8_t* codes, float*
 // A block per lane, 16 lanes (the last cols % 16 columns: the scalar core).
 void threshold_band_lanes(const QuantPlan& p, const ThrRow& band, uint8_t* codes, float* values, SpanCounts& cnt);
 // 16 lanes for 1xB bands with B a multiple of 16, and bands of several rows
-// 16k columns wide (others: the avx2 form).
-void band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out);
+// 16k columns wide (others: the avx2 form); `next` for 1xB rows, B a
+// multiple of 16.
+bool band_block_max_bits(const float* x, int64_t rows, int64_t cols, int64_t bc, uint32_t* out,
+                         const float* next = nullptr);
 uint32_t abs_max_bits(const float* x, int64_t n);
 // The threshold form of block_scale_codes, 16 blocks a step (the AVX2 form
 // for the steps and plans it does not cover).

@@ -56,6 +56,7 @@ template <bool kStream>
 void threshold_whole_blocks(const ThrRow& row, uint8_t* codes, float* values, ThrStep16<kStream>& out) {
   const float* const x = row.x;
   const float* const pf = row.prefetch;
+  const bool half = row.prefetch_half;
   const uint8_t* const code = row.code;
   const uint8_t* const use = row.use;
   const ThrBlock* const thr = row.thr;
@@ -73,7 +74,7 @@ void threshold_whole_blocks(const ThrRow& row, uint8_t* codes, float* values, Th
       const ThrConsts16 c(thr[sc]);
       for (int64_t k = 0; k < steps; ++k) {
         const int64_t j = 16 * (steps * b + k);
-        if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + j), _MM_HINT_T0);
+        if (pf) prefetch_next_line(pf, half, j);
         thr_step16(out, c, x + j, vo + j, co ? co + j : nullptr, stats);
       }
     }
