@@ -186,12 +186,24 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
   // one row after another (a stand-alone pass with the same traffic, AMD
   // EPYC family 26: 2574 Me/s in chunk order, 2923 with this prefetch, 3154
   // row after row). Without it, each row's next chunk.
+  // The layout's making takes a share of those lines too (one per 16
+  // columns, the steps one fewer per `brows`), so that the traffic runs on
+  // through it rather than pausing (e2m1/ue5m3 16x1, 256 MiB, Intel Xeon
+  // family 6 model 207: docs/benchmarks.md).
   const float* const next_x = band.prefetch;
   const uint8_t* const next_co = next_x && codes ? codes + bi0 + brows * cols : nullptr;
-  int64_t step_no = 0;  // the steps made so far: the line of the next band to prefetch
+  int64_t line_no = 0;  // the lines of the next band prefetched so far
+  auto prefetch_next = [&]() __attribute__((always_inline)) {
+    _mm_prefetch(reinterpret_cast<const char*>(next_x + 16 * line_no), _MM_HINT_T0);
+    if (next_co && (line_no & 3) == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(next_co + 16 * line_no), _MM_HINT_ET0);
+    ++line_no;
+  };
+  int64_t skip = 0;  // steps since the last one without a prefetch, up to brows
   for (int64_t c0 = 0; c0 < c16; c0 += kChunk) {
     const int64_t w = std::min(kChunk, c16 - c0);
     for (int64_t c = 0; by_palette && c < w; c += 16) {
+      if (next_x) prefetch_next();
       const __m512i e = _mm512_sub_epi32(
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(band.code + c0 + c))),
           _mm512_set1_epi32(pal_lo));
@@ -208,6 +220,7 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
             _mm512_permutex2var_epi32(_mm512_load_si512(pal_use), e, _mm512_load_si512(pal_use + 16)), one);
     }
     for (int64_t c = 0; !by_palette && c < w; c += 16) {
+      if (next_x) prefetch_next();
       __m512i r[16];
       unsigned u = 0;
       // the blocks of columns c0 + c + l: one division per 16 columns
@@ -231,16 +244,13 @@ void threshold_lanes_impl(const QuantPlan& p, const ThrRow& band, uint8_t* codes
         // the row's next chunk while this one computes: the band's rows are
         // more streams than the hardware prefetchers follow
         const float* pf = c0 + kChunk < c16 ? x + kChunk : nullptr;
-        for (int64_t c = 0; c < w; c += 16, ++step_no) {
+        for (int64_t c = 0; c < w; c += 16) {
           if (pf) {
             _mm_prefetch(reinterpret_cast<const char*>(pf + c), _MM_HINT_T0);
             if (co && (c & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(co + kChunk + c), _MM_HINT_ET0);
           }
-          if (next_x) {
-            _mm_prefetch(reinterpret_cast<const char*>(next_x + 16 * step_no), _MM_HINT_T0);
-            if (next_co && (step_no & 3) == 0)
-              _mm_prefetch(reinterpret_cast<const char*>(next_co + 16 * step_no), _MM_HINT_ET0);
-          }
+          if (++skip == brows) skip = 0;
+          else if (next_x) prefetch_next();
           const int32_t* l = lay + c;
           auto at = [&](int k) { return _mm512_load_si512(l + k * kChunk); };
           const float* tab = reinterpret_cast<const float*>(l + kTab * kChunk);
