@@ -81,7 +81,6 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
   const __m256 inf = _mm256_set1_ps(INFINITY);
   const __m256 tiny = _mm256_set1_ps(std::ldexp(1.0f, -100));
   const __m256 tol_rel = _mm256_set1_ps(std::ldexp(1.0f, -22));
-  const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 zero = _mm256_setzero_ps();
   // in biased exponents: ee_b = max(exponent field, emin + 127) and
   // Ws = v * 2^(h+1+M-ee) = v * 2^((h+1+M+254 - ee_b) - 127)
@@ -194,15 +193,18 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
       }
     } else {
       const __m256 Ws = _mm256_mul_ps(v, p2);
-      const __m256 Wf = _mm256_round_ps(Ws, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-      const __m256 frac = _mm256_sub_ps(Ws, Wf);
+      // W = floor(Ws) (Ws >= 0 and below 2^22: truncation), its fraction exact
+      const __m256i W = _mm256_cvttps_epi32(Ws);
+      const __m256 frac = _mm256_sub_ps(Ws, _mm256_cvtepi32_ps(W));
       if constexpr (kExact) {
-        const __m256 tol = _mm256_mul_ps(Ws, tol_rel);
-        const __m256 near = _mm256_or_ps(_mm256_cmp_ps(frac, tol, _CMP_LE_OQ),
-                                         _mm256_cmp_ps(frac, _mm256_sub_ps(one, tol), _CMP_GE_OQ));
-        unsure = _mm256_or_ps(unsure, _mm256_and_ps(near, _mm256_cmp_ps(v, zero, _CMP_NEQ_UQ)));
+        // Within Ws * 2^-22 of an integer, v's error (two roundings, about
+        // 2^-23 of v) may move floor(Ws): the core decides, by |frac - 1/2|
+        // >= 1/2 - Ws * 2^-22 (the 16-lane form's test: fp4x16_loop.cpp).
+        // (v = 0 with x != 0 is unsure as tiny already.)
+        const __m256 off_half = _mm256_and_ps(_mm256_sub_ps(frac, half), abs_mask);
+        const __m256 near = _mm256_cmp_ps(off_half, _mm256_fnmadd_ps(Ws, tol_rel, half), _CMP_GE_OQ);
+        unsure = _mm256_or_ps(unsure, _mm256_and_ps(near, _mm256_cmp_ps(x8, zero, _CMP_NEQ_UQ)));
       }
-      const __m256i W = _mm256_cvttps_epi32(Wf);
       const __m256i k = _mm256_srl_epi32(W, cnt_h1);
       const __m256i F = _mm256_and_si256(W, Fmask);
       const __m256i sticky = _mm256_castps_si256(_mm256_cmp_ps(frac, zero, _CMP_NEQ_UQ));

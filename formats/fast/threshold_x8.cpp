@@ -26,11 +26,11 @@ template <bool kStream>
 struct ThrStep {
   const __m256i sign_mask = _mm256_set1_epi32(static_cast<int>(0x80000000u));
   const __m256i sub_lim;
-  const __m128i sign_shift;
+  const __m256i sign_shift;  // (a vector count: VPSRLVD, one micro-op on Intel, VPSRLD by a register two)
   __m256i acc_sat = _mm256_setzero_si256(), acc_sub = acc_sat, acc_nz = acc_sat, acc_uf = acc_sat;
 
   explicit ThrStep(const Format& f)
-      : sub_lim(_mm256_set1_epi32(1 << f.M)), sign_shift(_mm_cvtsi32_si128(31 - __builtin_ctz(f.sign_bit))) {}
+      : sub_lim(_mm256_set1_epi32(1 << f.M)), sign_shift(_mm256_set1_epi32(31 - __builtin_ctz(f.sign_bit))) {}
 
   // xi: the input bits; returns x-hat. co is null when no codes are wanted.
   __attribute__((always_inline)) __m256 store(__m256i xi, __m256i code, __m256 mag, float* vo, uint8_t* co) const {
@@ -43,7 +43,7 @@ struct ThrStep {
       _mm256_storeu_ps(vo, xh);
     }
     if (co) {
-      const __m256i sc = _mm256_or_si256(code, _mm256_srl_epi32(xs, sign_shift));
+      const __m256i sc = _mm256_or_si256(code, _mm256_srlv_epi32(xs, sign_shift));
       const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(sc), _mm256_extracti128_si256(sc, 1));
       const __m128i p8 = _mm_packus_epi16(p16, p16);
       // (codes through the cache even when streaming: see thr_step_x16.hpp)
