@@ -1,10 +1,9 @@
 // The FP4 multiply-and-convert loop (see fp4x8_loop.cpp) in 16 lanes
 // (AVX-512 F/BW/DQ/VL), per block, for blocks whose width is a multiple of
 // 16: every rounding mode, both arithmetics. Each lane computes the 8-lane
-// form's float32 values; its test for the lanes whose decision v's rounding
-// could change keeps the same margin in fewer micro-ops, and those lanes, and
-// the last partial step of a row, go to the scalar core, so the bits are the
-// same.
+// form's float32 values and decisions; the lanes whose decision v's rounding
+// could change (the same margin, tested with mask compares), and the last
+// partial step of a row, go to the scalar core, so the bits are the same.
 #include <cmath>
 #include <cstring>
 #include <vector>
