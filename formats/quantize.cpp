@@ -674,6 +674,12 @@ void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_t
   // The threshold loop with a block per lane takes the whole band at once.
   const bool thr_lanes =
       use_thr && (bs.loop == Loop::threshold_lanes_x8 || bs.loop == Loop::threshold_lanes_x16);
+  // What a row loop prefetches: the same row of the next band, its second
+  // half where the block-max pass took the first (one row: rr = 0).
+  auto set_prefetch = [&](auto& row, int64_t rr) {
+    row.prefetch = rr < bs.next_rows ? bs.next + rr * g.cols : nullptr;
+    if (bs.next_half) row.prefetch += g.cols / 2, row.prefetch_half = true;
+  };
   ++cnt.bands_by_loop[static_cast<int>(use_thr ? bs.loop : g.other)];
   for (int64_t rr = 0; rr < nrows; ++rr) {
     const int64_t i0 = (g.r0 + rr) * g.cols;
@@ -697,8 +703,7 @@ void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_t
         else detail::avx2::threshold_band_lanes(p, row, codes, values, sc);
       } else {
         row.stream = bs.stream && g.bc % 4 == 0;
-        row.prefetch = rr < bs.next_rows ? bs.next + rr * g.cols : nullptr;  // the same row of the next band
-        if (bs.next_half) row.prefetch += g.cols / 2, row.prefetch_half = true;  // (one row: rr = 0)
+        set_prefetch(row, rr);
         if (bs.loop == Loop::threshold_x16) detail::avx512::threshold_row(p, row, codes, values, sc);
         else detail::avx2::threshold_row(p, row, codes, values, sc);
       }
@@ -709,8 +714,7 @@ void band_elements(const QuantPlan& p, const float* x, const Band& g, bool use_t
                                    out.stats != nullptr, bs.code_of.data(), bs.stream}
                   : detail::Fp4Row{x + i0, i0, rcols, g.bc, g.gc, bs.consts.data(), bs.fp4.data(), bs.use_vec.data(),
                                    out.stats != nullptr, nullptr, bs.stream};
-      row.prefetch = rr < bs.next_rows ? bs.next + rr * g.cols : nullptr;  // the same row of the next band
-      if (bs.next_half) row.prefetch += g.cols / 2, row.prefetch_half = true;
+      set_prefetch(row, rr);
       if (g.other == Loop::fp4x16) detail::avx512::fp4x16_row(p, row, codes, values, rng, sc);
       else detail::avx2::fp4x8_row(p, row, codes, values, rng, sc);
     }

@@ -171,20 +171,18 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
     const __m512i xi = _mm512_castps_si512(x16);
     const __mmask16 neg = _mm512_movepi32_mask(xi);
     const __mmask16 nz = _mm512_cmp_ps_mask(x16, zero, _CMP_NEQ_UQ);
-    __m512 v;
+    const __m512 v =
+        kExact ? _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xi, abs_mask)), vr)
+               : _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_mul_ps(x16, vmul)), abs_mask));
+    const __m512i ev = _mm512_srli_epi32(_mm512_castps_si512(v), 23);  // v's biased exponent (v >= 0)
     __mmask16 unsure;
-    __m512i ev;  // v's biased exponent
     if constexpr (kExact) {
-      v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(xi, abs_mask)), vr);
-      ev = _mm512_srli_epi32(_mm512_castps_si512(v), 23);
       // tiny (below 2^-100: float-subnormal, or underflowed to 0) products
       // of non-zero x lose precision, and infinite or NaN ones have no
-      // code: let the core decide. (v >= 0: one unsigned test of its
-      // exponent, ev - 27 > 227, for both.)
+      // code: let the core decide, by one unsigned test of v's exponent
+      // for both (ev - 27 > 227)
       unsure = _mm512_mask_cmpgt_epu32_mask(nz, _mm512_sub_epi32(ev, exp_lo), exp_span);
     } else {
-      v = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_mul_ps(x16, vmul)), abs_mask));
-      ev = _mm512_srli_epi32(_mm512_castps_si512(v), 23);
       unsure = _mm512_cmp_ps_mask(v, inf, _CMP_NLT_UQ);
     }
     if (!kSigned && !is_signed) unsure |= neg;
@@ -313,8 +311,7 @@ void fp4x16_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* v
     const int64_t i0 = row_i0 + b * bc;
     const int64_t n = std::min(bc, cols - b * bc);
     const float* x = x_row + b * bc;
-    if (pf_row)
-      for (int64_t j = 0; j < n; j += 16) prefetch_next_line(pf_row, pf_half, b * bc + j);
+    if (pf_row) prefetch_next_lines(pf_row, pf_half, b * bc, n);
     auto step = [&](int64_t j) __attribute__((always_inline)) {
       step16.template operator()<0, false>(x, i0, j, c.vr, c.vmul, c.table, b);
     };

@@ -141,8 +141,7 @@ void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* va
   const int64_t i0 = kLanes ? row.i0 : row.i0 + b * row.bc;
   const int64_t n = kLanes ? row.cols : std::min(row.bc, row.cols - b * row.bc);
   const float* x = kLanes ? row.x : row.x + b * row.bc;
-  if (!kLanes && row.prefetch)
-    for (int64_t j = 0; j < n; j += 16) prefetch_next_line(row.prefetch, row.prefetch_half, b * row.bc + j);
+  if (!kLanes && row.prefetch) prefetch_next_lines(row.prefetch, row.prefetch_half, b * row.bc, n);
   // One step: elements j .. j+7 of the block (kLanes: of the row).
   auto step = [&](int64_t j) __attribute__((always_inline)) {
     __m256i bidx = zero_i;

@@ -250,6 +250,10 @@ inline void prefetch_next_line(const float* pf, bool half, int64_t j) {
   if (!half) __builtin_prefetch(pf + j, 0, 3);
   else if ((j & 16) == 0) __builtin_prefetch(pf + j / 2, 0, 3);
 }
+// ... for the n elements of a block at offset j0 in the row (the per-block loops).
+inline void prefetch_next_lines(const float* pf, bool half, int64_t j0, int64_t n) {
+  for (int64_t j = 0; j < n; j += 16) prefetch_next_line(pf, half, j0 + j);
+}
 
 // max|x| over x[0..n) as float32 bits, NaN bits (> 0x7f800000) if any NaN.
 uint32_t abs_max_bits(const float* x, int64_t n);

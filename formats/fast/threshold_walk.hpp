@@ -28,8 +28,7 @@ __attribute__((always_inline)) inline void walk_threshold_row(const QuantPlan& p
     const int64_t i0 = row.i0 + b * row.bc;
     const int64_t n = std::min(row.bc, row.cols - b * row.bc);
     const float* x = row.x + b * row.bc;
-    if (row.prefetch)
-      for (int64_t j = 0; j < n; j += 16) prefetch_next_line(row.prefetch, row.prefetch_half, b * row.bc + j);
+    if (row.prefetch) prefetch_next_lines(row.prefetch, row.prefetch_half, b * row.bc, n);
     const int64_t done = block(row.thr[sc], x, i0, n);
     if (done < n) tails.push_back(RowTail{b, done, n - done});
   }
