@@ -40,23 +40,6 @@
 
 namespace exmy::models {
 
-// A batched GEMM functor: gemm(count, C, ldc, sc, A, lda, sa, opA, B, ldb, sb,
-// opB, M, N, K, accumulate) forms entry t as C + t sc = op(A + t sa) op(B +
-// t sb) (+= with accumulate), sim::gemm's shapes. LoopGemm runs the entries
-// one after another through an item functor (SerialGemm on the host, an
-// error-bound one in the tests); a device passes cuBLASLt's strided batch
-// (models/cuda/attention.cu).
-template <class G>
-struct LoopGemm {
-  G g;
-  template <class T>
-  void operator()(int64_t count, T* C, int64_t ldc, int64_t sc, const T* A, int64_t lda, int64_t sa, sim::Op opA,
-                  const T* B, int64_t ldb, int64_t sb, sim::Op opB, int64_t M, int64_t N, int64_t K,
-                  bool accumulate) const {
-    for (int64_t t = 0; t < count; ++t) g(C + t * sc, ldc, A + t * sa, lda, opA, B + t * sb, ldb, opB, M, N, K, accumulate);
-  }
-};
-
 // How the block launches cut the work: query rows per block, and keys per
 // part of a row's max and sum (0: the whole row, the CPU's order).
 struct AttnBlocking {

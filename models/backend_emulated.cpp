@@ -9,7 +9,7 @@
 #include "formats/error.hpp"
 
 #define EXMY_SUFFIX emulated
-#define EXMY_ITEM_KERNELS 1  // the SSD scan's item kernels, attention's CPU blocking: the CPU's bits
+#define EXMY_ITEM_KERNELS 1  // block launches with the CPU's products, attention's CPU blocking: the CPU's bits
 #include "models/device_backend_define.hpp"
 
 namespace exmy::models {

@@ -6,11 +6,13 @@
 // backend, grown to the largest call; the host's token and target ids are
 // copied over on each call (N int32: small next to a layer), and the
 // per-token losses copied back.
-// The includer also defines EXMY_ITEM_KERNELS: 1 for the SSD scan's item
-// kernels and attention's block launches at the CPU's blocking (the
-// emulated backend: the CPU's bits), 0 for the SSD scan's thread kernels
-// and attention's device blocking (the CUDA backend: parallel, within an
-// FP32 budget of the CPU).
+// The includer also defines EXMY_ITEM_KERNELS: 1 for the block launches of
+// the SSD scan and of attention at the CPU's blocking, with the CPU's
+// products entry by entry (the emulated backend: the CPU's bits), 0 for the
+// same launches on cuBLASLt at attention's device blocking, or the SSD's
+// thread kernels with EXMY_CUDA_SSD=threads and attention's row kernels
+// with EXMY_CUDA_ATTENTION=rows (the CUDA backend: within an FP32 budget of
+// the CPU).
 #if !defined(EXMY_ITEM_KERNELS)
 #error "define EXMY_ITEM_KERNELS (1: the CPU's bits, 0: the device's kernels) before including this file"
 #endif
@@ -117,11 +119,15 @@ class DeviceBackend final : public Backend<float> {
                               const float* Cm, int64_t ldbc, const float* dt, const float* A_log, const float* D,
                               const SsdDims& d) override {
 #if EXMY_ITEM_KERNELS
-    ssd_chunk_scan_forward_emulated(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
-                                    scratch(ssd_forward_scratch(d)));
+    ssd_blocks_forward_emulated(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
+                                scratch(ssd_blocks_forward_scratch(d)));
 #else
-    EXMY_K(ssd_parallel_forward)(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
-                                 scratch(ssd_parallel_forward_scratch(d)));
+    if (ssd_threads_chosen())
+      EXMY_K(ssd_parallel_forward)(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
+                                   scratch(ssd_parallel_forward_scratch(d)));
+    else
+      EXMY_K(ssd_blocks_forward)(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
+                                 scratch(ssd_blocks_forward_scratch(d)));
 #endif
   }
   void ssd_chunk_scan_backward(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,
@@ -129,11 +135,15 @@ class DeviceBackend final : public Backend<float> {
                                int64_t ldbc, const float* dt, const float* A_log, const float* D, const float* acs,
                                const float* states, const SsdDims& d) override {
 #if EXMY_ITEM_KERNELS
-    ssd_chunk_scan_backward_emulated(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
-                                     d, scratch(ssd_backward_scratch(d)));
+    ssd_blocks_backward_emulated(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states, d,
+                                 scratch(ssd_blocks_backward_scratch(d)));
 #else
-    EXMY_K(ssd_parallel_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states, d,
-                                  scratch(ssd_parallel_backward_scratch(d)));
+    if (ssd_threads_chosen())
+      EXMY_K(ssd_parallel_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
+                                    d, scratch(ssd_parallel_backward_scratch(d)));
+    else
+      EXMY_K(ssd_blocks_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states, d,
+                                  scratch(ssd_blocks_backward_scratch(d)));
 #endif
   }
   // Attention: the block launches (models/attention_blocks.hpp), in the

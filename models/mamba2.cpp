@@ -4,7 +4,7 @@
 #include <array>
 
 #include "models/layers.hpp"
-#include "models/ssd_launches.hpp"  // ssd_parallel_*_scratch
+#include "models/cuda/ssd_cuda.hpp"  // ssd_device_scratch
 
 namespace exmy::models {
 
@@ -77,16 +77,17 @@ void mamba2_add_flops(FlopCount& f, const NemotronHConfig& c, int64_t seq_len) {
 int64_t mamba2_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return sum_sizes(sizes(c, B, T_)); }
 
 // Per token: dgn (D_in), dy (D_in), dzxbcdt (in_proj), dxBC (conv), ddt
-// (heads); inside, what the CUDA backend's SSD kernels allocate: the larger
-// of the thread kernels' forward and backward scratch (the backward's: the
-// state gradients, and per chunk and head two chunk x chunk arrays;
-// models/ssd_launches.hpp). The CPU's scan allocates its own (per thread)
-// and the emulated backend's item kernels a little more than these; the
-// plan counts the CUDA backend's.
+// (heads); inside, what the CUDA backend's SSD kernels allocate: the
+// largest scratch of its two families, forward or backward
+// (ssd_device_scratch: the block launches' backward, with per chunk and
+// head two chunk x chunk and five chunk x head_dim arrays;
+// models/ssd_blocks.hpp). The CPU's scan allocates its own (per thread) and
+// the emulated backend's item kernels their own; the plan counts the CUDA
+// backend's.
 MixerScratch mamba2_scratch(const NemotronHConfig& c, int64_t B, int64_t T_) {
   const SsdDims d = ssd_dims(c, B, T_);
   return {{c.mamba_d_inner(), c.mamba_d_inner(), c.mamba_in_proj_dim(), c.mamba_conv_dim(), c.mamba_num_heads},
-          std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d))};
+          ssd_device_scratch(d)};
 }
 
 // Kept for backward: the in_proj output, the conv1d+SiLU output, dt, the

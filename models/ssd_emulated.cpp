@@ -1,9 +1,14 @@
 // The host emulation of the chunked SSD scan's kernels: the item launches of
 // models/ssd_launches.hpp with sim::HostLaunch (threads one after another)
 // and SerialGemm (the CPU's Eigen products), which the emulated device
-// backend runs; and the thread launches, which the CUDA backend runs, with
-// sim::HostLaunch, for the tests.
+// backend runs; and the block launches (models/ssd_blocks.hpp, with
+// LoopGemm<SerialGemm>) and the thread launches, the CUDA backend's two
+// families, with sim::HostLaunch, for the tests.
 #include "models/cuda/ssd_cuda.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 namespace exmy::models {
 
@@ -19,6 +24,33 @@ void ssd_chunk_scan_backward_emulated(float* dx, float* dB, float* dC, float* dd
                                       const float* acs, const float* states, const SsdDims& d, float* scratch) {
   ssd_chunk_scan_backward_launches(sim::HostLaunch{}, SerialGemm{}, dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm,
                                    ldbc, dt, A_log, D, acs, states, d, scratch);
+}
+
+void ssd_blocks_forward_emulated(float* y, float* acs, float* states, const float* x, int64_t ldx, const float* Bm,
+                                 const float* Cm, int64_t ldbc, const float* dt, const float* A_log, const float* D,
+                                 const SsdDims& d, float* scratch) {
+  ssd_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, y, acs, states, x, ldx, Bm, Cm, ldbc, dt,
+                              A_log, D, d, scratch);
+}
+void ssd_blocks_backward_emulated(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,
+                                  const float* dy, const float* x, int64_t ldx, const float* Bm, const float* Cm,
+                                  int64_t ldbc, const float* dt, const float* A_log, const float* D, const float* acs,
+                                  const float* states, const SsdDims& d, float* scratch) {
+  ssd_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm,
+                               Cm, ldbc, dt, A_log, D, acs, states, d, scratch);
+}
+
+bool ssd_threads_chosen() {
+  static const bool threads = [] {
+    const char* v = std::getenv("EXMY_CUDA_SSD");
+    return v && std::string_view(v) == "threads";
+  }();
+  return threads;
+}
+
+int64_t ssd_device_scratch(const SsdDims& d) {
+  return std::max({ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d), ssd_blocks_forward_scratch(d),
+                   ssd_blocks_backward_scratch(d)});
 }
 
 }  // namespace exmy::models

@@ -217,6 +217,21 @@ EXMY_HD void ssd_thr_dlast(T* dlast, const T* dstates, const T* acs, const T* st
   dlast[(b * H + h) * Q + q] = ssd_chunk_decay(acs, d, b, q, h) * dot;
 }
 
+// dCB[t, s] of chunk c, s <= t: sum over group g's heads in order of dM[t,
+// s] exp(acs_t - acs_s), from +0 (the item's order). dM the first head's
+// (chunk x chunk) array, heads `hstride` apart.
+template <class T>
+EXMY_HD T ssd_dcb_value(const T* dM, int64_t hstride, const T* acs, const SsdDims& d, const SsdChunk& c, int64_t g,
+                        int64_t t, int64_t s) {
+  const int64_t S = d.seqlen, H = d.heads, hpg = H / d.groups, Lm = d.chunk;
+  T v = 0;
+  for (int64_t k = 0; k < hpg; ++k) {
+    const T* ac = acs + (c.b * H + g * hpg + k) * S + c.t0;
+    v += dM[k * hstride + t * Lm + s] * sim::hd_exp(ac[t] - ac[s]);
+  }
+  return v;
+}
+
 // (b, q, g, t, s), s <= t: dCB[t, s] = sum over the group's heads in order
 // of dM[t, s] exp(acs_t - acs_s), written over CB (which the heads' M hold
 // by now). dM the first head's array of the group, heads `hstride` apart.
@@ -225,13 +240,7 @@ EXMY_HD void ssd_thr_dcb(T* CB, const T* dM, int64_t hstride, const T* acs, cons
                          int64_t g, int64_t t, int64_t s) {
   const SsdChunk c = ssd_chunk_of(d, b, q);
   if (t >= c.len || s > t) return;
-  const int64_t S = d.seqlen, H = d.heads, hpg = H / d.groups, Lm = d.chunk;
-  T v = 0;
-  for (int64_t k = 0; k < hpg; ++k) {
-    const T* ac = acs + (b * H + g * hpg + k) * S + c.t0;
-    v += dM[k * hstride + t * Lm + s] * sim::hd_exp(ac[t] - ac[s]);
-  }
-  CB[t * Lm + s] = v;
+  CB[t * d.chunk + s] = ssd_dcb_value(dM, hstride, acs, d, c, g, t, s);
 }
 
 // (b, q, h, s): row s of the head's dXDT = W_s (B_s . dS) + sum_{t >= s}
@@ -267,6 +276,33 @@ EXMY_HD void ssd_thr_dx_row(T* dx, T* ddt, T* dw, const T* M, const T* dy, const
   dw[s] = dwv;
 }
 
+// dacs_t of head h in chunk c from st = dy_t . (C_t hin) (the incoming
+// state's dot), its terms added in the order the item adds them
+// (ssd_bwd_chunk_head: the incoming state's exp(acs_t) st, the own end
+// state's dw_s W_s, dlast, then the diagonal block's row t and column t).
+// M and dM the head's (chunk x chunk) arrays, dw the head's (chunk).
+template <class T>
+EXMY_HD T ssd_dacs_value(T st, const T* M, const T* dM, const T* dw, const T* E, const T* W, const T* dlast,
+                         const SsdDims& d, const SsdChunk& c, int64_t h, int64_t t) {
+  const int64_t S = d.seqlen, H = d.heads, Lm = d.chunk, last = c.len - 1;
+  const T* w = W + (c.b * H + h) * S + c.t0;
+  T v = 0;
+  v += E[(c.b * H + h) * S + c.t0 + t] * st;
+  // (c) The own end state: + dw_s W_s for every s at the last token, - at t.
+  for (int64_t s = 0; s < c.len; ++s) {
+    if (t == last) v += dw[s] * w[s];
+    if (s == t) v -= dw[s] * w[s];
+  }
+  if (t == last) v += dlast[(c.b * H + h) * d.chunks() + c.q];
+  // (d) The diagonal block: + row t, - column t.
+  for (int64_t s = 0; s <= t; ++s) {
+    v += dM[t * Lm + s] * M[t * Lm + s];
+    if (s == t) v -= dM[t * Lm + t] * M[t * Lm + t];
+  }
+  for (int64_t u = t + 1; u < c.len; ++u) v -= dM[u * Lm + t] * M[u * Lm + t];
+  return v;
+}
+
 // (b, q, h, t): dacs_t, its terms added in the order the item adds them
 // (ssd_bwd_chunk_head: the incoming state's, the own end state's, dlast,
 // then the diagonal block's row t and column t), into dacs (chunk).
@@ -276,12 +312,11 @@ EXMY_HD void ssd_thr_dacs(T* dacs, const T* M, const T* dM, const T* dw, const T
                           int64_t q, int64_t h, int64_t t) {
   const SsdChunk c = ssd_chunk_of(d, b, q);
   if (t >= c.len) return;
-  const int64_t S = d.seqlen, H = d.heads, P = d.head_dim, N = d.state, g = h / (H / d.groups), Lm = d.chunk;
-  const int64_t row0 = b * S + c.t0, last = c.len - 1, Q = d.chunks();
+  const int64_t S = d.seqlen, H = d.heads, P = d.head_dim, N = d.state, g = h / (H / d.groups);
+  const int64_t row0 = b * S + c.t0, Q = d.chunks();
   const T* hin = states + ((b * Q + q) * H + h) * P * N;
   const T* Ct = Cm + (row0 + t) * ldbc + g * N;
   const T* dyt = dy + (row0 + t) * (H * P) + h * P;
-  const T* w = W + (b * H + h) * S + c.t0;
   // (b) The incoming state: exp(acs_t) dy_t . (C_t hin).
   T st = 0;
   for (int64_t p = 0; p < P; ++p) {
@@ -289,21 +324,7 @@ EXMY_HD void ssd_thr_dacs(T* dacs, const T* M, const T* dM, const T* dw, const T
     for (int64_t n = 0; n < N; ++n) tmp += Ct[n] * hin[p * N + n];
     st += dyt[p] * tmp;
   }
-  T v = 0;
-  v += E[(b * H + h) * S + c.t0 + t] * st;
-  // (c) The own end state: + dw_s W_s for every s at the last token, - at t.
-  for (int64_t s = 0; s < c.len; ++s) {
-    if (t == last) v += dw[s] * w[s];
-    if (s == t) v -= dw[s] * w[s];
-  }
-  if (t == last) v += dlast[(b * H + h) * Q + q];
-  // (d) The diagonal block: + row t, - column t.
-  for (int64_t s = 0; s <= t; ++s) {
-    v += dM[t * Lm + s] * M[t * Lm + s];
-    if (s == t) v -= dM[t * Lm + t] * M[t * Lm + t];
-  }
-  for (int64_t u = t + 1; u < c.len; ++u) v -= dM[u * Lm + t] * M[u * Lm + t];
-  dacs[t] = v;
+  dacs[t] = ssd_dacs_value(st, M, dM, dw, E, W, dlast, d, c, h, t);
 }
 
 // (b, q, h): the reverse cumulative sum of dacs into ddt (times A), and the

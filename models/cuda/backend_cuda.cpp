@@ -12,7 +12,7 @@
 #include "formats/error.hpp"
 
 #define EXMY_SUFFIX cuda
-#define EXMY_ITEM_KERNELS 0  // the SSD scan's thread kernels, attention's device blocking (or row kernels)
+#define EXMY_ITEM_KERNELS 0  // block launches on cuBLASLt, attention's device blocking (or the thread and row kernels)
 #include "models/device_backend_define.hpp"
 
 namespace exmy::models {

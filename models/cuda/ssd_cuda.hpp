@@ -20,7 +20,8 @@
 
 #include <cstdint>
 
-#include "models/ssd_launches.hpp"  // the scratch sizes
+#include "models/ssd_blocks.hpp"    // the scratch sizes
+#include "models/ssd_launches.hpp"
 
 namespace exmy::models {
 
@@ -47,5 +48,34 @@ EXMY_SSD_PARALLEL_KERNELS(emulated)
 EXMY_SSD_PARALLEL_KERNELS(cuda)
 #endif
 #undef EXMY_SSD_PARALLEL_KERNELS
+
+// The block launches (models/ssd_blocks.hpp), scratch
+// ssd_blocks_forward_scratch(d) / ssd_blocks_backward_scratch(d) floats:
+// *_emulated on the host (HostLaunch, LoopGemm<SerialGemm>: the CPU's
+// products entry by entry, the CPU's exp: the CPU's bits), *_cuda on the
+// current device (DeviceLaunch, cuBLASLt's strided batches, the default
+// stream): within the FP32 budget of tests/models/test_ssd_cuda.cpp of the
+// CPU.
+#define EXMY_SSD_BLOCK_KERNELS(suffix)                                                                               \
+  void ssd_blocks_forward_##suffix(float* y, float* acs, float* states, const float* x, int64_t ldx,                \
+                                   const float* Bm, const float* Cm, int64_t ldbc, const float* dt,                 \
+                                   const float* A_log, const float* D, const SsdDims& d, float* scratch);           \
+  void ssd_blocks_backward_##suffix(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,          \
+                                    const float* dy, const float* x, int64_t ldx, const float* Bm, const float* Cm, \
+                                    int64_t ldbc, const float* dt, const float* A_log, const float* D,              \
+                                    const float* acs, const float* states, const SsdDims& d, float* scratch);
+EXMY_SSD_BLOCK_KERNELS(emulated)
+#if defined(EXMY_HAVE_CUDA)
+EXMY_SSD_BLOCK_KERNELS(cuda)
+#endif
+#undef EXMY_SSD_BLOCK_KERNELS
+
+// Which family the CUDA backend runs: the block launches, unless the
+// environment sets EXMY_CUDA_SSD=threads (the thread kernels; kept until a
+// device has timed both, docs/benchmarks.md). Read once.
+bool ssd_threads_chosen();
+// The scratch (floats) the CUDA backend's scan may ask for: the largest of
+// the thread kernels' and the block launches' forward and backward.
+int64_t ssd_device_scratch(const SsdDims& d);
 
 }  // namespace exmy::models

@@ -285,4 +285,11 @@ void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, co
         "cublasLtMatmul");
 }
 
+void DeviceBatchedGemm::operator()(int64_t count, float* C, int64_t ldc, int64_t sc, const float* A, int64_t lda,
+                                   int64_t sa, Op opA, const float* B, int64_t ldb, int64_t sb, Op opB, int64_t M,
+                                   int64_t N, int64_t K, bool accumulate) const {
+  static CudaGemm* const gemm = new CudaGemm(0);
+  gemm->run_batched(count, C, ldc, sc, A, lda, sa, opA, B, ldb, sb, opB, M, N, K, accumulate);
+}
+
 }  // namespace exmy::sim

@@ -52,4 +52,18 @@ class CudaGemm {
   std::unique_ptr<Impl> impl_;
 };
 
+// The block launches' batched products (models/attention_blocks.hpp,
+// models/ssd_blocks.hpp; the functor shape of models/item_gemm.hpp's
+// LoopGemm) as CudaGemm::run_batched on one cuBLASLt handle for the
+// process's device (exmy runs one device per process), with no workspace,
+// so that it needs no memory beyond the plan's (cuBLASLt then takes
+// algorithms without split-K). The handle is made at the first call and
+// never destroyed (a static's destructor could run after the CUDA
+// runtime's teardown).
+struct DeviceBatchedGemm {
+  void operator()(int64_t count, float* C, int64_t ldc, int64_t sc, const float* A, int64_t lda, int64_t sa, Op opA,
+                  const float* B, int64_t ldb, int64_t sb, Op opB, int64_t M, int64_t N, int64_t K,
+                  bool accumulate) const;
+};
+
 }  // namespace exmy::sim

@@ -1,18 +1,22 @@
 // The chunked SSD scan's kernels (models/cuda/ssd_cuda.hpp) against the CPU
-// scan (models/ssd.hpp), forward and backward, in two families
-// (models/ssd_launches.hpp): the item kernels, which the emulated device
-// backend runs, and the thread kernels, which the CUDA backend runs.
+// scan (models/ssd.hpp), forward and backward, in three families: the item
+// kernels (models/ssd_launches.hpp), which the emulated device backend
+// runs, and the block launches (models/ssd_blocks.hpp) and thread kernels
+// (models/ssd_launches.hpp), which the CUDA backend runs (the block
+// launches unless EXMY_CUDA_SSD=threads).
 //
 // Built twice, as test_layers_cuda.cpp:
 // - test_ssd_cuda_emulated (label "unit"): the launches with their threads
 //   run on the host. The item kernels must equal the CPU bit for bit (the
 //   same item functions, the same Eigen products, the host's exp); the
-//   thread kernels must equal the item kernels run with NaiveGemm bit for
-//   bit (the same operations in the same order) and lie within the device's
-//   budget below of the CPU;
-// - test_ssd_cuda (label "gpu", only with CUDA): the thread kernels on the
-//   device, within the budget, the same bits when run twice; every test
-//   reports SKIPPED without a CUDA device.
+//   thread kernels, and the block launches with LoopGemm<NaiveGemm>, must
+//   equal the item kernels run with NaiveGemm bit for bit (the same
+//   operations in the same order); the thread kernels lie within the
+//   device's budget below of the CPU, and the block launches with the CPU's
+//   products (LoopGemm<SerialGemm>) equal the CPU bit for bit;
+// - test_ssd_cuda (label "gpu", only with CUDA): the thread kernels and the
+//   block launches on the device, within the budget, the same bits when run
+//   twice; every test reports SKIPPED without a CUDA device.
 //
 // The device's FP32 budget. On a device the products inside an item are
 // summed in k order without fused multiply-adds (NaiveGemm's order, which
@@ -252,36 +256,85 @@ TEST(SsdThreadKernels, EqualTheItemKernelsWithNaiveGemm) {
                 run_backward(naive_bwd, c, ssd_backward_scratch(d)), "ssd backward threads " + c.name);
   }
 }
+
+// The block launches do the item kernels' operations, their products
+// entry by entry through the GEMM functor: with LoopGemm<NaiveGemm> the
+// item kernels' bits with NaiveGemm, so every element step, operand, shape
+// and accumulation order is the item's (what is left to a device is the
+// order inside each product, which the budget allows).
+TEST(SsdBlockKernels, EqualTheItemKernelsWithNaiveGemm) {
+  const auto naive_fwd = [](auto... a) { ssd_chunk_scan_forward_launches(sim::HostLaunch{}, NaiveGemm{}, a...); };
+  const auto naive_bwd = [](auto... a) { ssd_chunk_scan_backward_launches(sim::HostLaunch{}, NaiveGemm{}, a...); };
+  const auto blocks_fwd = [](auto... a) { ssd_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<NaiveGemm>{}, a...); };
+  const auto blocks_bwd = [](auto... a) {
+    ssd_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<NaiveGemm>{}, a...);
+  };
+  for (const Case& c : cases()) {
+    const SsdDims& d = c.in.d;
+    expect_same(run_forward(blocks_fwd, c, ssd_blocks_forward_scratch(d)),
+                run_forward(naive_fwd, c, ssd_forward_scratch(d)), "ssd forward blocks " + c.name);
+    expect_same(run_backward(blocks_bwd, c, ssd_blocks_backward_scratch(d)),
+                run_backward(naive_bwd, c, ssd_backward_scratch(d)), "ssd backward blocks " + c.name);
+  }
+}
 #endif
 
-// The thread kernels (the CUDA backend's) within the device budget of the
-// CPU; on a device, a second run gives the same bits (no atomics, fixed
-// orders).
+// A family's forward against the CPU with `cmp` (compare: the emulation
+// bit for bit; compare_within_budget: the budget in both builds); on a
+// device a second run gives the same bits (no atomics, fixed orders).
+using Cmp = void (*)(const Vec&, const Vec&, const Bound&, const std::string&);
+template <class F>
+void check_forward(F fwd, int64_t scratch(const SsdDims&), Cmp cmp, const std::string& family) {
+  for (const Case& c : cases()) {
+    const int64_t n = scratch(c.in.d);
+    const Forward k = run_forward(fwd, c, n);
+    const std::string what = "ssd forward " + family + " " + c.name;
+    cmp(k.y, plain(c.f.y), c.ry, what + " y");
+    cmp(k.acs, plain(c.f.acs), c.racs, what + " acs");
+    cmp(k.st, plain(c.f.st), c.rst, what + " states");
+    if (kOnDevice) expect_same(run_forward(fwd, c, n), k, what + ", run twice");
+  }
+}
+// The same for a family's backward, which accumulates onto the gradients.
+template <class F>
+void check_backward(F bwd, int64_t scratch(const SsdDims&), Cmp cmp, const std::string& family) {
+  for (const Case& c : cases()) {
+    const int64_t n = scratch(c.in.d);
+    const Backward k = run_backward(bwd, c, n);
+    const std::string what = "ssd backward " + family + " " + c.name;
+    cmp(k.dxbc, plain(c.dxbc), c.rdxbc, what + " dxBC");
+    cmp(k.ddt, plain(c.ddt), c.rddt, what + " ddt");
+    cmp(k.dA, plain(c.dA), c.rdA, what + " dA_log");
+    cmp(k.dD, plain(c.dD), c.rdD, what + " dD");
+    if (kOnDevice) expect_same(run_backward(bwd, c, n), k, what + ", run twice");
+  }
+}
+
+// The block launches (the CUDA backend's default): on the host, with the
+// CPU's products entry by entry (LoopGemm<SerialGemm>), the CPU bit for bit
+// (each product has the item's shape and operands, and Eigen's result does
+// not depend on their strides); on a device, with cuBLASLt's, within the
+// budget.
+TEST(SsdBlockKernels, ForwardWithinBudget) {
+  EXMY_REQUIRE_CUDA();
+  check_forward(KERNEL(ssd_blocks_forward), ssd_blocks_forward_scratch, compare, "blocks");
+}
+
+TEST(SsdBlockKernels, BackwardWithinBudgetAndAccumulates) {
+  EXMY_REQUIRE_CUDA();
+  check_backward(KERNEL(ssd_blocks_backward), ssd_blocks_backward_scratch, compare, "blocks");
+}
+
+// The thread kernels (EXMY_CUDA_SSD=threads) within the device budget of
+// the CPU in both builds (their sums are NaiveGemm's, not Eigen's).
 TEST(SsdThreadKernels, ForwardWithinBudget) {
   EXMY_REQUIRE_CUDA();
-  for (const Case& c : cases()) {
-    const int64_t n = ssd_parallel_forward_scratch(c.in.d);
-    const Forward k = run_forward(KERNEL(ssd_parallel_forward), c, n);
-    const std::string what = "ssd forward threads " + c.name;
-    compare_within_budget(k.y, plain(c.f.y), c.ry, what + " y");
-    compare_within_budget(k.acs, plain(c.f.acs), c.racs, what + " acs");
-    compare_within_budget(k.st, plain(c.f.st), c.rst, what + " states");
-    if (kOnDevice) expect_same(run_forward(KERNEL(ssd_parallel_forward), c, n), k, what + ", run twice");
-  }
+  check_forward(KERNEL(ssd_parallel_forward), ssd_parallel_forward_scratch, compare_within_budget, "threads");
 }
 
 TEST(SsdThreadKernels, BackwardWithinBudgetAndAccumulates) {
   EXMY_REQUIRE_CUDA();
-  for (const Case& c : cases()) {
-    const int64_t n = ssd_parallel_backward_scratch(c.in.d);
-    const Backward k = run_backward(KERNEL(ssd_parallel_backward), c, n);
-    const std::string what = "ssd backward threads " + c.name;
-    compare_within_budget(k.dxbc, plain(c.dxbc), c.rdxbc, what + " dxBC");
-    compare_within_budget(k.ddt, plain(c.ddt), c.rddt, what + " ddt");
-    compare_within_budget(k.dA, plain(c.dA), c.rdA, what + " dA_log");
-    compare_within_budget(k.dD, plain(c.dD), c.rdD, what + " dD");
-    if (kOnDevice) expect_same(run_backward(KERNEL(ssd_parallel_backward), c, n), k, what + ", run twice");
-  }
+  check_backward(KERNEL(ssd_parallel_backward), ssd_parallel_backward_scratch, compare_within_budget, "threads");
 }
 
 // The thread kernels' scratch is no more than the item kernels' at the GPU
@@ -291,17 +344,22 @@ TEST(SsdThreadKernels, ScratchIsNoMoreThanTheItemKernels) {
   const SsdDims d{.batch = 2, .seqlen = 4096, .heads = 32, .head_dim = 64, .groups = 8, .state = 128, .chunk = 128};
   const int64_t items = std::max(ssd_forward_scratch(d), ssd_backward_scratch(d));
   const int64_t threads = std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d));
-  std::printf("ssd scratch at proxy-350m's Mamba shape, batch 2 x 4096: items %.1f MiB, threads %.1f MiB\n",
-              static_cast<double>(items) * 4 / 1048576.0, static_cast<double>(threads) * 4 / 1048576.0);
+  const int64_t blocks = std::max(ssd_blocks_forward_scratch(d), ssd_blocks_backward_scratch(d));
+  std::printf("ssd scratch at proxy-350m's Mamba shape, batch 2 x 4096: items %.1f MiB, threads %.1f MiB, "
+              "blocks %.1f MiB\n",
+              static_cast<double>(items) * 4 / 1048576.0, static_cast<double>(threads) * 4 / 1048576.0,
+              static_cast<double>(blocks) * 4 / 1048576.0);
   EXPECT_LE(threads, items);
+  EXPECT_EQ(ssd_device_scratch(d), std::max(threads, blocks));
 }
 
 #if !defined(EXMY_TEST_EMULATED)
-// The thread kernels' time at proxy-350m's Mamba shape (models/config.cpp:
-// 32 heads of 64, 8 groups, state 128, chunk 128), batch 1, sequence 4096
-// (printed for the device report; checked only for finite results).
-TEST(SsdThreadKernels, TimesSequence4096) {
-  EXMY_REQUIRE_CUDA();
+// A family's time at proxy-350m's Mamba shape (models/config.cpp: 32 heads
+// of 64, 8 groups, state 128, chunk 128), batch 1, sequence 4096 (printed
+// for the device report; checked only for finite results).
+template <class Fwd, class Bwd>
+void time_sequence_4096(const char* family, Fwd fwd, Bwd bwd, int64_t scratch_floats(const SsdDims&),
+                        int64_t scratch_back(const SsdDims&)) {
   const Shape s{1, 4096, 32, 64, 8, 128, 128};
   const Inputs in(s, 7);
   const SsdDims& d = in.d;
@@ -309,18 +367,17 @@ TEST(SsdThreadKernels, TimesSequence4096) {
       kacs(Vec(static_cast<size_t>(d.acs_size()), std::nanf(""))),
       kst(Vec(static_cast<size_t>(d.states_size()), std::nanf(""))), kdxbc(Vec(in.xbc.size(), 0.0f)),
       kddt(Vec(in.dt.size(), 0.0f)), kdA(Vec(in.A_log.size(), 0.0f)), kdD(Vec(in.D.size(), 0.0f)),
-      scratch(Vec(static_cast<size_t>(std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d))),
-                  0.0f));
+      scratch(Vec(static_cast<size_t>(std::max(scratch_floats(d), scratch_back(d))), 0.0f));
   float *kx = kxbc.ptr(), *kdx = kdxbc.ptr();
   const FwdBwdMs ms = time_forward_backward(
       [&] {
-        ssd_parallel_forward_cuda(ky.ptr(), kacs.ptr(), kst.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn,
-                                  in.ld, kdt.ptr(), kA.ptr(), kD.ptr(), d, scratch.ptr());
+        fwd(ky.ptr(), kacs.ptr(), kst.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn, in.ld, kdt.ptr(),
+            kA.ptr(), kD.ptr(), d, scratch.ptr());
       },
       [&] {
-        ssd_parallel_backward_cuda(kdx, kdx + in.xdim, kdx + in.xdim + in.gn, kddt.ptr(), kdA.ptr(), kdD.ptr(),
-                                   kdy.ptr(), kx, in.ld, kx + in.xdim, kx + in.xdim + in.gn, in.ld, kdt.ptr(),
-                                   kA.ptr(), kD.ptr(), kacs.ptr(), kst.ptr(), d, scratch.ptr());
+        bwd(kdx, kdx + in.xdim, kdx + in.xdim + in.gn, kddt.ptr(), kdA.ptr(), kdD.ptr(), kdy.ptr(), kx, in.ld,
+            kx + in.xdim, kx + in.xdim + in.gn, in.ld, kdt.ptr(), kA.ptr(), kD.ptr(), kacs.ptr(), kst.ptr(), d,
+            scratch.ptr());
       });
   // The model's FLOPs of the chunked SSD (models/mamba2.cpp's count): per
   // token and head 2 L N / (heads per group) + 2 L P + 4 P N forward,
@@ -329,14 +386,26 @@ TEST(SsdThreadKernels, TimesSequence4096) {
                N = static_cast<double>(d.state), hpg = static_cast<double>(d.heads / d.groups);
   const double fwd_flops =
       static_cast<double>(d.batch * d.seqlen * d.heads) * (2 * L * N / hpg + 2 * L * P + 4 * P * N);
-  std::printf("[ssd threads] proxy-350m Mamba shape B1 S4096 H32 P64 G8 N128 L128: forward %.2f ms (%.1f TFLOP/s), "
+  std::printf("[ssd %s] proxy-350m Mamba shape B1 S4096 H32 P64 G8 N128 L128: forward %.2f ms (%.1f TFLOP/s), "
               "backward %.2f ms (%.1f TFLOP/s), median of 3\n",
-              ms.fwd, fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
+              family, ms.fwd, fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
   for (const Vec& r : {ky.get(), kdxbc.get(), kddt.get()}) {
     bool finite = true, nonzero = false;
     for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
     EXPECT_TRUE(finite && nonzero);
   }
+}
+
+TEST(SsdThreadKernels, TimesSequence4096) {
+  EXMY_REQUIRE_CUDA();
+  time_sequence_4096("threads", ssd_parallel_forward_cuda, ssd_parallel_backward_cuda, ssd_parallel_forward_scratch,
+                     ssd_parallel_backward_scratch);
+}
+
+TEST(SsdBlockKernels, TimesSequence4096) {
+  EXMY_REQUIRE_CUDA();
+  time_sequence_4096("blocks", ssd_blocks_forward_cuda, ssd_blocks_backward_cuda, ssd_blocks_forward_scratch,
+                     ssd_blocks_backward_scratch);
 }
 #endif
 
