@@ -24,8 +24,8 @@
 // arithmetic (the exact accumulator, the roundings, the ranges and the
 // exactness test, the epilogue) is the EXMY_HD code of
 // sim/quant/grouped_items.hpp, which the kernels of
-// sim/quant/cuda/grouped_gemm_cuda.hpp run too (one thread per output
-// element, the same bits).
+// sim/quant/cuda/grouped_gemm_cuda.hpp run too (float32 GEMMs of each
+// group used where exact, a thread per output element: the same bits).
 #pragma once
 
 #include <atomic>

@@ -315,6 +315,19 @@ EXMY_HD float exact_group_sum(ExactSum& es, const double* a, const double* b, in
   return es.round(mode);
 }
 
+// The float32 test of the device's group path (grouped_gemm_launches): a
+// float32 GEMM of the group, in any order and with fused multiply-adds,
+// gives the exact group sum of a row pair when every partial sum is a
+// multiple of 2^(lo_a + lo_b) >= 2^-126 (normal: no flush to zero can touch
+// it) below 2^(hi_a + hi_b + c) <= 2^127 within 24 bits, and both rows'
+// elements are float32 numbers (a normal exponent, a significand of at most
+// span <= 24 bits). All-zero and special rows are left to the double path.
+EXMY_HD bool pair_exact_f32_normal(const GroupRange& a, const GroupRange& b, int c) {
+  if ((a.flags | b.flags) & (kSpecial | kAllZero)) return false;
+  return a.span + b.span + c <= 24 && a.lo + b.lo >= -126 && a.hi + b.hi + c <= 127 && a.lo >= -126 &&
+         b.lo >= -126 && a.hi <= 127 && b.hi <= 127;
+}
+
 // ---------------------------------------------------------------------------
 // One output element.
 // ---------------------------------------------------------------------------
@@ -325,6 +338,40 @@ struct GroupedParams {
   bool group_rtz = false, acc_rtz = false;
   GroupedEpilogue epilogue;
 };
+
+// One group's sum of a row pair (a, b: the group's gk elements; ra, rb
+// their ranges), rounded to float32 (an exact zero +0): the double sum of
+// its products in k order when pair_exact says it is exact, else the exact
+// accumulator.
+template <bool kGroupRtz>
+EXMY_HD float group_sum(const double* a, const double* b, int64_t gk, const GroupRange& ra, const GroupRange& rb) {
+  if (pair_exact(ra, rb, ceil_log2(gk) + 2)) {
+    double d = 0.0;
+    for (int64_t k = 0; k < gk; ++k) d += a[k] * b[k];
+    return round_exact<kGroupRtz>(d + 0.0);  // + 0: an exact zero sum is +0
+  }
+  ExactSum es;
+  return exact_group_sum(es, a, b, gk, kGroupRtz ? Round::rtz : Round::rne);
+}
+
+// One group's step of the device's accumulation (grouped_gemm_launches):
+// acc plus the group's sum, which is f (the group's float32 GEMM output,
+// + 0) when pair_exact_f32_normal says that is exact, else group_sum.
+template <bool kGroupRtz, bool kAccRtz>
+EXMY_HD float grouped_step(float acc, float f, const double* a, const double* b, int64_t gk, const GroupRange& ra,
+                           const GroupRange& rb) {
+  const float s = pair_exact_f32_normal(ra, rb, ceil_log2(gk) + 2) ? f + 0.0f : group_sum<kGroupRtz>(a, b, gk, ra, rb);
+  return add_exact<kAccRtz>(acc, s);
+}
+// grouped_step with the roundings chosen at run time.
+EXMY_HD float grouped_step(float acc, float f, const double* a, const double* b, int64_t gk, const GroupRange& ra,
+                           const GroupRange& rb, bool group_rtz, bool acc_rtz) {
+  if (group_rtz)
+    return acc_rtz ? grouped_step<true, true>(acc, f, a, b, gk, ra, rb)
+                   : grouped_step<true, false>(acc, f, a, b, gk, ra, rb);
+  return acc_rtz ? grouped_step<false, true>(acc, f, a, b, gk, ra, rb)
+                 : grouped_step<false, false>(acc, f, a, b, gk, ra, rb);
+}
 
 // C[m][n] of the model from row m of A (a, K doubles) and row n of B (b),
 // with ra and rb the two rows' group ranges (range_of over each group of G
@@ -341,16 +388,7 @@ EXMY_HD float grouped_output(const double* a, const double* b, int64_t K, const 
   int64_t g = 0;
   for (int64_t k0 = 0; k0 < K; k0 += G, ++g) {
     const int64_t gk = K - k0 < G ? K - k0 : G;
-    float s;
-    if (pair_exact(ra[g], rb[g], ceil_log2(gk) + 2)) {
-      double d = 0.0;
-      for (int64_t k = k0; k < k0 + gk; ++k) d += a[k] * b[k];
-      s = round_exact<kGroupRtz>(d + 0.0);  // + 0: an exact zero sum is +0
-    } else {
-      ExactSum es;
-      s = exact_group_sum(es, a + k0, b + k0, gk, kGroupRtz ? Round::rtz : Round::rne);
-    }
-    acc = add_exact<kAccRtz>(acc, s);
+    acc = add_exact<kAccRtz>(acc, group_sum<kGroupRtz>(a + k0, b + k0, gk, ra[g], rb[g]));
   }
   return p.epilogue(acc);
 }

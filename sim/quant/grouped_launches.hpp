@@ -1,7 +1,8 @@
 // The launch sequence of the `grouped` GEMM output model (docs/recipes.md
-// §6), written once over a launcher (sim/kernel_launch.hpp):
-// sim/quant/cuda/grouped_gemm.cu instantiates it with DeviceLaunch,
-// sim/quant/grouped_emulated.cpp with HostLaunch. The thread bodies call the
+// §6), written once over a launcher (sim/kernel_launch.hpp) and a float32
+// GEMM functor: sim/quant/cuda/grouped_gemm.cu instantiates it with
+// DeviceLaunch and cuBLASLt, sim/quant/grouped_emulated.cpp with HostLaunch
+// and sim::gemm. The thread bodies call the
 // EXMY_HD functions of sim/quant/grouped_items.hpp, which the CPU's
 // grouped_gemm and grouped_gemm_ref call too; every group sum is the exact
 // sum rounded once and the groups are added in K order, so C equals the
@@ -12,17 +13,45 @@
 #include <cstdint>
 
 #include "formats/round.hpp"  // fp32_rne_div
+#include "sim/gemm.hpp"     // Op
 #include "sim/kernel_launch.hpp"
 #include "sim/quant/grouped_items.hpp"
 #include "sim/quant/recipe.hpp"  // GemmModel
 
 namespace exmy::sim::quant {
 
-// Scratch of grouped_gemm_launches: (M + N) · ceil(K / G) GroupRange (8
-// bytes each): the group ranges of A's rows, then of B's rows.
-inline int64_t grouped_gemm_scratch(int64_t M, int64_t N, int64_t K, const GemmModel& model) {
-  if (M <= 0 || N <= 0 || K <= 0) return 0;
+// The float32 path's tiles: rows of A and of B per tile, so that each of its
+// three float32 arrays (the A tile and the B tile converted, K columns each,
+// and a group's product, A rows x B rows) holds at most `cap` floats.
+inline constexpr int64_t kGroupedTileFloats = int64_t{1} << 24;  // 64 MiB an array
+struct GroupedTiles {
+  int64_t ta = 1, tb = 1;
+};
+inline GroupedTiles grouped_tiles(int64_t M, int64_t N, int64_t K, int64_t cap = kGroupedTileFloats) {
+  const int64_t per = cap / (K > 1 ? K : 1);
+  GroupedTiles t;
+  t.ta = per < 1 ? 1 : per < M ? per : M;
+  t.tb = per < 1 ? 1 : per < N ? per : N;
+  const int64_t pb = cap / t.ta;
+  if (t.tb > pb) t.tb = pb < 1 ? 1 : pb;
+  return t;
+}
+
+// Scratch of grouped_gemm_launches, in GroupRange (8 bytes): the group
+// ranges of A's rows, then of B's rows ((M + N) ceil(K / G)), padded to 64
+// bytes, then the float32 tiles (A tile, B tile, product), each padded to
+// 64 bytes.
+inline int64_t grouped_ranges_units(int64_t M, int64_t N, int64_t K, const GemmModel& model) {
   return (M + N) * ((K + model.group - 1) / model.group);
+}
+inline int64_t grouped_tile_floats(int64_t n) { return (n + 15) / 16 * 16; }
+inline int64_t grouped_gemm_scratch(int64_t M, int64_t N, int64_t K, const GemmModel& model,
+                                    int64_t cap = kGroupedTileFloats) {
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  const GroupedTiles t = grouped_tiles(M, N, K, cap);
+  const int64_t floats =
+      grouped_tile_floats(t.ta * K) + grouped_tile_floats(t.tb * K) + grouped_tile_floats(t.ta * t.tb);
+  return (grouped_ranges_units(M, N, K, model) + 7) / 8 * 8 + floats / 2;
 }
 
 inline GroupedParams grouped_params(const GemmModel& model, float alpha) {
@@ -35,30 +64,63 @@ inline GroupedParams grouped_params(const GemmModel& model, float alpha) {
 }
 
 // grouped_gemm of sim/quant/grouped_gemm.hpp: C (M,N) = the model's product
-// of the encoded operands A (M,K) and B (N,K), with alpha. A thread per
-// (operand row, group) for the row's range over the group, then a thread per
-// output element (grouped_output: its groups in K order). `ranges` holds
-// grouped_gemm_scratch(M, N, K, model) GroupRange.
-template <class L>
-void grouped_gemm_launches(const L& launch, float* C, const double* A, const double* B, int64_t M, int64_t N,
-                           int64_t K, const GemmModel& model, float alpha, GroupRange* ranges) {
+// of the encoded operands A (M,K) and B (N,K), with alpha, through a float32
+// GEMM functor gemm(C, ldc, A, lda, opA, B, ldb, opB, M, N, K) (C
+// overwritten; cuBLASLt on a device, sim::gemm on the host; its order does
+// not matter: only the outputs it forms exactly are used). A thread per
+// (operand row, group) for the row's range over the group; C, the float32
+// accumulator, from +0; per tile of A rows and B rows (grouped_tiles) the
+// tiles converted to float32, and per group, in K order, the tile's float32
+// product of the group and a thread per output element adding the group's
+// sum (grouped_step: the product's value where pair_exact_f32_normal says
+// it is exact, which it is for the common recipes, else the double or the
+// exact accumulator's sum, as grouped_output); then the epilogue. Every
+// group sum is exact before its one rounding: the CPU's bits.
+template <class L, class Gemm>
+void grouped_gemm_launches(const L& launch, const Gemm& gemm, float* C, const double* A, const double* B, int64_t M,
+                           int64_t N, int64_t K, const GemmModel& model, float alpha, GroupRange* scratch,
+                           int64_t cap = kGroupedTileFloats) {
   if (M <= 0 || N <= 0) return;
   const GroupedParams p = grouped_params(model, alpha);
-  const int64_t G = model.group;
-  const int64_t ng = K > 0 ? (K + G - 1) / G : 0;
-  if (ng > 0) {
-    launch("grouped_gemm ranges", (M + N) * ng, [=] EXMY_HD_LAMBDA(int64_t i) {
-      const int64_t r = i / ng, g = i % ng;
-      const double* row = r < M ? A + r * K : B + (r - M) * K;
-      const int64_t k0 = g * G;
-      ranges[i] = range_of(row + k0, K - k0 < G ? K - k0 : G);
-    });
+  if (K <= 0) {
+    launch("grouped_gemm empty", M * N, [=] EXMY_HD_LAMBDA(int64_t i) { C[i] = p.epilogue(0.0f); });
+    return;
   }
-  const int64_t K0 = K > 0 ? K : 0;
-  launch("grouped_gemm outputs", M * N, [=] EXMY_HD_LAMBDA(int64_t i) {
-    const int64_t m = i / N, n = i % N;
-    C[i] = grouped_output(A + m * K0, B + n * K0, K0, ranges + m * ng, ranges + (M + n) * ng, p);
+  const int64_t G = model.group, ng = (K + G - 1) / G;
+  GroupRange* const ranges = scratch;
+  launch("grouped_gemm ranges", (M + N) * ng, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t r = i / ng, g = i % ng;
+    const double* row = r < M ? A + r * K : B + (r - M) * K;
+    const int64_t k0 = g * G;
+    ranges[i] = range_of(row + k0, K - k0 < G ? K - k0 : G);
   });
+  const GroupedTiles t = grouped_tiles(M, N, K, cap);
+  float* const fa = reinterpret_cast<float*>(scratch + (grouped_ranges_units(M, N, K, model) + 7) / 8 * 8);
+  float* const fb = fa + grouped_tile_floats(t.ta * K);
+  float* const part = fb + grouped_tile_floats(t.tb * K);
+  launch("grouped_gemm zero", M * N, [=] EXMY_HD_LAMBDA(int64_t i) { C[i] = 0.0f; });
+  for (int64_t m0 = 0; m0 < M; m0 += t.ta) {
+    const int64_t mb = M - m0 < t.ta ? M - m0 : t.ta;
+    launch("grouped_gemm float a", mb * K,
+           [=] EXMY_HD_LAMBDA(int64_t i) { fa[i] = static_cast<float>(A[m0 * K + i]); });
+    for (int64_t n0 = 0; n0 < N; n0 += t.tb) {
+      const int64_t nb = N - n0 < t.tb ? N - n0 : t.tb;
+      launch("grouped_gemm float b", nb * K,
+             [=] EXMY_HD_LAMBDA(int64_t i) { fb[i] = static_cast<float>(B[n0 * K + i]); });
+      for (int64_t g = 0; g < ng; ++g) {
+        const int64_t k0 = g * G, gk = K - k0 < G ? K - k0 : G;
+        gemm(part, nb, static_cast<const float*>(fa + k0), K, Op::N, static_cast<const float*>(fb + k0), K, Op::T,
+             mb, nb, gk);
+        launch("grouped_gemm group", mb * nb, [=] EXMY_HD_LAMBDA(int64_t i) {
+          const int64_t m = m0 + i / nb, n = n0 + i % nb;
+          float& c = C[m * N + n];
+          c = grouped_step(c, part[i], A + m * K + k0, B + n * K + k0, gk, ranges[m * ng + g], ranges[(M + n) * ng + g],
+                           p.group_rtz, p.acc_rtz);
+        });
+      }
+    }
+  }
+  launch("grouped_gemm epilogue", M * N, [=] EXMY_HD_LAMBDA(int64_t i) { C[i] = p.epilogue(C[i]); });
 }
 
 // apply_outer_alpha of sim/quant/grouped_gemm.hpp: C (M,N), made with alpha

@@ -18,6 +18,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -126,14 +128,63 @@ std::vector<GemmModel> models_to_check() {
           {GemmModel::Kind::grouped, 32, Round::rtz, Round::rtz, int64_t{1} << 30}};
 }
 
+// The scratch: the ranges (3 groups for 3 + 5 rows: 24; 1 group: 8, both
+// already a multiple of 64 bytes), then the float32 tiles, each a multiple
+// of 16 floats: 3 x 130 -> 400, 5 x 130 -> 656, 3 x 5 -> 16 (K = 130), and
+// 192, 320, 16 (K = 64), two floats a unit.
 TEST(GroupedKernels, ScratchSize) {
   GemmModel m;
   m.group = 64;
-  EXPECT_EQ(grouped_gemm_scratch(3, 5, 130, m), 8 * 3);  // 3 groups for 3 + 5 rows
-  EXPECT_EQ(grouped_gemm_scratch(3, 5, 64, m), 8);
+  EXPECT_EQ(grouped_gemm_scratch(3, 5, 130, m), 24 + (400 + 656 + 16) / 2);
+  EXPECT_EQ(grouped_gemm_scratch(3, 5, 64, m), 8 + (192 + 320 + 16) / 2);
   EXPECT_EQ(grouped_gemm_scratch(3, 5, 0, m), 0);
   EXPECT_EQ(sizeof(GroupRange), 8u);
+  // Tiles: at most `cap` floats an array, at least one row.
+  for (const int64_t cap : {int64_t{200}, int64_t{1000}, int64_t{1} << 24})
+    for (const auto& [M, N, K] : {std::array<int64_t, 3>{4096, 21504, 4096}, {37, 45, 200}, {8, 3, 5000}}) {
+      const GroupedTiles t = grouped_tiles(M, N, K, cap);
+      EXPECT_TRUE(t.ta >= 1 && t.ta <= M && t.tb >= 1 && t.tb <= N) << cap << " " << M << " " << N << " " << K;
+      EXPECT_TRUE(K > cap || (t.ta * K <= cap && t.tb * K <= cap && t.ta * t.tb <= cap)) << cap << " " << M;
+    }
 }
+
+#if defined(EXMY_TEST_EMULATED)
+// The float32 path cut into tiles of one to a few rows (caps of 200 to 5000
+// floats an array) gives the CPU's bits, and it takes most (row pair,
+// group) sums of E2M1 operands with UE5M3 scales (else the bit-for-bit
+// tests here would check the double path alone).
+TEST(GroupedKernels, FloatTilesGiveTheCpuBitsAndCarryMostGroups) {
+  const int64_t M = 37, N = 45, K = 200;
+  QuantInfo ia, ib;
+  const Vec xa = data(M, K, 3), xb = data(N, K, 4);
+  const Doubles A = quantize_encoded(operand_spec("ue5m3", 1, 16), xa.data(), M, K, &ia);
+  const Doubles B = quantize_encoded(operand_spec("ue5m3", 16, 16), xb.data(), N, K, &ib);
+  const GemmModel m{GemmModel::Kind::grouped, 64, Round::rne, Round::rtz, 1024};
+  const float alpha = tensor_decode_alpha(ia.t, ib.t);
+  Vec want(static_cast<size_t>(M * N));
+  grouped_gemm(want.data(), A.data(), B.data(), M, N, K, m, alpha);
+  const auto float_gemm = [](float* C, int64_t ldc, const float* a, int64_t lda, Op opA, const float* b, int64_t ldb,
+                             Op opB, int64_t rows, int64_t cols, int64_t depth) {
+    gemm<float>(C, ldc, a, lda, opA, b, ldb, opB, rows, cols, depth, false);
+  };
+  for (const int64_t cap : {200, 1000, 5000}) {
+    std::vector<GroupRange> s(static_cast<size_t>(grouped_gemm_scratch(M, N, K, m, cap)));
+    Vec c(want.size(), -1234.5f);
+    grouped_gemm_launches(HostLaunch{}, float_gemm, c.data(), A.data(), B.data(), M, N, K, m, alpha, s.data(), cap);
+    expect_bits(c, want, "float32 tiles of at most " + std::to_string(cap) + " floats");
+  }
+  int64_t f32 = 0, all = 0;
+  for (int64_t k0 = 0; k0 < K; k0 += m.group) {
+    const int64_t gk = std::min(m.group, K - k0);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j, ++all)
+        f32 += pair_exact_f32_normal(range_of(A.data() + i * K + k0, gk), range_of(B.data() + j * K + k0, gk),
+                                     ceil_log2(gk) + 2);
+  }
+  std::printf("float32 path: %lld of %lld group sums\n", static_cast<long long>(f32), static_cast<long long>(all));
+  EXPECT_GT(f32, all * 3 / 4);
+}
+#endif
 
 TEST(GroupedKernels, MatchTheCpuOverShapesModelsAndScales) {
   EXMY_REQUIRE_CUDA();

@@ -1,7 +1,8 @@
 // Defines the entry points of sim/quant/cuda/grouped_gemm_cuda.hpp for one
-// launcher: included by sim/quant/cuda/grouped_gemm.cu (DeviceLaunch, suffix
-// cuda) and sim/quant/grouped_emulated.cpp (HostLaunch, suffix emulated)
-// with EXMY_LAUNCHER and EXMY_SUFFIX defined.
+// launcher: included by sim/quant/cuda/grouped_gemm.cu (DeviceLaunch,
+// cuBLASLt, suffix cuda) and sim/quant/grouped_emulated.cpp (HostLaunch,
+// sim::gemm, suffix emulated) with EXMY_LAUNCHER, EXMY_FLOAT_GEMM (a float32
+// GEMM functor, sim/quant/grouped_launches.hpp) and EXMY_SUFFIX defined.
 #include "sim/quant/grouped_launches.hpp"
 
 #define EXMY_CAT2(a, b) a##_##b
@@ -11,7 +12,7 @@ namespace exmy::sim::quant {
 
 void EXMY_CAT(grouped_gemm, EXMY_SUFFIX)(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
                                          const GemmModel& model, float alpha, GroupRange* scratch) {
-  grouped_gemm_launches(EXMY_LAUNCHER{}, C, A, B, M, N, K, model, alpha, scratch);
+  grouped_gemm_launches(EXMY_LAUNCHER{}, EXMY_FLOAT_GEMM{}, C, A, B, M, N, K, model, alpha, scratch);
 }
 void EXMY_CAT(apply_outer_alpha, EXMY_SUFFIX)(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a,
                                               float t_b, const float* row_t_b) {

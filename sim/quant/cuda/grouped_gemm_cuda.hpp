@@ -10,16 +10,19 @@
 // grouped_gemm_*: C (M,N) from the encoded operands A (M,K) and B (N,K)
 // (encode_operand's doubles) with the model's groups, roundings, grid and
 // alpha, as sim::quant::grouped_gemm; `scratch` holds
-// grouped_gemm_scratch(M, N, K, model) GroupRange (8 bytes each,
-// sim/quant/grouped_launches.hpp; none when K <= 0).
+// grouped_gemm_scratch(M, N, K, model) GroupRange (8 bytes each: the group
+// ranges and the float32 path's tiles, sim/quant/grouped_launches.hpp; none
+// when K <= 0).
 // apply_outer_alpha_*: the row outer scales' epilogue on a C made with
 // alpha = 1, as sim::quant::apply_outer_alpha (row_t_a (M) and row_t_b (N)
 // may be null: the tensor scale for every row).
 //
 // Bits: both builds equal the CPU's grouped_gemm (and grouped_gemm_ref) bit
-// for bit: every group sum is exact before its one rounding, and the rest is
-// IEEE float32/double +, * and / in the CPU's order (the kernels are built
-// without fma contraction, with IEEE division, without flush to zero).
+// for bit: every group sum is exact before its one rounding (the float32
+// GEMM's outputs are used only where they are exact, whatever its order),
+// and the rest is IEEE float32/double +, * and / in the CPU's order (the
+// kernels are built without fma contraction, with IEEE division, without
+// flush to zero).
 #pragma once
 
 #include <cstdint>
