@@ -78,12 +78,11 @@ int64_t mamba2_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return su
 
 // Per token: dgn (D_in), dy (D_in), dzxbcdt (in_proj), dxBC (conv), ddt
 // (heads); inside, what the CUDA backend's SSD kernels allocate: the
-// largest scratch of its two families, forward or backward
-// (ssd_device_scratch: the block launches' backward, with per chunk and
-// head two chunk x chunk and five chunk x head_dim arrays;
-// models/ssd_blocks.hpp). The CPU's scan allocates its own (per thread) and
-// the emulated backend's item kernels their own; the plan counts the CUDA
-// backend's.
+// larger scratch of the forward and the backward of the family it runs
+// (ssd_device_scratch; the block launches' holds the chunks' copies of C, B
+// and the state gradients, and a slab of at most 256 MiB of per-chunk
+// arrays, models/ssd_blocks.hpp). The CPU's scan allocates its own (per
+// thread); the emulated backend asks for the CUDA backend's.
 MixerScratch mamba2_scratch(const NemotronHConfig& c, int64_t B, int64_t T_) {
   const SsdDims d = ssd_dims(c, B, T_);
   return {{c.mamba_d_inner(), c.mamba_d_inner(), c.mamba_in_proj_dim(), c.mamba_conv_dim(), c.mamba_num_heads},

@@ -49,8 +49,8 @@ bool ssd_threads_chosen() {
 }
 
 int64_t ssd_device_scratch(const SsdDims& d) {
-  return std::max({ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d), ssd_blocks_forward_scratch(d),
-                   ssd_blocks_backward_scratch(d)});
+  if (ssd_threads_chosen()) return std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d));
+  return std::max(ssd_blocks_forward_scratch(d), ssd_blocks_backward_scratch(d));
 }
 
 }  // namespace exmy::models

@@ -7,9 +7,10 @@
 # --device cuda --memory 139 --recompute blocks): the bf16 policy, and
 # ue5m3-b16-fp32gemm with statistics at every step (the grouped GEMM model
 # forms the FP32 product of every group of 64 along K, at FP32's rate: too
-# slow at this size for a short check); and, when the host has the memory for it, the bf16 policy with
+# slow at this size for a short check); and, when the host has the memory
+# for it, the bf16 policy with
 # the optimizer offloaded (train.offload = optimizer: 90.6 GiB of master
-# weights and moments pinned in host memory, the device keeping 109.4 GiB
+# weights and moments pinned in host memory, the device keeping 108.8 GiB
 # without recompute). GPU_8B_RUNS picks among "bf16 ue5m3 offload". Each
 # run's lines: the progress lines (loss, tok/s), the done line, the device
 # memory peak against the plan; then the step-time ratio. A run that does

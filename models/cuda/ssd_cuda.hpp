@@ -74,8 +74,9 @@ EXMY_SSD_BLOCK_KERNELS(cuda)
 // environment sets EXMY_CUDA_SSD=threads (the thread kernels; kept until a
 // device has timed both, docs/benchmarks.md). Read once.
 bool ssd_threads_chosen();
-// The scratch (floats) the CUDA backend's scan may ask for: the largest of
-// the thread kernels' and the block launches' forward and backward.
+// The scratch (floats) the CUDA backend's scan asks for: the larger of the
+// forward's and the backward's of the family it runs (the emulated
+// backend runs the block launches and asks for the same).
 int64_t ssd_device_scratch(const SsdDims& d);
 
 }  // namespace exmy::models

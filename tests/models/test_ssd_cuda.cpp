@@ -262,19 +262,31 @@ TEST(SsdThreadKernels, EqualTheItemKernelsWithNaiveGemm) {
 // item kernels' bits with NaiveGemm, so every element step, operand, shape
 // and accumulation order is the item's (what is left to a device is the
 // order inside each product, which the budget allows).
+// Slabs of one chunk, of two or three, and of every chunk (the default
+// cap at these shapes) give those bits too.
 TEST(SsdBlockKernels, EqualTheItemKernelsWithNaiveGemm) {
   const auto naive_fwd = [](auto... a) { ssd_chunk_scan_forward_launches(sim::HostLaunch{}, NaiveGemm{}, a...); };
   const auto naive_bwd = [](auto... a) { ssd_chunk_scan_backward_launches(sim::HostLaunch{}, NaiveGemm{}, a...); };
-  const auto blocks_fwd = [](auto... a) { ssd_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<NaiveGemm>{}, a...); };
-  const auto blocks_bwd = [](auto... a) {
-    ssd_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<NaiveGemm>{}, a...);
-  };
   for (const Case& c : cases()) {
     const SsdDims& d = c.in.d;
-    expect_same(run_forward(blocks_fwd, c, ssd_blocks_forward_scratch(d)),
-                run_forward(naive_fwd, c, ssd_forward_scratch(d)), "ssd forward blocks " + c.name);
-    expect_same(run_backward(blocks_bwd, c, ssd_blocks_backward_scratch(d)),
-                run_backward(naive_bwd, c, ssd_backward_scratch(d)), "ssd backward blocks " + c.name);
+    const SsdBlockSizes z(d);
+    const Forward fn = run_forward(naive_fwd, c, ssd_forward_scratch(d));
+    const Backward bn = run_backward(naive_bwd, c, ssd_backward_scratch(d));
+    for (const int64_t chunks : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{0}}) {
+      const int64_t fcap = chunks ? chunks * z.forward_chunk() : kSsdSlabFloats;
+      const int64_t bcap = chunks ? chunks * z.backward_chunk() : kSsdSlabFloats;
+      const auto blocks_fwd = [fcap](auto... a) {
+        ssd_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<NaiveGemm>{}, a..., fcap);
+      };
+      const auto blocks_bwd = [bcap](auto... a) {
+        ssd_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<NaiveGemm>{}, a..., bcap);
+      };
+      const std::string slab = chunks ? ", slabs of " + std::to_string(chunks) + " chunks" : "";
+      expect_same(run_forward(blocks_fwd, c, ssd_blocks_forward_scratch(d, fcap)), fn,
+                  "ssd forward blocks " + c.name + slab);
+      expect_same(run_backward(blocks_bwd, c, ssd_blocks_backward_scratch(d, bcap)), bn,
+                  "ssd backward blocks " + c.name + slab);
+    }
   }
 }
 #endif
@@ -317,12 +329,14 @@ void check_backward(F bwd, int64_t scratch(const SsdDims&), Cmp cmp, const std::
 // budget.
 TEST(SsdBlockKernels, ForwardWithinBudget) {
   EXMY_REQUIRE_CUDA();
-  check_forward(KERNEL(ssd_blocks_forward), ssd_blocks_forward_scratch, compare, "blocks");
+  check_forward(
+      KERNEL(ssd_blocks_forward), [](const SsdDims& d) { return ssd_blocks_forward_scratch(d); }, compare, "blocks");
 }
 
 TEST(SsdBlockKernels, BackwardWithinBudgetAndAccumulates) {
   EXMY_REQUIRE_CUDA();
-  check_backward(KERNEL(ssd_blocks_backward), ssd_blocks_backward_scratch, compare, "blocks");
+  check_backward(
+      KERNEL(ssd_blocks_backward), [](const SsdDims& d) { return ssd_blocks_backward_scratch(d); }, compare, "blocks");
 }
 
 // The thread kernels (EXMY_CUDA_SSD=threads) within the device budget of
@@ -337,9 +351,9 @@ TEST(SsdThreadKernels, BackwardWithinBudgetAndAccumulates) {
   check_backward(KERNEL(ssd_parallel_backward), ssd_parallel_backward_scratch, compare_within_budget, "threads");
 }
 
-// The thread kernels' scratch is no more than the item kernels' at the GPU
-// proxies' Mamba shape (the CUDA backend's buffer grows to the larger of the
-// forward's and the backward's).
+// The thread kernels' and the block launches' scratch is no more than the
+// item kernels' at the GPU proxies' Mamba shape (the CUDA backend's buffer
+// grows to the larger of the forward's and the backward's).
 TEST(SsdThreadKernels, ScratchIsNoMoreThanTheItemKernels) {
   const SsdDims d{.batch = 2, .seqlen = 4096, .heads = 32, .head_dim = 64, .groups = 8, .state = 128, .chunk = 128};
   const int64_t items = std::max(ssd_forward_scratch(d), ssd_backward_scratch(d));
@@ -350,7 +364,8 @@ TEST(SsdThreadKernels, ScratchIsNoMoreThanTheItemKernels) {
               static_cast<double>(items) * 4 / 1048576.0, static_cast<double>(threads) * 4 / 1048576.0,
               static_cast<double>(blocks) * 4 / 1048576.0);
   EXPECT_LE(threads, items);
-  EXPECT_EQ(ssd_device_scratch(d), std::max(threads, blocks));
+  EXPECT_LE(blocks, items);  // a slab of 256 MiB beside the chunks' copies
+  EXPECT_EQ(ssd_device_scratch(d), blocks);  // the CUDA backend's default family
 }
 
 #if !defined(EXMY_TEST_EMULATED)
@@ -404,8 +419,10 @@ TEST(SsdThreadKernels, TimesSequence4096) {
 
 TEST(SsdBlockKernels, TimesSequence4096) {
   EXMY_REQUIRE_CUDA();
-  time_sequence_4096("blocks", ssd_blocks_forward_cuda, ssd_blocks_backward_cuda, ssd_blocks_forward_scratch,
-                     ssd_blocks_backward_scratch);
+  time_sequence_4096(
+      "blocks", ssd_blocks_forward_cuda, ssd_blocks_backward_cuda,
+      [](const SsdDims& d) { return ssd_blocks_forward_scratch(d); },
+      [](const SsdDims& d) { return ssd_blocks_backward_scratch(d); });
 }
 #endif
 
