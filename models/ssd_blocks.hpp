@@ -133,13 +133,15 @@ struct SsdRun {
   int64_t c0, count, len;
 };
 // The runs (all chunks when the chunk divides the sequence, otherwise each
-// row's whole chunks and its short last chunk apart), cut into slabs of at
-// most `per` chunks, in flat chunk order.
+// row's whole chunks and its short last chunk apart), cut into as few slabs
+// of at most `per` chunks as they need, of equal size but for the last, in
+// flat chunk order.
 template <class F>
 void ssd_for_slabs(const SsdDims& d, int64_t per, F f) {
   const int64_t Q = d.chunks(), last = d.seqlen - (Q - 1) * d.chunk;
   const auto cut = [&](int64_t c0, int64_t count, int64_t len) {
-    for (int64_t i = 0; i < count; i += per) f(SsdRun{c0 + i, count - i < per ? count - i : per, len});
+    const int64_t slabs = (count + per - 1) / per, step = (count + slabs - 1) / slabs;
+    for (int64_t i = 0; i < count; i += step) f(SsdRun{c0 + i, count - i < step ? count - i : step, len});
   };
   if (last == d.chunk) return cut(0, d.batch * Q, d.chunk);
   for (int64_t b = 0; b < d.batch; ++b) {
