@@ -21,26 +21,27 @@
 namespace exmy::sim::quant {
 
 // The float32 path's tiles: rows of A and of B per tile, so that each of its
-// three float32 arrays (the A tile and the B tile converted, K columns each,
-// and a group's product, A rows x B rows) holds at most `cap` floats.
+// three float32 arrays (the tile's rows of A and of B over one group
+// converted, and the group's product, A rows x B rows) holds at most `cap`
+// floats, the product's A rows first (all of them where they fit).
 inline constexpr int64_t kGroupedTileFloats = int64_t{1} << 24;  // 64 MiB an array
 struct GroupedTiles {
-  int64_t ta = 1, tb = 1;
+  int64_t ta = 1, tb = 1, width = 1;  // width: the widest group, min(G, K)
 };
-inline GroupedTiles grouped_tiles(int64_t M, int64_t N, int64_t K, int64_t cap = kGroupedTileFloats) {
-  const int64_t per = cap / (K > 1 ? K : 1);
+inline GroupedTiles grouped_tiles(int64_t M, int64_t N, int64_t K, int64_t G, int64_t cap = kGroupedTileFloats) {
+  const auto clamp = [](int64_t v, int64_t hi) { return v < 1 ? int64_t{1} : v < hi ? v : hi; };
   GroupedTiles t;
-  t.ta = per < 1 ? 1 : per < M ? per : M;
-  t.tb = per < 1 ? 1 : per < N ? per : N;
-  const int64_t pb = cap / t.ta;
-  if (t.tb > pb) t.tb = pb < 1 ? 1 : pb;
+  t.width = clamp(G < K ? G : K, K);
+  const int64_t rows = clamp(cap / t.width, cap);  // operand rows a slice holds
+  t.tb = clamp(cap / clamp(M, cap), clamp(N, rows));
+  t.ta = clamp(cap / t.tb, clamp(M, rows));
   return t;
 }
 
 // Scratch of grouped_gemm_launches, in GroupRange (8 bytes): the group
 // ranges of A's rows, then of B's rows ((M + N) ceil(K / G)), padded to 64
-// bytes, then the float32 tiles (A tile, B tile, product), each padded to
-// 64 bytes.
+// bytes, then the float32 arrays (A slice, B slice, product), each padded
+// to 64 bytes.
 inline int64_t grouped_ranges_units(int64_t M, int64_t N, int64_t K, const GemmModel& model) {
   return (M + N) * ((K + model.group - 1) / model.group);
 }
@@ -48,9 +49,9 @@ inline int64_t grouped_tile_floats(int64_t n) { return (n + 15) / 16 * 16; }
 inline int64_t grouped_gemm_scratch(int64_t M, int64_t N, int64_t K, const GemmModel& model,
                                     int64_t cap = kGroupedTileFloats) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
-  const GroupedTiles t = grouped_tiles(M, N, K, cap);
-  const int64_t floats =
-      grouped_tile_floats(t.ta * K) + grouped_tile_floats(t.tb * K) + grouped_tile_floats(t.ta * t.tb);
+  const GroupedTiles t = grouped_tiles(M, N, K, model.group, cap);
+  const int64_t floats = grouped_tile_floats(t.ta * t.width) + grouped_tile_floats(t.tb * t.width) +
+                         grouped_tile_floats(t.ta * t.tb);
   return (grouped_ranges_units(M, N, K, model) + 7) / 8 * 8 + floats / 2;
 }
 
@@ -69,13 +70,14 @@ inline GroupedParams grouped_params(const GemmModel& model, float alpha) {
 // overwritten; cuBLASLt on a device, sim::gemm on the host; its order does
 // not matter: only the outputs it forms exactly are used). A thread per
 // (operand row, group) for the row's range over the group; C, the float32
-// accumulator, from +0; per tile of A rows and B rows (grouped_tiles) the
-// tiles converted to float32, and per group, in K order, the tile's float32
-// product of the group and a thread per output element adding the group's
-// sum (grouped_step: the product's value where pair_exact_f32_normal says
-// it is exact, which it is for the common recipes, else the double or the
-// exact accumulator's sum, as grouped_output); then the epilogue. Every
-// group sum is exact before its one rounding: the CPU's bits.
+// accumulator, from +0; per tile of A rows and B rows (grouped_tiles) and
+// per group, in K order, the tile's rows over the group converted to
+// float32, their float32 product and a thread per output element adding the
+// group's sum (grouped_step: the product's value where
+// pair_exact_f32_normal says it is exact, which it is for the common
+// recipes, else the double or the exact accumulator's sum, as
+// grouped_output); then the epilogue. Every group sum is exact before its
+// one rounding: the CPU's bits.
 template <class L, class Gemm>
 void grouped_gemm_launches(const L& launch, const Gemm& gemm, float* C, const double* A, const double* B, int64_t M,
                            int64_t N, int64_t K, const GemmModel& model, float alpha, GroupRange* scratch,
@@ -94,23 +96,26 @@ void grouped_gemm_launches(const L& launch, const Gemm& gemm, float* C, const do
     const int64_t k0 = g * G;
     ranges[i] = range_of(row + k0, K - k0 < G ? K - k0 : G);
   });
-  const GroupedTiles t = grouped_tiles(M, N, K, cap);
+  const GroupedTiles t = grouped_tiles(M, N, K, G, cap);
   float* const fa = reinterpret_cast<float*>(scratch + (grouped_ranges_units(M, N, K, model) + 7) / 8 * 8);
-  float* const fb = fa + grouped_tile_floats(t.ta * K);
-  float* const part = fb + grouped_tile_floats(t.tb * K);
+  float* const fb = fa + grouped_tile_floats(t.ta * t.width);
+  float* const part = fb + grouped_tile_floats(t.tb * t.width);
   launch("grouped_gemm zero", M * N, [=] EXMY_HD_LAMBDA(int64_t i) { C[i] = 0.0f; });
   for (int64_t m0 = 0; m0 < M; m0 += t.ta) {
     const int64_t mb = M - m0 < t.ta ? M - m0 : t.ta;
-    launch("grouped_gemm float a", mb * K,
-           [=] EXMY_HD_LAMBDA(int64_t i) { fa[i] = static_cast<float>(A[m0 * K + i]); });
     for (int64_t n0 = 0; n0 < N; n0 += t.tb) {
       const int64_t nb = N - n0 < t.tb ? N - n0 : t.tb;
-      launch("grouped_gemm float b", nb * K,
-             [=] EXMY_HD_LAMBDA(int64_t i) { fb[i] = static_cast<float>(B[n0 * K + i]); });
       for (int64_t g = 0; g < ng; ++g) {
         const int64_t k0 = g * G, gk = K - k0 < G ? K - k0 : G;
-        gemm(part, nb, static_cast<const float*>(fa + k0), K, Op::N, static_cast<const float*>(fb + k0), K, Op::T,
-             mb, nb, gk);
+        // The tile's rows over the group, as float32 (rows gk apart).
+        launch("grouped_gemm float a", mb * gk, [=] EXMY_HD_LAMBDA(int64_t i) {
+          fa[i] = static_cast<float>(A[(m0 + i / gk) * K + k0 + i % gk]);
+        });
+        launch("grouped_gemm float b", nb * gk, [=] EXMY_HD_LAMBDA(int64_t i) {
+          fb[i] = static_cast<float>(B[(n0 + i / gk) * K + k0 + i % gk]);
+        });
+        gemm(part, nb, static_cast<const float*>(fa), gk, Op::N, static_cast<const float*>(fb), gk, Op::T, mb, nb,
+             gk);
         launch("grouped_gemm group", mb * nb, [=] EXMY_HD_LAMBDA(int64_t i) {
           const int64_t m = m0 + i / nb, n = n0 + i % nb;
           float& c = C[m * N + n];

@@ -129,23 +129,29 @@ std::vector<GemmModel> models_to_check() {
 }
 
 // The scratch: the ranges (3 groups for 3 + 5 rows: 24; 1 group: 8, both
-// already a multiple of 64 bytes), then the float32 tiles, each a multiple
-// of 16 floats: 3 x 130 -> 400, 5 x 130 -> 656, 3 x 5 -> 16 (K = 130), and
-// 192, 320, 16 (K = 64), two floats a unit.
+// already a multiple of 64 bytes), then the float32 arrays, each a
+// multiple of 16 floats: the tile's rows over a group of 64 (3 x 64 and 5 x
+// 64) and their product (3 x 5 -> 16), two floats a unit.
 TEST(GroupedKernels, ScratchSize) {
   GemmModel m;
   m.group = 64;
-  EXPECT_EQ(grouped_gemm_scratch(3, 5, 130, m), 24 + (400 + 656 + 16) / 2);
+  EXPECT_EQ(grouped_gemm_scratch(3, 5, 130, m), 24 + (192 + 320 + 16) / 2);
   EXPECT_EQ(grouped_gemm_scratch(3, 5, 64, m), 8 + (192 + 320 + 16) / 2);
   EXPECT_EQ(grouped_gemm_scratch(3, 5, 0, m), 0);
   EXPECT_EQ(sizeof(GroupRange), 8u);
-  // Tiles: at most `cap` floats an array, at least one row.
+  // Tiles: at most `cap` floats an array, at least one row; all of A's rows
+  // where the product holds them.
   for (const int64_t cap : {int64_t{200}, int64_t{1000}, int64_t{1} << 24})
-    for (const auto& [M, N, K] : {std::array<int64_t, 3>{4096, 21504, 4096}, {37, 45, 200}, {8, 3, 5000}}) {
-      const GroupedTiles t = grouped_tiles(M, N, K, cap);
-      EXPECT_TRUE(t.ta >= 1 && t.ta <= M && t.tb >= 1 && t.tb <= N) << cap << " " << M << " " << N << " " << K;
-      EXPECT_TRUE(K > cap || (t.ta * K <= cap && t.tb * K <= cap && t.ta * t.tb <= cap)) << cap << " " << M;
+    for (const auto& [M, N, K] : {std::array<int64_t, 3>{4096, 21504, 4096}, {21504, 4096, 4096}, {37, 45, 200},
+                                  {8, 3, 5000}}) {
+      const GroupedTiles t = grouped_tiles(M, N, K, 64, cap);
+      const std::string what = std::to_string(cap) + ": " + std::to_string(M) + " x " + std::to_string(N);
+      EXPECT_TRUE(t.ta >= 1 && t.ta <= M && t.tb >= 1 && t.tb <= N) << what;
+      EXPECT_EQ(t.width, 64) << what;
+      EXPECT_TRUE(t.ta * t.width <= cap && t.tb * t.width <= cap && t.ta * t.tb <= cap) << what;
     }
+  EXPECT_EQ(grouped_tiles(4096, 21504, 4096, 64).ta, 4096);
+  EXPECT_EQ(grouped_tiles(4096, 21504, 4096, 64).tb, 4096);
 }
 
 #if defined(EXMY_TEST_EMULATED)
