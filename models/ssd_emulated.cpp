@@ -6,9 +6,6 @@
 // families, with sim::HostLaunch, for the tests.
 #include "models/cuda/ssd_cuda.hpp"
 
-#include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 namespace exmy::models {
 
@@ -38,19 +35,6 @@ void ssd_blocks_backward_emulated(float* dx, float* dB, float* dC, float* ddt, f
                                   const float* states, const SsdDims& d, float* scratch) {
   ssd_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm,
                                Cm, ldbc, dt, A_log, D, acs, states, d, scratch);
-}
-
-bool ssd_threads_chosen() {
-  static const bool threads = [] {
-    const char* v = std::getenv("EXMY_CUDA_SSD");
-    return v && std::string_view(v) == "threads";
-  }();
-  return threads;
-}
-
-int64_t ssd_device_scratch(const SsdDims& d) {
-  if (ssd_threads_chosen()) return std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d));
-  return std::max(ssd_blocks_forward_scratch(d), ssd_blocks_backward_scratch(d));
 }
 
 }  // namespace exmy::models

@@ -18,7 +18,10 @@
 //   the FP32 budget of tests/models/test_ssd_cuda.cpp of the CPU.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "models/ssd_blocks.hpp"    // the scratch sizes
 #include "models/ssd_launches.hpp"
@@ -73,10 +76,20 @@ EXMY_SSD_BLOCK_KERNELS(cuda)
 // Which family the CUDA backend runs: the block launches, unless the
 // environment sets EXMY_CUDA_SSD=threads (the thread kernels; kept until a
 // device has timed both, docs/benchmarks.md). Read once.
-bool ssd_threads_chosen();
+inline bool ssd_threads_chosen() {
+  static const bool threads = [] {
+    const char* v = std::getenv("EXMY_CUDA_SSD");
+    return v && std::string_view(v) == "threads";
+  }();
+  return threads;
+}
 // The scratch (floats) the CUDA backend's scan asks for: the larger of the
 // forward's and the backward's of the family it runs (the emulated
-// backend runs the block launches and asks for the same).
-int64_t ssd_device_scratch(const SsdDims& d);
+// backend runs the block launches and asks for the same). Inline: the
+// memory plan (models/mamba2.cpp) needs no kernels.
+inline int64_t ssd_device_scratch(const SsdDims& d) {
+  if (ssd_threads_chosen()) return std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d));
+  return std::max(ssd_blocks_forward_scratch(d), ssd_blocks_backward_scratch(d));
+}
 
 }  // namespace exmy::models
