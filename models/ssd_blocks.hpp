@@ -31,15 +31,17 @@
 // checks both bit for bit, and a device (cuBLASLt's order inside each
 // product) against the CPU's FP32 budget.
 // Cost: at proxy-350m's Mamba shape (32 heads in 8 groups) 10 batched
-// calls a layer forward and 29 backward, each over every chunk of the run.
+// calls a layer forward and 29 backward per slab, each over every chunk of
+// the slab (at 1 x 4096 tokens: one slab forward, two of 16 chunks
+// backward).
 //
-// Slabs. The per-item arrays exist for a slab of chunks at a time (a
-// stretch of a run, as many chunks as fit kSsdSlabFloats), so the scratch
-// does not grow with the sequence: what must span every chunk (the copies
-// of C and B, the diagonal blocks' outputs, the state gradients, exp(acs))
-// is global, and the passes that need every chunk's result first (the
-// state passing and its backward) split the slabs' work into a part before
-// and a part after them.
+// Slabs. The per-item arrays (the chunk x chunk ones the largest) exist for
+// a slab of chunks at a time (a stretch of a run, as many chunks as fit
+// kSsdSlabFloats), so they do not grow with the sequence: what must span
+// every chunk (the copies of C and B, the diagonal blocks' outputs, the
+// state gradients, exp(acs)) is global, and the passes that need every
+// chunk's result first (the state passing and its backward) split the
+// slabs' work into a part before and a part after them.
 //
 // Forward  acs, W (ssd_thr_acs); copies Cc, Bc, XDT = dt x; CB = Cc Bc^T;
 //          M = CB exp(acs_t - acs_s) (s <= t, else +0); Yd = M XDT;
