@@ -6,7 +6,6 @@
 // families, with sim::HostLaunch, for the tests.
 #include "models/cuda/ssd_cuda.hpp"
 
-
 namespace exmy::models {
 
 void ssd_chunk_scan_forward_emulated(float* y, float* acs, float* states, const float* x, int64_t ldx,

@@ -64,6 +64,15 @@ inline GroupedParams grouped_params(const GemmModel& model, float alpha) {
   return p;
 }
 
+// The host's float32 GEMM functor for grouped_gemm_launches (sim::gemm; the
+// host emulation and the tests pass it).
+struct HostFloatGemm {
+  void operator()(float* C, int64_t ldc, const float* A, int64_t lda, Op opA, const float* B, int64_t ldb, Op opB,
+                  int64_t M, int64_t N, int64_t K) const {
+    gemm<float>(C, ldc, A, lda, opA, B, ldb, opB, M, N, K, false);
+  }
+};
+
 // grouped_gemm of sim/quant/grouped_gemm.hpp: C (M,N) = the model's product
 // of the encoded operands A (M,K) and B (N,K), with alpha, through a float32
 // GEMM functor gemm(C, ldc, A, lda, opA, B, ldb, opB, M, N, K) (C

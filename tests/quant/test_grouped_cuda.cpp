@@ -169,14 +169,10 @@ TEST(GroupedKernels, FloatTilesGiveTheCpuBitsAndCarryMostGroups) {
   const float alpha = tensor_decode_alpha(ia.t, ib.t);
   Vec want(static_cast<size_t>(M * N));
   grouped_gemm(want.data(), A.data(), B.data(), M, N, K, m, alpha);
-  const auto float_gemm = [](float* C, int64_t ldc, const float* a, int64_t lda, Op opA, const float* b, int64_t ldb,
-                             Op opB, int64_t rows, int64_t cols, int64_t depth) {
-    gemm<float>(C, ldc, a, lda, opA, b, ldb, opB, rows, cols, depth, false);
-  };
   for (const int64_t cap : {200, 1000, 5000}) {
     std::vector<GroupRange> s(static_cast<size_t>(grouped_gemm_scratch(M, N, K, m, cap)));
     Vec c(want.size(), -1234.5f);
-    grouped_gemm_launches(HostLaunch{}, float_gemm, c.data(), A.data(), B.data(), M, N, K, m, alpha, s.data(), cap);
+    grouped_gemm_launches(HostLaunch{}, HostFloatGemm{}, c.data(), A.data(), B.data(), M, N, K, m, alpha, s.data(), cap);
     expect_bits(c, want, "float32 tiles of at most " + std::to_string(cap) + " floats");
   }
   int64_t f32 = 0, all = 0;
