@@ -161,6 +161,14 @@ if [ "${GPU_CHECK_BENCH_TRAIN:-1}" = 1 ]; then
       --recipe bf16,te-nvfp4,ue5m3-b16-fp32gemm,ue5m3-b16 --stats ue5m3-b16-fp32gemm >>"$report" 2>&1 ||
       echo "gpu-check: bench train --device cuda --recipe failed or ran out of its 180 s" | tee -a "$report"
   fi
+  # the grouped model on the float32 tiles (cuBLASLt FP32 GEMMs, a pass over
+  # C per group) instead of the default MMA kernel
+  if fits "exmy bench train --device cuda --recipe ue5m3-b16 on the float32 tiles (proxy-350m)" 60; then
+    echo "--- EXMY_CUDA_GROUPED=tiles exmy bench train --device cuda --model proxy-350m --seq-len 4096 --batch 1 --steps 1 --recipe bf16,ue5m3-b16 --stats none" >>"$report"
+    EXMY_CUDA_GROUPED=tiles timeout 90 "$bundle/bin/exmy" bench train --device cuda --model proxy-350m --seq-len 4096 \
+      --batch 1 --steps 1 --recipe bf16,ue5m3-b16 --stats none >>"$report" 2>&1 ||
+      echo "gpu-check: bench train --device cuda, grouped tiles, failed or ran out of its 90 s" | tee -a "$report"
+  fi
   # the fp32 model's GEMMs in FP32 (CUDA cores) instead of the default BF16 tensor cores
   if fits "exmy bench train --device cuda --recipe --fp32-gemm sgemm (proxy-350m)" 60; then
     echo "--- exmy bench train --device cuda --model proxy-350m --seq-len 4096 --batch 1 --steps 1 --recipe bf16,te-nvfp4 --stats none --fp32-gemm sgemm" >>"$report"

@@ -1,5 +1,7 @@
-// The launch sequence of the `grouped` GEMM output model (docs/recipes.md
-// §6), written once over a launcher (sim/kernel_launch.hpp) and a float32
+// The float32-tiles launch sequence of the `grouped` GEMM output model
+// (docs/recipes.md §6; the kernels' entry points take it for groups that
+// are not a multiple of 16, or with EXMY_CUDA_GROUPED=tiles, and the MMA
+// kernel of sim/quant/grouped_mma.hpp otherwise), written once over a launcher (sim/kernel_launch.hpp) and a float32
 // GEMM functor: sim/quant/cuda/grouped_gemm.cu instantiates it with
 // DeviceLaunch and cuBLASLt, sim/quant/grouped_emulated.cpp with HostLaunch
 // and sim::gemm. The thread bodies call the
@@ -16,6 +18,7 @@
 #include "sim/gemm.hpp"     // Op
 #include "sim/kernel_launch.hpp"
 #include "sim/quant/grouped_items.hpp"
+#include "sim/quant/grouped_mma.hpp"  // the MMA kernel's layout, for the scratch
 #include "sim/quant/recipe.hpp"  // GemmModel
 
 namespace exmy::sim::quant {
@@ -38,7 +41,7 @@ inline GroupedTiles grouped_tiles(int64_t M, int64_t N, int64_t K, int64_t G, in
   return t;
 }
 
-// Scratch of grouped_gemm_launches, in GroupRange (8 bytes): the group
+// Scratch of grouped_gemm_launches (grouped_tiles_scratch), in GroupRange (8 bytes): the group
 // ranges of A's rows, then of B's rows ((M + N) ceil(K / G)), padded to 64
 // bytes, then the float32 arrays (A slice, B slice, product), each padded
 // to 64 bytes.
@@ -46,13 +49,25 @@ inline int64_t grouped_ranges_units(int64_t M, int64_t N, int64_t K, const GemmM
   return (M + N) * ((K + model.group - 1) / model.group);
 }
 inline int64_t grouped_tile_floats(int64_t n) { return (n + 15) / 16 * 16; }
-inline int64_t grouped_gemm_scratch(int64_t M, int64_t N, int64_t K, const GemmModel& model,
-                                    int64_t cap = kGroupedTileFloats) {
+inline int64_t grouped_tiles_scratch(int64_t M, int64_t N, int64_t K, const GemmModel& model,
+                                     int64_t cap = kGroupedTileFloats) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   const GroupedTiles t = grouped_tiles(M, N, K, model.group, cap);
   const int64_t floats = grouped_tile_floats(t.ta * t.width) + grouped_tile_floats(t.tb * t.width) +
                          grouped_tile_floats(t.ta * t.tb);
   return (grouped_ranges_units(M, N, K, model) + 7) / 8 * 8 + floats / 2;
+}
+
+// The scratch of the kernels' entry points (sim/quant/cuda/grouped_gemm_cuda.hpp),
+// in GroupRange units: enough for the MMA kernel (sim/quant/grouped_mma.hpp)
+// where it applies and for grouped_gemm_launches (which
+// EXMY_CUDA_GROUPED=tiles chooses), the larger of the two.
+inline int64_t grouped_gemm_scratch(int64_t M, int64_t N, int64_t K, const GemmModel& model) {
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  const int64_t tiles = grouped_tiles_scratch(M, N, K, model);
+  if (!grouped_mma_applies(model)) return tiles;
+  const int64_t mma = grouped_mma_layout(M, N, K, model.group).units;
+  return mma > tiles ? mma : tiles;
 }
 
 inline GroupedParams grouped_params(const GemmModel& model, float alpha) {

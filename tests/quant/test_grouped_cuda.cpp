@@ -8,7 +8,10 @@
 // with all-zero rows and signed zeros, blocks with subnormal scales, double
 // subnormals, NaN, ±Inf (Inf·0, +Inf and -Inf in one group), spreads past
 // 53 bits (the exact accumulator's path), accumulator overflow; the row
-// outer scales' epilogue.
+// outer scales' epilogue. The entry points run the MMA kernel for groups of
+// a multiple of 16 (sim/quant/grouped_mma.hpp; its fragment loads, its
+// tiles' exactness test on training-like operands, elements that are not
+// BF16 numbers) and the float32 tiles otherwise (tested on their own too).
 //
 // Built twice (tests/quant/CMakeLists.txt):
 // - test_grouped_cuda_emulated (label "unit"): the launches with their
@@ -32,6 +35,7 @@
 #include "formats/spec.hpp"
 #include "sim/quant/cuda/grouped_gemm_cuda.hpp"
 #include "sim/quant/grouped_gemm.hpp"
+#include "sim/quant/grouped_mma.hpp"
 #include "sim/quant/recipe.hpp"
 #include "tests/models/kernel_test.hpp"  // BufferOf, KERNEL, EXMY_REQUIRE_CUDA, expect_bits
 
@@ -135,8 +139,9 @@ std::vector<GemmModel> models_to_check() {
 TEST(GroupedKernels, ScratchSize) {
   GemmModel m;
   m.group = 64;
-  EXPECT_EQ(grouped_gemm_scratch(3, 5, 130, m), 24 + (192 + 320 + 16) / 2);
-  EXPECT_EQ(grouped_gemm_scratch(3, 5, 64, m), 8 + (192 + 320 + 16) / 2);
+  EXPECT_EQ(grouped_tiles_scratch(3, 5, 130, m), 24 + (192 + 320 + 16) / 2);
+  EXPECT_EQ(grouped_tiles_scratch(3, 5, 64, m), 8 + (192 + 320 + 16) / 2);
+  EXPECT_EQ(grouped_tiles_scratch(3, 5, 0, m), 0);
   EXPECT_EQ(grouped_gemm_scratch(3, 5, 0, m), 0);
   EXPECT_EQ(sizeof(GroupRange), 8u);
   // Tiles: at most `cap` floats an array, at least one row; all of A's rows
@@ -170,7 +175,7 @@ TEST(GroupedKernels, FloatTilesGiveTheCpuBitsAndCarryMostGroups) {
   Vec want(static_cast<size_t>(M * N));
   grouped_gemm(want.data(), A.data(), B.data(), M, N, K, m, alpha);
   for (const int64_t cap : {200, 1000, 5000}) {
-    std::vector<GroupRange> s(static_cast<size_t>(grouped_gemm_scratch(M, N, K, m, cap)));
+    std::vector<GroupRange> s(static_cast<size_t>(grouped_tiles_scratch(M, N, K, m, cap)));
     Vec c(want.size(), -1234.5f);
     grouped_gemm_launches(HostLaunch{}, HostFloatGemm{}, c.data(), A.data(), B.data(), M, N, K, m, alpha, s.data(), cap);
     expect_bits(c, want, "float32 tiles of at most " + std::to_string(cap) + " floats");
@@ -187,6 +192,113 @@ TEST(GroupedKernels, FloatTilesGiveTheCpuBitsAndCarryMostGroups) {
   EXPECT_GT(f32, all * 3 / 4);
 }
 #endif
+
+// The MMA kernel's pieces (sim/quant/grouped_mma.hpp): the fragment loads
+// of a shared tile against the PTX ISA's element coordinates (through the
+// host MMA: A·B of a 16 x 16 and a 16 x 8 of distinct small integers,
+// exact in any order), at an offset inside the shared tile.
+TEST(GroupedKernels, MmaFragmentsFollowThePtxLayout) {
+  std::vector<uint16_t> As(mma::kTile * mma::kLd), Bs(As.size());
+  const int r0 = 48, c0 = 24, k0 = 16;
+  float a[16][16], b[16][8];  // b: k x n
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k) {
+      a[r][k] = static_cast<float>((r * 16 + k) % 23 - 11);
+      As[static_cast<size_t>((r0 + r) * mma::kLd + k0 + k)] = static_cast<uint16_t>(bits(a[r][k]) >> 16);
+    }
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 8; ++n) {
+      b[k][n] = static_cast<float>((k * 8 + n * 5) % 19 - 9);
+      Bs[static_cast<size_t>((c0 + n) * mma::kLd + k0 + k)] = static_cast<uint16_t>(bits(b[k][n]) >> 16);
+    }
+  uint32_t fa[32][4], fb[32][2];
+  float d[32][4] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    mma_load_a(As.data(), r0, k0, lane, fa[lane]);
+    mma_load_b(Bs.data(), c0, k0, lane, fb[lane]);
+    for (int i = 0; i < 4; ++i) d[lane][i] = static_cast<float>(lane * 4 + i);  // C
+  }
+  mma_m16n8k16_host(fa, fb, d);
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      int r, n;
+      mma_c_coord(lane, i, r, n);
+      float want = static_cast<float>(lane * 4 + i);
+      for (int k = 0; k < 16; ++k) want += a[r][k] * b[k][n];
+      EXPECT_EQ(d[lane][i], want) << "lane " << lane << " element " << i;
+      // the accumulator element's place in the CTA tile (warp 5: rows 64.., columns 32..)
+      int row, col;
+      mma_elem_coord(5, lane, (1 * mma::kNi + 2) * 4 + i, row, col);
+      EXPECT_EQ(row, 64 + 16 + r);
+      EXPECT_EQ(col, 32 + 16 + n);
+    }
+}
+
+// Operands like a training step's (normal data with outliers, E2M1 with
+// UE5M3 scales 1x16 and 16x16, ue5m3-b16's model): the MMA kernel's
+// emulation gives the CPU's bits, and most (CTA tile, group) pairs pass the
+// tiles' exactness test (else the kernel would run its slow per-output
+// path, and the tests here would not check the MMA's).
+TEST(GroupedKernels, MmaTilesCarryTrainingOperands) {
+  const int64_t M = 300, N = 260, K = 512;
+  const GemmModel m{GemmModel::Kind::grouped, 64, Round::rne, Round::rtz, 1024};
+  for (const double outlier : {1.0, 30.0}) {
+    QuantInfo ia, ib;
+    const Vec xa = data(M, K, 51, outlier), xb = data(N, K, 52);
+    const Doubles A = quantize_encoded(operand_spec("ue5m3", 1, 16), xa.data(), M, K, &ia);
+    const Doubles B = quantize_encoded(operand_spec("ue5m3", 16, 16), xb.data(), N, K, &ib);
+    const float alpha = tensor_decode_alpha(ia.t, ib.t);
+    Vec want(static_cast<size_t>(M * N)), c(want.size(), -1234.5f);
+    grouped_gemm(want.data(), A.data(), B.data(), M, N, K, m, alpha);
+    std::vector<GroupRange> s(static_cast<size_t>(grouped_gemm_scratch(M, N, K, m)));
+    const MmaArgs p = grouped_mma_prepare(HostLaunch{}, c.data(), A.data(), B.data(), M, N, K, m, alpha, s.data());
+    // tile groups on the MMAs alone; output groups on the MMAs (a fast tile's
+    // or a pair's own test) and on group_sum
+    int64_t fast = 0, tiles = 0, pairs_mma = 0, pairs = 0;
+    for (int64_t bm = 0; bm < p.l.tm; ++bm)
+      for (int64_t bn = 0; bn < p.l.tn; ++bn)
+        for (int64_t g = 0; g < p.l.ng; ++g, ++tiles) {
+          const bool f = mma_group_fast(p, bm, bn, g);
+          fast += f;
+          const int64_t gk = std::min(m.group, K - g * m.group);
+          for (int64_t i = bm * mma::kTile; i < std::min(M, (bm + 1) * mma::kTile); ++i)
+            for (int64_t j = bn * mma::kTile; j < std::min(N, (bn + 1) * mma::kTile); ++j, ++pairs)
+              pairs_mma += f || row_pair_fast(p.ranges[i * p.l.ng + g], p.ranges[(M + j) * p.l.ng + g], ceil_log2(gk) + 2);
+        }
+    std::printf("outlier %g: %lld of %lld tile groups on the MMAs alone; %lld of %lld output groups on the MMAs\n",
+                outlier, static_cast<long long>(fast), static_cast<long long>(tiles), static_cast<long long>(pairs_mma),
+                static_cast<long long>(pairs));
+    if (outlier == 1.0) {
+      EXPECT_EQ(fast, tiles);
+    }
+    grouped_mma_host<false, true>(p);
+    expect_bits(c, want, "MMA kernel, outlier " + std::to_string(outlier));
+  }
+}
+
+// Operands whose group sums are exact in float32 but whose elements are
+// not BF16 numbers (12 significant bits against powers of two): the MMA
+// kernel must not take its BF16 products for them. Such rows in all of A,
+// or only in B's second tile of 128 rows (the others powers of two).
+TEST(GroupedKernels, ElementsPastBf16) {
+  EXMY_REQUIRE_CUDA();
+  std::mt19937 g(17);
+  const auto wide = [&] { return static_cast<double>(2048 + g() % 2048) * ((g() & 1) ? 1 : -1) / 1024.0; };
+  const auto pow2 = [&] { return (g() & 1) ? 1.0 : -2.0; };
+  for (const bool in_a : {true, false}) {
+    const int64_t M = 40, N = in_a ? 24 : 140, K = 128;
+    Doubles A(static_cast<size_t>(M * K)), B(static_cast<size_t>(N * K));
+    for (double& v : A) v = in_a ? wide() : pow2();
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t k = 0; k < K; ++k) B[static_cast<size_t>(j * K + k)] = !in_a && j >= 128 ? wide() : pow2();
+    for (const int64_t G : {int64_t{16}, int64_t{64}}) {
+      const GemmModel m{GemmModel::Kind::grouped, G, Round::rne, Round::rtz, 0};
+      const Vec C = check(A, B, M, N, K, m, 1.0f, shape_name(M, N, K, m) + (in_a ? " A" : " B") + " 12-bit elements",
+                          true);
+      EXPECT_GT(nonzero(C), M * N / 2);
+    }
+  }
+}
 
 TEST(GroupedKernels, MatchTheCpuOverShapesModelsAndScales) {
   EXMY_REQUIRE_CUDA();

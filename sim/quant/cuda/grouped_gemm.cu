@@ -1,9 +1,19 @@
-// The grouped GEMM output model on a CUDA device: the launches of
+// The grouped GEMM output model on a CUDA device: the MMA kernel
+// (sim/quant/grouped_mma.hpp: BF16 tensor-core MMAs where a group's sum is
+// exact in them, the accumulation in the same kernel), and the launches of
 // sim/quant/grouped_launches.hpp with sim::DeviceLaunch and cuBLASLt's
-// float32 GEMM (the launch shape only; the arithmetic is
-// sim/quant/grouped_items.hpp, shared with the CPU).
+// float32 GEMM for the other groups or EXMY_CUDA_GROUPED=tiles (the launch
+// shape only; the arithmetic is sim/quant/grouped_items.hpp, shared with
+// the CPU).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "formats/error.hpp"
+#include "formats/kernel_launch.hpp"  // DeviceProfileScope, cuda_sync_launches
 #include "sim/cuda/gemm_cuda.hpp"
 #include "sim/quant/cuda/grouped_gemm_cuda.hpp"
+#include "sim/quant/grouped_mma.hpp"
 
 namespace exmy::sim::quant {
 namespace {
@@ -17,10 +27,86 @@ struct DeviceFloatGemm {
   }
 };
 
+// d += A·B for one warp's m16n8k16 fragments (BF16 in, FP32 out).
+__device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// A CTA per (128 rows of A, 128 rows of B), 8 warps of 64 x 32 outputs;
+// per group in K order: the group's columns staged in chunks of kChunk, the
+// MMAs into the thread's group product, then mma_group_step; at the end
+// the epilogue's stores. Grid: x over B's tiles, y over A's.
+template <bool kGroupRtz, bool kAccRtz, int kChunk>
+__global__ void __launch_bounds__(mma::kThreads, 1) grouped_mma_kernel(const MmaArgs p) {
+  using namespace mma;
+  __shared__ __align__(16) uint16_t As[kTile * kLd];
+  __shared__ __align__(16) uint16_t Bs[kTile * kLd];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int64_t bm = blockIdx.y, bn = blockIdx.x, m0 = bm * kTile, n0 = bn * kTile;
+  const uint16_t* const bf_b = p.bf + p.M * p.l.kp;
+  float acc[kElems], grp[kElems];
+  EXMY_MMA_UNROLL
+  for (int e = 0; e < kElems; ++e) acc[e] = 0.0f;
+  for (int64_t g = 0; g < p.l.ng; ++g) {
+    const int64_t k0 = g * p.G, gk = p.K - k0 < p.G ? p.K - k0 : p.G;
+    EXMY_MMA_UNROLL
+    for (int e = 0; e < kElems; ++e) grp[e] = 0.0f;
+    for (int64_t kc = k0; kc < k0 + gk; kc += kChunk) {
+      mma_stage(tid, p.bf, p.l.kp, m0, p.M, kc, kChunk, As);
+      mma_stage(tid, bf_b, p.l.kp, n0, p.N, kc, kChunk, Bs);
+      __syncthreads();
+      EXMY_MMA_UNROLL
+      for (int ks = 0; ks < kChunk; ks += 16) {
+        uint32_t a[kMi][4], b[kNi][2];
+        EXMY_MMA_UNROLL
+        for (int mi = 0; mi < kMi; ++mi) mma_load_a(As, (warp / 4) * kWarpRows + mi * 16, ks, lane, a[mi]);
+        EXMY_MMA_UNROLL
+        for (int ni = 0; ni < kNi; ++ni) mma_load_b(Bs, (warp % 4) * kWarpCols + ni * 8, ks, lane, b[ni]);
+        EXMY_MMA_UNROLL
+        for (int mi = 0; mi < kMi; ++mi)
+          EXMY_MMA_UNROLL
+          for (int ni = 0; ni < kNi; ++ni) mma_bf16_16816(grp + (mi * kNi + ni) * 4, a[mi], b[ni]);
+      }
+      __syncthreads();
+    }
+    mma_group_step<kGroupRtz, kAccRtz>(p, m0, n0, g, mma_group_fast(p, bm, bn, g), warp, lane, acc, grp);
+  }
+  mma_store(p, m0, n0, warp, lane, acc);
+}
+
+template <bool kGroupRtz, bool kAccRtz>
+void launch_mma(const MmaArgs& p, dim3 grid) {
+  switch (mma::chunk_of(p.G)) {
+    case 64: grouped_mma_kernel<kGroupRtz, kAccRtz, 64><<<grid, mma::kThreads>>>(p); break;
+    case 32: grouped_mma_kernel<kGroupRtz, kAccRtz, 32><<<grid, mma::kThreads>>>(p); break;
+    default: grouped_mma_kernel<kGroupRtz, kAccRtz, 16><<<grid, mma::kThreads>>>(p); break;
+  }
+}
+
+void run_mma_cuda(const MmaArgs& p) {
+  if (p.l.tm > 65535) throw Error("grouped_mma: " + std::to_string(p.M) + " rows of A exceed the kernel's grid");
+  const dim3 grid(static_cast<unsigned>(p.l.tn), static_cast<unsigned>(p.l.tm));
+  {
+    DeviceProfileScope timed("grouped_mma", 2.0 * static_cast<double>(p.M) * p.N * p.K);
+    if (p.group_rtz)
+      p.acc_rtz ? launch_mma<true, true>(p, grid) : launch_mma<true, false>(p, grid);
+    else
+      p.acc_rtz ? launch_mma<false, true>(p, grid) : launch_mma<false, false>(p, grid);
+  }
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess && cuda_sync_launches()) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) throw Error(std::string("CUDA error in kernel grouped_mma: ") + cudaGetErrorString(e));
+}
+
 }  // namespace
 }  // namespace exmy::sim::quant
 
 #define EXMY_LAUNCHER sim::DeviceLaunch
 #define EXMY_FLOAT_GEMM DeviceFloatGemm
+#define EXMY_MMA_RUN run_mma_cuda
 #define EXMY_SUFFIX cuda
 #include "sim/quant/cuda/grouped_define.hpp"

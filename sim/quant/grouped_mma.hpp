@@ -1,0 +1,450 @@
+// The `grouped` GEMM output model (docs/recipes.md §6) on tensor cores: one
+// kernel that forms each group's sum with BF16 MMAs (m16n8k16, FP32
+// accumulation) where that sum is exact, and adds it into the output's
+// float32 accumulator in the same kernel, instead of a float32 GEMM per
+// group and a pass over C per group (grouped_gemm_launches). The pieces a
+// thread runs are EXMY_HD functions here, shared by the CUDA kernel
+// (sim/quant/cuda/grouped_gemm.cu) and its host emulation
+// (grouped_mma_host, below), which differ only in who runs the threads and
+// who does the MMA (the instruction on a device; mma_m16n8k16_host on the
+// host, from the PTX ISA's fragment layouts).
+//
+// Why the bits are the CPU's. A group's products of a row pair are summed
+// exactly by the MMAs when
+//   (1) every element of both rows over the group is a BF16 number (the
+//       conversion from the encoded doubles is exact: E2M1 payloads times
+//       UE5M3/UE4M3/UE8M0 block scales have at most 6 significant bits), and
+//   (2) the rows' exponent ranges put every partial sum on multiples of
+//       2^L >= 2^-126 below 2^(L+24) (pair_exact_f32_normal), so that a
+//       tensor core that forms BF16 products exactly and adds them with at
+//       least 24 bits below the largest term (Fasi et al. 2021 for V100 and
+//       A100; Khattak and Mikaitis 2025 for H100) loses nothing, in any
+//       order and whatever C it chains in.
+// The group's sum is then an exact float32, which group_round leaves as it
+// is, and the thread adds it into its accumulator with `accumulate`'s
+// rounding (add_exact; __fadd_rz on a device for RTZ, the IEEE operation
+// add_exact computes). Per CTA tile (128 rows of A x 128 rows of B) and
+// group the test is made once on the tile's widest ranges (tile_pair_fast:
+// it implies the test for every row pair in the tile); a tile and group
+// that fail it take, per output, the test of its own row pair and the
+// double or exact accumulator's group_sum from the doubles where even that
+// fails (grouped_step's rule), which is slow and, for E2M1 operands with
+// UE5M3 scales, rare (tests/quant/test_grouped_cuda.cpp counts it).
+// The groups are added in K order, each output by one thread: no atomics.
+//
+// It applies to groups of a multiple of 16 elements (every shipped grouped
+// recipe's 64); other groups take grouped_gemm_launches.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "formats/format.hpp"  // EXMY_HD, bits_of, float_of
+#include "sim/kernel_launch.hpp"
+#include "sim/quant/grouped_items.hpp"
+#include "sim/quant/recipe.hpp"  // GemmModel
+
+// A loop the device compiler unrolls (fixed trip counts over a thread's
+// register arrays, which must not be indexed at run time); nothing on the
+// host.
+#if defined(__CUDA_ARCH__)
+#define EXMY_MMA_UNROLL _Pragma("unroll")
+#define EXMY_MMA_NOINLINE __noinline__
+#else
+#define EXMY_MMA_UNROLL
+#define EXMY_MMA_NOINLINE
+#endif
+
+namespace exmy::sim::quant {
+
+// A row's elements over a group are not all BF16 numbers (set by the
+// conversion; range_of never sets it).
+inline constexpr uint8_t kNotBf16 = 4;
+
+namespace mma {
+
+inline constexpr int kTile = 128;        // rows of A and of B a CTA covers
+inline constexpr int kThreads = 256;     // 8 warps: 2 (along A's rows) x 4 (along B's)
+inline constexpr int kChunkMax = 64;     // K columns a stage holds
+inline constexpr int kLd = kChunkMax + 8;  // shared row stride in BF16 (144 bytes: no bank conflicts on fragment loads)
+inline constexpr int kWarpRows = 64, kWarpCols = 32;
+inline constexpr int kMi = kWarpRows / 16, kNi = kWarpCols / 8;  // m16 x n8 MMAs a warp keeps
+inline constexpr int kElems = kMi * kNi * 4;                     // accumulator elements a thread keeps
+
+// The stage width for groups of G: the largest of 64, 32, 16 dividing G.
+EXMY_HD int chunk_of(int64_t G) { return G % 64 == 0 ? 64 : G % 32 == 0 ? 32 : 16; }
+
+}  // namespace mma
+
+// Whether the MMA kernel takes the model (groups of a multiple of 16), and
+// whether EXMY_CUDA_GROUPED=tiles asks for grouped_gemm_launches instead (to
+// compare the two in one sitting).
+bool grouped_tiles_chosen();
+inline bool grouped_mma_applies(const GemmModel& model) { return model.group >= 16 && model.group % 16 == 0; }
+
+// The MMA kernel's scratch, in GroupRange units (8 bytes): the rows' group
+// ranges ((M + N) ceil(K/G)), the tiles' ((ceil(M/128) + ceil(N/128))
+// ceil(K/G)), each padded to 64 bytes, then A's and B's rows as BF16,
+// ceil(K/G)·G columns each (zeros past K), padded to 64 bytes.
+struct MmaLayout {
+  int64_t ng = 0, kp = 0, tm = 0, tn = 0;
+  int64_t tiles_at = 0, bf_at = 0, units = 0;  // offsets and size in units
+};
+inline MmaLayout grouped_mma_layout(int64_t M, int64_t N, int64_t K, int64_t G) {
+  const auto pad8 = [](int64_t u) { return (u + 7) / 8 * 8; };
+  MmaLayout l;
+  l.ng = (K + G - 1) / G;
+  l.kp = l.ng * G;
+  l.tm = (M + mma::kTile - 1) / mma::kTile;
+  l.tn = (N + mma::kTile - 1) / mma::kTile;
+  l.tiles_at = pad8((M + N) * l.ng);
+  l.bf_at = l.tiles_at + pad8((l.tm + l.tn) * l.ng);
+  l.units = l.bf_at + pad8(((M + N) * l.kp * 2 + 7) / 8);
+  return l;
+}
+
+// The exactness test of a tile pair's group (a, b: the tiles' folded ranges,
+// fold_tile_range): every row pair's group sum is exact in the MMAs.
+EXMY_HD bool tile_pair_fast(const GroupRange& a, const GroupRange& b, int c) {
+  if ((a.flags | b.flags) & (kSpecial | kNotBf16)) return false;
+  if ((a.flags | b.flags) & kAllZero) return true;  // every product is zero: +0 either way
+  return pair_exact_f32_normal(a, b, c);
+}
+// The same test for one row pair (the slow tiles' per-output test).
+EXMY_HD bool row_pair_fast(const GroupRange& a, const GroupRange& b, int c) {
+  return !((a.flags | b.flags) & kNotBf16) && pair_exact_f32_normal(a, b, c);
+}
+
+// A tile's range over a group from its rows' (n rows, `stride` apart):
+// lo the least, hi the greatest, span the widest over the rows that are not
+// all zero; kAllZero when every row is; kSpecial and kNotBf16 when any row
+// has them. pair_exact_f32_normal of two such ranges implies it for every
+// row pair of the tiles that are not all zero.
+EXMY_HD GroupRange fold_tile_range(const GroupRange* rows, int64_t n, int64_t stride) {
+  int lo = kBig, hi = -kBig, span = -kBig;
+  uint8_t flags = kAllZero;
+  for (int64_t r = 0; r < n; ++r) {
+    const GroupRange& x = rows[r * stride];
+    flags |= static_cast<uint8_t>(x.flags & (kSpecial | kNotBf16));
+    if (x.flags & kAllZero) continue;
+    flags &= static_cast<uint8_t>(~kAllZero);
+    lo = x.lo < lo ? x.lo : lo;
+    hi = x.hi > hi ? x.hi : hi;
+    span = x.span > span ? x.span : span;
+  }
+  return GroupRange{static_cast<int16_t>(lo), static_cast<int16_t>(hi), static_cast<int16_t>(span), flags};
+}
+
+// A double's BF16 bits when it is a BF16 number (finite; a zero keeps its
+// sign), else false.
+EXMY_HD bool bf16_exact(double v, uint16_t& out) {
+  const float f = static_cast<float>(v);
+  const uint32_t b = bits_of(f);
+  out = static_cast<uint16_t>(b >> 16);
+  return static_cast<double>(f) == v && (b & 0xffffu) == 0;
+}
+
+// The conversion thread of row r (A's rows, then B's) over group g: its
+// range (kNotBf16 added where an element is not a BF16 number) and its
+// elements as BF16 at bf[r·kp + g·G ...], zeros up to the group's end.
+EXMY_HD void mma_prepare_row(int64_t i, const double* A, const double* B, int64_t M, int64_t K, int64_t G,
+                             const MmaLayout& l, GroupRange* ranges, uint16_t* bf) {
+  const int64_t r = i / l.ng, g = i % l.ng, k0 = g * G;
+  const int64_t gk = K - k0 < G ? K - k0 : G;
+  const double* row = (r < M ? A + r * K : B + (r - M) * K) + k0;
+  GroupRange x = range_of(row, gk);
+  uint16_t* out = bf + r * l.kp + k0;
+  bool exact = true;
+  for (int64_t k = 0; k < gk; ++k) exact = bf16_exact(row[k], out[k]) && exact;
+  for (int64_t k = gk; k < G; ++k) out[k] = 0;
+  if (!exact) x.flags |= kNotBf16;
+  ranges[i] = x;
+}
+
+// ---------------------------------------------------------------------------
+// The CTA's threads: staging, fragments, the accumulator steps, the stores.
+// ---------------------------------------------------------------------------
+
+// Sixteen bytes (eight BF16), the unit a thread stages, and the loads and
+// stores of it and of a register's two BF16 (memcpy on the host, where
+// the shared arrays are uint16_t: no aliasing through another type).
+struct alignas(16) Bf16x8 {
+  uint32_t w[4];
+};
+EXMY_HD Bf16x8 load8(const uint16_t* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const Bf16x8*>(p);
+#else
+  Bf16x8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+EXMY_HD void store8(uint16_t* p, const Bf16x8& v) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<Bf16x8*>(p) = v;
+#else
+  std::memcpy(p, &v, sizeof v);
+#endif
+}
+EXMY_HD uint32_t load2(const uint16_t* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const uint32_t*>(p);
+#else
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+
+// Thread tid's share of staging one operand's tile rows [r0, r0 + 128)
+// (rows < nrows exist; the others are zeros) over columns [kc, kc + chunk)
+// of bf (row stride kp) into the shared array s (row stride mma::kLd).
+EXMY_HD void mma_stage(int tid, const uint16_t* bf, int64_t kp, int64_t r0, int64_t nrows, int64_t kc, int chunk,
+                       uint16_t* s) {
+  const int per_row = chunk / 8;  // sixteen-byte units a row
+  for (int u = tid; u < mma::kTile * per_row; u += mma::kThreads) {
+    const int r = u / per_row, c = (u % per_row) * 8;
+    Bf16x8 v{{0, 0, 0, 0}};
+    if (r0 + r < nrows) v = load8(bf + (r0 + r) * kp + kc + c);
+    store8(s + r * mma::kLd + c, v);
+  }
+}
+
+// Two BF16 of a shared row as one register (the lower column in the low half).
+EXMY_HD uint32_t mma_pair(const uint16_t* s, int row, int col) {
+  return load2(s + row * mma::kLd + col);
+}
+// The A fragment of m16n8k16 (row-major 16 x 16 at rows r0.., columns k0..
+// of the shared A tile): lane = 4·groupID + threadID_in_group holds rows
+// groupID and groupID + 8, columns 2·threadID_in_group (+1) and +8.
+EXMY_HD void mma_load_a(const uint16_t* s, int r0, int k0, int lane, uint32_t a[4]) {
+  const int g = lane >> 2, t = lane & 3;
+  a[0] = mma_pair(s, r0 + g, k0 + 2 * t);
+  a[1] = mma_pair(s, r0 + g + 8, k0 + 2 * t);
+  a[2] = mma_pair(s, r0 + g, k0 + 2 * t + 8);
+  a[3] = mma_pair(s, r0 + g + 8, k0 + 2 * t + 8);
+}
+// The B fragment (16 x 8, "col": B's rows are the shared tile's rows n0..,
+// its K the columns k0..): rows k = 2·threadID_in_group (+1) and +8 of
+// column n = groupID.
+EXMY_HD void mma_load_b(const uint16_t* s, int n0, int k0, int lane, uint32_t b[2]) {
+  const int g = lane >> 2, t = lane & 3;
+  b[0] = mma_pair(s, n0 + g, k0 + 2 * t);
+  b[1] = mma_pair(s, n0 + g, k0 + 2 * t + 8);
+}
+
+// The CTA-tile coordinates of a thread's accumulator element e = (mi·kNi +
+// ni)·4 + i: C fragment element i of lane = row groupID (+8 for i >= 2),
+// column 2·threadID_in_group + (i & 1).
+EXMY_HD void mma_elem_coord(int warp, int lane, int e, int& row, int& col) {
+  const int mi = e / (mma::kNi * 4), ni = (e / 4) % mma::kNi, i = e % 4;
+  const int g = lane >> 2, t = lane & 3;
+  row = (warp / 4) * mma::kWarpRows + mi * 16 + g + (i >= 2 ? 8 : 0);
+  col = (warp % 4) * mma::kWarpCols + ni * 8 + 2 * t + (i & 1);
+}
+
+// The accumulator addition: add_exact's rounding; on a device RTZ is the
+// hardware's IEEE round-toward-zero addition (the value add_exact forms).
+template <bool kAccRtz>
+EXMY_HD float mma_add(float acc, float s) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (kAccRtz) return __fadd_rz(acc, s);
+#endif
+  return add_exact<kAccRtz>(acc, s);
+}
+
+// What the MMA kernel needs of a call.
+struct MmaArgs {
+  float* C = nullptr;
+  const double* A = nullptr;
+  const double* B = nullptr;
+  int64_t M = 0, N = 0, K = 0, G = 64;
+  MmaLayout l;
+  const GroupRange* ranges = nullptr;  // rows' (A's, then B's), ng each
+  const GroupRange* tiles = nullptr;   // tiles' (A's tm, then B's tn), ng each
+  const uint16_t* bf = nullptr;        // rows as BF16, kp each
+  GroupedEpilogue epilogue;
+  bool group_rtz = false, acc_rtz = false;
+};
+
+// Output (m, n)'s sum over group g in a tile that failed the tiles' test:
+// f (its element of the MMAs' product, + 0) where the row pair's test
+// holds, else group_sum from the doubles. Not inlined on a device (a
+// thread's 64 elements would copy the exact accumulator 64 times).
+template <bool kGroupRtz>
+EXMY_HD EXMY_MMA_NOINLINE float mma_slow_sum(const MmaArgs& p, int64_t m, int64_t n, int64_t g, float f) {
+  const int64_t k0 = g * p.G, gk = p.K - k0 < p.G ? p.K - k0 : p.G;
+  const GroupRange& ra = p.ranges[m * p.l.ng + g];
+  const GroupRange& rb = p.ranges[(p.M + n) * p.l.ng + g];
+  if (row_pair_fast(ra, rb, ceil_log2(gk) + 2)) return f + 0.0f;
+  return group_sum<kGroupRtz>(p.A + m * p.K + k0, p.B + n * p.K + k0, gk, ra, rb);
+}
+
+// A thread's step after group g's MMAs (grp: its elements of the group's
+// product): each accumulator element plus the group's sum, which is grp
+// (+ 0) where the tile's test or the row pair's holds, else group_sum from
+// the doubles (grouped_step's rule).
+template <bool kGroupRtz, bool kAccRtz>
+EXMY_HD void mma_group_step(const MmaArgs& p, int64_t m0, int64_t n0, int64_t g, bool fast, int warp, int lane,
+                            float* acc, const float* grp) {
+  if (fast) {
+    EXMY_MMA_UNROLL
+    for (int e = 0; e < mma::kElems; ++e) acc[e] = mma_add<kAccRtz>(acc[e], grp[e] + 0.0f);
+    return;
+  }
+  EXMY_MMA_UNROLL
+  for (int e = 0; e < mma::kElems; ++e) {
+    int row, col;
+    mma_elem_coord(warp, lane, e, row, col);
+    const int64_t m = m0 + row, n = n0 + col;
+    if (m < p.M && n < p.N) acc[e] = mma_add<kAccRtz>(acc[e], mma_slow_sum<kGroupRtz>(p, m, n, g, grp[e]));
+  }
+}
+
+// Whether group g of CTA tile (bm, bn) takes the MMAs' sums for every
+// output (the tiles' test; the same answer for every thread).
+EXMY_HD bool mma_group_fast(const MmaArgs& p, int64_t bm, int64_t bn, int64_t g) {
+  const int64_t k0 = g * p.G, gk = p.K - k0 < p.G ? p.K - k0 : p.G;
+  return tile_pair_fast(p.tiles[bm * p.l.ng + g], p.tiles[(p.l.tm + bn) * p.l.ng + g], ceil_log2(gk) + 2);
+}
+
+// A thread's stores: the epilogue of each of its elements inside C.
+EXMY_HD void mma_store(const MmaArgs& p, int64_t m0, int64_t n0, int warp, int lane, const float* acc) {
+  EXMY_MMA_UNROLL
+  for (int e = 0; e < mma::kElems; ++e) {
+    int row, col;
+    mma_elem_coord(warp, lane, e, row, col);
+    const int64_t m = m0 + row, n = n0 + col;
+    if (m < p.M && n < p.N) p.C[m * p.N + n] = p.epilogue(acc[e]);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The host emulation.
+// ---------------------------------------------------------------------------
+
+// The coordinates of fragment element i of a lane, as the PTX ISA gives them
+// for mma.m16n8k16 with .bf16 (section "Matrix Fragments for mma.m16n8k16
+// with floating point type"): element i is half i % 2 of register i / 2.
+inline void mma_a_coord(int lane, int i, int& row, int& col) {
+  const int g = lane >> 2, t = lane & 3;
+  row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+  col = t * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+}
+inline void mma_b_coord(int lane, int i, int& row, int& col) {
+  const int g = lane >> 2, t = lane & 3;
+  row = t * 2 + (i & 1) + (i >= 2 ? 8 : 0);
+  col = g;
+}
+inline void mma_c_coord(int lane, int i, int& row, int& col) {
+  const int g = lane >> 2, t = lane & 3;
+  row = i < 2 ? g : g + 8;
+  col = t * 2 + (i & 1);
+}
+
+// One warp's mma.m16n8k16.row.col.f32.bf16.bf16.f32 on the host: d (32
+// lanes x 4) += A (from a: 32 lanes x 4 registers) times B (b: 32 x 2), in
+// float32, k in order (the kernel uses only outputs that are exact, which
+// any order gives).
+inline void mma_m16n8k16_host(const uint32_t (*a)[4], const uint32_t (*b)[2], float (*d)[4]) {
+  float A[16][16], B[16][8];
+  const auto half = [](uint32_t reg, int h) { return float_of((h ? reg >> 16 : reg & 0xffffu) << 16); };
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 8; ++i) {
+      int r, c;
+      mma_a_coord(lane, i, r, c);
+      A[r][c] = half(a[lane][i / 2], i % 2);
+    }
+    for (int i = 0; i < 4; ++i) {
+      int r, c;
+      mma_b_coord(lane, i, r, c);
+      B[r][c] = half(b[lane][i / 2], i % 2);
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      int r, c;
+      mma_c_coord(lane, i, r, c);
+      float s = d[lane][i];
+      for (int k = 0; k < 16; ++k) s += A[r][k] * B[k][c];
+      d[lane][i] = s;
+    }
+}
+
+// The kernel's CTAs one after another, their warps and lanes in turn, the
+// MMAs by mma_m16n8k16_host; MMAs whose 16 rows or 8 columns all lie past
+// M or N (outputs no thread stores) are skipped.
+template <bool kGroupRtz, bool kAccRtz>
+void grouped_mma_host(const MmaArgs& p) {
+  using namespace mma;
+  static_assert(kThreads == 256 && kMi * 16 * 2 == kTile && kNi * 8 * 4 == kTile);
+  const int chunk = chunk_of(p.G);
+  std::vector<uint16_t> As(kTile * kLd), Bs(kTile * kLd);
+  std::vector<float> acc(static_cast<size_t>(kThreads) * kElems), grp(acc.size());
+  uint32_t a[32][4], b[32][2];
+  float d[32][4];
+  for (int64_t bm = 0; bm < p.l.tm; ++bm)
+    for (int64_t bn = 0; bn < p.l.tn; ++bn) {
+      const int64_t m0 = bm * kTile, n0 = bn * kTile;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t g = 0; g < p.l.ng; ++g) {
+        const int64_t k0 = g * p.G, gk = p.K - k0 < p.G ? p.K - k0 : p.G;
+        const bool fast = mma_group_fast(p, bm, bn, g);
+        std::fill(grp.begin(), grp.end(), 0.0f);
+        for (int64_t kc = k0; kc < k0 + gk; kc += chunk) {
+          for (int tid = 0; tid < kThreads; ++tid) {
+            mma_stage(tid, p.bf, p.l.kp, m0, p.M, kc, chunk, As.data());
+            mma_stage(tid, p.bf + p.M * p.l.kp, p.l.kp, n0, p.N, kc, chunk, Bs.data());
+          }
+          for (int warp = 0; warp < kThreads / 32; ++warp)
+            for (int ks = 0; ks < chunk; ks += 16)
+              for (int mi = 0; mi < kMi; ++mi)
+                for (int ni = 0; ni < kNi; ++ni) {
+                  const int r0 = (warp / 4) * kWarpRows + mi * 16, c0 = (warp % 4) * kWarpCols + ni * 8;
+                  if (m0 + r0 >= p.M || n0 + c0 >= p.N) continue;
+                  for (int lane = 0; lane < 32; ++lane) {
+                    mma_load_a(As.data(), r0, ks, lane, a[lane]);
+                    mma_load_b(Bs.data(), c0, ks, lane, b[lane]);
+                    for (int i = 0; i < 4; ++i) d[lane][i] = grp[(warp * 32 + lane) * kElems + (mi * kNi + ni) * 4 + i];
+                  }
+                  mma_m16n8k16_host(a, b, d);
+                  for (int lane = 0; lane < 32; ++lane)
+                    for (int i = 0; i < 4; ++i) grp[(warp * 32 + lane) * kElems + (mi * kNi + ni) * 4 + i] = d[lane][i];
+                }
+        }
+        for (int tid = 0; tid < kThreads; ++tid)
+          mma_group_step<kGroupRtz, kAccRtz>(p, m0, n0, g, fast, tid / 32, tid % 32, acc.data() + tid * kElems,
+                                             grp.data() + tid * kElems);
+      }
+      for (int tid = 0; tid < kThreads; ++tid) mma_store(p, m0, n0, tid / 32, tid % 32, acc.data() + tid * kElems);
+    }
+}
+
+// The launches before the MMA kernel (over a launcher): the rows'
+// conversion and ranges, the tiles' ranges. Returns the kernel's arguments.
+template <class L>
+MmaArgs grouped_mma_prepare(const L& launch, float* C, const double* A, const double* B, int64_t M, int64_t N,
+                            int64_t K, const GemmModel& model, float alpha, GroupRange* scratch) {
+  const MmaLayout l = grouped_mma_layout(M, N, K, model.group);
+  const int64_t G = model.group;
+  GroupRange* const ranges = scratch;
+  GroupRange* const tiles = scratch + l.tiles_at;
+  uint16_t* const bf = reinterpret_cast<uint16_t*>(scratch + l.bf_at);
+  launch("grouped_mma prepare", (M + N) * l.ng,
+         [=] EXMY_HD_LAMBDA(int64_t i) { mma_prepare_row(i, A, B, M, K, G, l, ranges, bf); });
+  launch("grouped_mma tiles", (l.tm + l.tn) * l.ng, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t t = i / l.ng, g = i % l.ng;
+    const bool of_a = t < l.tm;
+    const int64_t first = (of_a ? t : t - l.tm) * mma::kTile, rows = of_a ? M : N;
+    const int64_t n = rows - first < mma::kTile ? rows - first : mma::kTile;
+    tiles[i] = fold_tile_range(ranges + ((of_a ? 0 : M) + first) * l.ng + g, n, l.ng);
+  });
+  return MmaArgs{.C = C, .A = A, .B = B, .M = M, .N = N, .K = K, .G = G, .l = l, .ranges = ranges, .tiles = tiles,
+                 .bf = bf, .epilogue = GroupedEpilogue(model.grid, alpha),
+                 .group_rtz = model.group_round == Round::rtz, .acc_rtz = model.accumulate == Round::rtz};
+}
+
+}  // namespace exmy::sim::quant
