@@ -25,11 +25,15 @@
 // rounding (add_exact; __fadd_rz on a device for RTZ, the IEEE operation
 // add_exact computes). Per CTA tile (128 rows of A x 128 rows of B) and
 // group the test is made once on the tile's widest ranges (tile_pair_fast:
-// it implies the test for every row pair in the tile); a tile and group
-// that fail it take, per output, the test of its own row pair and the
-// double or exact accumulator's group_sum from the doubles where even that
-// fails (grouped_step's rule), which is slow and, for E2M1 operands with
-// UE5M3 scales, rare (tests/quant/test_grouped_cuda.cpp counts it).
+// it implies the test for every row pair in the tile). A tile and group
+// that fail it because their blocks' scales lie far apart pass it block by
+// block of 16 (E2M1 block pairs always do): each block's MMAs from zero,
+// the exact block sums added in double, exact where the tiles' ranges over
+// the group pass pair_exact, rounded once (mma_group_class, kMmaBlocks).
+// The rest take, per output, the test of its own row pair and the double
+// or exact accumulator's group_sum from the doubles where even that fails
+// (grouped_step's rule), which is slow and no E2M1 recipe's operands need
+// (tests/quant/test_grouped_cuda.cpp counts the classes).
 // The groups are added in K order, each output by one thread: no atomics.
 //
 // It applies to groups of a multiple of 16 elements (every shipped grouped
@@ -86,11 +90,13 @@ inline bool grouped_mma_applies(const GemmModel& model) { return model.group >= 
 
 // The MMA kernel's scratch, in GroupRange units (8 bytes): the rows' group
 // ranges ((M + N) ceil(K/G)), the tiles' ((ceil(M/128) + ceil(N/128))
-// ceil(K/G)), each padded to 64 bytes, then A's and B's rows as BF16,
+// ceil(K/G)), the tiles' over each block of 16 columns ((ceil(M/128) +
+// ceil(N/128)) ceil(K/G)·G/16), each padded to 64 bytes, then A's and B's
+// rows as BF16,
 // ceil(K/G)·G columns each (zeros past K), padded to 64 bytes.
 struct MmaLayout {
-  int64_t ng = 0, kp = 0, tm = 0, tn = 0;
-  int64_t tiles_at = 0, bf_at = 0, units = 0;  // offsets and size in units
+  int64_t ng = 0, kp = 0, nb = 0, tm = 0, tn = 0;  // nb: blocks of 16 columns a row, kp / 16
+  int64_t tiles_at = 0, btiles_at = 0, bf_at = 0, units = 0;  // offsets and size in units
 };
 inline MmaLayout grouped_mma_layout(int64_t M, int64_t N, int64_t K, int64_t G) {
   const auto pad8 = [](int64_t u) { return (u + 7) / 8 * 8; };
@@ -99,8 +105,10 @@ inline MmaLayout grouped_mma_layout(int64_t M, int64_t N, int64_t K, int64_t G) 
   l.kp = l.ng * G;
   l.tm = (M + mma::kTile - 1) / mma::kTile;
   l.tn = (N + mma::kTile - 1) / mma::kTile;
+  l.nb = l.kp / 16;
   l.tiles_at = pad8((M + N) * l.ng);
-  l.bf_at = l.tiles_at + pad8((l.tm + l.tn) * l.ng);
+  l.btiles_at = l.tiles_at + pad8((l.tm + l.tn) * l.ng);
+  l.bf_at = l.btiles_at + (G % 16 == 0 ? pad8((l.tm + l.tn) * l.nb) : 0);
   l.units = l.bf_at + pad8(((M + N) * l.kp * 2 + 7) / 8);
   return l;
 }
@@ -122,19 +130,25 @@ EXMY_HD bool row_pair_fast(const GroupRange& a, const GroupRange& b, int c) {
 // all zero; kAllZero when every row is; kSpecial and kNotBf16 when any row
 // has them. pair_exact_f32_normal of two such ranges implies it for every
 // row pair of the tiles that are not all zero.
-EXMY_HD GroupRange fold_tile_range(const GroupRange* rows, int64_t n, int64_t stride) {
+struct TileFold {
   int lo = kBig, hi = -kBig, span = -kBig;
   uint8_t flags = kAllZero;
-  for (int64_t r = 0; r < n; ++r) {
-    const GroupRange& x = rows[r * stride];
+  EXMY_HD void add(const GroupRange& x) {
     flags |= static_cast<uint8_t>(x.flags & (kSpecial | kNotBf16));
-    if (x.flags & kAllZero) continue;
+    if (x.flags & kAllZero) return;
     flags &= static_cast<uint8_t>(~kAllZero);
     lo = x.lo < lo ? x.lo : lo;
     hi = x.hi > hi ? x.hi : hi;
     span = x.span > span ? x.span : span;
   }
-  return GroupRange{static_cast<int16_t>(lo), static_cast<int16_t>(hi), static_cast<int16_t>(span), flags};
+  EXMY_HD GroupRange range() const {
+    return GroupRange{static_cast<int16_t>(lo), static_cast<int16_t>(hi), static_cast<int16_t>(span), flags};
+  }
+};
+EXMY_HD GroupRange fold_tile_range(const GroupRange* rows, int64_t n, int64_t stride) {
+  TileFold f;
+  for (int64_t r = 0; r < n; ++r) f.add(rows[r * stride]);
+  return f.range();
 }
 
 // A double's BF16 bits when it is a BF16 number (finite; a zero keeps its
@@ -265,6 +279,7 @@ struct MmaArgs {
   MmaLayout l;
   const GroupRange* ranges = nullptr;  // rows' (A's, then B's), ng each
   const GroupRange* tiles = nullptr;   // tiles' (A's tm, then B's tn), ng each
+  const GroupRange* btiles = nullptr;  // tiles' over each block of 16 columns, nb each
   const uint16_t* bf = nullptr;        // rows as BF16, kp each
   GroupedEpilogue epilogue;
   bool group_rtz = false, acc_rtz = false;
@@ -304,11 +319,48 @@ EXMY_HD void mma_group_step(const MmaArgs& p, int64_t m0, int64_t n0, int64_t g,
   }
 }
 
-// Whether group g of CTA tile (bm, bn) takes the MMAs' sums for every
-// output (the tiles' test; the same answer for every thread).
-EXMY_HD bool mma_group_fast(const MmaArgs& p, int64_t bm, int64_t bn, int64_t g) {
+// How group g of CTA tile (bm, bn) is summed (the same answer for every
+// thread of the CTA):
+//   kMmaChain      the group's MMAs chained: the tiles' test over the group
+//                  holds, every output's group sum is exact in float32;
+//   kMmaBlocks     each block of 16 columns its own MMA from zero, exact by
+//                  the tiles' test over the block, the block sums added in
+//                  double, exact by the tiles' double test over the group
+//                  (pair_exact), rounded once (group_round): groups whose
+//                  blocks' scales lie too far apart for one float32 window
+//                  (G of 16, 32 or 64: the group staged whole);
+//   kMmaPerOutput  else: per output, its rows' own test or group_sum.
+enum MmaClass : int { kMmaChain = 0, kMmaBlocks = 1, kMmaPerOutput = 2 };
+EXMY_HD int mma_group_class(const MmaArgs& p, int64_t bm, int64_t bn, int64_t g) {
   const int64_t k0 = g * p.G, gk = p.K - k0 < p.G ? p.K - k0 : p.G;
-  return tile_pair_fast(p.tiles[bm * p.l.ng + g], p.tiles[(p.l.tm + bn) * p.l.ng + g], ceil_log2(gk) + 2);
+  const GroupRange& ta = p.tiles[bm * p.l.ng + g];
+  const GroupRange& tb = p.tiles[(p.l.tm + bn) * p.l.ng + g];
+  const int c = ceil_log2(gk) + 2;
+  if (tile_pair_fast(ta, tb, c)) return kMmaChain;
+  if (mma::chunk_of(p.G) != p.G || ((ta.flags | tb.flags) & (kSpecial | kNotBf16)) || !pair_exact(ta, tb, c))
+    return kMmaPerOutput;
+  for (int64_t j = 0; j * 16 < gk; ++j) {
+    const int64_t b = k0 / 16 + j, bk = gk - j * 16 < 16 ? gk - j * 16 : 16;
+    if (!tile_pair_fast(p.btiles[bm * p.l.nb + b], p.btiles[(p.l.tm + bn) * p.l.nb + b], ceil_log2(bk) + 2))
+      return kMmaPerOutput;
+  }
+  return kMmaBlocks;
+}
+
+// kMmaBlocks, one m16 row block mi of the warp's at a time (kPart of a
+// thread's elements, [mi·kPart, (mi + 1)·kPart): few registers for the
+// double sums): a block's product (blk) into the group's double sums; at
+// the group's end, each sum rounded once (+ 0: an exact zero is +0) and
+// added into the accumulator.
+inline constexpr int kPart = mma::kNi * 4;
+EXMY_HD void mma_block_add(double* gd, const float* blk) {
+  EXMY_MMA_UNROLL
+  for (int e = 0; e < kPart; ++e) gd[e] += static_cast<double>(blk[e]);
+}
+template <bool kGroupRtz, bool kAccRtz>
+EXMY_HD void mma_blocks_finish(float* acc_part, const double* gd) {
+  EXMY_MMA_UNROLL
+  for (int e = 0; e < kPart; ++e) acc_part[e] = mma_add<kAccRtz>(acc_part[e], round_exact<kGroupRtz>(gd[e] + 0.0));
 }
 
 // A thread's stores: the epilogue of each of its elements inside C.
@@ -374,50 +426,81 @@ inline void mma_m16n8k16_host(const uint32_t (*a)[4], const uint32_t (*b)[2], fl
     }
 }
 
-// The kernel's CTAs one after another, their warps and lanes in turn, the
-// MMAs by mma_m16n8k16_host; MMAs whose 16 rows or 8 columns all lie past
-// M or N (outputs no thread stores) are skipped.
+// One warp's m16n8k16 MMAs over columns [ks, ks + 16) of the staged tiles
+// for its row blocks mi in [mi0, mi1), into d (the warp's 32 lanes'
+// elements, kElems a lane, element (mi·kNi + ni)·4 + i; `off` subtracted
+// from the element index: a half's array); MMAs whose 16 rows or 8 columns
+// all lie past M or N are skipped (no thread stores their outputs).
+inline void mma_warp_host(const uint16_t* As, const uint16_t* Bs, int warp, int ks, int mi0, int mi1, int64_t m0,
+                          int64_t n0, int64_t M, int64_t N, float* d, int stride, int off) {
+  using namespace mma;
+  uint32_t a[32][4], b[32][2];
+  float c[32][4];
+  for (int mi = mi0; mi < mi1; ++mi)
+    for (int ni = 0; ni < kNi; ++ni) {
+      const int r0 = (warp / 4) * kWarpRows + mi * 16, c0 = (warp % 4) * kWarpCols + ni * 8;
+      if (m0 + r0 >= M || n0 + c0 >= N) continue;
+      float* const at = d + warp * 32 * stride + (mi * kNi + ni) * 4 - off;
+      for (int lane = 0; lane < 32; ++lane) {
+        mma_load_a(As, r0, ks, lane, a[lane]);
+        mma_load_b(Bs, c0, ks, lane, b[lane]);
+        for (int i = 0; i < 4; ++i) c[lane][i] = at[lane * stride + i];
+      }
+      mma_m16n8k16_host(a, b, c);
+      for (int lane = 0; lane < 32; ++lane)
+        for (int i = 0; i < 4; ++i) at[lane * stride + i] = c[lane][i];
+    }
+}
+
+// The kernel's CTAs one after another, their warps and lanes in turn (the
+// kernel's order of stages, MMAs and group steps; sim/quant/cuda/grouped_gemm.cu).
 template <bool kGroupRtz, bool kAccRtz>
 void grouped_mma_host(const MmaArgs& p) {
   using namespace mma;
   static_assert(kThreads == 256 && kMi * 16 * 2 == kTile && kNi * 8 * 4 == kTile);
   const int chunk = chunk_of(p.G);
+  const int64_t M = p.M, N = p.N;
   std::vector<uint16_t> As(kTile * kLd), Bs(kTile * kLd);
-  std::vector<float> acc(static_cast<size_t>(kThreads) * kElems), grp(acc.size());
-  uint32_t a[32][4], b[32][2];
-  float d[32][4];
+  std::vector<float> acc(static_cast<size_t>(kThreads) * kElems), grp(acc.size()), blk(static_cast<size_t>(kThreads) * kPart);
+  std::vector<double> gd(blk.size());
+  const auto stage = [&](int64_t m0, int64_t n0, int64_t kc) {
+    for (int tid = 0; tid < kThreads; ++tid) {
+      mma_stage(tid, p.bf, p.l.kp, m0, M, kc, chunk, As.data());
+      mma_stage(tid, p.bf + M * p.l.kp, p.l.kp, n0, N, kc, chunk, Bs.data());
+    }
+  };
   for (int64_t bm = 0; bm < p.l.tm; ++bm)
     for (int64_t bn = 0; bn < p.l.tn; ++bn) {
       const int64_t m0 = bm * kTile, n0 = bn * kTile;
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t g = 0; g < p.l.ng; ++g) {
         const int64_t k0 = g * p.G, gk = p.K - k0 < p.G ? p.K - k0 : p.G;
-        const bool fast = mma_group_fast(p, bm, bn, g);
+        const int cls = mma_group_class(p, bm, bn, g);
+        if (cls == kMmaBlocks) {  // the group staged whole (G <= 64)
+          stage(m0, n0, k0);
+          for (int h = 0; h < kMi; ++h) {
+            std::fill(gd.begin(), gd.end(), 0.0);
+            for (int ks = 0; ks < gk; ks += 16) {
+              std::fill(blk.begin(), blk.end(), 0.0f);
+              for (int warp = 0; warp < kThreads / 32; ++warp)
+                mma_warp_host(As.data(), Bs.data(), warp, ks, h, h + 1, m0, n0, M, N, blk.data(), kPart, h * kPart);
+              for (int tid = 0; tid < kThreads; ++tid) mma_block_add(gd.data() + tid * kPart, blk.data() + tid * kPart);
+            }
+            for (int tid = 0; tid < kThreads; ++tid)
+              mma_blocks_finish<kGroupRtz, kAccRtz>(acc.data() + tid * kElems + h * kPart, gd.data() + tid * kPart);
+          }
+          continue;
+        }
         std::fill(grp.begin(), grp.end(), 0.0f);
         for (int64_t kc = k0; kc < k0 + gk; kc += chunk) {
-          for (int tid = 0; tid < kThreads; ++tid) {
-            mma_stage(tid, p.bf, p.l.kp, m0, p.M, kc, chunk, As.data());
-            mma_stage(tid, p.bf + p.M * p.l.kp, p.l.kp, n0, p.N, kc, chunk, Bs.data());
-          }
+          stage(m0, n0, kc);
           for (int warp = 0; warp < kThreads / 32; ++warp)
             for (int ks = 0; ks < chunk; ks += 16)
-              for (int mi = 0; mi < kMi; ++mi)
-                for (int ni = 0; ni < kNi; ++ni) {
-                  const int r0 = (warp / 4) * kWarpRows + mi * 16, c0 = (warp % 4) * kWarpCols + ni * 8;
-                  if (m0 + r0 >= p.M || n0 + c0 >= p.N) continue;
-                  for (int lane = 0; lane < 32; ++lane) {
-                    mma_load_a(As.data(), r0, ks, lane, a[lane]);
-                    mma_load_b(Bs.data(), c0, ks, lane, b[lane]);
-                    for (int i = 0; i < 4; ++i) d[lane][i] = grp[(warp * 32 + lane) * kElems + (mi * kNi + ni) * 4 + i];
-                  }
-                  mma_m16n8k16_host(a, b, d);
-                  for (int lane = 0; lane < 32; ++lane)
-                    for (int i = 0; i < 4; ++i) grp[(warp * 32 + lane) * kElems + (mi * kNi + ni) * 4 + i] = d[lane][i];
-                }
+              mma_warp_host(As.data(), Bs.data(), warp, ks, 0, kMi, m0, n0, M, N, grp.data(), kElems, 0);
         }
         for (int tid = 0; tid < kThreads; ++tid)
-          mma_group_step<kGroupRtz, kAccRtz>(p, m0, n0, g, fast, tid / 32, tid % 32, acc.data() + tid * kElems,
-                                             grp.data() + tid * kElems);
+          mma_group_step<kGroupRtz, kAccRtz>(p, m0, n0, g, cls == kMmaChain, tid / 32, tid % 32,
+                                             acc.data() + tid * kElems, grp.data() + tid * kElems);
       }
       for (int tid = 0; tid < kThreads; ++tid) mma_store(p, m0, n0, tid / 32, tid % 32, acc.data() + tid * kElems);
     }
@@ -432,6 +515,7 @@ MmaArgs grouped_mma_prepare(const L& launch, float* C, const double* A, const do
   const int64_t G = model.group;
   GroupRange* const ranges = scratch;
   GroupRange* const tiles = scratch + l.tiles_at;
+  GroupRange* const btiles = scratch + l.btiles_at;
   uint16_t* const bf = reinterpret_cast<uint16_t*>(scratch + l.bf_at);
   launch("grouped_mma prepare", (M + N) * l.ng,
          [=] EXMY_HD_LAMBDA(int64_t i) { mma_prepare_row(i, A, B, M, K, G, l, ranges, bf); });
@@ -442,8 +526,21 @@ MmaArgs grouped_mma_prepare(const L& launch, float* C, const double* A, const do
     const int64_t n = rows - first < mma::kTile ? rows - first : mma::kTile;
     tiles[i] = fold_tile_range(ranges + ((of_a ? 0 : M) + first) * l.ng + g, n, l.ng);
   });
+  // the tiles' ranges over each block of 16 columns, from the doubles
+  // (columns past K: none, an all-zero range)
+  launch("grouped_mma block tiles", (l.tm + l.tn) * l.nb, [=] EXMY_HD_LAMBDA(int64_t i) {
+    const int64_t t = i / l.nb, b = i % l.nb, k0 = b * 16;
+    const bool of_a = t < l.tm;
+    const int64_t first = (of_a ? t : t - l.tm) * mma::kTile, rows = of_a ? M : N;
+    const int64_t n = rows - first < mma::kTile ? rows - first : mma::kTile;
+    const int64_t bk = K - k0 < 16 ? K - k0 : 16;
+    const double* const base = (of_a ? A : B) + first * K + k0;
+    TileFold f;
+    for (int64_t r = 0; r < n && bk > 0; ++r) f.add(range_of(base + r * K, bk));
+    btiles[i] = f.range();
+  });
   return MmaArgs{.C = C, .A = A, .B = B, .M = M, .N = N, .K = K, .G = G, .l = l, .ranges = ranges, .tiles = tiles,
-                 .bf = bf, .epilogue = GroupedEpilogue(model.grid, alpha),
+                 .btiles = btiles, .bf = bf, .epilogue = GroupedEpilogue(model.grid, alpha),
                  .group_rtz = model.group_round == Round::rtz, .acc_rtz = model.accumulate == Round::rtz};
 }
 

@@ -236,9 +236,11 @@ TEST(GroupedKernels, MmaFragmentsFollowThePtxLayout) {
 
 // Operands like a training step's (normal data with outliers, E2M1 with
 // UE5M3 scales 1x16 and 16x16, ue5m3-b16's model): the MMA kernel's
-// emulation gives the CPU's bits, and most (CTA tile, group) pairs pass the
-// tiles' exactness test (else the kernel would run its slow per-output
-// path, and the tests here would not check the MMA's).
+// emulation gives the CPU's bits, and every (CTA tile, group) takes the
+// MMAs: chained on plain normal data; with every 97th element 30 times the
+// rest (block scales too far apart for one float32 window), most per block
+// (else the kernel would run its slow per-output path, and the tests here
+// would not check the MMAs).
 TEST(GroupedKernels, MmaTilesCarryTrainingOperands) {
   const int64_t M = 300, N = 260, K = 512;
   const GemmModel m{GemmModel::Kind::grouped, 64, Round::rne, Round::rtz, 1024};
@@ -252,24 +254,29 @@ TEST(GroupedKernels, MmaTilesCarryTrainingOperands) {
     grouped_gemm(want.data(), A.data(), B.data(), M, N, K, m, alpha);
     std::vector<GroupRange> s(static_cast<size_t>(grouped_gemm_scratch(M, N, K, m)));
     const MmaArgs p = grouped_mma_prepare(HostLaunch{}, c.data(), A.data(), B.data(), M, N, K, m, alpha, s.data());
-    // tile groups on the MMAs alone; output groups on the MMAs (a fast tile's
-    // or a pair's own test) and on group_sum
-    int64_t fast = 0, tiles = 0, pairs_mma = 0, pairs = 0;
+    // tile groups by class (chained MMAs, per-block MMAs, per output); output
+    // groups on group_sum (in per-output tiles, where the rows' own test fails)
+    int64_t cls[3] = {0, 0, 0}, tiles = 0, on_sum = 0, pairs = 0;
     for (int64_t bm = 0; bm < p.l.tm; ++bm)
       for (int64_t bn = 0; bn < p.l.tn; ++bn)
         for (int64_t g = 0; g < p.l.ng; ++g, ++tiles) {
-          const bool f = mma_group_fast(p, bm, bn, g);
-          fast += f;
+          const int c = mma_group_class(p, bm, bn, g);
+          ++cls[c];
           const int64_t gk = std::min(m.group, K - g * m.group);
           for (int64_t i = bm * mma::kTile; i < std::min(M, (bm + 1) * mma::kTile); ++i)
             for (int64_t j = bn * mma::kTile; j < std::min(N, (bn + 1) * mma::kTile); ++j, ++pairs)
-              pairs_mma += f || row_pair_fast(p.ranges[i * p.l.ng + g], p.ranges[(M + j) * p.l.ng + g], ceil_log2(gk) + 2);
+              on_sum += c == kMmaPerOutput &&
+                        !row_pair_fast(p.ranges[i * p.l.ng + g], p.ranges[(M + j) * p.l.ng + g], ceil_log2(gk) + 2);
         }
-    std::printf("outlier %g: %lld of %lld tile groups on the MMAs alone; %lld of %lld output groups on the MMAs\n",
-                outlier, static_cast<long long>(fast), static_cast<long long>(tiles), static_cast<long long>(pairs_mma),
-                static_cast<long long>(pairs));
+    std::printf("outlier %g: of %lld tile groups %lld chained, %lld per block, %lld per output; %lld of %lld output "
+                "groups on group_sum\n",
+                outlier, static_cast<long long>(tiles), static_cast<long long>(cls[0]), static_cast<long long>(cls[1]),
+                static_cast<long long>(cls[2]), static_cast<long long>(on_sum), static_cast<long long>(pairs));
     if (outlier == 1.0) {
-      EXPECT_EQ(fast, tiles);
+      EXPECT_EQ(cls[kMmaChain], tiles);
+    } else {
+      EXPECT_EQ(cls[kMmaChain] + cls[kMmaBlocks], tiles);
+      EXPECT_GT(cls[kMmaBlocks], tiles / 2);
     }
     grouped_mma_host<false, true>(p);
     expect_bits(c, want, "MMA kernel, outlier " + std::to_string(outlier));
@@ -297,6 +304,25 @@ TEST(GroupedKernels, ElementsPastBf16) {
                           true);
       EXPECT_GT(nonzero(C), M * N / 2);
     }
+  }
+}
+
+// A group with 1 and -2^-30 (the exact sum needs 31 bits; group_round RTZ
+// tells one rounding from two) in one block of 16, or in two blocks: within
+// a block the MMA's float32 sum cannot be exact (the per-output path must
+// take it), across blocks the per-block sums added in double are.
+TEST(GroupedKernels, WideSpreadsWithinAndAcrossBlocks) {
+  EXMY_REQUIRE_CUDA();
+  const int64_t M = 6, N = 5, K = 64;
+  for (const int64_t second : {int64_t{3}, int64_t{20}}) {  // the -2^-30's column: block 0 or block 1
+    Doubles A(static_cast<size_t>(M * K), 0.0), B(static_cast<size_t>(N * K), 1.0);
+    for (int64_t i = 0; i < M; ++i) {
+      A[static_cast<size_t>(i * K + 1)] = 1.0 + static_cast<double>(i);
+      A[static_cast<size_t>(i * K + second)] = -std::ldexp(1.0, -30);
+    }
+    const GemmModel m{GemmModel::Kind::grouped, 64, Round::rtz, Round::rne, 0};
+    const Vec C = check(A, B, M, N, K, m, 1.0f, std::string("-2^-30 in block ") + (second < 16 ? "0" : "1"), true);
+    EXPECT_EQ(C[0], std::nextafter(1.0f, 0.0f));  // RTZ(1 - 2^-30), rounded once
   }
 }
 

@@ -37,9 +37,12 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, cons
 }
 
 // A CTA per (128 rows of A, 128 rows of B), 8 warps of 64 x 32 outputs;
-// per group in K order: the group's columns staged in chunks of kChunk, the
-// MMAs into the thread's group product, then mma_group_step; at the end
-// the epilogue's stores. Grid: x over B's tiles, y over A's.
+// per group in K order, by its class (mma_group_class): the group's columns
+// staged in chunks of kChunk, the MMAs chained into the thread's group
+// product, then mma_group_step; or (kMmaBlocks) the group staged whole and,
+// for each m16 row block of the warp's, each block's MMAs from zero added
+// into double sums, rounded once into the accumulator. At the end the
+// epilogue's stores. Grid: x over B's tiles, y over A's.
 template <bool kGroupRtz, bool kAccRtz, int kChunk>
 __global__ void __launch_bounds__(mma::kThreads, 1) grouped_mma_kernel(const MmaArgs p) {
   using namespace mma;
@@ -53,6 +56,35 @@ __global__ void __launch_bounds__(mma::kThreads, 1) grouped_mma_kernel(const Mma
   for (int e = 0; e < kElems; ++e) acc[e] = 0.0f;
   for (int64_t g = 0; g < p.l.ng; ++g) {
     const int64_t k0 = g * p.G, gk = p.K - k0 < p.G ? p.K - k0 : p.G;
+    const int cls = mma_group_class(p, bm, bn, g);
+    if (kChunk == p.G && cls == kMmaBlocks) {  // the group staged whole
+      mma_stage(tid, p.bf, p.l.kp, m0, p.M, k0, kChunk, As);
+      mma_stage(tid, bf_b, p.l.kp, n0, p.N, k0, kChunk, Bs);
+      __syncthreads();
+      EXMY_MMA_UNROLL
+      for (int h = 0; h < kMi; ++h) {
+        double gd[kPart];
+        EXMY_MMA_UNROLL
+        for (int e = 0; e < kPart; ++e) gd[e] = 0.0;
+        EXMY_MMA_UNROLL
+        for (int ks = 0; ks < kChunk; ks += 16) {
+          if (ks >= gk) break;
+          float blk[kPart];
+          EXMY_MMA_UNROLL
+          for (int e = 0; e < kPart; ++e) blk[e] = 0.0f;
+          uint32_t a[4], b[kNi][2];
+          mma_load_a(As, (warp / 4) * kWarpRows + h * 16, ks, lane, a);
+          EXMY_MMA_UNROLL
+          for (int ni = 0; ni < kNi; ++ni) mma_load_b(Bs, (warp % 4) * kWarpCols + ni * 8, ks, lane, b[ni]);
+          EXMY_MMA_UNROLL
+          for (int ni = 0; ni < kNi; ++ni) mma_bf16_16816(blk + ni * 4, a, b[ni]);
+          mma_block_add(gd, blk);
+        }
+        mma_blocks_finish<kGroupRtz, kAccRtz>(acc + h * kPart, gd);
+      }
+      __syncthreads();
+      continue;
+    }
     EXMY_MMA_UNROLL
     for (int e = 0; e < kElems; ++e) grp[e] = 0.0f;
     for (int64_t kc = k0; kc < k0 + gk; kc += kChunk) {
@@ -73,7 +105,7 @@ __global__ void __launch_bounds__(mma::kThreads, 1) grouped_mma_kernel(const Mma
       }
       __syncthreads();
     }
-    mma_group_step<kGroupRtz, kAccRtz>(p, m0, n0, g, mma_group_fast(p, bm, bn, g), warp, lane, acc, grp);
+    mma_group_step<kGroupRtz, kAccRtz>(p, m0, n0, g, cls == kMmaChain, warp, lane, acc, grp);
   }
   mma_store(p, m0, n0, warp, lane, acc);
 }
