@@ -132,11 +132,11 @@ for t in $tests; do
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
 done
 # the GEMM rates and error-to-budget ratios test_gemm_cuda, test_linear_cuda and test_fp32_gemm_bf16
-# printed, and the attention block and row kernels' and the SSD block and thread kernels' times at sequence 4096
-# test_attention_cuda and test_ssd_cuda printed
-grep -h -E '^CudaGemm |largest error|^\[attention (rows|blocks)\]|^\[ssd (threads|blocks)\]' "$logs/test_gemm_cuda.log" \
-  "$logs/test_linear_cuda.log" "$logs/test_fp32_gemm_bf16.log" "$logs/test_attention_cuda.log" \
-  "$logs/test_ssd_cuda.log" >>"$report" 2>/dev/null || true
+# printed, the attention block and row kernels' and the SSD block and thread kernels' times at sequence 4096
+# test_attention_cuda and test_ssd_cuda printed, and the grouped MMA kernel's against a BF16 GEMM (test_grouped_cuda)
+grep -h -E '^CudaGemm |largest error|^\[attention (rows|blocks)\]|^\[ssd (threads|blocks)\]|^\[grouped mma\]' \
+  "$logs/test_gemm_cuda.log" "$logs/test_linear_cuda.log" "$logs/test_fp32_gemm_bf16.log" \
+  "$logs/test_attention_cuda.log" "$logs/test_ssd_cuda.log" "$logs/test_grouped_cuda.log" >>"$report" 2>/dev/null || true
 # the device benchmarks (need the device), then the CPU one (needs none)
 if fits "exmy bench quantize --device cuda" 60; then
   echo "--- exmy bench quantize --device cuda --repeat 3" >>"$report"

@@ -39,6 +39,12 @@
 #include "sim/quant/recipe.hpp"
 #include "tests/models/kernel_test.hpp"  // BufferOf, KERNEL, EXMY_REQUIRE_CUDA, expect_bits
 
+#if !defined(EXMY_TEST_EMULATED)
+#include <cuda_runtime.h>
+
+#include "sim/cuda/gemm_cuda.hpp"  // CudaGemm: the BF16 GEMM the MMA kernel's time is set against
+#endif
+
 namespace exmy::sim::quant {
 namespace {
 
@@ -565,6 +571,62 @@ TEST(GroupedKernels, AccumulatorOverflowAndCancellation) {
     EXPECT_EQ(C[1 * N + 0], -top);
   }
 }
+
+#if !defined(EXMY_TEST_EMULATED)
+// Not a check: the MMA kernel's time on E2M1/UE5M3 operands of 4096 x 4096 x
+// 4096 (normal data: chained MMAs; every 97th element 30 times the rest:
+// per-block MMAs), against cuBLASLt's BF16 GEMM of the same operands in
+// the same run (printed "[grouped mma] ..." for tools/gpu-check.sh's
+// report; the median of 5 after a warm-up).
+TEST(GroupedKernels, TimesTheMmaKernel) {
+  EXMY_REQUIRE_CUDA();
+  const int64_t M = 4096, N = 4096, K = 4096;
+  const GemmModel m{GemmModel::Kind::grouped, 64, Round::rne, Round::rtz, 1024};
+  CudaGemm bf16_gemm;
+  cudaEvent_t t0, t1;
+  ASSERT_EQ(cudaEventCreate(&t0), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&t1), cudaSuccess);
+  const auto median_ms = [&](const auto& f) {
+    std::vector<float> ms;
+    for (int r = 0; r < 6; ++r) {
+      cudaEventRecord(t0);
+      f();
+      cudaEventRecord(t1);
+      EXPECT_EQ(cudaEventSynchronize(t1), cudaSuccess);
+      float t = 0;
+      cudaEventElapsedTime(&t, t0, t1);
+      if (r) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[2];
+  };
+  for (const double outlier : {1.0, 30.0}) {
+    QuantInfo ia, ib;
+    const Vec xa = data(M, K, 61, outlier), xb = data(N, K, 62);
+    const Doubles A = quantize_encoded(operand_spec("ue5m3", 1, 16), xa.data(), M, K, &ia);
+    const Doubles B = quantize_encoded(operand_spec("ue5m3", 16, 16), xb.data(), N, K, &ib);
+    std::vector<uint16_t> ab(A.size()), bb(B.size());  // the encoded values are BF16 numbers
+    for (size_t i = 0; i < A.size(); ++i) ab[i] = static_cast<uint16_t>(bits(static_cast<float>(A[i])) >> 16);
+    for (size_t i = 0; i < B.size(); ++i) bb[i] = static_cast<uint16_t>(bits(static_cast<float>(B[i])) >> 16);
+    BufferOf<double> a(A), b(B);
+    BufferOf<uint16_t> a16(ab), b16(bb);
+    BufferOf<float> c(Vec(static_cast<size_t>(M * N), 0.0f));
+    BufferOf<GroupRange> sc(std::vector<GroupRange>(static_cast<size_t>(grouped_gemm_scratch(M, N, K, m))));
+    const float alpha = tensor_decode_alpha(ia.t, ib.t);
+    const float mma_ms = median_ms([&] { grouped_gemm_cuda(c.ptr(), a.ptr(), b.ptr(), M, N, K, m, alpha, sc.ptr()); });
+    const float bf16_ms = median_ms([&] {
+      bf16_gemm.run(c.ptr(), N, a16.ptr(), K, Op::N, b16.ptr(), K, Op::T, M, N, K, false, GemmOperands::bf16);
+    });
+    const double flops = 2.0 * static_cast<double>(M) * N * K;
+    std::printf("[grouped mma] E2M1/UE5M3 %lldx%lldx%lld G=64, outlier %g: %.3f ms (%.1f TFLOP/s); cuBLASLt BF16 "
+                "GEMM %.3f ms (%.1f TFLOP/s); ratio %.2f\n",
+                static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), outlier, mma_ms,
+                flops / mma_ms * 1e-9, bf16_ms, flops / bf16_ms * 1e-9, mma_ms / bf16_ms);
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+}
+#endif
 
 }  // namespace
 }  // namespace exmy::sim::quant
