@@ -1,8 +1,8 @@
 // The float32-tiles launch sequence of the `grouped` GEMM output model
 // (docs/recipes.md §6; the kernels' entry points take it for groups that
 // are not a multiple of 16, or with EXMY_CUDA_GROUPED=tiles, and the MMA
-// kernel of sim/quant/grouped_mma.hpp otherwise), written once over a launcher (sim/kernel_launch.hpp) and a float32
-// GEMM functor: sim/quant/cuda/grouped_gemm.cu instantiates it with
+// kernel of sim/quant/grouped_mma.hpp otherwise), written once over a
+// launcher (sim/kernel_launch.hpp) and a float32 GEMM functor: sim/quant/cuda/grouped_gemm.cu instantiates it with
 // DeviceLaunch and cuBLASLt, sim/quant/grouped_emulated.cpp with HostLaunch
 // and sim::gemm. The thread bodies call the
 // EXMY_HD functions of sim/quant/grouped_items.hpp, which the CPU's
@@ -41,10 +41,10 @@ inline GroupedTiles grouped_tiles(int64_t M, int64_t N, int64_t K, int64_t G, in
   return t;
 }
 
-// Scratch of grouped_gemm_launches (grouped_tiles_scratch), in GroupRange (8 bytes): the group
-// ranges of A's rows, then of B's rows ((M + N) ceil(K / G)), padded to 64
-// bytes, then the float32 arrays (A slice, B slice, product), each padded
-// to 64 bytes.
+// Scratch of grouped_gemm_launches (grouped_tiles_scratch), in GroupRange
+// (8 bytes): the group ranges of A's rows, then of B's rows ((M + N)
+// ceil(K / G)), padded to 64 bytes, then the float32 arrays (A slice, B
+// slice, product), each padded to 64 bytes.
 inline int64_t grouped_ranges_units(int64_t M, int64_t N, int64_t K, const GemmModel& model) {
   return (M + N) * ((K + model.group - 1) / model.group);
 }

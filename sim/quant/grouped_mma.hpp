@@ -69,6 +69,9 @@ inline constexpr uint8_t kNotBf16 = 4;
 
 namespace mma {
 
+// The columns of group g (G wide, the last one cut at K).
+EXMY_HD int64_t group_cols(int64_t K, int64_t G, int64_t g) { return K - g * G < G ? K - g * G : G; }
+
 inline constexpr int kTile = 128;        // rows of A and of B a CTA covers
 inline constexpr int kThreads = 256;     // 8 warps: 2 (along A's rows) x 4 (along B's)
 inline constexpr int kChunkMax = 64;     // K columns a stage holds
@@ -88,12 +91,12 @@ EXMY_HD int chunk_of(int64_t G) { return G % 64 == 0 ? 64 : G % 32 == 0 ? 32 : 1
 bool grouped_tiles_chosen();
 inline bool grouped_mma_applies(const GemmModel& model) { return model.group >= 16 && model.group % 16 == 0; }
 
-// The MMA kernel's scratch, in GroupRange units (8 bytes): the rows' group
-// ranges ((M + N) ceil(K/G)), the tiles' ((ceil(M/128) + ceil(N/128))
-// ceil(K/G)), the tiles' over each block of 16 columns ((ceil(M/128) +
-// ceil(N/128)) ceil(K/G)·G/16), each padded to 64 bytes, then A's and B's
-// rows as BF16,
-// ceil(K/G)·G columns each (zeros past K), padded to 64 bytes.
+// The MMA kernel's scratch for groups of G (a multiple of 16), in
+// GroupRange units (8 bytes): the rows' group ranges ((M + N) ceil(K/G)),
+// the tiles' ((ceil(M/128) + ceil(N/128)) ceil(K/G)), the tiles' over each
+// block of 16 columns ((ceil(M/128) + ceil(N/128)) ceil(K/G)·G/16), each
+// padded to 64 bytes, then A's and B's rows as BF16, ceil(K/G)·G columns
+// each (zeros past K), padded to 64 bytes.
 struct MmaLayout {
   int64_t ng = 0, kp = 0, nb = 0, tm = 0, tn = 0;  // nb: blocks of 16 columns a row, kp / 16
   int64_t tiles_at = 0, btiles_at = 0, bf_at = 0, units = 0;  // offsets and size in units
@@ -108,7 +111,7 @@ inline MmaLayout grouped_mma_layout(int64_t M, int64_t N, int64_t K, int64_t G) 
   l.nb = l.kp / 16;
   l.tiles_at = pad8((M + N) * l.ng);
   l.btiles_at = l.tiles_at + pad8((l.tm + l.tn) * l.ng);
-  l.bf_at = l.btiles_at + (G % 16 == 0 ? pad8((l.tm + l.tn) * l.nb) : 0);
+  l.bf_at = l.btiles_at + pad8((l.tm + l.tn) * l.nb);
   l.units = l.bf_at + pad8(((M + N) * l.kp * 2 + 7) / 8);
   return l;
 }
@@ -145,6 +148,17 @@ struct TileFold {
     return GroupRange{static_cast<int16_t>(lo), static_cast<int16_t>(hi), static_cast<int16_t>(span), flags};
   }
 };
+// Tile t of the layout's (A's tm, then B's tn): its first row in the
+// rows of A then B (as the ranges and bf count them), its first row within
+// its operand, and how many rows it has (at most 128).
+struct TileRows {
+  int64_t row, first, n;
+};
+EXMY_HD TileRows tile_rows(const MmaLayout& l, int64_t M, int64_t N, int64_t t) {
+  const bool of_a = t < l.tm;
+  const int64_t first = (of_a ? t : t - l.tm) * mma::kTile, rows = of_a ? M : N;
+  return TileRows{(of_a ? 0 : M) + first, first, rows - first < mma::kTile ? rows - first : mma::kTile};
+}
 EXMY_HD GroupRange fold_tile_range(const GroupRange* rows, int64_t n, int64_t stride) {
   TileFold f;
   for (int64_t r = 0; r < n; ++r) f.add(rows[r * stride]);
@@ -165,8 +179,7 @@ EXMY_HD bool bf16_exact(double v, uint16_t& out) {
 // elements as BF16 at bf[r·kp + g·G ...], zeros up to the group's end.
 EXMY_HD void mma_prepare_row(int64_t i, const double* A, const double* B, int64_t M, int64_t K, int64_t G,
                              const MmaLayout& l, GroupRange* ranges, uint16_t* bf) {
-  const int64_t r = i / l.ng, g = i % l.ng, k0 = g * G;
-  const int64_t gk = K - k0 < G ? K - k0 : G;
+  const int64_t r = i / l.ng, g = i % l.ng, k0 = g * G, gk = mma::group_cols(K, G, g);
   const double* row = (r < M ? A + r * K : B + (r - M) * K) + k0;
   GroupRange x = range_of(row, gk);
   uint16_t* out = bf + r * l.kp + k0;
@@ -181,35 +194,29 @@ EXMY_HD void mma_prepare_row(int64_t i, const double* A, const double* B, int64_
 // The CTA's threads: staging, fragments, the accumulator steps, the stores.
 // ---------------------------------------------------------------------------
 
-// Sixteen bytes (eight BF16), the unit a thread stages, and the loads and
-// stores of it and of a register's two BF16 (memcpy on the host, where
-// the shared arrays are uint16_t: no aliasing through another type).
+// Sixteen bytes (eight BF16), the unit a thread stages. load_as and
+// store_as read and write a T (the unit, or a register's two BF16) at BF16
+// storage: memcpy on the host, where the arrays are uint16_t (no aliasing
+// through another type); one wide access on a device.
 struct alignas(16) Bf16x8 {
   uint32_t w[4];
 };
-EXMY_HD Bf16x8 load8(const uint16_t* p) {
+template <class T>
+EXMY_HD T load_as(const uint16_t* p) {
 #if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const Bf16x8*>(p);
+  return *reinterpret_cast<const T*>(p);
 #else
-  Bf16x8 v;
+  T v;
   std::memcpy(&v, p, sizeof v);
   return v;
 #endif
 }
-EXMY_HD void store8(uint16_t* p, const Bf16x8& v) {
+template <class T>
+EXMY_HD void store_as(uint16_t* p, const T& v) {
 #if defined(__CUDA_ARCH__)
-  *reinterpret_cast<Bf16x8*>(p) = v;
+  *reinterpret_cast<T*>(p) = v;
 #else
   std::memcpy(p, &v, sizeof v);
-#endif
-}
-EXMY_HD uint32_t load2(const uint16_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint32_t*>(p);
-#else
-  uint32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
 #endif
 }
 
@@ -222,14 +229,14 @@ EXMY_HD void mma_stage(int tid, const uint16_t* bf, int64_t kp, int64_t r0, int6
   for (int u = tid; u < mma::kTile * per_row; u += mma::kThreads) {
     const int r = u / per_row, c = (u % per_row) * 8;
     Bf16x8 v{{0, 0, 0, 0}};
-    if (r0 + r < nrows) v = load8(bf + (r0 + r) * kp + kc + c);
-    store8(s + r * mma::kLd + c, v);
+    if (r0 + r < nrows) v = load_as<Bf16x8>(bf + (r0 + r) * kp + kc + c);
+    store_as(s + r * mma::kLd + c, v);
   }
 }
 
 // Two BF16 of a shared row as one register (the lower column in the low half).
 EXMY_HD uint32_t mma_pair(const uint16_t* s, int row, int col) {
-  return load2(s + row * mma::kLd + col);
+  return load_as<uint32_t>(s + row * mma::kLd + col);
 }
 // The A fragment of m16n8k16 (row-major 16 x 16 at rows r0.., columns k0..
 // of the shared A tile): lane = 4·groupID + threadID_in_group holds rows
@@ -285,13 +292,21 @@ struct MmaArgs {
   bool group_rtz = false, acc_rtz = false;
 };
 
+// Thread tid's share of staging both operands' tile rows (CTA tile m0, n0)
+// over columns [kc, kc + chunk): A's into As, B's into Bs.
+EXMY_HD void mma_stage_both(int tid, const MmaArgs& p, int64_t m0, int64_t n0, int64_t kc, int chunk, uint16_t* As,
+                            uint16_t* Bs) {
+  mma_stage(tid, p.bf, p.l.kp, m0, p.M, kc, chunk, As);
+  mma_stage(tid, p.bf + p.M * p.l.kp, p.l.kp, n0, p.N, kc, chunk, Bs);
+}
+
 // Output (m, n)'s sum over group g in a tile that failed the tiles' test:
 // f (its element of the MMAs' product, + 0) where the row pair's test
 // holds, else group_sum from the doubles. Not inlined on a device (a
 // thread's 64 elements would copy the exact accumulator 64 times).
 template <bool kGroupRtz>
 EXMY_HD EXMY_MMA_NOINLINE float mma_slow_sum(const MmaArgs& p, int64_t m, int64_t n, int64_t g, float f) {
-  const int64_t k0 = g * p.G, gk = p.K - k0 < p.G ? p.K - k0 : p.G;
+  const int64_t k0 = g * p.G, gk = mma::group_cols(p.K, p.G, g);
   const GroupRange& ra = p.ranges[m * p.l.ng + g];
   const GroupRange& rb = p.ranges[(p.M + n) * p.l.ng + g];
   if (row_pair_fast(ra, rb, ceil_log2(gk) + 2)) return f + 0.0f;
@@ -332,7 +347,7 @@ EXMY_HD void mma_group_step(const MmaArgs& p, int64_t m0, int64_t n0, int64_t g,
 //   kMmaPerOutput  else: per output, its rows' own test or group_sum.
 enum MmaClass : int { kMmaChain = 0, kMmaBlocks = 1, kMmaPerOutput = 2 };
 EXMY_HD int mma_group_class(const MmaArgs& p, int64_t bm, int64_t bn, int64_t g) {
-  const int64_t k0 = g * p.G, gk = p.K - k0 < p.G ? p.K - k0 : p.G;
+  const int64_t k0 = g * p.G, gk = mma::group_cols(p.K, p.G, g);
   const GroupRange& ta = p.tiles[bm * p.l.ng + g];
   const GroupRange& tb = p.tiles[(p.l.tm + bn) * p.l.ng + g];
   const int c = ceil_log2(gk) + 2;
@@ -464,17 +479,14 @@ void grouped_mma_host(const MmaArgs& p) {
   std::vector<float> acc(static_cast<size_t>(kThreads) * kElems), grp(acc.size()), blk(static_cast<size_t>(kThreads) * kPart);
   std::vector<double> gd(blk.size());
   const auto stage = [&](int64_t m0, int64_t n0, int64_t kc) {
-    for (int tid = 0; tid < kThreads; ++tid) {
-      mma_stage(tid, p.bf, p.l.kp, m0, M, kc, chunk, As.data());
-      mma_stage(tid, p.bf + M * p.l.kp, p.l.kp, n0, N, kc, chunk, Bs.data());
-    }
+    for (int tid = 0; tid < kThreads; ++tid) mma_stage_both(tid, p, m0, n0, kc, chunk, As.data(), Bs.data());
   };
   for (int64_t bm = 0; bm < p.l.tm; ++bm)
     for (int64_t bn = 0; bn < p.l.tn; ++bn) {
       const int64_t m0 = bm * kTile, n0 = bn * kTile;
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t g = 0; g < p.l.ng; ++g) {
-        const int64_t k0 = g * p.G, gk = p.K - k0 < p.G ? p.K - k0 : p.G;
+        const int64_t k0 = g * p.G, gk = mma::group_cols(p.K, p.G, g);
         const int cls = mma_group_class(p, bm, bn, g);
         if (cls == kMmaBlocks) {  // the group staged whole (G <= 64)
           stage(m0, n0, k0);
@@ -520,23 +532,17 @@ MmaArgs grouped_mma_prepare(const L& launch, float* C, const double* A, const do
   launch("grouped_mma prepare", (M + N) * l.ng,
          [=] EXMY_HD_LAMBDA(int64_t i) { mma_prepare_row(i, A, B, M, K, G, l, ranges, bf); });
   launch("grouped_mma tiles", (l.tm + l.tn) * l.ng, [=] EXMY_HD_LAMBDA(int64_t i) {
-    const int64_t t = i / l.ng, g = i % l.ng;
-    const bool of_a = t < l.tm;
-    const int64_t first = (of_a ? t : t - l.tm) * mma::kTile, rows = of_a ? M : N;
-    const int64_t n = rows - first < mma::kTile ? rows - first : mma::kTile;
-    tiles[i] = fold_tile_range(ranges + ((of_a ? 0 : M) + first) * l.ng + g, n, l.ng);
+    const TileRows tr = tile_rows(l, M, N, i / l.ng);
+    tiles[i] = fold_tile_range(ranges + tr.row * l.ng + i % l.ng, tr.n, l.ng);
   });
   // the tiles' ranges over each block of 16 columns, from the doubles
   // (columns past K: none, an all-zero range)
   launch("grouped_mma block tiles", (l.tm + l.tn) * l.nb, [=] EXMY_HD_LAMBDA(int64_t i) {
-    const int64_t t = i / l.nb, b = i % l.nb, k0 = b * 16;
-    const bool of_a = t < l.tm;
-    const int64_t first = (of_a ? t : t - l.tm) * mma::kTile, rows = of_a ? M : N;
-    const int64_t n = rows - first < mma::kTile ? rows - first : mma::kTile;
-    const int64_t bk = K - k0 < 16 ? K - k0 : 16;
-    const double* const base = (of_a ? A : B) + first * K + k0;
+    const int64_t t = i / l.nb, k0 = (i % l.nb) * 16, bk = mma::group_cols(K, 16, k0 / 16);
+    const TileRows tr = tile_rows(l, M, N, t);
+    const double* const base = (t < l.tm ? A : B) + tr.first * K + k0;
     TileFold f;
-    for (int64_t r = 0; r < n && bk > 0; ++r) f.add(range_of(base + r * K, bk));
+    for (int64_t r = 0; r < tr.n && bk > 0; ++r) f.add(range_of(base + r * K, bk));
     btiles[i] = f.range();
   });
   return MmaArgs{.C = C, .A = A, .B = B, .M = M, .N = N, .K = K, .G = G, .l = l, .ranges = ranges, .tiles = tiles,

@@ -50,16 +50,14 @@ __global__ void __launch_bounds__(mma::kThreads, 1) grouped_mma_kernel(const Mma
   __shared__ __align__(16) uint16_t Bs[kTile * kLd];
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int64_t bm = blockIdx.y, bn = blockIdx.x, m0 = bm * kTile, n0 = bn * kTile;
-  const uint16_t* const bf_b = p.bf + p.M * p.l.kp;
   float acc[kElems], grp[kElems];
   EXMY_MMA_UNROLL
   for (int e = 0; e < kElems; ++e) acc[e] = 0.0f;
   for (int64_t g = 0; g < p.l.ng; ++g) {
-    const int64_t k0 = g * p.G, gk = p.K - k0 < p.G ? p.K - k0 : p.G;
+    const int64_t k0 = g * p.G, gk = group_cols(p.K, p.G, g);
     const int cls = mma_group_class(p, bm, bn, g);
     if (kChunk == p.G && cls == kMmaBlocks) {  // the group staged whole
-      mma_stage(tid, p.bf, p.l.kp, m0, p.M, k0, kChunk, As);
-      mma_stage(tid, bf_b, p.l.kp, n0, p.N, k0, kChunk, Bs);
+      mma_stage_both(tid, p, m0, n0, k0, kChunk, As, Bs);
       __syncthreads();
       EXMY_MMA_UNROLL
       for (int h = 0; h < kMi; ++h) {
@@ -88,8 +86,7 @@ __global__ void __launch_bounds__(mma::kThreads, 1) grouped_mma_kernel(const Mma
     EXMY_MMA_UNROLL
     for (int e = 0; e < kElems; ++e) grp[e] = 0.0f;
     for (int64_t kc = k0; kc < k0 + gk; kc += kChunk) {
-      mma_stage(tid, p.bf, p.l.kp, m0, p.M, kc, kChunk, As);
-      mma_stage(tid, bf_b, p.l.kp, n0, p.N, kc, kChunk, Bs);
+      mma_stage_both(tid, p, m0, n0, kc, kChunk, As, Bs);
       __syncthreads();
       EXMY_MMA_UNROLL
       for (int ks = 0; ks < kChunk; ks += 16) {
