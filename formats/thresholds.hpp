@@ -217,6 +217,19 @@ EXMY_HD ScaleThr scale_code_thresholds(const QuantPlan& p) {
   return scale_thr_finish(p, s, least);
 }
 
+// The number of a block's seven thresholds t (ThrBlock::t) that |x| bits a
+// exceed: its magnitude code. t is non-decreasing (t[k] is the least bits
+// with code >= k+1, less one, and codes grow with |x|), so a > t[k] holds
+// for a prefix of k, and three compares find the prefix's length where a
+// count takes seven (on the device each compare and add is three
+// instructions, most of an element's work).
+EXMY_HD uint32_t thresholds_exceeded(const int32_t (&t)[7], int32_t a) {
+  const bool hi = a > t[3];                 // code >= 4
+  const bool mid = a > (hi ? t[5] : t[1]);  // code >= 6, or >= 2
+  const int32_t last = hi ? (mid ? t[6] : t[4]) : (mid ? t[2] : t[0]);
+  return (hi ? 4u : 0u) + (mid ? 2u : 0u) + (a > last ? 1u : 0u);
+}
+
 // Block amax bits m's scale code by the thresholds: true, with `code`, when
 // m is in their range (a normal, unsaturated code, after the zero-scale
 // guard too); false for block_scale() to decide.

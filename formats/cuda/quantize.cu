@@ -50,8 +50,10 @@
 #include <cstddef>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <sstream>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "formats/conventions.hpp"
@@ -340,17 +342,31 @@ EXMY_HD void add_counts(Counts& to, const Counts& from) {
   for (int k = 0; k < kCounters; ++k) to.c[k] += from.c[k];
 }
 
+// block_scale's arithmetic for the threshold path, out of line: inlined,
+// its double arithmetic's registers pushed the hot loop's loaded elements
+// out to local memory (ptxas: 144 bytes of spills in
+// quantize_thr_kernel<16, false>, the 16 loaded words stored and reloaded
+// per block; 28 bytes, none of them those, out of line).
+struct ScaleLeft {
+  uint32_t code;
+  bool zero, saturated, underflow;
+};
+__host__ __device__ __noinline__ ScaleLeft threshold_scale_left(const QuantPlan& p, uint32_t m) {
+  const BlockScale bs = block_scale(p, float_of(m));
+  return ScaleLeft{bs.code, bs.zero, bs.saturated, bs.underflow};
+}
+
 // The threshold path's scale code of a block with amax bits m: by the
 // call's scale-code thresholds where they cover m (a normal, unsaturated
-// code: nothing to count), else block_scale's, whose statistics the lane
-// that owns the block's scale (`counts`) adds. False: the block is left to
-// quantize_block_part (NaN or Inf amax, a zero scale, a code the tables do
-// not serve).
+// code: nothing to count), else block_scale's (threshold_scale_left), whose
+// statistics the lane that owns the block's scale (`counts`) adds. False:
+// the block is left to quantize_block_part (NaN or Inf amax, a zero scale,
+// a code the tables do not serve).
 EXMY_HD bool threshold_scale_code(const QuantPlan& p, const detail::ScaleThr& st, const uint8_t* use, uint32_t m,
                                   bool counts, Counts& cnt, uint32_t& code) {
   if (m >= 0x7f800000u) return false;
   if (detail::scale_code_by_thresholds(st, m, code)) return use[code] != 0;
-  const BlockScale bs = block_scale(p, float_of(m));
+  const ScaleLeft bs = threshold_scale_left(p, m);
   if (bs.zero || !use[bs.code]) return false;
   if (counts) {
     cnt.c[kScaleSaturated] += bs.saturated;
@@ -386,8 +402,7 @@ struct ThrElement {
 EXMY_HD ThrElement threshold_element(const QuantPlan& p, const CodeTable& e, const int32_t (&t)[7], uint32_t xb,
                                      Counts& cnt) {
   const int32_t a = static_cast<int32_t>(xb & 0x7fffffffu);
-  uint32_t q = 0;
-  for (int k = 0; k < 7; ++k) q += a > t[k];
+  const uint32_t q = detail::thresholds_exceeded(t, a);
   const float mag = e.table[q];
   cnt.c[kNonzero] += a != 0;
   cnt.c[kUnderflow] += a != 0 && mag == 0.0f;
@@ -432,10 +447,15 @@ EXMY_HD void threshold_segment(const QuantPlan& p, const uint32_t* xb, int64_t i
 // stores the scale code and counts the block's scale, or alone hands a
 // block the tables do not serve, or a partial one, to quantize_block_part.
 // b: block_geom of block blk, made once for both.
+//
+// full_row_start(b, l) is b.flat(l * BC) for a full block (b.width == BC)
+// without flat's two 64-bit divisions by the run-time width.
+EXMY_HD int64_t full_row_start(const BlockGeom& b, int l) { return (b.r0 + l) * b.cols + b.c0; }
+
 template <int BC>
 EXMY_HD uint32_t threshold_row_load(const QuantPlan& p, const float* x, const BlockGeom& b, int l, uint32_t* xb) {
   if (b.count != static_cast<int64_t>(p.br) * BC) return 0u;
-  return load_segment<BC>(x, b.flat(static_cast<int64_t>(l) * BC), xb);
+  return load_segment<BC>(x, full_row_start(b, l), xb);
 }
 
 template <int BC>
@@ -455,7 +475,7 @@ EXMY_HD void threshold_row_part(const QuantPlan& p, const float* x, const BlockG
     return;
   }
   if (l == 0) store_code(scale_codes, 1, blk, code);
-  threshold_segment<BC>(p, xb, b.flat(static_cast<int64_t>(l) * BC), tab[code], codes, values, cnt);
+  threshold_segment<BC>(p, xb, full_row_start(b, l), tab[code], codes, values, cnt);
 }
 
 // Column blocks (R x 1) on the threshold path: one thread per block, the
@@ -726,6 +746,41 @@ int grid_for(int64_t threads_needed) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, kMaxGrid)));
 }
 
+// The grid of a grid-stride kernel that stages tables in shared memory
+// before its loop (the threshold path: 64 bytes per scale code, 16 KiB for
+// one-byte codes): no more thread blocks than the device holds at once (the
+// occupancy API's count per multiprocessor, times the multiprocessors), so
+// that each stages the tables once and then runs through many scale
+// blocks. With a thread block per 256 scale blocks instead (grid_for), a
+// 16384 x 4096 tensor in 1 x 16 blocks took 16384 thread blocks, each
+// copying 16 KiB of tables for 16 KiB of elements. The result does not
+// depend on the grid (each scale block is one thread's or one lane group's,
+// and the counts are integer sums). Per device and kernel, once.
+template <class Kernel>
+int resident_grid(Kernel kernel, int64_t threads_needed) {
+  static std::mutex mu;
+  static std::vector<std::pair<std::pair<int, const void*>, int>> known;  // (device, kernel), thread blocks
+  int dev = 0;
+  cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
+  const auto key = std::make_pair(dev, reinterpret_cast<const void*>(kernel));
+  int resident = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [k, v] : known)
+      if (k == key) resident = v;
+  }
+  if (resident == 0) {
+    int sms = 0, per_sm = 0;
+    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0),
+               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    resident = std::max(1, sms) * std::max(1, per_sm);
+    const std::lock_guard<std::mutex> lock(mu);
+    known.emplace_back(key, resident);
+  }
+  return std::min(grid_for(threads_needed), resident);
+}
+
 // ---------------------------------------------------------------------------
 // Backends: the device, and the host emulation of the same kernels
 // ---------------------------------------------------------------------------
@@ -956,9 +1011,9 @@ struct CudaQuantizer::Impl {
                                             : quantize_thr_kernel<32, false>);
         // a thread per column block; a group of p.br lanes per row block
         const int64_t threads = p.bc == 1 ? nblocks : (nblocks + 32 / p.br - 1) / (32 / p.br) * 32;
-        kernel<<<grid_for(threads), kThreads>>>(plan.ptr, x, rows, cols, scale_thr.ptr, tables.ptr, table_use.ptr,
-                                                ncodes, out.codes, out.scale_codes, vals, totals.ptr,
-                                                first_error);
+        kernel<<<resident_grid(kernel, threads), kThreads>>>(plan.ptr, x, rows, cols, scale_thr.ptr, tables.ptr,
+                                                             table_use.ptr, ncodes, out.codes, out.scale_codes, vals,
+                                                             totals.ptr, first_error);
       } else if (!p.has_scale) {
         auto kernel = count ? (rp ? quantize_noscale_kernel<true, true> : quantize_noscale_kernel<false, true>)
                             : (rp ? quantize_noscale_kernel<true, false> : quantize_noscale_kernel<false, false>);

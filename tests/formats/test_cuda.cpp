@@ -285,6 +285,15 @@ TEST(CudaRandom, MatchesReference) {
   EXPECT_GT(nan_values, 0u);
 }
 
+// spec with a given tensor amax, and its plan with the tensor scale set.
+QuantPlan plan_with_given_amax(QuantSpec& spec, double amax) {
+  spec.amax_kind = AmaxKind::given;
+  spec.amax_value = amax;
+  QuantPlan p = spec.plan();
+  set_tensor_amax(p, amax);
+  return p;
+}
+
 // The threshold path takes most blocks' scale codes from the call's
 // scale-code thresholds (detail::ScaleThr) instead of block_scale(). Random
 // tensors almost never put a block's amax on a threshold, so here every
@@ -326,10 +335,7 @@ TEST(CudaThresholdPath, ScaleCodesAtTheirThresholds) {
     spec.rule = c.rule;
     spec.arith = c.arith;
     spec.round = c.round;
-    spec.amax_kind = AmaxKind::given;
-    spec.amax_value = 4.7;
-    QuantPlan p = spec.plan();
-    set_tensor_amax(p, spec.amax_value);
+    const QuantPlan p = plan_with_given_amax(spec, 4.7);
     const detail::ScaleThr thr = detail::scale_code_thresholds(p);
     const std::string what = std::string("e2m1/") + c.scale + " " + std::to_string(c.br) + "x" + std::to_string(c.bc) + " " +
                              std::string(scale_rule_name(c.rule)) + (c.arith == Arith::exact ? " exact" : " fp32");
@@ -378,6 +384,75 @@ TEST(CudaThresholdPath, ScaleCodesAtTheirThresholds) {
     expect_matches_ref(spec, x, rows, cols, what);
   }
   EXPECT_GE(with_thresholds, 7);
+}
+
+// The threshold path finds an element's magnitude code by bisection over
+// the block's seven thresholds (detail::thresholds_exceeded), which equals
+// the count of thresholds exceeded only where they are non-decreasing. For
+// every scale code of several plans: the thresholds are non-decreasing, and
+// the bisection equals the count at, and one bit pattern either side of,
+// every threshold (where a wrong compare or a swapped threshold shows), at
+// 0 and at the largest finite float. Then every non-decreasing array of
+// seven values from {0, 1, 2, 3} (the ties of formats whose codes collapse),
+// for every a in -1 .. 4.
+TEST(CudaThresholdPath, BisectionCountsThresholds) {
+  const auto count = [](const int32_t (&t)[7], int32_t a) {
+    uint32_t q = 0;
+    for (int k = 0; k < 7; ++k) q += a > t[k];
+    return q;
+  };
+  struct Case {
+    const char *elem, *scale;
+    Round round;
+    Arith arith;
+  };
+  const Case cases[] = {
+      {"e2m1", "ue5m3", Round::rne, Arith::exact}, {"e2m1", "e4m3", Round::rne, Arith::fp32},
+      {"e2m1", "ue8m0", Round::rtz, Arith::exact}, {"e2m1", "ue5m3", Round::odd, Arith::fp32},
+      {"e2m1", "ue4m3", Round::rna, Arith::exact}, {"e1m2", "ue5m3", Round::rne, Arith::exact},
+  };
+  int64_t checked = 0;
+  for (const Case& c : cases) {
+    QuantSpec spec;
+    spec.elem = parse_format(c.elem);
+    spec.scale = parse_format(c.scale);
+    spec.block_cols = 16;
+    spec.round = c.round;
+    spec.arith = c.arith;
+    const QuantPlan p = plan_with_given_amax(spec, 4.7);
+    for (uint32_t code = 0; code < (1u << p.fs.bits); ++code) {
+      const double s = p.fs.decode(code);
+      if (!(s > 0.0) || !std::isfinite(s)) continue;
+      const BlockConsts bc = block_consts(p, s);
+      int32_t t[7];
+      for (uint32_t k = 0; k < 7; ++k) t[k] = detail::element_threshold(p, bc, k + 1);
+      const std::string what = std::string(c.elem) + "/" + c.scale + " code " + std::to_string(code);
+      for (int k = 1; k < 7; ++k) ASSERT_LE(t[k - 1], t[k]) << what << " threshold " << k;
+      std::vector<int32_t> as = {0, 0x7f7fffff};
+      for (int k = 0; k < 7; ++k)
+        for (int32_t o = -1; o <= 1; ++o)
+          if (int64_t{t[k]} + o >= 0 && int64_t{t[k]} + o <= 0x7f7fffff) as.push_back(t[k] + o);
+      for (const int32_t a : as) {
+        ASSERT_EQ(detail::thresholds_exceeded(t, a), count(t, a)) << what << " |x| bits " << a;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 10000);
+  // every non-decreasing t over {0..3}
+  int arrays = 0;
+  for (int mask = 0; mask < (1 << 14); ++mask) {
+    int32_t t[7];
+    bool sorted = true;
+    for (int k = 0; k < 7; ++k) {
+      t[k] = (mask >> (2 * k)) & 3;
+      if (k > 0 && t[k] < t[k - 1]) sorted = false;
+    }
+    if (!sorted) continue;
+    ++arrays;
+    for (int32_t a = -1; a <= 4; ++a) ASSERT_EQ(detail::thresholds_exceeded(t, a), count(t, a)) << "mask " << mask;
+  }
+  EXPECT_EQ(arrays, 120);  // multisets of 7 from 4 values: C(10, 3)
 }
 
 // Four over six (docs/numerics.md §3): the kernel's lanes make the shared
@@ -943,7 +1018,9 @@ TEST(CudaDeferred, SameResultsAndErrorsAtTheCheck) {
     } else {
       EXPECT_EQ(bits_of(info.t), bits_of(want.info.t));
       EXPECT_EQ(std::isnan(info.amax), std::isnan(want.info.amax));
-      if (!std::isnan(info.amax)) EXPECT_EQ(info.amax, want.info.amax);
+      if (!std::isnan(info.amax)) {
+        EXPECT_EQ(info.amax, want.info.amax);
+      }
       EXPECT_EQ(info.block_grid_cols, want.info.block_grid_cols);
     }
   }
