@@ -484,9 +484,18 @@ EXMY_HD void threshold_column_part(const QuantPlan& p, const float* x, int64_t r
                                    const detail::ScaleThr& st, const CodeTable* tab, const uint8_t* use, void* codes,
                                    void* scale_codes, float* values, Counts& cnt, unsigned long long* first_error) {
   const BlockGeom b = block_geom(p, rows, cols, blk);
-  const uint32_t m = block_amax_part(x, b, 0, 1);
+  if (b.count != p.br) {  // a partial block (the last rows)
+    add_counts(cnt, threshold_block_left(p, x, blk, b, block_amax_part(x, b, 0, 1), codes, scale_codes, values,
+                                         first_error));
+    return;
+  }
+  // A full block's element k is at (r0 + k) cols + c0: BlockGeom::flat's
+  // two 64-bit divisions by the width (1) per element left out.
+  const float* xc = x + b.r0 * cols + b.c0;
+  uint32_t m = 0;
+  for (int64_t k = 0; k < b.count; ++k) m = max_u32(m, bits_of(xc[k * cols]) & 0x7fffffffu);
   uint32_t code;
-  if (b.count != p.br || !threshold_scale_code(p, st, use, m, true, cnt, code)) {
+  if (!threshold_scale_code(p, st, use, m, true, cnt, code)) {
     add_counts(cnt, threshold_block_left(p, x, blk, b, m, codes, scale_codes, values, first_error));
     return;
   }
@@ -495,7 +504,7 @@ EXMY_HD void threshold_column_part(const QuantPlan& p, const float* x, int64_t r
   int32_t t[7];
   for (int k = 0; k < 7; ++k) t[k] = e.t[k];
   for (int64_t k = 0; k < b.count; ++k) {
-    const int64_t i = b.flat(k);
+    const int64_t i = (b.r0 + k) * cols + b.c0;
     const ThrElement r = threshold_element(p, e, t, bits_of(x[i]), cnt);
     if (values) values[i] = float_of(r.value);
     store_code(codes, 1, i, r.code);
