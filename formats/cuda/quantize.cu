@@ -183,9 +183,34 @@ EXMY_HD const QuantPlan& plan_of_row(const QuantPlan& p, const QuantPlan* row_pl
 }
 
 // One element that is not in a NaN block or a zero-scale block: docs/numerics.md
+// A lane's stochastic-rounding bits: random_bits(seed, stream, i, n) of
+// the elements it quantizes, with the Philox block of the last word kept,
+// so that a lane walking a block's elements in increasing flat order runs
+// Philox once per four words (16 elements of 8 bits or fewer) instead of
+// once per element. The words are held as four values, not an array
+// indexed at run time (which the device would keep in local memory).
+struct LaneRandom {
+  uint64_t seed, stream;
+  int n;
+  uint64_t cached = ~uint64_t{0};  // no Philox block (j >> 2 < 2^62)
+  uint32_t w0 = 0, w1 = 0, w2 = 0, w3 = 0;
+  EXMY_HD LaneRandom(const QuantPlan& p) : seed(p.seed), stream(p.stream), n(p.sr_bits) {}
+  EXMY_HD uint32_t operator()(uint64_t i) {
+    const uint64_t j = random_word_index(i, n);
+    if ((j >> 2) != cached) {
+      cached = j >> 2;
+      const PhiloxBlock b = philox_block(seed, stream, cached);
+      w0 = b.w[0], w1 = b.w[1], w2 = b.w[2], w3 = b.w[3];
+    }
+    const uint32_t w = (j & 2) ? ((j & 1) ? w3 : w2) : ((j & 1) ? w1 : w0);
+    return random_bits_from_word(w, i, n);
+  }
+};
+
 // §3 steps 4-5 through the shared core (the element lambda of quantize_ref).
+// rnd: the lane's random bits (read only for stochastic modes).
 EXMY_HD void quantize_element(const QuantPlan& p, const BlockConsts& c, const float* x, int64_t i, void* codes,
-                              float* values, Counts& cnt, unsigned long long* first_error) {
+                              float* values, Counts& cnt, unsigned long long* first_error, LaneRandom& rnd) {
   const float xi = x[i];
   uint32_t code;
   float xh;
@@ -194,7 +219,7 @@ EXMY_HD void quantize_element(const QuantPlan& p, const BlockConsts& c, const fl
     code = p.fe.has_nan ? p.fe.nan_code : zero_code(p.fe, xi);
     xh = float_of(0x7fc00000u);
   } else {
-    const uint32_t r = is_stochastic(p.round) ? random_bits(p.seed, p.stream, static_cast<uint64_t>(i), p.sr_bits) : 0u;
+    const uint32_t r = is_stochastic(p.round) ? rnd(static_cast<uint64_t>(i)) : 0u;
     const ElemOut e = encode_element(p, c, xi, r);
     if (e.flags & kUnrepresentable) note_error(first_error, i);
     cnt.c[kSaturatedCount] += (e.flags & kSaturated) ? 1 : 0;
@@ -211,10 +236,29 @@ EXMY_HD void quantize_element(const QuantPlan& p, const BlockConsts& c, const fl
 // Lane l of a group of `group` lanes: max of the bits of |x| over elements
 // l, l + group, ... of the block (as unsigned integers, which orders non-NaN
 // magnitudes like floats and puts every NaN above +Inf).
+// Lane l's walk over elements k = l, l + group, ... of block b, each at
+// b.flat(k), with four divisions per walk where flat takes two 64-bit
+// divisions per element. (A block of no columns, a row of an empty tensor,
+// has no elements to walk.)
+struct BlockWalk {
+  int64_t row = 0, col = 0, drow = 0, dcol = 0;  // element k at (b.r0 + row, b.c0 + col); a step's change
+  EXMY_HD BlockWalk(const BlockGeom& b, int l, int group) {
+    if (b.width <= 0) return;
+    row = l / b.width, col = l % b.width, drow = group / b.width, dcol = group % b.width;
+  }
+  EXMY_HD int64_t flat(const BlockGeom& b) const { return (b.r0 + row) * b.cols + b.c0 + col; }
+  EXMY_HD void next(const BlockGeom& b) {
+    row += drow;
+    col += dcol;
+    if (col >= b.width) col -= b.width, ++row;
+  }
+};
+
 EXMY_HD uint32_t block_amax_part(const float* x, const BlockGeom& b, int l, int group) {
   uint32_t m = 0;
-  for (int64_t k = l; k < b.count; k += group) {
-    const uint32_t a = bits_of(x[b.flat(k)]) & 0x7fffffffu;
+  BlockWalk w(b, l, group);
+  for (int64_t k = l; k < b.count; k += group, w.next(b)) {
+    const uint32_t a = bits_of(x[w.flat(b)]) & 0x7fffffffu;
     m = a > m ? a : m;
   }
   return m;
@@ -231,8 +275,9 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
     // A NaN makes the whole block NaN.
     const bool nan_ok = nan_representable(p);
     if (l == 0) store_code(scale_codes, sb, blk, p.fs.has_nan ? p.fs.nan_code : 0u);
-    for (int64_t k = l; k < b.count; k += group) {
-      const int64_t i = b.flat(k);
+    BlockWalk w(b, l, group);
+    for (int64_t k = l; k < b.count; k += group, w.next(b)) {
+      const int64_t i = w.flat(b);
       const float xi = x[i];
       if (!nan_ok && is_nan(xi)) note_error(first_error, i);
       const uint32_t code = p.fe.has_nan ? p.fe.nan_code : zero_code(p.fe, xi);
@@ -256,8 +301,10 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
     store_code(scale_codes, sb, blk, bs.code);
   }
   const BlockConsts c = block_consts(p, bs.s);
-  for (int64_t k = l; k < b.count; k += group) {
-    const int64_t i = b.flat(k);
+  LaneRandom rnd(p);
+  BlockWalk w(b, l, group);
+  for (int64_t k = l; k < b.count; k += group, w.next(b)) {
+    const int64_t i = w.flat(b);
     if (bs.zero) {
       // Scale 0: every element encodes to zero, keeping the sign of -0.
       const float xi = x[i];
@@ -267,7 +314,7 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
       store_code(codes, cb, i, code);
       if (values) values[i] = (code & p.fe.sign_bit) ? -0.0f : 0.0f;
     } else {
-      quantize_element(p, c, x, i, codes, values, cnt, first_error);
+      quantize_element(p, c, x, i, codes, values, cnt, first_error, rnd);
     }
   }
 }
@@ -631,9 +678,11 @@ __global__ void quantize_noscale_kernel(const QuantPlan* pp, const QuantPlan* ro
   Counts cnt = {};
   const BlockConsts c{1.0, 0.0f};
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    quantize_element(plan_of_row(p, kRows ? row_plans : nullptr, kRows ? i / cols : 0), c, x, i, codes, values, cnt,
-                     first_error);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const QuantPlan& pi = plan_of_row(p, kRows ? row_plans : nullptr, kRows ? i / cols : 0);
+    LaneRandom rnd(pi);  // (a thread's elements are a grid apart: no Philox block to share)
+    quantize_element(pi, c, x, i, codes, values, cnt, first_error, rnd);
+  }
   if constexpr (kCount) flush_counts(cnt, totals);
 }
 
@@ -1185,8 +1234,11 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
   Counts cnt = {};
   if (!p.has_scale) {
     const BlockConsts c{1.0, 0.0f};
-    for (int64_t i = 0; i < n; ++i)
-      quantize_element(plan_of_row(p, rp, rp ? i / cols : 0), c, x, i, out.codes, values, cnt, &t.c[kCounters]);
+    for (int64_t i = 0; i < n; ++i) {
+      const QuantPlan& pi = plan_of_row(p, rp, rp ? i / cols : 0);
+      LaneRandom rnd(pi);
+      quantize_element(pi, c, x, i, out.codes, values, cnt, &t.c[kCounters], rnd);
+    }
   } else if (n > 0 && threshold_path(spec, p, cols)) {
     std::vector<CodeTable> tab(kMaxScaleCodes);
     std::vector<uint8_t> use(kMaxScaleCodes);
