@@ -207,10 +207,23 @@ struct LaneRandom {
   }
 };
 
+// An element's stochastic-rounding bits from its own Philox run, holding
+// nothing between elements: for the threshold path's fallback, whose modes
+// are deterministic (with a LaneRandom there, or a copy of the plan's seed
+// and stream, ptxas put the threshold kernels' 16 loaded words back in
+// local memory, although the fallback is out of line), and for the kernel
+// without block scales, whose threads' elements are a grid apart.
+struct PointRandom {
+  const QuantPlan& p;
+  EXMY_HD explicit PointRandom(const QuantPlan& plan) : p(plan) {}
+  EXMY_HD uint32_t operator()(uint64_t i) const { return random_bits(p.seed, p.stream, i, p.sr_bits); }
+};
+
 // §3 steps 4-5 through the shared core (the element lambda of quantize_ref).
 // rnd: the lane's random bits (read only for stochastic modes).
+template <class Random>
 EXMY_HD void quantize_element(const QuantPlan& p, const BlockConsts& c, const float* x, int64_t i, void* codes,
-                              float* values, Counts& cnt, unsigned long long* first_error, LaneRandom& rnd) {
+                              float* values, Counts& cnt, unsigned long long* first_error, Random& rnd) {
   const float xi = x[i];
   uint32_t code;
   float xh;
@@ -267,6 +280,7 @@ EXMY_HD uint32_t block_amax_part(const float* x, const BlockGeom& b, int l, int 
 // Lane l of the group owning block `blk`, given the block's amax bits m (the
 // group's reduction of block_amax_part): the scale (lane 0 stores it and
 // counts the block statistics) and elements l, l + group, ... of the block.
+template <class Random = LaneRandom>
 EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk, const BlockGeom& b, uint32_t m, int l,
                                  int group, void* codes, void* scale_codes, float* values, Counts& cnt,
                                  unsigned long long* first_error) {
@@ -301,7 +315,7 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
     store_code(scale_codes, sb, blk, bs.code);
   }
   const BlockConsts c = block_consts(p, bs.s);
-  LaneRandom rnd(p);
+  Random rnd(p);
   BlockWalk w(b, l, group);
   for (int64_t k = l; k < b.count; k += group, w.next(b)) {
     const int64_t i = w.flat(b);
@@ -377,12 +391,16 @@ EXMY_HD void code_table_entry(const QuantPlan& p, uint32_t code, int k, CodeTabl
 // so that its registers stay the hot loop's; it returns its counts, which
 // the caller adds (a caller's counts passed by reference to an out-of-line
 // function would live in local memory, every element's counting with them).
+// m: the block's amax bits, or kAmaxUnknown for a partial block, whose
+// amax it takes itself (so that the hot loop holds no second amax loop).
+constexpr uint32_t kAmaxUnknown = 0xffffffffu;  // (a NaN's bits with the sign: no |x| has them)
 __host__ __device__ __noinline__ Counts threshold_block_left(const QuantPlan& p, const float* x, int64_t blk,
                                                            const BlockGeom& b, uint32_t m, void* codes,
                                                            void* scale_codes, float* values,
                                                            unsigned long long* first_error) {
   Counts cnt = {};
-  quantize_block_part(p, x, blk, b, m, 0, 1, codes, scale_codes, values, cnt, first_error);
+  if (m == kAmaxUnknown) m = block_amax_part(x, b, 0, 1);
+  quantize_block_part<PointRandom>(p, x, blk, b, m, 0, 1, codes, scale_codes, values, cnt, first_error);
   return cnt;
 }
 EXMY_HD void add_counts(Counts& to, const Counts& from) {
@@ -446,15 +464,28 @@ EXMY_HD uint32_t load_segment(const float* x, int64_t i0, uint32_t* xb) {
 struct ThrElement {
   uint32_t code, value;
 };
+// The element statistics of a lane's part of a block, in 32 bits (a
+// block's elements fit them), added to the thread's 64-bit Counts once per
+// block rather than each element adding to them (two instructions an
+// addition).
+struct ThrCounts {
+  uint32_t nonzero = 0, underflow = 0, subnormal = 0, saturated = 0;
+  EXMY_HD void add_to(Counts& cnt) const {
+    cnt.c[kNonzero] += nonzero;
+    cnt.c[kUnderflow] += underflow;
+    cnt.c[kSubnormal] += subnormal;
+    cnt.c[kSaturatedCount] += saturated;
+  }
+};
 EXMY_HD ThrElement threshold_element(const QuantPlan& p, const CodeTable& e, const int32_t (&t)[7], uint32_t xb,
-                                     Counts& cnt) {
+                                     ThrCounts& cnt) {
   const int32_t a = static_cast<int32_t>(xb & 0x7fffffffu);
   const uint32_t q = detail::thresholds_exceeded(t, a);
   const float mag = e.table[q];
-  cnt.c[kNonzero] += a != 0;
-  cnt.c[kUnderflow] += a != 0 && mag == 0.0f;
-  cnt.c[kSubnormal] += q >= 1 && q < (1u << p.fe.M);
-  cnt.c[kSaturatedCount] += a > e.sat;
+  cnt.nonzero += a != 0;
+  cnt.underflow += a != 0 && mag == 0.0f;
+  cnt.subnormal += q >= 1 && q < (1u << p.fe.M);
+  cnt.saturated += a > e.sat;
   return ThrElement{q | ((xb >> 31) ? p.fe.sign_bit : 0u), bits_of(mag) | (xb & 0x80000000u)};
 }
 
@@ -466,11 +497,13 @@ EXMY_HD void threshold_segment(const QuantPlan& p, const uint32_t* xb, int64_t i
   int32_t t[7];
   for (int k = 0; k < 7; ++k) t[k] = e.t[k];
   uint32_t q8[BC], vh[BC];
+  ThrCounts tc;
   for (int j = 0; j < BC; ++j) {
-    const ThrElement r = threshold_element(p, e, t, xb[j], cnt);
+    const ThrElement r = threshold_element(p, e, t, xb[j], tc);
     q8[j] = r.code;
     vh[j] = r.value;
   }
+  tc.add_to(cnt);
 #if defined(__CUDA_ARCH__)
   for (int j = 0; j < BC; j += 4) {
     if (values) *reinterpret_cast<uint4*>(values + i0 + j) = make_uint4(vh[j], vh[j + 1], vh[j + 2], vh[j + 3]);
@@ -512,7 +545,7 @@ EXMY_HD void threshold_row_part(const QuantPlan& p, const float* x, const BlockG
                                 unsigned long long* first_error) {
   if (b.count != static_cast<int64_t>(p.br) * BC) {  // a partial block (the last of a row, or of the rows)
     if (l == 0)
-      add_counts(cnt, threshold_block_left(p, x, blk, b, block_amax_part(x, b, 0, 1), codes, scale_codes, values,
+      add_counts(cnt, threshold_block_left(p, x, blk, b, kAmaxUnknown, codes, scale_codes, values,
                                            first_error));
     return;
   }
@@ -532,7 +565,7 @@ EXMY_HD void threshold_column_part(const QuantPlan& p, const float* x, int64_t r
                                    void* scale_codes, float* values, Counts& cnt, unsigned long long* first_error) {
   const BlockGeom b = block_geom(p, rows, cols, blk);
   if (b.count != p.br) {  // a partial block (the last rows)
-    add_counts(cnt, threshold_block_left(p, x, blk, b, block_amax_part(x, b, 0, 1), codes, scale_codes, values,
+    add_counts(cnt, threshold_block_left(p, x, blk, b, kAmaxUnknown, codes, scale_codes, values,
                                          first_error));
     return;
   }
@@ -550,12 +583,14 @@ EXMY_HD void threshold_column_part(const QuantPlan& p, const float* x, int64_t r
   const CodeTable& e = tab[code];
   int32_t t[7];
   for (int k = 0; k < 7; ++k) t[k] = e.t[k];
+  ThrCounts tc;
   for (int64_t k = 0; k < b.count; ++k) {
     const int64_t i = (b.r0 + k) * cols + b.c0;
-    const ThrElement r = threshold_element(p, e, t, bits_of(x[i]), cnt);
+    const ThrElement r = threshold_element(p, e, t, bits_of(x[i]), tc);
     if (values) values[i] = float_of(r.value);
     store_code(codes, 1, i, r.code);
   }
+  tc.add_to(cnt);
 }
 
 // Lanes per scale block: one for column blocks (R x 1), so that the 32
@@ -680,7 +715,7 @@ __global__ void quantize_noscale_kernel(const QuantPlan* pp, const QuantPlan* ro
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const QuantPlan& pi = plan_of_row(p, kRows ? row_plans : nullptr, kRows ? i / cols : 0);
-    LaneRandom rnd(pi);  // (a thread's elements are a grid apart: no Philox block to share)
+    PointRandom rnd(pi);
     quantize_element(pi, c, x, i, codes, values, cnt, first_error, rnd);
   }
   if constexpr (kCount) flush_counts(cnt, totals);
@@ -1236,7 +1271,7 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
     const BlockConsts c{1.0, 0.0f};
     for (int64_t i = 0; i < n; ++i) {
       const QuantPlan& pi = plan_of_row(p, rp, rp ? i / cols : 0);
-      LaneRandom rnd(pi);
+      PointRandom rnd(pi);
       quantize_element(pi, c, x, i, out.codes, values, cnt, &t.c[kCounters], rnd);
     }
   } else if (n > 0 && threshold_path(spec, p, cols)) {
