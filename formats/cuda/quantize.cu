@@ -545,8 +545,7 @@ EXMY_HD void threshold_row_part(const QuantPlan& p, const float* x, const BlockG
                                 unsigned long long* first_error) {
   if (b.count != static_cast<int64_t>(p.br) * BC) {  // a partial block (the last of a row, or of the rows)
     if (l == 0)
-      add_counts(cnt, threshold_block_left(p, x, blk, b, kAmaxUnknown, codes, scale_codes, values,
-                                           first_error));
+      add_counts(cnt, threshold_block_left(p, x, blk, b, kAmaxUnknown, codes, scale_codes, values, first_error));
     return;
   }
   uint32_t code;
@@ -565,8 +564,7 @@ EXMY_HD void threshold_column_part(const QuantPlan& p, const float* x, int64_t r
                                    void* scale_codes, float* values, Counts& cnt, unsigned long long* first_error) {
   const BlockGeom b = block_geom(p, rows, cols, blk);
   if (b.count != p.br) {  // a partial block (the last rows)
-    add_counts(cnt, threshold_block_left(p, x, blk, b, kAmaxUnknown, codes, scale_codes, values,
-                                         first_error));
+    add_counts(cnt, threshold_block_left(p, x, blk, b, kAmaxUnknown, codes, scale_codes, values, first_error));
     return;
   }
   // A full block's element k is at (r0 + k) cols + c0: BlockGeom::flat's
