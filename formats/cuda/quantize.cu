@@ -182,13 +182,13 @@ EXMY_HD const QuantPlan& plan_of_row(const QuantPlan& p, const QuantPlan* row_pl
   return row_plans ? row_plans[r] : p;
 }
 
-// One element that is not in a NaN block or a zero-scale block: docs/numerics.md
 // A lane's stochastic-rounding bits: random_bits(seed, stream, i, n) of
 // the elements it quantizes, with the Philox block of the last word kept,
 // so that a lane walking a block's elements in increasing flat order runs
 // Philox once per four words (16 elements of 8 bits or fewer) instead of
-// once per element. The words are held as four values, not an array
-// indexed at run time (which the device would keep in local memory).
+// once per element. RandomBits (formats/philox.hpp) caches the same way
+// for the CPU's loops, but indexes its block's words at run time, which
+// the device would keep in local memory: here they are four values.
 struct LaneRandom {
   uint64_t seed, stream;
   int n;
@@ -219,6 +219,7 @@ struct PointRandom {
   EXMY_HD uint32_t operator()(uint64_t i) const { return random_bits(p.seed, p.stream, i, p.sr_bits); }
 };
 
+// One element that is not in a NaN block or a zero-scale block: docs/numerics.md
 // §3 steps 4-5 through the shared core (the element lambda of quantize_ref).
 // rnd: the lane's random bits (read only for stochastic modes).
 template <class Random>
@@ -246,9 +247,6 @@ EXMY_HD void quantize_element(const QuantPlan& p, const BlockConsts& c, const fl
   if (values) values[i] = xh;
 }
 
-// Lane l of a group of `group` lanes: max of the bits of |x| over elements
-// l, l + group, ... of the block (as unsigned integers, which orders non-NaN
-// magnitudes like floats and puts every NaN above +Inf).
 // Lane l's walk over elements k = l, l + group, ... of block b, each at
 // b.flat(k), with four divisions per walk where flat takes two 64-bit
 // divisions per element. (A block of no columns, a row of an empty tensor,
@@ -267,6 +265,9 @@ struct BlockWalk {
   }
 };
 
+// Lane l of a group of `group` lanes: max of the bits of |x| over elements
+// l, l + group, ... of the block (as unsigned integers, which orders non-NaN
+// magnitudes like floats and puts every NaN above +Inf).
 EXMY_HD uint32_t block_amax_part(const float* x, const BlockGeom& b, int l, int group) {
   uint32_t m = 0;
   BlockWalk w(b, l, group);
@@ -459,11 +460,6 @@ EXMY_HD uint32_t load_segment(const float* x, int64_t i0, uint32_t* xb) {
   return m;
 }
 
-// One element's magnitude code (the count of the thresholds |x| exceeds),
-// x-hat and statistics under scale code table e.
-struct ThrElement {
-  uint32_t code, value;
-};
 // The element statistics of a lane's part of a block, in 32 bits (a
 // block's elements fit them), added to the thread's 64-bit Counts once per
 // block rather than each element adding to them (two instructions an
@@ -476,6 +472,12 @@ struct ThrCounts {
     cnt.c[kSubnormal] += subnormal;
     cnt.c[kSaturatedCount] += saturated;
   }
+};
+
+// One element's magnitude code (the count of the thresholds |x| exceeds),
+// x-hat and statistics under scale code table e.
+struct ThrElement {
+  uint32_t code, value;
 };
 EXMY_HD ThrElement threshold_element(const QuantPlan& p, const CodeTable& e, const int32_t (&t)[7], uint32_t xb,
                                      ThrCounts& cnt) {
