@@ -140,6 +140,13 @@ class AttentionMixer final : public MixerKeeping<T, AttentionSaved<T>, sizes> {
                 const MixerRun& run) override;
 
  private:
+  // The kernel's shape; q, k and v hold bfloat16 values where the run keeps
+  // them so (keep_bf16 below).
+  AttnDims qkv_dims(const MixerRun& run) const {
+    AttnDims d = attn_dims(cfg_, run.batch, run.seqlen);
+    d.qkv_bf16 = run.bf16_act;
+    return d;
+  }
   MixerLinear<T> q_proj_, k_proj_, v_proj_, o_proj_;
 };
 
@@ -153,8 +160,7 @@ void AttentionMixer<T>::forward(T* out, const T* x, const sim::ParamArena<T>& ar
   keep_bf16(be_, run, k.q.data(), N * cfg_.attn_q_dim());
   keep_bf16(be_, run, k.k.data(), N * cfg_.attn_kv_dim());
   keep_bf16(be_, run, k.v.data(), N * cfg_.attn_kv_dim());
-  be_.attention_forward(k.o.data(), k.lse.data(), k.q.data(), k.k.data(), k.v.data(),
-                    attn_dims(cfg_, run.batch, run.seqlen));
+  be_.attention_forward(k.o.data(), k.lse.data(), k.q.data(), k.k.data(), k.v.data(), qkv_dims(run));
   keep_bf16(be_, run, k.o.data(), N * cfg_.attn_q_dim());
   if (run.again) return;
   o_proj_.forward(out, k.o.data(), arena, N, false);
@@ -172,7 +178,7 @@ void AttentionMixer<T>::backward(T* dx, sim::ParamArena<T>& arena, const T* dout
   be_.zero(dO, N * qd), be_.zero(dq, N * qd), be_.zero(dk, N * kvd), be_.zero(dv, N * kvd);
   o_proj_.backward(dO, arena, dout, k.o.data(), N);
   be_.attention_backward(dq, dk, dv, dO, k.o.data(), k.lse.data(), k.q.data(), k.k.data(), k.v.data(),
-                     attn_dims(cfg_, run.batch, run.seqlen));
+                         qkv_dims(run));
   q_proj_.backward(dx, arena, dq, x, N);
   k_proj_.backward(dx, arena, dk, x, N);
   v_proj_.backward(dx, arena, dv, x, N);

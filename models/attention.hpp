@@ -18,6 +18,10 @@ namespace exmy::models {
 
 struct AttnDims {
   int64_t batch = 1, seqlen = 1, q_heads = 1, kv_heads = 1, head_dim = 1;
+  // q, k and v hold bfloat16 values (the `bf16` policy rounds them): the
+  // device's products on bfloat16 pieces then take each as one piece
+  // (models/split_gemm.hpp); the CPU's attention ignores it.
+  bool qkv_bf16 = false;
 };
 
 template <class T>

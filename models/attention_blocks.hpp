@@ -12,9 +12,11 @@
 // (its query heads in order, each head's blocks in order), and with
 // rows = kQueryBlock and the CPU's GEMM (LoopGemm<SerialGemm>) the launches
 // give the CPU's bits (tests/models/test_attention_cuda.cpp). On a device
-// the products are cuBLASLt's (another order of each output's sums) and
-// the blocking is attn_device_blocking(d): the results are then within the
-// FP32 budget of that test. A row's max is exact in any grouping, so its
+// the products are cuBLASLt's (another order of each output's sums; with
+// bf16_pieces, BF16 products of the operands' bfloat16 pieces,
+// models/split_gemm.hpp, each product told which operands hold bfloat16
+// values) and the blocking is attn_device_blocking(d): the results are
+// then within the FP32 budget of that test. A row's max is exact in any grouping, so its
 // parts change nothing; its sum in parts of `segment` keys (the device's)
 // is another order than the CPU's whole-row sum (segment 0).
 //
@@ -36,14 +38,19 @@
 #include "models/attention.hpp"
 #include "models/attention_items.hpp"
 #include "models/item_gemm.hpp"
+#include "models/split_gemm.hpp"
 #include "sim/kernel_launch.hpp"
 
 namespace exmy::models {
 
 // How the block launches cut the work: query rows per block, and keys per
-// part of a row's max and sum (0: the whole row, the CPU's order).
+// part of a row's max and sum (0: the whole row, the CPU's order); and
+// whether their products run on bfloat16 pieces (models/split_gemm.hpp:
+// the scratch then holds the pieces too, and the entry points of
+// models/cuda/attention_cuda.hpp pass a SplitGemm).
 struct AttnBlocking {
   int64_t rows = kQueryBlock, segment = 0;
+  bool bf16_pieces = false;
 };
 // The keys per row part on a device: enough parts for a thread each to keep
 // the row steps busy at long sequences, long enough for few partial sums.
@@ -64,9 +71,12 @@ inline int64_t attn_device_block_rows(const AttnDims& d) {
 }
 
 // The CPU's blocking (the emulated backend's: the CPU's bits) and the
-// device's.
-inline AttnBlocking attn_cpu_blocking() { return {kQueryBlock, 0}; }
-inline AttnBlocking attn_device_blocking(const AttnDims& d) { return {attn_device_block_rows(d), kAttnDeviceSegment}; }
+// device's (its products on BF16 tensor cores, unless bf16_pieces is
+// cleared: EXMY_CUDA_ATTENTION=fp32).
+inline AttnBlocking attn_cpu_blocking() { return {kQueryBlock, 0, false}; }
+inline AttnBlocking attn_device_blocking(const AttnDims& d) {
+  return {attn_device_block_rows(d), kAttnDeviceSegment, true};
+}
 
 // Parts of a row of `keys` keys.
 EXMY_HD int64_t attn_row_parts(int64_t keys, int64_t segment) {
@@ -76,9 +86,14 @@ EXMY_HD int64_t attn_row_parts(int64_t keys, int64_t segment) {
 // The scratch layout of the block launches, in floats: P (and dP) per kv
 // head, each item_pad(rows x S) apart (64-byte aligned, as the CPU's
 // buffers); in the forward the rows' parts (max, then sum) and R the rows'
-// 1/sum, in the backward D the rows' dO · O.
+// 1/sum, in the backward D the rows' dO · O; with bf16_pieces, last, from a
+// 256-byte boundary, the pieces of the largest product's operands
+// (`pieces` uint16 elements: an A of at most rows x max(S, Dh) elements a
+// kv head, P or dS, a B of at most S x Dh, K or V, three pieces each; or
+// six copies of the operands of Q K^T or dO V^T).
 struct AttnBlockScratch {
   int64_t rows = 0, segment = 0, per_head = 0, P = 0, dP = 0, parts = 0, R = 0, D = 0, total = 0;
+  int64_t piece_at = 0, pieces = 0;
   AttnBlockScratch(const AttnDims& d, const AttnBlocking& k, bool backward) : rows(k.rows), segment(k.segment) {
     per_head = item_pad(rows * d.seqlen);
     const int64_t array = d.kv_heads * per_head;
@@ -92,7 +107,18 @@ struct AttnBlockScratch {
       R = parts + item_pad(d.kv_heads * rows * attn_row_parts(d.seqlen, segment));
       total = R + item_pad(d.kv_heads * rows);
     }
+    if (k.bf16_pieces) {
+      const int64_t S = d.seqlen, Dh = d.head_dim;
+      piece_at = (total + 63) / 64 * 64;
+      // a pair a product for P, dS (the larger of the two ways), or the
+      // pairs concatenated for the products Q K^T, dO V^T (SplitGemm)
+      const int64_t by_pair = split_gemm_scratch(d.kv_heads, rows * (S > Dh ? S : Dh), S * Dh);
+      const int64_t concat = split_gemm_concat_scratch(d.kv_heads, rows * Dh, S * Dh, 6);
+      pieces = by_pair > concat ? by_pair : concat;
+      total = piece_at + (pieces + 1) / 2;
+    }
   }
+  uint16_t* piece_ptr(float* scratch) const { return reinterpret_cast<uint16_t*>(scratch + piece_at); }
 };
 inline int64_t attention_blocks_forward_scratch(const AttnDims& d, const AttnBlocking& k) {
   return AttnBlockScratch(d, k, false).total;
@@ -108,6 +134,7 @@ void attention_blocks_forward_launches(const L& launch, const Gemm& gemm, T* out
   const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, Hkv = d.kv_heads, rep = Hq / Hkv;
   const int64_t ldq = Hq * Dh, ldkv = Hkv * Dh, ph = s.per_head;
   const T scale = attn_scale<T>(d);
+  const bool qkv = d.qkv_bf16;  // q, k, v hold bfloat16 values (a product's hint)
   T* const P = scratch + s.P;
   T* const R = scratch + s.R;
   T* const part = scratch + s.parts;
@@ -118,8 +145,8 @@ void attention_blocks_forward_launches(const L& launch, const Gemm& gemm, T* out
       const int64_t lse_step = rep * S;
       for (int64_t i0 = 0; i0 < S; i0 += s.rows) {
         const int64_t i1 = i0 + s.rows < S ? i0 + s.rows : S, n = i1 - i0, keys = i1;
-        gemm(Hkv, P, keys, ph, q + (b * S + i0) * ldq + r * Dh, ldq, rep * Dh, sim::Op::N, k + b * S * ldkv, ldkv, Dh,
-             sim::Op::T, n, keys, Dh, false);
+        gemm_hinted(gemm, {qkv, qkv}, Hkv, P, keys, ph, q + (b * S + i0) * ldq + r * Dh, ldq, rep * Dh, sim::Op::N,
+                    k + b * S * ldkv, ldkv, Dh, sim::Op::T, n, keys, Dh, false);
         const int64_t seg = s.segment > 0 ? s.segment : keys, parts = attn_row_parts(keys, s.segment);
         launch("attention_forward block scale max", Hkv * n * parts, [=] EXMY_HD_LAMBDA(int64_t u) {
           const int64_t h = u / (n * parts), row = (u / parts) % n, j0 = (u % parts) * seg, i = i0 + row;
@@ -150,8 +177,9 @@ void attention_blocks_forward_launches(const L& launch, const Gemm& gemm, T* out
           const int64_t h = u / (n * keys), row = (u / keys) % n, j = u % keys;
           if (j <= i0 + row) P[h * ph + row * keys + j] *= R[h * n + row];
         });
-        gemm(Hkv, out + (b * S + i0) * ldq + r * Dh, ldq, rep * Dh, static_cast<const T*>(P), keys, ph, sim::Op::N,
-             v + b * S * ldkv, ldkv, Dh, sim::Op::N, n, Dh, keys, false);
+        gemm_hinted(gemm, {false, qkv}, Hkv, out + (b * S + i0) * ldq + r * Dh, ldq, rep * Dh,
+                    static_cast<const T*>(P), keys, ph, sim::Op::N, v + b * S * ldkv, ldkv, Dh, sim::Op::N, n, Dh, keys,
+                    false);
       }
     }
 }
@@ -164,6 +192,7 @@ void attention_blocks_backward_launches(const L& launch, const Gemm& gemm, T* dq
   const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, Hkv = d.kv_heads, rep = Hq / Hkv;
   const int64_t ldq = Hq * Dh, ldkv = Hkv * Dh, ph = s.per_head;
   const T scale = attn_scale<T>(d);
+  const bool qkv = d.qkv_bf16;  // q, k, v hold bfloat16 values (a product's hint)
   T* const P = scratch + s.P;
   T* const dP = scratch + s.dP;
   T* const D = scratch + s.D;
@@ -180,28 +209,28 @@ void attention_blocks_backward_launches(const L& launch, const Gemm& gemm, T* dq
         const int64_t i1 = i0 + s.rows < S ? i0 + s.rows : S, n = i1 - i0, keys = i1;
         const T* const q_blk = q + head0 + i0 * ldq;
         const T* const do_blk = dout + head0 + i0 * ldq;
-        gemm(Hkv, P, keys, ph, q_blk, ldq, rep * Dh, sim::Op::N, k + b * S * ldkv, ldkv, Dh, sim::Op::T, n, keys, Dh,
-             false);
+        gemm_hinted(gemm, {qkv, qkv}, Hkv, P, keys, ph, q_blk, ldq, rep * Dh, sim::Op::N, k + b * S * ldkv, ldkv, Dh,
+                    sim::Op::T, n, keys, Dh, false);
         launch("attention_backward block probs", Hkv * n * keys, [=] EXMY_HD_LAMBDA(int64_t u) {
           const int64_t h = u / (n * keys), row = (u / keys) % n, j = u % keys, i = i0 + row;
           T* e = P + h * ph + row * keys + j;
           *e = attn_prob_saved(*e, i, j, scale, lse_r[h * lse_step + i]);
         });
         // dV[0:i1] += P^T dO_blk;  dP = dO_blk V[0:i1]^T
-        gemm(Hkv, dv + b * S * ldkv, ldkv, Dh, static_cast<const T*>(P), keys, ph, sim::Op::T, do_blk, ldq, rep * Dh,
-             sim::Op::N, keys, Dh, n, true);
-        gemm(Hkv, dP, keys, ph, do_blk, ldq, rep * Dh, sim::Op::N, v + b * S * ldkv, ldkv, Dh, sim::Op::T, n, keys, Dh,
-             false);
+        gemm_hinted(gemm, {false, false}, Hkv, dv + b * S * ldkv, ldkv, Dh, static_cast<const T*>(P), keys, ph,
+                    sim::Op::T, do_blk, ldq, rep * Dh, sim::Op::N, keys, Dh, n, true);
+        gemm_hinted(gemm, {false, qkv}, Hkv, dP, keys, ph, do_blk, ldq, rep * Dh, sim::Op::N, v + b * S * ldkv, ldkv,
+                    Dh, sim::Op::T, n, keys, Dh, false);
         launch("attention_backward block dscores", Hkv * n * keys, [=] EXMY_HD_LAMBDA(int64_t u) {
           const int64_t h = u / (n * keys), row = (u / keys) % n, j = u % keys, i = i0 + row;
           const int64_t at = h * ph + row * keys + j;
           dP[at] = attn_dscore(P[at], dP[at], i, j, D[h * S + i], scale);
         });
-        // dQ_blk += dS K[0:i1];  dK[0:i1] += dS^T Q_blk
-        gemm(Hkv, dq + head0 + i0 * ldq, ldq, rep * Dh, static_cast<const T*>(dP), keys, ph, sim::Op::N,
-             k + b * S * ldkv, ldkv, Dh, sim::Op::N, n, Dh, keys, true);
-        gemm(Hkv, dk + b * S * ldkv, ldkv, Dh, static_cast<const T*>(dP), keys, ph, sim::Op::T, q_blk, ldq, rep * Dh,
-             sim::Op::N, keys, Dh, n, true);
+        // dQ_blk += dS K[0:i1];  dK[0:i1] += dS^T Q_blk (dS again: its pieces kept)
+        gemm_hinted(gemm, {false, qkv}, Hkv, dq + head0 + i0 * ldq, ldq, rep * Dh, static_cast<const T*>(dP), keys,
+                    ph, sim::Op::N, k + b * S * ldkv, ldkv, Dh, sim::Op::N, n, Dh, keys, true);
+        gemm_hinted(gemm, {false, qkv, true}, Hkv, dk + b * S * ldkv, ldkv, Dh, static_cast<const T*>(dP), keys,
+                    ph, sim::Op::T, q_blk, ldq, rep * Dh, sim::Op::N, keys, Dh, n, true);
       }
     }
 }

@@ -1,7 +1,8 @@
 // The host emulation of causal GQA attention's kernels: the block launches
 // of models/attention_blocks.hpp with sim::HostLaunch (threads one after
 // another) and LoopGemm<SerialGemm> (the CPU's Eigen products), which the
-// emulated device backend runs at the CPU's blocking; and the row launches
+// emulated device backend runs at the CPU's blocking, or with bf16_pieces
+// SplitGemm over HostBf16Gemm (the device's products on pieces, emulated); and the row launches
 // of models/attention_launches.hpp, for the tests.
 #include "models/cuda/attention_cuda.hpp"
 
@@ -13,21 +14,45 @@ namespace exmy::models {
 
 void attention_blocks_forward_emulated(float* out, float* lse, const float* q, const float* k, const float* v,
                                        const AttnDims& d, const AttnBlocking& blocking, float* scratch) {
-  attention_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, out, lse, q, k, v, d, blocking, scratch);
+  const AttnBlockScratch s(d, blocking, false);
+  if (blocking.bf16_pieces)
+    attention_blocks_forward_launches(sim::HostLaunch{},
+                                      SplitGemm<sim::HostLaunch, HostBf16Gemm>{{}, {}, s.piece_ptr(scratch), s.pieces},
+                                      out, lse, q, k, v, d, blocking, scratch);
+  else
+    attention_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, out, lse, q, k, v, d, blocking,
+                                      scratch);
 }
 void attention_blocks_backward_emulated(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                         const float* lse, const float* q, const float* k, const float* v,
                                         const AttnDims& d, const AttnBlocking& blocking, float* scratch) {
-  attention_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, dq, dk, dv, dout, out, lse, q, k, v,
-                                     d, blocking, scratch);
+  const AttnBlockScratch s(d, blocking, true);
+  if (blocking.bf16_pieces)
+    attention_blocks_backward_launches(sim::HostLaunch{},
+                                       SplitGemm<sim::HostLaunch, HostBf16Gemm>{{}, {}, s.piece_ptr(scratch), s.pieces},
+                                       dq, dk, dv, dout, out, lse, q, k, v, d, blocking, scratch);
+  else
+    attention_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, dq, dk, dv, dout, out, lse, q, k,
+                                       v, d, blocking, scratch);
 }
 
-bool attention_rows_chosen() {
-  static const bool rows = [] {
-    const char* v = std::getenv("EXMY_CUDA_ATTENTION");
-    return v && std::string_view(v) == "rows";
+namespace {
+// EXMY_CUDA_ATTENTION, read once ("" when unset).
+std::string_view attention_env() {
+  static const std::string_view v = [] {
+    const char* e = std::getenv("EXMY_CUDA_ATTENTION");
+    return std::string_view(e ? e : "");
   }();
-  return rows;
+  return v;
+}
+}  // namespace
+
+bool attention_rows_chosen() { return attention_env() == "rows"; }
+
+AttnBlocking attention_device_blocking_chosen(const AttnDims& d) {
+  AttnBlocking k = attn_device_blocking(d);
+  if (attention_env() == "fp32") k.bf16_pieces = false;
+  return k;
 }
 
 }  // namespace exmy::models

@@ -149,8 +149,9 @@ class DeviceBackend final : public Backend<float> {
   // Attention: the block launches (models/attention_blocks.hpp), in the
   // emulated backend with the CPU's blocking and products (the CPU's bits,
   // which the whole-model emulation tests require), in the CUDA backend
-  // with the device's blocking on cuBLASLt (within an FP32 budget of the
-  // CPU), or its row kernels (EXMY_CUDA_ATTENTION=rows).
+  // with the device's blocking on cuBLASLt, its products on bfloat16
+  // pieces (within an FP32 budget of the CPU), or its row kernels
+  // (EXMY_CUDA_ATTENTION=rows).
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const AttnDims& d) override {
 #if EXMY_ITEM_KERNELS
@@ -160,7 +161,7 @@ class DeviceBackend final : public Backend<float> {
     if (attention_rows_chosen()) {
       EXMY_K(attention_rows_forward)(out, lse, q, k, v, d);
     } else {
-      const AttnBlocking blk = attn_device_blocking(d);
+      const AttnBlocking blk = attention_device_blocking_chosen(d);
       EXMY_K(attention_blocks_forward)(out, lse, q, k, v, d, blk, scratch(attention_blocks_forward_scratch(d, blk)));
     }
 #endif
@@ -175,7 +176,7 @@ class DeviceBackend final : public Backend<float> {
       EXMY_K(attention_rows_backward)(dq, dk, dv, dout, out, lse, q, k, v, d,
                                       scratch(attention_rows_backward_scratch(d)));
     } else {
-      const AttnBlocking blk = attn_device_blocking(d);
+      const AttnBlocking blk = attention_device_blocking_chosen(d);
       EXMY_K(attention_blocks_backward)(dq, dk, dv, dout, out, lse, q, k, v, d, blk,
                                         scratch(attention_blocks_backward_scratch(d, blk)));
     }

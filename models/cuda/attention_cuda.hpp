@@ -7,7 +7,8 @@
 // built, so that CI holds them to the CPU.
 // - attention_blocks_*: the block launches (models/attention_blocks.hpp);
 //   the emulated backend runs them with attn_cpu_blocking() (the CPU's
-//   bits), the CUDA backend with attn_device_blocking(d).
+//   bits), the CUDA backend with attn_device_blocking(d) (its products on
+//   bfloat16 pieces: models/split_gemm.hpp).
 // - attention_rows_*: the row launches (models/attention_launches.hpp), the
 //   backward with a scratch of attention_rows_backward_scratch(d) floats;
 //   the CUDA backend's other family. Heads wider than kAttnRowMaxDim (128)
@@ -47,6 +48,10 @@ EXMY_ATTENTION_BLOCK_KERNELS(cuda)
 // environment sets EXMY_CUDA_ATTENTION=rows (the row kernels; kept until a
 // device has timed both, docs/benchmarks.md). Read once.
 bool attention_rows_chosen();
+// The block launches' blocking on the CUDA backend: attn_device_blocking(d),
+// its products on bfloat16 pieces unless EXMY_CUDA_ATTENTION=fp32 (FP32
+// cuBLASLt products, for a comparison in one sitting).
+AttnBlocking attention_device_blocking_chosen(const AttnDims& d);
 // The scratch (floats) a device backend's attention may ask for: the
 // largest of the row kernels' backward and the block launches' forward and
 // backward with the CPU's and the device's blocking.

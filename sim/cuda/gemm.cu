@@ -244,23 +244,27 @@ void CudaGemm::run_device_alpha(float* C, int64_t ldc, const void* A, int64_t ld
         "cublasLtMatmul");
 }
 
-void CudaGemm::run_batched(int64_t count, float* C, int64_t ldc, int64_t sc, const float* A, int64_t lda, int64_t sa,
-                           Op opA, const float* B, int64_t ldb, int64_t sb, Op opB, int64_t M, int64_t N, int64_t K,
-                           bool accumulate) {
+void CudaGemm::run_batched(int64_t count, float* C, int64_t ldc, int64_t sc, const void* A, int64_t lda, int64_t sa,
+                           Op opA, const void* B, int64_t ldb, int64_t sb, Op opB, int64_t M, int64_t N, int64_t K,
+                           bool accumulate, GemmOperands operands) {
   if (count <= 0 || M == 0 || N == 0) return;
+  const int64_t es = operands == GemmOperands::bf16 ? 2 : 4;  // bytes an operand element
+  const auto* a = static_cast<const char*>(A);
+  const auto* b = static_cast<const char*>(B);
   const auto each = [&] {  // one call per entry
     for (int64_t t = 0; t < count; ++t)
-      run(C + t * sc, ldc, A + t * sa, lda, opA, B + t * sb, ldb, opB, M, N, K, accumulate, GemmOperands::fp32);
+      run(C + t * sc, ldc, a + t * sa * es, lda, opA, b + t * sb * es, ldb, opB, M, N, K, accumulate, operands);
   };
   if (count == 1 || K == 0 || count > INT32_MAX) return each();  // (K = 0: each entry's C = 0, or unchanged)
-  const GemmAlign align{alignment(A, 4 * sa), alignment(B, 4 * sb), alignment(C, 4 * sc)};
+  const GemmAlign align{alignment(A, es * sa), alignment(B, es * sb), alignment(C, 4 * sc)};
   const Impl::Plan& p =
-      impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, GemmOperands::fp32, align, false, Impl::Batch{count, sa, sb, sc});
+      impl_->plan(ldc, lda, opA, ldb, opB, M, N, K, operands, align, false, Impl::Batch{count, sa, sb, sc});
   if (p.none) return each();  // the heuristic has no algorithm for this batch
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  DeviceProfileScope timed(launch_profile_on() ? "cublasLt fp32 batched " + std::to_string(count) + "x " +
-                                                     std::to_string(M) + "x" + std::to_string(N) + "x" +
-                                                     std::to_string(K)
+  DeviceProfileScope timed(launch_profile_on() ? std::string("cublasLt ") +
+                                                     (operands == GemmOperands::bf16 ? "bf16" : "fp32") +
+                                                     " batched " + std::to_string(count) + "x " + std::to_string(M) +
+                                                     "x" + std::to_string(N) + "x" + std::to_string(K)
                                                : std::string(),
                            static_cast<double>(count) * gemm_flops(M, N, K));
   check(lt().cublasLtMatmul(impl_->handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
@@ -285,11 +289,25 @@ void CudaGemm::run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, co
         "cublasLtMatmul");
 }
 
+namespace {
+// DeviceBatchedGemm's handle (gemm_cuda.hpp: made at the first call, never
+// destroyed).
+CudaGemm& batched_gemm() {
+  static CudaGemm* const gemm = new CudaGemm(0);
+  return *gemm;
+}
+}  // namespace
+
 void DeviceBatchedGemm::operator()(int64_t count, float* C, int64_t ldc, int64_t sc, const float* A, int64_t lda,
                                    int64_t sa, Op opA, const float* B, int64_t ldb, int64_t sb, Op opB, int64_t M,
                                    int64_t N, int64_t K, bool accumulate) const {
-  static CudaGemm* const gemm = new CudaGemm(0);
-  gemm->run_batched(count, C, ldc, sc, A, lda, sa, opA, B, ldb, sb, opB, M, N, K, accumulate);
+  batched_gemm().run_batched(count, C, ldc, sc, A, lda, sa, opA, B, ldb, sb, opB, M, N, K, accumulate);
+}
+void DeviceBatchedGemm::operator()(int64_t count, float* C, int64_t ldc, int64_t sc, const uint16_t* A, int64_t lda,
+                                   int64_t sa, Op opA, const uint16_t* B, int64_t ldb, int64_t sb, Op opB, int64_t M,
+                                   int64_t N, int64_t K, bool accumulate) const {
+  batched_gemm().run_batched(count, C, ldc, sc, A, lda, sa, opA, B, ldb, sb, opB, M, N, K, accumulate,
+                             GemmOperands::bf16);
 }
 
 }  // namespace exmy::sim

@@ -35,13 +35,14 @@ class CudaGemm {
   // epilogue scale, one FP32 multiplication of each output's sum.
   void run(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, const void* B, int64_t ldb, Op opB, int64_t M,
            int64_t N, int64_t K, bool accumulate, GemmOperands operands, float alpha = 1.0f);
-  // FP32 operands, `count` products at once (cuBLASLt's strided batch):
-  // entry t is C + t sc = op(A + t sa) · op(B + t sb) (+= with accumulate),
-  // strides in elements; each entry's result is that of run() on it up to
-  // the order of each output's sums. A batch the heuristic has no algorithm
-  // for runs as one call per entry.
-  void run_batched(int64_t count, float* C, int64_t ldc, int64_t sc, const float* A, int64_t lda, int64_t sa, Op opA,
-                   const float* B, int64_t ldb, int64_t sb, Op opB, int64_t M, int64_t N, int64_t K, bool accumulate);
+  // `count` products at once (cuBLASLt's strided batch), FP32 or BF16
+  // operands: entry t is C + t sc = op(A + t sa) · op(B + t sb) (+= with
+  // accumulate), strides in elements; each entry's result is that of run()
+  // on it up to the order of each output's sums. A batch the heuristic has
+  // no algorithm for runs as one call per entry.
+  void run_batched(int64_t count, float* C, int64_t ldc, int64_t sc, const void* A, int64_t lda, int64_t sa, Op opA,
+                   const void* B, int64_t ldb, int64_t sb, Op opB, int64_t M, int64_t N, int64_t K, bool accumulate,
+                   GemmOperands operands = GemmOperands::fp32);
   // C = fl(*alpha · sum) with alpha a device pointer (cuBLASLt's device
   // pointer mode: the host never reads it), C overwritten.
   void run_device_alpha(float* C, int64_t ldc, const void* A, int64_t lda, Op opA, const void* B, int64_t ldb, Op opB,
@@ -60,9 +61,14 @@ class CudaGemm {
 // algorithms without split-K). The handle is made at the first call and
 // never destroyed (a static's destructor could run after the CUDA
 // runtime's teardown).
+// The bfloat16 form (operands as bfloat16 bits) is models/split_gemm.hpp's
+// products of pieces.
 struct DeviceBatchedGemm {
   void operator()(int64_t count, float* C, int64_t ldc, int64_t sc, const float* A, int64_t lda, int64_t sa, Op opA,
                   const float* B, int64_t ldb, int64_t sb, Op opB, int64_t M, int64_t N, int64_t K,
+                  bool accumulate) const;
+  void operator()(int64_t count, float* C, int64_t ldc, int64_t sc, const uint16_t* A, int64_t lda, int64_t sa,
+                  Op opA, const uint16_t* B, int64_t ldb, int64_t sb, Op opB, int64_t M, int64_t N, int64_t K,
                   bool accumulate) const;
 };
 

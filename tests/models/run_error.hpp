@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "models/split_gemm.hpp"
 #include "sim/gemm.hpp"
 #include "sim/hd_math.hpp"
 
@@ -62,6 +63,63 @@ struct RunErrGemm {
         }
         C[i * ldc + j] = {s, e + static_cast<double>(K + 1) * mag};
       }
+  }
+};
+
+// The bound of a batched product on bfloat16 pieces (models/split_gemm.hpp's
+// SplitGemm; LoopGemm's signature, and the hint of which operands hold
+// bfloat16 values), in units of u, per output with mag = sum |a b| over k:
+// - the pairs of pieces dropped (both operands in three pieces): at most
+//   2.01 u |a b| a term;
+// - the pieces' magnitudes: the kept pairs' |a_i b_j| add up to at most
+//   (1 + 2^-5) |a b| a term (|p0| <= (1 + 2^-8)|x|, |p1| <= 2^-8 (1 + 2^-8)|x|,
+//   |p2| <= 2^-16 |x|);
+// - the pairs' sums, a pair a product or all pairs as one product of
+//   npairs x K terms (SplitGemm takes either): on a device the tensor
+//   cores' FP32 accumulation, which truncates (2u an addition) and aligns
+//   the products of a group to its largest before adding them, bounded by
+//   (2 npairs K + 16) u their magnitude; in the emulation (HostBf16Gemm) a
+//   double sum rounded once, (1 + npairs K 2^-29) u;
+// - each product's addition into C (all but the first when not
+//   accumulating; at most npairs): u (|C0| + the pairs' magnitude);
+// - a split operand below 2^-110 in magnitude loses at most 2^-134 in its
+//   last piece: 2^-110 u (x 2 for the rest) times the other operand's
+//   |values| summed.
+// Exact products otherwise (bfloat16 x bfloat16 fits FP32), and the
+// inputs' bounds carried through as in RunErrGemm.
+struct RunErrSplitGemm {
+  bool device = true;  // the device's accumulation, else the emulation's
+  void operator()(int64_t count, RunErr* C, int64_t ldc, int64_t sc, const RunErr* A, int64_t lda, int64_t sa,
+                  sim::Op opA, const RunErr* B, int64_t ldb, int64_t sb, sim::Op opB, int64_t M, int64_t N, int64_t K,
+                  bool accumulate) const {
+    hinted({}, count, C, ldc, sc, A, lda, sa, opA, B, ldb, sb, opB, M, N, K, accumulate);
+  }
+  void hinted(models::Bf16Operands h, int64_t count, RunErr* C, int64_t ldc, int64_t sc, const RunErr* A,
+              int64_t lda, int64_t sa, sim::Op opA, const RunErr* B, int64_t ldb, int64_t sb, sim::Op opB, int64_t M,
+              int64_t N, int64_t K, bool accumulate) const {
+    const int pa = h.a ? 1 : models::kBf16Pieces, pb = h.b ? 1 : models::kBf16Pieces;
+    const int pairs = models::split_pairs(pa, pb).n;
+    const double grow = 1 + 0x1p-5, kd = static_cast<double>(K);
+    const double sum = device ? 2 * pairs * kd + 16 : 1 + pairs * kd * 0x1p-29;
+    const double adds = accumulate ? pairs : pairs - 1;
+    const double per_mag = sum * grow + adds * grow + (pa > 1 && pb > 1 ? 2.01 : 0);
+    for (int64_t t = 0; t < count; ++t)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          RunErr& c = C[t * sc + i * ldc + j];
+          const RunErr c0 = accumulate ? c : RunErr(0);
+          double s = c0.v, e = c0.e, mag = 0, sum_a = 0, sum_b = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const RunErr a = opA == sim::Op::N ? A[t * sa + i * lda + k] : A[t * sa + k * lda + i];
+            const RunErr b = opB == sim::Op::N ? B[t * sb + k * ldb + j] : B[t * sb + j * ldb + k];
+            s += a.v * b.v;
+            e += std::fabs(a.v) * b.e + std::fabs(b.v) * a.e;
+            mag += std::fabs(a.v * b.v);
+            sum_a += std::fabs(a.v), sum_b += std::fabs(b.v);
+          }
+          const double lost = 0x1p-109 * ((pa > 1 ? sum_b : 0) + (pb > 1 ? sum_a : 0));
+          c = {s, e + per_mag * mag + adds * std::fabs(c0.v) + lost};
+        }
   }
 };
 

@@ -57,13 +57,16 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "formats/error.hpp"
 #include "models/attention.hpp"
 #include "models/cuda/attention_cuda.hpp"
+#include "sim/bf16.hpp"
 
 namespace exmy::models {
 namespace {
@@ -72,22 +75,23 @@ namespace {
 // block exactly, and more blocks with a short last one (odd lengths: the
 // row tiles' last steps are partial); GQA with 1, 2, 3 and 4 query heads
 // per kv head; batch 1 and > 1; head_dim from 8 to 128 (the GPU proxies'
-// and the 8B's).
+// and the 8B's). Two with q, k and v of bfloat16 values (the `bf16`
+// policy's, qkv_bf16: the products on pieces take them as one piece).
 const AttnDims kShapes[] = {
     {.batch = 2, .seqlen = 70, .q_heads = 4, .kv_heads = 2, .head_dim = 8},
     {.batch = 1, .seqlen = 64, .q_heads = 4, .kv_heads = 1, .head_dim = 16},
-    {.batch = 3, .seqlen = 20, .q_heads = 3, .kv_heads = 3, .head_dim = 32},
+    {.batch = 3, .seqlen = 20, .q_heads = 3, .kv_heads = 3, .head_dim = 32, .qkv_bf16 = true},
     {.batch = 1, .seqlen = 130, .q_heads = 2, .kv_heads = 1, .head_dim = 64},
     {.batch = 2, .seqlen = 5, .q_heads = 8, .kv_heads = 2, .head_dim = 24},
     {.batch = 2, .seqlen = 37, .q_heads = 6, .kv_heads = 2, .head_dim = 40},
-    {.batch = 1, .seqlen = 97, .q_heads = 4, .kv_heads = 2, .head_dim = 128},
+    {.batch = 1, .seqlen = 97, .q_heads = 4, .kv_heads = 2, .head_dim = 128, .qkv_bf16 = true},
 };
 
 std::string name_of(const AttnDims& d) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "B%lld S%lld Hq%lld Hkv%lld Dh%lld", static_cast<long long>(d.batch),
+  std::snprintf(buf, sizeof buf, "B%lld S%lld Hq%lld Hkv%lld Dh%lld%s", static_cast<long long>(d.batch),
                 static_cast<long long>(d.seqlen), static_cast<long long>(d.q_heads),
-                static_cast<long long>(d.kv_heads), static_cast<long long>(d.head_dim));
+                static_cast<long long>(d.kv_heads), static_cast<long long>(d.head_dim), d.qkv_bf16 ? " bf16 qkv" : "");
   return buf;
 }
 
@@ -101,6 +105,9 @@ struct Inputs {
     k = aligned(randn(tokens * static_cast<size_t>(d.kv_heads * d.head_dim), seed + 1));
     v = aligned(randn(k.size(), seed + 2));
     dout = aligned(randn(q.size(), seed + 3));
+    if (d.qkv_bf16)
+      for (AVec* x : {&q, &k, &v})
+        for (float& e : *x) e = sim::round_bf16_hd(e);
   }
   size_t lse_size() const { return static_cast<size_t>(d.batch * d.q_heads * d.seqlen); }
 };
@@ -143,8 +150,12 @@ ForwardBound forward_bound(Family fam, const Inputs& in, const AttnBlocking& blo
   ForwardBound r{Bound(in.q.size()), Bound(in.lse_size())};
   if (fam == Family::blocks) {
     Bound rscratch(static_cast<size_t>(attention_blocks_forward_scratch(d, block)));
-    attention_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<test::RunErrGemm>{}, r.out.data(), r.lse.data(),
-                                      rq.data(), rk.data(), rv.data(), d, block, rscratch.data());
+    if (block.bf16_pieces)
+      attention_blocks_forward_launches(sim::HostLaunch{}, test::RunErrSplitGemm{kOnDevice}, r.out.data(),
+                                        r.lse.data(), rq.data(), rk.data(), rv.data(), d, block, rscratch.data());
+    else
+      attention_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<test::RunErrGemm>{}, r.out.data(), r.lse.data(),
+                                        rq.data(), rk.data(), rv.data(), d, block, rscratch.data());
   } else {
     attention_rows_forward_launches(sim::HostLaunch{}, r.out.data(), r.lse.data(), rq.data(), rk.data(), rv.data(),
                                     d);
@@ -162,9 +173,14 @@ BackwardBound backward_bound(Family fam, const Inputs& in, const CpuForward& f, 
   BackwardBound r{to<RunErr>(g.dq0), to<RunErr>(g.dk0), to<RunErr>(g.dv0)};
   if (fam == Family::blocks) {
     Bound rscratch(static_cast<size_t>(attention_blocks_backward_scratch(d, block)));
-    attention_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<test::RunErrGemm>{}, r.dq.data(), r.dk.data(),
-                                       r.dv.data(), rdout.data(), rout.data(), rlse.data(), rq.data(), rk.data(),
-                                       rv.data(), d, block, rscratch.data());
+    if (block.bf16_pieces)
+      attention_blocks_backward_launches(sim::HostLaunch{}, test::RunErrSplitGemm{kOnDevice}, r.dq.data(),
+                                         r.dk.data(), r.dv.data(), rdout.data(), rout.data(), rlse.data(), rq.data(),
+                                         rk.data(), rv.data(), d, block, rscratch.data());
+    else
+      attention_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<test::RunErrGemm>{}, r.dq.data(), r.dk.data(),
+                                         r.dv.data(), rdout.data(), rout.data(), rlse.data(), rq.data(), rk.data(),
+                                         rv.data(), d, block, rscratch.data());
   } else {
     Bound rscratch(static_cast<size_t>(attention_rows_backward_scratch(d)));
     attention_rows_backward_launches(sim::HostLaunch{}, r.dq.data(), r.dk.data(), r.dv.data(), rdout.data(),
@@ -198,18 +214,26 @@ std::vector<Case> cases(uint64_t seed, const std::string& what) {
 // algorithm's bound; with other blockings (another grouping of the
 // backward's sums over query rows, one product per block; the forward's
 // row sums in parts) within the budget of two algorithms, each bounded by
-// its own RunErr run. The scratch is poisoned (NaN), so a
+// its own RunErr run. With products on bfloat16 pieces
+// (models/split_gemm.hpp) the own bound is RunErrSplitGemm's: in the
+// emulation (double sums of the pieces' products) tight enough that a
+// piece or pair left out shows (2^-16 of a term against a few u), on a
+// device the tensor cores' truncating accumulation. The scratch is poisoned (NaN), so a
 // read of an element no launch wrote shows; a second run on a device gives
 // the same bits (fixed cuBLASLt algorithms, no atomics).
 std::vector<AttnBlocking> blockings(const AttnDims& d) {
-  return {attn_cpu_blocking(), {32, 0}, {7, 0}, {d.seqlen, 0}, {kQueryBlock, 16}, {32, 5}, attn_device_blocking(d)};
+  AttnBlocking device_fp32 = attn_device_blocking(d);
+  device_fp32.bf16_pieces = false;
+  return {attn_cpu_blocking(),    {32, 0},         {7, 0}, {d.seqlen, 0},          {kQueryBlock, 16}, {32, 5},
+          {kQueryBlock, 0, true}, {7, 5, true},    device_fp32, attn_device_blocking(d)};
 }
 std::string name_of(const AttnBlocking& k) {
-  return "blocks of " + std::to_string(k.rows) + " rows, parts of " + std::to_string(k.segment) + " keys";
+  return "blocks of " + std::to_string(k.rows) + " rows, parts of " + std::to_string(k.segment) + " keys" +
+         (k.bf16_pieces ? ", products on bf16 pieces" : "");
 }
 bool is_cpu_blocking(const AttnBlocking& k) {
   const AttnBlocking c = attn_cpu_blocking();
-  return k.rows == c.rows && k.segment == c.segment;
+  return k.rows == c.rows && k.segment == c.segment && k.bf16_pieces == c.bf16_pieces;
 }
 // One result of the block kernels against the CPU's: compare() at the CPU's
 // blocking (own null), else the budget of two algorithms, own the
@@ -358,6 +382,131 @@ TEST(AttentionRowKernels, RefusesHeadsWiderThanTheRowArrays) {
   }
 }
 
+#if defined(EXMY_TEST_EMULATED)
+// SplitGemm (models/split_gemm.hpp) on its own, on the host.
+
+// The three pieces add up to the float exactly down to 2^-110 (and lose at
+// most 2^-134 below), up to FLT_MAX, with the magnitudes the bound assumes;
+// a bfloat16 value is its one piece.
+TEST(SplitGemm, PiecesSumToTheFloat) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits(0, 0xff7fffffu);  // every finite positive float and more
+  const uint32_t edges[] = {0, 1, 0x7fff, 0x8000, 0x007fffff, 0x00800000, 0x09000000, 0x08ffffff, 0x3f800000,
+                            0x3f808080, 0x7f7f7fff, 0x7f7f8000, 0x7f7fffff};
+  for (int i = 0; i < 200000 + 26; ++i) {
+    const uint32_t u = i < 26 ? edges[i / 2] : bits(rng);
+    const float x = float_of(u) * (i % 2 ? -1.0f : 1.0f);
+    if (!std::isfinite(x)) continue;
+    uint16_t p[3];
+    bf16_pieces(x, 3, p, 1);
+    const double v[3] = {sim::bf16_value(p[0]), sim::bf16_value(p[1]), sim::bf16_value(p[2])};
+    const double ax = std::fabs(static_cast<double>(x)), err = std::fabs(v[0] + v[1] + v[2] - x);
+    if (ax >= 0x1p-110) ASSERT_EQ(err, 0.0) << x;
+    else ASSERT_LE(err, 0x1p-134) << x;
+    if (ax < 0x1.ffp127) {  // (nearer FLT_MAX the first piece is x truncated, not rounded up to Inf)
+      ASSERT_LE(std::fabs(v[1]), 0x1p-8 * (1 + 0x1p-8) * ax) << x;
+      ASSERT_LE(std::fabs(v[2]), 0x1p-16 * ax + 0x1p-134) << x;
+    }
+    uint16_t one;
+    const float b = sim::round_bf16_hd(x);
+    bf16_pieces(b, 1, &one, 1);
+    if (std::isfinite(b)) ASSERT_EQ(sim::bf16_value(one), b);
+  }
+}
+
+TEST(SplitGemm, KeepsThePairsOfPiecesUpToTwo) {
+  const SplitPairs p = split_pairs(3, 3);
+  ASSERT_EQ(p.n, 6);
+  for (int i = 0; i < p.n; ++i) EXPECT_LE(p.a[i] + p.b[i], 2);
+  EXPECT_EQ(p.a[0] + p.b[0], 2);                    // smallest first
+  EXPECT_EQ(p.a[5] + p.b[5], 0);                    // (0, 0) last
+  EXPECT_EQ(split_pairs(1, 3).n, 3);
+  EXPECT_EQ(split_pairs(3, 1).n, 3);
+  EXPECT_EQ(split_pairs(1, 1).n, 1);
+}
+
+// A launcher and a BF16 product that log what runs, for which way a
+// product took.
+struct LoggedLaunch {
+  std::vector<std::string>* log;
+  template <class F>
+  void operator()(const char* name, int64_t n, F&& f) const {
+    log->push_back(name);
+    sim::HostLaunch{}(name, n, f);
+  }
+};
+struct LoggedBf16Gemm {
+  std::vector<std::string>* log;
+  template <class... Args>
+  void operator()(int64_t count, float* C, int64_t ldc, int64_t sc, const uint16_t* A, int64_t lda, int64_t sa,
+                  sim::Op opA, const uint16_t* B, int64_t ldb, int64_t sb, sim::Op opB, int64_t M, int64_t N, int64_t K,
+                  bool accumulate) const {
+    log->push_back("bf16 K " + std::to_string(K));
+    HostBf16Gemm{}(count, C, ldc, sc, A, lda, sa, opA, B, ldb, sb, opB, M, N, K, accumulate);
+  }
+};
+
+// Both ways within the emulation's bound of the exact product, for every
+// op and hint; the concatenated way for a large C over a short K, a pair a
+// product for a long K; a_again keeps A's pieces only for the same matrix.
+TEST(SplitGemm, BothWaysWithinTheBoundAndReuseOnlyTheSameA) {
+  std::vector<std::string> log;
+  std::vector<uint16_t> scratch(1 << 20);
+  const SplitGemm<LoggedLaunch, LoggedBf16Gemm> g{{&log}, {&log}, scratch.data(), static_cast<int64_t>(scratch.size())};
+  const int64_t count = 2;
+  for (const auto& [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{40, 48, 8}, {6, 5, 300}})
+    for (sim::Op opA : {sim::Op::N, sim::Op::T})
+      for (sim::Op opB : {sim::Op::N, sim::Op::T})
+        for (const Bf16Operands h : {Bf16Operands{}, Bf16Operands{true, false}, Bf16Operands{false, true}})
+          for (bool acc : {false, true}) {
+            const std::string what = "M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K) +
+                                     (opA == sim::Op::T ? " A^T" : "") + (opB == sim::Op::T ? " B^T" : "") +
+                                     (h.a ? " A bf16" : "") + (h.b ? " B bf16" : "") + (acc ? " +=" : "");
+            const int64_t lda = (opA == sim::Op::N ? K : M) + 3, ldb = (opB == sim::Op::N ? N : K) + 1, ldc = N + 2;
+            const int64_t sa = (opA == sim::Op::N ? M : K) * lda + 5, sb = (opB == sim::Op::N ? K : N) * ldb + 7,
+                          sc = M * ldc + 1;
+            Vec A = randn(static_cast<size_t>(count * sa), M * 7 + K), B = randn(static_cast<size_t>(count * sb), N),
+                C = randn(static_cast<size_t>(count * sc), 3);
+            for (float& x : A) x = h.a ? sim::round_bf16_hd(x) : x * 1e-3f;  // various binades
+            if (h.b)
+              for (float& x : B) x = sim::round_bf16_hd(x);
+            const Bound rA = to<RunErr>(A), rB = to<RunErr>(B);
+            Bound rC = to<RunErr>(C);
+            test::RunErrSplitGemm{false}.hinted(h, count, rC.data(), ldc, sc, rA.data(), lda, sa, opA, rB.data(), ldb,
+                                                sb, opB, M, N, K, acc);
+            log.clear();
+            g.hinted(h, count, C.data(), ldc, sc, A.data(), lda, sa, opA, B.data(), ldb, sb, opB, M, N, K, acc);
+            const bool concat = std::count(log.begin(), log.end(), "bf16 K " + std::to_string(K)) == 0;
+            EXPECT_EQ(concat, K == 8 && !(h.a && h.b)) << what;  // (a short K and a large C: one product)
+            for (int64_t t = 0; t < count; ++t)
+              for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = 0; j < N; ++j) {
+                  const size_t at = static_cast<size_t>(t * sc + i * ldc + j);
+                  ASSERT_LE(std::fabs(static_cast<double>(C[at]) - rC[at].v), 2 * kU * rC[at].e + kTiny)
+                      << what << " (" << t << ", " << i << ", " << j << ")";
+                }
+          }
+  // a_again: A's pieces kept for the same matrix (no "pieces A" launch),
+  // made again for another
+  const int64_t M = 6, N = 5, K = 300;
+  Vec A = randn(static_cast<size_t>(M * K), 1), A2 = randn(static_cast<size_t>(M * K), 2),
+      B = randn(static_cast<size_t>(K * N), 3), C(static_cast<size_t>(M * N)), C2(C.size());
+  const auto pieces_a = [&] { return std::count(log.begin(), log.end(), std::string("split_gemm pieces A")); };
+  g.hinted({}, 1, C.data(), N, 0, A.data(), K, 0, sim::Op::N, B.data(), N, 0, sim::Op::N, M, N, K, false);
+  log.clear();
+  g.hinted({false, false, true}, 1, C2.data(), N, 0, A.data(), K, 0, sim::Op::N, B.data(), N, 0, sim::Op::N, M, N, K,
+           false);
+  EXPECT_EQ(pieces_a(), 0);
+  expect_bits(C2, C, "the same product with A's pieces kept");
+  log.clear();
+  g.hinted({false, false, true}, 1, C2.data(), N, 0, A2.data(), K, 0, sim::Op::N, B.data(), N, 0, sim::Op::N, M, N, K,
+           false);
+  EXPECT_EQ(pieces_a(), 1);
+  g.hinted({}, 1, C.data(), N, 0, A2.data(), K, 0, sim::Op::N, B.data(), N, 0, sim::Op::N, M, N, K, false);
+  expect_bits(C2, C, "another A, split again");
+}
+#endif
+
 #if !defined(EXMY_TEST_EMULATED)
 // The row kernels' time at the GPU proxies' and the 8B's head shape: batch 1,
 // 16 query heads on 4 kv heads, sequence 4096, head_dim 128 (printed for
@@ -390,30 +539,41 @@ TEST(AttentionRowKernels, TimesSequence4096) {
 }
 
 // The block kernels' time at the same shape and the device's block size
-// (printed beside the row kernels' for the device report).
+// (printed beside the row kernels' for the device report): the products in
+// FP32 (EXMY_CUDA_ATTENTION=fp32), and on bfloat16 pieces (the default)
+// with q, k, v of FP32 values (three pieces each) and of bfloat16 values
+// (the `bf16` policy's: one piece).
 TEST(AttentionBlockKernels, TimesSequence4096) {
   EXMY_REQUIRE_CUDA();
-  const AttnDims d{.batch = 1, .seqlen = 4096, .q_heads = 16, .kv_heads = 4, .head_dim = 128};
-  const AttnBlocking rows = attn_device_blocking(d);
-  const Inputs in(d, 7);
-  Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(Vec(in.q.size(), std::nanf(""))),
-      klse(Vec(in.lse_size(), std::nanf(""))), kdq(Vec(in.q.size(), 0.0f)), kdk(Vec(in.k.size(), 0.0f)),
-      kdv(Vec(in.v.size(), 0.0f)), scratch(Vec(static_cast<size_t>(attention_blocks_backward_scratch(d, rows)), 0.0f));
-  const FwdBwdMs ms = time_forward_backward(
-      [&] { attention_blocks_forward_cuda(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d, rows, scratch.ptr()); },
-      [&] {
-        attention_blocks_backward_cuda(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
-                                       kk.ptr(), kv.ptr(), d, rows, scratch.ptr());
-      });
-  const double pairs = static_cast<double>(d.seqlen) * static_cast<double>(d.seqlen + 1) / 2;
-  const double fwd_flops = 4.0 * static_cast<double>(d.head_dim * d.q_heads * d.batch) * pairs;
-  std::printf("[attention blocks] B1 S4096 Hq16 Hkv4 Dh128, %lld rows a block: forward %.2f ms (%.1f TFLOP/s), "
-              "backward %.2f ms (%.1f TFLOP/s), median of 3\n",
-              static_cast<long long>(rows.rows), ms.fwd, fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
-  for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
-    bool finite = true, nonzero = false;
-    for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
-    EXPECT_TRUE(finite && nonzero);
+  for (const auto& [pieces, bf16_qkv] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
+    const AttnDims d{.batch = 1, .seqlen = 4096, .q_heads = 16, .kv_heads = 4, .head_dim = 128, .qkv_bf16 = bf16_qkv};
+    AttnBlocking rows = attn_device_blocking(d);
+    rows.bf16_pieces = pieces;
+    const Inputs in(d, 7);
+    Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(Vec(in.q.size(), std::nanf(""))),
+        klse(Vec(in.lse_size(), std::nanf(""))), kdq(Vec(in.q.size(), 0.0f)), kdk(Vec(in.k.size(), 0.0f)),
+        kdv(Vec(in.v.size(), 0.0f)),
+        scratch(Vec(static_cast<size_t>(attention_blocks_backward_scratch(d, rows)), 0.0f));
+    const FwdBwdMs ms = time_forward_backward(
+        [&] {
+          attention_blocks_forward_cuda(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d, rows, scratch.ptr());
+        },
+        [&] {
+          attention_blocks_backward_cuda(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(),
+                                         kq.ptr(), kk.ptr(), kv.ptr(), d, rows, scratch.ptr());
+        });
+    const double pairs = static_cast<double>(d.seqlen) * static_cast<double>(d.seqlen + 1) / 2;
+    const double fwd_flops = 4.0 * static_cast<double>(d.head_dim * d.q_heads * d.batch) * pairs;
+    std::printf("[attention blocks] B1 S4096 Hq16 Hkv4 Dh128, %lld rows a block, products %s: forward %.2f ms "
+                "(%.1f TFLOP/s), backward %.2f ms (%.1f TFLOP/s), median of 3\n",
+                static_cast<long long>(rows.rows),
+                !pieces ? "fp32" : bf16_qkv ? "on bf16 pieces, q k v bf16" : "on bf16 pieces, q k v fp32", ms.fwd,
+                fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
+    for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
+      bool finite = true, nonzero = false;
+      for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
+      EXPECT_TRUE(finite && nonzero);
+    }
   }
 }
 #endif
