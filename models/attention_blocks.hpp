@@ -112,8 +112,9 @@ struct AttnBlockScratch {
       piece_at = (total + 63) / 64 * 64;
       // a pair a product for P, dS (the larger of the two ways), or the
       // pairs concatenated for the products Q K^T, dO V^T (SplitGemm)
-      const int64_t by_pair = split_gemm_scratch(d.kv_heads, rows * (S > Dh ? S : Dh), S * Dh);
-      const int64_t concat = split_gemm_concat_scratch(d.kv_heads, rows * Dh, S * Dh, 6);
+      const int64_t by_pair = split_gemm_scratch(d.kv_heads, rows, S > Dh ? S : Dh, S, Dh);
+      const int64_t concat =
+          d.kv_heads * (split_concat_elems(rows, Dh, true, 6) + split_concat_elems(S, Dh, true, 6));
       pieces = by_pair > concat ? by_pair : concat;
       total = piece_at + (pieces + 1) / 2;
     }

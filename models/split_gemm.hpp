@@ -87,41 +87,47 @@ EXMY_HD SplitPairs split_pairs(int pa, int pb) {
 }
 
 // uint16 elements a piece matrix takes: a multiple of 128 (256 bytes, the
-// alignment cuBLASLt's best algorithms ask for).
+// alignment cuBLASLt's best algorithms ask for); and a row of `cols`
+// pieces: a multiple of 8 (16 bytes, the tensor-core kernels' alignment).
 inline int64_t piece_pad(int64_t n) { return (n + 127) / 128 * 128; }
+EXMY_HD int64_t piece_ld(int64_t cols) { return (cols + 7) / 8 * 8; }
 
 // uint16 elements of the pieces of one batched product, count entries of
-// A's and B's elements: each operand split in `pieces`, one matrix a piece
-// (the products a pair at a time), or one copy a pair (`pairs`: the pairs
-// as one product, concatenated along K).
-inline int64_t split_gemm_scratch(int64_t count, int64_t a_elems, int64_t b_elems, int pieces = kBf16Pieces) {
-  return count * pieces * (piece_pad(a_elems) + piece_pad(b_elems));
+// A and B stored (rows x cols): each operand split in `pieces`, a matrix a
+// piece (the products a pair at a time); or one copy a pair concatenated
+// along K (`pairs`, the pairs as one product; k_cols: K along the stored
+// columns).
+inline int64_t split_gemm_scratch(int64_t count, int64_t a_rows, int64_t a_cols, int64_t b_rows, int64_t b_cols,
+                                  int pieces = kBf16Pieces) {
+  return count * pieces * (piece_pad(a_rows * piece_ld(a_cols)) + piece_pad(b_rows * piece_ld(b_cols)));
 }
-inline int64_t split_gemm_concat_scratch(int64_t count, int64_t a_elems, int64_t b_elems, int pairs) {
-  return count * (piece_pad(pairs * a_elems) + piece_pad(pairs * b_elems));
+inline int64_t split_concat_elems(int64_t rows, int64_t cols, bool k_cols, int pairs) {
+  return piece_pad(k_cols ? rows * piece_ld(pairs * cols) : pairs * rows * piece_ld(cols));
 }
 
 // Entry t's pieces (P of them) of X (rows x cols, row stride ld; entry t at
-// X + t sx): piece i at out + (t P + i) n, dense. A thread per element.
+// X + t sx): piece i at out + (t P + i) n, rows piece_ld(cols) apart. A
+// thread per element.
 template <class L>
 void split_launches(const L& launch, const char* name, uint16_t* out, const float* X, int64_t sx, int64_t ld,
                     int64_t rows, int64_t cols, int64_t count, int P, int64_t n) {
-  const int64_t per = rows * cols;
+  const int64_t per = rows * cols, ldo = piece_ld(cols);
   launch(name, count * per, [=] EXMY_HD_LAMBDA(int64_t u) {
-    const int64_t t = u / per, e = u % per;
-    bf16_pieces(X[t * sx + (e / cols) * ld + e % cols], P, out + t * P * n + e, n);
+    const int64_t t = u / per, e = u % per, r = e / cols, c = e % cols;
+    bf16_pieces(X[t * sx + r * ld + c], P, out + t * P * n + r * ldo + c, n);
   });
 }
 
 // The pairs' copies of X concatenated along K: entry t at out + t n, block
-// p (of pairs.n) piece idx[p] of X; K along X's columns (along_cols: X' is
+// p (of pairs.n) piece idx[p] of X; K along X's columns (k_cols: X' is
 // rows x (pairs cols), block p its columns [p cols, (p + 1) cols)) or
-// along its rows (X' is (pairs rows) x cols). A thread per element of X.
+// along its rows (X' is (pairs rows) x cols); X's rows piece_ld apart. A
+// thread per element of X.
 template <class L>
 void split_concat_launches(const L& launch, const char* name, uint16_t* out, const float* X, int64_t sx, int64_t ld,
-                           int64_t rows, int64_t cols, int64_t count, bool along_cols, SplitPairs pairs, bool use_a,
+                           int64_t rows, int64_t cols, int64_t count, bool k_cols, SplitPairs pairs, bool use_a,
                            int pieces, int64_t n) {
-  const int64_t per = rows * cols;
+  const int64_t per = rows * cols, ldo = piece_ld(k_cols ? pairs.n * cols : cols);
   launch(name, count * per, [=] EXMY_HD_LAMBDA(int64_t u) {
     const int64_t t = u / per, e = u % per, r = e / cols, c = e % cols;
     uint16_t piece[kBf16Pieces];
@@ -129,8 +135,8 @@ void split_concat_launches(const L& launch, const char* name, uint16_t* out, con
     uint16_t* const o = out + t * n;
     for (int p = 0; p < pairs.n; ++p) {
       const uint16_t v = piece[use_a ? pairs.a[p] : pairs.b[p]];
-      if (along_cols) o[r * (pairs.n * cols) + p * cols + c] = v;
-      else o[(p * rows + r) * cols + c] = v;
+      if (k_cols) o[r * ldo + p * cols + c] = v;
+      else o[(p * rows + r) * ldo + c] = v;
     }
   });
 }
@@ -181,22 +187,23 @@ struct SplitGemm {
     const int64_t pair_bytes = 2 * (pa * a_el + pb * b_el) + 2 * np * (a_el + b_el) +
                                c_bytes * (2 * np - (accumulate ? 0 : 1));
     const int64_t concat_bytes = 4 * np * (a_el + b_el) + c_bytes * (accumulate ? 2 : 1);
-    const int64_t concat_need = split_gemm_concat_scratch(count, a_el, b_el, np);
-    if (np > 1 && concat_bytes < pair_bytes && concat_need <= capacity) {
-      const int64_t na = piece_pad(np * a_el), nb = piece_pad(np * b_el);
+    const bool a_kcols = opA == sim::Op::N, b_kcols = opB != sim::Op::N;  // K along the stored columns
+    const int64_t ca_n = split_concat_elems(ra, ca, a_kcols, np), cb_n = split_concat_elems(rb, cb, b_kcols, np);
+    if (np > 1 && concat_bytes < pair_bytes && count * (ca_n + cb_n) <= capacity) {
       uint16_t* const Ap = pieces;
-      uint16_t* const Bp = pieces + count * na;
-      split_concat_launches(launch, "split_gemm pieces A", Ap, A, sa, lda, ra, ca, count, opA == sim::Op::N, pairs,
-                            true, pa, na);
-      split_concat_launches(launch, "split_gemm pieces B", Bp, B, sb, ldb, rb, cb, count, opB != sim::Op::N, pairs,
-                            false, pb, nb);
+      uint16_t* const Bp = pieces + count * ca_n;
+      split_concat_launches(launch, "split_gemm pieces A", Ap, A, sa, lda, ra, ca, count, a_kcols, pairs, true, pa,
+                            ca_n);
+      split_concat_launches(launch, "split_gemm pieces B", Bp, B, sb, ldb, rb, cb, count, b_kcols, pairs, false, pb,
+                            cb_n);
       last_a = {};
-      const int64_t lda2 = opA == sim::Op::N ? np * K : M, ldb2 = opB == sim::Op::N ? N : np * K;
-      g16(count, C, ldc, sc, static_cast<const uint16_t*>(Ap), lda2, na, opA, static_cast<const uint16_t*>(Bp), ldb2,
-          nb, opB, M, N, np * K, accumulate);
+      const int64_t lda2 = piece_ld(a_kcols ? np * ca : ca), ldb2 = piece_ld(b_kcols ? np * cb : cb);
+      g16(count, C, ldc, sc, static_cast<const uint16_t*>(Ap), lda2, ca_n, opA, static_cast<const uint16_t*>(Bp), ldb2,
+          cb_n, opB, M, N, np * K, accumulate);
       return;
     }
-    const int64_t na = piece_pad(a_el), nb = piece_pad(b_el);
+    const int64_t lda2 = piece_ld(ca), ldb2 = piece_ld(cb);
+    const int64_t na = piece_pad(ra * lda2), nb = piece_pad(rb * ldb2);
     const int64_t need = count * (pa * na + pb * nb);
     if (need > capacity)
       throw Error("split_gemm: pieces need " + std::to_string(need) + " elements of scratch, " +
@@ -210,8 +217,8 @@ struct SplitGemm {
     split_launches(launch, "split_gemm pieces B", Bp, B, sb, ldb, rb, cb, count, pb, nb);
     bool acc = accumulate;
     for (int p = 0; p < pairs.n; ++p) {
-      g16(count, C, ldc, sc, static_cast<const uint16_t*>(Ap + pairs.a[p] * na), ca, pa * na, opA,
-          static_cast<const uint16_t*>(Bp + pairs.b[p] * nb), cb, pb * nb, opB, M, N, K, acc);
+      g16(count, C, ldc, sc, static_cast<const uint16_t*>(Ap + pairs.a[p] * na), lda2, pa * na, opA,
+          static_cast<const uint16_t*>(Bp + pairs.b[p] * nb), ldb2, pb * nb, opB, M, N, K, acc);
       acc = true;
     }
   }
