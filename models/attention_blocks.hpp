@@ -16,9 +16,10 @@
 // bf16_pieces, BF16 products of the operands' bfloat16 pieces,
 // models/split_gemm.hpp, each product told which operands hold bfloat16
 // values) and the blocking is attn_device_blocking(d): the results are
-// then within the FP32 budget of that test. A row's max is exact in any grouping, so its
-// parts change nothing; its sum in parts of `segment` keys (the device's)
-// is another order than the CPU's whole-row sum (segment 0).
+// then within the FP32 budget of that test. A row's max is exact in any
+// grouping, so its parts change nothing; its sum in parts of `segment`
+// keys (the device's) is another order than the CPU's whole-row sum
+// (segment 0).
 //
 // Per block and entry (scratch P, and dP in the backward, `rows` x i1 each):
 //   forward   P = Q_blk K^T; per row part (a thread per `segment` keys):

@@ -185,13 +185,15 @@ TEST(CudaGemm, Bf16OperandsWithinBudgetAndDeterministic) {
   check_cases(GemmOperands::bf16, 12);
 }
 
-// Strided batches (run_batched: attention's products on a device), FP32:
-// each entry within the budget of its exact product, the elements between
-// the entries untouched, and the same bits twice.
-TEST(CudaGemm, Fp32BatchesWithinBudgetAndDeterministic) {
-  EXMY_REQUIRE_CUDA();
+// Strided batches (run_batched: attention's and the SSD scan's products on
+// a device; BF16 operands: attention's products of bfloat16 pieces,
+// models/split_gemm.hpp): each entry within the budget of its exact
+// product (the accumulation's unit 2^-23 for BF16, which tensor cores
+// truncate), the elements between the entries untouched, and the same bits
+// twice.
+void check_batches(GemmOperands kind, uint32_t seed) {
   CudaGemm g;
-  std::mt19937 rng(13);
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const Case cases[] = {{64, 200, 128, Op::N, Op::T, false, 2},
                         {200, 128, 64, Op::T, Op::N, true, 0},
@@ -209,18 +211,24 @@ TEST(CudaGemm, Fp32BatchesWithinBudgetAndDeterministic) {
     for (float& v : A) v = normal(rng);
     for (float& v : B) v = normal(rng);
     for (float& v : C0) v = normal(rng);
-    const float* dA = upload(A);
-    const float* dB = upload(B);
+    std::vector<uint16_t> Ab(A.size()), Bb(B.size());
+    if (kind == GemmOperands::bf16) {
+      for (size_t i = 0; i < A.size(); ++i) A[i] = bf16_value(Ab[i] = bf16_bits(A[i]));
+      for (size_t i = 0; i < B.size(); ++i) B[i] = bf16_value(Bb[i] = bf16_bits(B[i]));
+    }
+    const void* dA = kind == GemmOperands::bf16 ? static_cast<const void*>(upload(Ab)) : upload(A);
+    const void* dB = kind == GemmOperands::bf16 ? static_cast<const void*>(upload(Bb)) : upload(B);
     float* dC = upload(C0);
-    g.run_batched(count, dC, ldc, sc, dA, lda, sa, c.opA, dB, ldb, sb, c.opB, M, N, K, c.accumulate);
+    g.run_batched(count, dC, ldc, sc, dA, lda, sa, c.opA, dB, ldb, sb, c.opB, M, N, K, c.accumulate, kind);
     ok(cudaDeviceSynchronize());
     const std::vector<float> got = download(dC, C0.size());
     ok(cudaMemcpy(dC, C0.data(), sizeof(float) * C0.size(), cudaMemcpyHostToDevice));
-    g.run_batched(count, dC, ldc, sc, dA, lda, sa, c.opA, dB, ldb, sb, c.opB, M, N, K, c.accumulate);
+    g.run_batched(count, dC, ldc, sc, dA, lda, sa, c.opA, dB, ldb, sb, c.opB, M, N, K, c.accumulate, kind);
     ok(cudaDeviceSynchronize());
     EXPECT_EQ(std::memcmp(got.data(), download(dC, C0.size()).data(), sizeof(float) * got.size()), 0)
         << "two runs differ";
-    const double u = std::ldexp(1.0, -24), n = static_cast<double>(K + (c.accumulate ? 1 : 0));
+    const double u = std::ldexp(1.0, kind == GemmOperands::bf16 ? -23 : -24);
+    const double n = static_cast<double>(K + (c.accumulate ? 1 : 0));
     const double gamma = n * u / (1 - n * u);
     int bad = 0;
     for (int64_t t = 0; t < count; ++t) {
@@ -248,10 +256,19 @@ TEST(CudaGemm, Fp32BatchesWithinBudgetAndDeterministic) {
         if (got[static_cast<size_t>(c0 + e)] != C0[static_cast<size_t>(c0 + e)] && bad++ < 5)
           ADD_FAILURE() << "entry " << t << ": the gap after it was written";
     }
-    cudaFree(const_cast<float*>(dA));
-    cudaFree(const_cast<float*>(dB));
+    cudaFree(const_cast<void*>(dA));
+    cudaFree(const_cast<void*>(dB));
     cudaFree(dC);
   }
+}
+
+TEST(CudaGemm, Fp32BatchesWithinBudgetAndDeterministic) {
+  EXMY_REQUIRE_CUDA();
+  check_batches(GemmOperands::fp32, 13);
+}
+TEST(CudaGemm, Bf16BatchesWithinBudgetAndDeterministic) {
+  EXMY_REQUIRE_CUDA();
+  check_batches(GemmOperands::bf16, 14);
 }
 
 // Not a check: the rates of large products on this device (printed; the
