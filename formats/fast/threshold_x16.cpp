@@ -19,16 +19,22 @@ EXMY_TARGET_AVX512
 namespace exmy::detail::avx512 {
 namespace {
 
-// A block's thresholds broadcast to 16 lanes, and its table.
+// A block's thresholds and its table. The magnitude code (the count of
+// thresholds |x| exceeds; they do not decrease) by bisection, as the
+// device's detail::thresholds_exceeded: |x| > t3 decides 4, then t1 or t5
+// (a lane's own, picked from tv) 2, then t0, t2, t4 or t6 1: three
+// comparisons and two lane permutations in place of seven comparisons and
+// additions (docs/benchmarks.md, "What was tried").
 struct ThrConsts16 {
-  __m512i t[7], sat;
+  __m512i tv, t3, t0, sat;
   __m512 table;
   __attribute__((always_inline)) explicit ThrConsts16(const ThrBlock& th)
-      : sat(_mm512_set1_epi32(th.sat)),
+      : tv(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(th.t)))),  // t0..t6 (and sat)
+        t3(_mm512_set1_epi32(th.t[3])),
+        t0(_mm512_set1_epi32(th.t[0])),
+        sat(_mm512_set1_epi32(th.sat)),
         // codes are at most 7: the table's upper half (zeros) is never indexed
-        table(_mm512_zextps256_ps512(_mm256_loadu_ps(th.table))) {
-    for (int k = 0; k < 7; ++k) t[k] = _mm512_set1_epi32(th.t[k]);
-  }
+        table(_mm512_zextps256_ps512(_mm256_loadu_ps(th.table))) {}
 };
 
 // One 16-lane step: the codes and x-hat of x[0..16) under a block's
@@ -36,16 +42,20 @@ struct ThrConsts16 {
 template <bool kStream>
 __attribute__((always_inline)) inline void thr_step16(ThrStep16<kStream>& out, const ThrConsts16& c, const float* x,
                                                       float* vo, uint8_t* co, bool stats) {
-  const __m512i* t = c.t;
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512i zero_i = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+  const __m512i zero_i = _mm512_setzero_si512(), one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2),
+                four = _mm512_set1_epi32(4);
   const __m512i xi = _mm512_loadu_si512(x);
   const __m512i ax = _mm512_and_si512(xi, abs_mask);
-  const __mmask16 m1 = _mm512_cmpgt_epi32_mask(ax, t[0]);
-  __m512i code = _mm512_maskz_mov_epi32(m1, one);
-  for (int k = 1; k < 7; ++k) code = _mm512_mask_add_epi32(code, _mm512_cmpgt_epi32_mask(ax, t[k]), code, one);
+  __m512i code = _mm512_maskz_mov_epi32(_mm512_cmpgt_epi32_mask(ax, c.t3), four);
+  code = _mm512_mask_add_epi32(code, _mm512_cmpgt_epi32_mask(ax, _mm512_permutexvar_epi32(_mm512_or_si512(code, one),
+                                                                                             c.tv)),
+                               code, two);
+  code = _mm512_mask_add_epi32(code, _mm512_cmpgt_epi32_mask(ax, _mm512_permutexvar_epi32(code, c.tv)), code, one);
   const __m512 xh = out.store(xi, code, _mm512_permutexvar_ps(code, c.table), vo, co);
-  if (stats) out.count(_mm512_cmpgt_epi32_mask(ax, zero_i), code, m1, xh, _mm512_cmpgt_epi32_mask(ax, c.sat));
+  if (stats)
+    out.count(_mm512_cmpgt_epi32_mask(ax, zero_i), code, _mm512_cmpgt_epi32_mask(ax, c.t0), xh,
+              _mm512_cmpgt_epi32_mask(ax, c.sat));
 }
 
 // Rows of whole blocks (widths a multiple of 16 that divide the row): with
