@@ -78,8 +78,9 @@ struct RunErrGemm {
 //   npairs x K terms (SplitGemm takes either): on a device the tensor
 //   cores' FP32 accumulation, which truncates (2u an addition) and aligns
 //   the products of a group to its largest before adding them, bounded by
-//   (2 npairs K + 16) u their magnitude; in the emulation (HostBf16Gemm) a
-//   double sum rounded once, (1 + npairs K 2^-29) u;
+//   (2 npairs K + 16) u their magnitude and |C0|'s (a kernel may start
+//   its accumulator from C); in the emulation (HostBf16Gemm) a double sum
+//   rounded once, (1 + npairs K 2^-29) u their magnitude;
 // - each product's addition into C (all but the first when not
 //   accumulating; at most npairs): u (|C0| + the pairs' magnitude);
 // - a split operand below 2^-110 in magnitude loses at most 2^-134 in its
@@ -118,7 +119,8 @@ struct RunErrSplitGemm {
             sum_a += std::fabs(a.v), sum_b += std::fabs(b.v);
           }
           const double lost = 0x1p-109 * ((pa > 1 ? sum_b : 0) + (pb > 1 ? sum_a : 0));
-          c = {s, e + per_mag * mag + adds * std::fabs(c0.v) + lost};
+          const double c0_in_sum = device && accumulate ? sum * std::fabs(c0.v) : 0;
+          c = {s, e + per_mag * mag + adds * std::fabs(c0.v) + c0_in_sum + lost};
         }
   }
 };
