@@ -11,6 +11,8 @@
 // smallest subnormal): |x| >= 2^-110, or x = 0. Below that the last piece
 // rounds: at most 2^-134 lost. |p1| <= 2^-8 (1 + 2^-8) |x|, |p2| <= 2^-16 |x|
 // (but within half a bfloat16 ulp of FLT_MAX, where p0 is x truncated).
+// An infinite or NaN x is its first piece, the others +0, so that the
+// products give FP32's Inf and NaN.
 //
 // Products. A product of two split operands keeps the pairs (i, j) with
 // i + j <= 2: the dropped three (p1 q2, p2 q1, p2 q2) are at most
@@ -69,6 +71,7 @@ EXMY_HD void bf16_pieces(float x, int pieces, uint16_t* out, int64_t stride) {
       p = static_cast<uint16_t>(bits_of(rest) >> 16);
     out[i * stride] = p;
     rest -= sim::bf16_value(p);
+    if (rest != rest) rest = 0;  // x infinite (Inf - Inf) or NaN: the first piece carries it
   }
 }
 

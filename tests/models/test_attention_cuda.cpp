@@ -56,6 +56,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -412,6 +413,23 @@ TEST(SplitGemm, PiecesSumToTheFloat) {
     bf16_pieces(b, 1, &one, 1);
     if (std::isfinite(b)) ASSERT_EQ(sim::bf16_value(one), b);
   }
+}
+
+// Inf and NaN: the first piece, the others +0 (Inf - Inf would make them
+// NaN, and a product with an infinite operand NaN instead of Inf).
+TEST(SplitGemm, InfAndNaNAreTheirFirstPiece) {
+  for (const float x : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
+    uint16_t p[3];
+    bf16_pieces(x, 3, p, 1);
+    EXPECT_EQ(sim::bf16_value(p[0]), x);
+    EXPECT_EQ(p[1], 0);
+    EXPECT_EQ(p[2], 0);
+  }
+  uint16_t p[3];
+  bf16_pieces(std::nanf(""), 3, p, 1);
+  EXPECT_TRUE(std::isnan(sim::bf16_value(p[0])));
+  EXPECT_EQ(p[1], 0);
+  EXPECT_EQ(p[2], 0);
 }
 
 TEST(SplitGemm, KeepsThePairsOfPiecesUpToTwo) {
