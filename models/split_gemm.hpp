@@ -71,7 +71,7 @@ EXMY_HD void bf16_pieces(float x, int pieces, uint16_t* out, int64_t stride) {
       p = static_cast<uint16_t>(bits_of(rest) >> 16);
     out[i * stride] = p;
     rest -= sim::bf16_value(p);
-    if (rest != rest) rest = 0;  // x infinite (Inf - Inf) or NaN: the first piece carries it
+    if ((bits_of(rest) & 0x7fffffffu) > 0x7f800000u) rest = 0;  // x Inf (Inf - Inf) or NaN: the first piece carries it
   }
 }
 
