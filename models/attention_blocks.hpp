@@ -114,14 +114,25 @@ struct AttnBlockScratch {
       // a pair a product for P, dS (the larger of the two ways), or the
       // pairs concatenated for the products Q K^T, dO V^T (SplitGemm)
       const int64_t by_pair = split_gemm_scratch(d.kv_heads, rows, S > Dh ? S : Dh, S, Dh);
-      const int64_t concat =
-          d.kv_heads * (split_concat_elems(rows, Dh, true, 6) + split_concat_elems(S, Dh, true, 6));
+      const int64_t concat = d.kv_heads * (split_concat_elems(rows, Dh, true, kMaxSplitPairs) +
+                                           split_concat_elems(S, Dh, true, kMaxSplitPairs));
       pieces = by_pair > concat ? by_pair : concat;
       total = piece_at + (pieces + 1) / 2;
     }
   }
   uint16_t* piece_ptr(float* scratch) const { return reinterpret_cast<uint16_t*>(scratch + piece_at); }
 };
+// f(gemm) with the products the blocking asks for: `fp32` (a batched FP32
+// functor), or with bf16_pieces a SplitGemm over `g16` (L launching its
+// pieces) in the scratch's piece area. The entry points of
+// models/cuda/attention_cuda.hpp call the launches through it.
+template <class L, class Fp32, class G16, class F>
+void with_block_gemm(const AttnDims& d, const AttnBlocking& k, bool backward, float* scratch, const Fp32& fp32,
+                     const G16& g16, F&& f) {
+  if (!k.bf16_pieces) return f(fp32);
+  const AttnBlockScratch s(d, k, backward);
+  f(SplitGemm<L, G16>{{}, g16, s.piece_ptr(scratch), s.pieces});
+}
 inline int64_t attention_blocks_forward_scratch(const AttnDims& d, const AttnBlocking& k) {
   return AttnBlockScratch(d, k, false).total;
 }

@@ -2,8 +2,8 @@
 // of models/attention_blocks.hpp with sim::HostLaunch (threads one after
 // another) and LoopGemm<SerialGemm> (the CPU's Eigen products), which the
 // emulated device backend runs at the CPU's blocking, or with bf16_pieces
-// SplitGemm over HostBf16Gemm (the device's products on pieces, emulated); and the row launches
-// of models/attention_launches.hpp, for the tests.
+// SplitGemm over HostBf16Gemm (the device's products on pieces, emulated);
+// and the row launches of models/attention_launches.hpp, for the tests.
 #include "models/cuda/attention_cuda.hpp"
 
 #include <algorithm>
@@ -14,26 +14,20 @@ namespace exmy::models {
 
 void attention_blocks_forward_emulated(float* out, float* lse, const float* q, const float* k, const float* v,
                                        const AttnDims& d, const AttnBlocking& blocking, float* scratch) {
-  const AttnBlockScratch s(d, blocking, false);
-  if (blocking.bf16_pieces)
-    attention_blocks_forward_launches(sim::HostLaunch{},
-                                      SplitGemm<sim::HostLaunch, HostBf16Gemm>{{}, {}, s.piece_ptr(scratch), s.pieces},
-                                      out, lse, q, k, v, d, blocking, scratch);
-  else
-    attention_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, out, lse, q, k, v, d, blocking,
-                                      scratch);
+  with_block_gemm<sim::HostLaunch>(d, blocking, false, scratch, LoopGemm<SerialGemm>{}, HostBf16Gemm{},
+                                   [&](const auto& gemm) {
+                                     attention_blocks_forward_launches(sim::HostLaunch{}, gemm, out, lse, q, k, v, d,
+                                                                       blocking, scratch);
+                                   });
 }
 void attention_blocks_backward_emulated(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                         const float* lse, const float* q, const float* k, const float* v,
                                         const AttnDims& d, const AttnBlocking& blocking, float* scratch) {
-  const AttnBlockScratch s(d, blocking, true);
-  if (blocking.bf16_pieces)
-    attention_blocks_backward_launches(sim::HostLaunch{},
-                                       SplitGemm<sim::HostLaunch, HostBf16Gemm>{{}, {}, s.piece_ptr(scratch), s.pieces},
-                                       dq, dk, dv, dout, out, lse, q, k, v, d, blocking, scratch);
-  else
-    attention_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, dq, dk, dv, dout, out, lse, q, k,
-                                       v, d, blocking, scratch);
+  with_block_gemm<sim::HostLaunch>(d, blocking, true, scratch, LoopGemm<SerialGemm>{}, HostBf16Gemm{},
+                                   [&](const auto& gemm) {
+                                     attention_blocks_backward_launches(sim::HostLaunch{}, gemm, dq, dk, dv, dout, out,
+                                                                        lse, q, k, v, d, blocking, scratch);
+                                   });
 }
 
 namespace {

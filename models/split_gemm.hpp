@@ -76,10 +76,12 @@ EXMY_HD void bf16_pieces(float x, int pieces, uint16_t* out, int64_t stride) {
 }
 
 // The pairs of pieces a product keeps, smallest first: pair i of
-// split_pairs(pa, pb) is (first, second) pieces of A and B.
+// split_pairs(pa, pb) is (first, second) pieces of A and B; at most
+// kMaxSplitPairs (two operands in three pieces each).
+inline constexpr int kMaxSplitPairs = 6;
 struct SplitPairs {
   int n = 0;
-  int a[6] = {}, b[6] = {};
+  int a[kMaxSplitPairs] = {}, b[kMaxSplitPairs] = {};
 };
 EXMY_HD SplitPairs split_pairs(int pa, int pb) {
   SplitPairs p;

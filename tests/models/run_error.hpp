@@ -47,21 +47,33 @@ inline RunErr& operator+=(RunErr& a, RunErr b) { return a = a + b; }
 inline RunErr& operator-=(RunErr& a, RunErr b) { return a = a - b; }
 inline RunErr& operator*=(RunErr& a, RunErr b) { return a = a * b; }
 
+// Output (i, j) of op(A) op(B) in double, added in k order to `d`: its
+// value, the inputs' bounds carried through (|a| e_b + |b| e_a summed), the
+// terms' magnitude, and the operands' |values| summed along k.
+struct RunErrDot {
+  double v = 0, e = 0, mag = 0, sum_a = 0, sum_b = 0;
+};
+inline RunErrDot run_err_dot(RunErrDot d, const RunErr* A, int64_t lda, sim::Op opA, const RunErr* B, int64_t ldb,
+                             sim::Op opB, int64_t i, int64_t j, int64_t K) {
+  for (int64_t k = 0; k < K; ++k) {
+    const RunErr a = opA == sim::Op::N ? A[i * lda + k] : A[k * lda + i];
+    const RunErr b = opB == sim::Op::N ? B[k * ldb + j] : B[j * ldb + k];
+    d.v += a.v * b.v;
+    d.e += std::fabs(a.v) * b.e + std::fabs(b.v) * a.e;
+    d.mag += std::fabs(a.v * b.v);
+    d.sum_a += std::fabs(a.v), d.sum_b += std::fabs(b.v);
+  }
+  return d;
+}
+
 struct RunErrGemm {
   void operator()(RunErr* C, int64_t ldc, const RunErr* A, int64_t lda, sim::Op opA, const RunErr* B, int64_t ldb,
                   sim::Op opB, int64_t M, int64_t N, int64_t K, bool accumulate) const {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
         const RunErr c0 = accumulate ? C[i * ldc + j] : RunErr(0);
-        double s = c0.v, e = c0.e, mag = std::fabs(c0.v);
-        for (int64_t k = 0; k < K; ++k) {
-          const RunErr a = opA == sim::Op::N ? A[i * lda + k] : A[k * lda + i];
-          const RunErr b = opB == sim::Op::N ? B[k * ldb + j] : B[j * ldb + k];
-          s += a.v * b.v;
-          e += std::fabs(a.v) * b.e + std::fabs(b.v) * a.e;
-          mag += std::fabs(a.v * b.v);
-        }
-        C[i * ldc + j] = {s, e + static_cast<double>(K + 1) * mag};
+        const RunErrDot d = run_err_dot({c0.v, c0.e, std::fabs(c0.v)}, A, lda, opA, B, ldb, opB, i, j, K);
+        C[i * ldc + j] = {d.v, d.e + static_cast<double>(K + 1) * d.mag};
       }
   }
 };
@@ -109,18 +121,10 @@ struct RunErrSplitGemm {
         for (int64_t j = 0; j < N; ++j) {
           RunErr& c = C[t * sc + i * ldc + j];
           const RunErr c0 = accumulate ? c : RunErr(0);
-          double s = c0.v, e = c0.e, mag = 0, sum_a = 0, sum_b = 0;
-          for (int64_t k = 0; k < K; ++k) {
-            const RunErr a = opA == sim::Op::N ? A[t * sa + i * lda + k] : A[t * sa + k * lda + i];
-            const RunErr b = opB == sim::Op::N ? B[t * sb + k * ldb + j] : B[t * sb + j * ldb + k];
-            s += a.v * b.v;
-            e += std::fabs(a.v) * b.e + std::fabs(b.v) * a.e;
-            mag += std::fabs(a.v * b.v);
-            sum_a += std::fabs(a.v), sum_b += std::fabs(b.v);
-          }
-          const double lost = 0x1p-109 * ((pa > 1 ? sum_b : 0) + (pb > 1 ? sum_a : 0));
+          const RunErrDot d = run_err_dot({c0.v, c0.e}, A + t * sa, lda, opA, B + t * sb, ldb, opB, i, j, K);
+          const double lost = 0x1p-109 * ((pa > 1 ? d.sum_b : 0) + (pb > 1 ? d.sum_a : 0));
           const double c0_in_sum = device && accumulate ? sum * std::fabs(c0.v) : 0;
-          c = {s, e + per_mag * mag + adds * std::fabs(c0.v) + c0_in_sum + lost};
+          c = {d.v, d.e + per_mag * d.mag + adds * std::fabs(c0.v) + c0_in_sum + lost};
         }
   }
 };

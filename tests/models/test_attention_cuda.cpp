@@ -411,7 +411,9 @@ TEST(SplitGemm, PiecesSumToTheFloat) {
     uint16_t one;
     const float b = sim::round_bf16_hd(x);
     bf16_pieces(b, 1, &one, 1);
-    if (std::isfinite(b)) ASSERT_EQ(sim::bf16_value(one), b);
+    if (std::isfinite(b)) {
+      ASSERT_EQ(sim::bf16_value(one), b);
+    }
   }
 }
 

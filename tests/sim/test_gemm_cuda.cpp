@@ -67,6 +67,14 @@ void release(T* p, int64_t offset) {
   cudaFree(const_cast<std::remove_const_t<T>*>(p) - offset);
 }
 
+// v rounded to bfloat16 in place; returns the bfloat16 bits, which a BF16
+// GEMM reads.
+std::vector<uint16_t> to_bf16(std::vector<float>& v) {
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_value(bits[i] = bf16_bits(v[i]));
+  return bits;
+}
+
 std::vector<float> download(const float* d, size_t n) {
   std::vector<float> v(n);
   EXPECT_EQ(cudaMemcpy(v.data(), d, sizeof(float) * n, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -93,11 +101,8 @@ void check_case(CudaGemm& g, const Case& c, GemmOperands kind, std::mt19937& rng
   for (float& v : A) v = normal(rng);
   for (float& v : B) v = normal(rng) * 0.25f;
   for (float& v : C0) v = normal(rng) * 4.0f;
-  std::vector<uint16_t> Ab(A.size()), Bb(B.size());
-  if (kind == GemmOperands::bf16) {
-    for (size_t i = 0; i < A.size(); ++i) A[i] = bf16_value(Ab[i] = bf16_bits(A[i]));
-    for (size_t i = 0; i < B.size(); ++i) B[i] = bf16_value(Bb[i] = bf16_bits(B[i]));
-  }
+  std::vector<uint16_t> Ab, Bb;
+  if (kind == GemmOperands::bf16) Ab = to_bf16(A), Bb = to_bf16(B);
   const int64_t off = c.offset;
   const void* dA = kind == GemmOperands::bf16 ? static_cast<const void*>(upload(Ab, off)) : upload(A, off);
   const void* dB = kind == GemmOperands::bf16 ? static_cast<const void*>(upload(Bb, off)) : upload(B, off);
@@ -211,11 +216,8 @@ void check_batches(GemmOperands kind, uint32_t seed) {
     for (float& v : A) v = normal(rng);
     for (float& v : B) v = normal(rng);
     for (float& v : C0) v = normal(rng);
-    std::vector<uint16_t> Ab(A.size()), Bb(B.size());
-    if (kind == GemmOperands::bf16) {
-      for (size_t i = 0; i < A.size(); ++i) A[i] = bf16_value(Ab[i] = bf16_bits(A[i]));
-      for (size_t i = 0; i < B.size(); ++i) B[i] = bf16_value(Bb[i] = bf16_bits(B[i]));
-    }
+    std::vector<uint16_t> Ab, Bb;
+    if (kind == GemmOperands::bf16) Ab = to_bf16(A), Bb = to_bf16(B);
     const void* dA = kind == GemmOperands::bf16 ? static_cast<const void*>(upload(Ab)) : upload(A);
     const void* dB = kind == GemmOperands::bf16 ? static_cast<const void*>(upload(Bb)) : upload(B);
     float* dC = upload(C0);
