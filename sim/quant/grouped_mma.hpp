@@ -47,19 +47,9 @@
 
 #include "formats/format.hpp"  // EXMY_HD, bits_of, float_of
 #include "sim/kernel_launch.hpp"
+#include "sim/mma_bf16.hpp"
 #include "sim/quant/grouped_items.hpp"
 #include "sim/quant/recipe.hpp"  // GemmModel
-
-// A loop the device compiler unrolls (fixed trip counts over a thread's
-// register arrays, which must not be indexed at run time); nothing on the
-// host.
-#if defined(__CUDA_ARCH__)
-#define EXMY_MMA_UNROLL _Pragma("unroll")
-#define EXMY_MMA_NOINLINE __noinline__
-#else
-#define EXMY_MMA_UNROLL
-#define EXMY_MMA_NOINLINE
-#endif
 
 namespace exmy::sim::quant {
 
@@ -194,32 +184,6 @@ EXMY_HD void mma_prepare_row(int64_t i, const double* A, const double* B, int64_
 // The CTA's threads: staging, fragments, the accumulator steps, the stores.
 // ---------------------------------------------------------------------------
 
-// Sixteen bytes (eight BF16), the unit a thread stages. load_as and
-// store_as read and write a T (the unit, or a register's two BF16) at BF16
-// storage: memcpy on the host, where the arrays are uint16_t (no aliasing
-// through another type); one wide access on a device.
-struct alignas(16) Bf16x8 {
-  uint32_t w[4];
-};
-template <class T>
-EXMY_HD T load_as(const uint16_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const T*>(p);
-#else
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-#endif
-}
-template <class T>
-EXMY_HD void store_as(uint16_t* p, const T& v) {
-#if defined(__CUDA_ARCH__)
-  *reinterpret_cast<T*>(p) = v;
-#else
-  std::memcpy(p, &v, sizeof v);
-#endif
-}
-
 // Thread tid's share of staging one operand's tile rows [r0, r0 + 128)
 // (rows < nrows exist; the others are zeros) over columns [kc, kc + chunk)
 // of bf (row stride kp) into the shared array s (row stride mma::kLd).
@@ -234,27 +198,13 @@ EXMY_HD void mma_stage(int tid, const uint16_t* bf, int64_t kp, int64_t r0, int6
   }
 }
 
-// Two BF16 of a shared row as one register (the lower column in the low half).
-EXMY_HD uint32_t mma_pair(const uint16_t* s, int row, int col) {
-  return load_as<uint32_t>(s + row * mma::kLd + col);
-}
-// The A fragment of m16n8k16 (row-major 16 x 16 at rows r0.., columns k0..
-// of the shared A tile): lane = 4·groupID + threadID_in_group holds rows
-// groupID and groupID + 8, columns 2·threadID_in_group (+1) and +8.
+// The A and B fragments of m16n8k16 from a staged tile (row stride
+// mma::kLd; sim/mma_bf16.hpp).
 EXMY_HD void mma_load_a(const uint16_t* s, int r0, int k0, int lane, uint32_t a[4]) {
-  const int g = lane >> 2, t = lane & 3;
-  a[0] = mma_pair(s, r0 + g, k0 + 2 * t);
-  a[1] = mma_pair(s, r0 + g + 8, k0 + 2 * t);
-  a[2] = mma_pair(s, r0 + g, k0 + 2 * t + 8);
-  a[3] = mma_pair(s, r0 + g + 8, k0 + 2 * t + 8);
+  mma_frag_a(s, mma::kLd, r0, k0, lane, a);
 }
-// The B fragment (16 x 8, "col": B's rows are the shared tile's rows n0..,
-// its K the columns k0..): rows k = 2·threadID_in_group (+1) and +8 of
-// column n = groupID.
 EXMY_HD void mma_load_b(const uint16_t* s, int n0, int k0, int lane, uint32_t b[2]) {
-  const int g = lane >> 2, t = lane & 3;
-  b[0] = mma_pair(s, n0 + g, k0 + 2 * t);
-  b[1] = mma_pair(s, n0 + g, k0 + 2 * t + 8);
+  mma_frag_b(s, mma::kLd, n0, k0, lane, b);
 }
 
 // The CTA-tile coordinates of a thread's accumulator element e = (mi·kNi +
@@ -392,54 +342,6 @@ EXMY_HD void mma_store(const MmaArgs& p, int64_t m0, int64_t n0, int warp, int l
 // ---------------------------------------------------------------------------
 // The host emulation.
 // ---------------------------------------------------------------------------
-
-// The coordinates of fragment element i of a lane, as the PTX ISA gives them
-// for mma.m16n8k16 with .bf16 (section "Matrix Fragments for mma.m16n8k16
-// with floating point type"): element i is half i % 2 of register i / 2.
-inline void mma_a_coord(int lane, int i, int& row, int& col) {
-  const int g = lane >> 2, t = lane & 3;
-  row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
-  col = t * 2 + (i & 1) + (i >= 4 ? 8 : 0);
-}
-inline void mma_b_coord(int lane, int i, int& row, int& col) {
-  const int g = lane >> 2, t = lane & 3;
-  row = t * 2 + (i & 1) + (i >= 2 ? 8 : 0);
-  col = g;
-}
-inline void mma_c_coord(int lane, int i, int& row, int& col) {
-  const int g = lane >> 2, t = lane & 3;
-  row = i < 2 ? g : g + 8;
-  col = t * 2 + (i & 1);
-}
-
-// One warp's mma.m16n8k16.row.col.f32.bf16.bf16.f32 on the host: d (32
-// lanes x 4) += A (from a: 32 lanes x 4 registers) times B (b: 32 x 2), in
-// float32, k in order (the kernel uses only outputs that are exact, which
-// any order gives).
-inline void mma_m16n8k16_host(const uint32_t (*a)[4], const uint32_t (*b)[2], float (*d)[4]) {
-  float A[16][16], B[16][8];
-  const auto half = [](uint32_t reg, int h) { return float_of((h ? reg >> 16 : reg & 0xffffu) << 16); };
-  for (int lane = 0; lane < 32; ++lane) {
-    for (int i = 0; i < 8; ++i) {
-      int r, c;
-      mma_a_coord(lane, i, r, c);
-      A[r][c] = half(a[lane][i / 2], i % 2);
-    }
-    for (int i = 0; i < 4; ++i) {
-      int r, c;
-      mma_b_coord(lane, i, r, c);
-      B[r][c] = half(b[lane][i / 2], i % 2);
-    }
-  }
-  for (int lane = 0; lane < 32; ++lane)
-    for (int i = 0; i < 4; ++i) {
-      int r, c;
-      mma_c_coord(lane, i, r, c);
-      float s = d[lane][i];
-      for (int k = 0; k < 16; ++k) s += A[r][k] * B[k][c];
-      d[lane][i] = s;
-    }
-}
 
 // One warp's m16n8k16 MMAs over columns [ks, ks + 16) of the staged tiles
 // for its row blocks mi in [mi0, mi1), into d (the warp's 32 lanes'

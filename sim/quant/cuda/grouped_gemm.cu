@@ -27,15 +27,6 @@ struct DeviceFloatGemm {
   }
 };
 
-// d += A·B for one warp's m16n8k16 fragments (BF16 in, FP32 out).
-__device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // A CTA per (128 rows of A, 128 rows of B), 8 warps of 64 x 32 outputs;
 // per group in K order, by its class (mma_group_class): the group's columns
 // staged in chunks of kChunk, the MMAs chained into the thread's group
