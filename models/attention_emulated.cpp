@@ -3,12 +3,17 @@
 // another) and LoopGemm<SerialGemm> (the CPU's Eigen products), which the
 // emulated device backend runs at the CPU's blocking, or with bf16_pieces
 // SplitGemm over HostBf16Gemm (the device's products on pieces, emulated);
-// and the row launches of models/attention_launches.hpp, for the tests.
+// the row launches of models/attention_launches.hpp, and the fused
+// forward's host emulation (models/attention_fused.hpp), for the tests.
 #include "models/cuda/attention_cuda.hpp"
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <string_view>
+
+#include "formats/error.hpp"
+#include "models/attention_fused.hpp"
 
 namespace exmy::models {
 
@@ -30,6 +35,14 @@ void attention_blocks_backward_emulated(float* dq, float* dk, float* dv, const f
                                    });
 }
 
+void attention_fused_forward_emulated(float* out, float* lse, const float* q, const float* k, const float* v,
+                                      const AttnDims& d) {
+  if (!attention_fused_applies(d))
+    throw Error("attention_fused_forward: head_dim " + std::to_string(d.head_dim) + " is wider than 128");
+  const FusedArgs a{out, lse, q, k, v, d};
+  fused_dispatch(d, [&]<int kDh, int kP>() { attention_fused_forward_host<kDh, kP>(a); });
+}
+
 namespace {
 // EXMY_CUDA_ATTENTION, read once ("" when unset).
 std::string_view attention_env() {
@@ -42,6 +55,7 @@ std::string_view attention_env() {
 }  // namespace
 
 bool attention_rows_chosen() { return attention_env() == "rows"; }
+bool attention_fused_chosen() { return attention_env() == "fused"; }
 
 AttnBlocking attention_device_blocking_chosen(const AttnDims& d) {
   AttnBlocking k = attn_device_blocking(d);

@@ -19,6 +19,7 @@
 #include <algorithm>
 
 #include "models/attention_blocks.hpp"
+#include "models/attention_fused.hpp"  // attention_fused_applies
 #include "models/attention_launches.hpp"
 #include "models/backend.hpp"
 #include "models/cuda/attention_cuda.hpp"
@@ -151,7 +152,8 @@ class DeviceBackend final : public Backend<float> {
   // which the whole-model emulation tests require), in the CUDA backend
   // with the device's blocking on cuBLASLt, its products on bfloat16
   // pieces (within an FP32 budget of the CPU), or its row kernels
-  // (EXMY_CUDA_ATTENTION=rows).
+  // (EXMY_CUDA_ATTENTION=rows), or its forward as one fused kernel
+  // (EXMY_CUDA_ATTENTION=fused, models/attention_fused.hpp).
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const AttnDims& d) override {
 #if EXMY_ITEM_KERNELS
@@ -160,6 +162,8 @@ class DeviceBackend final : public Backend<float> {
 #else
     if (attention_rows_chosen()) {
       EXMY_K(attention_rows_forward)(out, lse, q, k, v, d);
+    } else if (attention_fused_chosen() && attention_fused_applies(d)) {
+      EXMY_K(attention_fused_forward)(out, lse, q, k, v, d);
     } else {
       const AttnBlocking blk = attention_device_blocking_chosen(d);
       EXMY_K(attention_blocks_forward)(out, lse, q, k, v, d, blk, scratch(attention_blocks_forward_scratch(d, blk)));

@@ -10,6 +10,7 @@
 # Runs (synthetic data, log every step):
 #   fp32    proxy-10m, 50 steps, batch 8 x 256 tokens, fp32 policy
 #   bf16    the same with train.precision = bf16
+#   bf16-fused-attention  the same with EXMY_CUDA_ATTENTION=fused
 #   bf16-working  the same with train.working_weights = bf16 (and offloaded: the device run's bits)
 #   fp32 and bf16-working offloaded (train.offload = optimizer) in chunks of
 #   GPU_TRAIN_OFFLOAD_CHUNK elements (1000003): the device run's bits
@@ -96,6 +97,9 @@ else
   status=1
 fi
 compare bf16 50 1e-3 train.precision=bf16
+# attention's forward as the fused kernel (EXMY_CUDA_ATTENTION=fused,
+# models/attention_fused.hpp; the CPU ignores it)
+EXMY_CUDA_ATTENTION=fused compare bf16-fused-attention 50 1e-3 train.precision=bf16
 # BF16 working weights (train.working_weights = bf16): the fused update and
 # rounding kernel against the CPU; offloaded (the master on the host,
 # rounded chunks sent up) the same final weights as on the device

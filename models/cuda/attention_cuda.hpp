@@ -13,6 +13,10 @@
 //   backward with a scratch of attention_rows_backward_scratch(d) floats;
 //   the CUDA backend's other family. Heads wider than kAttnRowMaxDim (128)
 //   are refused (exmy::Error).
+// - attention_fused_forward_*: the forward as one fused kernel on the BF16
+//   tensor cores (models/attention_fused.hpp), heads of at most 128;
+//   wider ones are refused (exmy::Error). The CUDA backend's forward with
+//   EXMY_CUDA_ATTENTION=fused (its backward then the block launches).
 // Results on a device, and the emulation at other blockings, are within
 // the FP32 budget of tests/models/test_attention_cuda.cpp of the CPU
 // (another summation order; on a device also the device's exp and log).
@@ -48,6 +52,9 @@ EXMY_ATTENTION_BLOCK_KERNELS(cuda)
 // environment sets EXMY_CUDA_ATTENTION=rows (the row kernels; kept until a
 // device has timed both, docs/benchmarks.md). Read once.
 bool attention_rows_chosen();
+// EXMY_CUDA_ATTENTION=fused: the forward as the fused kernel where it
+// applies (head_dim <= 128), the backward as the block launches.
+bool attention_fused_chosen();
 // The block launches' blocking on the CUDA backend: attn_device_blocking(d),
 // its products on bfloat16 pieces unless EXMY_CUDA_ATTENTION=fp32 (FP32
 // cuBLASLt products, for a comparison in one sitting).
@@ -56,6 +63,15 @@ AttnBlocking attention_device_blocking_chosen(const AttnDims& d);
 // largest of the row kernels' backward and the block launches' forward and
 // backward with the CPU's and the device's blocking.
 int64_t attention_device_scratch(const AttnDims& d);
+
+#define EXMY_ATTENTION_FUSED_KERNELS(suffix)                                                                      \
+  void attention_fused_forward_##suffix(float* out, float* lse, const float* q, const float* k, const float* v,   \
+                                        const AttnDims& d);
+EXMY_ATTENTION_FUSED_KERNELS(emulated)
+#if defined(EXMY_HAVE_CUDA)
+EXMY_ATTENTION_FUSED_KERNELS(cuda)
+#endif
+#undef EXMY_ATTENTION_FUSED_KERNELS
 
 #define EXMY_ATTENTION_ROW_KERNELS(suffix)                                                                         \
   void attention_rows_forward_##suffix(float* out, float* lse, const float* q, const float* k, const float* v,    \

@@ -100,6 +100,28 @@ struct RunErrGemm {
 //   |values| summed.
 // Exact products otherwise (bfloat16 x bfloat16 fits FP32), and the
 // inputs' bounds carried through as in RunErrGemm.
+// How a product on pieces sums its pairs' products: the tensor cores (a
+// device), a double sum rounded once (HostBf16Gemm, the emulation of
+// SplitGemm), or one chain of MMAs from C0 in double rounded once
+// (mma_chain: the fused attention kernel's emulation, sim::mma_m16n8k16_host
+// on double accumulators: at most u (|C0| + the pairs' magnitude) besides
+// the double sum's own error).
+enum class SplitSum { device, host, mma_chain };
+
+// One output of a product on pieces (pa, pb pieces of A and B) from its
+// run_err_dot over K terms started from c0 (accumulate: C0 is part of the
+// result), with the bound above.
+inline RunErr run_err_split(const RunErrDot& d, RunErr c0, bool accumulate, int pa, int pb, int64_t K, SplitSum how) {
+  const int pairs = models::split_pairs(pa, pb).n;
+  const double grow = 1 + 0x1p-5, kd = static_cast<double>(K);
+  const double sum = how == SplitSum::device ? 2 * pairs * kd + 16 : 1 + pairs * kd * 0x1p-29;
+  const double adds = how == SplitSum::mma_chain ? 0 : accumulate ? pairs : pairs - 1;
+  const double per_mag = sum * grow + adds * grow + (pa > 1 && pb > 1 ? 2.01 : 0);
+  const double lost = 0x1p-109 * ((pa > 1 ? d.sum_b : 0) + (pb > 1 ? d.sum_a : 0));
+  const double c0_in_sum = how != SplitSum::host && accumulate ? sum * std::fabs(c0.v) : 0;
+  return {d.v, d.e + per_mag * d.mag + adds * std::fabs(c0.v) + c0_in_sum + lost};
+}
+
 struct RunErrSplitGemm {
   bool device = true;  // the device's accumulation, else the emulation's
   void operator()(int64_t count, RunErr* C, int64_t ldc, int64_t sc, const RunErr* A, int64_t lda, int64_t sa,
@@ -111,20 +133,13 @@ struct RunErrSplitGemm {
               int64_t lda, int64_t sa, sim::Op opA, const RunErr* B, int64_t ldb, int64_t sb, sim::Op opB, int64_t M,
               int64_t N, int64_t K, bool accumulate) const {
     const int pa = h.a ? 1 : models::kBf16Pieces, pb = h.b ? 1 : models::kBf16Pieces;
-    const int pairs = models::split_pairs(pa, pb).n;
-    const double grow = 1 + 0x1p-5, kd = static_cast<double>(K);
-    const double sum = device ? 2 * pairs * kd + 16 : 1 + pairs * kd * 0x1p-29;
-    const double adds = accumulate ? pairs : pairs - 1;
-    const double per_mag = sum * grow + adds * grow + (pa > 1 && pb > 1 ? 2.01 : 0);
     for (int64_t t = 0; t < count; ++t)
       for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j) {
           RunErr& c = C[t * sc + i * ldc + j];
           const RunErr c0 = accumulate ? c : RunErr(0);
           const RunErrDot d = run_err_dot({c0.v, c0.e}, A + t * sa, lda, opA, B + t * sb, ldb, opB, i, j, K);
-          const double lost = 0x1p-109 * ((pa > 1 ? d.sum_b : 0) + (pb > 1 ? d.sum_a : 0));
-          const double c0_in_sum = device && accumulate ? sum * std::fabs(c0.v) : 0;
-          c = {d.v, d.e + per_mag * d.mag + adds * std::fabs(c0.v) + c0_in_sum + lost};
+          c = run_err_split(d, c0, accumulate, pa, pb, K, device ? SplitSum::device : SplitSum::host);
         }
   }
 };

@@ -66,6 +66,7 @@
 
 #include "formats/error.hpp"
 #include "models/attention.hpp"
+#include "models/attention_fused.hpp"
 #include "models/cuda/attention_cuda.hpp"
 #include "sim/bf16.hpp"
 
@@ -383,8 +384,193 @@ TEST(AttentionRowKernels, RefusesHeadsWiderThanTheRowArrays) {
   }
 }
 
+// The RunErr evaluation of the fused forward (models/attention_fused.hpp),
+// row by row in the kernel's steps and orders: per key tile of 64 each
+// score a product on pieces (q, k in fused_pieces each; run_err_split over
+// the padded head, K = fused_head_dim) times the scale; the tile's max; the
+// running max and the rescaling of l's four parts (the quad's lanes: lane
+// t holds keys 8 nt + 2 t (+1)) and of o; each part's probabilities added
+// in key order; o += P V (P in three pieces, V in fused_pieces; chained
+// from the rescaled o). At the end l = (l0 + l1) + (l2 + l3), out = o
+// times 1/l, lse = m + log l. Sums as the emulation forms them
+// (SplitSum::mma_chain) or as a device's tensor cores may (SplitSum::device).
+ForwardBound fused_bound(const Inputs& in) {
+  const AttnDims& d = in.d;
+  const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, rep = Hq / d.kv_heads, ldq = Hq * Dh;
+  const int64_t ldkv = d.kv_heads * Dh, width = fused_head_dim(Dh), keys = fused::kKeys;
+  const int P = fused_pieces(d);
+  const test::SplitSum how = kOnDevice ? test::SplitSum::device : test::SplitSum::mma_chain;
+  const Bound rq = to<RunErr>(in.q), rk = to<RunErr>(in.k), rv = to<RunErr>(in.v);
+  const RunErr scale = attn_scale<RunErr>(d);
+  ForwardBound r{Bound(in.q.size()), Bound(in.lse_size())};
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t kvh = h / rep, i0 = i / fused::kRows * fused::kRows;
+        const int64_t kend = std::min(i0 + fused::kRows, S);
+        const RunErr* const qi = rq.data() + (b * S + i) * ldq + h * Dh;
+        RunErr m, l[4];
+        Bound o(static_cast<size_t>(Dh)), p(static_cast<size_t>(keys));
+        for (int64_t j0 = 0; j0 < kend; j0 += keys) {
+          const int64_t n = std::min(keys, S - j0);
+          RunErr mt(-INFINITY);
+          for (int64_t jj = 0; jj < keys; ++jj) {
+            const int64_t j = j0 + jj;
+            p[jj] = RunErr(0);
+            if (j > i || j >= S) continue;
+            const test::RunErrDot dd =
+                test::run_err_dot({}, qi, 0, sim::Op::N, rk.data() + (b * S + j) * ldkv + kvh * Dh, 0, sim::Op::T, 0,
+                                  0, Dh);
+            p[jj] = test::run_err_split(dd, RunErr(0), false, P, P, width, how) * scale;
+            mt = sim::hd_max(mt, p[jj]);
+          }
+          if (j0 == 0) {
+            m = mt;
+          } else {
+            const RunErr m1 = sim::hd_max(m, mt), alpha = sim::hd_exp(m - m1);
+            for (RunErr& x : l) x *= alpha;
+            for (RunErr& x : o) x *= alpha;
+            m = m1;
+          }
+          for (int64_t jj = 0; jj < keys; ++jj)
+            if (j0 + jj <= i && j0 + jj < S) p[jj] = sim::hd_exp(p[jj] - m);
+          for (int t = 0; t < 4; ++t)
+            for (int nt = 0; nt < fused::kNt; ++nt)
+              for (int e = 0; e < 2; ++e) l[t] += p[nt * 8 + 2 * t + e];
+          for (int64_t c = 0; c < Dh; ++c) {
+            const test::RunErrDot dd = test::run_err_dot({o[c].v, o[c].e}, p.data(), 0, sim::Op::N,
+                                                         rv.data() + (b * S + j0) * ldkv + kvh * Dh + c, ldkv,
+                                                         sim::Op::N, 0, 0, n);
+            o[c] = test::run_err_split(dd, o[c], true, fused::kPPieces, P, keys, how);
+          }
+        }
+        const RunErr lsum = (l[0] + l[1]) + (l[2] + l[3]), inv = RunErr(1) / lsum;
+        for (int64_t c = 0; c < Dh; ++c) r.out[(b * S + i) * ldq + h * Dh + c] = o[c] * inv;
+        r.lse[(b * Hq + h) * S + i] = m + sim::hd_log(lsum);
+      }
+  return r;
+}
+
+// The fused forward within the budget of two algorithms (its RunErr bound
+// and the CPU's) over every shape: head widths 8 to 128 (padded to 32, 64,
+// 128), q, k, v in three pieces and in one, sequences shorter than a tile,
+// one tile, several with a short last one, GQA; in the emulation also each
+// output within its own bound of the exact value. On a device a second run
+// gives the same bits.
+TEST(AttentionFusedKernel, ForwardWithinBudget) {
+  EXMY_REQUIRE_CUDA();
+  for (const Case& c : cases(40, "attention forward fused")) {
+    const auto& [in, f, what, seed] = c;
+    const AttnDims& d = in.d;
+    Buffer kq(in.q), kk(in.k), kv(in.v), kout(Vec(f.out.size(), -1.0f)), klse(Vec(f.lse.size(), -1.0f));
+    KERNEL(attention_fused_forward)(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d);
+    const Vec out = kout.get(), lse = klse.get();
+    const ForwardBound own = fused_bound(in), cpu = forward_bound(Family::blocks, in);
+    compare_reordered(out, plain(f.out), own.out, cpu.out, what + " out");
+    compare_reordered(lse, plain(f.lse), own.lse, cpu.lse, what + " lse");
+    if (kOnDevice) {
+      KERNEL(attention_fused_forward)(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d);
+      expect_bits(kout.get(), out, what + " out, run twice");
+      expect_bits(klse.get(), lse, what + " lse, run twice");
+    }
+  }
+}
+
+// A head wider than the kernel takes is refused before any launch.
+TEST(AttentionFusedKernel, RefusesHeadsWiderThan128) {
+  EXMY_REQUIRE_CUDA();
+  const AttnDims d{.batch = 1, .seqlen = 4, .q_heads = 2, .kv_heads = 1, .head_dim = 136};
+  EXPECT_FALSE(attention_fused_applies(d));
+  try {
+    KERNEL(attention_fused_forward)(nullptr, nullptr, nullptr, nullptr, nullptr, d);
+    FAIL() << "head_dim " << d.head_dim << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim 136 is wider than 128"), std::string::npos) << e.what();
+  }
+}
+
 #if defined(EXMY_TEST_EMULATED)
 // SplitGemm (models/split_gemm.hpp) on its own, on the host.
+
+// The fused kernel's pieces, on the host (models/attention_fused.hpp),
+// where the bound of its results is too loose to see a piece: staging puts
+// Q's, K's and V's pieces (V transposed) where the fragments read them,
+// summing to the floats exactly, zeros past the sequence and the head; the
+// probabilities' A fragments hold the pieces of the right scores (by the
+// PTX ISA's A layout, sim::mma_a_coord, against the C layout the scores
+// are in); the pairs of pieces are split_pairs'.
+double piece_sum(const uint16_t* p, int pieces, int64_t stride) {
+  double x = 0;
+  for (int i = 0; i < pieces; ++i) x += static_cast<double>(sim::bf16_value(p[i * stride]));
+  return x;
+}
+TEST(AttentionFusedKernel, StagesPiecesWhereTheFragmentsReadThem) {
+  constexpr int kDh = 64, kP = 3;
+  using L = FusedSmem<kDh, kP>;
+  const AttnDims d{.batch = 2, .seqlen = 100, .q_heads = 4, .kv_heads = 2, .head_dim = 40};
+  const Inputs in(d, 3);
+  const FusedArgs a{nullptr, nullptr, in.q.data(), in.k.data(), in.v.data(), d};
+  const int64_t b = 1, h = 3, kvh = 1, i0 = 64, j0 = 64;  // the last tile: rows 64..99 exist
+  std::vector<uint16_t> sm(L::elems, 0xffff);
+  for (int tid = 0; tid < fused::kThreads; ++tid) {
+    fused_stage_q<kDh, kP>(tid, a, b, h, i0, sm.data());
+    fused_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm.data());
+  }
+  const int64_t ldq = d.q_heads * d.head_dim, ldkv = d.kv_heads * d.head_dim;
+  for (int r = 0; r < fused::kRows; ++r)
+    for (int c = 0; c < kDh; ++c) {
+      const bool in_q = i0 + r < d.seqlen && c < d.head_dim, in_kv = j0 + r < d.seqlen && c < d.head_dim;
+      const double q = in_q ? in.q[(b * d.seqlen + i0 + r) * ldq + h * d.head_dim + c] : 0.0;
+      const double k = in_kv ? in.k[(b * d.seqlen + j0 + r) * ldkv + kvh * d.head_dim + c] : 0.0;
+      const double v = in_kv ? in.v[(b * d.seqlen + j0 + r) * ldkv + kvh * d.head_dim + c] : 0.0;
+      ASSERT_EQ(piece_sum(sm.data() + L::q_at + r * L::ld + c, kP, fused::kRows * L::ld), q) << r << " " << c;
+      ASSERT_EQ(piece_sum(sm.data() + L::k_at + r * L::ld + c, kP, fused::kKeys * L::ld), k) << r << " " << c;
+      ASSERT_EQ(piece_sum(sm.data() + L::v_at + c * fused::kLdV + r, kP, kDh * fused::kLdV), v) << r << " " << c;
+    }
+}
+TEST(AttentionFusedKernel, ProbabilityFragmentsHoldTheScoresPieces) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  for (int lane = 0; lane < 32; ++lane) {
+    FusedRegs<32> R;
+    for (auto& row : R.s)
+      for (float& x : row) x = u01(rng);
+    for (int kk = 0; kk < fused::kKeys / 16; ++kk) {
+      uint32_t pf[fused::kPPieces][4];
+      fused_p_frags(R, kk, pf);
+      for (int i = 0; i < 8; ++i) {
+        int row, col;
+        sim::mma_a_coord(lane, i, row, col);
+        // the C fragment's element holding (row, key 16 kk + col)
+        const int nt = 2 * kk + col / 8, e = (row >= 8 ? 2 : 0) + (col % 2);
+        ASSERT_EQ(row % 8, lane / 4);
+        ASSERT_EQ(col % 8 / 2, lane % 4);
+        double x = 0;
+        for (int p = 0; p < fused::kPPieces; ++p) {
+          const uint32_t reg = pf[p][i / 2];
+          x += static_cast<double>(sim::bf16_value(static_cast<uint16_t>(i % 2 ? reg >> 16 : reg & 0xffffu)));
+        }
+        ASSERT_EQ(x, static_cast<double>(R.s[nt][e])) << "lane " << lane << " kk " << kk << " element " << i;
+      }
+    }
+  }
+}
+TEST(AttentionFusedKernel, PairsAreSplitPairs) {
+  const auto pairs = []<int kPa, int kPb>() {
+    std::vector<std::pair<int, int>> v;
+    fused_for_pairs<kPa, kPb>([&](int i, int j) { v.emplace_back(i, j); });
+    return v;
+  };
+  const auto expected = [](int pa, int pb) {
+    const SplitPairs p = split_pairs(pa, pb);
+    std::vector<std::pair<int, int>> v;
+    for (int i = 0; i < p.n; ++i) v.emplace_back(p.a[i], p.b[i]);
+    return v;
+  };
+  EXPECT_EQ((pairs.operator()<1, 1>()), expected(1, 1));
+  EXPECT_EQ((pairs.operator()<3, 1>()), expected(3, 1));
+  EXPECT_EQ((pairs.operator()<3, 3>()), expected(3, 3));
+}
 
 // The three pieces add up to the float exactly down to 2^-110 (and lose at
 // most 2^-134 below), up to FLT_MAX, with the magnitudes the bound assumes;
@@ -589,6 +775,46 @@ TEST(AttentionBlockKernels, TimesSequence4096) {
                 static_cast<long long>(rows.rows),
                 !pieces ? "fp32" : bf16_qkv ? "on bf16 pieces, q k v bf16" : "on bf16 pieces, q k v fp32", ms.fwd,
                 fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
+    for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
+      bool finite = true, nonzero = false;
+      for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
+      EXPECT_TRUE(finite && nonzero);
+    }
+  }
+}
+
+// The fused forward's time at the same shape, beside the block launches'
+// forward on bfloat16 pieces in the same sitting (the backward after each:
+// the block launches from that forward's out and lse), q, k, v of FP32 and
+// of bfloat16 values; the CUDA backend runs the fused forward with
+// EXMY_CUDA_ATTENTION=fused.
+TEST(AttentionFusedKernel, TimesSequence4096) {
+  EXMY_REQUIRE_CUDA();
+  for (const bool bf16_qkv : {false, true}) {
+    const AttnDims d{.batch = 1, .seqlen = 4096, .q_heads = 16, .kv_heads = 4, .head_dim = 128, .qkv_bf16 = bf16_qkv};
+    const AttnBlocking rows = attn_device_blocking(d);
+    const Inputs in(d, 7);
+    Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(Vec(in.q.size(), std::nanf(""))),
+        klse(Vec(in.lse_size(), std::nanf(""))), kdq(Vec(in.q.size(), 0.0f)), kdk(Vec(in.k.size(), 0.0f)),
+        kdv(Vec(in.v.size(), 0.0f)),
+        scratch(Vec(static_cast<size_t>(attention_blocks_backward_scratch(d, rows)), 0.0f));
+    const auto backward = [&] {
+      attention_blocks_backward_cuda(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
+                                     kk.ptr(), kv.ptr(), d, rows, scratch.ptr());
+    };
+    const FwdBwdMs blocks = time_forward_backward(
+        [&] {
+          attention_blocks_forward_cuda(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d, rows, scratch.ptr());
+        },
+        backward);
+    const FwdBwdMs fused = time_forward_backward(
+        [&] { attention_fused_forward_cuda(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d); }, backward);
+    const double pairs = static_cast<double>(d.seqlen) * static_cast<double>(d.seqlen + 1) / 2;
+    const double fwd_flops = 4.0 * static_cast<double>(d.head_dim * d.q_heads * d.batch) * pairs;
+    std::printf("[attention fused] B1 S4096 Hq16 Hkv4 Dh128, q k v %s: fused forward %.2f ms (%.1f TFLOP/s), "
+                "block launches' forward on pieces %.2f ms (%.1f TFLOP/s), %.2fx; median of 3\n",
+                bf16_qkv ? "bf16" : "fp32", fused.fwd, fwd_flops / fused.fwd * 1e-9, blocks.fwd,
+                fwd_flops / blocks.fwd * 1e-9, blocks.fwd / fused.fwd);
     for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
       bool finite = true, nonzero = false;
       for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;

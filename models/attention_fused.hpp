@@ -1,0 +1,360 @@
+// Causal GQA attention's forward as one fused kernel on the BF16 tensor
+// cores (FlashAttention's way): a CTA per (batch, query head, 64 query
+// rows) keeps its scores and probabilities in registers and walks the keys
+// in tiles of 64 with an online softmax, so nothing S x S (nor a block of
+// it) is ever written. The per-thread work here is EXMY_HD code shared by
+// the CUDA kernel (models/cuda/attention.cu) and its host emulation
+// (attention_fused_forward_host, which CI runs); they differ only in who
+// runs the threads and who does the MMAs (the instruction on a device,
+// sim::mma_m16n8k16_host on the host, which sums each chain of MMAs in
+// double and rounds it once).
+//
+// Per CTA (4 warps, 16 query rows each) and key tile [j0, j0 + 64):
+//   1. K's and V's rows of the tile are staged in shared memory as
+//      bfloat16 pieces (models/split_gemm.hpp: three a float, or one where
+//      q, k and v hold bfloat16 values, qkv_bf16), V transposed; Q's rows
+//      once per CTA. Columns past head_dim and rows past the sequence are
+//      zeros.
+//   2. S = Q K^T: the pairs of pieces (i + j <= 2) chained into each
+//      thread's FP32 accumulators, head_dim in steps of 16.
+//   3. Each score times 1/sqrt(Dh); keys j > i (or past the sequence)
+//      masked; the row's tile max over the quad of lanes holding the row;
+//      the running max m' = max(m, tile max) (the first tile's max sets
+//      m); l and the output sum o scaled by exp(m - m'); p = exp(s - m')
+//      added into the thread's part of l, in key order.
+//   4. o += P V: each p as three bfloat16 pieces, made in registers as the
+//      A fragments of the MMA (a C fragment of m16n8 is half an A fragment
+//      of m16k16), V's pieces from shared memory.
+// At the end l is the sum of the quad's parts, (l0 + l1) + (l2 + l3);
+// out = o times 1/l and lse = m + log l, as the row kernels
+// (models/attention_rows.hpp) finish. The backward (the block launches,
+// models/attention_blocks.hpp) takes this lse and out as the CPU's.
+//
+// Bits: not the CPU's (another algorithm: an online softmax, products on
+// pieces summed by the tensor cores). tests/models/test_attention_cuda.cpp
+// holds the emulation and the device to the CPU within the sum of both
+// algorithms' bounds, this one's from a RunErr run of the same steps.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "models/attention.hpp"
+#include "models/attention_items.hpp"  // attn_scale
+#include "models/split_gemm.hpp"       // bf16_pieces
+#include "sim/hd_math.hpp"
+#include "sim/mma_bf16.hpp"
+
+namespace exmy::models {
+
+namespace fused {
+inline constexpr int kRows = 64;     // query rows a CTA: 4 warps of 16
+inline constexpr int kKeys = 64;     // keys a tile
+inline constexpr int kThreads = 128;
+inline constexpr int kNt = kKeys / 8;      // n8 tiles of a warp's scores
+inline constexpr int kLdV = kKeys + 8;     // V's transposed rows in shared memory (no bank conflicts)
+inline constexpr int kPPieces = 3;         // pieces of a probability
+}  // namespace fused
+
+// The width (32, 64 or 128) the kernel runs a head of Dh in (zeros past
+// Dh), or 0 where Dh is wider than it takes.
+EXMY_HD int fused_head_dim(int64_t Dh) { return Dh <= 32 ? 32 : Dh <= 64 ? 64 : Dh <= 128 ? 128 : 0; }
+inline bool attention_fused_applies(const AttnDims& d) { return fused_head_dim(d.head_dim) != 0; }
+// Pieces of q, k and v: one where they hold bfloat16 values.
+inline int fused_pieces(const AttnDims& d) { return d.qkv_bf16 ? 1 : kBf16Pieces; }
+
+// The shared memory of a CTA, in uint16 elements: Q's pieces (kP x kRows
+// rows of kDh + 8), K's (kP x kKeys rows), V's transposed (kP x kDh rows of
+// kLdV). Row strides of 16 bytes' multiples, 4 banks apart.
+template <int kDh, int kP>
+struct FusedSmem {
+  static constexpr int ld = kDh + 8;
+  static constexpr int q_at = 0, k_at = kP * fused::kRows * ld, v_at = k_at + kP * fused::kKeys * ld,
+                       elems = v_at + kP * kDh * fused::kLdV;
+  static constexpr size_t bytes = static_cast<size_t>(elems) * sizeof(uint16_t);
+};
+
+struct FusedArgs {
+  float* out = nullptr;
+  float* lse = nullptr;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  AttnDims d;
+};
+
+// A thread's registers: its scores (then probabilities) of the tile, its
+// output sums, and per row (groupID and groupID + 8 of its warp's 16) the
+// running max and its part of the sum; `valid` bit 4 nt + e: element e of
+// n8 tile nt is a key the row sees.
+template <int kDh>
+struct FusedRegs {
+  float s[fused::kNt][4];
+  float o[kDh / 8][4];
+  float m[2], l[2];
+  uint32_t valid;
+};
+
+template <int kDh>
+EXMY_HD void fused_init(FusedRegs<kDh>& R) {
+  EXMY_MMA_UNROLL
+  for (int dt = 0; dt < kDh / 8; ++dt)
+    EXMY_MMA_UNROLL
+    for (int e = 0; e < 4; ++e) R.o[dt][e] = 0.0f;
+  R.m[0] = R.m[1] = R.l[0] = R.l[1] = 0.0f;
+}
+
+// Thread tid's share of staging n rows of a head (row r at x + (row0 + r)
+// ld, Dh columns; rows from S on and columns from Dh on as zeros) as kP
+// pieces: element (r, c) at out + r rs + c cs, piece p at + p ps.
+template <int kDh, int kP>
+EXMY_HD void fused_stage(int tid, const float* x, int64_t ld, int64_t row0, int64_t S, int64_t Dh, int n,
+                         uint16_t* out, int rs, int cs, int ps) {
+  for (int u = tid; u < n * kDh; u += fused::kThreads) {
+    const int r = u / kDh, c = u % kDh;
+    bf16_pieces(row0 + r < S && c < Dh ? x[(row0 + r) * ld + c] : 0.0f, kP, out + r * rs + c * cs, ps);
+  }
+}
+// Q's rows [i0, i0 + kRows) of query head h; K's and V's rows [j0, j0 +
+// kKeys) of kv head kvh (V transposed).
+template <int kDh, int kP>
+EXMY_HD void fused_stage_q(int tid, const FusedArgs& a, int64_t b, int64_t h, int64_t i0, uint16_t* sm) {
+  using L = FusedSmem<kDh, kP>;
+  const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldq = a.d.q_heads * Dh;
+  fused_stage<kDh, kP>(tid, a.q + b * S * ldq + h * Dh, ldq, i0, S, Dh, fused::kRows, sm + L::q_at, L::ld, 1,
+                       fused::kRows * L::ld);
+}
+template <int kDh, int kP>
+EXMY_HD void fused_stage_kv(int tid, const FusedArgs& a, int64_t b, int64_t kvh, int64_t j0, uint16_t* sm) {
+  using L = FusedSmem<kDh, kP>;
+  const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldkv = a.d.kv_heads * Dh, at = b * S * ldkv + kvh * Dh;
+  fused_stage<kDh, kP>(tid, a.k + at, ldkv, j0, S, Dh, fused::kKeys, sm + L::k_at, L::ld, 1, fused::kKeys * L::ld);
+  fused_stage<kDh, kP>(tid, a.v + at, ldkv, j0, S, Dh, fused::kKeys, sm + L::v_at, 1, fused::kLdV,
+                       kDh * fused::kLdV);
+}
+
+// Step 3's first half, after the scores of key tile j0 (warp's rows from
+// i0 + 16 warp): each score scaled, the keys the rows see marked, the
+// thread's max of each row (-inf where it sees none).
+template <int kDh>
+EXMY_HD void fused_scale_mask(FusedRegs<kDh>& R, int warp, int lane, int64_t i0, int64_t j0, int64_t S, float scale,
+                              float tmax[2]) {
+  const int g = lane >> 2, t = lane & 3;
+  tmax[0] = tmax[1] = -INFINITY;
+  R.valid = 0;
+  EXMY_MMA_UNROLL
+  for (int nt = 0; nt < fused::kNt; ++nt)
+    EXMY_MMA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int row = e >> 1;
+      const int64_t i = i0 + warp * 16 + g + 8 * row, j = j0 + nt * 8 + 2 * t + (e & 1);
+      if (j <= i && j < S) {
+        const float x = R.s[nt][e] * scale;
+        R.s[nt][e] = x;
+        tmax[row] = sim::hd_max(tmax[row], x);
+        R.valid |= 1u << (4 * nt + e);
+      }
+    }
+}
+
+// Step 3's second half, with each row's max over the tile (mt): the running
+// max, l and o rescaled (not after the first tile, which sets m), the
+// probabilities into s (0 where masked), added into l in key order.
+template <int kDh>
+EXMY_HD void fused_softmax_step(FusedRegs<kDh>& R, const float mt[2], bool first) {
+  EXMY_MMA_UNROLL
+  for (int row = 0; row < 2; ++row) {
+    if (first) {
+      R.m[row] = mt[row];
+      continue;
+    }
+    const float m1 = sim::hd_max(R.m[row], mt[row]), alpha = sim::hd_exp(R.m[row] - m1);
+    R.l[row] *= alpha;
+    EXMY_MMA_UNROLL
+    for (int dt = 0; dt < kDh / 8; ++dt) R.o[dt][2 * row] *= alpha, R.o[dt][2 * row + 1] *= alpha;
+    R.m[row] = m1;
+  }
+  EXMY_MMA_UNROLL
+  for (int nt = 0; nt < fused::kNt; ++nt)
+    EXMY_MMA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int row = e >> 1;
+      const float p = (R.valid >> (4 * nt + e)) & 1u ? sim::hd_exp(R.s[nt][e] - R.m[row]) : 0.0f;
+      R.s[nt][e] = p;
+      R.l[row] += p;
+    }
+}
+
+// The A fragments (pieces 0, 1, 2) of the probabilities of keys [16 kk, 16
+// kk + 16) of the tile: n8 tiles 2 kk and 2 kk + 1 of the thread's C
+// fragments, element pairs (0, 1) and (2, 3).
+template <int kDh>
+EXMY_HD void fused_p_frags(const FusedRegs<kDh>& R, int kk, uint32_t a[fused::kPPieces][4]) {
+  uint16_t pc[8][fused::kPPieces];
+  EXMY_MMA_UNROLL
+  for (int x = 0; x < 8; ++x) bf16_pieces(R.s[2 * kk + x / 4][x % 4], fused::kPPieces, pc[x], 1);
+  EXMY_MMA_UNROLL
+  for (int p = 0; p < fused::kPPieces; ++p)
+    EXMY_MMA_UNROLL
+    for (int r = 0; r < 4; ++r) a[p][r] = sim::mma_pack(pc[2 * r][p], pc[2 * r + 1][p]);
+}
+
+// The end, with each row's whole sum l: out = o times 1/l, lse = m + log l
+// (lane 0 of the quad), rows and columns inside the tensor.
+template <int kDh>
+EXMY_HD void fused_store(const FusedRegs<kDh>& R, const float l[2], const FusedArgs& a, int64_t b, int64_t h,
+                         int64_t i0, int warp, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldq = a.d.q_heads * Dh;
+  EXMY_MMA_UNROLL
+  for (int row = 0; row < 2; ++row) {
+    const int64_t i = i0 + warp * 16 + g + 8 * row;
+    if (i >= S) continue;
+    const float inv = 1.0f / l[row];
+    float* const orow = a.out + (b * S + i) * ldq + h * Dh;
+    EXMY_MMA_UNROLL
+    for (int dt = 0; dt < kDh / 8; ++dt)
+      EXMY_MMA_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        const int c = dt * 8 + 2 * t + e;
+        if (c < Dh) orow[c] = R.o[dt][2 * row + e] * inv;
+      }
+    if (t == 0) a.lse[(b * a.d.q_heads + h) * S + i] = R.m[row] + sim::hd_log(l[row]);
+  }
+}
+
+// The pairs of pieces (pa pieces of A, pb of B) a product keeps, as
+// split_pairs orders them, for f(i, j): unrolled on a device.
+template <int kPa, int kPb, class F>
+EXMY_HD void fused_for_pairs(F&& f) {
+  EXMY_MMA_UNROLL
+  for (int s = 2; s >= 0; --s)
+    EXMY_MMA_UNROLL
+    for (int i = 2; i >= 0; --i)
+      if (i <= s && i < kPa && s - i < kPb) f(i, s - i);
+}
+
+// ---------------------------------------------------------------------------
+// The host emulation: the kernel's CTAs one after another, their warps and
+// lanes in turn, in the kernel's order of stages, MMAs and steps.
+// ---------------------------------------------------------------------------
+
+// The device's two shuffle steps over each quad of lanes (xor 1, then xor
+// 2), v[lane][row] = op(v[lane][row], v[partner][row]) for all lanes at once.
+template <class Op>
+void fused_quad_host(float (*v)[2], Op op) {
+  for (int step = 1; step <= 2; step *= 2) {
+    float w[32][2];
+    for (int lane = 0; lane < 32; ++lane)
+      for (int row = 0; row < 2; ++row) w[lane][row] = op(v[lane][row], v[lane ^ step][row]);
+    for (int lane = 0; lane < 32; ++lane) v[lane][0] = w[lane][0], v[lane][1] = w[lane][1];
+  }
+}
+
+template <int kDh, int kP>
+void attention_fused_forward_host(const FusedArgs& a) {
+  using namespace fused;
+  using L = FusedSmem<kDh, kP>;
+  const AttnDims& d = a.d;
+  const int64_t S = d.seqlen, rep = d.q_heads / d.kv_heads;
+  const float scale = attn_scale<float>(d);
+  std::vector<uint16_t> sm(L::elems);
+  std::vector<FusedRegs<kDh>> regs(kThreads);
+  uint32_t fa[32][4], fb[32][2];
+  // a warp's accumulators in double: a chain of MMAs (a tile's scores, or
+  // its P V added to o) is rounded to float32 once, when the steps read it
+  double sd[32][kNt][4], od[32][kDh / 8][4];
+  // one warp's MMA into acc[lane] with A and B from the lanes' fragments
+  const auto warp_mma = [&](auto&& frag_a, auto&& frag_b, double (*acc)[4]) {
+    for (int lane = 0; lane < 32; ++lane) frag_a(lane, fa[lane]), frag_b(lane, fb[lane]);
+    sim::mma_m16n8k16_host(fa, fb, acc);
+  };
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t h = 0; h < d.q_heads; ++h)
+      for (int64_t i0 = 0; i0 < S; i0 += kRows) {
+        const int64_t kvh = h / rep, kend = i0 + kRows < S ? i0 + kRows : S;
+        for (int tid = 0; tid < kThreads; ++tid) fused_stage_q<kDh, kP>(tid, a, b, h, i0, sm.data());
+        for (auto& R : regs) fused_init(R);
+        for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
+          for (int tid = 0; tid < kThreads; ++tid) fused_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm.data());
+          for (int warp = 0; warp < kThreads / 32; ++warp) {
+            FusedRegs<kDh>* const W = regs.data() + warp * 32;
+            for (auto& lane : sd)
+              for (auto& row : lane)
+                for (double& x : row) x = 0.0;
+            for (int ks = 0; ks < kDh; ks += 16)
+              fused_for_pairs<kP, kP>([&](int i, int j) {
+                for (int nt = 0; nt < kNt; ++nt) {
+                  double c[32][4];
+                  for (int lane = 0; lane < 32; ++lane)
+                    for (int e = 0; e < 4; ++e) c[lane][e] = sd[lane][nt][e];
+                  warp_mma(
+                      [&](int lane, uint32_t* f) {
+                        sim::mma_frag_a(sm.data() + L::q_at + i * kRows * L::ld, L::ld, warp * 16, ks, lane, f);
+                      },
+                      [&](int lane, uint32_t* f) {
+                        sim::mma_frag_b(sm.data() + L::k_at + j * kKeys * L::ld, L::ld, nt * 8, ks, lane, f);
+                      },
+                      c);
+                  for (int lane = 0; lane < 32; ++lane)
+                    for (int e = 0; e < 4; ++e) sd[lane][nt][e] = c[lane][e];
+                }
+              });
+            for (int lane = 0; lane < 32; ++lane)
+              for (int nt = 0; nt < kNt; ++nt)
+                for (int e = 0; e < 4; ++e) W[lane].s[nt][e] = static_cast<float>(sd[lane][nt][e]);
+            float mt[32][2];
+            for (int lane = 0; lane < 32; ++lane)
+              fused_scale_mask(W[lane], warp, lane, i0, j0, S, scale, mt[lane]);
+            fused_quad_host(mt, [](float x, float y) { return sim::hd_max(x, y); });
+            for (int lane = 0; lane < 32; ++lane) fused_softmax_step(W[lane], mt[lane], j0 == 0);
+            for (int lane = 0; lane < 32; ++lane)
+              for (int dt = 0; dt < kDh / 8; ++dt)
+                for (int e = 0; e < 4; ++e) od[lane][dt][e] = W[lane].o[dt][e];
+            for (int kk = 0; kk < kKeys / 16; ++kk) {
+              uint32_t pf[32][kPPieces][4];
+              for (int lane = 0; lane < 32; ++lane) fused_p_frags(W[lane], kk, pf[lane]);
+              fused_for_pairs<kPPieces, kP>([&](int i, int j) {
+                for (int dt = 0; dt < kDh / 8; ++dt) {
+                  double c[32][4];
+                  for (int lane = 0; lane < 32; ++lane)
+                    for (int e = 0; e < 4; ++e) c[lane][e] = od[lane][dt][e];
+                  warp_mma(
+                      [&](int lane, uint32_t* f) {
+                        for (int r = 0; r < 4; ++r) f[r] = pf[lane][i][r];
+                      },
+                      [&](int lane, uint32_t* f) {
+                        sim::mma_frag_b(sm.data() + L::v_at + j * kDh * kLdV, kLdV, dt * 8, kk * 16, lane, f);
+                      },
+                      c);
+                  for (int lane = 0; lane < 32; ++lane)
+                    for (int e = 0; e < 4; ++e) od[lane][dt][e] = c[lane][e];
+                }
+              });
+            }
+            for (int lane = 0; lane < 32; ++lane)
+              for (int dt = 0; dt < kDh / 8; ++dt)
+                for (int e = 0; e < 4; ++e) W[lane].o[dt][e] = static_cast<float>(od[lane][dt][e]);
+          }
+        }
+        for (int warp = 0; warp < kThreads / 32; ++warp) {
+          FusedRegs<kDh>* const W = regs.data() + warp * 32;
+          float l[32][2];
+          for (int lane = 0; lane < 32; ++lane) l[lane][0] = W[lane].l[0], l[lane][1] = W[lane].l[1];
+          fused_quad_host(l, [](float x, float y) { return x + y; });
+          for (int lane = 0; lane < 32; ++lane) fused_store(W[lane], l[lane], a, b, h, i0, warp, lane);
+        }
+      }
+}
+
+// The kernel's dispatch over (head width, pieces): f.template operator()<kDh, kP>().
+template <class F>
+void fused_dispatch(const AttnDims& d, F&& f) {
+  const int w = fused_head_dim(d.head_dim), p = fused_pieces(d);
+  if (w == 32) p == 1 ? f.template operator()<32, 1>() : f.template operator()<32, 3>();
+  else if (w == 64) p == 1 ? f.template operator()<64, 1>() : f.template operator()<64, 3>();
+  else p == 1 ? f.template operator()<128, 1>() : f.template operator()<128, 3>();
+}
+
+}  // namespace exmy::models
