@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "models/attention_fused.hpp"  // attention_fused_backward_scratch
 #include "models/attention_items.hpp"
 #include "models/cuda/attention_cuda.hpp"  // attention_device_scratch (defined here: plan arithmetic)
 #include "sim/parallel.hpp"
@@ -89,7 +90,7 @@ int64_t attention_kept(const NemotronHConfig& c, int64_t B, int64_t T_) { return
 // (models/cuda/attention_cuda.hpp; here, with the plan it serves, so that
 // the plan needs none of the kernels)
 int64_t attention_device_scratch(const AttnDims& d) {
-  int64_t most = attention_rows_backward_scratch(d);
+  int64_t most = std::max(attention_rows_backward_scratch(d), attention_fused_backward_scratch(d));
   for (const AttnBlocking& k : {attn_cpu_blocking(), attn_device_blocking(d)})
     most = std::max({most, attention_blocks_forward_scratch(d, k), attention_blocks_backward_scratch(d, k)});
   return most;

@@ -43,6 +43,16 @@ void attention_fused_forward_emulated(float* out, float* lse, const float* q, co
   fused_dispatch(d, [&]<int kDh, int kP>() { attention_fused_forward_host<kDh, kP>(a); });
 }
 
+void attention_fused_backward_emulated(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                       const float* lse, const float* q, const float* k, const float* v,
+                                       const AttnDims& d, float* scratch) {
+  if (!attention_fused_applies(d))
+    throw Error("attention_fused_backward: head_dim " + std::to_string(d.head_dim) + " is wider than 128");
+  fused_rowsum_launch(sim::HostLaunch{}, scratch, dout, out, d);
+  const FusedBwdArgs a{dq, dk, dv, dout, lse, q, k, v, scratch, d};
+  fused_dispatch(d, [&]<int kDh, int kP>() { attention_fused_backward_host<kDh, kP>(a); });
+}
+
 namespace {
 // EXMY_CUDA_ATTENTION, read once ("" when unset).
 std::string_view attention_env() {

@@ -186,14 +186,13 @@ EXMY_HD void fused_softmax_step(FusedRegs<kDh>& R, const float mt[2], bool first
     }
 }
 
-// The A fragments (pieces 0, 1, 2) of the probabilities of keys [16 kk, 16
-// kk + 16) of the tile: n8 tiles 2 kk and 2 kk + 1 of the thread's C
-// fragments, element pairs (0, 1) and (2, 3).
-template <int kDh>
-EXMY_HD void fused_p_frags(const FusedRegs<kDh>& R, int kk, uint32_t a[fused::kPPieces][4]) {
+// The A fragments (pieces 0, 1, 2) of a tile's values s (probabilities,
+// or the backward's dS) over columns [16 kk, 16 kk + 16): n8 tiles 2 kk
+// and 2 kk + 1 of the thread's C fragments, element pairs (0, 1) and (2, 3).
+EXMY_HD void fused_p_frags(const float (&s)[fused::kNt][4], int kk, uint32_t a[fused::kPPieces][4]) {
   uint16_t pc[8][fused::kPPieces];
   EXMY_MMA_UNROLL
-  for (int x = 0; x < 8; ++x) bf16_pieces(R.s[2 * kk + x / 4][x % 4], fused::kPPieces, pc[x], 1);
+  for (int x = 0; x < 8; ++x) bf16_pieces(s[2 * kk + x / 4][x % 4], fused::kPPieces, pc[x], 1);
   EXMY_MMA_UNROLL
   for (int p = 0; p < fused::kPPieces; ++p)
     EXMY_MMA_UNROLL
@@ -240,6 +239,52 @@ EXMY_HD void fused_for_pairs(F&& f) {
 // lanes in turn, in the kernel's order of stages, MMAs and steps.
 // ---------------------------------------------------------------------------
 
+// The host emulation's MMA chains, one warp's 32 lanes, in double (rounded
+// to float32 by the caller where the steps read them):
+//   rows product  c[nt] += A's rows [ar0, ar0 + 16) times B's rows [0, 64)
+//                 transposed, over kDh columns, pairs of pieces (kPa, kPb)
+//                 (A, B: piece 0 of each, pieces ps apart, row stride ld);
+//   regs product  c[dt] += the lanes' A fragments of columns [16 kk, 16 kk
+//                 + 16) (pf: three pieces a lane) times B held [k][n] (rows
+//                 16 kk.. of B, kDh columns).
+template <int kDh, int kPa, int kPb>
+void fused_rows_product_host(const uint16_t* A, const uint16_t* B, int ps, int ld, int ar0,
+                             double (*c)[fused::kNt][4]) {
+  uint32_t fa[32][4], fb[32][2];
+  double cc[32][4];
+  for (int ks = 0; ks < kDh; ks += 16)
+    fused_for_pairs<kPa, kPb>([&](int i, int j) {
+      for (int nt = 0; nt < fused::kNt; ++nt) {
+        for (int lane = 0; lane < 32; ++lane) {
+          sim::mma_frag_a(A + i * ps, ld, ar0, ks, lane, fa[lane]);
+          sim::mma_frag_b(B + j * ps, ld, nt * 8, ks, lane, fb[lane]);
+          for (int e = 0; e < 4; ++e) cc[lane][e] = c[lane][nt][e];
+        }
+        sim::mma_m16n8k16_host(fa, fb, cc);
+        for (int lane = 0; lane < 32; ++lane)
+          for (int e = 0; e < 4; ++e) c[lane][nt][e] = cc[lane][e];
+      }
+    });
+}
+template <int kDh, int kPb>
+void fused_regs_product_host(const uint32_t (*pf)[fused::kPPieces][4], const uint16_t* B, int ps, int ld, int kk,
+                             double (*c)[kDh / 8][4]) {
+  uint32_t fa[32][4], fb[32][2];
+  double cc[32][4];
+  fused_for_pairs<fused::kPPieces, kPb>([&](int i, int j) {
+    for (int dt = 0; dt < kDh / 8; ++dt) {
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int r = 0; r < 4; ++r) fa[lane][r] = pf[lane][i][r];
+        sim::mma_frag_b_kn(B + j * ps, ld, dt * 8, kk * 16, lane, fb[lane]);
+        for (int e = 0; e < 4; ++e) cc[lane][e] = c[lane][dt][e];
+      }
+      sim::mma_m16n8k16_host(fa, fb, cc);
+      for (int lane = 0; lane < 32; ++lane)
+        for (int e = 0; e < 4; ++e) c[lane][dt][e] = cc[lane][e];
+    }
+  });
+}
+
 // The device's two shuffle steps over each quad of lanes (xor 1, then xor
 // 2), v[lane][row] = op(v[lane][row], v[partner][row]) for all lanes at once.
 template <class Op>
@@ -283,24 +328,9 @@ void attention_fused_forward_host(const FusedArgs& a) {
             for (auto& lane : sd)
               for (auto& row : lane)
                 for (double& x : row) x = 0.0;
-            for (int ks = 0; ks < kDh; ks += 16)
-              fused_for_pairs<kP, kP>([&](int i, int j) {
-                for (int nt = 0; nt < kNt; ++nt) {
-                  double c[32][4];
-                  for (int lane = 0; lane < 32; ++lane)
-                    for (int e = 0; e < 4; ++e) c[lane][e] = sd[lane][nt][e];
-                  warp_mma(
-                      [&](int lane, uint32_t* f) {
-                        sim::mma_frag_a(sm.data() + L::q_at + i * kRows * L::ld, L::ld, warp * 16, ks, lane, f);
-                      },
-                      [&](int lane, uint32_t* f) {
-                        sim::mma_frag_b(sm.data() + L::k_at + j * kKeys * L::ld, L::ld, nt * 8, ks, lane, f);
-                      },
-                      c);
-                  for (int lane = 0; lane < 32; ++lane)
-                    for (int e = 0; e < 4; ++e) sd[lane][nt][e] = c[lane][e];
-                }
-              });
+            static_assert(kRows == kKeys);  // Q's and K's pieces equally far apart
+            fused_rows_product_host<kDh, kP, kP>(sm.data() + L::q_at, sm.data() + L::k_at, kRows * L::ld, L::ld,
+                                                 warp * 16, sd);
             for (int lane = 0; lane < 32; ++lane)
               for (int nt = 0; nt < kNt; ++nt)
                 for (int e = 0; e < 4; ++e) W[lane].s[nt][e] = static_cast<float>(sd[lane][nt][e]);
@@ -314,7 +344,7 @@ void attention_fused_forward_host(const FusedArgs& a) {
                 for (int e = 0; e < 4; ++e) od[lane][dt][e] = W[lane].o[dt][e];
             for (int kk = 0; kk < kKeys / 16; ++kk) {
               uint32_t pf[32][kPPieces][4];
-              for (int lane = 0; lane < 32; ++lane) fused_p_frags(W[lane], kk, pf[lane]);
+              for (int lane = 0; lane < 32; ++lane) fused_p_frags(W[lane].s, kk, pf[lane]);
               fused_for_pairs<kPPieces, kP>([&](int i, int j) {
                 for (int dt = 0; dt < kDh / 8; ++dt) {
                   double c[32][4];
@@ -344,6 +374,238 @@ void attention_fused_forward_host(const FusedArgs& a) {
           for (int lane = 0; lane < 32; ++lane) l[lane][0] = W[lane].l[0], l[lane][1] = W[lane].l[1];
           fused_quad_host(l, [](float x, float y) { return x + y; });
           for (int lane = 0; lane < 32; ++lane) fused_store(W[lane], l[lane], a, b, h, i0, warp, lane);
+        }
+      }
+}
+
+// ---------------------------------------------------------------------------
+// The backward, from the forward's out and lse (the CPU's, or the fused
+// forward's): a launch for D_i = dO_i · O_i (attn_row_dot, the CPU's), then
+//   dq   a CTA per (batch, query head, 64 query rows), as the forward, over
+//        the key tiles it sees: S = Q K^T, P = exp(S scale - lse_i), dP =
+//        dO V^T, dS = P (dP - D_i) scale (attn_prob_saved, attn_dscore),
+//        its dQ += dS K; at the end dq += dQ;
+//   dkv  a CTA per (batch, kv head, 64 key rows), over the kv head's query
+//        heads in order and each one's query tiles from the diagonal on:
+//        S^T = K Q^T, P^T, dP^T = V dO^T, dS^T, dV += P^T dO, dK += dS^T Q;
+//        at the end dk += dK, dv += dV.
+// The products on pieces as the forward's (dO, P and dS in three). No
+// atomics: every output is one thread's, its sums in a fixed order.
+// ---------------------------------------------------------------------------
+
+// Floats of the backward's scratch: D (batch, query head, row).
+inline int64_t attention_fused_backward_scratch(const AttnDims& d) { return d.batch * d.q_heads * d.seqlen; }
+
+// The shared memory of a backward CTA, in uint16 elements: 64 rows each of
+// Q's pieces (kP), dO's (3), K's (kP) and V's (kP).
+template <int kDh, int kP>
+struct FusedBwdSmem {
+  static constexpr int ld = kDh + 8, rows = fused::kRows * ld;
+  static constexpr int q_at = 0, do_at = kP * rows, k_at = do_at + fused::kPPieces * rows, v_at = k_at + kP * rows,
+                       elems = v_at + kP * rows;
+  static constexpr size_t bytes = static_cast<size_t>(elems) * sizeof(uint16_t);
+};
+
+struct FusedBwdArgs {
+  float* dq = nullptr;
+  float* dk = nullptr;
+  float* dv = nullptr;
+  const float* dout = nullptr;
+  const float* lse = nullptr;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* D = nullptr;  // the rowsum launch's
+  AttnDims d;
+};
+
+// A backward thread's registers: a tile's scores then probabilities (s),
+// dP then dS (dp), and one or two output sums (dQ; dV and dK).
+template <int kDh>
+struct FusedBwdRegs {
+  float s[fused::kNt][4], dp[fused::kNt][4];
+  float acc[2][kDh / 8][4];
+};
+template <int kDh>
+EXMY_HD void fused_bwd_init(FusedBwdRegs<kDh>& R) {
+  EXMY_MMA_UNROLL
+  for (int a = 0; a < 2; ++a)
+    EXMY_MMA_UNROLL
+    for (int dt = 0; dt < kDh / 8; ++dt)
+      EXMY_MMA_UNROLL
+      for (int e = 0; e < 4; ++e) R.acc[a][dt][e] = 0.0f;
+}
+template <int kDh>
+EXMY_HD void fused_bwd_zero_tile(FusedBwdRegs<kDh>& R) {
+  EXMY_MMA_UNROLL
+  for (int nt = 0; nt < fused::kNt; ++nt)
+    EXMY_MMA_UNROLL
+    for (int e = 0; e < 4; ++e) R.s[nt][e] = R.dp[nt][e] = 0.0f;
+}
+
+// Thread tid's share of staging 64 rows from row0 of query head h's Q and dO
+// (the dq kernel's once, the dkv kernel's per query tile) or of kv head
+// kvh's K and V.
+template <int kDh, int kP>
+EXMY_HD void fused_bwd_stage_q(int tid, const FusedBwdArgs& a, int64_t b, int64_t h, int64_t row0, uint16_t* sm) {
+  using L = FusedBwdSmem<kDh, kP>;
+  const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldq = a.d.q_heads * Dh, at = b * S * ldq + h * Dh;
+  fused_stage<kDh, kP>(tid, a.q + at, ldq, row0, S, Dh, fused::kRows, sm + L::q_at, L::ld, 1, L::rows);
+  fused_stage<kDh, fused::kPPieces>(tid, a.dout + at, ldq, row0, S, Dh, fused::kRows, sm + L::do_at, L::ld, 1,
+                                    L::rows);
+}
+template <int kDh, int kP>
+EXMY_HD void fused_bwd_stage_kv(int tid, const FusedBwdArgs& a, int64_t b, int64_t kvh, int64_t row0, uint16_t* sm) {
+  using L = FusedBwdSmem<kDh, kP>;
+  const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldkv = a.d.kv_heads * Dh, at = b * S * ldkv + kvh * Dh;
+  fused_stage<kDh, kP>(tid, a.k + at, ldkv, row0, S, Dh, fused::kRows, sm + L::k_at, L::ld, 1, L::rows);
+  fused_stage<kDh, kP>(tid, a.v + at, ldkv, row0, S, Dh, fused::kRows, sm + L::v_at, L::ld, 1, L::rows);
+}
+
+// The backward's element step on a tile (rows from r0 + 16 warp, columns
+// from c0): s -> p = exp(s scale - lse_i), dp -> dS = p (dp - D_i) scale,
+// both 0 where masked (j > i, or a query past the sequence). kT: the rows
+// are keys and the columns queries (the dkv kernel), else the other way.
+// lse and D: the head's rows.
+template <bool kT, int kDh>
+EXMY_HD void fused_bwd_step(FusedBwdRegs<kDh>& R, int warp, int lane, int64_t r0, int64_t c0, int64_t S, float scale,
+                            const float* lse, const float* D) {
+  const int g = lane >> 2, t = lane & 3;
+  EXMY_MMA_UNROLL
+  for (int nt = 0; nt < fused::kNt; ++nt)
+    EXMY_MMA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int64_t row = r0 + warp * 16 + g + 8 * (e >> 1), col = c0 + nt * 8 + 2 * t + (e & 1);
+      const int64_t i = kT ? col : row, j = kT ? row : col;
+      float p = 0.0f, ds = 0.0f;
+      if (i < S && j <= i) {
+        p = attn_prob_saved(R.s[nt][e], i, j, scale, lse[i]);
+        ds = attn_dscore(p, R.dp[nt][e], i, j, D[i], scale);
+      }
+      R.s[nt][e] = p;
+      R.dp[nt][e] = ds;
+    }
+}
+
+// acc (its rows from r0 + 16 warp, inside the tensor; columns below Dh)
+// added into the gradient rows out + row ld.
+template <int kDh>
+EXMY_HD void fused_bwd_store(const float (&acc)[kDh / 8][4], float* out, int64_t ld, int64_t r0, int64_t S, int64_t Dh,
+                             int warp, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  EXMY_MMA_UNROLL
+  for (int row = 0; row < 2; ++row) {
+    const int64_t r = r0 + warp * 16 + g + 8 * row;
+    if (r >= S) continue;
+    EXMY_MMA_UNROLL
+    for (int dt = 0; dt < kDh / 8; ++dt)
+      EXMY_MMA_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        const int c = dt * 8 + 2 * t + e;
+        if (c < Dh) out[r * ld + c] += acc[dt][2 * row + e];
+      }
+  }
+}
+
+// D_i = dO_i · O_i for every (batch, query head, row), a thread each.
+template <class L>
+void fused_rowsum_launch(const L& launch, float* D, const float* dout, const float* out, const AttnDims& d) {
+  const int64_t S = d.seqlen, Hq = d.q_heads, Dh = d.head_dim, ldq = Hq * Dh;
+  launch("attention_fused_backward rowsum", d.batch * Hq * S, [=] EXMY_HD_LAMBDA(int64_t u) {
+    const int64_t b = u / (Hq * S), h = (u / S) % Hq, i = u % S, at = (b * S + i) * ldq + h * Dh;
+    D[u] = attn_row_dot(dout + at, out + at, Dh);
+  });
+}
+
+// One warp's tile of the backward on the host, the kernels' common part:
+// s and dp from zero as two rows products (A1 B1^T over pieces kP x kP,
+// A2 B2^T over (kPa2, kPb2)), rounded; the element step; then for each
+// output a (0, or 0 and 1) acc[a] += frags(x_a) times B_a ([k][n], pieces
+// kP_a), chained in double from acc and rounded at the tile's end.
+template <bool kT, int kDh, int kP, int kPa2, int kPb2, int kOuts>
+void fused_bwd_tile_host(FusedBwdRegs<kDh>* W, const uint16_t* sm, int ld, int ps, int a1, int b1, int a2, int b2,
+                         const int (&out_b)[2], const int (&out_pieces)[2], int warp, int64_t r0, int64_t c0,
+                         int64_t S, float scale, const float* lse, const float* D) {
+  using namespace fused;
+  double cs[32][kNt][4], cdp[32][kNt][4], cacc[32][kDh / 8][4];
+  for (int lane = 0; lane < 32; ++lane)
+    for (int nt = 0; nt < kNt; ++nt)
+      for (int e = 0; e < 4; ++e) cs[lane][nt][e] = cdp[lane][nt][e] = 0.0;
+  fused_rows_product_host<kDh, kP, kP>(sm + a1, sm + b1, ps, ld, warp * 16, cs);
+  fused_rows_product_host<kDh, kPa2, kPb2>(sm + a2, sm + b2, ps, ld, warp * 16, cdp);
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int nt = 0; nt < kNt; ++nt)
+      for (int e = 0; e < 4; ++e)
+        W[lane].s[nt][e] = static_cast<float>(cs[lane][nt][e]), W[lane].dp[nt][e] = static_cast<float>(cdp[lane][nt][e]);
+    fused_bwd_step<kT>(W[lane], warp, lane, r0, c0, S, scale, lse, D);
+  }
+  for (int a = 0; a < kOuts; ++a) {
+    // output a's values: the probabilities (dV's) or dS (dQ's, dK's)
+    const bool probs = kOuts == 2 && a == 0;
+    for (int lane = 0; lane < 32; ++lane)
+      for (int dt = 0; dt < kDh / 8; ++dt)
+        for (int e = 0; e < 4; ++e) cacc[lane][dt][e] = W[lane].acc[a][dt][e];
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      uint32_t pf[32][kPPieces][4];
+      for (int lane = 0; lane < 32; ++lane) fused_p_frags(probs ? W[lane].s : W[lane].dp, kk, pf[lane]);
+      if (out_pieces[a] == 1)
+        fused_regs_product_host<kDh, 1>(pf, sm + out_b[a], ps, ld, kk, cacc);
+      else
+        fused_regs_product_host<kDh, 3>(pf, sm + out_b[a], ps, ld, kk, cacc);
+    }
+    for (int lane = 0; lane < 32; ++lane)
+      for (int dt = 0; dt < kDh / 8; ++dt)
+        for (int e = 0; e < 4; ++e) W[lane].acc[a][dt][e] = static_cast<float>(cacc[lane][dt][e]);
+  }
+}
+
+template <int kDh, int kP>
+void attention_fused_backward_host(const FusedBwdArgs& a) {
+  using namespace fused;
+  using L = FusedBwdSmem<kDh, kP>;
+  const AttnDims& d = a.d;
+  const int64_t S = d.seqlen, Hq = d.q_heads, rep = Hq / d.kv_heads, Dh = d.head_dim;
+  const int64_t ldq = Hq * Dh, ldkv = d.kv_heads * Dh;
+  const float scale = attn_scale<float>(d);
+  std::vector<uint16_t> sm(L::elems);
+  std::vector<FusedBwdRegs<kDh>> regs(kThreads);
+  // dq: dS K (K held [key][dim]: B of [k][n])
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i0 = 0; i0 < S; i0 += kRows) {
+        const int64_t kvh = h / rep, kend = i0 + kRows < S ? i0 + kRows : S, row = (b * Hq + h) * S;
+        for (int tid = 0; tid < kThreads; ++tid) fused_bwd_stage_q<kDh, kP>(tid, a, b, h, i0, sm.data());
+        for (auto& R : regs) fused_bwd_init(R);
+        for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
+          for (int tid = 0; tid < kThreads; ++tid) fused_bwd_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm.data());
+          for (int warp = 0; warp < kThreads / 32; ++warp)
+            fused_bwd_tile_host<false, kDh, kP, kPPieces, kP, 1>(regs.data() + warp * 32, sm.data(), L::ld, L::rows,
+                                                                L::q_at, L::k_at, L::do_at, L::v_at, {L::k_at, 0},
+                                                                {kP, 0}, warp, i0, j0, S, scale, a.lse + row,
+                                                                a.D + row);
+        }
+        for (int tid = 0; tid < kThreads; ++tid)
+          fused_bwd_store<kDh>(regs[tid].acc[0], a.dq + b * S * ldq + h * Dh, ldq, i0, S, Dh, tid / 32, tid % 32);
+      }
+  // dkv: P^T dO and dS^T Q (dO and Q held [query][dim])
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t kvh = 0; kvh < d.kv_heads; ++kvh)
+      for (int64_t j0 = 0; j0 < S; j0 += kKeys) {
+        for (int tid = 0; tid < kThreads; ++tid) fused_bwd_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm.data());
+        for (auto& R : regs) fused_bwd_init(R);
+        for (int64_t h = kvh * rep; h < (kvh + 1) * rep; ++h) {
+          const int64_t row = (b * Hq + h) * S;
+          for (int64_t i0 = j0; i0 < S; i0 += kRows) {
+            for (int tid = 0; tid < kThreads; ++tid) fused_bwd_stage_q<kDh, kP>(tid, a, b, h, i0, sm.data());
+            for (int warp = 0; warp < kThreads / 32; ++warp)
+              fused_bwd_tile_host<true, kDh, kP, kP, kPPieces, 2>(
+                  regs.data() + warp * 32, sm.data(), L::ld, L::rows, L::k_at, L::q_at, L::v_at, L::do_at,
+                  {L::do_at, L::q_at}, {kPPieces, kP}, warp, j0, i0, S, scale, a.lse + row, a.D + row);
+          }
+        }
+        for (int tid = 0; tid < kThreads; ++tid) {
+          fused_bwd_store<kDh>(regs[tid].acc[0], a.dv + b * S * ldkv + kvh * Dh, ldkv, j0, S, Dh, tid / 32, tid % 32);
+          fused_bwd_store<kDh>(regs[tid].acc[1], a.dk + b * S * ldkv + kvh * Dh, ldkv, j0, S, Dh, tid / 32, tid % 32);
         }
       }
 }

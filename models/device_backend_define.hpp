@@ -19,7 +19,7 @@
 #include <algorithm>
 
 #include "models/attention_blocks.hpp"
-#include "models/attention_fused.hpp"  // attention_fused_applies
+#include "models/attention_fused.hpp"  // attention_fused_applies, its scratch
 #include "models/attention_launches.hpp"
 #include "models/backend.hpp"
 #include "models/cuda/attention_cuda.hpp"
@@ -152,7 +152,7 @@ class DeviceBackend final : public Backend<float> {
   // which the whole-model emulation tests require), in the CUDA backend
   // with the device's blocking on cuBLASLt, its products on bfloat16
   // pieces (within an FP32 budget of the CPU), or its row kernels
-  // (EXMY_CUDA_ATTENTION=rows), or its forward as one fused kernel
+  // (EXMY_CUDA_ATTENTION=rows), or its fused kernels
   // (EXMY_CUDA_ATTENTION=fused, models/attention_fused.hpp).
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const AttnDims& d) override {
@@ -179,6 +179,9 @@ class DeviceBackend final : public Backend<float> {
     if (attention_rows_chosen()) {
       EXMY_K(attention_rows_backward)(dq, dk, dv, dout, out, lse, q, k, v, d,
                                       scratch(attention_rows_backward_scratch(d)));
+    } else if (attention_fused_chosen() && attention_fused_applies(d)) {
+      EXMY_K(attention_fused_backward)(dq, dk, dv, dout, out, lse, q, k, v, d,
+                                       scratch(attention_fused_backward_scratch(d)));
     } else {
       const AttnBlocking blk = attention_device_blocking_chosen(d);
       EXMY_K(attention_blocks_backward)(dq, dk, dv, dout, out, lse, q, k, v, d, blk,

@@ -80,6 +80,16 @@ EXMY_HD void mma_frag_b(const uint16_t* s, int ld, int n0, int k0, int lane, uin
   b[1] = mma_pair(s, ld, n0 + g, k0 + 2 * t + 8);
 }
 
+// The B fragment from a shared array that holds B as [k][n] (row stride
+// ld: rows k0.. are K, columns n0.. are N): the same elements as
+// mma_frag_b's, two 16-bit loads a register.
+EXMY_HD void mma_frag_b_kn(const uint16_t* s, int ld, int n0, int k0, int lane, uint32_t b[2]) {
+  const int g = lane >> 2, t = lane & 3;
+  const uint16_t* const c = s + n0 + g;
+  b[0] = mma_pack(c[(k0 + 2 * t) * ld], c[(k0 + 2 * t + 1) * ld]);
+  b[1] = mma_pack(c[(k0 + 2 * t + 8) * ld], c[(k0 + 2 * t + 9) * ld]);
+}
+
 #if defined(__CUDACC__)
 // d += A·B for one warp's m16n8k16 fragments (BF16 in, FP32 out).
 __device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {

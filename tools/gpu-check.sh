@@ -155,7 +155,7 @@ if [ "${GPU_CHECK_BENCH_TRAIN:-1}" = 1 ]; then
     timeout 150 "$bundle/bin/exmy" bench train --device cuda "${p350[@]}" >>"$report" 2>&1 ||
       echo "gpu-check: bench train --device cuda failed or ran out of its 150 s" | tee -a "$report"
   fi
-  # the same with attention's forward as one fused kernel (models/attention_fused.hpp)
+  # the same with attention as the fused kernels (models/attention_fused.hpp)
   if fits "EXMY_CUDA_ATTENTION=fused exmy bench train --device cuda (proxy-350m)" 60; then
     echo "--- EXMY_CUDA_ATTENTION=fused exmy bench train --device cuda --model proxy-350m --seq-len 4096 --batch 1 --steps 1 --profile" >>"$report"
     EXMY_CUDA_ATTENTION=fused timeout 90 "$bundle/bin/exmy" bench train --device cuda --model proxy-350m --seq-len 4096 \

@@ -97,7 +97,7 @@ else
   status=1
 fi
 compare bf16 50 1e-3 train.precision=bf16
-# attention's forward as the fused kernel (EXMY_CUDA_ATTENTION=fused,
+# attention as the fused kernels (EXMY_CUDA_ATTENTION=fused,
 # models/attention_fused.hpp; the CPU ignores it)
 EXMY_CUDA_ATTENTION=fused compare bf16-fused-attention 50 1e-3 train.precision=bf16
 # BF16 working weights (train.working_weights = bf16): the fused update and

@@ -36,6 +36,44 @@ void attention_blocks_backward_cuda(float* dq, float* dk, float* dv, const float
 
 namespace {
 
+// The kernels' MMA chains (the host's: fused_rows_product_host,
+// fused_regs_product_host): c[nt] += A's rows [ar0, ar0 + 16) times B's 64
+// rows transposed over kDh; c[dt] += x's A fragments (three pieces) times B
+// held [k][n].
+template <int kDh, int kPa, int kPb>
+__device__ __forceinline__ void fused_rows_product(const uint16_t* A, const uint16_t* B, int ps, int ld, int ar0,
+                                                   int lane, float (&c)[fused::kNt][4]) {
+  EXMY_MMA_UNROLL
+  for (int ks = 0; ks < kDh; ks += 16)
+    fused_for_pairs<kPa, kPb>([&](int i, int j) {
+      uint32_t fa[4];
+      sim::mma_frag_a(A + i * ps, ld, ar0, ks, lane, fa);
+      EXMY_MMA_UNROLL
+      for (int nt = 0; nt < fused::kNt; ++nt) {
+        uint32_t fb[2];
+        sim::mma_frag_b(B + j * ps, ld, nt * 8, ks, lane, fb);
+        sim::mma_bf16_16816(c[nt], fa, fb);
+      }
+    });
+}
+template <int kDh, int kPb>
+__device__ __forceinline__ void fused_regs_product(const float (&x)[fused::kNt][4], const uint16_t* B, int ps, int ld,
+                                                   int lane, float (&c)[kDh / 8][4]) {
+  EXMY_MMA_UNROLL
+  for (int kk = 0; kk < fused::kKeys / 16; ++kk) {
+    uint32_t pf[fused::kPPieces][4];
+    fused_p_frags(x, kk, pf);
+    fused_for_pairs<fused::kPPieces, kPb>([&](int i, int j) {
+      EXMY_MMA_UNROLL
+      for (int dt = 0; dt < kDh / 8; ++dt) {
+        uint32_t fb[2];
+        sim::mma_frag_b_kn(B + j * ps, ld, dt * 8, kk * 16, lane, fb);
+        sim::mma_bf16_16816(c[dt], pf[i], fb);
+      }
+    });
+  }
+}
+
 // The fused forward (models/attention_fused.hpp): a CTA per (query tile,
 // query head, batch), the longest causal rows' tiles first; the steps of
 // attention_fused_forward_host with the MMAs and the quads' shuffles on the
@@ -61,18 +99,8 @@ __global__ void __launch_bounds__(fused::kThreads) attention_fused_forward_kerne
     for (int nt = 0; nt < kNt; ++nt)
       EXMY_MMA_UNROLL
       for (int e = 0; e < 4; ++e) R.s[nt][e] = 0.0f;
-    EXMY_MMA_UNROLL
-    for (int ks = 0; ks < kDh; ks += 16)
-      fused_for_pairs<kP, kP>([&](int i, int j) {
-        uint32_t fa[4];
-        sim::mma_frag_a(sm + L::q_at + i * kRows * L::ld, L::ld, warp * 16, ks, lane, fa);
-        EXMY_MMA_UNROLL
-        for (int nt = 0; nt < kNt; ++nt) {
-          uint32_t fb[2];
-          sim::mma_frag_b(sm + L::k_at + j * kKeys * L::ld, L::ld, nt * 8, ks, lane, fb);
-          sim::mma_bf16_16816(R.s[nt], fa, fb);
-        }
-      });
+    static_assert(kRows == kKeys);  // Q's and K's pieces equally far apart
+    fused_rows_product<kDh, kP, kP>(sm + L::q_at, sm + L::k_at, kRows * L::ld, L::ld, warp * 16, lane, R.s);
     float mt[2];
     fused_scale_mask(R, warp, lane, i0, j0, S, scale, mt);
     EXMY_MMA_UNROLL
@@ -83,7 +111,7 @@ __global__ void __launch_bounds__(fused::kThreads) attention_fused_forward_kerne
     EXMY_MMA_UNROLL
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       uint32_t pf[kPPieces][4];
-      fused_p_frags(R, kk, pf);
+      fused_p_frags(R.s, kk, pf);
       fused_for_pairs<kPPieces, kP>([&](int i, int j) {
         EXMY_MMA_UNROLL
         for (int dt = 0; dt < kDh / 8; ++dt) {
@@ -102,38 +130,141 @@ __global__ void __launch_bounds__(fused::kThreads) attention_fused_forward_kerne
   fused_store(R, l, a, b, h, i0, warp, lane);
 }
 
-template <int kDh, int kP>
-void launch_fused_forward(const FusedArgs& a) {
-  const auto kernel = attention_fused_forward_kernel<kDh, kP>;
-  constexpr size_t bytes = FusedSmem<kDh, kP>::bytes;
-  static const cudaError_t attr =
+// A fused kernel's launch with `bytes` of dynamic shared memory (more than
+// the default 48 KiB needs the kernel's attribute, which the device may
+// refuse: one line naming the kernel).
+template <class Args>
+void launch_fused(void (*kernel)(Args), const char* name, size_t bytes, dim3 grid, const Args& a) {
+  const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (attr != cudaSuccess)
-    throw Error("CUDA error in kernel attention_fused_forward: " + std::to_string(bytes) +
+    throw Error(std::string("CUDA error in kernel ") + name + ": " + std::to_string(bytes) +
                 " bytes of shared memory refused (" + cudaGetErrorString(attr) + ")");
+  kernel<<<grid, fused::kThreads, bytes>>>(a);
+}
+
+template <int kDh, int kP>
+void launch_fused_forward(const FusedArgs& a) {
   const dim3 grid(static_cast<unsigned>((a.d.seqlen + fused::kRows - 1) / fused::kRows),
                   static_cast<unsigned>(a.d.q_heads), static_cast<unsigned>(a.d.batch));
-  kernel<<<grid, fused::kThreads, bytes>>>(a);
+  launch_fused(attention_fused_forward_kernel<kDh, kP>, "attention_fused_forward", FusedSmem<kDh, kP>::bytes, grid,
+               a);
+}
+
+// The backward's dq kernel: a CTA per (query tile, query head, batch), the
+// longest rows' tiles first (attention_fused_backward_host's first loop).
+template <int kDh, int kP>
+__global__ void __launch_bounds__(fused::kThreads) attention_fused_dq_kernel(const FusedBwdArgs a) {
+  using namespace fused;
+  using L = FusedBwdSmem<kDh, kP>;
+  extern __shared__ __align__(16) uint16_t sm[];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int64_t S = a.d.seqlen, Dh = a.d.head_dim, Hq = a.d.q_heads, ldq = Hq * Dh;
+  const int64_t i0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z;
+  const int64_t kvh = h / (Hq / a.d.kv_heads), kend = i0 + kRows < S ? i0 + kRows : S, row = (b * Hq + h) * S;
+  const float scale = attn_scale<float>(a.d);
+  FusedBwdRegs<kDh> R;
+  fused_bwd_init(R);
+  fused_bwd_stage_q<kDh, kP>(tid, a, b, h, i0, sm);
+  for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
+    __syncthreads();  // the previous tile's fragments read
+    fused_bwd_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm);
+    __syncthreads();
+    fused_bwd_zero_tile(R);
+    fused_rows_product<kDh, kP, kP>(sm + L::q_at, sm + L::k_at, L::rows, L::ld, warp * 16, lane, R.s);
+    fused_rows_product<kDh, kPPieces, kP>(sm + L::do_at, sm + L::v_at, L::rows, L::ld, warp * 16, lane, R.dp);
+    fused_bwd_step<false>(R, warp, lane, i0, j0, S, scale, a.lse + row, a.D + row);
+    fused_regs_product<kDh, kP>(R.dp, sm + L::k_at, L::rows, L::ld, lane, R.acc[0]);
+  }
+  fused_bwd_store<kDh>(R.acc[0], a.dq + b * S * ldq + h * Dh, ldq, i0, S, Dh, warp, lane);
+}
+
+// The backward's dkv kernel: a CTA per (key tile, kv head, batch), the
+// first keys' tiles (the most query tiles) first.
+template <int kDh, int kP>
+__global__ void __launch_bounds__(fused::kThreads) attention_fused_dkv_kernel(const FusedBwdArgs a) {
+  using namespace fused;
+  using L = FusedBwdSmem<kDh, kP>;
+  extern __shared__ __align__(16) uint16_t sm[];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int64_t S = a.d.seqlen, Dh = a.d.head_dim, Hq = a.d.q_heads, ldkv = a.d.kv_heads * Dh;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kKeys, kvh = blockIdx.y, b = blockIdx.z;
+  const int64_t rep = Hq / a.d.kv_heads;
+  const float scale = attn_scale<float>(a.d);
+  FusedBwdRegs<kDh> R;
+  fused_bwd_init(R);
+  fused_bwd_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm);
+  for (int64_t h = kvh * rep; h < (kvh + 1) * rep; ++h) {
+    const int64_t row = (b * Hq + h) * S;
+    for (int64_t i0 = j0; i0 < S; i0 += kRows) {
+      __syncthreads();  // the previous tile's fragments read
+      fused_bwd_stage_q<kDh, kP>(tid, a, b, h, i0, sm);
+      __syncthreads();
+      fused_bwd_zero_tile(R);
+      fused_rows_product<kDh, kP, kP>(sm + L::k_at, sm + L::q_at, L::rows, L::ld, warp * 16, lane, R.s);
+      fused_rows_product<kDh, kP, kPPieces>(sm + L::v_at, sm + L::do_at, L::rows, L::ld, warp * 16, lane, R.dp);
+      fused_bwd_step<true>(R, warp, lane, j0, i0, S, scale, a.lse + row, a.D + row);
+      fused_regs_product<kDh, kPPieces>(R.s, sm + L::do_at, L::rows, L::ld, lane, R.acc[0]);
+      fused_regs_product<kDh, kP>(R.dp, sm + L::q_at, L::rows, L::ld, lane, R.acc[1]);
+    }
+  }
+  fused_bwd_store<kDh>(R.acc[0], a.dv + b * S * ldkv + kvh * Dh, ldkv, j0, S, Dh, warp, lane);
+  fused_bwd_store<kDh>(R.acc[1], a.dk + b * S * ldkv + kvh * Dh, ldkv, j0, S, Dh, warp, lane);
+}
+
+template <int kDh, int kP>
+void launch_fused_backward(const FusedBwdArgs& a) {
+  const unsigned tiles = static_cast<unsigned>((a.d.seqlen + fused::kRows - 1) / fused::kRows);
+  constexpr size_t bytes = FusedBwdSmem<kDh, kP>::bytes;
+  launch_fused(attention_fused_dq_kernel<kDh, kP>, "attention_fused_backward dq", bytes,
+               dim3(tiles, static_cast<unsigned>(a.d.q_heads), static_cast<unsigned>(a.d.batch)), a);
+  launch_fused(attention_fused_dkv_kernel<kDh, kP>, "attention_fused_backward dkv", bytes,
+               dim3(tiles, static_cast<unsigned>(a.d.kv_heads), static_cast<unsigned>(a.d.batch)), a);
+}
+
+// The shape's checks before any launch: the head width, the grid.
+void fused_check(const AttnDims& d, const char* what) {
+  if (!attention_fused_applies(d))
+    throw Error(std::string(what) + ": head_dim " + std::to_string(d.head_dim) + " is wider than 128");
+  if (d.q_heads > 65535 || d.batch > 65535 || (d.seqlen + fused::kRows - 1) / fused::kRows > 0x7fffffff)
+    throw Error(std::string(what) + ": the shape exceeds the kernel's grid");
+}
+void fused_sync(const char* what) {
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess && cuda_sync_launches()) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) throw Error(std::string("CUDA error in kernel ") + what + ": " + cudaGetErrorString(e));
+}
+// Causal attention's model FLOPs (models/attention.cpp's count): 4 Dh per
+// (query, key <= query) pair and head forward, twice that backward.
+double fused_flops(const AttnDims& d) {
+  const double pairs = static_cast<double>(d.seqlen) * static_cast<double>(d.seqlen + 1) / 2;
+  return 4.0 * static_cast<double>(d.head_dim * d.q_heads * d.batch) * pairs;
 }
 
 }  // namespace
 
+void attention_fused_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                   const float* lse, const float* q, const float* k, const float* v,
+                                   const AttnDims& d, float* scratch) {
+  fused_check(d, "attention_fused_backward");
+  fused_rowsum_launch(sim::DeviceLaunch{}, scratch, dout, out, d);
+  const FusedBwdArgs a{dq, dk, dv, dout, lse, q, k, v, scratch, d};
+  {
+    DeviceProfileScope timed("attention_fused_backward", 2 * fused_flops(d));
+    fused_dispatch(d, [&]<int kDh, int kP>() { launch_fused_backward<kDh, kP>(a); });
+  }
+  fused_sync("attention_fused_backward");
+}
+
 void attention_fused_forward_cuda(float* out, float* lse, const float* q, const float* k, const float* v,
                                   const AttnDims& d) {
-  if (!attention_fused_applies(d))
-    throw Error("attention_fused_forward: head_dim " + std::to_string(d.head_dim) + " is wider than 128");
-  if (d.q_heads > 65535 || d.batch > 65535 || (d.seqlen + fused::kRows - 1) / fused::kRows > 0x7fffffff)
-    throw Error("attention_fused_forward: the shape exceeds the kernel's grid");
+  fused_check(d, "attention_fused_forward");
   const FusedArgs a{out, lse, q, k, v, d};
   {
-    const double pairs = static_cast<double>(d.seqlen) * static_cast<double>(d.seqlen + 1) / 2;
-    DeviceProfileScope timed("attention_fused_forward",
-                             4.0 * static_cast<double>(d.head_dim * d.q_heads * d.batch) * pairs);
+    DeviceProfileScope timed("attention_fused_forward", fused_flops(d));
     fused_dispatch(d, [&]<int kDh, int kP>() { launch_fused_forward<kDh, kP>(a); });
   }
-  cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess && cuda_sync_launches()) e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) throw Error(std::string("CUDA error in kernel attention_fused_forward: ") + cudaGetErrorString(e));
+  fused_sync("attention_fused_forward");
 }
 
 }  // namespace exmy::models

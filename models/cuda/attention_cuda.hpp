@@ -13,10 +13,11 @@
 //   backward with a scratch of attention_rows_backward_scratch(d) floats;
 //   the CUDA backend's other family. Heads wider than kAttnRowMaxDim (128)
 //   are refused (exmy::Error).
-// - attention_fused_forward_*: the forward as one fused kernel on the BF16
-//   tensor cores (models/attention_fused.hpp), heads of at most 128;
-//   wider ones are refused (exmy::Error). The CUDA backend's forward with
-//   EXMY_CUDA_ATTENTION=fused (its backward then the block launches).
+// - attention_fused_*: the forward as one fused kernel on the BF16 tensor
+//   cores and the backward as a launch and two (models/attention_fused.hpp,
+//   scratch attention_fused_backward_scratch(d) floats), heads of at most
+//   128; wider ones are refused (exmy::Error). The CUDA backend's with
+//   EXMY_CUDA_ATTENTION=fused.
 // Results on a device, and the emulation at other blockings, are within
 // the FP32 budget of tests/models/test_attention_cuda.cpp of the CPU
 // (another summation order; on a device also the device's exp and log).
@@ -52,21 +53,24 @@ EXMY_ATTENTION_BLOCK_KERNELS(cuda)
 // environment sets EXMY_CUDA_ATTENTION=rows (the row kernels; kept until a
 // device has timed both, docs/benchmarks.md). Read once.
 bool attention_rows_chosen();
-// EXMY_CUDA_ATTENTION=fused: the forward as the fused kernel where it
-// applies (head_dim <= 128), the backward as the block launches.
+// EXMY_CUDA_ATTENTION=fused: the fused kernels where they apply (head_dim
+// <= 128).
 bool attention_fused_chosen();
 // The block launches' blocking on the CUDA backend: attn_device_blocking(d),
 // its products on bfloat16 pieces unless EXMY_CUDA_ATTENTION=fp32 (FP32
 // cuBLASLt products, for a comparison in one sitting).
 AttnBlocking attention_device_blocking_chosen(const AttnDims& d);
 // The scratch (floats) a device backend's attention may ask for: the
-// largest of the row kernels' backward and the block launches' forward and
-// backward with the CPU's and the device's blocking.
+// largest of the row kernels' and the fused kernels' backward and the block
+// launches' forward and backward with the CPU's and the device's blocking.
 int64_t attention_device_scratch(const AttnDims& d);
 
 #define EXMY_ATTENTION_FUSED_KERNELS(suffix)                                                                      \
   void attention_fused_forward_##suffix(float* out, float* lse, const float* q, const float* k, const float* v,   \
-                                        const AttnDims& d);
+                                        const AttnDims& d);                                                        \
+  void attention_fused_backward_##suffix(float* dq, float* dk, float* dv, const float* dout, const float* out,    \
+                                         const float* lse, const float* q, const float* k, const float* v,        \
+                                         const AttnDims& d, float* scratch);
 EXMY_ATTENTION_FUSED_KERNELS(emulated)
 #if defined(EXMY_HAVE_CUDA)
 EXMY_ATTENTION_FUSED_KERNELS(cuda)

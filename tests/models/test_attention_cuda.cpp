@@ -476,6 +476,115 @@ TEST(AttentionFusedKernel, ForwardWithinBudget) {
   }
 }
 
+// The RunErr evaluation of the fused backward, per output in its kernels'
+// order: D_i as the CPU's; each (i, j)'s p and dS from the score and dP as
+// products on pieces (q, k in fused_pieces; dO in three, v in
+// fused_pieces) over the padded head; dQ's sum over the key tiles, dV's
+// and dK's over the kv head's query heads in order and each one's query
+// tiles from the diagonal on, a tile's product (P or dS in three pieces,
+// dO in three, K and Q in fused_pieces) chained from the sum so far; at the
+// end one addition into the gradient.
+BackwardBound fused_backward_bound(const Inputs& in, const CpuForward& f, const CpuBackward& g) {
+  const AttnDims& d = in.d;
+  const int64_t S = d.seqlen, Dh = d.head_dim, Hq = d.q_heads, rep = Hq / d.kv_heads, ldq = Hq * Dh;
+  const int64_t ldkv = d.kv_heads * Dh, width = fused_head_dim(Dh), tile = fused::kKeys;
+  const int P = fused_pieces(d), P3 = fused::kPPieces;
+  const test::SplitSum how = kOnDevice ? test::SplitSum::device : test::SplitSum::mma_chain;
+  const Bound rq = to<RunErr>(in.q), rk = to<RunErr>(in.k), rv = to<RunErr>(in.v), rdo = to<RunErr>(in.dout),
+              rout = to<RunErr>(f.out), rlse = to<RunErr>(f.lse);
+  const RunErr scale = attn_scale<RunErr>(d);
+  BackwardBound r{to<RunErr>(g.dq0), to<RunErr>(g.dk0), to<RunErr>(g.dv0)};
+  Bound D(in.lse_size());
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t at = (b * S + i) * ldq + h * Dh;
+        D[(b * Hq + h) * S + i] = attn_row_dot(rdo.data() + at, rout.data() + at, Dh);
+      }
+  // p and dS of query i (head h) and key j, zeros where masked
+  const auto p_ds = [&](int64_t b, int64_t h, int64_t i, int64_t j, RunErr& p, RunErr& ds) {
+    p = ds = RunErr(0);
+    if (i >= S || j > i) return;
+    const int64_t qa = (b * S + i) * ldq + h * Dh, ka = (b * S + j) * ldkv + (h / rep) * Dh, row = (b * Hq + h) * S;
+    const auto dot = [&](const Bound& x, const Bound& y, int px, int py) {
+      const test::RunErrDot dd =
+          test::run_err_dot({}, x.data() + qa, 0, sim::Op::N, y.data() + ka, 0, sim::Op::T, 0, 0, Dh);
+      return test::run_err_split(dd, RunErr(0), false, px, py, width, how);
+    };
+    p = attn_prob_saved(dot(rq, rk, P, P), i, j, scale, rlse[row + i]);
+    ds = attn_dscore(p, dot(rdo, rv, P3, P), i, j, D[row + i], scale);
+  };
+  // acc[c] (c < Dh) chained with a tile's product: x (tile values) times the
+  // rows of y from `at` (row stride ld), n of them
+  const auto chain = [&](Bound& acc, const Bound& x, const Bound& y, int64_t at, int64_t ld, int64_t n, int py) {
+    for (int64_t c = 0; c < Dh; ++c) {
+      const test::RunErrDot dd =
+          test::run_err_dot({acc[c].v, acc[c].e}, x.data(), 0, sim::Op::N, y.data() + at + c, ld, sim::Op::N, 0, 0, n);
+      acc[c] = test::run_err_split(dd, acc[c], true, P3, py, tile, how);
+    }
+  };
+  Bound p(static_cast<size_t>(tile)), ds(p.size()), acc(static_cast<size_t>(Dh)), acc2(acc.size());
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        std::fill(acc.begin(), acc.end(), RunErr(0));
+        const int64_t kend = std::min(i / fused::kRows * fused::kRows + fused::kRows, S);
+        for (int64_t j0 = 0; j0 < kend; j0 += tile) {
+          for (int64_t jj = 0; jj < tile; ++jj) p_ds(b, h, i, j0 + jj, p[jj], ds[jj]);
+          chain(acc, ds, rk, (b * S + j0) * ldkv + (h / rep) * Dh, ldkv, std::min(tile, S - j0), P);
+        }
+        for (int64_t c = 0; c < Dh; ++c) r.dq[(b * S + i) * ldq + h * Dh + c] += acc[c];
+      }
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t kvh = 0; kvh < d.kv_heads; ++kvh)
+      for (int64_t j = 0; j < S; ++j) {
+        std::fill(acc.begin(), acc.end(), RunErr(0));
+        std::fill(acc2.begin(), acc2.end(), RunErr(0));
+        for (int64_t h = kvh * rep; h < (kvh + 1) * rep; ++h)
+          for (int64_t i0 = j / tile * tile; i0 < S; i0 += fused::kRows) {
+            for (int64_t ii = 0; ii < fused::kRows; ++ii) p_ds(b, h, i0 + ii, j, p[ii], ds[ii]);
+            const int64_t at = (b * S + i0) * ldq + h * Dh, n = std::min<int64_t>(fused::kRows, S - i0);
+            chain(acc, p, rdo, at, ldq, n, P3);
+            chain(acc2, ds, rq, at, ldq, n, P);
+          }
+        for (int64_t c = 0; c < Dh; ++c) {
+          r.dv[(b * S + j) * ldkv + kvh * Dh + c] += acc[c];
+          r.dk[(b * S + j) * ldkv + kvh * Dh + c] += acc2[c];
+        }
+      }
+  return r;
+}
+
+// The fused backward (from the CPU's out and lse), accumulating into random
+// gradients, within the budget of two algorithms over every shape; its
+// scratch (D) poisoned; on a device a second run gives the same bits.
+TEST(AttentionFusedKernel, BackwardWithinBudgetAndAccumulates) {
+  EXMY_REQUIRE_CUDA();
+  for (const Case& c : cases(900, "attention backward fused")) {
+    const auto& [in, f, what, seed] = c;
+    const AttnDims& d = in.d;
+    const CpuBackward g = cpu_backward(in, f, seed);
+    const Vec nan(static_cast<size_t>(attention_fused_backward_scratch(d)), std::nanf(""));
+    Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(f.out), klse(f.lse), kdq(g.dq0), kdk(g.dk0),
+        kdv(g.dv0), scratch(nan);
+    KERNEL(attention_fused_backward)(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
+                                     kk.ptr(), kv.ptr(), d, scratch.ptr());
+    const Vec dq = kdq.get(), dk = kdk.get(), dv = kdv.get();
+    const BackwardBound own = fused_backward_bound(in, f, g), cpu = backward_bound(Family::blocks, in, f, g);
+    compare_reordered(dq, plain(g.dq), own.dq, cpu.dq, what + " dq");
+    compare_reordered(dk, plain(g.dk), own.dk, cpu.dk, what + " dk");
+    compare_reordered(dv, plain(g.dv), own.dv, cpu.dv, what + " dv");
+    if (kOnDevice) {
+      Buffer kdq2(g.dq0), kdk2(g.dk0), kdv2(g.dv0), scratch2(nan);
+      KERNEL(attention_fused_backward)(kdq2.ptr(), kdk2.ptr(), kdv2.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(),
+                                       kq.ptr(), kk.ptr(), kv.ptr(), d, scratch2.ptr());
+      expect_bits(kdq2.get(), dq, what + " dq, run twice");
+      expect_bits(kdk2.get(), dk, what + " dk, run twice");
+      expect_bits(kdv2.get(), dv, what + " dv, run twice");
+    }
+  }
+}
+
 // A head wider than the kernel takes is refused before any launch.
 TEST(AttentionFusedKernel, RefusesHeadsWiderThan128) {
   EXMY_REQUIRE_CUDA();
@@ -537,7 +646,7 @@ TEST(AttentionFusedKernel, ProbabilityFragmentsHoldTheScoresPieces) {
       for (float& x : row) x = u01(rng);
     for (int kk = 0; kk < fused::kKeys / 16; ++kk) {
       uint32_t pf[fused::kPPieces][4];
-      fused_p_frags(R, kk, pf);
+      fused_p_frags(R.s, kk, pf);
       for (int i = 0; i < 8; ++i) {
         int row, col;
         sim::mma_a_coord(lane, i, row, col);
@@ -783,38 +892,42 @@ TEST(AttentionBlockKernels, TimesSequence4096) {
   }
 }
 
-// The fused forward's time at the same shape, beside the block launches'
-// forward on bfloat16 pieces in the same sitting (the backward after each:
-// the block launches from that forward's out and lse), q, k, v of FP32 and
-// of bfloat16 values; the CUDA backend runs the fused forward with
-// EXMY_CUDA_ATTENTION=fused.
+// The fused kernels' time at the same shape, beside the block launches' on
+// bfloat16 pieces in the same sitting, q, k, v of FP32 and of bfloat16
+// values; the CUDA backend runs them with EXMY_CUDA_ATTENTION=fused.
 TEST(AttentionFusedKernel, TimesSequence4096) {
   EXMY_REQUIRE_CUDA();
   for (const bool bf16_qkv : {false, true}) {
     const AttnDims d{.batch = 1, .seqlen = 4096, .q_heads = 16, .kv_heads = 4, .head_dim = 128, .qkv_bf16 = bf16_qkv};
     const AttnBlocking rows = attn_device_blocking(d);
     const Inputs in(d, 7);
+    const size_t nscratch = static_cast<size_t>(
+        std::max(attention_blocks_backward_scratch(d, rows), attention_fused_backward_scratch(d)));
     Buffer kq(in.q), kk(in.k), kv(in.v), kdout(in.dout), kout(Vec(in.q.size(), std::nanf(""))),
         klse(Vec(in.lse_size(), std::nanf(""))), kdq(Vec(in.q.size(), 0.0f)), kdk(Vec(in.k.size(), 0.0f)),
-        kdv(Vec(in.v.size(), 0.0f)),
-        scratch(Vec(static_cast<size_t>(attention_blocks_backward_scratch(d, rows)), 0.0f));
-    const auto backward = [&] {
-      attention_blocks_backward_cuda(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
-                                     kk.ptr(), kv.ptr(), d, rows, scratch.ptr());
-    };
+        kdv(Vec(in.v.size(), 0.0f)), scratch(Vec(nscratch, 0.0f));
     const FwdBwdMs blocks = time_forward_backward(
         [&] {
           attention_blocks_forward_cuda(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d, rows, scratch.ptr());
         },
-        backward);
+        [&] {
+          attention_blocks_backward_cuda(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(),
+                                         kq.ptr(), kk.ptr(), kv.ptr(), d, rows, scratch.ptr());
+        });
     const FwdBwdMs fused = time_forward_backward(
-        [&] { attention_fused_forward_cuda(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d); }, backward);
+        [&] { attention_fused_forward_cuda(kout.ptr(), klse.ptr(), kq.ptr(), kk.ptr(), kv.ptr(), d); },
+        [&] {
+          attention_fused_backward_cuda(kdq.ptr(), kdk.ptr(), kdv.ptr(), kdout.ptr(), kout.ptr(), klse.ptr(), kq.ptr(),
+                                        kk.ptr(), kv.ptr(), d, scratch.ptr());
+        });
     const double pairs = static_cast<double>(d.seqlen) * static_cast<double>(d.seqlen + 1) / 2;
     const double fwd_flops = 4.0 * static_cast<double>(d.head_dim * d.q_heads * d.batch) * pairs;
     std::printf("[attention fused] B1 S4096 Hq16 Hkv4 Dh128, q k v %s: fused forward %.2f ms (%.1f TFLOP/s), "
-                "block launches' forward on pieces %.2f ms (%.1f TFLOP/s), %.2fx; median of 3\n",
-                bf16_qkv ? "bf16" : "fp32", fused.fwd, fwd_flops / fused.fwd * 1e-9, blocks.fwd,
-                fwd_flops / blocks.fwd * 1e-9, blocks.fwd / fused.fwd);
+                "backward %.2f ms (%.1f TFLOP/s); block launches on pieces forward %.2f ms, backward %.2f ms; "
+                "%.2fx forward, %.2fx backward; median of 3\n",
+                bf16_qkv ? "bf16" : "fp32", fused.fwd, fwd_flops / fused.fwd * 1e-9, fused.bwd,
+                2 * fwd_flops / fused.bwd * 1e-9, blocks.fwd, blocks.bwd, blocks.fwd / fused.fwd,
+                blocks.bwd / fused.bwd);
     for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
       bool finite = true, nonzero = false;
       for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
