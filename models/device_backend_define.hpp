@@ -149,7 +149,9 @@ class DeviceBackend final : public Backend<float> {
   }
   // Attention: the block launches (models/attention_blocks.hpp), in the
   // emulated backend with the CPU's blocking and products (the CPU's bits,
-  // which the whole-model emulation tests require), in the CUDA backend
+  // which the whole-model emulation tests require; with
+  // EXMY_CUDA_ATTENTION=fused the fused kernels' emulation instead, so that
+  // CI trains through them), in the CUDA backend
   // with the device's blocking on cuBLASLt, its products on bfloat16
   // pieces (within an FP32 budget of the CPU), or its row kernels
   // (EXMY_CUDA_ATTENTION=rows), or its fused kernels
@@ -157,8 +159,11 @@ class DeviceBackend final : public Backend<float> {
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          const AttnDims& d) override {
 #if EXMY_ITEM_KERNELS
-    attention_blocks_forward_emulated(out, lse, q, k, v, d, attn_cpu_blocking(),
-                                      scratch(attention_blocks_forward_scratch(d, attn_cpu_blocking())));
+    if (attention_fused_chosen() && attention_fused_applies(d))
+      attention_fused_forward_emulated(out, lse, q, k, v, d);
+    else
+      attention_blocks_forward_emulated(out, lse, q, k, v, d, attn_cpu_blocking(),
+                                        scratch(attention_blocks_forward_scratch(d, attn_cpu_blocking())));
 #else
     if (attention_rows_chosen()) {
       EXMY_K(attention_rows_forward)(out, lse, q, k, v, d);
@@ -173,8 +178,12 @@ class DeviceBackend final : public Backend<float> {
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                           const float* q, const float* k, const float* v, const AttnDims& d) override {
 #if EXMY_ITEM_KERNELS
-    attention_blocks_backward_emulated(dq, dk, dv, dout, out, lse, q, k, v, d, attn_cpu_blocking(),
-                                       scratch(attention_blocks_backward_scratch(d, attn_cpu_blocking())));
+    if (attention_fused_chosen() && attention_fused_applies(d))
+      attention_fused_backward_emulated(dq, dk, dv, dout, out, lse, q, k, v, d,
+                                        scratch(attention_fused_backward_scratch(d)));
+    else
+      attention_blocks_backward_emulated(dq, dk, dv, dout, out, lse, q, k, v, d, attn_cpu_blocking(),
+                                         scratch(attention_blocks_backward_scratch(d, attn_cpu_blocking())));
 #else
     if (attention_rows_chosen()) {
       EXMY_K(attention_rows_backward)(dq, dk, dv, dout, out, lse, q, k, v, d,

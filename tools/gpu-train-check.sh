@@ -5,7 +5,8 @@
 #
 #   tools/gpu-train-check.sh EXMY OUTDIR >>report
 #   GPU_TRAIN_DEVICE=cuda-emulated GPU_TRAIN_MODEL=proxy-tiny tools/gpu-train-check.sh build/exmy /tmp/t
-#                       # a dry run of the script without a GPU (the emulation gives the CPU's bits: 0 difference)
+#                       # a dry run of the script without a GPU (the emulation gives the CPU's bits: 0 difference,
+#                       # but for bf16-fused-attention, the fused kernels' emulation)
 #
 # Runs (synthetic data, log every step):
 #   fp32    proxy-10m, 50 steps, batch 8 x 256 tokens, fp32 policy
