@@ -52,6 +52,10 @@ namespace fused {
 inline constexpr int kRows = 64;     // query rows a CTA: 4 warps of 16
 inline constexpr int kKeys = 64;     // keys a tile
 inline constexpr int kThreads = 128;
+// The backward's dK, dV kernel: 8 warps, warps w and w + 4 on the same 16
+// keys, the first four summing dV and the others dK (one 16 x head sum a
+// warp: no spills at head_dim 128).
+inline constexpr int kKvThreads = 256;
 inline constexpr int kNt = kKeys / 8;      // n8 tiles of a warp's scores
 inline constexpr int kLdV = kKeys + 8;     // V's transposed rows in shared memory (no bank conflicts)
 inline constexpr int kPPieces = 3;         // pieces of a probability
@@ -105,13 +109,14 @@ EXMY_HD void fused_init(FusedRegs<kDh>& R) {
   R.m[0] = R.m[1] = R.l[0] = R.l[1] = 0.0f;
 }
 
-// Thread tid's share of staging n rows of a head (row r at x + (row0 + r)
-// ld, Dh columns; rows from S on and columns from Dh on as zeros) as kP
-// pieces: element (r, c) at out + r rs + c cs, piece p at + p ps.
-template <int kDh, int kP>
+// Thread tid's share (of kThreadsOf) of staging n rows of a head (row r at
+// x + (row0 + r) ld, Dh columns; rows from S on and columns from Dh on as
+// zeros) as kP pieces: element (r, c) at out + r rs + c cs, piece p at + p
+// ps.
+template <int kDh, int kP, int kThreadsOf = fused::kThreads>
 EXMY_HD void fused_stage(int tid, const float* x, int64_t ld, int64_t row0, int64_t S, int64_t Dh, int n,
                          uint16_t* out, int rs, int cs, int ps) {
-  for (int u = tid; u < n * kDh; u += fused::kThreads) {
+  for (int u = tid; u < n * kDh; u += kThreadsOf) {
     const int r = u / kDh, c = u % kDh;
     bf16_pieces(row0 + r < S && c < Dh ? x[(row0 + r) * ld + c] : 0.0f, kP, out + r * rs + c * cs, ps);
   }
@@ -386,9 +391,10 @@ void attention_fused_forward_host(const FusedArgs& a) {
 //        dO V^T, dS = P (dP - D_i) scale (attn_prob_saved, attn_dscore),
 //        its dQ += dS K; at the end dq += dQ;
 //   dkv  a CTA per (batch, kv head, 64 key rows), over the kv head's query
-//        heads in order and each one's query tiles from the diagonal on:
-//        S^T = K Q^T, P^T, dP^T = V dO^T, dS^T, dV += P^T dO, dK += dS^T Q;
-//        at the end dk += dK, dv += dV.
+//        heads in order and each one's query tiles from the diagonal on, 8
+//        warps: warp w and w + 4 on keys 16 w.., each forming S^T = K Q^T
+//        and P^T; the first adds dV += P^T dO, the second forms dP^T = V
+//        dO^T and dS^T and adds dK += dS^T Q; at the end dk += dK, dv += dV.
 // The products on pieces as the forward's (dO, P and dS in three). No
 // atomics: every output is one thread's, its sums in a fixed order.
 // ---------------------------------------------------------------------------
@@ -420,20 +426,18 @@ struct FusedBwdArgs {
 };
 
 // A backward thread's registers: a tile's scores then probabilities (s),
-// dP then dS (dp), and one or two output sums (dQ; dV and dK).
+// dP then dS (dp), and its warp's output sum (dQ, dV or dK).
 template <int kDh>
 struct FusedBwdRegs {
   float s[fused::kNt][4], dp[fused::kNt][4];
-  float acc[2][kDh / 8][4];
+  float acc[kDh / 8][4];
 };
 template <int kDh>
 EXMY_HD void fused_bwd_init(FusedBwdRegs<kDh>& R) {
   EXMY_MMA_UNROLL
-  for (int a = 0; a < 2; ++a)
+  for (int dt = 0; dt < kDh / 8; ++dt)
     EXMY_MMA_UNROLL
-    for (int dt = 0; dt < kDh / 8; ++dt)
-      EXMY_MMA_UNROLL
-      for (int e = 0; e < 4; ++e) R.acc[a][dt][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) R.acc[dt][e] = 0.0f;
 }
 template <int kDh>
 EXMY_HD void fused_bwd_zero_tile(FusedBwdRegs<kDh>& R) {
@@ -443,23 +447,23 @@ EXMY_HD void fused_bwd_zero_tile(FusedBwdRegs<kDh>& R) {
     for (int e = 0; e < 4; ++e) R.s[nt][e] = R.dp[nt][e] = 0.0f;
 }
 
-// Thread tid's share of staging 64 rows from row0 of query head h's Q and dO
-// (the dq kernel's once, the dkv kernel's per query tile) or of kv head
-// kvh's K and V.
-template <int kDh, int kP>
+// Thread tid's share (of kThreadsOf) of staging 64 rows from row0 of query
+// head h's Q and dO (the dq kernel's once, the dkv kernel's per query tile)
+// or of kv head kvh's K and V.
+template <int kDh, int kP, int kThreadsOf>
 EXMY_HD void fused_bwd_stage_q(int tid, const FusedBwdArgs& a, int64_t b, int64_t h, int64_t row0, uint16_t* sm) {
   using L = FusedBwdSmem<kDh, kP>;
   const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldq = a.d.q_heads * Dh, at = b * S * ldq + h * Dh;
-  fused_stage<kDh, kP>(tid, a.q + at, ldq, row0, S, Dh, fused::kRows, sm + L::q_at, L::ld, 1, L::rows);
-  fused_stage<kDh, fused::kPPieces>(tid, a.dout + at, ldq, row0, S, Dh, fused::kRows, sm + L::do_at, L::ld, 1,
-                                    L::rows);
+  fused_stage<kDh, kP, kThreadsOf>(tid, a.q + at, ldq, row0, S, Dh, fused::kRows, sm + L::q_at, L::ld, 1, L::rows);
+  fused_stage<kDh, fused::kPPieces, kThreadsOf>(tid, a.dout + at, ldq, row0, S, Dh, fused::kRows, sm + L::do_at,
+                                                L::ld, 1, L::rows);
 }
-template <int kDh, int kP>
+template <int kDh, int kP, int kThreadsOf>
 EXMY_HD void fused_bwd_stage_kv(int tid, const FusedBwdArgs& a, int64_t b, int64_t kvh, int64_t row0, uint16_t* sm) {
   using L = FusedBwdSmem<kDh, kP>;
   const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldkv = a.d.kv_heads * Dh, at = b * S * ldkv + kvh * Dh;
-  fused_stage<kDh, kP>(tid, a.k + at, ldkv, row0, S, Dh, fused::kRows, sm + L::k_at, L::ld, 1, L::rows);
-  fused_stage<kDh, kP>(tid, a.v + at, ldkv, row0, S, Dh, fused::kRows, sm + L::v_at, L::ld, 1, L::rows);
+  fused_stage<kDh, kP, kThreadsOf>(tid, a.k + at, ldkv, row0, S, Dh, fused::kRows, sm + L::k_at, L::ld, 1, L::rows);
+  fused_stage<kDh, kP, kThreadsOf>(tid, a.v + at, ldkv, row0, S, Dh, fused::kRows, sm + L::v_at, L::ld, 1, L::rows);
 }
 
 // The backward's element step on a tile (rows from r0 + 16 warp, columns
@@ -517,46 +521,36 @@ void fused_rowsum_launch(const L& launch, float* D, const float* dout, const flo
   });
 }
 
-// One warp's tile of the backward on the host, the kernels' common part:
-// s and dp from zero as two rows products (A1 B1^T over pieces kP x kP,
-// A2 B2^T over (kPa2, kPb2)), rounded; the element step; then for each
-// output a (0, or 0 and 1) acc[a] += frags(x_a) times B_a ([k][n], pieces
-// kP_a), chained in double from acc and rounded at the tile's end.
-template <bool kT, int kDh, int kP, int kPa2, int kPb2, int kOuts>
+// One warp's tile of the backward on the host (rows from r0 + 16 wrow):
+// s from zero as the rows product A1 B1^T (pieces kP x kP) and, where the
+// warp's sum needs dS (a2 >= 0), dp as A2 B2^T (kPa2 x kPb2), rounded; the
+// element step; then acc += the A fragments of the probabilities (probs)
+// or of dS times B_out ([k][n], pieces kPout), chained in double from acc
+// and rounded at the tile's end.
+template <bool kT, int kDh, int kP, int kPa2, int kPb2, int kPout>
 void fused_bwd_tile_host(FusedBwdRegs<kDh>* W, const uint16_t* sm, int ld, int ps, int a1, int b1, int a2, int b2,
-                         const int (&out_b)[2], const int (&out_pieces)[2], int warp, int64_t r0, int64_t c0,
-                         int64_t S, float scale, const float* lse, const float* D) {
+                         bool probs, int b_out, int wrow, int64_t r0, int64_t c0, int64_t S, float scale,
+                         const float* lse, const float* D) {
   using namespace fused;
-  double cs[32][kNt][4], cdp[32][kNt][4], cacc[32][kDh / 8][4];
-  for (int lane = 0; lane < 32; ++lane)
-    for (int nt = 0; nt < kNt; ++nt)
-      for (int e = 0; e < 4; ++e) cs[lane][nt][e] = cdp[lane][nt][e] = 0.0;
-  fused_rows_product_host<kDh, kP, kP>(sm + a1, sm + b1, ps, ld, warp * 16, cs);
-  fused_rows_product_host<kDh, kPa2, kPb2>(sm + a2, sm + b2, ps, ld, warp * 16, cdp);
+  double cs[32][kNt][4] = {}, cdp[32][kNt][4] = {}, cacc[32][kDh / 8][4];
+  fused_rows_product_host<kDh, kP, kP>(sm + a1, sm + b1, ps, ld, wrow * 16, cs);
+  if (a2 >= 0) fused_rows_product_host<kDh, kPa2, kPb2>(sm + a2, sm + b2, ps, ld, wrow * 16, cdp);
   for (int lane = 0; lane < 32; ++lane) {
     for (int nt = 0; nt < kNt; ++nt)
       for (int e = 0; e < 4; ++e)
         W[lane].s[nt][e] = static_cast<float>(cs[lane][nt][e]), W[lane].dp[nt][e] = static_cast<float>(cdp[lane][nt][e]);
-    fused_bwd_step<kT>(W[lane], warp, lane, r0, c0, S, scale, lse, D);
+    fused_bwd_step<kT>(W[lane], wrow, lane, r0, c0, S, scale, lse, D);
+    for (int dt = 0; dt < kDh / 8; ++dt)
+      for (int e = 0; e < 4; ++e) cacc[lane][dt][e] = W[lane].acc[dt][e];
   }
-  for (int a = 0; a < kOuts; ++a) {
-    // output a's values: the probabilities (dV's) or dS (dQ's, dK's)
-    const bool probs = kOuts == 2 && a == 0;
-    for (int lane = 0; lane < 32; ++lane)
-      for (int dt = 0; dt < kDh / 8; ++dt)
-        for (int e = 0; e < 4; ++e) cacc[lane][dt][e] = W[lane].acc[a][dt][e];
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t pf[32][kPPieces][4];
-      for (int lane = 0; lane < 32; ++lane) fused_p_frags(probs ? W[lane].s : W[lane].dp, kk, pf[lane]);
-      if (out_pieces[a] == 1)
-        fused_regs_product_host<kDh, 1>(pf, sm + out_b[a], ps, ld, kk, cacc);
-      else
-        fused_regs_product_host<kDh, 3>(pf, sm + out_b[a], ps, ld, kk, cacc);
-    }
-    for (int lane = 0; lane < 32; ++lane)
-      for (int dt = 0; dt < kDh / 8; ++dt)
-        for (int e = 0; e < 4; ++e) W[lane].acc[a][dt][e] = static_cast<float>(cacc[lane][dt][e]);
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    uint32_t pf[32][kPPieces][4];
+    for (int lane = 0; lane < 32; ++lane) fused_p_frags(probs ? W[lane].s : W[lane].dp, kk, pf[lane]);
+    fused_regs_product_host<kDh, kPout>(pf, sm + b_out, ps, ld, kk, cacc);
   }
+  for (int lane = 0; lane < 32; ++lane)
+    for (int dt = 0; dt < kDh / 8; ++dt)
+      for (int e = 0; e < 4; ++e) W[lane].acc[dt][e] = static_cast<float>(cacc[lane][dt][e]);
 }
 
 template <int kDh, int kP>
@@ -568,44 +562,54 @@ void attention_fused_backward_host(const FusedBwdArgs& a) {
   const int64_t ldq = Hq * Dh, ldkv = d.kv_heads * Dh;
   const float scale = attn_scale<float>(d);
   std::vector<uint16_t> sm(L::elems);
-  std::vector<FusedBwdRegs<kDh>> regs(kThreads);
+  std::vector<FusedBwdRegs<kDh>> regs(kKvThreads);
   // dq: dS K (K held [key][dim]: B of [k][n])
   for (int64_t b = 0; b < d.batch; ++b)
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t i0 = 0; i0 < S; i0 += kRows) {
         const int64_t kvh = h / rep, kend = i0 + kRows < S ? i0 + kRows : S, row = (b * Hq + h) * S;
-        for (int tid = 0; tid < kThreads; ++tid) fused_bwd_stage_q<kDh, kP>(tid, a, b, h, i0, sm.data());
+        for (int tid = 0; tid < kThreads; ++tid) fused_bwd_stage_q<kDh, kP, kThreads>(tid, a, b, h, i0, sm.data());
         for (auto& R : regs) fused_bwd_init(R);
         for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
-          for (int tid = 0; tid < kThreads; ++tid) fused_bwd_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm.data());
+          for (int tid = 0; tid < kThreads; ++tid)
+            fused_bwd_stage_kv<kDh, kP, kThreads>(tid, a, b, kvh, j0, sm.data());
           for (int warp = 0; warp < kThreads / 32; ++warp)
-            fused_bwd_tile_host<false, kDh, kP, kPPieces, kP, 1>(regs.data() + warp * 32, sm.data(), L::ld, L::rows,
-                                                                L::q_at, L::k_at, L::do_at, L::v_at, {L::k_at, 0},
-                                                                {kP, 0}, warp, i0, j0, S, scale, a.lse + row,
-                                                                a.D + row);
+            fused_bwd_tile_host<false, kDh, kP, kPPieces, kP, kP>(regs.data() + warp * 32, sm.data(), L::ld, L::rows,
+                                                                  L::q_at, L::k_at, L::do_at, L::v_at, false, L::k_at,
+                                                                  warp, i0, j0, S, scale, a.lse + row, a.D + row);
         }
         for (int tid = 0; tid < kThreads; ++tid)
-          fused_bwd_store<kDh>(regs[tid].acc[0], a.dq + b * S * ldq + h * Dh, ldq, i0, S, Dh, tid / 32, tid % 32);
+          fused_bwd_store<kDh>(regs[tid].acc, a.dq + b * S * ldq + h * Dh, ldq, i0, S, Dh, tid / 32, tid % 32);
       }
-  // dkv: P^T dO and dS^T Q (dO and Q held [query][dim])
+  // dkv: warps 0-3 P^T dO (dV), warps 4-7 dS^T Q (dK), dO and Q held [query][dim]
   for (int64_t b = 0; b < d.batch; ++b)
     for (int64_t kvh = 0; kvh < d.kv_heads; ++kvh)
       for (int64_t j0 = 0; j0 < S; j0 += kKeys) {
-        for (int tid = 0; tid < kThreads; ++tid) fused_bwd_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm.data());
+        for (int tid = 0; tid < kKvThreads; ++tid)
+          fused_bwd_stage_kv<kDh, kP, kKvThreads>(tid, a, b, kvh, j0, sm.data());
         for (auto& R : regs) fused_bwd_init(R);
         for (int64_t h = kvh * rep; h < (kvh + 1) * rep; ++h) {
           const int64_t row = (b * Hq + h) * S;
           for (int64_t i0 = j0; i0 < S; i0 += kRows) {
-            for (int tid = 0; tid < kThreads; ++tid) fused_bwd_stage_q<kDh, kP>(tid, a, b, h, i0, sm.data());
-            for (int warp = 0; warp < kThreads / 32; ++warp)
-              fused_bwd_tile_host<true, kDh, kP, kP, kPPieces, 2>(
-                  regs.data() + warp * 32, sm.data(), L::ld, L::rows, L::k_at, L::q_at, L::v_at, L::do_at,
-                  {L::do_at, L::q_at}, {kPPieces, kP}, warp, j0, i0, S, scale, a.lse + row, a.D + row);
+            for (int tid = 0; tid < kKvThreads; ++tid)
+              fused_bwd_stage_q<kDh, kP, kKvThreads>(tid, a, b, h, i0, sm.data());
+            for (int warp = 0; warp < kKvThreads / 32; ++warp) {
+              FusedBwdRegs<kDh>* const W = regs.data() + warp * 32;
+              if (warp < 4)
+                fused_bwd_tile_host<true, kDh, kP, kP, kPPieces, kPPieces>(
+                    W, sm.data(), L::ld, L::rows, L::k_at, L::q_at, -1, 0, true, L::do_at, warp, j0, i0, S, scale,
+                    a.lse + row, a.D + row);
+              else
+                fused_bwd_tile_host<true, kDh, kP, kP, kPPieces, kP>(W, sm.data(), L::ld, L::rows, L::k_at, L::q_at,
+                                                                     L::v_at, L::do_at, false, L::q_at, warp - 4, j0,
+                                                                     i0, S, scale, a.lse + row, a.D + row);
+            }
           }
         }
-        for (int tid = 0; tid < kThreads; ++tid) {
-          fused_bwd_store<kDh>(regs[tid].acc[0], a.dv + b * S * ldkv + kvh * Dh, ldkv, j0, S, Dh, tid / 32, tid % 32);
-          fused_bwd_store<kDh>(regs[tid].acc[1], a.dk + b * S * ldkv + kvh * Dh, ldkv, j0, S, Dh, tid / 32, tid % 32);
+        for (int tid = 0; tid < kKvThreads; ++tid) {
+          const int warp = tid / 32;
+          fused_bwd_store<kDh>(regs[tid].acc, (warp < 4 ? a.dv : a.dk) + b * S * ldkv + kvh * Dh, ldkv, j0, S, Dh,
+                               warp % 4, tid % 32);
         }
       }
 }

@@ -134,13 +134,14 @@ __global__ void __launch_bounds__(fused::kThreads) attention_fused_forward_kerne
 // the default 48 KiB needs the kernel's attribute, which the device may
 // refuse: one line naming the kernel).
 template <class Args>
-void launch_fused(void (*kernel)(Args), const char* name, size_t bytes, dim3 grid, const Args& a) {
+void launch_fused(void (*kernel)(Args), const char* name, size_t bytes, dim3 grid, const Args& a,
+                  int threads = fused::kThreads) {
   const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (attr != cudaSuccess)
     throw Error(std::string("CUDA error in kernel ") + name + ": " + std::to_string(bytes) +
                 " bytes of shared memory refused (" + cudaGetErrorString(attr) + ")");
-  kernel<<<grid, fused::kThreads, bytes>>>(a);
+  kernel<<<grid, threads, bytes>>>(a);
 }
 
 template <int kDh, int kP>
@@ -165,51 +166,56 @@ __global__ void __launch_bounds__(fused::kThreads) attention_fused_dq_kernel(con
   const float scale = attn_scale<float>(a.d);
   FusedBwdRegs<kDh> R;
   fused_bwd_init(R);
-  fused_bwd_stage_q<kDh, kP>(tid, a, b, h, i0, sm);
+  fused_bwd_stage_q<kDh, kP, kThreads>(tid, a, b, h, i0, sm);
   for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
     __syncthreads();  // the previous tile's fragments read
-    fused_bwd_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm);
+    fused_bwd_stage_kv<kDh, kP, kThreads>(tid, a, b, kvh, j0, sm);
     __syncthreads();
     fused_bwd_zero_tile(R);
     fused_rows_product<kDh, kP, kP>(sm + L::q_at, sm + L::k_at, L::rows, L::ld, warp * 16, lane, R.s);
     fused_rows_product<kDh, kPPieces, kP>(sm + L::do_at, sm + L::v_at, L::rows, L::ld, warp * 16, lane, R.dp);
     fused_bwd_step<false>(R, warp, lane, i0, j0, S, scale, a.lse + row, a.D + row);
-    fused_regs_product<kDh, kP>(R.dp, sm + L::k_at, L::rows, L::ld, lane, R.acc[0]);
+    fused_regs_product<kDh, kP>(R.dp, sm + L::k_at, L::rows, L::ld, lane, R.acc);
   }
-  fused_bwd_store<kDh>(R.acc[0], a.dq + b * S * ldq + h * Dh, ldq, i0, S, Dh, warp, lane);
+  fused_bwd_store<kDh>(R.acc, a.dq + b * S * ldq + h * Dh, ldq, i0, S, Dh, warp, lane);
 }
 
 // The backward's dkv kernel: a CTA per (key tile, kv head, batch), the
-// first keys' tiles (the most query tiles) first.
+// first keys' tiles (the most query tiles) first; warps w and w + 4 on keys
+// 16 w.., the first summing dV = P^T dO, the second dK = dS^T Q (each its
+// own S; only the second forms dP).
 template <int kDh, int kP>
-__global__ void __launch_bounds__(fused::kThreads) attention_fused_dkv_kernel(const FusedBwdArgs a) {
+__global__ void __launch_bounds__(fused::kKvThreads) attention_fused_dkv_kernel(const FusedBwdArgs a) {
   using namespace fused;
   using L = FusedBwdSmem<kDh, kP>;
   extern __shared__ __align__(16) uint16_t sm[];
-  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, wrow = warp % 4;
+  const bool dk_warp = warp >= 4;
   const int64_t S = a.d.seqlen, Dh = a.d.head_dim, Hq = a.d.q_heads, ldkv = a.d.kv_heads * Dh;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kKeys, kvh = blockIdx.y, b = blockIdx.z;
   const int64_t rep = Hq / a.d.kv_heads;
   const float scale = attn_scale<float>(a.d);
   FusedBwdRegs<kDh> R;
   fused_bwd_init(R);
-  fused_bwd_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm);
+  fused_bwd_stage_kv<kDh, kP, kKvThreads>(tid, a, b, kvh, j0, sm);
   for (int64_t h = kvh * rep; h < (kvh + 1) * rep; ++h) {
     const int64_t row = (b * Hq + h) * S;
     for (int64_t i0 = j0; i0 < S; i0 += kRows) {
       __syncthreads();  // the previous tile's fragments read
-      fused_bwd_stage_q<kDh, kP>(tid, a, b, h, i0, sm);
+      fused_bwd_stage_q<kDh, kP, kKvThreads>(tid, a, b, h, i0, sm);
       __syncthreads();
       fused_bwd_zero_tile(R);
-      fused_rows_product<kDh, kP, kP>(sm + L::k_at, sm + L::q_at, L::rows, L::ld, warp * 16, lane, R.s);
-      fused_rows_product<kDh, kP, kPPieces>(sm + L::v_at, sm + L::do_at, L::rows, L::ld, warp * 16, lane, R.dp);
-      fused_bwd_step<true>(R, warp, lane, j0, i0, S, scale, a.lse + row, a.D + row);
-      fused_regs_product<kDh, kPPieces>(R.s, sm + L::do_at, L::rows, L::ld, lane, R.acc[0]);
-      fused_regs_product<kDh, kP>(R.dp, sm + L::q_at, L::rows, L::ld, lane, R.acc[1]);
+      fused_rows_product<kDh, kP, kP>(sm + L::k_at, sm + L::q_at, L::rows, L::ld, wrow * 16, lane, R.s);
+      if (dk_warp)
+        fused_rows_product<kDh, kP, kPPieces>(sm + L::v_at, sm + L::do_at, L::rows, L::ld, wrow * 16, lane, R.dp);
+      fused_bwd_step<true>(R, wrow, lane, j0, i0, S, scale, a.lse + row, a.D + row);
+      if (dk_warp)
+        fused_regs_product<kDh, kP>(R.dp, sm + L::q_at, L::rows, L::ld, lane, R.acc);
+      else
+        fused_regs_product<kDh, kPPieces>(R.s, sm + L::do_at, L::rows, L::ld, lane, R.acc);
     }
   }
-  fused_bwd_store<kDh>(R.acc[0], a.dv + b * S * ldkv + kvh * Dh, ldkv, j0, S, Dh, warp, lane);
-  fused_bwd_store<kDh>(R.acc[1], a.dk + b * S * ldkv + kvh * Dh, ldkv, j0, S, Dh, warp, lane);
+  fused_bwd_store<kDh>(R.acc, (dk_warp ? a.dk : a.dv) + b * S * ldkv + kvh * Dh, ldkv, j0, S, Dh, wrow, lane);
 }
 
 template <int kDh, int kP>
@@ -219,7 +225,8 @@ void launch_fused_backward(const FusedBwdArgs& a) {
   launch_fused(attention_fused_dq_kernel<kDh, kP>, "attention_fused_backward dq", bytes,
                dim3(tiles, static_cast<unsigned>(a.d.q_heads), static_cast<unsigned>(a.d.batch)), a);
   launch_fused(attention_fused_dkv_kernel<kDh, kP>, "attention_fused_backward dkv", bytes,
-               dim3(tiles, static_cast<unsigned>(a.d.kv_heads), static_cast<unsigned>(a.d.batch)), a);
+               dim3(tiles, static_cast<unsigned>(a.d.kv_heads), static_cast<unsigned>(a.d.batch)), a,
+               fused::kKvThreads);
 }
 
 // The shape's checks before any launch: the head width, the grid.
