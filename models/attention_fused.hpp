@@ -1,15 +1,18 @@
-// Causal GQA attention's forward as one fused kernel on the BF16 tensor
-// cores (FlashAttention's way): a CTA per (batch, query head, 64 query
-// rows) keeps its scores and probabilities in registers and walks the keys
-// in tiles of 64 with an online softmax, so nothing S x S (nor a block of
-// it) is ever written. The per-thread work here is EXMY_HD code shared by
-// the CUDA kernel (models/cuda/attention.cu) and its host emulation
-// (attention_fused_forward_host, which CI runs); they differ only in who
+// Causal GQA attention as fused kernels on the BF16 tensor cores
+// (FlashAttention's way): the forward, a CTA per (batch, query head, 64
+// query rows), keeps its scores and probabilities in registers and walks
+// the keys in tiles of 64 with an online softmax, so nothing S x S (nor a
+// block of it) is ever written; the backward's two kernels (below) recompute
+// them from the saved lse the same way. The per-thread work here is
+// EXMY_HD code shared by the CUDA kernels (models/cuda/attention.cu) and
+// their host emulations (attention_fused_forward_host,
+// attention_fused_backward_host, which CI runs); they differ only in who
 // runs the threads and who does the MMAs (the instruction on a device,
 // sim::mma_m16n8k16_host on the host, which sums each chain of MMAs in
 // double and rounds it once).
 //
-// Per CTA (4 warps, 16 query rows each) and key tile [j0, j0 + 64):
+// The forward, per CTA (4 warps, 16 query rows each) and key tile
+// [j0, j0 + 64):
 //   1. K's and V's rows of the tile are staged in shared memory as
 //      bfloat16 pieces (models/split_gemm.hpp: three a float, or one where
 //      q, k and v hold bfloat16 values, qkv_bf16), V transposed; Q's rows
@@ -27,8 +30,8 @@
 //      of m16k16), V's pieces from shared memory.
 // At the end l is the sum of the quad's parts, (l0 + l1) + (l2 + l3);
 // out = o times 1/l and lse = m + log l, as the row kernels
-// (models/attention_rows.hpp) finish. The backward (the block launches,
-// models/attention_blocks.hpp) takes this lse and out as the CPU's.
+// (models/attention_rows.hpp) finish. Any backward (the block launches',
+// the fused one's) takes this lse and out as the CPU's.
 //
 // Bits: not the CPU's (another algorithm: an online softmax, products on
 // pieces summed by the tensor cores). tests/models/test_attention_cuda.cpp
