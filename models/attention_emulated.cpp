@@ -4,7 +4,8 @@
 // emulated device backend runs at the CPU's blocking, or with bf16_pieces
 // SplitGemm over HostBf16Gemm (the device's products on pieces, emulated);
 // the row launches of models/attention_launches.hpp, and the fused
-// forward's host emulation (models/attention_fused.hpp), for the tests.
+// kernels' host emulations (models/attention_fused.hpp), for the tests and
+// the emulated backend with EXMY_CUDA_ATTENTION=fused.
 #include "models/cuda/attention_cuda.hpp"
 
 #include <algorithm>
