@@ -10,10 +10,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string>
 #include <string_view>
 
-#include "formats/error.hpp"
 #include "models/attention_fused.hpp"
 
 namespace exmy::models {
@@ -38,8 +36,7 @@ void attention_blocks_backward_emulated(float* dq, float* dk, float* dv, const f
 
 void attention_fused_forward_emulated(float* out, float* lse, const float* q, const float* k, const float* v,
                                       const AttnDims& d) {
-  if (!attention_fused_applies(d))
-    throw Error("attention_fused_forward: head_dim " + std::to_string(d.head_dim) + " is wider than 128");
+  attention_fused_require(d, "attention_fused_forward");
   const FusedArgs a{out, lse, q, k, v, d};
   fused_dispatch(d, [&]<int kDh, int kP>() { attention_fused_forward_host<kDh, kP>(a); });
 }
@@ -47,8 +44,7 @@ void attention_fused_forward_emulated(float* out, float* lse, const float* q, co
 void attention_fused_backward_emulated(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                        const float* lse, const float* q, const float* k, const float* v,
                                        const AttnDims& d, float* scratch) {
-  if (!attention_fused_applies(d))
-    throw Error("attention_fused_backward: head_dim " + std::to_string(d.head_dim) + " is wider than 128");
+  attention_fused_require(d, "attention_fused_backward");
   fused_rowsum_launch(sim::HostLaunch{}, scratch, dout, out, d);
   const FusedBwdArgs a{dq, dk, dv, dout, lse, q, k, v, scratch, d};
   fused_dispatch(d, [&]<int kDh, int kP>() { attention_fused_backward_host<kDh, kP>(a); });

@@ -15,9 +15,8 @@
 // [j0, j0 + 64):
 //   1. K's and V's rows of the tile are staged in shared memory as
 //      bfloat16 pieces (models/split_gemm.hpp: three a float, or one where
-//      q, k and v hold bfloat16 values, qkv_bf16), V transposed; Q's rows
-//      once per CTA. Columns past head_dim and rows past the sequence are
-//      zeros.
+//      q, k and v hold bfloat16 values, qkv_bf16); Q's rows once per CTA.
+//      Columns past head_dim and rows past the sequence are zeros.
 //   2. S = Q K^T: the pairs of pieces (i + j <= 2) chained into each
 //      thread's FP32 accumulators, head_dim in steps of 16.
 //   3. Each score times 1/sqrt(Dh); keys j > i (or past the sequence)
@@ -27,7 +26,8 @@
 //      added into the thread's part of l, in key order.
 //   4. o += P V: each p as three bfloat16 pieces, made in registers as the
 //      A fragments of the MMA (a C fragment of m16n8 is half an A fragment
-//      of m16k16), V's pieces from shared memory.
+//      of m16k16), V's pieces from shared memory read along its rows
+//      (sim::mma_frag_b_kn), as the backward reads dO, Q and K.
 // At the end l is the sum of the quad's parts, (l0 + l1) + (l2 + l3);
 // out = o times 1/l and lse = m + log l, as the row kernels
 // (models/attention_rows.hpp) finish. Any backward (the block launches',
@@ -41,8 +41,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "formats/error.hpp"
 #include "models/attention.hpp"
 #include "models/attention_items.hpp"  // attn_scale
 #include "models/split_gemm.hpp"       // bf16_pieces
@@ -60,7 +62,6 @@ inline constexpr int kThreads = 128;
 // warp: no spills at head_dim 128).
 inline constexpr int kKvThreads = 256;
 inline constexpr int kNt = kKeys / 8;      // n8 tiles of a warp's scores
-inline constexpr int kLdV = kKeys + 8;     // V's transposed rows in shared memory (no bank conflicts)
 inline constexpr int kPPieces = 3;         // pieces of a probability
 }  // namespace fused
 
@@ -68,17 +69,22 @@ inline constexpr int kPPieces = 3;         // pieces of a probability
 // Dh), or 0 where Dh is wider than it takes.
 EXMY_HD int fused_head_dim(int64_t Dh) { return Dh <= 32 ? 32 : Dh <= 64 ? 64 : Dh <= 128 ? 128 : 0; }
 inline bool attention_fused_applies(const AttnDims& d) { return fused_head_dim(d.head_dim) != 0; }
+// One line naming `what` where the kernels do not apply (before any launch).
+inline void attention_fused_require(const AttnDims& d, const char* what) {
+  if (!attention_fused_applies(d))
+    throw Error(std::string(what) + ": head_dim " + std::to_string(d.head_dim) + " is wider than 128");
+}
 // Pieces of q, k and v: one where they hold bfloat16 values.
 inline int fused_pieces(const AttnDims& d) { return d.qkv_bf16 ? 1 : kBf16Pieces; }
 
-// The shared memory of a CTA, in uint16 elements: Q's pieces (kP x kRows
-// rows of kDh + 8), K's (kP x kKeys rows), V's transposed (kP x kDh rows of
-// kLdV). Row strides of 16 bytes' multiples, 4 banks apart.
+// The shared memory of a forward CTA, in uint16 elements: 64 rows (of
+// kDh + 8: 16 bytes' multiples, 4 banks apart) each of Q's pieces, K's and
+// V's (kP each), a piece `rows` after the one before.
 template <int kDh, int kP>
 struct FusedSmem {
-  static constexpr int ld = kDh + 8;
-  static constexpr int q_at = 0, k_at = kP * fused::kRows * ld, v_at = k_at + kP * fused::kKeys * ld,
-                       elems = v_at + kP * kDh * fused::kLdV;
+  static_assert(fused::kRows == fused::kKeys);  // a tile of queries and of keys alike
+  static constexpr int ld = kDh + 8, rows = fused::kRows * ld;
+  static constexpr int q_at = 0, k_at = kP * rows, v_at = k_at + kP * rows, elems = v_at + kP * rows;
   static constexpr size_t bytes = static_cast<size_t>(elems) * sizeof(uint16_t);
 };
 
@@ -124,22 +130,20 @@ EXMY_HD void fused_stage(int tid, const float* x, int64_t ld, int64_t row0, int6
     bf16_pieces(row0 + r < S && c < Dh ? x[(row0 + r) * ld + c] : 0.0f, kP, out + r * rs + c * cs, ps);
   }
 }
-// Q's rows [i0, i0 + kRows) of query head h; K's and V's rows [j0, j0 +
-// kKeys) of kv head kvh (V transposed).
-template <int kDh, int kP>
-EXMY_HD void fused_stage_q(int tid, const FusedArgs& a, int64_t b, int64_t h, int64_t i0, uint16_t* sm) {
-  using L = FusedSmem<kDh, kP>;
+// Q's 64 rows from row0 of query head h, and K's and V's of kv head kvh,
+// into a CTA's shared memory of layout L (FusedSmem or FusedBwdSmem), by
+// kThreadsOf threads.
+template <int kDh, int kP, class L, int kThreadsOf = fused::kThreads, class Args>
+EXMY_HD void fused_stage_q(int tid, const Args& a, int64_t b, int64_t h, int64_t row0, uint16_t* sm) {
   const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldq = a.d.q_heads * Dh;
-  fused_stage<kDh, kP>(tid, a.q + b * S * ldq + h * Dh, ldq, i0, S, Dh, fused::kRows, sm + L::q_at, L::ld, 1,
-                       fused::kRows * L::ld);
+  fused_stage<kDh, kP, kThreadsOf>(tid, a.q + b * S * ldq + h * Dh, ldq, row0, S, Dh, fused::kRows, sm + L::q_at,
+                                   L::ld, 1, L::rows);
 }
-template <int kDh, int kP>
-EXMY_HD void fused_stage_kv(int tid, const FusedArgs& a, int64_t b, int64_t kvh, int64_t j0, uint16_t* sm) {
-  using L = FusedSmem<kDh, kP>;
+template <int kDh, int kP, class L, int kThreadsOf = fused::kThreads, class Args>
+EXMY_HD void fused_stage_kv(int tid, const Args& a, int64_t b, int64_t kvh, int64_t row0, uint16_t* sm) {
   const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldkv = a.d.kv_heads * Dh, at = b * S * ldkv + kvh * Dh;
-  fused_stage<kDh, kP>(tid, a.k + at, ldkv, j0, S, Dh, fused::kKeys, sm + L::k_at, L::ld, 1, fused::kKeys * L::ld);
-  fused_stage<kDh, kP>(tid, a.v + at, ldkv, j0, S, Dh, fused::kKeys, sm + L::v_at, 1, fused::kLdV,
-                       kDh * fused::kLdV);
+  fused_stage<kDh, kP, kThreadsOf>(tid, a.k + at, ldkv, row0, S, Dh, fused::kKeys, sm + L::k_at, L::ld, 1, L::rows);
+  fused_stage<kDh, kP, kThreadsOf>(tid, a.v + at, ldkv, row0, S, Dh, fused::kKeys, sm + L::v_at, L::ld, 1, L::rows);
 }
 
 // Step 3's first half, after the scores of key tile j0 (warp's rows from
@@ -293,6 +297,34 @@ void fused_regs_product_host(const uint32_t (*pf)[fused::kPPieces][4], const uin
   });
 }
 
+// The same as a warp's steps read them: out(lane) (a float[kNt][4]) = the
+// rows product from zero, rounded; acc(lane) (a float[kDh / 8][4]) += the
+// A fragments of x(lane) (a tile's values, float[kNt][4]) over the tile's
+// 64 columns times B, the chain from acc in double, rounded at its end.
+template <int kDh, int kPa, int kPb, class Out>
+void fused_rows_chain_host(const uint16_t* A, const uint16_t* B, int ps, int ld, int ar0, Out&& out) {
+  double c[32][fused::kNt][4] = {};
+  fused_rows_product_host<kDh, kPa, kPb>(A, B, ps, ld, ar0, c);
+  for (int lane = 0; lane < 32; ++lane)
+    for (int nt = 0; nt < fused::kNt; ++nt)
+      for (int e = 0; e < 4; ++e) out(lane)[nt][e] = static_cast<float>(c[lane][nt][e]);
+}
+template <int kDh, int kPb, class X, class Acc>
+void fused_regs_chain_host(X&& x, const uint16_t* B, int ps, int ld, Acc&& acc) {
+  double c[32][kDh / 8][4];
+  for (int lane = 0; lane < 32; ++lane)
+    for (int dt = 0; dt < kDh / 8; ++dt)
+      for (int e = 0; e < 4; ++e) c[lane][dt][e] = acc(lane)[dt][e];
+  for (int kk = 0; kk < fused::kKeys / 16; ++kk) {
+    uint32_t pf[32][fused::kPPieces][4];
+    for (int lane = 0; lane < 32; ++lane) fused_p_frags(x(lane), kk, pf[lane]);
+    fused_regs_product_host<kDh, kPb>(pf, B, ps, ld, kk, c);
+  }
+  for (int lane = 0; lane < 32; ++lane)
+    for (int dt = 0; dt < kDh / 8; ++dt)
+      for (int e = 0; e < 4; ++e) acc(lane)[dt][e] = static_cast<float>(c[lane][dt][e]);
+}
+
 // The device's two shuffle steps over each quad of lanes (xor 1, then xor
 // 2), v[lane][row] = op(v[lane][row], v[partner][row]) for all lanes at once.
 template <class Op>
@@ -314,66 +346,25 @@ void attention_fused_forward_host(const FusedArgs& a) {
   const float scale = attn_scale<float>(d);
   std::vector<uint16_t> sm(L::elems);
   std::vector<FusedRegs<kDh>> regs(kThreads);
-  uint32_t fa[32][4], fb[32][2];
-  // a warp's accumulators in double: a chain of MMAs (a tile's scores, or
-  // its P V added to o) is rounded to float32 once, when the steps read it
-  double sd[32][kNt][4], od[32][kDh / 8][4];
-  // one warp's MMA into acc[lane] with A and B from the lanes' fragments
-  const auto warp_mma = [&](auto&& frag_a, auto&& frag_b, double (*acc)[4]) {
-    for (int lane = 0; lane < 32; ++lane) frag_a(lane, fa[lane]), frag_b(lane, fb[lane]);
-    sim::mma_m16n8k16_host(fa, fb, acc);
-  };
   for (int64_t b = 0; b < d.batch; ++b)
     for (int64_t h = 0; h < d.q_heads; ++h)
       for (int64_t i0 = 0; i0 < S; i0 += kRows) {
         const int64_t kvh = h / rep, kend = i0 + kRows < S ? i0 + kRows : S;
-        for (int tid = 0; tid < kThreads; ++tid) fused_stage_q<kDh, kP>(tid, a, b, h, i0, sm.data());
+        for (int tid = 0; tid < kThreads; ++tid) fused_stage_q<kDh, kP, L>(tid, a, b, h, i0, sm.data());
         for (auto& R : regs) fused_init(R);
         for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
-          for (int tid = 0; tid < kThreads; ++tid) fused_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm.data());
+          for (int tid = 0; tid < kThreads; ++tid) fused_stage_kv<kDh, kP, L>(tid, a, b, kvh, j0, sm.data());
           for (int warp = 0; warp < kThreads / 32; ++warp) {
             FusedRegs<kDh>* const W = regs.data() + warp * 32;
-            for (auto& lane : sd)
-              for (auto& row : lane)
-                for (double& x : row) x = 0.0;
-            static_assert(kRows == kKeys);  // Q's and K's pieces equally far apart
-            fused_rows_product_host<kDh, kP, kP>(sm.data() + L::q_at, sm.data() + L::k_at, kRows * L::ld, L::ld,
-                                                 warp * 16, sd);
-            for (int lane = 0; lane < 32; ++lane)
-              for (int nt = 0; nt < kNt; ++nt)
-                for (int e = 0; e < 4; ++e) W[lane].s[nt][e] = static_cast<float>(sd[lane][nt][e]);
+            fused_rows_chain_host<kDh, kP, kP>(sm.data() + L::q_at, sm.data() + L::k_at, L::rows, L::ld, warp * 16,
+                                               [&](int lane) -> auto& { return W[lane].s; });
             float mt[32][2];
             for (int lane = 0; lane < 32; ++lane)
               fused_scale_mask(W[lane], warp, lane, i0, j0, S, scale, mt[lane]);
             fused_quad_host(mt, [](float x, float y) { return sim::hd_max(x, y); });
             for (int lane = 0; lane < 32; ++lane) fused_softmax_step(W[lane], mt[lane], j0 == 0);
-            for (int lane = 0; lane < 32; ++lane)
-              for (int dt = 0; dt < kDh / 8; ++dt)
-                for (int e = 0; e < 4; ++e) od[lane][dt][e] = W[lane].o[dt][e];
-            for (int kk = 0; kk < kKeys / 16; ++kk) {
-              uint32_t pf[32][kPPieces][4];
-              for (int lane = 0; lane < 32; ++lane) fused_p_frags(W[lane].s, kk, pf[lane]);
-              fused_for_pairs<kPPieces, kP>([&](int i, int j) {
-                for (int dt = 0; dt < kDh / 8; ++dt) {
-                  double c[32][4];
-                  for (int lane = 0; lane < 32; ++lane)
-                    for (int e = 0; e < 4; ++e) c[lane][e] = od[lane][dt][e];
-                  warp_mma(
-                      [&](int lane, uint32_t* f) {
-                        for (int r = 0; r < 4; ++r) f[r] = pf[lane][i][r];
-                      },
-                      [&](int lane, uint32_t* f) {
-                        sim::mma_frag_b(sm.data() + L::v_at + j * kDh * kLdV, kLdV, dt * 8, kk * 16, lane, f);
-                      },
-                      c);
-                  for (int lane = 0; lane < 32; ++lane)
-                    for (int e = 0; e < 4; ++e) od[lane][dt][e] = c[lane][e];
-                }
-              });
-            }
-            for (int lane = 0; lane < 32; ++lane)
-              for (int dt = 0; dt < kDh / 8; ++dt)
-                for (int e = 0; e < 4; ++e) W[lane].o[dt][e] = static_cast<float>(od[lane][dt][e]);
+            fused_regs_chain_host<kDh, kP>([&](int lane) -> auto& { return W[lane].s; }, sm.data() + L::v_at, L::rows,
+                                           L::ld, [&](int lane) -> auto& { return W[lane].o; });
           }
         }
         for (int warp = 0; warp < kThreads / 32; ++warp) {
@@ -405,13 +396,12 @@ void attention_fused_forward_host(const FusedArgs& a) {
 // Floats of the backward's scratch: D (batch, query head, row).
 inline int64_t attention_fused_backward_scratch(const AttnDims& d) { return d.batch * d.q_heads * d.seqlen; }
 
-// The shared memory of a backward CTA, in uint16 elements: 64 rows each of
-// Q's pieces (kP), dO's (3), K's (kP) and V's (kP).
+// The shared memory of a backward CTA: the forward's (Q, K, V), then dO's
+// 64 rows in three pieces.
 template <int kDh, int kP>
-struct FusedBwdSmem {
-  static constexpr int ld = kDh + 8, rows = fused::kRows * ld;
-  static constexpr int q_at = 0, do_at = kP * rows, k_at = do_at + fused::kPPieces * rows, v_at = k_at + kP * rows,
-                       elems = v_at + kP * rows;
+struct FusedBwdSmem : FusedSmem<kDh, kP> {
+  using F = FusedSmem<kDh, kP>;
+  static constexpr int do_at = F::elems, elems = do_at + fused::kPPieces * F::rows;
   static constexpr size_t bytes = static_cast<size_t>(elems) * sizeof(uint16_t);
 };
 
@@ -450,23 +440,15 @@ EXMY_HD void fused_bwd_zero_tile(FusedBwdRegs<kDh>& R) {
     for (int e = 0; e < 4; ++e) R.s[nt][e] = R.dp[nt][e] = 0.0f;
 }
 
-// Thread tid's share (of kThreadsOf) of staging 64 rows from row0 of query
-// head h's Q and dO (the dq kernel's once, the dkv kernel's per query tile)
-// or of kv head kvh's K and V.
+// Q's and dO's 64 rows from row0 of query head h (the dq kernel's once,
+// the dkv kernel's per query tile), by kThreadsOf threads.
 template <int kDh, int kP, int kThreadsOf>
 EXMY_HD void fused_bwd_stage_q(int tid, const FusedBwdArgs& a, int64_t b, int64_t h, int64_t row0, uint16_t* sm) {
   using L = FusedBwdSmem<kDh, kP>;
-  const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldq = a.d.q_heads * Dh, at = b * S * ldq + h * Dh;
-  fused_stage<kDh, kP, kThreadsOf>(tid, a.q + at, ldq, row0, S, Dh, fused::kRows, sm + L::q_at, L::ld, 1, L::rows);
-  fused_stage<kDh, fused::kPPieces, kThreadsOf>(tid, a.dout + at, ldq, row0, S, Dh, fused::kRows, sm + L::do_at,
-                                                L::ld, 1, L::rows);
-}
-template <int kDh, int kP, int kThreadsOf>
-EXMY_HD void fused_bwd_stage_kv(int tid, const FusedBwdArgs& a, int64_t b, int64_t kvh, int64_t row0, uint16_t* sm) {
-  using L = FusedBwdSmem<kDh, kP>;
-  const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldkv = a.d.kv_heads * Dh, at = b * S * ldkv + kvh * Dh;
-  fused_stage<kDh, kP, kThreadsOf>(tid, a.k + at, ldkv, row0, S, Dh, fused::kRows, sm + L::k_at, L::ld, 1, L::rows);
-  fused_stage<kDh, kP, kThreadsOf>(tid, a.v + at, ldkv, row0, S, Dh, fused::kRows, sm + L::v_at, L::ld, 1, L::rows);
+  const int64_t S = a.d.seqlen, Dh = a.d.head_dim, ldq = a.d.q_heads * Dh;
+  fused_stage_q<kDh, kP, L, kThreadsOf>(tid, a, b, h, row0, sm);
+  fused_stage<kDh, fused::kPPieces, kThreadsOf>(tid, a.dout + b * S * ldq + h * Dh, ldq, row0, S, Dh, fused::kRows,
+                                                sm + L::do_at, L::ld, 1, L::rows);
 }
 
 // The backward's element step on a tile (rows from r0 + 16 warp, columns
@@ -534,26 +516,17 @@ template <bool kT, int kDh, int kP, int kPa2, int kPb2, int kPout>
 void fused_bwd_tile_host(FusedBwdRegs<kDh>* W, const uint16_t* sm, int ld, int ps, int a1, int b1, int a2, int b2,
                          bool probs, int b_out, int wrow, int64_t r0, int64_t c0, int64_t S, float scale,
                          const float* lse, const float* D) {
-  using namespace fused;
-  double cs[32][kNt][4] = {}, cdp[32][kNt][4] = {}, cacc[32][kDh / 8][4];
-  fused_rows_product_host<kDh, kP, kP>(sm + a1, sm + b1, ps, ld, wrow * 16, cs);
-  if (a2 >= 0) fused_rows_product_host<kDh, kPa2, kPb2>(sm + a2, sm + b2, ps, ld, wrow * 16, cdp);
-  for (int lane = 0; lane < 32; ++lane) {
-    for (int nt = 0; nt < kNt; ++nt)
-      for (int e = 0; e < 4; ++e)
-        W[lane].s[nt][e] = static_cast<float>(cs[lane][nt][e]), W[lane].dp[nt][e] = static_cast<float>(cdp[lane][nt][e]);
-    fused_bwd_step<kT>(W[lane], wrow, lane, r0, c0, S, scale, lse, D);
-    for (int dt = 0; dt < kDh / 8; ++dt)
-      for (int e = 0; e < 4; ++e) cacc[lane][dt][e] = W[lane].acc[dt][e];
-  }
-  for (int kk = 0; kk < kKeys / 16; ++kk) {
-    uint32_t pf[32][kPPieces][4];
-    for (int lane = 0; lane < 32; ++lane) fused_p_frags(probs ? W[lane].s : W[lane].dp, kk, pf[lane]);
-    fused_regs_product_host<kDh, kPout>(pf, sm + b_out, ps, ld, kk, cacc);
-  }
-  for (int lane = 0; lane < 32; ++lane)
-    for (int dt = 0; dt < kDh / 8; ++dt)
-      for (int e = 0; e < 4; ++e) W[lane].acc[dt][e] = static_cast<float>(cacc[lane][dt][e]);
+  fused_rows_chain_host<kDh, kP, kP>(sm + a1, sm + b1, ps, ld, wrow * 16, [&](int lane) -> auto& { return W[lane].s; });
+  if (a2 >= 0)
+    fused_rows_chain_host<kDh, kPa2, kPb2>(sm + a2, sm + b2, ps, ld, wrow * 16,
+                                           [&](int lane) -> auto& { return W[lane].dp; });
+  else  // as the kernel's zeroed tile
+    for (int lane = 0; lane < 32; ++lane)
+      for (auto& row : W[lane].dp)
+        for (float& x : row) x = 0.0f;
+  for (int lane = 0; lane < 32; ++lane) fused_bwd_step<kT>(W[lane], wrow, lane, r0, c0, S, scale, lse, D);
+  fused_regs_chain_host<kDh, kPout>([&](int lane) -> auto& { return probs ? W[lane].s : W[lane].dp; }, sm + b_out, ps,
+                                    ld, [&](int lane) -> auto& { return W[lane].acc; });
 }
 
 template <int kDh, int kP>
@@ -575,7 +548,7 @@ void attention_fused_backward_host(const FusedBwdArgs& a) {
         for (auto& R : regs) fused_bwd_init(R);
         for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
           for (int tid = 0; tid < kThreads; ++tid)
-            fused_bwd_stage_kv<kDh, kP, kThreads>(tid, a, b, kvh, j0, sm.data());
+            fused_stage_kv<kDh, kP, L, kThreads>(tid, a, b, kvh, j0, sm.data());
           for (int warp = 0; warp < kThreads / 32; ++warp)
             fused_bwd_tile_host<false, kDh, kP, kPPieces, kP, kP>(regs.data() + warp * 32, sm.data(), L::ld, L::rows,
                                                                   L::q_at, L::k_at, L::do_at, L::v_at, false, L::k_at,
@@ -589,7 +562,7 @@ void attention_fused_backward_host(const FusedBwdArgs& a) {
     for (int64_t kvh = 0; kvh < d.kv_heads; ++kvh)
       for (int64_t j0 = 0; j0 < S; j0 += kKeys) {
         for (int tid = 0; tid < kKvThreads; ++tid)
-          fused_bwd_stage_kv<kDh, kP, kKvThreads>(tid, a, b, kvh, j0, sm.data());
+          fused_stage_kv<kDh, kP, L, kKvThreads>(tid, a, b, kvh, j0, sm.data());
         for (auto& R : regs) fused_bwd_init(R);
         for (int64_t h = kvh * rep; h < (kvh + 1) * rep; ++h) {
           const int64_t row = (b * Hq + h) * S;

@@ -90,17 +90,16 @@ __global__ void __launch_bounds__(fused::kThreads) attention_fused_forward_kerne
   const float scale = attn_scale<float>(a.d);
   FusedRegs<kDh> R;
   fused_init(R);
-  fused_stage_q<kDh, kP>(tid, a, b, h, i0, sm);
+  fused_stage_q<kDh, kP, L>(tid, a, b, h, i0, sm);
   for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
     __syncthreads();  // the previous tile's fragments read
-    fused_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm);
+    fused_stage_kv<kDh, kP, L>(tid, a, b, kvh, j0, sm);
     __syncthreads();
     EXMY_MMA_UNROLL
     for (int nt = 0; nt < kNt; ++nt)
       EXMY_MMA_UNROLL
       for (int e = 0; e < 4; ++e) R.s[nt][e] = 0.0f;
-    static_assert(kRows == kKeys);  // Q's and K's pieces equally far apart
-    fused_rows_product<kDh, kP, kP>(sm + L::q_at, sm + L::k_at, kRows * L::ld, L::ld, warp * 16, lane, R.s);
+    fused_rows_product<kDh, kP, kP>(sm + L::q_at, sm + L::k_at, L::rows, L::ld, warp * 16, lane, R.s);
     float mt[2];
     fused_scale_mask(R, warp, lane, i0, j0, S, scale, mt);
     EXMY_MMA_UNROLL
@@ -108,19 +107,7 @@ __global__ void __launch_bounds__(fused::kThreads) attention_fused_forward_kerne
       EXMY_MMA_UNROLL
       for (int row = 0; row < 2; ++row) mt[row] = sim::hd_max(mt[row], __shfl_xor_sync(0xffffffffu, mt[row], step));
     fused_softmax_step(R, mt, j0 == 0);
-    EXMY_MMA_UNROLL
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t pf[kPPieces][4];
-      fused_p_frags(R.s, kk, pf);
-      fused_for_pairs<kPPieces, kP>([&](int i, int j) {
-        EXMY_MMA_UNROLL
-        for (int dt = 0; dt < kDh / 8; ++dt) {
-          uint32_t fb[2];
-          sim::mma_frag_b(sm + L::v_at + j * kDh * kLdV, kLdV, dt * 8, kk * 16, lane, fb);
-          sim::mma_bf16_16816(R.o[dt], pf[i], fb);
-        }
-      });
-    }
+    fused_regs_product<kDh, kP>(R.s, sm + L::v_at, L::rows, L::ld, lane, R.o);
   }
   float l[2] = {R.l[0], R.l[1]};
   EXMY_MMA_UNROLL
@@ -169,7 +156,7 @@ __global__ void __launch_bounds__(fused::kThreads) attention_fused_dq_kernel(con
   fused_bwd_stage_q<kDh, kP, kThreads>(tid, a, b, h, i0, sm);
   for (int64_t j0 = 0; j0 < kend; j0 += kKeys) {
     __syncthreads();  // the previous tile's fragments read
-    fused_bwd_stage_kv<kDh, kP, kThreads>(tid, a, b, kvh, j0, sm);
+    fused_stage_kv<kDh, kP, L, kThreads>(tid, a, b, kvh, j0, sm);
     __syncthreads();
     fused_bwd_zero_tile(R);
     fused_rows_product<kDh, kP, kP>(sm + L::q_at, sm + L::k_at, L::rows, L::ld, warp * 16, lane, R.s);
@@ -197,7 +184,7 @@ __global__ void __launch_bounds__(fused::kKvThreads) attention_fused_dkv_kernel(
   const float scale = attn_scale<float>(a.d);
   FusedBwdRegs<kDh> R;
   fused_bwd_init(R);
-  fused_bwd_stage_kv<kDh, kP, kKvThreads>(tid, a, b, kvh, j0, sm);
+  fused_stage_kv<kDh, kP, L, kKvThreads>(tid, a, b, kvh, j0, sm);
   for (int64_t h = kvh * rep; h < (kvh + 1) * rep; ++h) {
     const int64_t row = (b * Hq + h) * S;
     for (int64_t i0 = j0; i0 < S; i0 += kRows) {
@@ -231,8 +218,7 @@ void launch_fused_backward(const FusedBwdArgs& a) {
 
 // The shape's checks before any launch: the head width, the grid.
 void fused_check(const AttnDims& d, const char* what) {
-  if (!attention_fused_applies(d))
-    throw Error(std::string(what) + ": head_dim " + std::to_string(d.head_dim) + " is wider than 128");
+  attention_fused_require(d, what);
   if (d.q_heads > 65535 || d.batch > 65535 || (d.seqlen + fused::kRows - 1) / fused::kRows > 0x7fffffff)
     throw Error(std::string(what) + ": the shape exceeds the kernel's grid");
 }

@@ -601,9 +601,9 @@ TEST(AttentionFusedKernel, RefusesHeadsWiderThan128) {
 #if defined(EXMY_TEST_EMULATED)
 // SplitGemm (models/split_gemm.hpp) on its own, on the host.
 
-// The fused kernel's pieces, on the host (models/attention_fused.hpp),
-// where the bound of its results is too loose to see a piece: staging puts
-// Q's, K's and V's pieces (V transposed) where the fragments read them,
+// The fused kernels' pieces, on the host (models/attention_fused.hpp),
+// where the bound of their results is too loose to see a piece: staging puts
+// Q's, K's, V's and dO's pieces where the fragments read them,
 // summing to the floats exactly, zeros past the sequence and the head; the
 // probabilities' A fragments hold the pieces of the right scores (by the
 // PTX ISA's A layout, sim::mma_a_coord, against the C layout the scores
@@ -615,26 +615,29 @@ double piece_sum(const uint16_t* p, int pieces, int64_t stride) {
 }
 TEST(AttentionFusedKernel, StagesPiecesWhereTheFragmentsReadThem) {
   constexpr int kDh = 64, kP = 3;
-  using L = FusedSmem<kDh, kP>;
+  using L = FusedBwdSmem<kDh, kP>;  // the forward's layout (Q, K, V), then dO
   const AttnDims d{.batch = 2, .seqlen = 100, .q_heads = 4, .kv_heads = 2, .head_dim = 40};
   const Inputs in(d, 3);
-  const FusedArgs a{nullptr, nullptr, in.q.data(), in.k.data(), in.v.data(), d};
+  FusedBwdArgs a;
+  a.dout = in.dout.data(), a.q = in.q.data(), a.k = in.k.data(), a.v = in.v.data(), a.d = d;
   const int64_t b = 1, h = 3, kvh = 1, i0 = 64, j0 = 64;  // the last tile: rows 64..99 exist
   std::vector<uint16_t> sm(L::elems, 0xffff);
   for (int tid = 0; tid < fused::kThreads; ++tid) {
-    fused_stage_q<kDh, kP>(tid, a, b, h, i0, sm.data());
-    fused_stage_kv<kDh, kP>(tid, a, b, kvh, j0, sm.data());
+    fused_bwd_stage_q<kDh, kP, fused::kThreads>(tid, a, b, h, i0, sm.data());
+    fused_stage_kv<kDh, kP, L>(tid, a, b, kvh, j0, sm.data());
   }
   const int64_t ldq = d.q_heads * d.head_dim, ldkv = d.kv_heads * d.head_dim;
   for (int r = 0; r < fused::kRows; ++r)
     for (int c = 0; c < kDh; ++c) {
       const bool in_q = i0 + r < d.seqlen && c < d.head_dim, in_kv = j0 + r < d.seqlen && c < d.head_dim;
-      const double q = in_q ? in.q[(b * d.seqlen + i0 + r) * ldq + h * d.head_dim + c] : 0.0;
-      const double k = in_kv ? in.k[(b * d.seqlen + j0 + r) * ldkv + kvh * d.head_dim + c] : 0.0;
-      const double v = in_kv ? in.v[(b * d.seqlen + j0 + r) * ldkv + kvh * d.head_dim + c] : 0.0;
-      ASSERT_EQ(piece_sum(sm.data() + L::q_at + r * L::ld + c, kP, fused::kRows * L::ld), q) << r << " " << c;
-      ASSERT_EQ(piece_sum(sm.data() + L::k_at + r * L::ld + c, kP, fused::kKeys * L::ld), k) << r << " " << c;
-      ASSERT_EQ(piece_sum(sm.data() + L::v_at + c * fused::kLdV + r, kP, kDh * fused::kLdV), v) << r << " " << c;
+      const int64_t qa = (b * d.seqlen + i0 + r) * ldq + h * d.head_dim + c;
+      const int64_t ka = (b * d.seqlen + j0 + r) * ldkv + kvh * d.head_dim + c;
+      const double q = in_q ? in.q[qa] : 0.0, dout = in_q ? in.dout[qa] : 0.0;
+      const double k = in_kv ? in.k[ka] : 0.0, v = in_kv ? in.v[ka] : 0.0;
+      ASSERT_EQ(piece_sum(sm.data() + L::q_at + r * L::ld + c, kP, L::rows), q) << r << " " << c;
+      ASSERT_EQ(piece_sum(sm.data() + L::k_at + r * L::ld + c, kP, L::rows), k) << r << " " << c;
+      ASSERT_EQ(piece_sum(sm.data() + L::v_at + r * L::ld + c, kP, L::rows), v) << r << " " << c;
+      ASSERT_EQ(piece_sum(sm.data() + L::do_at + r * L::ld + c, fused::kPPieces, L::rows), dout) << r << " " << c;
     }
 }
 TEST(AttentionFusedKernel, ProbabilityFragmentsHoldTheScoresPieces) {
@@ -823,6 +826,15 @@ TEST(SplitGemm, BothWaysWithinTheBoundAndReuseOnlyTheSameA) {
 #endif
 
 #if !defined(EXMY_TEST_EMULATED)
+// A timed run's results: every array finite and not all zeros.
+void expect_finite_nonzero(const std::vector<Vec>& results) {
+  for (const Vec& r : results) {
+    bool finite = true, nonzero = false;
+    for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
+    EXPECT_TRUE(finite && nonzero);
+  }
+}
+
 // The row kernels' time at the GPU proxies' and the 8B's head shape: batch 1,
 // 16 query heads on 4 kv heads, sequence 4096, head_dim 128 (printed for
 // the device report; checked only for finite, written results).
@@ -846,11 +858,7 @@ TEST(AttentionRowKernels, TimesSequence4096) {
   std::printf("[attention rows] B1 S4096 Hq16 Hkv4 Dh128: forward %.2f ms (%.1f TFLOP/s), backward %.2f ms "
               "(%.1f TFLOP/s), median of 3\n",
               ms.fwd, fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
-  for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
-    bool finite = true, nonzero = false;
-    for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
-    EXPECT_TRUE(finite && nonzero);
-  }
+  expect_finite_nonzero({kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()});
 }
 
 // The block kernels' time at the same shape and the device's block size
@@ -884,11 +892,7 @@ TEST(AttentionBlockKernels, TimesSequence4096) {
                 static_cast<long long>(rows.rows),
                 !pieces ? "fp32" : bf16_qkv ? "on bf16 pieces, q k v bf16" : "on bf16 pieces, q k v fp32", ms.fwd,
                 fwd_flops / ms.fwd * 1e-9, ms.bwd, 2 * fwd_flops / ms.bwd * 1e-9);
-    for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
-      bool finite = true, nonzero = false;
-      for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
-      EXPECT_TRUE(finite && nonzero);
-    }
+    expect_finite_nonzero({kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()});
   }
 }
 
@@ -928,11 +932,7 @@ TEST(AttentionFusedKernel, TimesSequence4096) {
                 bf16_qkv ? "bf16" : "fp32", fused.fwd, fwd_flops / fused.fwd * 1e-9, fused.bwd,
                 2 * fwd_flops / fused.bwd * 1e-9, blocks.fwd, blocks.bwd, blocks.fwd / fused.fwd,
                 blocks.bwd / fused.bwd);
-    for (const Vec& r : {kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()}) {
-      bool finite = true, nonzero = false;
-      for (float x : r) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
-      EXPECT_TRUE(finite && nonzero);
-    }
+    expect_finite_nonzero({kout.get(), klse.get(), kdq.get(), kdk.get(), kdv.get()});
   }
 }
 #endif
