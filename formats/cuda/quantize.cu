@@ -61,6 +61,7 @@
 #include "formats/cuda/cuda_check.hpp"
 #include "formats/error.hpp"
 #include "formats/fast/loops.hpp"
+#include "formats/fp4_step.hpp"
 #include "formats/hadamard_segment.hpp"
 #include "formats/kernel_launch.hpp"
 #include "formats/philox.hpp"
@@ -164,6 +165,15 @@ EXMY_HD void store_code(void* base, int bytes, int64_t i, uint32_t code) {
 }
 
 EXMY_HD uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+// The index of the lowest set bit of m (m != 0).
+EXMY_HD int count_trailing_zeros(uint32_t m) {
+#if defined(__CUDA_ARCH__)
+  return __ffs(static_cast<int>(m)) - 1;
+#else
+  return __builtin_ctz(m);
+#endif
+}
 
 // Records element i as unrepresentable; the lowest index wins.
 EXMY_HD void note_error(unsigned long long* first_error, int64_t i) {
@@ -351,39 +361,97 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
 // block_scale_codes does, instead of block_scale's double arithmetic.
 // Blocks the tables do not cover (NaN or Inf amax, zero scale, partial
 // blocks at the ends of the rows or of the tensor) take quantize_block_part.
+//
+// The FP4 step path runs the same kernel for the modes thresholds cannot
+// serve (up, down and the stochastic modes: a stochastic decision depends
+// on the element's random bits, not only on |x|): per element the CPU's FP4
+// loops' arithmetic (detail::fp4_step, formats/fp4_step.hpp) with the
+// block's multiplier and x-hat table from the same per-code tables, the
+// lane's random bits from one Philox block per 16 elements of 8 bits or
+// fewer (LaneRandom), and the elements the step is unsure of (exact
+// arithmetic only) through the scalar core.
 // ---------------------------------------------------------------------------
 
-// A scale code's thresholds and table, as the CPU's loops hold them.
-using CodeTable = detail::ThrBlock;
+// A scale code's tables: the thresholds and x-hat table the CPU's
+// threshold loops hold (detail::ThrBlock), and for the FP4 step path the
+// block's multiplier (detail::fp4_step's mul: m_b in fp32 arithmetic,
+// fl(t / s) in exact arithmetic; a code whose fl(t / s) is not a normal
+// float is not used, and its blocks take the scalar core).
+struct CodeTable : detail::ThrBlock {
+  float mul = 0.0f;
+};
 constexpr int kMaxScaleCodes = 256;  // one-byte scale codes
 
-// Whether a call takes the threshold path: the plans the CPU's 16-lane
-// threshold loops declare (their modes, arithmetics and formats, no four
-// over six or dithered scales; whatever the call's size), in the block
-// shapes the kernel is instantiated for: R x 16 and R x 32 with R a power
-// of two up to 32 (rows whose blocks start 16-byte aligned), R x 1; one
-// tensor scale (the tables are made for one t: row outer scales take the
-// general kernel).
-bool threshold_path(const QuantSpec& spec, const QuantPlan& p, int64_t cols) {
-  if (spec.outer != OuterScale::tensor) return false;
-  const auto claims = [&](detail::Loop l) {
-    return detail::loop_claims(detail::loop_decl(l), p, detail::kThresholdMinElements, detail::Simd::avx512);
-  };
+// The two fast paths of block-scaled calls, and the kernel that serves
+// the rest (quantize_blocks_kernel).
+enum class FastPath : uint8_t {
+  none,        // the general kernel
+  thresholds,  // magnitude codes as counts of thresholds (quantize_thr_kernel)
+  fp4_step,    // the same kernel with detail::fp4_step per element
+};
+
+// The path a call takes. Both fast paths serve the block shapes the kernel
+// is instantiated for: R x 16 and R x 32 with R a power of two up to 32
+// (rows whose blocks start 16-byte aligned), R x 1; one tensor scale (the
+// tables are made for one t: row outer scales take the general kernel);
+// one-byte codes, a signed element format and the plans the CPU's FP4
+// loops take (formats/fast/loops.hpp: no four over six or dithered
+// scales). The threshold path takes the modes the CPU's 16-lane threshold
+// loops declare (the deterministic modes that treat x and -x alike); the
+// FP4 step path the others (up, down and the stochastic modes), which the
+// CPU's FP4 loops serve with the same arithmetic.
+FastPath fast_path(const QuantSpec& spec, const QuantPlan& p, int64_t cols) {
+  if (spec.outer != OuterScale::tensor) return FastPath::none;
   const bool group_rows = p.br >= 1 && p.br <= 32 && (p.br & (p.br - 1)) == 0;  // a power of two: a lane group
-  if ((p.bc == 16 || p.bc == 32) && group_rows && cols % 4 == 0) return claims(detail::Loop::threshold_x16);
-  return p.bc == 1 && claims(detail::Loop::threshold_lanes_x16);
+  const bool rows = (p.bc == 16 || p.bc == 32) && group_rows && cols % 4 == 0;
+  if (!rows && p.bc != 1) return FastPath::none;
+  const auto claims = [&](detail::Loop l, detail::Simd w) {
+    return detail::loop_claims(detail::loop_decl(l), p, detail::kThresholdMinElements, w);
+  };
+  if (claims(rows ? detail::Loop::threshold_x16 : detail::Loop::threshold_lanes_x16, detail::Simd::avx512))
+    return FastPath::thresholds;
+  if (detail::threshold_handles(p) && claims(detail::Loop::fp4x8, detail::Simd::avx2)) return FastPath::fp4_step;
+  return FastPath::none;
 }
 
-// Entry k (0..7) of scale code `code`'s table: threshold k+1 (k < 7) or the
-// saturation threshold (k = 7), and x-hat of magnitude code k; use[code] is
-// 0 for codes that decode to 0 (blocks the table cannot serve).
-EXMY_HD void code_table_entry(const QuantPlan& p, uint32_t code, int k, CodeTable* tab, uint8_t* use) {
+// The profile's names of the quantize launches: the general kernel's,
+// that without block scales, and a fast path's.
+constexpr const char* kGeneralKernelName = "quantize blocks (general kernel)";
+constexpr const char* kNoScaleName = "quantize without block scales";
+const char* fast_path_name(FastPath path, bool columns) {
+  if (path == FastPath::fp4_step)
+    return columns ? "quantize FP4 step path, column blocks" : "quantize FP4 step path";
+  return columns ? "quantize threshold path, column blocks" : "quantize threshold path";
+}
+
+// Entry k (0..7) of scale code `code`'s table: x-hat of magnitude code k,
+// and for the threshold path threshold k+1 (k < 7) or the saturation
+// threshold (k = 7), for the FP4 step path (k = 0) the multiplier; use[code]
+// is 0 for codes the tables cannot serve (a scale that decodes to 0, or in
+// exact arithmetic a multiplier fl(t / s) outside [2^-126, 2^126], as the
+// CPU's fp4_blocks decides: its uncertainty rule assumes a normal
+// multiplier; with amax and MX scale rules only blocks of elements far
+// below the element grid meet such a scale, a subnormal t with s = 1).
+EXMY_HD void code_table_entry(const QuantPlan& p, uint32_t code, int k, bool step, CodeTable* tab, uint8_t* use) {
   const double s = p.fs.decode(code);
-  if (k == 0) use[code] = s != 0.0;
-  if (s == 0.0) return;
   const BlockConsts c = block_consts(p, s);
   CodeTable& e = tab[code];
+  if (k == 0) {
+    bool ok = s != 0.0;
+    if (ok && step) {
+      if (p.arith == Arith::fp32) {
+        e.mul = c.mb;
+      } else {
+        const double r = static_cast<double>(p.t) / s;
+        e.mul = static_cast<float>(r);
+        ok = r >= 0x1p-126 && r <= 0x1p126;
+      }
+    }
+    use[code] = ok;
+  }
+  if (s == 0.0) return;
   e.table[k] = static_cast<uint32_t>(k) <= p.fe.max_mag ? dequant(p, c, static_cast<uint32_t>(k)) : 0.0f;
+  if (step) return;
   if (k < 7) e.t[k] = detail::element_threshold(p, c, static_cast<uint32_t>(k) + 1);
   else e.sat = detail::saturation_threshold(p, c);
 }
@@ -491,6 +559,25 @@ EXMY_HD ThrElement threshold_element(const QuantPlan& p, const CodeTable& e, con
   return ThrElement{q | ((xb >> 31) ? p.fe.sign_bit : 0u), bits_of(mag) | (xb & 0x80000000u)};
 }
 
+// Codes and x-hat bits of BC elements at flat index i0, written (each
+// output where it is not null).
+template <int BC>
+EXMY_HD void store_segment(const uint32_t* q8, const uint32_t* vh, int64_t i0, void* codes, float* values) {
+#if defined(__CUDA_ARCH__)
+  for (int j = 0; j < BC; j += 4) {
+    if (values) *reinterpret_cast<uint4*>(values + i0 + j) = make_uint4(vh[j], vh[j + 1], vh[j + 2], vh[j + 3]);
+    if (codes)
+      *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(codes) + i0 + j) =
+          q8[j] | (q8[j + 1] << 8) | (q8[j + 2] << 16) | (q8[j + 3] << 24);
+  }
+#else
+  for (int j = 0; j < BC; ++j) {
+    if (values) values[i0 + j] = float_of(vh[j]);
+    store_code(codes, 1, i0 + j, q8[j]);
+  }
+#endif
+}
+
 // The BC elements xb at flat index i0 under scale code table e: codes,
 // x-hat and counts.
 template <int BC>
@@ -506,19 +593,148 @@ EXMY_HD void threshold_segment(const QuantPlan& p, const uint32_t* xb, int64_t i
     vh[j] = r.value;
   }
   tc.add_to(cnt);
-#if defined(__CUDA_ARCH__)
-  for (int j = 0; j < BC; j += 4) {
-    if (values) *reinterpret_cast<uint4*>(values + i0 + j) = make_uint4(vh[j], vh[j + 1], vh[j + 2], vh[j + 3]);
-    if (codes)
-      *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(codes) + i0 + j) =
-          q8[j] | (q8[j + 1] << 8) | (q8[j + 2] << 16) | (q8[j + 3] << 24);
+  store_segment<BC>(q8, vh, i0, codes, values);
+}
+
+// f(std::integral_constant<Round, MODE>, std::integral_constant<Arith,
+// ARITH>) for the plan's mode and arithmetic, among the FP4 step path's
+// modes (fast_path takes no other).
+template <class F>
+EXMY_HD void with_step_mode(const QuantPlan& p, F&& f) {
+  const auto arith = [&](auto mode) {
+    if (p.arith == Arith::exact) f(mode, std::integral_constant<Arith, Arith::exact>{});
+    else f(mode, std::integral_constant<Arith, Arith::fp32>{});
+  };
+  switch (p.round) {
+    case Round::up: arith(std::integral_constant<Round, Round::up>{}); break;
+    case Round::down: arith(std::integral_constant<Round, Round::down>{}); break;
+    case Round::stochastic: arith(std::integral_constant<Round, Round::stochastic>{}); break;
+    case Round::stochastic_fast: arith(std::integral_constant<Round, Round::stochastic_fast>{}); break;
+    default: arith(std::integral_constant<Round, Round::stochastic_fastest>{}); break;
   }
-#else
+}
+
+// One element of the FP4 step path (its random bits r): code and x-hat bits
+// into q, v, its statistics into tc. False: the step is unsure of it, and
+// the caller hands it to fp4_step_left.
+template <Round MODE, Arith ARITH>
+EXMY_HD bool fp4_step_element(const QuantPlan& p, const detail::Fp4StepConsts& k, const CodeTable& e, uint32_t xb,
+                              uint32_t r, uint32_t& q, uint32_t& v, ThrCounts& tc) {
+  detail::Fp4StepOut o;
+  if (!detail::fp4_step<MODE, ARITH>(k, e.mul, e.table, xb, r, o)) return false;
+  q = o.code;
+  v = o.value;
+  const uint32_t a = xb & 0x7fffffffu, mag = o.code & ~k.sign_bit;
+  tc.nonzero += a != 0;
+  tc.underflow += a != 0 && (o.value & 0x7fffffffu) == 0;
+  tc.subnormal += mag >= 1 && mag < (1u << k.M);
+  tc.saturated += o.saturated;
+  return true;
+}
+
+// An element the step is unsure of, through the scalar core (its random
+// bits from its own Philox run), out of line so that the hot loop's
+// registers stay its own; returns its counts.
+__host__ __device__ __noinline__ Counts fp4_step_left(const QuantPlan& p, const float* x, int64_t i,
+                                                    uint32_t scale_code, void* codes, float* values,
+                                                    unsigned long long* first_error) {
+  Counts cnt = {};
+  const BlockConsts c = block_consts(p, p.fs.decode(scale_code));
+  PointRandom rnd(p);
+  quantize_element(p, c, x, i, codes, values, cnt, first_error, rnd);
+  return cnt;
+}
+
+// The random bits of BC elements from flat index i0 (random_bits of each),
+// in a form whose array stays in registers: the segment's Philox blocks
+// with their words taken at indices known at compile time, for a segment
+// that starts a block's elements (kPer elements a word: 4 for n <= 8, 2
+// for n <= 16), which rows of a multiple of 16 columns always do.
+template <int BC, int kPer>
+EXMY_HD void segment_random_aligned(const QuantPlan& p, uint64_t i0, uint32_t (&r)[BC]) {
+  constexpr int kPerBlock = 4 * kPer;  // elements a Philox block serves
+#pragma unroll
+  for (int b = 0; b < (BC + kPerBlock - 1) / kPerBlock; ++b) {
+    const PhiloxBlock pb = philox_block(p.seed, p.stream, i0 / kPerBlock + b);
+#pragma unroll
+    for (int e = 0; e < kPerBlock && b * kPerBlock + e < BC; ++e)
+      r[b * kPerBlock + e] = random_bits_from_word(pb.w[e / kPer], static_cast<uint64_t>(e), p.sr_bits);
+  }
+}
+
+// ... and for any segment, out of line (a lane's LaneRandom walk).
+template <int BC>
+struct SegmentRandom {
+  uint32_t r[BC];
+};
+template <int BC>
+__host__ __device__ __noinline__ SegmentRandom<BC> segment_random_left(const QuantPlan& p, uint64_t i0) {
+  SegmentRandom<BC> out;
+  LaneRandom rnd(p);
+  for (int j = 0; j < BC; ++j) out.r[j] = rnd(i0 + static_cast<uint64_t>(j));
+  return out;
+}
+
+template <int BC>
+EXMY_HD void segment_random(const QuantPlan& p, uint64_t i0, uint32_t (&r)[BC]) {
+  if (p.sr_bits <= 8 && i0 % 16 == 0) return segment_random_aligned<BC, 4>(p, i0, r);
+  if (p.sr_bits > 8 && p.sr_bits <= 16 && i0 % 8 == 0) return segment_random_aligned<BC, 2>(p, i0, r);
+  const SegmentRandom<BC> left = segment_random_left<BC>(p, i0);
+#pragma unroll
+  for (int j = 0; j < BC; ++j) r[j] = left.r[j];
+}
+
+// The BC elements xb at flat index i0 under table e on the FP4 step path,
+// in mode MODE and arithmetic ARITH: codes and x-hat bits into q8 and vh,
+// statistics into tc; returns the mask of the elements the step is unsure
+// of (their q8 and vh 0).
+template <int BC, Round MODE, Arith ARITH>
+EXMY_HD uint32_t fp4_step_elements(const QuantPlan& p, const uint32_t* xb, int64_t i0, const CodeTable& e,
+                                   uint32_t* q8, uint32_t* vh, ThrCounts& tc) {
+  constexpr bool kStochastic =
+      MODE == Round::stochastic || MODE == Round::stochastic_fast || MODE == Round::stochastic_fastest;
+  uint32_t r[BC];
+  if constexpr (kStochastic) {
+    segment_random<BC>(p, static_cast<uint64_t>(i0), r);
+  } else {
+#pragma unroll
+    for (int j = 0; j < BC; ++j) r[j] = 0;
+  }
+  const detail::Fp4StepConsts k = detail::fp4_step_consts(p);
+  uint32_t unsure = 0;
+#pragma unroll
   for (int j = 0; j < BC; ++j) {
-    if (values) values[i0 + j] = float_of(vh[j]);
-    store_code(codes, 1, i0 + j, q8[j]);
+    if (!fp4_step_element<MODE, ARITH>(p, k, e, xb[j], r[j], q8[j], vh[j], tc)) {
+      q8[j] = vh[j] = 0;
+      unsure |= 1u << j;
+    }
   }
-#endif
+  return unsure;
+}
+
+// The BC elements xb at flat index i0 of a block with scale code `code`
+// (table e) on the FP4 step path: codes, x-hat and counts, 16 elements at
+// a time (a 32-wide row's outputs and random bits held at once made ptxas
+// spill some 800 bytes); the unsure elements after the others are stored.
+template <int BC>
+EXMY_HD void fp4_step_segment(const QuantPlan& p, const float* x, const uint32_t* xb, int64_t i0, uint32_t code,
+                              const CodeTable& e, void* codes, float* values, Counts& cnt,
+                              unsigned long long* first_error) {
+  static_assert(BC % 16 == 0 && BC <= 32, "16 elements a step; the unsure elements are a 32-bit mask");
+  uint32_t unsure = 0;
+  ThrCounts tc;
+  with_step_mode(p, [&](auto mode, auto arith) {
+#pragma unroll
+    for (int h = 0; h < BC; h += 16) {
+      uint32_t q8[16], vh[16];
+      unsure |= fp4_step_elements<16, decltype(mode)::value, decltype(arith)::value>(p, xb + h, i0 + h, e, q8, vh, tc)
+                << h;
+      store_segment<16>(q8, vh, i0 + h, codes, values);
+    }
+  });
+  tc.add_to(cnt);
+  for (; unsure != 0; unsure &= unsure - 1)
+    add_counts(cnt, fp4_step_left(p, x, i0 + count_trailing_zeros(unsure), code, codes, values, first_error));
 }
 
 // Row blocks (R x BC, BC = 16 or 32, R a power of two up to 32) on the
@@ -540,7 +756,7 @@ EXMY_HD uint32_t threshold_row_load(const QuantPlan& p, const float* x, const Bl
   return load_segment<BC>(x, full_row_start(b, l), xb);
 }
 
-template <int BC>
+template <int BC, bool kStep>
 EXMY_HD void threshold_row_part(const QuantPlan& p, const float* x, const BlockGeom& b, int64_t blk, int l,
                                 uint32_t m, const uint32_t* xb, const detail::ScaleThr& st, const CodeTable* tab,
                                 const uint8_t* use, void* codes, void* scale_codes, float* values, Counts& cnt,
@@ -556,11 +772,16 @@ EXMY_HD void threshold_row_part(const QuantPlan& p, const float* x, const BlockG
     return;
   }
   if (l == 0) store_code(scale_codes, 1, blk, code);
-  threshold_segment<BC>(p, xb, full_row_start(b, l), tab[code], codes, values, cnt);
+  if constexpr (kStep)
+    fp4_step_segment<BC>(p, x, xb, full_row_start(b, l), code, tab[code], codes, values, cnt, first_error);
+  else
+    threshold_segment<BC>(p, xb, full_row_start(b, l), tab[code], codes, values, cnt);
 }
 
-// Column blocks (R x 1) on the threshold path: one thread per block, the
-// lanes of a warp on adjacent columns (coalesced rows).
+// Column blocks (R x 1) on the threshold path (kStep: the FP4 step path):
+// one thread per block, the lanes of a warp on adjacent columns (coalesced
+// rows).
+template <bool kStep>
 EXMY_HD void threshold_column_part(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t blk,
                                    const detail::ScaleThr& st, const CodeTable* tab, const uint8_t* use, void* codes,
                                    void* scale_codes, float* values, Counts& cnt, unsigned long long* first_error) {
@@ -581,14 +802,33 @@ EXMY_HD void threshold_column_part(const QuantPlan& p, const float* x, int64_t r
   }
   store_code(scale_codes, 1, blk, code);
   const CodeTable& e = tab[code];
-  int32_t t[7];
-  for (int k = 0; k < 7; ++k) t[k] = e.t[k];
   ThrCounts tc;
-  for (int64_t k = 0; k < b.count; ++k) {
-    const int64_t i = (b.r0 + k) * cols + b.c0;
-    const ThrElement r = threshold_element(p, e, t, bits_of(x[i]), tc);
-    if (values) values[i] = float_of(r.value);
-    store_code(codes, 1, i, r.code);
+  if constexpr (kStep) {
+    with_step_mode(p, [&](auto mode, auto arith) {
+      constexpr Round kMode = decltype(mode)::value;
+      const detail::Fp4StepConsts k = detail::fp4_step_consts(p);
+      LaneRandom rnd(p);
+      for (int64_t j = 0; j < b.count; ++j) {
+        const int64_t i = (b.r0 + j) * cols + b.c0;
+        const uint32_t r = is_stochastic(kMode) ? rnd(static_cast<uint64_t>(i)) : 0u;
+        uint32_t q, v;
+        if (fp4_step_element<kMode, decltype(arith)::value>(p, k, e, bits_of(x[i]), r, q, v, tc)) {
+          if (values) values[i] = float_of(v);
+          store_code(codes, 1, i, q);
+        } else {
+          add_counts(cnt, fp4_step_left(p, x, i, code, codes, values, first_error));
+        }
+      }
+    });
+  } else {
+    int32_t t[7];
+    for (int k = 0; k < 7; ++k) t[k] = e.t[k];
+    for (int64_t k = 0; k < b.count; ++k) {
+      const int64_t i = (b.r0 + k) * cols + b.c0;
+      const ThrElement r = threshold_element(p, e, t, bits_of(x[i]), tc);
+      if (values) values[i] = float_of(r.value);
+      store_code(codes, 1, i, r.code);
+    }
   }
   tc.add_to(cnt);
 }
@@ -757,10 +997,11 @@ __global__ void __launch_bounds__(kThreads, 4)
   if constexpr (kCount) flush_counts(cnt, totals);
 }
 
-// The threshold path's tables: one thread per scale code and entry.
-__global__ void code_tables_kernel(const QuantPlan* pp, int ncodes, CodeTable* tab, uint8_t* use) {
+// The fast paths' tables: one thread per scale code and entry (step: the
+// FP4 step path's).
+__global__ void code_tables_kernel(const QuantPlan* pp, int ncodes, bool step, CodeTable* tab, uint8_t* use) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i < ncodes * 8) code_table_entry(*pp, static_cast<uint32_t>(i / 8), i % 8, tab, use);
+  if (i < ncodes * 8) code_table_entry(*pp, static_cast<uint32_t>(i / 8), i % 8, step, tab, use);
 }
 
 // The call's scale-code thresholds (detail::ScaleThr) once its tensor scale
@@ -785,8 +1026,8 @@ __global__ void scale_thr_kernel(const QuantPlan* pp, detail::ScaleThr* out) {
 // H200 1.1-1.3x faster than one, for 1 x BC blocks). BC = 16 or 32: row
 // blocks, a group of p.br lanes each, p.br / 32 blocks per warp
 // (threshold_row_load, the group's max, threshold_row_part); BC = 1: column
-// blocks, a thread each (threshold_column_part).
-template <int BC, bool kCount>
+// blocks, a thread each (threshold_column_part). kStep: the FP4 step path.
+template <int BC, bool kCount, bool kStep>
 __global__ void __launch_bounds__(kThreads, 2)
     quantize_thr_kernel(const QuantPlan* pp, const float* x, int64_t rows, int64_t cols, const detail::ScaleThr* sthr,
                         const CodeTable* tab, const uint8_t* use, int ncodes, void* codes, void* scale_codes,
@@ -807,7 +1048,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   if constexpr (BC == 1) {
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t blk = thread; blk < nblocks; blk += stride)
-      threshold_column_part(p, x, rows, cols, blk, sst, stab, suse, codes, scale_codes, values, cnt, first_error);
+      threshold_column_part<kStep>(p, x, rows, cols, blk, sst, stab, suse, codes, scale_codes, values, cnt,
+                                   first_error);
   } else {
     const int group = p.br, per_warp = 32 / group, lane = threadIdx.x & 31, g = lane / group, l = lane % group;
     const int64_t nwarps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -820,7 +1062,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       uint32_t m = valid ? threshold_row_load<BC>(p, x, b, l, xb) : 0u;
       for (int off = group >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off, group));
       if (valid)
-        threshold_row_part<BC>(p, x, b, blk, l, m, xb, sst, stab, suse, codes, scale_codes, values, cnt, first_error);
+        threshold_row_part<BC, kStep>(p, x, b, blk, l, m, xb, sst, stab, suse, codes, scale_codes, values, cnt,
+                                      first_error);
     }
   }
   if constexpr (kCount) flush_counts(cnt, totals);
@@ -1088,20 +1331,26 @@ struct CudaQuantizer::Impl {
     if (n > 0) {
       const bool count = out.stats != nullptr;  // the counts feed only the statistics
       const auto aligned = [](const void* ptr, uintptr_t to) { return reinterpret_cast<uintptr_t>(ptr) % to == 0; };
-      if (threshold_path(spec, p, cols) && aligned(x, 16) && aligned(vals, 16) && aligned(out.codes, 4)) {
+      const FastPath path = fast_path(spec, p, cols);
+      if (path != FastPath::none && aligned(x, 16) && aligned(vals, 16) && aligned(out.codes, 4)) {
         const int ncodes = 1 << p.fs.bits;
-        DeviceProfileScope timed(p.bc == 1 ? "quantize threshold path, column blocks" : "quantize threshold path");
-        code_tables_kernel<<<(ncodes * 8 + kThreads - 1) / kThreads, kThreads>>>(plan.ptr, ncodes, tables.ptr,
+        const bool step = path == FastPath::fp4_step;
+        DeviceProfileScope timed(fast_path_name(path, p.bc == 1));
+        code_tables_kernel<<<(ncodes * 8 + kThreads - 1) / kThreads, kThreads>>>(plan.ptr, ncodes, step, tables.ptr,
                                                                                table_use.ptr);
         cuda_check(cudaGetLastError(), "threshold tables kernel launch");
         scale_thr_kernel<<<1, 32>>>(plan.ptr, scale_thr.ptr);
         cuda_check(cudaGetLastError(), "scale-code thresholds kernel launch");
-        auto kernel = count ? (p.bc == 1    ? quantize_thr_kernel<1, true>
-                               : p.bc == 16 ? quantize_thr_kernel<16, true>
-                                            : quantize_thr_kernel<32, true>)
-                            : (p.bc == 1    ? quantize_thr_kernel<1, false>
-                               : p.bc == 16 ? quantize_thr_kernel<16, false>
-                                            : quantize_thr_kernel<32, false>);
+        const auto pick = [&](auto step_c) {
+          constexpr bool kStep = decltype(step_c)::value;
+          return count ? (p.bc == 1    ? quantize_thr_kernel<1, true, kStep>
+                          : p.bc == 16 ? quantize_thr_kernel<16, true, kStep>
+                                       : quantize_thr_kernel<32, true, kStep>)
+                       : (p.bc == 1    ? quantize_thr_kernel<1, false, kStep>
+                          : p.bc == 16 ? quantize_thr_kernel<16, false, kStep>
+                                       : quantize_thr_kernel<32, false, kStep>);
+        };
+        auto kernel = step ? pick(std::true_type{}) : pick(std::false_type{});
         // a thread per column block; a group of p.br lanes per row block
         const int64_t threads = p.bc == 1 ? nblocks : (nblocks + 32 / p.br - 1) / (32 / p.br) * 32;
         kernel<<<resident_grid(kernel, threads), kThreads>>>(plan.ptr, x, rows, cols, scale_thr.ptr, tables.ptr,
@@ -1110,14 +1359,14 @@ struct CudaQuantizer::Impl {
       } else if (!p.has_scale) {
         auto kernel = count ? (rp ? quantize_noscale_kernel<true, true> : quantize_noscale_kernel<false, true>)
                             : (rp ? quantize_noscale_kernel<true, false> : quantize_noscale_kernel<false, false>);
-        DeviceProfileScope timed("quantize without block scales");
+        DeviceProfileScope timed(kNoScaleName);
         kernel<<<grid_for(n), kThreads>>>(plan.ptr, rp, x, n, cols, out.codes, vals, totals.ptr, first_error);
       } else {
         const int group = group_size(p);
         const int64_t warps = (nblocks + (32 / group) - 1) / (32 / group);
         auto kernel = count ? (rp ? quantize_blocks_kernel<true, true> : quantize_blocks_kernel<false, true>)
                             : (rp ? quantize_blocks_kernel<true, false> : quantize_blocks_kernel<false, false>);
-        DeviceProfileScope timed("quantize blocks (general kernel)");
+        DeviceProfileScope timed(kGeneralKernelName);
         kernel<<<grid_for(warps * 32), kThreads>>>(plan.ptr, rp, x, rows, cols, group, out.codes, out.scale_codes, vals,
                                                    totals.ptr, first_error);
       }
@@ -1211,7 +1460,7 @@ QuantInfo quantize_host_via_device(const QuantSpec& spec, const float* x_in, int
 
 // The threshold path's row blocks on the host: each block's lanes load
 // their rows, the group's max is taken, then each lane finishes its row.
-template <int BC>
+template <int BC, bool kStep>
 void threshold_rows_emulated(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t nblocks,
                              const detail::ScaleThr& st, const CodeTable* tab, const uint8_t* use, void* codes,
                              void* scale_codes, float* values, Counts& cnt, unsigned long long* first_error) {
@@ -1221,8 +1470,8 @@ void threshold_rows_emulated(const QuantPlan& p, const float* x, int64_t rows, i
     uint32_t m = 0;
     for (int l = 0; l < p.br; ++l) m = std::max(m, threshold_row_load<BC>(p, x, b, l, &xb[l * BC]));
     for (int l = 0; l < p.br; ++l)
-      threshold_row_part<BC>(p, x, b, blk, l, m, &xb[l * BC], st, tab, use, codes, scale_codes, values, cnt,
-                             first_error);
+      threshold_row_part<BC, kStep>(p, x, b, blk, l, m, &xb[l * BC], st, tab, use, codes, scale_codes, values, cnt,
+                                    first_error);
   }
 }
 
@@ -1274,18 +1523,22 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
       PointRandom rnd(pi);
       quantize_element(pi, c, x, i, out.codes, values, cnt, &t.c[kCounters], rnd);
     }
-  } else if (n > 0 && threshold_path(spec, p, cols)) {
+  } else if (const FastPath path = n > 0 ? fast_path(spec, p, cols) : FastPath::none; path != FastPath::none) {
+    const bool step = path == FastPath::fp4_step;
     std::vector<CodeTable> tab(kMaxScaleCodes);
     std::vector<uint8_t> use(kMaxScaleCodes);
     const int ncodes = 1 << p.fs.bits;
-    for (int i = 0; i < ncodes * 8; ++i) code_table_entry(p, static_cast<uint32_t>(i / 8), i % 8, tab.data(), use.data());
+    for (int i = 0; i < ncodes * 8; ++i)
+      code_table_entry(p, static_cast<uint32_t>(i / 8), i % 8, step, tab.data(), use.data());
     const detail::ScaleThr st = detail::scale_code_thresholds(p);  // scale_thr_kernel's steps in order
     if (p.bc == 1) {
+      auto column = step ? threshold_column_part<true> : threshold_column_part<false>;
       for (int64_t blk = 0; blk < nblocks; ++blk)
-        threshold_column_part(p, x, rows, cols, blk, st, tab.data(), use.data(), out.codes, out.scale_codes, values,
-                              cnt, &t.c[kCounters]);
+        column(p, x, rows, cols, blk, st, tab.data(), use.data(), out.codes, out.scale_codes, values, cnt,
+               &t.c[kCounters]);
     } else {
-      auto rows_of = p.bc == 16 ? threshold_rows_emulated<16> : threshold_rows_emulated<32>;
+      auto rows_of = p.bc == 16 ? (step ? threshold_rows_emulated<16, true> : threshold_rows_emulated<16, false>)
+                                : (step ? threshold_rows_emulated<32, true> : threshold_rows_emulated<32, false>);
       rows_of(p, x, rows, cols, nblocks, st, tab.data(), use.data(), out.codes, out.scale_codes, values, cnt,
               &t.c[kCounters]);
     }
@@ -1358,6 +1611,13 @@ void CudaQuantizer::check() { impl_->check(); }
 QuantInfo quantize_cuda(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
   return with_conventions(spec, x, rows, cols, out,
                           [&](const QuantOutput& o) { return quantize_host_via_device(spec, x, rows, cols, o); });
+}
+
+const char* detail::quantize_path_cuda(const QuantSpec& spec, int64_t rows, int64_t cols) {
+  const QuantPlan p = spec.plan();
+  if (!p.has_scale) return kNoScaleName;
+  const FastPath path = rows * cols > 0 ? fast_path(spec, p, cols) : FastPath::none;
+  return path == FastPath::none ? kGeneralKernelName : fast_path_name(path, p.bc == 1);
 }
 
 detail::ScaleThr detail::scale_code_thresholds_cuda(const QuantPlan& p) {

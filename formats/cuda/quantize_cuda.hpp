@@ -129,6 +129,12 @@ struct ScaleThr;
 // for plan p (its tensor scale set): scale_code_thresholds(p)'s value
 // (a check for the device tests).
 ScaleThr scale_code_thresholds_cuda(const QuantPlan& p);
+// The name of the launch (as the device profile times it) that quantizes a
+// call of spec on [rows, cols] with aligned tensors: "quantize threshold
+// path", "quantize FP4 step path" (", column blocks" for R x 1 blocks),
+// "quantize blocks (general kernel)" or "quantize without block scales"
+// (a check for the tests that a path is the one they mean to test).
+const char* quantize_path_cuda(const QuantSpec& spec, int64_t rows, int64_t cols);
 }  // namespace detail
 
 }  // namespace exmy

@@ -455,6 +455,101 @@ TEST(CudaThresholdPath, BisectionCountsThresholds) {
   EXPECT_EQ(arrays, 120);  // multisets of 7 from 4 values: C(10, 3)
 }
 
+// The FP4 step path (up, down and the stochastic modes of the calls the
+// threshold path's shapes and formats cover): every such mode in both
+// arithmetics, row blocks 1x16, 16x16, 1x32 and 32x32 and
+// column blocks, partial blocks at the ends, several scale formats and
+// random-bit widths, on tensors that mix random values with blocks of the
+// element grid's points and midpoints at power-of-two scales (where exact
+// arithmetic's step is unsure and hands elements to the scalar core), NaN
+// and Inf blocks where the formats hold them, and exact arithmetic with a
+// subnormal tensor scale. Each call must take the FP4 step path and give
+// quantize_ref's bits.
+TEST(CudaFp4Step, MatchesReference) {
+  EXMY_REQUIRE_CUDA();
+  struct Shape {
+    int64_t rows, cols;
+    int br, bc;
+  };
+  const Shape shapes[] = {{40, 96, 1, 16}, {37, 68, 16, 16}, {9, 72, 1, 32}, {70, 33, 16, 1}, {5, 1024, 1, 16},
+                          {40, 96, 32, 32}};
+  const Round modes[] = {Round::up, Round::down, Round::stochastic, Round::stochastic_fast,
+                         Round::stochastic_fastest};
+  uint64_t seed = 11;
+  int calls = 0;
+  for (const char* scale : {"ue5m3", "ue4m3", "ue8m0", "e4m3"}) {
+    for (const Shape& sh : shapes) {
+      for (const Round mode : modes) {
+        for (const Arith arith : {Arith::fp32, Arith::exact}) {
+          ++seed;
+          QuantSpec spec;
+          spec.elem = parse_format(seed % 5 == 0 ? "e1m2" : "e2m1");
+          spec.scale = parse_format(scale);
+          spec.block_rows = sh.br;
+          spec.block_cols = sh.bc;
+          spec.round = mode;
+          spec.arith = arith;
+          spec.sr_bits = seed % 3 == 0 ? 3 : seed % 3 == 1 ? 8 : 13;
+          spec.seed = 0x9E3779B97F4A7C15ull * seed;
+          spec.stream = seed;
+          spec.zero_scale = seed % 4 == 0 ? ZeroScale::one : ZeroScale::zero;
+          if (std::string(scale) == "ue8m0") {
+            spec.rule = ScaleRule::mx_floor;  // power-of-two scales, t = 1
+            spec.amax_kind = AmaxKind::none;
+          } else {
+            spec.amax_kind = seed % 2 ? AmaxKind::current : AmaxKind::given;
+            spec.amax_value = 2.5;
+          }
+          const std::string what = format_name(spec.elem) + "/" + scale + " " + std::to_string(sh.br) + "x" +
+                                   std::to_string(sh.bc) + " " + std::string(round_name(mode)) +
+                                   (arith == Arith::exact ? " exact" : " fp32") + " h " + std::to_string(spec.sr_bits);
+          EXPECT_EQ(std::string(detail::quantize_path_cuda(spec, sh.rows, sh.cols)),
+                    sh.bc == 1 ? "quantize FP4 step path, column blocks" : "quantize FP4 step path")
+              << what;
+          const bool nan_ok = spec.scale->has_nan;
+          std::vector<float> x = random_tensor(sh.rows * sh.cols, seed, nan_ok && seed % 2 == 0);
+          // Rows of grid points and midpoints times powers of two (each
+          // row's own), and elements a float away from them.
+          const float grid[] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f,
+                                4.0f, 5.0f, 6.0f, 7.0f};
+          std::mt19937_64 rng(seed);
+          for (int64_t r = 0; r < sh.rows; r += 3) {
+            const float scale_of_row = std::ldexp(1.0f, static_cast<int>(rng() % 24) - 12);
+            for (int64_t c = 0; c < sh.cols; ++c) {
+              float v = grid[rng() % 16] * scale_of_row * ((rng() & 1) ? -1.0f : 1.0f);
+              if (rng() % 4 == 0) v = float_of(bits_of(v) + ((rng() & 1) ? 1u : static_cast<uint32_t>(-1)));
+              x[static_cast<size_t>(r * sh.cols + c)] = v;
+            }
+          }
+          expect_matches_ref(spec, x, sh.rows, sh.cols, what);
+          ++calls;
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(calls, 4 * 6 * 5 * 2);
+  // Exact arithmetic where fl(t / s) is a subnormal float (a held reference
+  // of 1e45 makes t subnormal; zero-scale blocks take s = 1): such blocks
+  // take the scalar core, as the CPU's fp4_blocks leaves them to it.
+  for (const Round mode : modes) {
+    QuantSpec spec;
+    spec.elem = parse_format("e2m1");
+    spec.scale = parse_format("ue5m3");
+    spec.block_cols = 16;
+    spec.round = mode;
+    spec.arith = Arith::exact;
+    spec.zero_scale = ZeroScale::one;
+    spec.amax_kind = AmaxKind::given;
+    spec.amax_value = 1e45;
+    spec.seed = 5;
+    std::vector<float> x = random_tensor(24 * 64, 77, false);
+    for (float& v : x) v = std::fmin(std::fmax(v * 1e36f, -3e38f), 3e38f);
+    ASSERT_EQ(std::string(detail::quantize_path_cuda(spec, 24, 64)), "quantize FP4 step path");
+    expect_matches_ref(spec, x, 24, 64, std::string("subnormal t, ") + std::string(round_name(mode)));
+  }
+}
+
 // Four over six (docs/numerics.md §3): the kernel's lanes make the shared
 // core's per-block choice, so the bits and scale_four are the reference's.
 TEST(CudaRandom, FourOverSix) {
