@@ -9,7 +9,9 @@
 // block's elements. Calls the CPU's threshold loops would take, in R x 16,
 // R x 32 (R a power of two up to 32) and R x 1 blocks, take the threshold
 // path instead (a lane per block row, or per column block; a few compares
-// per element; see threshold_row_part). The launch shape never
+// per element; see threshold_row_part), and in the same shapes and
+// formats up, down and the stochastic modes take it as the FP4 step path
+// (the CPU's FP4 loops' arithmetic per element). The launch shape never
 // changes a result: every decision is made by the shared core (or from
 // thresholds the core found) from (plan, element value, flat index), and
 // the random bits of an element come from its flat index (docs/numerics.md
@@ -366,17 +368,17 @@ EXMY_HD void quantize_block_part(const QuantPlan& p, const float* x, int64_t blk
 // serve (up, down and the stochastic modes: a stochastic decision depends
 // on the element's random bits, not only on |x|): per element the CPU's FP4
 // loops' arithmetic (detail::fp4_step, formats/fp4_step.hpp) with the
-// block's multiplier and x-hat table from the same per-code tables, the
-// lane's random bits from one Philox block per 16 elements of 8 bits or
-// fewer (LaneRandom), and the elements the step is unsure of (exact
+// block's multiplier and x-hat table from the same per-code tables, a
+// 16-element row's random bits from one Philox block (two above 8 bits;
+// segment_random), and the elements the step is unsure of (exact
 // arithmetic only) through the scalar core.
 // ---------------------------------------------------------------------------
 
 // A scale code's tables: the thresholds and x-hat table the CPU's
 // threshold loops hold (detail::ThrBlock), and for the FP4 step path the
 // block's multiplier (detail::fp4_step's mul: m_b in fp32 arithmetic,
-// fl(t / s) in exact arithmetic; a code whose fl(t / s) is not a normal
-// float is not used, and its blocks take the scalar core).
+// fl(t / s) in exact arithmetic; a code whose fl(t / s) lies outside
+// [2^-126, 2^126] is not used, and its blocks take the scalar core).
 struct CodeTable : detail::ThrBlock {
   float mul = 0.0f;
 };
