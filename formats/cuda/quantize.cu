@@ -145,8 +145,17 @@ enum Counter : int {
   kCounters
 };
 
+// A thread's counts, in 32 bits (fewer registers in the kernels' loops:
+// ptxas's spill stores of the fast paths' statistics instances, sm_90, went
+// from 292-388 bytes a thread to 116-284 for row blocks, and from 132 / 60
+// to 68 / 100 for the column blocks' threshold / step kernels; the
+// general kernel's from 820-878 to 732-762). A thread's share of a
+// tensor stays far below 2^32 elements: the kernels run at least a
+// multiprocessor's worth of threads, so that would take a tensor of more
+// than 2^40 elements. Warps add them up in 64 bits (flush_counts), the
+// host emulation block by block (add_to_totals).
 struct Counts {
-  unsigned long long c[kCounters];
+  uint32_t c[kCounters];
 };
 
 // Code i of an array of `bytes`-wide little-endian codes. The device
@@ -1132,6 +1141,11 @@ struct Totals {
   unsigned long long c[kCounters + 1];
 };
 
+// The emulation's counts of one block (or element), added to the totals.
+void add_to_totals(Totals& t, const Counts& cnt) {
+  for (int k = 0; k < kCounters; ++k) t.c[k] += cnt.c[k];
+}
+
 constexpr unsigned long long kNoError = std::numeric_limits<unsigned long long>::max();
 
 // Row outer scales: what the rows reported, into an info that
@@ -1465,15 +1479,17 @@ QuantInfo quantize_host_via_device(const QuantSpec& spec, const float* x_in, int
 template <int BC, bool kStep>
 void threshold_rows_emulated(const QuantPlan& p, const float* x, int64_t rows, int64_t cols, int64_t nblocks,
                              const detail::ScaleThr& st, const CodeTable* tab, const uint8_t* use, void* codes,
-                             void* scale_codes, float* values, Counts& cnt, unsigned long long* first_error) {
+                             void* scale_codes, float* values, Totals& t) {
   std::vector<uint32_t> xb(static_cast<size_t>(p.br) * BC);  // lane l's row at xb[l * BC]
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const BlockGeom b = block_geom(p, rows, cols, blk);
     uint32_t m = 0;
     for (int l = 0; l < p.br; ++l) m = std::max(m, threshold_row_load<BC>(p, x, b, l, &xb[l * BC]));
+    Counts cnt = {};
     for (int l = 0; l < p.br; ++l)
       threshold_row_part<BC, kStep>(p, x, b, blk, l, m, &xb[l * BC], st, tab, use, codes, scale_codes, values, cnt,
-                                    first_error);
+                                    &t.c[kCounters]);
+    add_to_totals(t, cnt);
   }
 }
 
@@ -1517,13 +1533,14 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
 
   Totals t = {};
   t.c[kCounters] = kNoError;
-  Counts cnt = {};
   if (!p.has_scale) {
     const BlockConsts c{1.0, 0.0f};
     for (int64_t i = 0; i < n; ++i) {
       const QuantPlan& pi = plan_of_row(p, rp, rp ? i / cols : 0);
       PointRandom rnd(pi);
+      Counts cnt = {};
       quantize_element(pi, c, x, i, out.codes, values, cnt, &t.c[kCounters], rnd);
+      add_to_totals(t, cnt);
     }
   } else if (const FastPath path = n > 0 ? fast_path(spec, p, cols) : FastPath::none; path != FastPath::none) {
     const bool step = path == FastPath::fp4_step;
@@ -1535,14 +1552,16 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
     const detail::ScaleThr st = detail::scale_code_thresholds(p);  // scale_thr_kernel's steps in order
     if (p.bc == 1) {
       auto column = step ? threshold_column_part<true> : threshold_column_part<false>;
-      for (int64_t blk = 0; blk < nblocks; ++blk)
+      for (int64_t blk = 0; blk < nblocks; ++blk) {
+        Counts cnt = {};
         column(p, x, rows, cols, blk, st, tab.data(), use.data(), out.codes, out.scale_codes, values, cnt,
                &t.c[kCounters]);
+        add_to_totals(t, cnt);
+      }
     } else {
       auto rows_of = p.bc == 16 ? (step ? threshold_rows_emulated<16, true> : threshold_rows_emulated<16, false>)
                                 : (step ? threshold_rows_emulated<32, true> : threshold_rows_emulated<32, false>);
-      rows_of(p, x, rows, cols, nblocks, st, tab.data(), use.data(), out.codes, out.scale_codes, values, cnt,
-              &t.c[kCounters]);
+      rows_of(p, x, rows, cols, nblocks, st, tab.data(), use.data(), out.codes, out.scale_codes, values, t);
     }
   } else if (n > 0) {
     const int group = group_size(p);
@@ -1550,12 +1569,13 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
       const BlockGeom b = block_geom(p, rows, cols, blk);
       uint32_t m = 0;
       for (int l = 0; l < group; ++l) m = std::max(m, block_amax_part(x, b, l, group));
+      Counts cnt = {};
       for (int l = 0; l < group; ++l)
         quantize_block_part(plan_of_row(p, rp, b.r0), x, blk, b, m, l, group, out.codes, out.scale_codes, values, cnt,
                             &t.c[kCounters]);
+      add_to_totals(t, cnt);
     }
   }
-  for (int k = 0; k < kCounters; ++k) t.c[k] = cnt.c[k];
   std::vector<SumPartial> partials(static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0));
   for (size_t i = 0; i < partials.size(); ++i)
     partials[i] = tensor_segment_partial(x, values, cols, static_cast<int64_t>(i));
