@@ -120,12 +120,19 @@ class DeviceBackend final : public Backend<float> {
                               const float* Cm, int64_t ldbc, const float* dt, const float* A_log, const float* D,
                               const SsdDims& d) override {
 #if EXMY_ITEM_KERNELS
-    ssd_blocks_forward_emulated(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
-                                scratch(ssd_blocks_forward_scratch(d)));
+    if (ssd_fused_chosen(d))
+      ssd_fused_forward_emulated(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
+                                 scratch(ssd_fused_forward_scratch(d)));
+    else
+      ssd_blocks_forward_emulated(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
+                                  scratch(ssd_blocks_forward_scratch(d)));
 #else
     if (ssd_threads_chosen())
       EXMY_K(ssd_parallel_forward)(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
                                    scratch(ssd_parallel_forward_scratch(d)));
+    else if (ssd_fused_chosen(d))
+      EXMY_K(ssd_fused_forward)(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
+                                scratch(ssd_fused_forward_scratch(d)));
     else
       EXMY_K(ssd_blocks_forward)(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
                                  scratch(ssd_blocks_forward_scratch(d)));

@@ -10,9 +10,9 @@ namespace exmy::models {
 
 using sim::Buf;
 
-SsdDims ssd_dims(const NemotronHConfig& c, int64_t B, int64_t T_) {
+SsdDims ssd_dims(const NemotronHConfig& c, int64_t B, int64_t T_, bool xbc_bf16) {
   return {.batch = B, .seqlen = T_, .heads = c.mamba_num_heads, .head_dim = c.mamba_head_dim, .groups = c.n_groups,
-          .state = c.ssm_state_size, .chunk = c.chunk_size};
+          .state = c.ssm_state_size, .chunk = c.chunk_size, .xbc_bf16 = xbc_bf16};
 }
 
 namespace {
@@ -148,7 +148,7 @@ void Mamba2Mixer<T>::forward(T* out, const T* x, const sim::ParamArena<T>& arena
                    cfg_.time_step_limit[1]);
   const T* xs = k.xbc.data();
   be_.ssd_chunk_scan_forward(k.y.data(), k.acs.data(), k.states.data(), xs, conv, xs + Din, xs + Din + GN, conv,
-                         k.dt.data(), W(A_log_), W(D_), ssd_dims(cfg_, B, T_));
+                         k.dt.data(), W(A_log_), W(D_), ssd_dims(cfg_, B, T_, run.bf16_act));
   keep_bf16(be_, run, k.y.data(), N * Din);
   be_.gated_rmsnorm_forward(k.gn.data(), k.gn_rstd.data(), k.y.data(), Din, z, ld, W(norm_), N, Din, cfg_.n_groups,
                         cfg_.layer_norm_epsilon);

@@ -13,7 +13,7 @@
 
 namespace exmy::models {
 
-SsdDims ssd_dims(const NemotronHConfig& cfg, int64_t batch, int64_t seqlen);
+SsdDims ssd_dims(const NemotronHConfig& cfg, int64_t batch, int64_t seqlen, bool xbc_bf16 = false);
 
 // The mixer's row functions (models/mixer.cpp's table).
 const MixerOps& mamba2_mixer();

@@ -32,6 +32,10 @@ namespace exmy::models {
 
 struct SsdDims {
   int64_t batch = 1, seqlen = 1, heads = 1, head_dim = 1, groups = 1, state = 1, chunk = 1;
+  // x, B and C hold bfloat16 values (a `bf16` policy keeps xBC so): a hint
+  // for kernels on the BF16 tensor cores (models/ssd_fused.hpp), which then
+  // take them as one piece each; the CPU's scan does not read it.
+  bool xbc_bf16 = false;
   EXMY_HD int64_t chunks() const { return (seqlen + chunk - 1) / chunk; }
   // Elements of the saved buffers of the chunked forward.
   EXMY_HD int64_t acs_size() const { return batch * heads * seqlen; }                          // (B,H,T)

@@ -62,6 +62,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "models/item_gemm.hpp"
 #include "models/ssd_items.hpp"
@@ -95,6 +96,8 @@ struct SsdBlockSizes {
   // head); backward CB, dCg, dBg (per group), M, R, dyc, XDT, dXDT, sB, dw,
   // dacs (per head).
   int64_t forward_chunk() const { return G * LL + H * (LL + 2 * LP); }
+  // With the chunks' outputs fused (models/ssd_fused.hpp): XDT alone.
+  int64_t fused_forward_chunk() const { return H * LP; }
   int64_t backward_chunk() const { return G * (LL + 2 * LN) + H * (LL + R() + 3 * LP + 3 * L1); }
   // Chunks a slab of `per_chunk` floats a chunk holds within `cap` floats.
   int64_t slab_chunks(int64_t per_chunk, int64_t cap) const {
@@ -105,6 +108,10 @@ struct SsdBlockSizes {
   int64_t forward(int64_t cap) const {
     return 2 * BQ * G * LN + BQ * H * LP + acs + slab_chunks(forward_chunk(), cap) * forward_chunk();
   }
+  // With the chunks' outputs fused: Bc, W, then the slab.
+  int64_t fused_forward(int64_t cap) const {
+    return BQ * G * LN + acs + slab_chunks(fused_forward_chunk(), cap) * fused_forward_chunk();
+  }
   // Backward: dstates (st), dlast, pA, pD (bqh), E, W (acs), Cc, Bc (BQ G x
   // LN), then the slab.
   int64_t backward(int64_t cap) const {
@@ -113,6 +120,9 @@ struct SsdBlockSizes {
 };
 inline int64_t ssd_blocks_forward_scratch(const SsdDims& d, int64_t cap = kSsdSlabFloats) {
   return SsdBlockSizes(d).forward(cap);
+}
+inline int64_t ssd_fused_forward_scratch(const SsdDims& d, int64_t cap = kSsdSlabFloats) {
+  return SsdBlockSizes(d).fused_forward(cap);
 }
 inline int64_t ssd_blocks_backward_scratch(const SsdDims& d, int64_t cap = kSsdSlabFloats) {
   return SsdBlockSizes(d).backward(cap);
@@ -159,7 +169,7 @@ EXMY_HD SsdChunk ssd_entry_chunk(const SsdDims& d, int64_t e, int64_t per) {
 }
 
 // Cc, Bc (BQ G x LN): row t of C and B of group g of each chunk, a thread
-// per (eg, t, n).
+// per (eg, t, n); Bc alone where Cc is null.
 template <class L, class T>
 void ssd_copy_bc_launch(const L& launch, const char* name, T* Cc, T* Bc, const T* Bm, const T* Cm, int64_t ldbc,
                         const SsdDims& d, int64_t LN) {
@@ -169,7 +179,7 @@ void ssd_copy_bc_launch(const L& launch, const char* name, T* Cc, T* Bc, const T
     const SsdChunk c = ssd_entry_chunk(d, e, G);
     if (t >= c.len) return;
     const int64_t at = (c.b * d.seqlen + c.t0 + t) * ldbc + (e % G) * N + n;
-    Cc[e * LN + t * N + n] = Cm[at];
+    if (Cc) Cc[e * LN + t * N + n] = Cm[at];
     Bc[e * LN + t * N + n] = Bm[at];
   });
 }
@@ -178,17 +188,29 @@ void ssd_copy_bc_launch(const L& launch, const char* name, T* Cc, T* Bc, const T
 // entries (el, from 0) and the global ones by the flat entry e = eh0 + el
 // (eh0 = c0 H, or eg0 = c0 G for a group's).
 
-template <class L, class Gemm, class T>
+// The forward's outputs as the block launches form them; or, with
+// `output` another functor, by that one call after the state passing (the
+// fused kernel of models/ssd_fused.hpp: output(y, acs, states, x, ldx, Bm,
+// Cm, ldbc, dt, D, d)), the launches then forming only acs and the states
+// (scratch ssd_fused_forward_scratch).
+struct SsdBlocksOutput {};
+
+template <class L, class Gemm, class T, class Out = SsdBlocksOutput>
 void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm, T* y, T* acs, T* states, const T* x, int64_t ldx,
                                  const T* Bm, const T* Cm, int64_t ldbc, const T* dt, const T* A_log, const T* D,
-                                 const SsdDims& d, T* scratch, int64_t cap = kSsdSlabFloats) {
+                                 const SsdDims& d, T* scratch, int64_t cap = kSsdSlabFloats, const Out& output = {}) {
+  constexpr bool kFused = !std::is_same_v<Out, SsdBlocksOutput>;
   const SsdBlockSizes z(d);
   const int64_t Lm = d.chunk, P = d.head_dim, N = d.state, H = d.heads, G = d.groups, Q = d.chunks();
   const int64_t S = d.seqlen, hpg = H / G, PN = P * N, ldy = H * P;
-  const int64_t LL = z.LL, LP = z.LP, LN = z.LN, per = z.slab_chunks(z.forward_chunk(), cap);
-  ScratchCarver<T> take{scratch};  // the order of SsdBlockSizes::forward
-  T *Cc = take(z.BQ * G * LN), *Bc = take(z.BQ * G * LN), *Yd = take(z.BQ * H * LP), *W = take(z.acs);
-  T *CB = take(per * G * LL), *M = take(per * H * LL), *XDT = take(per * H * LP), *off = take(per * H * LP);
+  const int64_t LL = z.LL, LP = z.LP, LN = z.LN;
+  const int64_t per = z.slab_chunks(kFused ? z.fused_forward_chunk() : z.forward_chunk(), cap);
+  // the order of SsdBlockSizes::forward (fused_forward: Bc, W, XDT)
+  ScratchCarver<T> take{scratch};
+  const auto take_unless_fused = [&](int64_t n) { return kFused ? nullptr : take(n); };
+  T *Cc = take_unless_fused(z.BQ * G * LN), *Bc = take(z.BQ * G * LN), *Yd = take_unless_fused(z.BQ * H * LP);
+  T *W = take(z.acs), *CB = take_unless_fused(per * G * LL), *M = take_unless_fused(per * H * LL);
+  T *XDT = take(per * H * LP), *off = take_unless_fused(per * H * LP);
   launch("ssd_forward acs", d.batch * H * Q, [=] EXMY_HD_LAMBDA(int64_t u) {
     ssd_thr_acs(acs, W, dt, A_log, d, u / (H * Q), (u / Q) % H, u % Q);
   });
@@ -203,18 +225,20 @@ void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm, T* y, T* acs
       const int64_t row = c.b * S + c.t0 + t;
       XDT[el * LP + t * P + p] = dt[row * H + h] * x[row * ldx + h * P + p];
     });
-    gemm(ng, CB, Lm, LL, static_cast<const T*>(Cc + eg0 * LN), N, LN, sim::Op::N,
-         static_cast<const T*>(Bc + eg0 * LN), N, LN, sim::Op::T, r.len, r.len, N, false);
-    launch("ssd_forward m", nh * Lm * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
-      const int64_t el = u / (Lm * Lm), e = eh0 + el, t = (u / Lm) % Lm, s = u % Lm, h = e % H;
-      const SsdChunk c = ssd_entry_chunk(d, e, H);
-      if (t >= c.len || s >= c.len) return;
-      const T* ac = acs + (c.b * H + h) * S + c.t0;
-      const T* cb = CB + ((el / H) * G + h / hpg) * LL;
-      M[el * LL + t * Lm + s] = s <= t ? cb[t * Lm + s] * sim::hd_exp(ac[t] - ac[s]) : T(0);
-    });
-    gemm(nh, Yd + eh0 * LP, P, LP, static_cast<const T*>(M), Lm, LL, sim::Op::N, static_cast<const T*>(XDT), P, LP,
-         sim::Op::N, r.len, P, r.len, false);
+    if (!kFused) {  // the diagonal blocks: the fused kernel forms them
+      gemm(ng, CB, Lm, LL, static_cast<const T*>(Cc + eg0 * LN), N, LN, sim::Op::N,
+           static_cast<const T*>(Bc + eg0 * LN), N, LN, sim::Op::T, r.len, r.len, N, false);
+      launch("ssd_forward m", nh * Lm * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
+        const int64_t el = u / (Lm * Lm), e = eh0 + el, t = (u / Lm) % Lm, s = u % Lm, h = e % H;
+        const SsdChunk c = ssd_entry_chunk(d, e, H);
+        if (t >= c.len || s >= c.len) return;
+        const T* ac = acs + (c.b * H + h) * S + c.t0;
+        const T* cb = CB + ((el / H) * G + h / hpg) * LL;
+        M[el * LL + t * Lm + s] = s <= t ? cb[t * Lm + s] * sim::hd_exp(ac[t] - ac[s]) : T(0);
+      });
+      gemm(nh, Yd + eh0 * LP, P, LP, static_cast<const T*>(M), Lm, LL, sim::Op::N, static_cast<const T*>(XDT), P, LP,
+           sim::Op::N, r.len, P, r.len, false);
+    }
     launch("ssd_forward weigh", nh * Lm * P, [=] EXMY_HD_LAMBDA(int64_t u) {
       const int64_t el = u / (Lm * P), e = eh0 + el, t = (u / P) % Lm, h = e % H;
       const SsdChunk c = ssd_entry_chunk(d, e, H);
@@ -228,6 +252,10 @@ void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm, T* y, T* acs
   launch("ssd_forward pass_states", d.batch * H * PN, [=] EXMY_HD_LAMBDA(int64_t u) {
     ssd_thr_pass_states(states, static_cast<const T*>(acs), d, u / (H * PN), (u / PN) % H, u % PN);
   });
+  if constexpr (kFused) {
+    output(y, static_cast<const T*>(acs), static_cast<const T*>(states), x, ldx, Bm, Cm, ldbc, dt, D, d);
+    return;
+  }
   // After it: each chunk's read of its incoming state, and the output.
   ssd_for_slabs(d, per, [&](const SsdRun& r) {
     const int64_t eh0 = r.c0 * H, eg0 = r.c0 * G, nh = r.count * H, ng = r.count * G;

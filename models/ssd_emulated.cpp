@@ -2,8 +2,9 @@
 // models/ssd_launches.hpp with sim::HostLaunch (threads one after another)
 // and SerialGemm (the CPU's Eigen products), which the emulated device
 // backend runs; and the block launches (models/ssd_blocks.hpp, with
-// LoopGemm<SerialGemm>) and the thread launches, the CUDA backend's two
-// families, with sim::HostLaunch, for the tests.
+// LoopGemm<SerialGemm>; the forward also with the fused output kernel's
+// emulation, models/ssd_fused.hpp) and the thread launches, the CUDA
+// backend's families, with sim::HostLaunch, for the tests.
 #include "models/cuda/ssd_cuda.hpp"
 
 namespace exmy::models {
@@ -34,6 +35,19 @@ void ssd_blocks_backward_emulated(float* dx, float* dB, float* dC, float* ddt, f
                                   const float* states, const SsdDims& d, float* scratch) {
   ssd_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm,
                                Cm, ldbc, dt, A_log, D, acs, states, d, scratch);
+}
+
+void ssd_fused_forward_emulated(float* y, float* acs, float* states, const float* x, int64_t ldx, const float* Bm,
+                                const float* Cm, int64_t ldbc, const float* dt, const float* A_log, const float* D,
+                                const SsdDims& d, float* scratch) {
+  ssd_fused_require(d, "ssd_fused_forward");
+  const auto output = [](float* yo, const float* ac, const float* st, const float* xo, int64_t ldxo, const float* B,
+                         const float* C, int64_t ldbco, const float* dto, const float* Do, const SsdDims& dd) {
+    const SsdFusedArgs a{yo, ac, st, xo, ldxo, B, C, ldbco, dto, Do, dd};
+    ssd_fused_dispatch(dd, [&]<int kN, int kP>() { ssd_fused_output_host<kN, kP>(a); });
+  };
+  ssd_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, y, acs, states, x, ldx, Bm, Cm, ldbc, dt,
+                              A_log, D, d, scratch, kSsdSlabFloats, output);
 }
 
 }  // namespace exmy::models

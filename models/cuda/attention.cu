@@ -12,6 +12,7 @@
 #include "formats/kernel_launch.hpp"  // DeviceProfileScope, cuda_sync_launches
 #include "models/attention_fused.hpp"
 #include "models/cuda/attention_cuda.hpp"
+#include "models/cuda/fused_mma.cuh"
 #include "sim/cuda/gemm_cuda.hpp"
 
 namespace exmy::models {
@@ -35,44 +36,6 @@ void attention_blocks_backward_cuda(float* dq, float* dk, float* dv, const float
 }
 
 namespace {
-
-// The kernels' MMA chains (the host's: fused_rows_product_host,
-// fused_regs_product_host): c[nt] += A's rows [ar0, ar0 + 16) times B's 64
-// rows transposed over kDh; c[dt] += x's A fragments (three pieces) times B
-// held [k][n].
-template <int kDh, int kPa, int kPb>
-__device__ __forceinline__ void fused_rows_product(const uint16_t* A, const uint16_t* B, int ps, int ld, int ar0,
-                                                   int lane, float (&c)[fused::kNt][4]) {
-  EXMY_MMA_UNROLL
-  for (int ks = 0; ks < kDh; ks += 16)
-    fused_for_pairs<kPa, kPb>([&](int i, int j) {
-      uint32_t fa[4];
-      sim::mma_frag_a(A + i * ps, ld, ar0, ks, lane, fa);
-      EXMY_MMA_UNROLL
-      for (int nt = 0; nt < fused::kNt; ++nt) {
-        uint32_t fb[2];
-        sim::mma_frag_b(B + j * ps, ld, nt * 8, ks, lane, fb);
-        sim::mma_bf16_16816(c[nt], fa, fb);
-      }
-    });
-}
-template <int kDh, int kPb>
-__device__ __forceinline__ void fused_regs_product(const float (&x)[fused::kNt][4], const uint16_t* B, int ps, int ld,
-                                                   int lane, float (&c)[kDh / 8][4]) {
-  EXMY_MMA_UNROLL
-  for (int kk = 0; kk < fused::kKeys / 16; ++kk) {
-    uint32_t pf[fused::kPPieces][4];
-    fused_p_frags(x, kk, pf);
-    fused_for_pairs<fused::kPPieces, kPb>([&](int i, int j) {
-      EXMY_MMA_UNROLL
-      for (int dt = 0; dt < kDh / 8; ++dt) {
-        uint32_t fb[2];
-        sim::mma_frag_b_kn(B + j * ps, ld, dt * 8, kk * 16, lane, fb);
-        sim::mma_bf16_16816(c[dt], pf[i], fb);
-      }
-    });
-  }
-}
 
 // The fused forward (models/attention_fused.hpp): a CTA per (query tile,
 // query head, batch), the longest causal rows' tiles first; the steps of
@@ -115,20 +78,6 @@ __global__ void __launch_bounds__(fused::kThreads) attention_fused_forward_kerne
     EXMY_MMA_UNROLL
     for (int row = 0; row < 2; ++row) l[row] += __shfl_xor_sync(0xffffffffu, l[row], step);
   fused_store(R, l, a, b, h, i0, warp, lane);
-}
-
-// A fused kernel's launch with `bytes` of dynamic shared memory (more than
-// the default 48 KiB needs the kernel's attribute, which the device may
-// refuse: one line naming the kernel).
-template <class Args>
-void launch_fused(void (*kernel)(Args), const char* name, size_t bytes, dim3 grid, const Args& a,
-                  int threads = fused::kThreads) {
-  const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (attr != cudaSuccess)
-    throw Error(std::string("CUDA error in kernel ") + name + ": " + std::to_string(bytes) +
-                " bytes of shared memory refused (" + cudaGetErrorString(attr) + ")");
-  kernel<<<grid, threads, bytes>>>(a);
 }
 
 template <int kDh, int kP>
@@ -221,11 +170,6 @@ void fused_check(const AttnDims& d, const char* what) {
   attention_fused_require(d, what);
   if (d.q_heads > 65535 || d.batch > 65535 || (d.seqlen + fused::kRows - 1) / fused::kRows > 0x7fffffff)
     throw Error(std::string(what) + ": the shape exceeds the kernel's grid");
-}
-void fused_sync(const char* what) {
-  cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess && cuda_sync_launches()) e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) throw Error(std::string("CUDA error in kernel ") + what + ": " + cudaGetErrorString(e));
 }
 // Causal attention's model FLOPs (models/attention.cpp's count): 4 Dh per
 // (query, key <= query) pair and head forward, twice that backward.

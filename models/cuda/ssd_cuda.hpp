@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "models/ssd_blocks.hpp"    // the scratch sizes
+#include "models/ssd_fused.hpp"     // ssd_fused_applies
 #include "models/ssd_launches.hpp"
 
 namespace exmy::models {
@@ -73,22 +74,45 @@ EXMY_SSD_BLOCK_KERNELS(cuda)
 #endif
 #undef EXMY_SSD_BLOCK_KERNELS
 
+// The forward with each chunk's output as one fused kernel on the BF16
+// tensor cores (models/ssd_fused.hpp; scratch ssd_fused_forward_scratch(d)
+// floats): acs and states as the block launches' (the same launches),
+// y within the budget of tests/models/test_ssd_cuda.cpp of the CPU.
+// *_emulated on the host (HostLaunch, LoopGemm<SerialGemm>, the kernel's
+// emulation), *_cuda on the current device. Heads wider than 64 or states
+// wider than 128 are refused (exmy::Error).
+#define EXMY_SSD_FUSED_KERNELS(suffix)                                                                              \
+  void ssd_fused_forward_##suffix(float* y, float* acs, float* states, const float* x, int64_t ldx,                \
+                                  const float* Bm, const float* Cm, int64_t ldbc, const float* dt,                 \
+                                  const float* A_log, const float* D, const SsdDims& d, float* scratch);
+EXMY_SSD_FUSED_KERNELS(emulated)
+#if defined(EXMY_HAVE_CUDA)
+EXMY_SSD_FUSED_KERNELS(cuda)
+#endif
+#undef EXMY_SSD_FUSED_KERNELS
+
+// EXMY_CUDA_SSD, read once ("" when unset).
+inline std::string_view ssd_env() {
+  static const std::string_view v = [] {
+    const char* e = std::getenv("EXMY_CUDA_SSD");
+    return std::string_view(e ? e : "");
+  }();
+  return v;
+}
 // Which family the CUDA backend runs: the block launches, unless the
 // environment sets EXMY_CUDA_SSD=threads (the thread kernels; kept until a
-// device has timed both, docs/benchmarks.md). Read once.
-inline bool ssd_threads_chosen() {
-  static const bool threads = [] {
-    const char* v = std::getenv("EXMY_CUDA_SSD");
-    return v && std::string_view(v) == "threads";
-  }();
-  return threads;
-}
+// device has timed both, docs/benchmarks.md).
+inline bool ssd_threads_chosen() { return ssd_env() == "threads"; }
+// EXMY_CUDA_SSD=fused: the forward's chunk outputs as the fused kernel where
+// it applies (ssd_fused_applies), the backward the block launches'.
+inline bool ssd_fused_chosen(const SsdDims& d) { return ssd_env() == "fused" && ssd_fused_applies(d); }
 // The scratch (floats) the CUDA backend's scan asks for: the larger of the
 // forward's and the backward's of the family it runs (the emulated
 // backend runs the block launches and asks for the same). Inline: the
 // memory plan (models/mamba2.cpp) needs no kernels.
 inline int64_t ssd_device_scratch(const SsdDims& d) {
   if (ssd_threads_chosen()) return std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d));
+  if (ssd_fused_chosen(d)) return std::max(ssd_fused_forward_scratch(d), ssd_blocks_backward_scratch(d));
   return std::max(ssd_blocks_forward_scratch(d), ssd_blocks_backward_scratch(d));
 }
 

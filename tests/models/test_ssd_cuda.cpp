@@ -47,6 +47,8 @@
 
 #include "models/cuda/ssd_cuda.hpp"
 #include "models/ssd.hpp"
+#include "models/ssd_fused.hpp"
+#include "sim/bf16.hpp"
 #include "sim/tensor.hpp"
 
 namespace exmy::models {
@@ -54,20 +56,26 @@ namespace {
 
 struct Shape {
   int64_t batch, seqlen, heads, head_dim, groups, state, chunk;
+  bool bf16 = false;  // x, B and C rounded to bfloat16, SsdDims::xbc_bf16 set (a `bf16` policy's)
 };
 // Chunks that do and do not divide the sequence, one chunk longer than the
 // sequence, chunk 1, one group for all heads, a group per head, several
-// groups of several heads, batch 1 and > 1.
+// groups of several heads, batch 1 and > 1; for the fused kernel also
+// chunks of more than its 64 rows (two row tiles, the second short) with
+// a short last chunk, head and state widths that pad to its 64 and 128,
+// and bfloat16 x, B, C (one piece each).
 const Shape kShapes[] = {
-    {2, 37, 4, 8, 2, 16, 8}, {1, 32, 2, 4, 1, 8, 16},  {3, 20, 6, 3, 3, 5, 64},
-    {2, 13, 4, 5, 4, 3, 1},  {2, 50, 8, 16, 2, 32, 16}, {3, 45, 6, 4, 2, 8, 16},
+    {2, 37, 4, 8, 2, 16, 8},          {1, 32, 2, 4, 1, 8, 16},  {3, 20, 6, 3, 3, 5, 64},
+    {2, 13, 4, 5, 4, 3, 1},           {2, 50, 8, 16, 2, 32, 16}, {3, 45, 6, 4, 2, 8, 16},
+    {2, 37, 4, 8, 2, 16, 8, true},    {1, 150, 4, 40, 2, 48, 96}, {1, 140, 2, 64, 1, 128, 128, true},
 };
 
 std::string name_of(const Shape& s) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "B%lld T%lld H%lld P%lld G%lld N%lld L%lld", static_cast<long long>(s.batch),
+  std::snprintf(buf, sizeof buf, "B%lld T%lld H%lld P%lld G%lld N%lld L%lld%s", static_cast<long long>(s.batch),
                 static_cast<long long>(s.seqlen), static_cast<long long>(s.heads), static_cast<long long>(s.head_dim),
-                static_cast<long long>(s.groups), static_cast<long long>(s.state), static_cast<long long>(s.chunk));
+                static_cast<long long>(s.groups), static_cast<long long>(s.state), static_cast<long long>(s.chunk),
+                s.bf16 ? " bf16 xBC" : "");
   return buf;
 }
 
@@ -87,10 +95,13 @@ struct Inputs {
   AVec xbc, dt, A_log, D, dy;
   explicit Inputs(const Shape& s, uint64_t seed) {
     d.batch = s.batch, d.seqlen = s.seqlen, d.heads = s.heads, d.head_dim = s.head_dim, d.groups = s.groups;
-    d.state = s.state, d.chunk = s.chunk;
+    d.state = s.state, d.chunk = s.chunk, d.xbc_bf16 = s.bf16;
     xdim = s.heads * s.head_dim, gn = s.groups * s.state, ld = xdim + 2 * gn + 3;
     const auto rows = static_cast<size_t>(s.batch * s.seqlen);
-    xbc = aligned(randn(rows * static_cast<size_t>(ld), seed));
+    Vec v = randn(rows * static_cast<size_t>(ld), seed);
+    if (s.bf16)
+      for (float& e : v) e = sim::bf16_value(sim::bf16_bits(e));
+    xbc = aligned(v);
     dt = aligned(uniform(rows * static_cast<size_t>(s.heads), seed + 1, 0.05f, 0.6f));
     A_log = aligned(uniform(static_cast<size_t>(s.heads), seed + 2, -1.0f, 1.0f));
     D = aligned(randn(static_cast<size_t>(s.heads), seed + 3));
@@ -339,6 +350,173 @@ TEST(SsdBlockKernels, BackwardWithinBudgetAndAccumulates) {
       KERNEL(ssd_blocks_backward), [](const SsdDims& d) { return ssd_blocks_backward_scratch(d); }, compare, "blocks");
 }
 
+// The RunErr evaluation of the fused output kernel (models/ssd_fused.hpp),
+// output by output in its steps and orders, from the CPU's bounds of acs
+// and the states entering each chunk (which the kernel reads as the block
+// launches formed them): off = C_t . state_p, a product on pieces (C in
+// ssd_fused_pieces, the state in three) over the padded state (K = kN);
+// per key tile up to the diagonal, each m_s = (C_t . B_s on pieces, K = kN)
+// exp(acs_t - acs_s) dt_s for s <= t, and Yd += m . x_p over the tile (m in
+// three pieces, x in ssd_fused_pieces; chained from Yd); y = (Yd +
+// exp(acs_t) off) + D x. Sums as the emulation forms them
+// (SplitSum::mma_chain) or as a device's tensor cores may (SplitSum::device).
+Bound fused_bound(const Case& c) {
+  const Inputs& in = c.in;
+  const SsdDims& d = in.d;
+  const int64_t S = d.seqlen, H = d.heads, P = d.head_dim, N = d.state, hpg = H / d.groups, ldy = H * P;
+  const int64_t kN = ssd_fused_state(N), tile = fused::kKeys;
+  const int pc = ssd_fused_pieces(d), p3 = fused::kPPieces;
+  const test::SplitSum how = kOnDevice ? test::SplitSum::device : test::SplitSum::mma_chain;
+  const Bound rxbc = to<RunErr>(in.xbc), rdt = to<RunErr>(in.dt), rD = to<RunErr>(in.D);
+  Bound y(c.f.y.size());
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t q = 0; q < d.chunks(); ++q) {
+      const SsdChunk ch = ssd_chunk_of(d, b, q);
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t g = h / hpg;
+        const RunErr* const st = c.rst.data() + ((b * d.chunks() + q) * H + h) * P * N;
+        const RunErr* const ac = c.racs.data() + (b * H + h) * S + ch.t0;
+        const auto row = [&](int64_t t) { return rxbc.data() + (b * S + ch.t0 + t) * in.ld; };
+        Bound m(static_cast<size_t>(ch.len));
+        for (int64_t t = 0; t < ch.len; ++t) {
+          const RunErr* const Ct = row(t) + in.xdim + in.gn + g * N;
+          for (int64_t s = 0; s <= t; ++s) {
+            const test::RunErrDot dd =
+                test::run_err_dot({}, Ct, 0, sim::Op::N, row(s) + in.xdim + g * N, 0, sim::Op::T, 0, 0, N);
+            m[s] = test::run_err_split(dd, RunErr(0), false, pc, pc, kN, how) * sim::hd_exp(ac[t] - ac[s]) *
+                   rdt[(b * S + ch.t0 + s) * H + h];
+          }
+          const int64_t r0 = t / fused::kRows * fused::kRows;
+          for (int64_t p = 0; p < P; ++p) {
+            const test::RunErrDot od = test::run_err_dot({}, Ct, 0, sim::Op::N, st + p * N, 0, sim::Op::T, 0, 0, N);
+            const RunErr off = test::run_err_split(od, RunErr(0), false, pc, p3, kN, how);
+            RunErr yd(0);
+            for (int64_t s0 = 0; s0 <= r0; s0 += tile) {
+              const int64_t n = std::min(tile, t + 1 - s0);  // m_s = 0 past t
+              const test::RunErrDot dd = test::run_err_dot({yd.v, yd.e}, m.data() + s0, 0, sim::Op::N,
+                                                           row(s0) + h * P + p, in.ld, sim::Op::N, 0, 0, n);
+              yd = test::run_err_split(dd, yd, true, p3, pc, tile, how);
+            }
+            const RunErr xv = row(t)[h * P + p];
+            y[(b * S + ch.t0 + t) * ldy + h * P + p] = (yd + sim::hd_exp(ac[t]) * off) + rD[h] * xv;
+          }
+        }
+      }
+    }
+  return y;
+}
+
+// The forward with the fused output kernel (EXMY_CUDA_SSD=fused) over every
+// shape: acs and the states are the block launches' (the CPU's bits in the
+// emulation, the budget on a device), y within the budget of two
+// algorithms (its RunErr bound and the CPU's); in the emulation also each
+// output within its own bound of the exact value. On a device a second run
+// gives the same bits.
+TEST(SsdFusedKernel, ForwardWithinBudget) {
+  EXMY_REQUIRE_CUDA();
+  for (const Case& c : cases()) {
+    const SsdDims& d = c.in.d;
+    ASSERT_TRUE(ssd_fused_applies(d)) << c.name;
+    const int64_t n = ssd_fused_forward_scratch(d);
+    const Forward k = run_forward(KERNEL(ssd_fused_forward), c, n);
+    const std::string what = "ssd forward fused " + c.name;
+    compare(k.acs, plain(c.f.acs), c.racs, what + " acs");
+    compare(k.st, plain(c.f.st), c.rst, what + " states");
+    compare_reordered(k.y, plain(c.f.y), fused_bound(c), c.ry, what + " y");
+    if (kOnDevice) expect_same(run_forward(KERNEL(ssd_fused_forward), c, n), k, what + ", run twice");
+  }
+}
+
+// A head wider than 64 or a state wider than 128 is refused before any
+// launch, in one line; the CUDA backend then keeps the block launches.
+TEST(SsdFusedKernel, RefusesWhatItDoesNotTake) {
+  EXMY_REQUIRE_CUDA();
+  for (const SsdDims d : {SsdDims{.heads = 2, .head_dim = 72, .groups = 1, .state = 16, .chunk = 8},
+                          SsdDims{.heads = 2, .head_dim = 16, .groups = 1, .state = 136, .chunk = 8}}) {
+    EXPECT_FALSE(ssd_fused_applies(d));
+    EXPECT_FALSE(ssd_fused_chosen(d));
+    try {
+      KERNEL(ssd_fused_forward)(nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr, nullptr,
+                                d, nullptr);
+      ADD_FAILURE() << "head_dim " << d.head_dim << ", state " << d.state << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("ssd_fused_forward: head_dim " + std::to_string(d.head_dim) + " and state " +
+                                           std::to_string(d.state) + " exceed the fused kernel's 64 and 128"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+#if defined(EXMY_TEST_EMULATED)
+// The fused kernel's staging, on the host, where the bound of its results is
+// too loose to see a piece: C's rows, the state entering the chunk, B's and
+// x's rows of a key tile as pieces that sum to the floats exactly (three,
+// or one for bfloat16 xBC), where the fragments read them (row stride and
+// piece stride of SsdFusedSmem), zeros past the chunk, the state and the
+// head; the rows' and keys' acs and the keys' dt, zeros past the chunk.
+double piece_sum(const uint16_t* p, int pieces, int64_t stride) {
+  double x = 0;
+  for (int i = 0; i < pieces; ++i) x += static_cast<double>(sim::bf16_value(p[i * stride]));
+  return x;
+}
+template <int kN, int kP>
+void check_staging(const Case& c) {
+  using Lay = SsdFusedSmem<kN, kP>;
+  const Inputs& in = c.in;
+  const SsdDims& d = in.d;
+  ASSERT_EQ(ssd_fused_state(d.state), kN);
+  ASSERT_EQ(ssd_fused_pieces(d), kP);
+  const float* x = in.xbc.data();
+  const SsdFusedArgs a{nullptr, c.f.acs.data(), c.f.st.data(), x, in.ld, x + in.xdim, x + in.xdim + in.gn,
+                       in.ld, in.dt.data(), in.D.data(), d};
+  const int64_t S = d.seqlen, H = d.heads, P = d.head_dim, N = d.state;
+  // the first chunk of the last batch row, its last row tile with rows, the last head
+  const int64_t bq = (d.batch - 1) * d.chunks(), h = H - 1;
+  const SsdFusedCta cta = ssd_fused_cta(d, (ssd_chunk_of(d, d.batch - 1, 0).len - 1) / fused::kRows, h, bq);
+  ASSERT_LT(cta.r0, cta.len) << c.name;
+  std::vector<uint16_t> sm(Lay::elems, 0xffff);
+  std::vector<float> f(Lay::floats, std::nanf(""));
+  const auto at = [&](int64_t t) { return (cta.b * S + cta.t0 + t) * in.ld; };  // row t of the chunk
+  for (int tid = 0; tid < fused::kThreads; ++tid) ssd_fused_stage_rows<kN, kP>(tid, a, cta, sm.data(), f.data());
+  for (int r = 0; r < fused::kRows; ++r) {
+    const bool row_in = cta.r0 + r < cta.len;
+    ASSERT_EQ(f[Lay::acs_rows + r], row_in ? c.f.acs[(cta.b * H + h) * S + cta.t0 + cta.r0 + r] : 0.0f) << r;
+    for (int n = 0; n < kN; ++n) {
+      const double cv = row_in && n < N ? x[at(cta.r0 + r) + in.xdim + in.gn + cta.g * N + n] : 0.0;
+      const double sv = r < P && n < N ? c.f.st[cta.e * P * N + r * N + n] : 0.0;
+      ASSERT_EQ(piece_sum(sm.data() + Lay::c_at + r * Lay::ld + n, kP, Lay::rows), cv) << c.name << " C " << r << " " << n;
+      ASSERT_EQ(piece_sum(sm.data() + Lay::u_at + r * Lay::ld + n, fused::kPPieces, Lay::rows), sv)
+          << c.name << " state " << r << " " << n;
+    }
+  }
+  const int64_t s0 = cta.r0;  // the diagonal tile: rows past the chunk
+  for (int tid = 0; tid < fused::kThreads; ++tid) ssd_fused_stage_keys<kN, kP>(tid, a, cta, s0, sm.data(), f.data());
+  for (int r = 0; r < fused::kKeys; ++r) {
+    const bool in_chunk = s0 + r < cta.len;
+    ASSERT_EQ(f[Lay::acs_keys + r], in_chunk ? c.f.acs[(cta.b * H + h) * S + cta.t0 + s0 + r] : 0.0f) << r;
+    ASSERT_EQ(f[Lay::dt_keys + r], in_chunk ? in.dt[(cta.b * S + cta.t0 + s0 + r) * H + h] : 0.0f) << r;
+    for (int n = 0; n < kN; ++n) {
+      const double bv = in_chunk && n < N ? x[at(s0 + r) + in.xdim + cta.g * N + n] : 0.0;
+      ASSERT_EQ(piece_sum(sm.data() + Lay::u_at + r * Lay::ld + n, kP, Lay::rows), bv) << c.name << " B " << r << " " << n;
+    }
+    for (int p = 0; p < kSsdFusedHead; ++p) {
+      const double xv = in_chunk && p < P ? x[at(s0 + r) + h * P + p] : 0.0;
+      ASSERT_EQ(piece_sum(sm.data() + Lay::x_at + r * Lay::ldx + p, kP, Lay::x_rows), xv) << c.name << " x " << r << " " << p;
+    }
+  }
+}
+TEST(SsdFusedKernel, StagesPiecesWhereTheFragmentsReadThem) {
+  int checked = 0;
+  for (const Case& c : cases())
+    ssd_fused_dispatch(c.in.d, [&]<int kN, int kP>() {
+      check_staging<kN, kP>(c);
+      ++checked;
+    });
+  EXPECT_EQ(checked, static_cast<int>(std::size(kShapes)));
+}
+#endif
+
 // The thread kernels (EXMY_CUDA_SSD=threads) within the device budget of
 // the CPU in both builds (their sums are NaiveGemm's, not Eigen's).
 TEST(SsdThreadKernels, ForwardWithinBudget) {
@@ -374,8 +552,8 @@ TEST(SsdThreadKernels, ScratchIsNoMoreThanTheItemKernels) {
 // for the device report; checked only for finite results).
 template <class Fwd, class Bwd>
 void time_sequence_4096(const char* family, Fwd fwd, Bwd bwd, int64_t scratch_floats(const SsdDims&),
-                        int64_t scratch_back(const SsdDims&)) {
-  const Shape s{1, 4096, 32, 64, 8, 128, 128};
+                        int64_t scratch_back(const SsdDims&), bool bf16 = false) {
+  const Shape s{1, 4096, 32, 64, 8, 128, 128, bf16};
   const Inputs in(s, 7);
   const SsdDims& d = in.d;
   Buffer kxbc(in.xbc), kdt(in.dt), kA(in.A_log), kD(in.D), kdy(in.dy), ky(Vec(in.ysize(), std::nanf(""))),
@@ -423,6 +601,17 @@ TEST(SsdBlockKernels, TimesSequence4096) {
       "blocks", ssd_blocks_forward_cuda, ssd_blocks_backward_cuda,
       [](const SsdDims& d) { return ssd_blocks_forward_scratch(d); },
       [](const SsdDims& d) { return ssd_blocks_backward_scratch(d); });
+}
+
+// The forward with the fused output kernel, fp32 and bfloat16 x, B, C (the
+// backward is the block launches').
+TEST(SsdFusedKernel, TimesSequence4096) {
+  EXMY_REQUIRE_CUDA();
+  for (const bool bf16 : {false, true})
+    time_sequence_4096(
+        bf16 ? "fused, bf16 xBC" : "fused", ssd_fused_forward_cuda, ssd_blocks_backward_cuda,
+        [](const SsdDims& d) { return ssd_fused_forward_scratch(d); },
+        [](const SsdDims& d) { return ssd_blocks_backward_scratch(d); }, bf16);
 }
 #endif
 
