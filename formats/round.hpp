@@ -36,7 +36,7 @@ enum class Round : uint8_t {
   stochastic_fastest,  // floor(delta * 2^n) + r >= 2^n
 };
 
-EXMY_HD bool is_stochastic(Round m) {
+EXMY_HD constexpr bool is_stochastic(Round m) {
   return m == Round::stochastic || m == Round::stochastic_fast || m == Round::stochastic_fastest;
 }
 

@@ -702,8 +702,7 @@ EXMY_HD void segment_random(const QuantPlan& p, uint64_t i0, uint32_t (&r)[BC]) 
 template <int BC, Round MODE, Arith ARITH>
 EXMY_HD uint32_t fp4_step_elements(const QuantPlan& p, const uint32_t* xb, int64_t i0, const CodeTable& e,
                                    uint32_t* q8, uint32_t* vh, ThrCounts& tc) {
-  constexpr bool kStochastic =
-      MODE == Round::stochastic || MODE == Round::stochastic_fast || MODE == Round::stochastic_fastest;
+  constexpr bool kStochastic = is_stochastic(MODE);
   uint32_t r[BC];
   if constexpr (kStochastic) {
     segment_random<BC>(p, static_cast<uint64_t>(i0), r);

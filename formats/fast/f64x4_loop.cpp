@@ -19,7 +19,7 @@ template <Round MODE, Arith ARITH>
 void f64x4_impl(const QuantPlan& p, const BlockConsts& c, const F64Block& vb, const float* x, int64_t i0, int64_t n,
                uint8_t* codes, float* values, RandomBits& rng, SpanCounts& cnt) {
   const Format& f = p.fe;
-  constexpr bool kSR = MODE == Round::stochastic || MODE == Round::stochastic_fast || MODE == Round::stochastic_fastest;
+  constexpr bool kSR = is_stochastic(MODE);
   const int h = kSR ? p.sr_bits : 0;
   const bool exact_arith = ARITH == Arith::exact;
   const bool check_v = exact_arith && !vb.r_exact;

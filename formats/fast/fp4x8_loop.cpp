@@ -68,7 +68,7 @@ template <Round MODE, Arith ARITH, bool kLanes>
 void fp4x8_impl(const QuantPlan& p, const Fp4Row& row, uint8_t* codes, float* values, RandomBits& rng,
                 SpanCounts& cnt) {
   const Format& f = p.fe;
-  constexpr bool kSR = MODE == Round::stochastic || MODE == Round::stochastic_fast || MODE == Round::stochastic_fastest;
+  constexpr bool kSR = is_stochastic(MODE);
   constexpr bool kExact = ARITH == Arith::exact;
   const int h = kSR ? p.sr_bits : 0;
   // Random words come 8 lanes at a time only from aligned starts.

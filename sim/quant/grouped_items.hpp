@@ -220,15 +220,26 @@ EXMY_HD float add_exact(float a, float b) {
 // outputs are random: branches would mispredict).
 // ---------------------------------------------------------------------------
 
+// The epilogue's alpha, the tensor decode scales' product: a value, or
+// where `at` is set the float there, read where the epilogue runs (on a
+// device the host never reads it: the tensor scales' alpha made there,
+// decode_alpha of sim/quant/quant_launches.hpp).
+struct GroupedAlpha {
+  float value = 1;
+  const float* at = nullptr;
+  EXMY_HD GroupedAlpha(float v = 1, const float* p = nullptr) : value(v), at(p) {}  // NOLINT: a float converts
+};
+
 struct GroupedEpilogue {
   bool grid = false, grid_pow2 = false;
   double d = 1, inv_d = 1;
   float alpha = 1;
+  const float* alpha_at = nullptr;
   GroupedEpilogue() = default;
-  // grid: d of RNE(d·c)/d (0: none); alpha: the tensor decode scales' product.
-  EXMY_HD GroupedEpilogue(int64_t grid_d, float a)
+  // grid: d of RNE(d·c)/d (0: none); a: the tensor decode scales' product.
+  EXMY_HD GroupedEpilogue(int64_t grid_d, GroupedAlpha a)
       : grid(grid_d > 0), grid_pow2((grid_d & (grid_d - 1)) == 0), d(static_cast<double>(grid_d)),
-        inv_d(1.0 / static_cast<double>(grid_d)), alpha(a) {}
+        inv_d(1.0 / static_cast<double>(grid_d)), alpha(a.value), alpha_at(a.at) {}
   EXMY_HD float operator()(float c) const {
     if (grid) {
       const double v = static_cast<double>(c) * d;  // exact: 24 + 31 bits
@@ -244,7 +255,7 @@ struct GroupedEpilogue {
       const float g = float_of((bits_of(r) & 0x7fffffffu) | (bits_of(c) & 0x80000000u)) + 0.0f;
       c = hd_fabs(c) <= FLT_MAX ? g : c;  // Inf and NaN pass through
     }
-    const float y = c * alpha;
+    const float y = c * (alpha_at ? *alpha_at : alpha);
     return y != y ? canonical_nan() : y;
   }
 };

@@ -70,7 +70,7 @@ inline int64_t grouped_gemm_scratch(int64_t M, int64_t N, int64_t K, const GemmM
   return mma > tiles ? mma : tiles;
 }
 
-inline GroupedParams grouped_params(const GemmModel& model, float alpha) {
+inline GroupedParams grouped_params(const GemmModel& model, GroupedAlpha alpha) {
   GroupedParams p;
   p.group = model.group;
   p.group_rtz = model.group_round == Round::rtz;
@@ -104,7 +104,7 @@ struct HostFloatGemm {
 // one rounding: the CPU's bits.
 template <class L, class Gemm>
 void grouped_gemm_launches(const L& launch, const Gemm& gemm, float* C, const double* A, const double* B, int64_t M,
-                           int64_t N, int64_t K, const GemmModel& model, float alpha, GroupRange* scratch,
+                           int64_t N, int64_t K, const GemmModel& model, GroupedAlpha alpha, GroupRange* scratch,
                            int64_t cap = kGroupedTileFloats) {
   if (M <= 0 || N <= 0) return;
   const GroupedParams p = grouped_params(model, alpha);

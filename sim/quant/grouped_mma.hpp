@@ -424,7 +424,7 @@ void grouped_mma_host(const MmaArgs& p) {
 // conversion and ranges, the tiles' ranges. Returns the kernel's arguments.
 template <class L>
 MmaArgs grouped_mma_prepare(const L& launch, float* C, const double* A, const double* B, int64_t M, int64_t N,
-                            int64_t K, const GemmModel& model, float alpha, GroupRange* scratch) {
+                            int64_t K, const GemmModel& model, GroupedAlpha alpha, GroupRange* scratch) {
   const MmaLayout l = grouped_mma_layout(M, N, K, model.group);
   const int64_t G = model.group;
   GroupRange* const ranges = scratch;

@@ -70,6 +70,10 @@ class CpuQuantOps final : public QuantOps {
                         const float* t_a, const float* t_b) override {
     gemm_bf16(C, A, B, M, N, K, tensor_decode_alpha(*t_a, *t_b));
   }
+  void grouped_gemm_scaled(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                           const GemmModel& model, const float* t_a, const float* t_b) override {
+    grouped_gemm(C, A, B, M, N, K, model, tensor_decode_alpha(*t_a, *t_b));
+  }
   double abs_max(const float* x, int64_t n) override { return quant::abs_max(x, n); }
   void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
                         OperandStats& st) override {

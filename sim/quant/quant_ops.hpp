@@ -56,6 +56,11 @@ class QuantOps {
                       int64_t cols) = 0;
   virtual void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
                             const GemmModel& model, float alpha) = 0;
+  // The same with alpha = tensor_decode_alpha(*t_a, *t_b), the two tensor
+  // scales in memory() (on a device made and read there, as for
+  // gemm_bf16_scaled).
+  virtual void grouped_gemm_scaled(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                                   const GemmModel& model, const float* t_a, const float* t_b) = 0;
   virtual void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                            const float* row_t_b) = 0;
   // The `fp32` model's GEMM in BF16 (RuntimeOptions::fp32_gemm = bf16): an

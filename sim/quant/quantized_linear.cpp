@@ -213,12 +213,12 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
     out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, r.blocks * qc.scale->code_bytes()), mem);
   out.stats = stats;
   // The info's amax and t are read by the statistics, a reference that
-  // records the amax, and the grouped GEMM and a BF16 GEMM with a row-scaled
-  // operand, which apply both operands' scales to their result on the
-  // host's word; another BF16 GEMM reads t where the ops run, and the sgemm
+  // records the amax, and a grouped or BF16 GEMM with a row-scaled operand,
+  // which apply both operands' scales to their result on the host's word;
+  // another grouped or BF16 GEMM reads t where the ops run, and the sgemm
   // GEMM's operands carry it already.
-  float* t_at = bf16 && !rows_gemm ? ensure(b.t, 1, mem) : nullptr;
-  r.info = ops.quantize(qc, hp, rows, cols, out, stats || need_amax || grouped || (bf16 && rows_gemm), t_at);
+  float* t_at = (bf16 || grouped) && !rows_gemm ? ensure(b.t, 1, mem) : nullptr;
+  r.info = ops.quantize(qc, hp, rows, cols, out, stats || need_amax || ((grouped || bf16) && rows_gemm), t_at);
   r.op.t_at = t_at;
   r.op.dq = out.values;
   r.op.t = r.info.t;
@@ -250,7 +250,7 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
       ops.grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, 1.0f);
       ops.outer_alpha(target, M, N, a.t, a.row_t, b.t, b.row_t);
     } else {
-      ops.grouped_gemm(target, a.enc, b.enc, M, N, K, gemm_, tensor_decode_alpha(a.t, b.t));
+      ops.grouped_gemm_scaled(target, a.enc, b.enc, M, N, K, gemm_, a.t_at, b.t_at);
     }
   } else if (a.bf16 && b.bf16) {  // the fp32 model in BF16: the tensor scales applied to the result
     if (a.row_t || b.row_t) {

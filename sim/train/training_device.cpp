@@ -64,6 +64,7 @@ class DeviceQuantOps : public sim::quant::QuantOps {
   sim::Memory& mem_;
   GroupedScratch scratch_;
   sim::quant::DeviceStats stats_;
+  sim::MemBuf<float> alpha_;  // gemm_bf16_scaled's and grouped_gemm_scaled's alpha, made where the ops run
 };
 
 // The quantized linears on cuda-emulated: the device's quantizer and small
@@ -108,6 +109,13 @@ class EmulatedQuantOps final : public DeviceQuantOps {
   void grouped_gemm(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
                     const sim::quant::GemmModel& model, float alpha) override {
     sim::quant::grouped_gemm_emulated(C, A, B, M, N, K, model, alpha, scratch_.get(mem_, M, N, K, model));
+  }
+  void grouped_gemm_scaled(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                           const sim::quant::GemmModel& model, const float* t_a, const float* t_b) override {
+    float* alpha = sim::quant::ensure(alpha_, 1, mem_);
+    sim::quant::decode_alpha_emulated(alpha, t_a, t_b);
+    sim::quant::grouped_gemm_emulated(C, A, B, M, N, K, model, sim::quant::GroupedAlpha(1.0f, alpha),
+                                      scratch_.get(mem_, M, N, K, model));
   }
   void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                    const float* row_t_b) override {
@@ -163,6 +171,13 @@ class CudaQuantOps final : public DeviceQuantOps {
                     const sim::quant::GemmModel& model, float alpha) override {
     sim::quant::grouped_gemm_cuda(C, A, B, M, N, K, model, alpha, scratch_.get(mem_, M, N, K, model));
   }
+  void grouped_gemm_scaled(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                           const sim::quant::GemmModel& model, const float* t_a, const float* t_b) override {
+    float* alpha = sim::quant::ensure(alpha_, 1, mem_);
+    sim::quant::decode_alpha_cuda(alpha, t_a, t_b);
+    sim::quant::grouped_gemm_cuda(C, A, B, M, N, K, model, sim::quant::GroupedAlpha(1.0f, alpha),
+                                  scratch_.get(mem_, M, N, K, model));
+  }
   void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                    const float* row_t_b) override {
     sim::quant::apply_outer_alpha_cuda(C, M, N, t_a, row_t_a, t_b, row_t_b);  // row_t in device memory
@@ -185,7 +200,6 @@ class CudaQuantOps final : public DeviceQuantOps {
  private:
   sim::CudaGemm& gemm_;
   CudaQuantizer quantizer_;
-  sim::MemBuf<float> alpha_;  // gemm_bf16_scaled's alpha, made on the device
 };
 #endif
 

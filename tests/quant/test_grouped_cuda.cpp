@@ -77,6 +77,12 @@ Vec check(const Doubles& A, const Doubles& B, int64_t M, int64_t N, int64_t K, c
   BufferOf<GroupRange> r(std::vector<GroupRange>(static_cast<size_t>(std::max<int64_t>(1, grouped_gemm_scratch(M, N, K, m)))));
   KERNEL(grouped_gemm)(c.ptr(), a.ptr(), b.ptr(), M, N, K, m, alpha, r.ptr());
   expect_bits(c.get(), want, what);
+  // alpha in the kernels' memory (GroupedAlpha::at: training's
+  // grouped_gemm_scaled, whose host never reads it), a decoy value beside it
+  BufferOf<float> at(Vec{alpha}), c2(Vec(want.size(), -1234.5f));
+  KERNEL(grouped_gemm)(c2.ptr(), a.ptr(), b.ptr(), M, N, K, m, GroupedAlpha(alpha == 2.0f ? 3.0f : 2.0f, at.ptr()),
+                       r.ptr());
+  expect_bits(c2.get(), want, what + " (alpha in memory)");
   return want;
 }
 

@@ -310,6 +310,10 @@ class NeedsRecorder final : public QuantOps {
                     float alpha) override {
     cpu.grouped_gemm(C, A, B, M, N, K, m, alpha);
   }
+  void grouped_gemm_scaled(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
+                           const GemmModel& m, const float* ta, const float* tb) override {
+    cpu.grouped_gemm_scaled(C, A, B, M, N, K, m, ta, tb);
+  }
   void outer_alpha(float* C, int64_t M, int64_t N, float ta, const float* ra, float tb, const float* rb) override {
     cpu.outer_alpha(C, M, N, ta, ra, tb, rb);
   }
@@ -337,11 +341,12 @@ class NeedsRecorder final : public QuantOps {
 };
 
 // Which quantization calls read their info (QuantOps::quantize's
-// need_info): with the sgemm GEMM or the BF16 GEMM (which reads t where
-// the ops run) and current references none do (a device's calls then need
-// not wait); statistics, the grouped model and the BF16 GEMM of row-scaled
-// operands (the tensor scales applied to the result from the host) and a
-// periodic reference's sampling step do; begin() checks what was deferred.
+// need_info): with the sgemm GEMM, the BF16 GEMM or the grouped model
+// (which read t where the ops run) and current references none do (a
+// device's calls then need not wait); statistics, the BF16 GEMM of
+// row-scaled operands (the tensor scales applied to the result from the
+// host) and a periodic reference's sampling step do; begin() checks what
+// was deferred.
 TEST(QuantizedLinear, CallsSayWhetherTheyReadTheirInfo) {
   struct Case {
     const char* recipe;
@@ -356,7 +361,7 @@ TEST(QuantizedLinear, CallsSayWhetherTheyReadTheirInfo) {
                        // every GEMM has a row-scaled operand: both operands' scales are read on the host
                        // (nvfp4-row-scaled's weights, per tensor, too)
                        Case{"nvfp4-row-scaled", Fp32Gemm::bf16, false, 1, true},
-                       Case{"nvfp4-no-rht-all-grouped", Fp32Gemm::sgemm, false, 1, true},
+                       Case{"nvfp4-no-rht-all-grouped", Fp32Gemm::sgemm, false, 1, false},  // (t read where the ops run)
                        // samples at step 1 (but wgrad-dy: the dY reference it shares with dgrad-dy holds
                        // what dgrad-dy sampled)
                        Case{"ue5m3-b16-fp32gemm", Fp32Gemm::sgemm, false, 1, true},

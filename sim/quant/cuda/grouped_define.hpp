@@ -14,7 +14,7 @@
 namespace exmy::sim::quant {
 
 void EXMY_CAT(grouped_gemm, EXMY_SUFFIX)(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
-                                         const GemmModel& model, float alpha, GroupRange* scratch) {
+                                         const GemmModel& model, GroupedAlpha alpha, GroupRange* scratch) {
   if (M > 0 && N > 0 && K > 0 && grouped_mma_applies(model) && !grouped_tiles_chosen()) {
     EXMY_MMA_RUN(grouped_mma_prepare(EXMY_LAUNCHER{}, C, A, B, M, N, K, model, alpha, scratch));
     return;

@@ -9,7 +9,8 @@
 //
 // grouped_gemm_*: C (M,N) from the encoded operands A (M,K) and B (N,K)
 // (encode_operand's doubles) with the model's groups, roundings, grid and
-// alpha, as sim::quant::grouped_gemm; `scratch` holds
+// alpha (a float, or one in the kernels' memory: GroupedAlpha), as
+// sim::quant::grouped_gemm; `scratch` holds
 // grouped_gemm_scratch(M, N, K, model) GroupRange (8 bytes each: the group
 // ranges and the float32 path's tiles, sim/quant/grouped_launches.hpp; none
 // when K <= 0).
@@ -33,7 +34,7 @@ namespace exmy::sim::quant {
 
 #define EXMY_GROUPED_KERNELS(suffix)                                                                                  \
   void grouped_gemm_##suffix(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,             \
-                             const GemmModel& model, float alpha, GroupRange* scratch);                               \
+                             const GemmModel& model, GroupedAlpha alpha, GroupRange* scratch);                        \
   void apply_outer_alpha_##suffix(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,        \
                                   const float* row_t_b);
 
