@@ -65,6 +65,13 @@ class DeviceQuantOps : public sim::quant::QuantOps {
   GroupedScratch scratch_;
   sim::quant::DeviceStats stats_;
   sim::MemBuf<float> alpha_;  // gemm_bf16_scaled's and grouped_gemm_scaled's alpha, made where the ops run
+
+  // That alpha from the two tensor scales, by the launcher's decode_alpha.
+  float* made_alpha(void (*decode_alpha)(float*, const float*, const float*), const float* t_a, const float* t_b) {
+    float* const alpha = sim::quant::ensure(alpha_, 1, mem_);
+    decode_alpha(alpha, t_a, t_b);
+    return alpha;
+  }
 };
 
 // The quantized linears on cuda-emulated: the device's quantizer and small
@@ -112,10 +119,8 @@ class EmulatedQuantOps final : public DeviceQuantOps {
   }
   void grouped_gemm_scaled(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
                            const sim::quant::GemmModel& model, const float* t_a, const float* t_b) override {
-    float* alpha = sim::quant::ensure(alpha_, 1, mem_);
-    sim::quant::decode_alpha_emulated(alpha, t_a, t_b);
-    sim::quant::grouped_gemm_emulated(C, A, B, M, N, K, model, sim::quant::GroupedAlpha(1.0f, alpha),
-                                      scratch_.get(mem_, M, N, K, model));
+    const float* alpha = made_alpha(sim::quant::decode_alpha_emulated, t_a, t_b);
+    sim::quant::grouped_gemm_emulated(C, A, B, M, N, K, model, {1.0f, alpha}, scratch_.get(mem_, M, N, K, model));
   }
   void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                    const float* row_t_b) override {
@@ -173,10 +178,8 @@ class CudaQuantOps final : public DeviceQuantOps {
   }
   void grouped_gemm_scaled(float* C, const double* A, const double* B, int64_t M, int64_t N, int64_t K,
                            const sim::quant::GemmModel& model, const float* t_a, const float* t_b) override {
-    float* alpha = sim::quant::ensure(alpha_, 1, mem_);
-    sim::quant::decode_alpha_cuda(alpha, t_a, t_b);
-    sim::quant::grouped_gemm_cuda(C, A, B, M, N, K, model, sim::quant::GroupedAlpha(1.0f, alpha),
-                                  scratch_.get(mem_, M, N, K, model));
+    const float* alpha = made_alpha(sim::quant::decode_alpha_cuda, t_a, t_b);
+    sim::quant::grouped_gemm_cuda(C, A, B, M, N, K, model, {1.0f, alpha}, scratch_.get(mem_, M, N, K, model));
   }
   void outer_alpha(float* C, int64_t M, int64_t N, float t_a, const float* row_t_a, float t_b,
                    const float* row_t_b) override {
@@ -192,8 +195,7 @@ class CudaQuantOps final : public DeviceQuantOps {
   }
   void gemm_bf16_scaled(float* C, const uint16_t* A, const uint16_t* B, int64_t M, int64_t N, int64_t K,
                         const float* t_a, const float* t_b) override {
-    float* alpha = sim::quant::ensure(alpha_, 1, mem_);
-    sim::quant::decode_alpha_cuda(alpha, t_a, t_b);
+    const float* alpha = made_alpha(sim::quant::decode_alpha_cuda, t_a, t_b);
     gemm_.run_device_alpha(C, N, A, K, sim::Op::N, B, K, sim::Op::T, M, N, K, sim::GemmOperands::bf16, alpha);
   }
 
