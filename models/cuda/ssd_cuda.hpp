@@ -108,7 +108,8 @@ inline bool ssd_threads_chosen() { return ssd_env() == "threads"; }
 inline bool ssd_fused_chosen(const SsdDims& d) { return ssd_env() == "fused" && ssd_fused_applies(d); }
 // The scratch (floats) the CUDA backend's scan asks for: the larger of the
 // forward's and the backward's of the family it runs (the emulated
-// backend runs the block launches and asks for the same). Inline: the
+// backend runs the block launches, or the fused forward, and asks for the
+// same). Inline: the
 // memory plan (models/mamba2.cpp) needs no kernels.
 inline int64_t ssd_device_scratch(const SsdDims& d) {
   if (ssd_threads_chosen()) return std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d));
