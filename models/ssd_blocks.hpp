@@ -223,9 +223,11 @@ void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm, T* y, T* acs
       const SsdChunk c = ssd_entry_chunk(d, e, H);
       if (t >= c.len) return;
       const int64_t row = c.b * S + c.t0 + t;
-      XDT[el * LP + t * P + p] = dt[row * H + h] * x[row * ldx + h * P + p];
+      T& xdt = XDT[el * LP + t * P + p];
+      xdt = dt[row * H + h] * x[row * ldx + h * P + p];
+      if (kFused) xdt *= W[(c.b * H + h) * S + c.t0 + t];  // weighed at once: no Yd reads it unweighed
     });
-    if (!kFused) {  // the diagonal blocks: the fused kernel forms them
+    if (!kFused) {  // the diagonal blocks (the fused kernel forms them), then XDT weighed
       gemm(ng, CB, Lm, LL, static_cast<const T*>(Cc + eg0 * LN), N, LN, sim::Op::N,
            static_cast<const T*>(Bc + eg0 * LN), N, LN, sim::Op::T, r.len, r.len, N, false);
       launch("ssd_forward m", nh * Lm * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
@@ -238,13 +240,13 @@ void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm, T* y, T* acs
       });
       gemm(nh, Yd + eh0 * LP, P, LP, static_cast<const T*>(M), Lm, LL, sim::Op::N, static_cast<const T*>(XDT), P, LP,
            sim::Op::N, r.len, P, r.len, false);
+      launch("ssd_forward weigh", nh * Lm * P, [=] EXMY_HD_LAMBDA(int64_t u) {
+        const int64_t el = u / (Lm * P), e = eh0 + el, t = (u / P) % Lm, h = e % H;
+        const SsdChunk c = ssd_entry_chunk(d, e, H);
+        if (t >= c.len) return;
+        XDT[el * LP + t * P + u % P] *= W[(c.b * H + h) * S + c.t0 + t];
+      });
     }
-    launch("ssd_forward weigh", nh * Lm * P, [=] EXMY_HD_LAMBDA(int64_t u) {
-      const int64_t el = u / (Lm * P), e = eh0 + el, t = (u / P) % Lm, h = e % H;
-      const SsdChunk c = ssd_entry_chunk(d, e, H);
-      if (t >= c.len) return;
-      XDT[el * LP + t * P + u % P] *= W[(c.b * H + h) * S + c.t0 + t];
-    });
     for (int64_t k = 0; k < hpg; ++k)
       gemm(ng, states + (eh0 + k) * PN, N, hpg * PN, static_cast<const T*>(XDT + k * LP), P, hpg * LP, sim::Op::T,
            static_cast<const T*>(Bc + eg0 * LN), N, LN, sim::Op::N, P, N, r.len, false);

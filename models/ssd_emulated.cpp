@@ -41,13 +41,11 @@ void ssd_fused_forward_emulated(float* y, float* acs, float* states, const float
                                 const float* Cm, int64_t ldbc, const float* dt, const float* A_log, const float* D,
                                 const SsdDims& d, float* scratch) {
   ssd_fused_require(d, "ssd_fused_forward");
-  const auto output = [](float* yo, const float* ac, const float* st, const float* xo, int64_t ldxo, const float* B,
-                         const float* C, int64_t ldbco, const float* dto, const float* Do, const SsdDims& dd) {
-    const SsdFusedArgs a{yo, ac, st, xo, ldxo, B, C, ldbco, dto, Do, dd};
-    ssd_fused_dispatch(dd, [&]<int kN, int kP>() { ssd_fused_output_host<kN, kP>(a); });
+  const auto host = [](const SsdFusedArgs& a) {
+    ssd_fused_dispatch(a.d, [&]<int kN, int kP>() { ssd_fused_output_host<kN, kP>(a); });
   };
   ssd_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, y, acs, states, x, ldx, Bm, Cm, ldbc, dt,
-                              A_log, D, d, scratch, kSsdSlabFloats, output);
+                              A_log, D, d, scratch, kSsdSlabFloats, SsdFusedOutput<decltype(host)>{host});
 }
 
 }  // namespace exmy::models

@@ -236,6 +236,18 @@ void ssd_fused_output_host(const SsdFusedArgs& a) {
       }
 }
 
+// The output functor ssd_blocks_forward_launches takes, from a runner of
+// the kernel on its arguments (run(const SsdFusedArgs&): the CUDA launch or
+// the host emulation).
+template <class Run>
+struct SsdFusedOutput {
+  Run run;
+  void operator()(float* y, const float* acs, const float* states, const float* x, int64_t ldx, const float* Bm,
+                  const float* Cm, int64_t ldbc, const float* dt, const float* D, const SsdDims& d) const {
+    run(SsdFusedArgs{y, acs, states, x, ldx, Bm, Cm, ldbc, dt, D, d});
+  }
+};
+
 // f.template operator()<kN, kP>() for d's state width and pieces.
 template <class F>
 void ssd_fused_dispatch(const SsdDims& d, F&& f) {

@@ -78,16 +78,14 @@ double ssd_fused_output_flops(const SsdDims& d) {
   return static_cast<double>(d.batch * d.seqlen * d.heads) * (2 * L * N / hpg + 2 * L * P + 2 * P * N);
 }
 
-// The block launches' output functor: the fused kernel's launch (a type at
-// namespace scope: nvcc takes no function-local type as a template argument
-// of a function with extended lambdas).
+// The fused kernel's launch, SsdFusedOutput's runner (a type at namespace
+// scope: nvcc takes no function-local type as a template argument of a
+// function with extended lambdas).
 struct FusedOutputLaunch {
-  void operator()(float* y, const float* acs, const float* states, const float* x, int64_t ldx, const float* Bm,
-                  const float* Cm, int64_t ldbc, const float* dt, const float* D, const SsdDims& d) const {
-    const SsdFusedArgs a{y, acs, states, x, ldx, Bm, Cm, ldbc, dt, D, d};
+  void operator()(const SsdFusedArgs& a) const {
     {
-      DeviceProfileScope timed("ssd_fused_output", ssd_fused_output_flops(d));
-      ssd_fused_dispatch(d, [&]<int kN, int kP>() { launch_ssd_fused_output<kN, kP>(a); });
+      DeviceProfileScope timed("ssd_fused_output", ssd_fused_output_flops(a.d));
+      ssd_fused_dispatch(a.d, [&]<int kN, int kP>() { launch_ssd_fused_output<kN, kP>(a); });
     }
     fused_sync("ssd_fused_output");
   }
@@ -102,7 +100,7 @@ void ssd_fused_forward_cuda(float* y, float* acs, float* states, const float* x,
   if (d.heads > 65535 || d.batch * d.chunks() > 65535)
     throw Error("ssd_fused_forward: the shape exceeds the kernel's grid");
   ssd_blocks_forward_launches(sim::DeviceLaunch{}, sim::DeviceBatchedGemm{}, y, acs, states, x, ldx, Bm, Cm, ldbc, dt,
-                              A_log, D, d, scratch, kSsdSlabFloats, FusedOutputLaunch{});
+                              A_log, D, d, scratch, kSsdSlabFloats, SsdFusedOutput<FusedOutputLaunch>{});
 }
 
 }  // namespace exmy::models
