@@ -87,10 +87,15 @@ EXMY_HD SumPartial segment_partial(const float* x, const float* xh, int64_t n) {
 // the complete subtrees of n's binary digits, largest first, and
 // S(p[0..n)) = T_0 + (T_1 + (... + T_last)) since h, the largest power of
 // two below n, is the size of T_0 (for n not a power of two).
-class SumTree {
+// P is any partial with an add_partials(P, P) (found by argument-dependent
+// lookup): SumPartial here, the GEMM statistics' partial in sim/quant.
+// Depth bounds the stack: 2^Depth - 1 pushes at most (a device thread that
+// pushes a group of kTreeGroup keeps a small one).
+template <class P, int Depth = 64>
+class PartialTree {
  public:
-  EXMY_HD void push(const SumPartial& p) {
-    SumPartial cur = p;
+  EXMY_HD void push(const P& p) {
+    P cur = p;
     int level = 0;
     while (depth_ > 0 && level_[depth_ - 1] == level) {
       cur = add_partials(stack_[depth_ - 1], cur);
@@ -102,24 +107,84 @@ class SumTree {
     ++depth_;
   }
   // S of everything pushed (zeros when nothing was).
-  EXMY_HD SumPartial result() const {
-    if (depth_ == 0) return SumPartial{};
-    SumPartial acc = stack_[depth_ - 1];
+  EXMY_HD P result() const {
+    if (depth_ == 0) return P{};
+    P acc = stack_[depth_ - 1];
     for (int k = depth_ - 2; k >= 0; --k) acc = add_partials(stack_[k], acc);
+    return acc;
+  }
+  // The same with `tail` (the sum of what follows the pushed partials in
+  // the list, formed apart) as the innermost term: T_0 + (... + (T_last +
+  // tail)), the tree of the whole list when the pushed ones are complete
+  // subtrees of sizes no smaller than the tail's (TreeLevels below).
+  EXMY_HD P result_with(const P& tail) const {
+    P acc = tail;
+    for (int k = depth_ - 1; k >= 0; --k) acc = add_partials(stack_[k], acc);
     return acc;
   }
 
  private:
-  SumPartial stack_[64];
-  int level_[64] = {};
+  P stack_[Depth];
+  int level_[Depth] = {};
   int depth_ = 0;
 };
 
+using SumTree = PartialTree<SumPartial>;
+
 // S(p[0..n)).
-EXMY_HD SumPartial tree_sum(const SumPartial* p, int64_t n) {
-  SumTree t;
+template <class P>
+EXMY_HD P tree_sum_of(const P* p, int64_t n) {
+  PartialTree<P> t;
   for (int64_t i = 0; i < n; ++i) t.push(p[i]);
   return t.result();
+}
+EXMY_HD SumPartial tree_sum(const SumPartial* p, int64_t n) { return tree_sum_of(p, n); }
+
+// The same tree level by level, for a device (one thread per group, one
+// launch per level). A level takes n items, each the sum of a complete
+// subtree of one size (the partials themselves at the first level), and a
+// tail, the sum of everything after them in the list (none at first).
+// Groups of kTreeGroup consecutive items: a full group's items sum to one
+// complete subtree, the next level's item g; the short last group (n not a
+// multiple of kTreeGroup) is pushed on a PartialTree and its result_with
+// the old tail is the new tail. Once n <= kTreeGroup, one group finishes
+// the tree with the same rule. Every addition is one PartialTree makes in
+// the same operand order, so the result equals tree_sum_of's bit for bit.
+inline constexpr int64_t kTreeGroup = 32;
+inline constexpr int kTreeGroupDepth = 6;  // the stack of at most kTreeGroup pushes
+
+template <class P>
+struct TreeTail {
+  P sum{};
+  int has = 0;
+};
+
+// Levels before the last: how many items the level after one of n has.
+EXMY_HD int64_t tree_level_items(int64_t n) { return n / kTreeGroup; }
+// Whether n items need a level before the final group.
+EXMY_HD bool tree_needs_level(int64_t n) { return n > kTreeGroup; }
+
+// Thread g of a level of n > kTreeGroup items in[]: out[g] for a full
+// group, the new *tail for the short one; threads: ceil(n / kTreeGroup).
+template <class P>
+EXMY_HD void tree_level_group(const P* in, int64_t n, int64_t g, P* out, TreeTail<P>* tail) {
+  const int64_t b = g * kTreeGroup, e = b + kTreeGroup < n ? b + kTreeGroup : n;
+  PartialTree<P, kTreeGroupDepth> t;
+  for (int64_t i = b; i < e; ++i) t.push(in[i]);
+  if (e - b == kTreeGroup) {
+    out[g] = t.result();
+  } else {
+    tail->sum = tail->has ? t.result_with(tail->sum) : t.result();
+    tail->has = 1;
+  }
+}
+
+// The last group (n <= kTreeGroup items): the tree's value.
+template <class P>
+EXMY_HD P tree_final(const P* in, int64_t n, const TreeTail<P>& tail) {
+  PartialTree<P, kTreeGroupDepth> t;
+  for (int64_t i = 0; i < n; ++i) t.push(in[i]);
+  return tail.has ? t.result_with(tail.sum) : t.result();
 }
 
 // The partial of segment `seg` of a tensor with `cols` columns.

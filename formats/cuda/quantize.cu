@@ -71,6 +71,7 @@
 #include "formats/quant_sums.hpp"
 #include "formats/spec.hpp"
 #include "formats/thresholds.hpp"
+#include "formats/tree_launches.hpp"
 
 namespace exmy {
 namespace {
@@ -1147,6 +1148,50 @@ void add_to_totals(Totals& t, const Counts& cnt) {
 
 constexpr unsigned long long kNoError = std::numeric_limits<unsigned long long>::max();
 
+// A call's statistics from its counters and the tree of its sum partials,
+// with its plan's reference and tensor scale (tensor_info's, and
+// QuantRecord's where the kernels ran).
+EXMY_HD void record_of(const unsigned long long* c, const SumPartial& sums, const QuantPlan& p, int64_t elements,
+                       int64_t nblocks, QuantRecord* r) {
+  QuantStats st;
+  st.elements = static_cast<uint64_t>(elements);
+  st.blocks = static_cast<uint64_t>(nblocks);
+  st.nonzero = c[kNonzero];
+  st.underflow = c[kUnderflow];
+  st.saturated = c[kSaturatedCount];
+  st.subnormal = c[kSubnormal];
+  st.scale_underflow = c[kScaleUnderflow];
+  st.scale_subnormal = c[kScaleSubnormal];
+  st.scale_saturated = c[kScaleSaturated];
+  st.scale_four = c[kScaleFour];
+  const SumPartial s = final_sums(sums);
+  st.sum_sq = s.sq;
+  st.sum_sq_err = s.sq_err;
+  st.sum_err = s.err;
+  st.sum_abs = s.abs;
+  r->stats = st;
+  r->amax = p.amax;
+  r->t = p.t;
+}
+
+// The launches that leave a call's record (QuantRecord) in its memory: the
+// segment partials (a thread per segment), the tree's levels and one
+// thread for the rest. a holds sum_segments(rows, cols) partials, b
+// tree_scratch_items of them; totals and plan are the call's.
+template <class L>
+void record_launches(const L& launch, const float* x, const float* values, int64_t rows, int64_t cols,
+                     int64_t nblocks, SumPartial* a, SumPartial* b, TreeTail<SumPartial>* tail,
+                     const unsigned long long* totals, const QuantPlan* plan, QuantRecord* record) {
+  int64_t n = sum_segments(rows, cols);
+  launch("quantize statistics sums", n,
+         [=] EXMY_HD_LAMBDA(int64_t i) { a[i] = tensor_segment_partial(x, values, cols, i); });
+  const SumPartial* last = tree_levels(launch, a, b, n, tail);
+  const int64_t m = n, elements = rows * cols;
+  launch("quantize statistics record", 1, [=] EXMY_HD_LAMBDA(int64_t) {
+    record_of(totals, tree_final(last, m, *tail), *plan, elements, nblocks, record);
+  });
+}
+
 // Row outer scales: what the rows reported, into an info that
 // detail::start_rows sized.
 void take_rows(const std::vector<RowScale>& rs, QuantInfo& info) {
@@ -1177,19 +1222,10 @@ QuantInfo tensor_info(const QuantPlan& p, bool by_row, QuantInfo info, const Tot
     info.block_grid_cols = (cols + p.bc - 1) / p.bc;
   }
   if (stats) {
-    QuantStats st;
-    st.elements = static_cast<uint64_t>(rows * cols);
-    st.blocks = static_cast<uint64_t>(nblocks);
-    st.nonzero = totals.c[kNonzero];
-    st.underflow = totals.c[kUnderflow];
-    st.saturated = totals.c[kSaturatedCount];
-    st.subnormal = totals.c[kSubnormal];
-    st.scale_underflow = totals.c[kScaleUnderflow];
-    st.scale_subnormal = totals.c[kScaleSubnormal];
-    st.scale_saturated = totals.c[kScaleSaturated];
-    st.scale_four = totals.c[kScaleFour];
-    detail::store_sums(tree_sum(partials.data(), static_cast<int64_t>(partials.size())), st);
-    *stats = st;
+    QuantRecord r;
+    record_of(totals.c, tree_sum(partials.data(), static_cast<int64_t>(partials.size())), p, rows * cols, nblocks,
+              &r);
+    *stats = r.stats;
   }
   return info;
 }
@@ -1214,6 +1250,8 @@ struct CudaQuantizer::Impl {
   DeviceBuffer<QuantPlan> plan{1};
   DeviceBuffer<float> values;  // when the caller asks for none but for statistics
   DeviceBuffer<SumPartial> partials;
+  DeviceBuffer<SumPartial> tree_b{1};  // the tree's second buffer (a record's)
+  DeviceBuffer<TreeTail<SumPartial>> tree_tail{1};
   DeviceBuffer<CodeTable> tables{kMaxScaleCodes};  // the threshold path's
   DeviceBuffer<uint8_t> table_use{kMaxScaleCodes};
   DeviceBuffer<detail::ScaleThr> scale_thr{1};  // the threshold path's scale-code thresholds
@@ -1268,7 +1306,7 @@ struct CudaQuantizer::Impl {
   }
 
   QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
-                bool wait = true, bool need_info = true, float* t_out = nullptr) {
+                bool wait = true, bool need_info = true, float* t_out = nullptr, QuantRecord* record = nullptr) {
     QuantPlan p = spec.plan();  // validates; throws exmy::Error
     const bool by_row = spec.outer == OuterScale::row;
     // Without statistics or row scales, and with a tensor amax the host
@@ -1292,7 +1330,7 @@ struct CudaQuantizer::Impl {
     }
     const int64_t nblocks = block_count(spec, rows, cols);
     float* vals = out.values;  // none written when the caller asks for none and no statistics
-    if (!vals && out.stats && n > 0) {
+    if (!vals && (out.stats || record) && n > 0) {
       values.reserve(static_cast<size_t>(n));
       vals = values.ptr;
     }
@@ -1344,7 +1382,7 @@ struct CudaQuantizer::Impl {
       rp = row_plans.ptr;
     }
     if (n > 0) {
-      const bool count = out.stats != nullptr;  // the counts feed only the statistics
+      const bool count = out.stats || record;  // the counts feed only the statistics
       const auto aligned = [](const void* ptr, uintptr_t to) { return reinterpret_cast<uintptr_t>(ptr) % to == 0; };
       const FastPath path = fast_path(spec, p, cols);
       if (path != FastPath::none && aligned(x, 16) && aligned(vals, 16) && aligned(out.codes, 4)) {
@@ -1386,6 +1424,14 @@ struct CudaQuantizer::Impl {
                                                    totals.ptr, first_error);
       }
       cuda_check(cudaGetLastError(), "quantize kernel launch");
+    }
+    if (record) {
+      const int64_t nparts = sum_segments(rows, cols);
+      partials.reserve(static_cast<size_t>(std::max<int64_t>(1, nparts)));
+      tree_b.reserve(static_cast<size_t>(tree_scratch_items(nparts)));
+      DeviceProfileScope timed("quantize statistics record");
+      record_launches(DeviceLaunch{}, x, vals, rows, cols, nblocks, partials.ptr, tree_b.ptr, tree_tail.ptr,
+                      totals.ptr, plan.ptr, record);
     }
     if (lazy) {
       const size_t k = pending.size();
@@ -1497,7 +1543,7 @@ void threshold_rows_emulated(const QuantPlan& p, const float* x, int64_t rows, i
 // another, the group's amax reduced as the shuffles would, the segment
 // kernel's threads one after another.
 QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t rows, int64_t cols,
-                            const QuantOutput& out) {
+                            const QuantOutput& out, QuantRecord* record) {
   QuantPlan p = spec.plan();  // validates; throws exmy::Error
   const bool by_row = spec.outer == OuterScale::row;
   QuantInfo info;
@@ -1508,7 +1554,7 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
   const float* x = transformed_input_emulated(spec, x_in, rows, cols, transformed);
   std::vector<float> own_values;  // (the statistics' sums read the values)
   float* values = out.values;
-  if (!values && out.stats) {
+  if (!values && (out.stats || record)) {
     own_values.resize(static_cast<size_t>(n));
     values = own_values.data();
   }
@@ -1578,6 +1624,13 @@ QuantInfo quantize_emulated(const QuantSpec& spec, const float* x_in, int64_t ro
   std::vector<SumPartial> partials(static_cast<size_t>(out.stats ? sum_segments(rows, cols) : 0));
   for (size_t i = 0; i < partials.size(); ++i)
     partials[i] = tensor_segment_partial(x, values, cols, static_cast<int64_t>(i));
+  if (record) {  // the device's launches, their threads one after another
+    const int64_t nparts = sum_segments(rows, cols);
+    std::vector<SumPartial> a(static_cast<size_t>(std::max<int64_t>(1, nparts)));
+    std::vector<SumPartial> b(static_cast<size_t>(tree_scratch_items(nparts)));
+    TreeTail<SumPartial> tail;
+    record_launches(HostLaunch{}, x, values, rows, cols, nblocks, a.data(), b.data(), &tail, t.c, &p, record);
+  }
   if (t.c[kCounters] != kNoError) {
     const int64_t i = static_cast<int64_t>(t.c[kCounters]);
     detail::throw_element_error(error_plan(p, by_row, info, i, cols), x, i, cols);
@@ -1620,11 +1673,11 @@ CudaQuantizer::CudaQuantizer() : impl_(std::make_unique<Impl>()) {}
 CudaQuantizer::~CudaQuantizer() = default;
 
 QuantInfo CudaQuantizer::run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
-                             const QuantOutput& out, bool wait, bool need_info, float* t_out) {
+                             const QuantOutput& out, bool wait, bool need_info, float* t_out, QuantRecord* record) {
   if (conventions_apply(spec))
     throw Error("CudaQuantizer: the code and dequantization conventions of other implementations are not "
                 "implemented on device tensors yet (quantize_cuda applies them on the host)");
-  return impl_->run(spec, x, rows, cols, out, wait, need_info, t_out);
+  return impl_->run(spec, x, rows, cols, out, wait, need_info, t_out, record);
 }
 
 void CudaQuantizer::check() { impl_->check(); }
@@ -1654,9 +1707,9 @@ detail::ScaleThr detail::scale_code_thresholds_cuda(const QuantPlan& p) {
 }
 
 QuantInfo quantize_cuda_emulated(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
-                                 const QuantOutput& out) {
+                                 const QuantOutput& out, QuantRecord* record) {
   return with_conventions(spec, x, rows, cols, out,
-                          [&](const QuantOutput& o) { return quantize_emulated(spec, x, rows, cols, o); });
+                          [&](const QuantOutput& o) { return quantize_emulated(spec, x, rows, cols, o, record); });
 }
 
 void apply_rht_cuda(const QuantSpec& spec, float* x_device, int64_t rows, int64_t cols) {

@@ -82,6 +82,22 @@ void cuda_select_device(int index);
 // next call that waits (which checks first). Other calls wait as before.
 // t_out (a device pointer, or null): where the call's tensor encode scale t
 // goes, on the device (for a GEMM whose epilogue applies it).
+//
+// record (a device pointer, or null): the call's statistics left on the
+// device instead of out.stats (which is then null): its QuantStats, made
+// there from the counters and the §5 tree of its sum partials
+// (formats/tree_launches.hpp), with the plan's reference amax and tensor
+// scale: the values a call that waits returns in out.stats and its
+// QuantInfo. Such a call need not wait (the conditions above, out.stats
+// being null), so a training step's statistics come to the host in one
+// copy at its end. With row outer scales the record's amax and t are the
+// call plan's (no tensor scale); the rows' are in the QuantInfo.
+struct QuantRecord {
+  QuantStats stats;
+  double amax = 0;  // the reference A (NaN: none)
+  float t = 1;      // the tensor encode scale
+};
+
 class CudaQuantizer {
  public:
   CudaQuantizer();
@@ -89,7 +105,7 @@ class CudaQuantizer {
   CudaQuantizer(const CudaQuantizer&) = delete;
   CudaQuantizer& operator=(const CudaQuantizer&) = delete;
   QuantInfo run(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
-                bool wait = true, bool need_info = true, float* t_out = nullptr);
+                bool wait = true, bool need_info = true, float* t_out = nullptr, QuantRecord* record = nullptr);
   // Throws the first unrepresentable element of the calls that did not
   // wait (in call order); waits for the device when there are any.
   void check();
@@ -105,8 +121,11 @@ class CudaQuantizer {
 // device needed. It checks the kernels' traversal, NaN-block, zero-scale and
 // statistics logic where no GPU is present; it does not check the device
 // compilation of the core, which only a device run can.
+// With `record` (host memory), the call's statistics go there as
+// CudaQuantizer::run leaves them on a device (out.stats may be null then),
+// formed by the same tree levels run on the host.
 QuantInfo quantize_cuda_emulated(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols,
-                                 const QuantOutput& out);
+                                 const QuantOutput& out, QuantRecord* record = nullptr);
 
 // The spec's random Hadamard transform (rht_size, rht_kind, rht_signs along
 // its block axis; spec.rht itself is not read, as for apply_rht) of x

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "formats/cuda/quantize_cuda.hpp"
+#include "formats/quant_sums.hpp"
 #include "formats/error.hpp"
 #include "formats/pack.hpp"
 #include "formats/conventions.hpp"
@@ -43,7 +44,9 @@ namespace exmy {
 namespace {
 
 #if defined(EXMY_TEST_EMULATED)
-constexpr auto kImpl = quantize_cuda_emulated;
+constexpr auto kImpl = [](const QuantSpec& spec, const float* x, int64_t rows, int64_t cols, const QuantOutput& out) {
+  return quantize_cuda_emulated(spec, x, rows, cols, out);
+};
 #define EXMY_REQUIRE_CUDA() \
   do {                      \
   } while (0)
@@ -1073,6 +1076,96 @@ TEST(CudaRandom, CodesWithoutValues) {
     EXPECT_EQ(scales, want.scales);
     EXPECT_EQ(bits_of(info.t), bits_of(want.info.t));
     EXPECT_EQ(info.row_t, want.info.row_t);
+  }
+}
+
+// A call's statistics left where its kernels ran (QuantRecord: a training
+// step's statistics, collected once at its end): the counts, the four sums
+// (the segment partials combined by the tree's levels, formats/
+// tree_launches.hpp), the reference amax and the tensor scale equal
+// quantize()'s bit for bit, on the paths (threshold rows and columns, FP4
+// step, general kernel, no scale), with current, given and no references,
+// the RHT, stochastic rounding, Inf and NaN sums, rows of more than one
+// segment and more partials than two tree levels take. On a device the
+// call does not wait (need_info false), and its info's amax and t are NaN
+// for a current reference while the record holds them.
+TEST(CudaRecord, StatisticsLeftWhereTheKernelsRanEqualQuantizes) {
+  EXMY_REQUIRE_CUDA();
+  struct Case {
+    const char *elem, *scale;
+    int br, bc;
+    int64_t rows, cols;
+    const char* what;
+  };
+  for (const Case c : {Case{"e2m1", "ue4m3", 1, 16, 48, 64, ""}, Case{"e2m1", "ue5m3", 16, 16, 64, 64, "given"},
+                       Case{"e2m1", "ue4m3", 16, 1, 32, 48, "none"}, Case{"e2m1", "ue8m0", 1, 32, 40, 96, "mx"},
+                       Case{"e4m3", "", 1, 1, 9, 33, ""}, Case{"e2m1", "ue4m3", 1, 16, 16, 64, "sr"},
+                       Case{"e2m1", "ue4m3", 1, 16, 16, 64, "rht"}, Case{"e2m1", "ue4m3", 1, 16, 3, 9000, "wide"},
+                       Case{"e2m1", "ue4m3", 1, 16, 1100, 16, "many"}, Case{"e5m2", "", 1, 1, 2, 5000, "inf"},
+                       Case{"e2m1", "ue4m3", 1, 16, 8, 64, "nan"}}) {
+    const std::string what = std::string(c.elem) + "/" + c.scale + " " + std::to_string(c.rows) + "x" +
+                             std::to_string(c.cols) + " " + c.what;
+    SCOPED_TRACE(what);
+    QuantSpec spec;
+    spec.elem = parse_format(c.elem);
+    if (*c.scale) spec.scale = parse_format(c.scale), spec.block_rows = c.br, spec.block_cols = c.bc;
+    spec.amax_kind = AmaxKind::current;
+    const std::string w = c.what;
+    std::vector<float> x = random_tensor(c.rows * c.cols, static_cast<uint64_t>(c.rows + c.cols), false);
+    if (w == "given") spec.amax_kind = AmaxKind::given, spec.amax_value = 2.5;
+    if (w == "none") spec.amax_kind = AmaxKind::none;
+    if (w == "mx") spec.rule = ScaleRule::mx_floor, spec.amax_kind = AmaxKind::none;
+    if (w == "sr") spec.round = Round::stochastic_fast, spec.sr_bits = 8, spec.seed = 3, spec.stream = 11;
+    if (w == "rht") spec.rht = true, spec.rht_size = 16, spec.seed = 5;
+    if (w == "inf") {  // overflow gives an infinite x-hat without saturation
+      spec.amax_kind = AmaxKind::none;
+      spec.saturate = false;
+      for (float& v : x) v = std::fmin(std::fmax(v, -1e4f), 1e4f);
+      x[7] = 1e6f;
+      x[6000] = -std::numeric_limits<float>::infinity();
+    }
+    if (w == "nan") spec.amax_kind = AmaxKind::given, spec.amax_value = std::nan("");
+    const RunOut want =
+        run(spec, c.rows, c.cols, [&](const QuantOutput& o) { return quantize(spec, x.data(), c.rows, c.cols, o, 1); });
+    QuantRecord rec;
+    rec.amax = -1;
+    QuantInfo info;
+    std::vector<uint8_t> codes(want.codes.size(), 0xAB);
+#if defined(EXMY_TEST_EMULATED)
+    info = quantize_cuda_emulated(spec, x.data(), c.rows, c.cols, QuantOutput{nullptr, codes.data(), nullptr, nullptr},
+                                  &rec);
+#else
+    {
+      CudaQuantizer q;
+      DeviceArray<float> dx(x);
+      DeviceArray<uint8_t> dc(codes);
+      DeviceArray<QuantRecord> dr(std::vector<QuantRecord>(1));
+      info = q.run(spec, dx.ptr, c.rows, c.cols, QuantOutput{nullptr, dc.ptr, nullptr, nullptr}, /*wait=*/false,
+                   /*need_info=*/false, nullptr, dr.ptr);
+      q.check();
+      rec = dr.get()[0];
+      codes = dc.get();
+      if (spec.amax_kind == AmaxKind::current) {
+        EXPECT_TRUE(std::isnan(info.amax));  // (the call did not wait)
+      }
+    }
+#endif
+    EXPECT_EQ(codes, want.codes);
+    RunOut got = want;
+    got.stats = rec.stats;
+    expect_same(got, want, what);
+    EXPECT_EQ(rec.stats, want.stats);
+    EXPECT_EQ(bits_of(rec.t), bits_of(want.info.t));
+    EXPECT_EQ(std::isnan(rec.amax), std::isnan(want.info.amax));
+    if (!std::isnan(want.info.amax)) {
+      EXPECT_EQ(rec.amax, want.info.amax);
+    }
+    if (w == "inf") {
+      EXPECT_TRUE(std::isinf(want.stats.sum_sq_err));  // the inputs reach what they test
+    }
+    if (w == "wide" || w == "many") {
+      EXPECT_GT(sum_segments(c.rows, c.cols), w == "many" ? 1024 : 2);
+    }
   }
 }
 

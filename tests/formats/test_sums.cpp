@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "formats/quant_sums.hpp"
+#include "formats/tree_launches.hpp"
 #include "formats/quantize.hpp"
 #include "formats/fast/loops.hpp"
 #include "formats/spec.hpp"
@@ -174,6 +175,38 @@ TEST(SumTree, EqualsTheRecursiveDefinition) {
   // the data distinguish the tree from a left-to-right sum
   EXPECT_GT(order_matters, 100);
   EXPECT_EQ(bits_of(tree_sum(nullptr, 0).sq), bits_of(0.0));
+}
+
+// The tree level by level (formats/tree_launches.hpp, as a device runs it:
+// a thread per group, a launch per level, here with the host's launcher)
+// against the recursion, for lengths around the group size's powers, with
+// and without short groups at each level.
+TEST(SumTree, LevelsEqualTheRecursiveDefinition) {
+  test::Rng rng(32);
+  std::vector<int64_t> lengths = {0, 1, 2, 31, 32, 33, 63, 64, 65, 100, 1023, 1024, 1025, 32 * 32 + 31,
+                                  32 * 32 * 32, 32 * 32 * 32 + 1, 32 * 32 * 33 + 37 * 32 + 5};
+  for (int k = 0; k < 20; ++k) lengths.push_back(rng.range(2, 40000));
+  for (const int64_t n : lengths) {
+    std::vector<Four> p(static_cast<size_t>(n));
+    std::vector<SumPartial> a(static_cast<size_t>(std::max<int64_t>(1, n)));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int k = 0; k < 4; ++k)
+        p[static_cast<size_t>(i)].v[k] =
+            (rng.coin() ? -1.0 : 1.0) * std::ldexp(1.0 + rng.uniform(), static_cast<int>(rng.range(-30, 30)));
+      const Four& f = p[static_cast<size_t>(i)];
+      a[static_cast<size_t>(i)] = SumPartial{f.v[0], f.v[1], f.v[2], f.v[3], false};
+    }
+    std::vector<SumPartial> b(static_cast<size_t>(tree_scratch_items(n)));
+    TreeTail<SumPartial> tail;  // (the levels start it: what it holds before must not count)
+    tail.sum = SumPartial{1e300, 1e300, 1e300, 1e300, true};
+    tail.has = 7;
+    int64_t m = n;
+    const SumPartial* last = tree_levels(HostLaunch{}, a.data(), b.data(), m, &tail);
+    ASSERT_LE(m, kTreeGroup);
+    const SumPartial got = tree_final(last, m, tail);
+    const Four want = n > 0 ? tree(p, 0, p.size()) : Four{};
+    EXPECT_TRUE(same(Four{{got.sq, got.sq_err, got.err, got.abs}}, want)) << "n = " << n;
+  }
 }
 
 // The lane kernels of the fast path (four lanes, and eight with AVX-512)
