@@ -13,6 +13,7 @@
 
 #include "formats/format.hpp"
 #include "formats/quantize.hpp"
+#include "formats/tree_launches.hpp"
 #include "sim/bf16.hpp"
 #include "sim/kernel_launch.hpp"
 #include "sim/quant/stats_items.hpp"
@@ -209,6 +210,21 @@ void gather_columns_launches(const L& launch, float* dst, const float* src, int6
   });
 }
 
+// The GEMM statistics' sums of the compared rows got and ref (R, N) into
+// *out, in sim/quant/stats_items.hpp's order: a thread per segment's
+// partial (into a), the tree's levels (through b and *tail;
+// formats/tree_launches.hpp) and one thread for the last group.
+template <class L>
+void gemm_sums_launches(const L& launch, GemmPartial* out, const float* got, const float* ref, int64_t R, int64_t N,
+                        GemmPartial* a, GemmPartial* b, TreeTail<GemmPartial>* tail) {
+  int64_t n = N > 0 ? R * gemm_segments_per_row(N) : 0;
+  const GemmRows rows{got, ref, nullptr, N};
+  launch("gemm statistics sums", n, [=] EXMY_HD_LAMBDA(int64_t k) { a[k] = gemm_segment_partial(rows, N, k); });
+  const GemmPartial* last = tree_levels(launch, a, b, n, tail);
+  const int64_t m = n;
+  launch("gemm statistics record", 1, [=] EXMY_HD_LAMBDA(int64_t) { *out = tree_final(last, m, *tail); });
+}
+
 // One launcher's statistics kernels (the *_emulated or *_cuda entry points
 // below), for sim/quant/device_stats.hpp, which runs them on a device's
 // memory and brings the small results to the host.
@@ -220,6 +236,8 @@ struct StatsKernels {
   void (*sum_parts)(uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins);
   void (*gather_rows)(float* dst, const float* src, int64_t ld, int64_t M, int64_t R);
   void (*gather_columns)(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R);
+  void (*gemm_sums)(GemmPartial* out, const float* got, const float* ref, int64_t R, int64_t N, GemmPartial* a,
+                    GemmPartial* b, TreeTail<GemmPartial>* tail);
 };
 
 #define EXMY_QUANT_KERNELS(suffix)                                                          \
@@ -238,6 +256,8 @@ struct StatsKernels {
   void sum_parts_##suffix(uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins);               \
   void gather_rows_##suffix(float* dst, const float* src, int64_t ld, int64_t M, int64_t R);                  \
   void gather_columns_##suffix(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R);          \
+  void gemm_sums_##suffix(GemmPartial* out, const float* got, const float* ref, int64_t R, int64_t N,          \
+                          GemmPartial* a, GemmPartial* b, TreeTail<GemmPartial>* tail);                        \
   StatsKernels stats_kernels_##suffix();
 
 EXMY_QUANT_KERNELS(emulated)

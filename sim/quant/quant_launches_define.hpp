@@ -47,10 +47,15 @@ void EXMY_CAT(gather_rows, EXMY_SUFFIX)(float* dst, const float* src, int64_t ld
 void EXMY_CAT(gather_columns, EXMY_SUFFIX)(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R) {
   gather_columns_launches(EXMY_LAUNCHER{}, dst, src, rows, cols, R);
 }
+void EXMY_CAT(gemm_sums, EXMY_SUFFIX)(GemmPartial* out, const float* got, const float* ref, int64_t R, int64_t N,
+                                      GemmPartial* a, GemmPartial* b, TreeTail<GemmPartial>* tail) {
+  gemm_sums_launches(EXMY_LAUNCHER{}, out, got, ref, R, N, a, b, tail);
+}
 StatsKernels EXMY_CAT(stats_kernels, EXMY_SUFFIX)() {
   return {EXMY_CAT(max_abs_bits, EXMY_SUFFIX), EXMY_CAT(count_codes, EXMY_SUFFIX),
           EXMY_CAT(count_ranges, EXMY_SUFFIX), EXMY_CAT(sum_parts, EXMY_SUFFIX),
-          EXMY_CAT(gather_rows, EXMY_SUFFIX),  EXMY_CAT(gather_columns, EXMY_SUFFIX)};
+          EXMY_CAT(gather_rows, EXMY_SUFFIX),  EXMY_CAT(gather_columns, EXMY_SUFFIX),
+          EXMY_CAT(gemm_sums, EXMY_SUFFIX)};
 }
 
 }  // namespace exmy::sim::quant

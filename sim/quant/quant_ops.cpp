@@ -18,6 +18,24 @@
 
 namespace exmy::sim::quant {
 
+QuantInfo QuantOps::quantize_recorded(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
+                                      const QuantOutput& out, bool, float* t_out, OperandStats& os) {
+  QuantOutput o = out;
+  o.stats = &os.q;
+  const QuantInfo info = quantize(q, x, rows, cols, o, true, t_out);
+  os.reference = info.amax;
+  os.tensor_scale = info.t;
+  return info;
+}
+
+void QuantOps::compare_rows(const float* got, int64_t got_rows, const float* ref, int64_t N,
+                            const std::vector<int64_t>& rows, GemmStats* dst) {
+  const int64_t R = rows.empty() ? got_rows : static_cast<int64_t>(rows.size());
+  std::vector<float> got_host, ref_host;
+  *dst = compare_gemm(host_view(memory(), got, got_rows * N, got_host), host_view(memory(), ref, R * N, ref_host),
+                      got_rows, N, rows);
+}
+
 namespace {
 
 class CpuQuantOps final : public QuantOps {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "formats/quantize.hpp"
 #include "sim/gemm.hpp"  // Op
@@ -79,12 +80,35 @@ class QuantOps {
                                 const float* t_a, const float* t_b) = 0;
 
   // --- statistics (tensors in memory(), results on the host) ---
-  // max|x| over n elements, NaN when one is NaN (stats.hpp's abs_max).
+  //
+  // A statistics step's results may arrive later: on ops whose
+  // defers_stats() is true (a device's), the calls marked "later" leave
+  // their results where the ops run and fill the host locations they were
+  // given at collect_stats(), in one copy and one wait for all of them (so
+  // a statistics step waits once, not a few thousand times); those
+  // locations must stay valid until then. On the CPU they fill them at once.
+  virtual bool defers_stats() const { return false; }
+  virtual void collect_stats() {}
+  // quantize() with the call's statistics into os.q, its reference amax
+  // into os.reference and its tensor scale into os.tensor_scale (later;
+  // out.stats is not read). A device fills them later only where the call
+  // need not wait otherwise: need_info false and no row outer scales.
+  virtual QuantInfo quantize_recorded(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
+                                      const QuantOutput& out, bool need_info, float* t_out, OperandStats& os);
+  // max|x| over n elements, NaN when one is NaN (stats.hpp's abs_max): at
+  // once, and into *dst (later).
   virtual double abs_max(const float* x, int64_t n) = 0;
-  // stats.hpp's add_block_ranges and ScaleCodeTable::add, counts into st.
+  virtual void abs_max_later(const float* x, int64_t n, double* dst) { *dst = abs_max(x, n); }
+  // stats.hpp's add_block_ranges and ScaleCodeTable::add, counts into st
+  // (later).
   virtual void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
                                 OperandStats& st) = 0;
   virtual void add_scale_codes(const ScaleCodeTable& table, const void* codes, int64_t blocks, OperandStats& st) = 0;
+  // *dst = compare_gemm(got, ref, got_rows, N, rows) (stats.hpp) of got
+  // (got_rows, N) and ref (R, N) in memory(), R = rows.size() or got_rows
+  // when rows is empty (later). A device takes got compact (rows empty).
+  virtual void compare_rows(const float* got, int64_t got_rows, const float* ref, int64_t N,
+                            const std::vector<int64_t>& rows, GemmStats* dst);
   // The GEMM statistics' sampled operand rows (sampled_row(i, M, R) of
   // sim/quant/stats_items.hpp, i < R): dst (R, ld) = those rows of src
   // (M, ld), and dst (R, rows) = those columns of src (rows, cols).

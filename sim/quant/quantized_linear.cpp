@@ -20,6 +20,46 @@ void QuantRuntime::begin(const StepContext& ctx) {
   ctx_ = ctx;
 }
 
+void QuantRuntime::finish() {
+  if (!records_.empty()) {
+    try {
+      ops_->collect_stats();
+    } catch (...) {
+      records_.clear();
+      throw;
+    }
+    hand_records();
+  }
+  ops_->check_deferred();
+}
+
+QuantRuntime::Record& QuantRuntime::open_record(const CallKey& key, bool gemm) {
+  Record& r = records_.emplace_back();
+  r.key = key;
+  r.gemm = gemm;
+  return r;
+}
+
+void QuantRuntime::close_record(Record& r) {
+  r.closed = true;
+  if (!ops_->defers_stats()) hand_records();
+}
+
+void QuantRuntime::hand_records() {
+  std::deque<Record> records = std::move(records_);
+  records_.clear();
+  if (!stats_) return;
+  for (Record& r : records) {
+    if (!r.closed) continue;  // (a call that threw before its record was complete)
+    if (r.gemm) {
+      stats_->record_gemm(r.key, r.gemm_stats);
+    } else {
+      if (r.amax_is_reference) r.operand.amax = r.operand.reference;
+      stats_->record_operand(r.key, r.operand);
+    }
+  }
+}
+
 namespace {
 
 // How GEMM g of a linear with these role specs runs: the fp32 model in BF16
@@ -146,32 +186,36 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
   decided_[ri] = Decided{true, ctx.step, ctx.micro_batch, q};
   const Gemm g = role_gemm(role);
   CaptureSink* cap = ctx.capture ? rt_->capture_sink() : nullptr;
-  if (cap) cap->capture(key(g, role), q, host_view(ops.memory(), hp, n, rt_->scratch().host[0]), rows, cols);
+  if (cap) cap->capture(key(g, role), q, host_view(ops.memory(), hp, n, rt_->scratch().host), rows, cols);
 
   StatsSink* sink = ctx.stats ? rt_->stats_sink() : nullptr;
-  QuantStats qs;
-  const Quantized r = quantize_decided(q, hp, rows, cols, b, sink ? &qs : nullptr, g, ref.takes_amax(rs.reference));
+  QuantRuntime::Record* rec = sink ? &rt_->open_record(key(g, role), false) : nullptr;
+  OperandStats* os = rec ? &rec->operand : nullptr;
+  const Quantized r = quantize_decided(q, hp, rows, cols, b, os, g, ref.takes_amax(rs.reference));
 
   // The operand's amax: `current` calls measured it as their reference; the
-  // others need it for the statistics or a delayed history, and the CPU
-  // path measures it anyway in its block-amax pass. (On a device, a
-  // reduction there: only its result comes to the host.)
+  // others need it for a delayed history or row outer scales (at once), or
+  // for the statistics (later, where the ops defer them), and the CPU path
+  // measures it anyway in its block-amax pass. (On a device, a reduction
+  // there: only its result comes to the host.)
+  const bool measured = !by_row && use.kind == AmaxKind::current;
+  const bool amax_now = by_row || ReferenceState::needs_amax(rs.reference);
   double amax = r.info.amax;
-  if ((by_row || use.kind != AmaxKind::current) && (sink || ReferenceState::needs_amax(rs.reference) || by_row))
-    amax = r.info.abs_max ? *r.info.abs_max : ops.abs_max(r.hp, n);
+  if (!measured && amax_now) amax = r.info.abs_max ? *r.info.abs_max : ops.abs_max(r.hp, n);
   ref.end_call(rs.reference, ctx.step, amax, by_row ? &r.info.row_abs_max : nullptr);
 
-  if (sink) {
-    OperandStats os;
-    os.q = qs;
-    os.amax = amax;
-    os.reference = r.info.amax;
-    os.tensor_scale = r.info.t;
+  if (rec) {
+    if (measured)
+      rec->amax_is_reference = true;
+    else if (amax_now)
+      os->amax = amax;
+    else
+      ops.abs_max_later(r.hp, n, &os->amax);
     if (q.scale) {  // counted where the tensors live (on a device: only the counts come to the host)
-      ops.add_scale_codes(scale_tables_[ri], b.scale_codes.data(), r.blocks, os);
-      ops.add_block_ranges(r.hp, rows, cols, q.block_rows, q.block_cols, os);
+      ops.add_scale_codes(scale_tables_[ri], b.scale_codes.data(), r.blocks, *os);
+      ops.add_block_ranges(r.hp, rows, cols, q.block_rows, q.block_cols, *os);
     }
-    sink->record_operand(key(g, role), os);
+    rt_->close_record(*rec);
   }
   return r.op;
 }
@@ -184,7 +228,7 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
 // calls it alone.
 QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q, const float* hp, int64_t rows,
                                                              int64_t cols, QuantRuntime::OperandBuffers& b,
-                                                             QuantStats* stats, Gemm g, bool need_amax) {
+                                                             OperandStats* stats, Gemm g, bool need_amax) {
   const bool bf16 = bf16_gemm_[static_cast<size_t>(g)], rows_gemm = row_gemm_[static_cast<size_t>(g)];
   const int64_t n = rows * cols;
   QuantOps& ops = rt_->ops();
@@ -211,14 +255,16 @@ QuantizedLinear::Quantized QuantizedLinear::quantize_decided(const QuantSpec& q,
   if (grouped || bf16) out.codes = ensure(b.codes, n * qc.elem.code_bytes(), mem);
   if ((grouped || bf16 || stats) && qc.scale)
     out.scale_codes = ensure(b.scale_codes, std::max<int64_t>(1, r.blocks * qc.scale->code_bytes()), mem);
-  out.stats = stats;
-  // The info's amax and t are read by the statistics, a reference that
-  // records the amax, and a grouped or BF16 GEMM with a row-scaled operand,
-  // which apply both operands' scales to their result on the host's word;
-  // another grouped or BF16 GEMM reads t where the ops run, and the sgemm
-  // GEMM's operands carry it already.
+  // The info's amax and t are read by a reference that records the amax,
+  // and a grouped or BF16 GEMM with a row-scaled operand, which apply both
+  // operands' scales to their result on the host's word; another grouped
+  // or BF16 GEMM reads t where the ops run, and the sgemm GEMM's operands
+  // carry it already. The statistics take theirs with the call's
+  // (quantize_recorded: on a device, later).
   float* t_at = (bf16 || grouped) && !rows_gemm ? ensure(b.t, 1, mem) : nullptr;
-  r.info = ops.quantize(qc, hp, rows, cols, out, stats || need_amax || ((grouped || bf16) && rows_gemm), t_at);
+  const bool need_info = need_amax || ((grouped || bf16) && rows_gemm);
+  r.info = stats ? ops.quantize_recorded(qc, hp, rows, cols, out, need_info, t_at, *stats)
+                 : ops.quantize(qc, hp, rows, cols, out, need_info, t_at);
   r.op.t_at = t_at;
   r.op.dq = out.values;
   r.op.t = r.info.t;
@@ -297,7 +343,7 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
       case Gemm::wgrad: ops.gemm(ref, in, left, ld, Op::N, X, in, Op::N, R, in, tokens); break;
     }
     // ŷ's compared rows: read in place on the host; on a device, gathered
-    // there so that only R x N floats cross (compared as rows 0..R-1).
+    // there (compared as rows 0..R-1) and compared there.
     const float* got = target;
     int64_t got_rows = M;
     if (!mem.on_host() && R < M) {
@@ -306,10 +352,9 @@ void QuantizedLinear::run_gemm(Gemm g, const Operand& a, const Operand& b, int64
       got = gr;
       got_rows = R;
     }
-    const float* got_host = host_view(mem, got, got_rows * N, s.host[1]);
-    const float* ref_host = host_view(mem, static_cast<const float*>(ref), R * N, s.host[2]);
-    sink->record_gemm(key(g, gemm_roles(g)[0]),
-                      compare_gemm(got_host, ref_host, got_rows, N, got_rows == M ? rows : std::vector<int64_t>{}));
+    QuantRuntime::Record& rec = rt_->open_record(key(g, gemm_roles(g)[0]), true);
+    ops.compare_rows(got, got_rows, ref, N, got_rows == M ? rows : std::vector<int64_t>{}, &rec.gemm_stats);
+    rt_->close_record(rec);
   }
   if (accumulate) ops.add(dst, target, M * N);
 }
@@ -356,6 +401,10 @@ double quant_scratch_bytes(const Recipe& recipe, int64_t num_blocks, const std::
     double sum() const { return hp + dq + codes + scale_codes + enc + bf16 + t + row_t; }
   } side[2];
   double out = 0, ref = 0, gather = 0, ranges = 0;
+  // On a device, statistics results wait in a ledger until the micro-batch
+  // ends (sim/quant/device_stats.hpp): all calls' at once, a quarter more
+  // after its first collect; and the GEMM comparison's segment partials.
+  double ledger = 0, gemm_parts = 0;
   const bool grouped = recipe.gemm.kind == GemmModel::Kind::grouped;
   const auto up = [](double& v, double bytes) { v = std::max(v, bytes); };
   const auto sampled = [&](int64_t M) {  // the rows compared (sample_rows: all when the request is 0 or >= M)
@@ -387,6 +436,11 @@ double quant_scratch_bytes(const Recipe& recipe, int64_t num_blocks, const std::
       if (bf) up(b.bf16, 2 * n);
       if (bf && !path.rows) up(b.t, 4);
       if (row) up(b.row_t, 4.0 * static_cast<double>(rows));
+      if (stats) {  // amax partials, range counts, scale-code counts, the quantizer's record (rounded up)
+        const int cb = rs.q.scale ? rs.q.scale->code_bytes() : 0;
+        const double codes = cb > 0 && cb <= 2 ? 8.0 * (1 << (8 * cb)) : 0;
+        ledger += 4 * 256 + 8 * kRangeHistBins + codes + 256;
+      }
     };
     call(Role::fprop_x, 0, tokens, in, false);
     call(Role::fprop_w, 1, o, in, false);
@@ -403,12 +457,15 @@ double quant_scratch_bytes(const Recipe& recipe, int64_t num_blocks, const std::
                                        static_cast<int64_t>(sizeof(GroupRange))));
     if (stats) {
       const int64_t rf = sampled(tokens), rw = sampled(o);
+      ledger += 3 * 64;
+      const auto segs = [](int64_t R, int64_t N) { return static_cast<double>(R * gemm_segments_per_row(N)); };
+      up(gemm_parts, static_cast<double>(sizeof(GemmPartial)) * std::max({segs(rf, o), segs(rf, in), segs(rw, in)}));
       up(ref, 4.0 * static_cast<double>(std::max({rf * o, rf * in, rw * in})));
       up(gather, 4.0 * static_cast<double>(std::max({rf < tokens ? rf * in : 0, rf < tokens ? rf * o : 0,
                                                      rw * tokens})));
     }
   }
-  return side[0].sum() + side[1].sum() + out + ref + gather + ranges;
+  return side[0].sum() + side[1].sum() + out + ref + gather + ranges + std::ceil(1.25 * ledger) + gemm_parts;
 }
 
 // ---------------------------------------------------------------------------

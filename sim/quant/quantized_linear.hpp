@@ -30,6 +30,7 @@
 #pragma once
 
 #include <array>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -76,11 +77,14 @@ class QuantRuntime {
   // Sets the context of the calls that follow. Throws exmy::Error for a step
   // < 1 or a negative micro-batch.
   void begin(const StepContext& ctx);
-  // Throws what the ops' calls that did not wait left to report (an
-  // unrepresentable element; QuantOps::check_deferred): the trainer calls
-  // it after each micro-batch's backward, before the gradients are used;
-  // begin() calls it too.
-  void finish() { ops_->check_deferred(); }
+  // Brings the statistics the ops left where they run to the host
+  // (QuantOps::collect_stats: one copy, one wait) and hands every complete
+  // record to the stats sink in call order; then throws what the ops' calls
+  // that did not wait left to report (an unrepresentable element;
+  // QuantOps::check_deferred). The trainer calls it after each
+  // micro-batch's backward, before the gradients are used; begin() calls
+  // it too.
+  void finish();
   const StepContext& context() const { return ctx_; }
   const RuntimeOptions& options() const { return opt_; }
 
@@ -96,8 +100,7 @@ class QuantRuntime {
 
   // Scratch shared by the linears (implementation detail).
   // In ops().memory(): every MemBuf (row_t included); on the host: the
-  // copies of what the host reads from a device (captures, the GEMM
-  // statistics' rows).
+  // copy of what the host reads from a device (captures).
   struct OperandBuffers {
     MemBuf<float> hp;  // transposed and/or RHT'd high-precision operand
     MemBuf<float> dq;  // decoded operand
@@ -111,12 +114,29 @@ class QuantRuntime {
     OperandBuffers side[2];
     MemBuf<float> out;
     MemBuf<float> ref, gather, got;  // the GEMM statistics' reference, sampled operand rows, sampled output rows
-    std::vector<float> host[3];      // copies from a device: the captured operand, got and ref
+    std::vector<float> host;         // a copy from a device: the captured operand
     bool busy = false;
   };
   Scratch& scratch() { return scratch_; }
 
+  // A statistics record of one call (implementation detail): the linear
+  // fills it through its ops (at once, or on ops that defer statistics at
+  // finish()) and closes it; closed records reach the sink in call order,
+  // at close on ops that fill at once, at finish() otherwise.
+  struct Record {
+    CallKey key;
+    bool gemm = false;
+    bool amax_is_reference = false;  // a `current` call: its amax is the reference it measured
+    bool closed = false;
+    OperandStats operand;
+    GemmStats gemm_stats;
+  };
+  Record& open_record(const CallKey& key, bool gemm);
+  void close_record(Record& r);
+
  private:
+  void hand_records();
+
   RuntimeOptions opt_;
   StepContext ctx_;
   ReferenceStore refs_;
@@ -124,6 +144,7 @@ class QuantRuntime {
   CaptureSink* capture_ = nullptr;
   QuantOps* ops_ = &cpu_quant_ops();
   Scratch scratch_;
+  std::deque<Record> records_;  // (a deque: the ops fill records in place, later)
 };
 
 class QuantizedLinear final : public Linear<float> {
@@ -164,7 +185,7 @@ class QuantizedLinear final : public Linear<float> {
     int64_t blocks = 0;
   };
   Quantized quantize_decided(const QuantSpec& q, const float* hp, int64_t rows, int64_t cols,
-                             QuantRuntime::OperandBuffers& b, QuantStats* stats, Gemm g, bool need_amax);
+                             QuantRuntime::OperandBuffers& b, OperandStats* stats, Gemm g, bool need_amax);
 
   // What the last quantization of each role decided (for recompute_forward).
   struct Decided {

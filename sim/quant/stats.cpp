@@ -246,38 +246,29 @@ std::vector<int64_t> sample_rows(int64_t M, int64_t R) {
   return rows;
 }
 
-GemmStats compare_gemm(const float* yhat, const float* y, int64_t M, int64_t N, const std::vector<int64_t>& rows_idx) {
-  const int64_t R = rows_idx.empty() ? M : static_cast<int64_t>(rows_idx.size());
-  // Per-row partial sums in parallel, added in row order: the same result
-  // for any thread count.
-  std::vector<std::array<double, 6>> part(static_cast<size_t>(R));
-#pragma omp parallel for schedule(static) if (R * N >= parallel_min_work())
-  for (int64_t i = 0; i < R; ++i) {
-    const int64_t r = rows_idx.empty() ? i : rows_idx[static_cast<size_t>(i)];
-    std::array<double, 6> s{};
-    for (int64_t j = 0; j < N; ++j) {
-      const double a = yhat[r * N + j], b = y[i * N + j], e = a - b;
-      s[0] += b * b;
-      s[1] += a * a;
-      s[2] += a * b;
-      s[3] += e * e;
-      s[4] += std::fabs(b);
-      s[5] += std::fabs(a);
-    }
-    part[static_cast<size_t>(i)] = s;
-  }
+GemmStats gemm_stats_of(const GemmPartial& s, int64_t R, int64_t N) {
   GemmStats g;
   g.count = static_cast<uint64_t>(R * N);
   g.rows = static_cast<uint64_t>(R);
-  for (const auto& s : part) {
-    g.sum_y2 += s[0];
-    g.sum_yhat2 += s[1];
-    g.sum_y_yhat += s[2];
-    g.sum_err2 += s[3];
-    g.sum_abs_y += s[4];
-    g.sum_abs_yhat += s[5];
-  }
+  g.sum_y2 = s.y2;
+  g.sum_yhat2 = s.yhat2;
+  g.sum_y_yhat = s.y_yhat;
+  g.sum_err2 = s.err2;
+  g.sum_abs_y = s.abs_y;
+  g.sum_abs_yhat = s.abs_yhat;
   return g;
+}
+
+GemmStats compare_gemm(const float* yhat, const float* y, int64_t M, int64_t N, const std::vector<int64_t>& rows_idx) {
+  const int64_t R = rows_idx.empty() ? M : static_cast<int64_t>(rows_idx.size());
+  // The segments' partials in parallel, then the tree (stats_items.hpp's
+  // order): the same sums for any thread count and on a device.
+  const int64_t nseg = N > 0 ? R * gemm_segments_per_row(N) : 0;
+  std::vector<GemmPartial> part(static_cast<size_t>(nseg));
+  const GemmRows rows{yhat, y, rows_idx.empty() ? nullptr : rows_idx.data(), N};
+#pragma omp parallel for schedule(static) if (R * N >= parallel_min_work())
+  for (int64_t k = 0; k < nseg; ++k) part[static_cast<size_t>(k)] = gemm_segment_partial(rows, N, k);
+  return gemm_stats_of(tree_sum_of(part.data(), nseg), R, N);
 }
 
 }  // namespace exmy::sim::quant

@@ -222,8 +222,11 @@ class ScaleCodeTable {
 
 // Compares rows of ŷ (M, N) with y: `rows` lists the compared rows of ŷ
 // (empty: all M), and y holds exactly those rows, compactly ((R, N),
-// row-major). Sums in double, row after row.
+// row-major). Sums in double in sim/quant/stats_items.hpp's order
+// (GemmPartial: segments of each row, then the pairwise tree).
 GemmStats compare_gemm(const float* yhat, const float* y, int64_t M, int64_t N, const std::vector<int64_t>& rows);
+// The GemmStats of R compared rows of N outputs from their sums.
+GemmStats gemm_stats_of(const GemmPartial& sums, int64_t R, int64_t N);
 
 // R rows out of M, evenly spread: floor(i * M / R) for i < R (all rows when
 // R <= 0 or R >= M: then the result is empty, meaning "all").

@@ -43,7 +43,29 @@ class DeviceQuantOps : public sim::quant::QuantOps {
       : name_(name), mem_(memory), stats_(memory, stats) {}
   const char* name() const final { return name_; }
   sim::Memory& memory() final { return mem_; }
+  // A statistics step waits once, at collect_stats (sim/quant/device_stats.hpp).
+  bool defers_stats() const final { return true; }
+  void collect_stats() final { stats_.collect(); }
+  QuantInfo quantize_recorded(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
+                              bool need_info, float* t_out, sim::quant::OperandStats& os) final {
+    if (need_info || q.outer == OuterScale::row)  // (such a call waits anyway)
+      return QuantOps::quantize_recorded(q, x, rows, cols, out, need_info, t_out, os);
+    QuantRecord* record = stats_.record_later([&os](const QuantRecord& r) {
+      os.q = r.stats;
+      os.reference = r.amax;
+      os.tensor_scale = r.t;
+    });
+    QuantOutput o = out;
+    o.stats = nullptr;
+    return quantize_into_record(q, x, rows, cols, o, t_out, record);
+  }
   double abs_max(const float* x, int64_t n) final { return stats_.abs_max(x, n); }
+  void abs_max_later(const float* x, int64_t n, double* dst) final { stats_.abs_max_later(x, n, dst); }
+  void compare_rows(const float* got, int64_t got_rows, const float* ref, int64_t N, const std::vector<int64_t>& rows,
+                    sim::quant::GemmStats* dst) final {
+    if (!rows.empty()) return QuantOps::compare_rows(got, got_rows, ref, N, rows, dst);  // (the host's copies)
+    stats_.compare_gemm_later(got, ref, got_rows, N, dst);
+  }
   void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
                         sim::quant::OperandStats& st) final {
     stats_.add_block_ranges(x, rows, cols, block_rows, block_cols, st);
@@ -65,6 +87,11 @@ class DeviceQuantOps : public sim::quant::QuantOps {
   GroupedScratch scratch_;
   sim::quant::DeviceStats stats_;
   sim::MemBuf<float> alpha_;  // gemm_bf16_scaled's and grouped_gemm_scaled's alpha, made where the ops run
+
+  // quantize() with the call's statistics into `record` (in mem_), need_info
+  // false: the backend's quantizer leaving its record where it runs.
+  virtual QuantInfo quantize_into_record(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
+                                         const QuantOutput& out, float* t_out, QuantRecord* record) = 0;
 
   // That alpha from the two tensor scales, by the launcher's decode_alpha.
   float* made_alpha(void (*decode_alpha)(float*, const float*, const float*), const float* t_a, const float* t_b) {
@@ -100,6 +127,23 @@ class EmulatedQuantOps final : public DeviceQuantOps {
                         [&] { info = exmy::quantize(q, x, rows, cols, out); });
 #endif
     if (t_out) *t_out = info.t;  // (the host's memory)
+    return info;
+  }
+  QuantInfo quantize_into_record(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
+                                 const QuantOutput& out, float* t_out, QuantRecord* record) override {
+    QuantInfo info;
+#if defined(EXMY_HAVE_CUDA)
+    launch_profile_host("quantize (host emulation of the kernels)", 0,
+                        [&] { info = quantize_cuda_emulated(q, x, rows, cols, out, record); });
+#else
+    QuantOutput o = out;
+    o.stats = &record->stats;
+    launch_profile_host("quantize (the CPU's: a build without CUDA)", 0,
+                        [&] { info = exmy::quantize(q, x, rows, cols, o); });
+    record->amax = info.amax;
+    record->t = info.t;
+#endif
+    if (t_out) *t_out = info.t;
     return info;
   }
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, sim::Op opA, const float* B, int64_t ldb,
@@ -161,6 +205,10 @@ class CudaQuantOps final : public DeviceQuantOps {
   QuantInfo quantize(const QuantSpec& q, const float* x, int64_t rows, int64_t cols, const QuantOutput& out,
                      bool need_info, float* t_out) override {
     return quantizer_.run(q, x, rows, cols, out, /*wait=*/false, need_info, t_out);
+  }
+  QuantInfo quantize_into_record(const QuantSpec& q, const float* x, int64_t rows, int64_t cols,
+                                 const QuantOutput& out, float* t_out, QuantRecord* record) override {
+    return quantizer_.run(q, x, rows, cols, out, /*wait=*/false, /*need_info=*/false, t_out, record);
   }
   void check_deferred() override { quantizer_.check(); }
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, sim::Op opA, const float* B, int64_t ldb,

@@ -8,6 +8,11 @@
 // wider than 16 bits, runs of one code, block counts not a multiple of four
 // and past the partials' cap) and the GEMM statistics' row gathers.
 //
+// Also: the GEMM statistics' sums made where the rows are (compare_gemm's
+// order: segments, then the tree's levels) and the ledger that holds every
+// result until one collect() brings them over (results in call order across
+// chunks, one chunk after the first collect, abs_max_later's NaN).
+//
 // Built twice (tests/quant/CMakeLists.txt):
 // - test_quant_stats_cuda_emulated (label "unit"): the emulated device's
 //   memory and the launches with their threads run on the host;
@@ -22,6 +27,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "formats/spec.hpp"
@@ -164,6 +170,7 @@ TEST(DeviceStats, BlockRangesEqualTheCpus) {
     MemBuf<float> d = dev.upload(x);
     DeviceStats st = dev.stats();
     st.add_block_ranges(d.data(), s.rows, s.cols, s.br, s.bc, got);
+    st.collect();  // (the counts arrive at collect)
     EXPECT_EQ(got.range_hist, want.range_hist) << what;
     uint64_t counted = 0;
     for (const uint64_t c : want.range_hist) counted += c;
@@ -181,6 +188,7 @@ TEST(DeviceStats, BlockRangesEqualTheCpus) {
   MemBuf<float> d = dev.upload(x);
   DeviceStats st = dev.stats();
   st.add_block_ranges(d.data(), 1, 6, 1, 2, got);
+  st.collect();
   EXPECT_EQ(got.range_hist, want.range_hist);
 }
 
@@ -215,6 +223,7 @@ TEST(DeviceStats, ScaleCodesEqualTheCpus) {
       MemBuf<uint8_t> d = dev.upload(p);
       DeviceStats st = dev.stats();
       st.add_scale_codes(table, d.data(), blocks, got);
+      st.collect();
       EXPECT_EQ(got, want) << spec << ", " << blocks << " blocks";
       // the special codes occur
       EXPECT_GT(want.scale_zero + want.scale_nan + want.scale_at_max + want.scale_at_min, 0u) << spec;
@@ -262,6 +271,94 @@ TEST(DeviceStats, GathersMoveTheCpusFloats) {
   const std::vector<int64_t> r = sample_rows(10, 3);
   EXPECT_EQ(g, (Vec{x[static_cast<size_t>(r[0])], x[static_cast<size_t>(r[1])], x[static_cast<size_t>(r[2])]}));
   EXPECT_EQ(r, (std::vector<int64_t>{0, 3, 6}));
+}
+
+// ---------------------------------------------------------------------------
+// the GEMM statistics' sums and the ledger
+// ---------------------------------------------------------------------------
+
+TEST(DeviceStats, GemmSumsEqualTheCpus) {
+  EXMY_REQUIRE_CUDA();
+  Device dev;
+  // rows shorter and longer than a segment, a multiple of it, and segment
+  // counts that leave short groups at the tree's levels
+  for (const auto& [R, N] : {std::pair<int64_t, int64_t>{1, 1}, {3, 255}, {5, 257}, {64, 1024}, {130, 700},
+                             {33, 32 * 256}, {40, 9000}, {0, 10}, {4, 0}}) {
+    const std::string what = std::to_string(R) + "x" + std::to_string(N);
+    Vec got = models::randn(static_cast<size_t>(R * N), static_cast<uint64_t>(R * 7 + N));
+    Vec ref = models::randn(static_cast<size_t>(R * N), static_cast<uint64_t>(R * 7 + N + 1));
+    for (size_t i = 0; i < got.size(); i += 11) got[i] *= 1e6f;  // sums that depend on the order
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] = got[i] + 0.01f * ref[i];
+    const GemmStats want = compare_gemm(got.data(), ref.data(), R, N, {});
+    MemBuf<float> dg = dev.upload(got), dr = dev.upload(ref);
+    DeviceStats st = dev.stats();
+    GemmStats have;
+    have.sum_y2 = 12345;  // (overwritten)
+    st.compare_gemm_later(dg.data(), dr.data(), R, N, &have);
+    EXPECT_EQ(have.sum_y2, 12345) << what << ": filled before collect";
+    st.collect();
+    EXPECT_EQ(have.count, want.count) << what;
+    EXPECT_EQ(have.rows, want.rows) << what;
+    for (const auto& [a, b, name] : {std::tuple{have.sum_y2, want.sum_y2, "sum_y2"},
+                                     {have.sum_yhat2, want.sum_yhat2, "sum_yhat2"},
+                                     {have.sum_y_yhat, want.sum_y_yhat, "sum_y_yhat"},
+                                     {have.sum_err2, want.sum_err2, "sum_err2"},
+                                     {have.sum_abs_y, want.sum_abs_y, "sum_abs_y"},
+                                     {have.sum_abs_yhat, want.sum_abs_yhat, "sum_abs_yhat"}})
+      EXPECT_EQ(bits(a), bits(b)) << what << " " << name << ": device " << a << ", CPU " << b;
+  }
+}
+
+TEST(StatsLedger, FillsInCallOrderAcrossChunks) {
+  EXMY_REQUIRE_CUDA();
+  Device dev;
+  StatsLedger ledger(dev.mem());
+  for (int round = 0; round < 2; ++round) {
+    // 3000 rooms of 8 to 800 bytes (some 1.2 MB): many chunks the first time
+    std::vector<int> order;
+    std::vector<int> sizes;
+    for (int i = 0; i < 3000; ++i) {
+      const int n = 8 + (i * 37) % 793;
+      sizes.push_back(n);
+      std::vector<uint8_t> v(static_cast<size_t>(n));
+      for (int k = 0; k < n; ++k) v[static_cast<size_t>(k)] = static_cast<uint8_t>(i * 7 + k);
+      void* at = ledger.reserve(static_cast<size_t>(n), [&order, i, n](const void* p) {
+        const auto* b = static_cast<const uint8_t*>(p);
+        for (int k = 0; k < n; ++k)
+          if (b[k] != static_cast<uint8_t>(i * 7 + k)) {
+            ADD_FAILURE() << "room " << i << " byte " << k;
+            break;
+          }
+        order.push_back(i);
+      });
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(at) % 16, 0u);
+      dev.mem().from_host(at, v.data(), v.size());
+    }
+    if (round == 0) {
+      EXPECT_GT(ledger.chunks(), 1u);
+    } else {
+      EXPECT_EQ(ledger.chunks(), 1u) << "the first collect sizes one chunk";
+    }
+    EXPECT_GE(ledger.bytes(), 3000u * 8);
+    EXPECT_TRUE(order.empty());
+    ledger.collect();
+    ASSERT_EQ(order.size(), 3000u);
+    for (int i = 0; i < 3000; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
+    EXPECT_TRUE(ledger.empty());
+  }
+  // abs_max_later: the max and NaN, after collect
+  Vec x = {1.0f, -7.5f, 3.0f};
+  MemBuf<float> d = dev.upload(x);
+  DeviceStats st = dev.stats();
+  double a = -1, b = -1;
+  st.abs_max_later(d.data(), 3, &a);
+  x[2] = kNaN;
+  MemBuf<float> e = dev.upload(x);
+  st.abs_max_later(e.data(), 3, &b);
+  EXPECT_EQ(a, -1);
+  st.collect();
+  EXPECT_EQ(a, 7.5);
+  EXPECT_TRUE(std::isnan(b));
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "formats/error.hpp"
 #include "formats/spec.hpp"
@@ -131,6 +133,74 @@ TEST(QuantizedLinear, ExactFormatsEqualThePlainLinear) {
     EXPECT_EQ(r->stats.q.sum_sq_err, 0.0);
     EXPECT_GT(r->stats.q.sum_sq, 0.0);
   }
+}
+
+// current and periodic (held) references: amax from the reference and
+// measured apart
+const char* kMixedForDefer = R"(
+[all]
+elem = e2m1
+scale = ue5m3
+block = 1x32
+[fprop-w]
+reference = periodic:10
+[wgrad-x]
+reference = none
+)";
+
+// compare_gemm's sums in their stated order (sim/quant/stats_items.hpp):
+// segments of 256 outputs along each compared row, each summed from 0.0 in
+// column order, then the pairwise tree over the segments in row-major
+// order, written here from the definition; the data make a plain
+// row-by-row sum differ, so no other order passes.
+TEST(QuantizedLinear, GemmStatsSumInTheirStatedOrder) {
+  struct Six {
+    double v[6] = {0, 0, 0, 0, 0, 0};
+  };
+  const auto plus = [](const Six& a, const Six& b) {
+    Six s;
+    for (int k = 0; k < 6; ++k) s.v[k] = a.v[k] + b.v[k];
+    return s;
+  };
+  std::function<Six(const std::vector<Six>&, size_t, size_t)> tree = [&](const std::vector<Six>& p, size_t lo,
+                                                                        size_t hi) {
+    if (hi - lo == 1) return p[lo];
+    size_t h = 1;
+    while (h * 2 < hi - lo) h *= 2;
+    return plus(tree(p, lo, lo + h), tree(p, lo + h, hi));
+  };
+  int differs = 0;
+  for (const auto& [M, N, R] : {std::tuple<int64_t, int64_t, int64_t>{10, 700, 4}, {7, 256, 7}, {50, 2000, 13},
+                                {3, 5, 3}}) {
+    const auto yhat = randn(M * N, static_cast<uint32_t>(M + N), 1.0f);
+    auto y = randn(R * N, static_cast<uint32_t>(M + N + 1), 1.0f);
+    const std::vector<int64_t> rows = sample_rows(M, R);
+    for (size_t i = 0; i < y.size(); i += 3) y[i] *= 1e5f;
+    std::vector<Six> seg;
+    Six plain;
+    for (int64_t i = 0; i < R; ++i) {
+      const int64_t r = rows.empty() ? i : rows[static_cast<size_t>(i)];
+      for (int64_t c0 = 0; c0 < N; c0 += 256) {
+        Six s;
+        for (int64_t j = c0; j < std::min(N, c0 + 256); ++j) {
+          const double a = yhat[static_cast<size_t>(r * N + j)], b = y[static_cast<size_t>(i * N + j)], e = a - b;
+          const double t[6] = {b * b, a * a, a * b, e * e, std::fabs(b), std::fabs(a)};
+          for (int k = 0; k < 6; ++k) s.v[k] += t[k], plain.v[k] += t[k];
+        }
+        seg.push_back(s);
+      }
+    }
+    const Six want = tree(seg, 0, seg.size());
+    const GemmStats g = compare_gemm(yhat.data(), y.data(), M, N, rows);
+    EXPECT_EQ(g.count, static_cast<uint64_t>(R * N));
+    EXPECT_EQ(g.rows, static_cast<uint64_t>(R));
+    const double got[6] = {g.sum_y2, g.sum_yhat2, g.sum_y_yhat, g.sum_err2, g.sum_abs_y, g.sum_abs_yhat};
+    for (int k = 0; k < 6; ++k) {
+      EXPECT_EQ(std::bit_cast<uint64_t>(got[k]), std::bit_cast<uint64_t>(want.v[k])) << M << "x" << N << " sum " << k;
+      differs += std::bit_cast<uint64_t>(plain.v[k]) != std::bit_cast<uint64_t>(want.v[k]);
+    }
+  }
+  EXPECT_GT(differs, 3);  // the data tell the orders apart
 }
 
 // A recipe whose roles all differ, so a mix-up of roles or axes shows.
@@ -297,7 +367,17 @@ class NeedsRecorder final : public QuantOps {
     needs.push_back(need_info);
     return cpu.quantize(q, x, r, c, o, need_info, t_out);
   }
+  QuantInfo quantize_recorded(const QuantSpec& q, const float* x, int64_t r, int64_t c, const QuantOutput& o,
+                              bool need_info, float* t_out, OperandStats& os) override {
+    needs.push_back(need_info);
+    return cpu.quantize_recorded(q, x, r, c, o, need_info, t_out, os);
+  }
   void check_deferred() override { ++checks; }
+  // As a device's ops say (their results filled at once all the same).
+  bool defer = false;
+  int collects = 0;
+  bool defers_stats() const override { return defer; }
+  void collect_stats() override { ++collects; }
   void gemm(float* C, int64_t ldc, const float* A, int64_t lda, Op oa, const float* B, int64_t ldb, Op ob, int64_t M,
             int64_t N, int64_t K) override {
     cpu.gemm(C, ldc, A, lda, oa, B, ldb, ob, M, N, K);
@@ -343,10 +423,11 @@ class NeedsRecorder final : public QuantOps {
 // Which quantization calls read their info (QuantOps::quantize's
 // need_info): with the sgemm GEMM, the BF16 GEMM or the grouped model
 // (which read t where the ops run) and current references none do (a
-// device's calls then need not wait); statistics, the BF16 GEMM of
-// row-scaled operands (the tensor scales applied to the result from the
-// host) and a periodic reference's sampling step do; begin() checks what
-// was deferred.
+// device's calls then need not wait), nor do statistics (which take the
+// call's amax and scale with its statistics, quantize_recorded); the BF16
+// GEMM of row-scaled operands (the tensor scales applied to the result
+// from the host) and a periodic reference's sampling step do; begin()
+// checks what was deferred.
 TEST(QuantizedLinear, CallsSayWhetherTheyReadTheirInfo) {
   struct Case {
     const char* recipe;
@@ -356,7 +437,8 @@ TEST(QuantizedLinear, CallsSayWhetherTheyReadTheirInfo) {
     bool need;
   };
   for (const Case c : {Case{"nvfp4-no-rht-all", Fp32Gemm::sgemm, false, 1, false},
-                       Case{"nvfp4-no-rht-all", Fp32Gemm::sgemm, true, 1, true},
+                       Case{"nvfp4-no-rht-all", Fp32Gemm::sgemm, true, 1, false},
+                       Case{"nvfp4-no-rht-all-grouped", Fp32Gemm::sgemm, true, 1, false},
                        Case{"nvfp4-no-rht-all", Fp32Gemm::bf16, false, 1, false},  // (t read where the ops run)
                        // every GEMM has a row-scaled operand: both operands' scales are read on the host
                        // (nvfp4-row-scaled's weights, per tensor, too)
@@ -400,6 +482,49 @@ TEST(QuantizedLinear, CallsSayWhetherTheyReadTheirInfo) {
   for (const bool n : rec.needs) EXPECT_FALSE(n);
   q.rt->finish();
   EXPECT_EQ(rec.checks, 3);
+}
+
+// On ops that defer statistics (a device's), a statistics step's records
+// reach the sink at finish(), after one collect, with the values and in the
+// order ops that fill them at once give.
+TEST(QuantizedLinear, DeferredStatisticsReachTheSinkAtFinishInCallOrder) {
+  const LinearInfo info = info_of("layers.0.mixer.up_proj", 0, LinearKind::mlp_up, 32, 48);
+  MemoryStatsSink sinks[2];
+  for (const bool defer : {false, true}) {
+    Rig q(recipe_text(kMixedForDefer), info);
+    NeedsRecorder rec;
+    rec.defer = defer;
+    q.rt->set_ops(rec);
+    MemoryStatsSink& sink = sinks[defer];
+    q.rt->set_stats_sink(&sink);
+    q.rt->begin({1, 0, true, false});
+    Tensors a(32, 32, 48, 5);
+    a.run(*q.lin);
+    EXPECT_EQ(sink.operands.size(), defer ? 0u : 6u);
+    EXPECT_EQ(sink.gemms.size(), defer ? 0u : 3u);
+    q.rt->finish();
+    EXPECT_EQ(rec.collects, defer ? 1 : 0);
+    ASSERT_EQ(sink.operands.size(), 6u);
+    ASSERT_EQ(sink.gemms.size(), 3u);
+    q.rt->begin({2, 0, false, false});  // nothing more to hand
+    a.run(*q.lin);
+    q.rt->finish();
+    EXPECT_EQ(sink.operands.size(), 6u);
+    EXPECT_EQ(rec.collects, defer ? 1 : 0);
+  }
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(sinks[1].operands[i].key.role, sinks[0].operands[i].key.role);
+    OperandStats d = sinks[1].operands[i].stats, w = sinks[0].operands[i].stats;
+    EXPECT_EQ(std::bit_cast<uint64_t>(d.reference), std::bit_cast<uint64_t>(w.reference));
+    d.reference = w.reference = 0;  // (NaN for wgrad-x, which has none)
+    EXPECT_EQ(d, w) << i << ": amax " << d.amax << " " << w.amax << ", reference " << d.reference << " " << w.reference
+                    << ", t " << d.tensor_scale << " " << w.tensor_scale << ", sum_sq " << d.q.sum_sq << " " << w.q.sum_sq;
+    EXPECT_GT(d.amax, 0.0);
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(sinks[1].gemms[i].key.gemm, sinks[0].gemms[i].key.gemm);
+    EXPECT_EQ(sinks[1].gemms[i].stats, sinks[0].gemms[i].stats);
+  }
 }
 
 TEST(QuantizedLinear, WeightTilesAreSharedByBothViews) {
