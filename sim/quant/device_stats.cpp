@@ -127,6 +127,37 @@ void DeviceStats::add_scale_codes(const ScaleCodeTable& table, const void* codes
   });
 }
 
+void DeviceStats::operand_later(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
+                                const ScaleCodeTable* table, const void* codes, double* amax_dst, OperandStats& st) {
+  const int64_t br = block_rows, bc = block_cols;
+  const int64_t blocks = rows > 0 && cols > 0 ? (rows + br - 1) / br * ((cols + bc - 1) / bc) : 0;
+  if (blocks == 0) {
+    if (amax_dst) *amax_dst = 0;
+    return;
+  }
+  const auto* cp = table ? static_cast<const uint8_t*>(codes) : nullptr;
+  const int cb = table ? table->code_bytes() : 1;
+  const int64_t bins = block_stats_bins(cp, cb), code_bins = bins - kRangeHistBins - 1;
+  auto* sums = static_cast<uint64_t*>(
+      ledger_.reserve(sizeof(uint64_t) * static_cast<size_t>(bins), [=, &st](const void* p) {
+        const auto* c = static_cast<const uint64_t*>(p);
+        for (int k = 0; k < kRangeHistBins; ++k) st.range_hist[static_cast<size_t>(k)] += c[k];
+        if (table) table->add_code_counts(c + kRangeHistBins, code_bins, st);
+        if (amax_dst) {
+          const uint64_t m = c[bins - 1];
+          // NaN's bits lie above Inf's (tensor_abs_max's convention)
+          *amax_dst = m > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN()
+                                      : static_cast<double>(float_of(static_cast<uint32_t>(m)));
+        }
+      }));
+  const int64_t parts = stats_parts(blocks, bins);
+  if ((blocks + parts - 1) / parts > int64_t{0xffffffff})
+    throw Error("statistics: " + std::to_string(blocks) + " blocks are too many for the device's partial counts");
+  uint32_t* part = ensure(part_, parts * bins, mem_);
+  k_.count_blocks(part, x, rows, cols, br, bc, cp, cb, parts);
+  k_.finish_blocks(sums, part, parts, bins);
+}
+
 void DeviceStats::compare_gemm_later(const float* got, const float* ref, int64_t R, int64_t N, GemmStats* dst) {
   const int64_t nseg = N > 0 ? R * gemm_segments_per_row(N) : 0;
   GemmPartial* a = ensure(gemm_a_, std::max<int64_t>(1, nseg), mem_);

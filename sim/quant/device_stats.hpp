@@ -77,6 +77,12 @@ class DeviceStats {
                         OperandStats& st);
   // (Codes wider than 16 bits are counted on the host at once, from a copy.)
   void add_scale_codes(const ScaleCodeTable& table, const void* codes, int64_t blocks, OperandStats& st);
+  // An operand's block statistics in one pass and one room: the block
+  // ranges, with a table the scale codes' counts (codes of at most 16
+  // bits, table.tabled()), and with amax_dst its max|x| (QuantOps::
+  // operand_stats; count_blocks_launches).
+  void operand_later(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
+                     const ScaleCodeTable* table, const void* codes, double* amax_dst, OperandStats& st);
   // got and ref: the (R, N) compared rows of the quantized and the
   // reference GEMM, in the memory; *dst = compare_gemm's GemmStats of them.
   void compare_gemm_later(const float* got, const float* ref, int64_t R, int64_t N, GemmStats* dst);

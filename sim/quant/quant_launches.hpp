@@ -180,6 +180,54 @@ void count_ranges_launches(const L& launch, uint32_t* part, const float* x, int6
   });
 }
 
+// An operand's block statistics in one pass (DeviceStats::operand_later):
+// partial t's bins = kRangeHistBins + code_bins + 1 entries are, over the
+// blocks b ≡ t (mod parts) of x (count_ranges_launches' blocks), the range
+// bins, the counts of those blocks' scale codes (codes[b], code_bins =
+// 2^(8·code_bytes); none when codes is null) and the max of |x|'s bits
+// over their elements (the tensor's amax: every element lies in one block).
+inline int64_t block_stats_bins(const uint8_t* codes, int code_bytes) {
+  return kRangeHistBins + (codes ? int64_t{1} << (8 * code_bytes) : 0) + 1;
+}
+
+template <class L>
+void count_blocks_launches(const L& launch, uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br,
+                           int64_t bc, const uint8_t* codes, int code_bytes, int64_t parts) {
+  const int64_t grid_c = (cols + bc - 1) / bc, blocks = (rows + br - 1) / br * grid_c;
+  const int64_t bins = block_stats_bins(codes, code_bytes);
+  launch("count_blocks", parts, [=] EXMY_HD_LAMBDA(int64_t t) {
+    uint32_t* h = part + t * bins;
+    for (int64_t k = 0; k < bins; ++k) h[k] = 0;
+    uint32_t m = 0;
+    for (int64_t b = t; b < blocks; b += parts) {
+      const int64_t r0 = b / grid_c * br, c0 = b % grid_c * bc;
+      const int64_t r1 = r0 + br < rows ? r0 + br : rows, c1 = c0 + bc < cols ? c0 + bc : cols;
+      BlockRange s;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) s.add(x[r * cols + c]);
+      const int k = range_bin_of(s.hi, s.lo);
+      if (k >= 0) ++h[k];
+      if (codes) ++h[kRangeHistBins + code_at(codes, code_bytes, b)];
+      m = s.hi > m ? s.hi : m;
+    }
+    h[bins - 1] = m;
+  });
+}
+
+// counts[c] = the sum over t < parts of part[t · bins + c] for c < bins - 1,
+// and counts[bins - 1] their max (count_blocks_launches' partials).
+template <class L>
+void finish_blocks_launches(const L& launch, uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins) {
+  launch("finish_blocks", bins, [=] EXMY_HD_LAMBDA(int64_t c) {
+    uint64_t n = 0;
+    for (int64_t t = 0; t < parts; ++t) {
+      const uint64_t v = part[t * bins + c];
+      n = c == bins - 1 ? (v > n ? v : n) : n + v;
+    }
+    counts[c] = n;
+  });
+}
+
 // counts[c] = the sum over t < parts of part[t · bins + c] (c < bins).
 template <class L>
 void sum_parts_launches(const L& launch, uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins) {
@@ -238,6 +286,9 @@ struct StatsKernels {
   void (*gather_columns)(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R);
   void (*gemm_sums)(GemmPartial* out, const float* got, const float* ref, int64_t R, int64_t N, GemmPartial* a,
                     GemmPartial* b, TreeTail<GemmPartial>* tail);
+  void (*count_blocks)(uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br, int64_t bc,
+                       const uint8_t* codes, int code_bytes, int64_t parts);
+  void (*finish_blocks)(uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins);
 };
 
 #define EXMY_QUANT_KERNELS(suffix)                                                          \
@@ -258,6 +309,9 @@ struct StatsKernels {
   void gather_columns_##suffix(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R);          \
   void gemm_sums_##suffix(GemmPartial* out, const float* got, const float* ref, int64_t R, int64_t N,          \
                           GemmPartial* a, GemmPartial* b, TreeTail<GemmPartial>* tail);                        \
+  void count_blocks_##suffix(uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br, int64_t bc, \
+                             const uint8_t* codes, int code_bytes, int64_t parts);                              \
+  void finish_blocks_##suffix(uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins);           \
   StatsKernels stats_kernels_##suffix();
 
 EXMY_QUANT_KERNELS(emulated)

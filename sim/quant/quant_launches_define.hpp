@@ -51,11 +51,19 @@ void EXMY_CAT(gemm_sums, EXMY_SUFFIX)(GemmPartial* out, const float* got, const 
                                       GemmPartial* a, GemmPartial* b, TreeTail<GemmPartial>* tail) {
   gemm_sums_launches(EXMY_LAUNCHER{}, out, got, ref, R, N, a, b, tail);
 }
+void EXMY_CAT(count_blocks, EXMY_SUFFIX)(uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br,
+                                         int64_t bc, const uint8_t* codes, int code_bytes, int64_t parts) {
+  count_blocks_launches(EXMY_LAUNCHER{}, part, x, rows, cols, br, bc, codes, code_bytes, parts);
+}
+void EXMY_CAT(finish_blocks, EXMY_SUFFIX)(uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins) {
+  finish_blocks_launches(EXMY_LAUNCHER{}, counts, part, parts, bins);
+}
 StatsKernels EXMY_CAT(stats_kernels, EXMY_SUFFIX)() {
   return {EXMY_CAT(max_abs_bits, EXMY_SUFFIX), EXMY_CAT(count_codes, EXMY_SUFFIX),
           EXMY_CAT(count_ranges, EXMY_SUFFIX), EXMY_CAT(sum_parts, EXMY_SUFFIX),
           EXMY_CAT(gather_rows, EXMY_SUFFIX),  EXMY_CAT(gather_columns, EXMY_SUFFIX),
-          EXMY_CAT(gemm_sums, EXMY_SUFFIX)};
+          EXMY_CAT(gemm_sums, EXMY_SUFFIX),    EXMY_CAT(count_blocks, EXMY_SUFFIX),
+          EXMY_CAT(finish_blocks, EXMY_SUFFIX)};
 }
 
 }  // namespace exmy::sim::quant

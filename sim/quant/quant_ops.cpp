@@ -28,6 +28,16 @@ QuantInfo QuantOps::quantize_recorded(const QuantSpec& q, const float* x, int64_
   return info;
 }
 
+void QuantOps::operand_stats(const float* x, int64_t rows, int64_t cols, bool amax, const ScaleCodeTable* table,
+                             const void* scale_codes, int64_t blocks, int block_rows, int block_cols,
+                             OperandStats& st) {
+  if (amax) abs_max_later(x, rows * cols, &st.amax);
+  if (table) {
+    add_scale_codes(*table, scale_codes, blocks, st);
+    add_block_ranges(x, rows, cols, block_rows, block_cols, st);
+  }
+}
+
 void QuantOps::compare_rows(const float* got, int64_t got_rows, const float* ref, int64_t N,
                             const std::vector<int64_t>& rows, GemmStats* dst) {
   const int64_t R = rows.empty() ? got_rows : static_cast<int64_t>(rows.size());

@@ -104,6 +104,14 @@ class QuantOps {
   virtual void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
                                 OperandStats& st) = 0;
   virtual void add_scale_codes(const ScaleCodeTable& table, const void* codes, int64_t blocks, OperandStats& st) = 0;
+  // An operand's statistics besides its quantizer call's (later): with
+  // `amax`, st.amax = max|x|; with a block scale (table non-null) the
+  // block ranges of x's block_rows x block_cols blocks and the histogram
+  // of their `blocks` scale codes. The default calls the three above; a
+  // device makes them in one pass.
+  virtual void operand_stats(const float* x, int64_t rows, int64_t cols, bool amax, const ScaleCodeTable* table,
+                             const void* scale_codes, int64_t blocks, int block_rows, int block_cols,
+                             OperandStats& st);
   // *dst = compare_gemm(got, ref, got_rows, N, rows) (stats.hpp) of got
   // (got_rows, N) and ref (R, N) in memory(), R = rows.size() or got_rows
   // when rows is empty (later). A device takes got compact (rows empty).

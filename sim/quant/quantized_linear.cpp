@@ -205,16 +205,11 @@ QuantizedLinear::Operand QuantizedLinear::quantize_operand(Role role, const floa
   ref.end_call(rs.reference, ctx.step, amax, by_row ? &r.info.row_abs_max : nullptr);
 
   if (rec) {
-    if (measured)
-      rec->amax_is_reference = true;
-    else if (amax_now)
-      os->amax = amax;
-    else
-      ops.abs_max_later(r.hp, n, &os->amax);
-    if (q.scale) {  // counted where the tensors live (on a device: only the counts come to the host)
-      ops.add_scale_codes(scale_tables_[ri], b.scale_codes.data(), r.blocks, *os);
-      ops.add_block_ranges(r.hp, rows, cols, q.block_rows, q.block_cols, *os);
-    }
+    if (measured) rec->amax_is_reference = true;
+    if (amax_now) os->amax = amax;
+    // Counted where the tensors live (on a device: only the counts come to the host).
+    ops.operand_stats(r.hp, rows, cols, !measured && !amax_now, q.scale ? &scale_tables_[ri] : nullptr,
+                      b.scale_codes.data(), r.blocks, q.block_rows, q.block_cols, *os);
     rt_->close_record(*rec);
   }
   return r.op;

@@ -61,6 +61,17 @@ class DeviceQuantOps : public sim::quant::QuantOps {
   }
   double abs_max(const float* x, int64_t n) final { return stats_.abs_max(x, n); }
   void abs_max_later(const float* x, int64_t n, double* dst) final { stats_.abs_max_later(x, n, dst); }
+  void operand_stats(const float* x, int64_t rows, int64_t cols, bool amax, const sim::quant::ScaleCodeTable* table,
+                     const void* scale_codes, int64_t blocks, int block_rows, int block_cols,
+                     sim::quant::OperandStats& st) final {
+    if (table && (!table->tabled() || table->code_bytes() > 2))  // (codes counted on the host)
+      return QuantOps::operand_stats(x, rows, cols, amax, table, scale_codes, blocks, block_rows, block_cols, st);
+    if (!table) {
+      if (amax) stats_.abs_max_later(x, rows * cols, &st.amax);
+      return;
+    }
+    stats_.operand_later(x, rows, cols, block_rows, block_cols, table, scale_codes, amax ? &st.amax : nullptr, st);
+  }
   void compare_rows(const float* got, int64_t got_rows, const float* ref, int64_t N, const std::vector<int64_t>& rows,
                     sim::quant::GemmStats* dst) final {
     if (!rows.empty()) return QuantOps::compare_rows(got, got_rows, ref, N, rows, dst);  // (the host's copies)

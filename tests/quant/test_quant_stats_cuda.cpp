@@ -273,6 +273,53 @@ TEST(DeviceStats, GathersMoveTheCpusFloats) {
   EXPECT_EQ(r, (std::vector<int64_t>{0, 3, 6}));
 }
 
+// An operand's block statistics in one pass (operand_later: ranges, scale
+// codes and amax from one launch and its finish) equal the CPU's three
+// functions, with one- and two-byte codes, 1D and 2D blocks, partial edge
+// blocks, and a NaN (the amax NaN, its block not counted).
+TEST(DeviceStats, OperandStatsInOnePassEqualTheCpus) {
+  EXMY_REQUIRE_CUDA();
+  Device dev;
+  struct Case {
+    int64_t rows, cols;
+    int br, bc;
+    const char* scale;
+    bool nan;
+  };
+  for (const Case c : {Case{37, 100, 1, 16, "ue4m3", false}, Case{40, 50, 16, 16, "ue5m3", true},
+                       Case{700, 300, 1, 16, "ue8m0", false}, Case{96, 130, 32, 1, "e5m10", false},
+                       Case{5, 7, 3, 5, "ue4m3", true}}) {
+    const std::string what = std::to_string(c.rows) + "x" + std::to_string(c.cols) + " " + std::to_string(c.br) + "x" +
+                             std::to_string(c.bc) + " " + c.scale + (c.nan ? " NaN" : "");
+    Vec x = awkward(c.rows, c.cols, static_cast<uint64_t>(c.rows * 31 + c.cols));
+    if (c.nan) x[static_cast<size_t>(c.cols + 3)] = kNaN;
+    const Format fs = parse_format(c.scale);
+    const ScaleCodeTable table(fs);
+    const int cb = fs.code_bytes();
+    const int64_t blocks = (c.rows + c.br - 1) / c.br * ((c.cols + c.bc - 1) / c.bc);
+    std::mt19937_64 g(static_cast<uint64_t>(blocks));
+    std::vector<uint8_t> codes(static_cast<size_t>(blocks * cb));
+    for (auto& b : codes) b = static_cast<uint8_t>(g());
+    OperandStats want, got;
+    add_block_ranges(x.data(), c.rows, c.cols, c.br, c.bc, want);
+    table.add(codes.data(), blocks, want);
+    want.amax = abs_max(x.data(), c.rows * c.cols);
+    got.amax = -1;
+    MemBuf<float> dx = dev.upload(x);
+    MemBuf<uint8_t> dc = dev.upload(codes);
+    DeviceStats st = dev.stats();
+    st.operand_later(dx.data(), c.rows, c.cols, c.br, c.bc, &table, dc.data(), &got.amax, got);
+    EXPECT_EQ(got.amax, -1) << what << ": filled before collect";
+    st.collect();
+    EXPECT_EQ(bits(got.amax), bits(want.amax)) << what;
+    got.amax = want.amax = 0;
+    EXPECT_EQ(got, want) << what;
+    uint64_t counted = 0;
+    for (const uint64_t k : want.range_hist) counted += k;
+    EXPECT_GT(counted, 0u) << what;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // the GEMM statistics' sums and the ledger
 // ---------------------------------------------------------------------------
