@@ -122,7 +122,10 @@ class QuantRuntime {
   // A statistics record of one call (implementation detail): the linear
   // fills it through its ops (at once, or on ops that defer statistics at
   // finish()) and closes it; closed records reach the sink in call order,
-  // at close on ops that fill at once, at finish() otherwise.
+  // at close on ops that fill at once, at finish() otherwise. A record
+  // refers to its linear (the key's layer name, the scale-code table the
+  // ops read at collect): the linears live until finish(), as the
+  // trainer's do (the runtime, the model and the ops end together).
   struct Record {
     CallKey key;
     bool gemm = false;
