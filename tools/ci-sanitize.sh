@@ -71,10 +71,36 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_sta
 # (emulated.AttentionFusedKernel.*, emulated.SsdFusedKernel.*) and the
 # emulated backend's training path in the tests above, and the README
 # stage runs it.
-step "ctest -L unit, but the data-parallel tests and two training sweeps (ASAN_OPTIONS=$ASAN_OPTIONS UBSAN_OPTIONS=$UBSAN_OPTIONS)"
+# Nor TrainerDevice.OffloadedPlanIsTheDevicePeakWithinTenPercent, the
+# offloaded memory plan against the emulated device's peak (a numeric
+# property, like its sibling above; its code runs here in the other
+# TrainerDevice.Offloaded* tests), nor CliTest.AllReferenceVectors, which
+# starts the exmy binary once per reference vector (the vectors run here in
+# process, Vectors.*, and the quantize command's parsing in the other
+# CliTest.* tests): 55 and 47 s under ASan, CI at 40.2 minutes with them.
+# The fast-path suites at the narrower forced widths (simd_scalar.fast_path,
+# simd_avx2.fast_path: 74 s each under ASan) run below without their two
+# heaviest tests, whose repetitions over large and streamed tensors add
+# numeric breadth, not new memory accesses (they run here at the CPU's own
+# width, and at every width in the README stage and the clang stage).
+step "ctest -L unit, but the data-parallel tests and the tests named above (ASAN_OPTIONS=$ASAN_OPTIONS UBSAN_OPTIONS=$UBSAN_OPTIONS)"
 ctest --test-dir "$BUILD_DIR" -L unit \
-  -E '^(Recipes/)?Dist(Bench)?Train|^TrainerDevice\.PeakDeviceMemoryIsThePlanWithinTwoPercent$|^CliTrain\.FusedKernelsTrainOnTheEmulatedDevice$' \
+  -E '^(Recipes/)?Dist(Bench)?Train|^TrainerDevice\.(PeakDeviceMemoryIsThePlanWithinTwoPercent|OffloadedPlanIsTheDevicePeakWithinTenPercent)$|^CliTrain\.FusedKernelsTrainOnTheEmulatedDevice$|^CliTest\.AllReferenceVectors$|^simd_(scalar|avx2)\.fast_path$' \
   --output-on-failure --no-tests=error -j "$JOBS" "$@"
+
+if [[ $# -eq 0 ]]; then
+  step "the fast-path suites at the forced widths scalar and avx2, without the two heaviest tests"
+  filter=$(ctest --test-dir "$BUILD_DIR" -R '^simd_scalar\.fast_path$' --show-only=json-v1 |
+           sed -n 's/.*"--gtest_filter=\([^"]*\)".*/\1/p' | head -n1)
+  [[ -n "$filter" ]] || { echo "ci-sanitize: no filter of simd_scalar.fast_path found" >&2; exit 1; }
+  pids=()
+  for width in scalar avx2; do
+    EXMY_SIMD=$width "$BUILD_DIR/tests/formats/test_formats" --gtest_brief=1 \
+      --gtest_filter="$filter-QuantizeFast.LargeTensorsMatchReferenceOverManyRuns:QuantizeFast.StreamedOutputsMatchReference" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+fi
 # The data-parallel tests (DistTrain*, DistBenchTrain*) run exmy under mpirun: Open MPI's own allocations
 # (many in MCA plugins it has unloaded by exit, so no suppression can name
 # them) are reported as leaks. Every other check stays on; exmy's own leaks
