@@ -57,6 +57,17 @@ void StatsLedger::collect() {
 
 // --- the statistics ------------------------------------------------------------
 
+namespace {
+
+// max|x| from the max of |x|'s bits: NaN's bits lie above Inf's
+// (tensor_abs_max's convention).
+double amax_of_bits(uint64_t m) {
+  return m > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN()
+                         : static_cast<double>(float_of(static_cast<uint32_t>(m)));
+}
+
+}  // namespace
+
 double DeviceStats::abs_max(const float* x, int64_t n) {
   double m = 0;
   abs_max_later(x, n, &m);
@@ -76,36 +87,25 @@ void DeviceStats::abs_max_later(const float* x, int64_t n, double* dst) {
   k_.max_abs_bits(part, reinterpret_cast<const uint32_t*>(x), n, p1);
   auto* out = static_cast<uint32_t*>(ledger_.reserve(sizeof(uint32_t) * static_cast<size_t>(p2), [=](const void* p) {
     const auto* bits = static_cast<const uint32_t*>(p);
-    const uint32_t m = *std::max_element(bits, bits + p2);
-    // NaN's bits lie above Inf's (tensor_abs_max's convention)
-    *dst = m > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(float_of(m));
+    *dst = amax_of_bits(*std::max_element(bits, bits + p2));
   }));
   k_.max_abs_bits(out, part, p1, p2);
 }
 
-template <class Count>
-void DeviceStats::counts(int64_t items, int64_t bins, uint64_t* sums, Count count) {
+template <class Count, class Finish>
+void DeviceStats::counts(int64_t items, int64_t bins, Count count, Finish finish) {
   const int64_t parts = stats_parts(items, bins);
   // a partial counts in 32 bits
   if ((items + parts - 1) / parts > int64_t{0xffffffff})
     throw Error("statistics: " + std::to_string(items) + " blocks are too many for the device's partial counts");
   uint32_t* part = ensure(part_, parts * bins, mem_);
   count(part, parts);
-  k_.sum_parts(sums, part, parts, bins);
+  finish(part, parts);
 }
 
 void DeviceStats::add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
                                    OperandStats& st) {
-  if (rows <= 0 || cols <= 0) return;
-  const int64_t br = block_rows, bc = block_cols;
-  const int64_t blocks = (rows + br - 1) / br * ((cols + bc - 1) / bc);
-  auto* sums = static_cast<uint64_t*>(ledger_.reserve(sizeof(uint64_t) * kRangeHistBins, [&st](const void* p) {
-    const auto* c = static_cast<const uint64_t*>(p);
-    for (int k = 0; k < kRangeHistBins; ++k) st.range_hist[static_cast<size_t>(k)] += c[k];
-  }));
-  counts(blocks, kRangeHistBins, sums, [&](uint32_t* part, int64_t parts) {
-    k_.count_ranges(part, x, rows, cols, br, bc, parts);
-  });
+  operand_later(x, rows, cols, block_rows, block_cols, nullptr, nullptr, nullptr, st);
 }
 
 void DeviceStats::add_scale_codes(const ScaleCodeTable& table, const void* codes, int64_t blocks,
@@ -122,9 +122,12 @@ void DeviceStats::add_scale_codes(const ScaleCodeTable& table, const void* codes
       ledger_.reserve(sizeof(uint64_t) * static_cast<size_t>(bins), [&table, &st, bins](const void* p) {
         table.add_code_counts(static_cast<const uint64_t*>(p), bins, st);
       }));
-  counts(blocks, bins, sums, [&](uint32_t* part, int64_t parts) {
-    k_.count_codes(part, static_cast<const uint8_t*>(codes), cb, blocks, parts);
-  });
+  counts(
+      blocks, bins,
+      [&](uint32_t* part, int64_t parts) {
+        k_.count_codes(part, static_cast<const uint8_t*>(codes), cb, blocks, parts);
+      },
+      [&](const uint32_t* part, int64_t parts) { k_.sum_parts(sums, part, parts, bins); });
 }
 
 void DeviceStats::operand_later(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
@@ -143,19 +146,12 @@ void DeviceStats::operand_later(const float* x, int64_t rows, int64_t cols, int 
         const auto* c = static_cast<const uint64_t*>(p);
         for (int k = 0; k < kRangeHistBins; ++k) st.range_hist[static_cast<size_t>(k)] += c[k];
         if (table) table->add_code_counts(c + kRangeHistBins, code_bins, st);
-        if (amax_dst) {
-          const uint64_t m = c[bins - 1];
-          // NaN's bits lie above Inf's (tensor_abs_max's convention)
-          *amax_dst = m > 0x7f800000u ? std::numeric_limits<double>::quiet_NaN()
-                                      : static_cast<double>(float_of(static_cast<uint32_t>(m)));
-        }
+        if (amax_dst) *amax_dst = amax_of_bits(c[bins - 1]);
       }));
-  const int64_t parts = stats_parts(blocks, bins);
-  if ((blocks + parts - 1) / parts > int64_t{0xffffffff})
-    throw Error("statistics: " + std::to_string(blocks) + " blocks are too many for the device's partial counts");
-  uint32_t* part = ensure(part_, parts * bins, mem_);
-  k_.count_blocks(part, x, rows, cols, br, bc, cp, cb, parts);
-  k_.finish_blocks(sums, part, parts, bins);
+  counts(
+      blocks, bins,
+      [&](uint32_t* part, int64_t parts) { k_.count_blocks(part, x, rows, cols, br, bc, cp, cb, parts); },
+      [&](const uint32_t* part, int64_t parts) { k_.finish_blocks(sums, part, parts, bins); });
 }
 
 void DeviceStats::compare_gemm_later(const float* got, const float* ref, int64_t R, int64_t N, GemmStats* dst) {

@@ -73,6 +73,7 @@ class DeviceStats {
   // The rest fill their results at collect() (the host pointers and
   // references they take must stay valid until then).
   void abs_max_later(const float* x, int64_t n, double* dst);
+  // (operand_later without codes or amax)
   void add_block_ranges(const float* x, int64_t rows, int64_t cols, int block_rows, int block_cols,
                         OperandStats& st);
   // (Codes wider than 16 bits are counted on the host at once, from a copy.)
@@ -99,10 +100,10 @@ class DeviceStats {
   }
 
  private:
-  // Counts (bins) of `items` items counted into partials by `count`, summed
-  // into `sums` (bins entries in the memory).
-  template <class Count>
-  void counts(int64_t items, int64_t bins, uint64_t* sums, Count count);
+  // `items` items counted into partials of `bins` entries by count(part,
+  // parts), which finish(part, parts) combines.
+  template <class Count, class Finish>
+  void counts(int64_t items, int64_t bins, Count count, Finish finish);
 
   Memory& mem_;
   StatsKernels k_;
@@ -110,7 +111,6 @@ class DeviceStats {
   MemBuf<uint32_t> part_;    // the first pass's partials (then the second's, for the amax)
   MemBuf<GemmPartial> gemm_a_, gemm_b_;  // the GEMM comparison's segment partials and tree level
   MemBuf<TreeTail<GemmPartial>> gemm_tail_;
-  std::vector<uint32_t> host_bits_;
   std::vector<uint8_t> host_codes_;  // codes wider than 16 bits, counted on the host
 };
 

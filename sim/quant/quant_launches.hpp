@@ -158,34 +158,14 @@ void count_codes_launches(const L& launch, uint32_t* part, const uint8_t* codes,
   });
 }
 
-// part[t · kRangeHistBins + k] = how many of the blocks b ≡ t (mod parts)
-// of x (rows, cols; br x bc blocks in row-major block order, edge blocks
-// partial) fall in range bin k (range_bin_of; add_block_ranges's blocks).
-template <class L>
-void count_ranges_launches(const L& launch, uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br,
-                           int64_t bc, int64_t parts) {
-  const int64_t grid_c = (cols + bc - 1) / bc, blocks = (rows + br - 1) / br * grid_c;
-  launch("count_ranges", parts, [=] EXMY_HD_LAMBDA(int64_t t) {
-    uint32_t* h = part + t * kRangeHistBins;
-    for (int k = 0; k < kRangeHistBins; ++k) h[k] = 0;
-    for (int64_t b = t; b < blocks; b += parts) {
-      const int64_t r0 = b / grid_c * br, c0 = b % grid_c * bc;
-      const int64_t r1 = r0 + br < rows ? r0 + br : rows, c1 = c0 + bc < cols ? c0 + bc : cols;
-      BlockRange s;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c) s.add(x[r * cols + c]);
-      const int k = range_bin_of(s.hi, s.lo);
-      if (k >= 0) ++h[k];
-    }
-  });
-}
-
 // An operand's block statistics in one pass (DeviceStats::operand_later):
 // partial t's bins = kRangeHistBins + code_bins + 1 entries are, over the
-// blocks b ≡ t (mod parts) of x (count_ranges_launches' blocks), the range
-// bins, the counts of those blocks' scale codes (codes[b], code_bins =
-// 2^(8·code_bytes); none when codes is null) and the max of |x|'s bits
-// over their elements (the tensor's amax: every element lies in one block).
+// blocks b ≡ t (mod parts) of x (rows, cols; br x bc blocks in row-major
+// block order, edge blocks partial: add_block_ranges's blocks), the range
+// bins (range_bin_of), the counts of those blocks' scale codes (codes[b],
+// code_bins = 2^(8·code_bytes); none when codes is null) and the max of
+// |x|'s bits over their elements (the tensor's amax: every element lies in
+// one block).
 inline int64_t block_stats_bins(const uint8_t* codes, int code_bytes) {
   return kRangeHistBins + (codes ? int64_t{1} << (8 * code_bytes) : 0) + 1;
 }
@@ -279,8 +259,6 @@ void gemm_sums_launches(const L& launch, GemmPartial* out, const float* got, con
 struct StatsKernels {
   void (*max_abs_bits)(uint32_t* part, const uint32_t* bits, int64_t n, int64_t parts);
   void (*count_codes)(uint32_t* part, const uint8_t* codes, int code_bytes, int64_t blocks, int64_t parts);
-  void (*count_ranges)(uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br, int64_t bc,
-                       int64_t parts);
   void (*sum_parts)(uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins);
   void (*gather_rows)(float* dst, const float* src, int64_t ld, int64_t M, int64_t R);
   void (*gather_columns)(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R);
@@ -302,8 +280,6 @@ struct StatsKernels {
   void decode_alpha_##suffix(float* alpha, const float* t_a, const float* t_b);                               \
   void max_abs_bits_##suffix(uint32_t* part, const uint32_t* bits, int64_t n, int64_t parts);                 \
   void count_codes_##suffix(uint32_t* part, const uint8_t* codes, int code_bytes, int64_t blocks, int64_t parts); \
-  void count_ranges_##suffix(uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br, int64_t bc,  \
-                             int64_t parts);                                                                  \
   void sum_parts_##suffix(uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins);               \
   void gather_rows_##suffix(float* dst, const float* src, int64_t ld, int64_t M, int64_t R);                  \
   void gather_columns_##suffix(float* dst, const float* src, int64_t rows, int64_t cols, int64_t R);          \

@@ -34,10 +34,6 @@ void EXMY_CAT(count_codes, EXMY_SUFFIX)(uint32_t* part, const uint8_t* codes, in
                                         int64_t parts) {
   count_codes_launches(EXMY_LAUNCHER{}, part, codes, code_bytes, blocks, parts);
 }
-void EXMY_CAT(count_ranges, EXMY_SUFFIX)(uint32_t* part, const float* x, int64_t rows, int64_t cols, int64_t br,
-                                         int64_t bc, int64_t parts) {
-  count_ranges_launches(EXMY_LAUNCHER{}, part, x, rows, cols, br, bc, parts);
-}
 void EXMY_CAT(sum_parts, EXMY_SUFFIX)(uint64_t* counts, const uint32_t* part, int64_t parts, int64_t bins) {
   sum_parts_launches(EXMY_LAUNCHER{}, counts, part, parts, bins);
 }
@@ -60,7 +56,7 @@ void EXMY_CAT(finish_blocks, EXMY_SUFFIX)(uint64_t* counts, const uint32_t* part
 }
 StatsKernels EXMY_CAT(stats_kernels, EXMY_SUFFIX)() {
   return {EXMY_CAT(max_abs_bits, EXMY_SUFFIX), EXMY_CAT(count_codes, EXMY_SUFFIX),
-          EXMY_CAT(count_ranges, EXMY_SUFFIX), EXMY_CAT(sum_parts, EXMY_SUFFIX),
+          EXMY_CAT(sum_parts, EXMY_SUFFIX),
           EXMY_CAT(gather_rows, EXMY_SUFFIX),  EXMY_CAT(gather_columns, EXMY_SUFFIX),
           EXMY_CAT(gemm_sums, EXMY_SUFFIX),    EXMY_CAT(count_blocks, EXMY_SUFFIX),
           EXMY_CAT(finish_blocks, EXMY_SUFFIX)};
