@@ -424,7 +424,10 @@ TEST(DistBenchTrain, TwoRanksPrintTheStepScalingAndCommunicationOnce) {
   ASSERT_EQ(std::sscanf(r.out.c_str() + at, "scaling t1/t2: %lfx, efficiency %lf%%", &scaling, &efficiency), 2)
       << r.out;
   EXPECT_GT(scaling, 0) << r.out;
-  EXPECT_NEAR(efficiency, 100 * scaling / 2, 0.06 + 0.005 * efficiency) << r.out;
+  // The scaling is printed to 0.01 and the efficiency to 0.1, both from the
+  // unrounded ratio: 100 * scaling / 2 may be off by 100 * 0.005 / 2 = 0.25 and
+  // the efficiency by 0.05, so they agree within 0.30.
+  EXPECT_NEAR(efficiency, 100 * scaling / 2, 0.25 + 0.05 + 1e-9) << r.out;
   EXPECT_NEAR(scaling, two[2] / one[2], 0.005 + 0.01 * scaling) << r.out;  // t1/t2 of the best times
   const size_t med = r.out.find("median of the rounds: ", at);
   ASSERT_NE(med, std::string::npos) << r.out;
