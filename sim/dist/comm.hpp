@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <span>
@@ -101,7 +102,10 @@ class ForwardingComm : public Comm {
   void max(std::span<double> v) override { inner_.max(v); }
   void barrier() override { inner_.barrier(); }
   std::vector<std::string> gather(const std::string& mine) override { return inner_.gather(mine); }
-  [[noreturn]] void abort(int code) override { inner_.abort(code); }
+  [[noreturn]] void abort(int code) override {
+    inner_.abort(code);
+    std::abort();  // a virtual call's [[noreturn]] is not part of its type
+  }
 
  protected:
   Comm& inner_;
