@@ -12,7 +12,10 @@
 // same launches on cuBLASLt at attention's device blocking, or the SSD's
 // thread kernels with EXMY_CUDA_SSD=threads and attention's row kernels
 // with EXMY_CUDA_ATTENTION=rows (the CUDA backend: within an FP32 budget of
-// the CPU).
+// the CPU). EXMY_CUDA_SSD=fused and =pieces (the SSD's fused forward, its
+// block launches' products on bfloat16 pieces) and
+// EXMY_CUDA_ATTENTION=fused take those kernels in both backends, the
+// emulated one running their host emulations (no longer the CPU's bits).
 #if !defined(EXMY_ITEM_KERNELS)
 #error "define EXMY_ITEM_KERNELS (1: the CPU's bits, 0: the device's kernels) before including this file"
 #endif
@@ -123,6 +126,9 @@ class DeviceBackend final : public Backend<float> {
     if (ssd_fused_chosen(d))
       ssd_fused_forward_emulated(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
                                  scratch(ssd_fused_forward_scratch(d)));
+    else if (ssd_pieces_chosen())
+      ssd_pieces_forward_emulated(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
+                                  scratch(ssd_blocks_forward_scratch(d, kSsdSlabFloats, true)));
     else
       ssd_blocks_forward_emulated(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
                                   scratch(ssd_blocks_forward_scratch(d)));
@@ -133,6 +139,9 @@ class DeviceBackend final : public Backend<float> {
     else if (ssd_fused_chosen(d))
       EXMY_K(ssd_fused_forward)(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
                                 scratch(ssd_fused_forward_scratch(d)));
+    else if (ssd_pieces_chosen())
+      EXMY_K(ssd_pieces_forward)(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
+                                 scratch(ssd_blocks_forward_scratch(d, kSsdSlabFloats, true)));
     else
       EXMY_K(ssd_blocks_forward)(y, acs, states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d,
                                  scratch(ssd_blocks_forward_scratch(d)));
@@ -143,12 +152,19 @@ class DeviceBackend final : public Backend<float> {
                                int64_t ldbc, const float* dt, const float* A_log, const float* D, const float* acs,
                                const float* states, const SsdDims& d) override {
 #if EXMY_ITEM_KERNELS
-    ssd_blocks_backward_emulated(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states, d,
-                                 scratch(ssd_blocks_backward_scratch(d)));
+    if (ssd_pieces_chosen())
+      ssd_pieces_backward_emulated(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
+                                   d, scratch(ssd_blocks_backward_scratch(d, kSsdSlabFloats, true)));
+    else
+      ssd_blocks_backward_emulated(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
+                                   d, scratch(ssd_blocks_backward_scratch(d)));
 #else
     if (ssd_threads_chosen())
       EXMY_K(ssd_parallel_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
                                     d, scratch(ssd_parallel_backward_scratch(d)));
+    else if (ssd_pieces_chosen())
+      EXMY_K(ssd_pieces_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
+                                  d, scratch(ssd_blocks_backward_scratch(d, kSsdSlabFloats, true)));
     else
       EXMY_K(ssd_blocks_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states, d,
                                   scratch(ssd_blocks_backward_scratch(d)));

@@ -110,6 +110,20 @@ inline int64_t split_concat_elems(int64_t rows, int64_t cols, bool k_cols, int p
   return piece_pad(k_cols ? rows * piece_ld(pairs * cols) : pairs * rows * piece_ld(cols));
 }
 
+// uint16 elements one entry of a product on pieces may take, whichever way
+// SplitGemm goes (a pair at a time, or the pairs concatenated along K on
+// either side): A stored ra x ca in pa pieces, B rb x cb in pb.
+inline int64_t split_entry_elems(int64_t ra, int64_t ca, int pa, int64_t rb, int64_t cb, int pb) {
+  const int np = split_pairs(pa, pb).n;
+  const int64_t by_pair = pa * piece_pad(ra * piece_ld(ca)) + pb * piece_pad(rb * piece_ld(cb));
+  const auto concat = [np](int64_t r, int64_t c) {
+    const int64_t k_cols = split_concat_elems(r, c, true, np), k_rows = split_concat_elems(r, c, false, np);
+    return k_cols > k_rows ? k_cols : k_rows;
+  };
+  const int64_t cat = np > 1 ? concat(ra, ca) + concat(rb, cb) : 0;
+  return by_pair > cat ? by_pair : cat;
+}
+
 // Entry t's pieces (P of them) of X (rows x cols, row stride ld; entry t at
 // X + t sx): piece i at out + (t P + i) n, rows piece_ld(cols) apart. A
 // thread per element.
@@ -228,6 +242,18 @@ struct SplitGemm {
     }
   }
 };
+
+// Whether a GEMM functor is a SplitGemm (its pieces then need scratch:
+// launches that carve their own scratch give it a piece area, with_pieces).
+template <class G>
+inline constexpr bool kSplitsIntoPieces = false;
+template <class L, class G16>
+inline constexpr bool kSplitsIntoPieces<SplitGemm<L, G16>> = true;
+// A copy of a SplitGemm with its piece area (`capacity` uint16 elements at p).
+template <class L, class G16>
+SplitGemm<L, G16> with_pieces(const SplitGemm<L, G16>& g, uint16_t* p, int64_t capacity) {
+  return {g.launch, g.g16, p, capacity};
+}
 
 // The host's BF16 product (the emulation of the device's): per output, the
 // products of the bfloat16 values (exact in double) summed in double in k

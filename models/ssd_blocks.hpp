@@ -65,6 +65,7 @@
 #include <type_traits>
 
 #include "models/item_gemm.hpp"
+#include "models/split_gemm.hpp"
 #include "models/ssd_items.hpp"
 #include "models/ssd_threads.hpp"
 #include "sim/kernel_launch.hpp"
@@ -74,11 +75,46 @@ namespace exmy::models {
 // Floats of a slab's arrays at most (a slab has at least one chunk).
 inline constexpr int64_t kSsdSlabFloats = int64_t{1} << 26;  // 256 MiB
 
+// uint16 elements of one chunk's entries of the block launches' products
+// on bfloat16 pieces (models/split_gemm.hpp), the largest product's: C and
+// B in one piece where they hold bfloat16 values (SsdDims::xbc_bf16), every
+// other operand in three; a product has an entry per group (G a chunk) or
+// per head (H), and takes either of SplitGemm's ways.
+inline int64_t ssd_piece_chunk_elems(const SsdDims& d) {
+  const int64_t L = d.chunk, P = d.head_dim, N = d.state, G = d.groups, H = d.heads;
+  const int x = d.xbc_bf16 ? 1 : kBf16Pieces, f = kBf16Pieces;
+  struct Product {
+    int64_t entries, ra, ca;
+    int pa;
+    int64_t rb, cb;
+    int pb;
+  };
+  // the operands as stored: C, B (L x N), dt x, dy, dye (L x P), M, C B^T (L
+  // x L), the states and their gradients (P x N)
+  const Product products[] = {
+      {G, L, N, x, L, N, x},  // C B^T
+      {H, L, L, f, L, P, f},  // M (dt x), M^T dy
+      {G, L, P, f, L, N, x},  // (dt x)^T B, dye^T C
+      {G, L, N, x, P, N, f},  // C states^T, C hin^T, B dS^T
+      {G, L, P, f, P, N, f},  // dye hin, dye dS
+      {H, L, P, f, L, P, f},  // dy (dt x)^T
+      {G, L, L, f, L, N, x},  // dCB B, dCB^T C
+  };
+  int64_t most = 0;
+  for (const Product& p : products) {
+    const int64_t n = p.entries * split_entry_elems(p.ra, p.ca, p.pa, p.rb, p.cb, p.pb);
+    if (n > most) most = n;
+  }
+  return most;
+}
+
 // The per-entry array sizes (item_pad'ded), counts and slabs of the block
-// launches' scratch.
+// launches' scratch; with `pieces` (the products through a SplitGemm) also
+// each chunk's share of the piece area (PF floats, a multiple of 64: the
+// area starts the scratch, and what follows keeps its 256-byte alignment).
 struct SsdBlockSizes {
-  int64_t LL, LP, LN, L1, G, H, BQ, acs, st, bqh;
-  explicit SsdBlockSizes(const SsdDims& d)
+  int64_t LL, LP, LN, L1, G, H, BQ, acs, st, bqh, PF;
+  explicit SsdBlockSizes(const SsdDims& d, bool pieces = false)
       : LL(item_pad(d.chunk * d.chunk)),
         LP(item_pad(d.chunk * d.head_dim)),
         LN(item_pad(d.chunk * d.state)),
@@ -88,44 +124,48 @@ struct SsdBlockSizes {
         BQ(d.batch * d.chunks()),
         acs(item_pad(d.acs_size())),
         st(item_pad(d.states_size())),
-        bqh(item_pad(d.batch * d.chunks() * d.heads)) {}
+        bqh(item_pad(d.batch * d.chunks() * d.heads)),
+        PF(pieces ? ((ssd_piece_chunk_elems(d) + 1) / 2 + 63) / 64 * 64 : 0) {}
   // Per head of the backward: a region R of tmp and dye (LP each) that dM
   // (LL) takes over once they are dead.
   int64_t R() const { return LL > 2 * LP ? LL : 2 * LP; }
   // A slab's floats per chunk: forward CB (per group), M, XDT, off (per
   // head); backward CB, dCg, dBg (per group), M, R, dyc, XDT, dXDT, sB, dw,
-  // dacs (per head).
-  int64_t forward_chunk() const { return G * LL + H * (LL + 2 * LP); }
+  // dacs (per head); and the chunk's pieces.
+  int64_t forward_chunk() const { return PF + G * LL + H * (LL + 2 * LP); }
   // With the chunks' outputs fused (models/ssd_fused.hpp): XDT alone.
-  int64_t fused_forward_chunk() const { return H * LP; }
-  int64_t backward_chunk() const { return G * (LL + 2 * LN) + H * (LL + R() + 3 * LP + 3 * L1); }
+  int64_t fused_forward_chunk() const { return PF + H * LP; }
+  int64_t backward_chunk() const { return PF + G * (LL + 2 * LN) + H * (LL + R() + 3 * LP + 3 * L1); }
   // Chunks a slab of `per_chunk` floats a chunk holds within `cap` floats.
   int64_t slab_chunks(int64_t per_chunk, int64_t cap) const {
     const int64_t n = cap / per_chunk;
     return n < 1 ? 1 : n < BQ ? n : BQ;
   }
-  // Forward: Cc, Bc (BQ G x LN), Yd (BQ H x LP), W (acs), then the slab.
+  // Forward: the slab's pieces (per PF, with pieces), Cc, Bc (BQ G x LN),
+  // Yd (BQ H x LP), W (acs), then the rest of the slab.
   int64_t forward(int64_t cap) const {
     return 2 * BQ * G * LN + BQ * H * LP + acs + slab_chunks(forward_chunk(), cap) * forward_chunk();
   }
-  // With the chunks' outputs fused: Bc, W, then the slab.
+  // With the chunks' outputs fused: (the pieces,) Bc, W, then the slab.
   int64_t fused_forward(int64_t cap) const {
     return BQ * G * LN + acs + slab_chunks(fused_forward_chunk(), cap) * fused_forward_chunk();
   }
-  // Backward: dstates (st), dlast, pA, pD (bqh), E, W (acs), Cc, Bc (BQ G x
-  // LN), then the slab.
+  // Backward: the slab's pieces (with pieces), dstates (st), dlast, pA, pD
+  // (bqh), E, W (acs), Cc, Bc (BQ G x LN), then the rest of the slab.
   int64_t backward(int64_t cap) const {
     return st + 3 * bqh + 2 * acs + 2 * BQ * G * LN + slab_chunks(backward_chunk(), cap) * backward_chunk();
   }
 };
-inline int64_t ssd_blocks_forward_scratch(const SsdDims& d, int64_t cap = kSsdSlabFloats) {
-  return SsdBlockSizes(d).forward(cap);
+// Floats of the block launches' scratch; `pieces`: with their products on
+// bfloat16 pieces (a SplitGemm).
+inline int64_t ssd_blocks_forward_scratch(const SsdDims& d, int64_t cap = kSsdSlabFloats, bool pieces = false) {
+  return SsdBlockSizes(d, pieces).forward(cap);
 }
 inline int64_t ssd_fused_forward_scratch(const SsdDims& d, int64_t cap = kSsdSlabFloats) {
   return SsdBlockSizes(d).fused_forward(cap);
 }
-inline int64_t ssd_blocks_backward_scratch(const SsdDims& d, int64_t cap = kSsdSlabFloats) {
-  return SsdBlockSizes(d).backward(cap);
+inline int64_t ssd_blocks_backward_scratch(const SsdDims& d, int64_t cap = kSsdSlabFloats, bool pieces = false) {
+  return SsdBlockSizes(d, pieces).backward(cap);
 }
 
 // Consecutive arrays carved from a scratch: take(n) is the next n elements.
@@ -138,6 +178,19 @@ struct ScratchCarver {
     return a;
   }
 };
+
+// The GEMM functor the launches use: `gemm` itself, or where it is a
+// SplitGemm a copy of it whose pieces take the scratch's first `per` x PF
+// floats (taken here, before the launches' arrays).
+template <class Gemm, class T>
+auto ssd_gemm_in_scratch(const Gemm& gemm, ScratchCarver<T>& take, const SsdBlockSizes& z, int64_t per) {
+  if constexpr (kSplitsIntoPieces<Gemm>) {
+    static_assert(std::is_same_v<T, float>, "pieces are made from float32 operands");
+    return with_pieces(gemm, reinterpret_cast<uint16_t*>(take(per * z.PF)), 2 * per * z.PF);
+  } else {
+    return gemm;
+  }
+}
 
 // A stretch of chunks whose items share one shape: flat chunks [c0, c0 +
 // count) (flat chunk b Q + q), each of len tokens.
@@ -196,17 +249,20 @@ void ssd_copy_bc_launch(const L& launch, const char* name, T* Cc, T* Bc, const T
 struct SsdBlocksOutput {};
 
 template <class L, class Gemm, class T, class Out = SsdBlocksOutput>
-void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm, T* y, T* acs, T* states, const T* x, int64_t ldx,
-                                 const T* Bm, const T* Cm, int64_t ldbc, const T* dt, const T* A_log, const T* D,
-                                 const SsdDims& d, T* scratch, int64_t cap = kSsdSlabFloats, const Out& output = {}) {
+void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm_in, T* y, T* acs, T* states, const T* x,
+                                 int64_t ldx, const T* Bm, const T* Cm, int64_t ldbc, const T* dt, const T* A_log,
+                                 const T* D, const SsdDims& d, T* scratch, int64_t cap = kSsdSlabFloats,
+                                 const Out& output = {}) {
   constexpr bool kFused = !std::is_same_v<Out, SsdBlocksOutput>;
-  const SsdBlockSizes z(d);
+  const SsdBlockSizes z(d, kSplitsIntoPieces<Gemm>);
   const int64_t Lm = d.chunk, P = d.head_dim, N = d.state, H = d.heads, G = d.groups, Q = d.chunks();
   const int64_t S = d.seqlen, hpg = H / G, PN = P * N, ldy = H * P;
   const int64_t LL = z.LL, LP = z.LP, LN = z.LN;
   const int64_t per = z.slab_chunks(kFused ? z.fused_forward_chunk() : z.forward_chunk(), cap);
   // the order of SsdBlockSizes::forward (fused_forward: Bc, W, XDT)
   ScratchCarver<T> take{scratch};
+  const auto gemm = ssd_gemm_in_scratch(gemm_in, take, z, per);
+  const bool bc16 = d.xbc_bf16;  // C and B (and their copies) hold bfloat16 values
   const auto take_unless_fused = [&](int64_t n) { return kFused ? nullptr : take(n); };
   T *Cc = take_unless_fused(z.BQ * G * LN), *Bc = take(z.BQ * G * LN), *Yd = take_unless_fused(z.BQ * H * LP);
   T *W = take(z.acs), *CB = take_unless_fused(per * G * LL), *M = take_unless_fused(per * H * LL);
@@ -228,8 +284,8 @@ void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm, T* y, T* acs
       if (kFused) xdt *= W[(c.b * H + h) * S + c.t0 + t];  // weighed at once: no Yd reads it unweighed
     });
     if (!kFused) {  // the diagonal blocks (the fused kernel forms them), then XDT weighed
-      gemm(ng, CB, Lm, LL, static_cast<const T*>(Cc + eg0 * LN), N, LN, sim::Op::N,
-           static_cast<const T*>(Bc + eg0 * LN), N, LN, sim::Op::T, r.len, r.len, N, false);
+      gemm_hinted(gemm, {bc16, bc16}, ng, CB, Lm, LL, static_cast<const T*>(Cc + eg0 * LN), N, LN, sim::Op::N,
+                  static_cast<const T*>(Bc + eg0 * LN), N, LN, sim::Op::T, r.len, r.len, N, false);
       launch("ssd_forward m", nh * Lm * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
         const int64_t el = u / (Lm * Lm), e = eh0 + el, t = (u / Lm) % Lm, s = u % Lm, h = e % H;
         const SsdChunk c = ssd_entry_chunk(d, e, H);
@@ -238,8 +294,8 @@ void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm, T* y, T* acs
         const T* cb = CB + ((el / H) * G + h / hpg) * LL;
         M[el * LL + t * Lm + s] = s <= t ? cb[t * Lm + s] * sim::hd_exp(ac[t] - ac[s]) : T(0);
       });
-      gemm(nh, Yd + eh0 * LP, P, LP, static_cast<const T*>(M), Lm, LL, sim::Op::N, static_cast<const T*>(XDT), P, LP,
-           sim::Op::N, r.len, P, r.len, false);
+      gemm_hinted(gemm, {}, nh, Yd + eh0 * LP, P, LP, static_cast<const T*>(M), Lm, LL, sim::Op::N,
+                  static_cast<const T*>(XDT), P, LP, sim::Op::N, r.len, P, r.len, false);
       launch("ssd_forward weigh", nh * Lm * P, [=] EXMY_HD_LAMBDA(int64_t u) {
         const int64_t el = u / (Lm * P), e = eh0 + el, t = (u / P) % Lm, h = e % H;
         const SsdChunk c = ssd_entry_chunk(d, e, H);
@@ -248,8 +304,9 @@ void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm, T* y, T* acs
       });
     }
     for (int64_t k = 0; k < hpg; ++k)
-      gemm(ng, states + (eh0 + k) * PN, N, hpg * PN, static_cast<const T*>(XDT + k * LP), P, hpg * LP, sim::Op::T,
-           static_cast<const T*>(Bc + eg0 * LN), N, LN, sim::Op::N, P, N, r.len, false);
+      gemm_hinted(gemm, {false, bc16}, ng, states + (eh0 + k) * PN, N, hpg * PN, static_cast<const T*>(XDT + k * LP),
+                  P, hpg * LP, sim::Op::T, static_cast<const T*>(Bc + eg0 * LN), N, LN, sim::Op::N, P, N, r.len,
+                  false);
   });
   launch("ssd_forward pass_states", d.batch * H * PN, [=] EXMY_HD_LAMBDA(int64_t u) {
     ssd_thr_pass_states(states, static_cast<const T*>(acs), d, u / (H * PN), (u / PN) % H, u % PN);
@@ -262,8 +319,9 @@ void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm, T* y, T* acs
   ssd_for_slabs(d, per, [&](const SsdRun& r) {
     const int64_t eh0 = r.c0 * H, eg0 = r.c0 * G, nh = r.count * H, ng = r.count * G;
     for (int64_t k = 0; k < hpg; ++k)
-      gemm(ng, off + k * LP, P, hpg * LP, static_cast<const T*>(Cc + eg0 * LN), N, LN, sim::Op::N,
-           static_cast<const T*>(states + (eh0 + k) * PN), N, hpg * PN, sim::Op::T, r.len, P, N, false);
+      gemm_hinted(gemm, {bc16, false, k > 0}, ng, off + k * LP, P, hpg * LP, static_cast<const T*>(Cc + eg0 * LN), N,
+                  LN, sim::Op::N, static_cast<const T*>(states + (eh0 + k) * PN), N, hpg * PN, sim::Op::T, r.len, P,
+                  N, false);
     launch("ssd_forward output", nh * Lm * P, [=] EXMY_HD_LAMBDA(int64_t u) {
       const int64_t el = u / (Lm * P), e = eh0 + el, t = (u / P) % Lm, p = u % P, h = e % H;
       const SsdChunk c = ssd_entry_chunk(d, e, H);
@@ -276,15 +334,17 @@ void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm, T* y, T* acs
 }
 
 template <class L, class Gemm, class T>
-void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm, T* dx, T* dB, T* dC, T* ddt, T* dA_log, T* dD,
-                                  const T* dy, const T* x, int64_t ldx, const T* Bm, const T* Cm, int64_t ldbc,
+void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm_in, T* dx, T* dB, T* dC, T* ddt, T* dA_log,
+                                  T* dD, const T* dy, const T* x, int64_t ldx, const T* Bm, const T* Cm, int64_t ldbc,
                                   const T* dt, const T* A_log, const T* D, const T* acs, const T* states,
                                   const SsdDims& d, T* scratch, int64_t cap = kSsdSlabFloats) {
-  const SsdBlockSizes z(d);
+  const SsdBlockSizes z(d, kSplitsIntoPieces<Gemm>);
   const int64_t Lm = d.chunk, P = d.head_dim, N = d.state, H = d.heads, G = d.groups, Q = d.chunks();
   const int64_t S = d.seqlen, hpg = H / G, PN = P * N, ldy = H * P;
   const int64_t LL = z.LL, LP = z.LP, LN = z.LN, L1 = z.L1, RR = z.R(), per = z.slab_chunks(z.backward_chunk(), cap);
   ScratchCarver<T> take{scratch};  // the order of SsdBlockSizes::backward
+  const auto gemm = ssd_gemm_in_scratch(gemm_in, take, z, per);
+  const bool bc16 = d.xbc_bf16;  // C and B (and their copies) hold bfloat16 values
   T *dstates = take(z.st), *dlast = take(z.bqh), *pA = take(z.bqh), *pD = take(z.bqh);
   T *E = take(z.acs), *W = take(z.acs), *Cc = take(z.BQ * G * LN), *Bc = take(z.BQ * G * LN);
   // The slab's: CB (then dCB), dCg, dBg per group; per head M, the region R
@@ -319,8 +379,9 @@ void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm, T* dx, T* d
   ssd_for_slabs(d, per, [&](const SsdRun& r) {
     copy_rows("ssd_backward copy dye", r, false);
     for (int64_t k = 0; k < hpg; ++k)
-      gemm(r.count * G, dstates + (r.c0 * H + k) * PN, N, hpg * PN, static_cast<const T*>(dye + k * RR), P, hpg * RR,
-           sim::Op::T, static_cast<const T*>(Cc + r.c0 * G * LN), N, LN, sim::Op::N, P, N, r.len, false);
+      gemm_hinted(gemm, {false, bc16}, r.count * G, dstates + (r.c0 * H + k) * PN, N, hpg * PN,
+                  static_cast<const T*>(dye + k * RR), P, hpg * RR, sim::Op::T,
+                  static_cast<const T*>(Cc + r.c0 * G * LN), N, LN, sim::Op::N, P, N, r.len, false);
   });
   launch("ssd_backward pass_dstates", d.batch * H * PN, [=] EXMY_HD_LAMBDA(int64_t u) {
     ssd_thr_pass_dstates(dstates, acs, d, u / (H * PN), (u / PN) % H, u % PN);
@@ -334,13 +395,14 @@ void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm, T* dx, T* d
     const T* cc = Cc + eg0 * LN;
     const T* bc = Bc + eg0 * LN;
     copy_rows("ssd_backward copy rows", r, true);
-    gemm(ng, CB, Lm, LL, cc, N, LN, sim::Op::N, bc, N, LN, sim::Op::T, r.len, r.len, N, false);
+    gemm_hinted(gemm, {bc16, bc16}, ng, CB, Lm, LL, cc, N, LN, sim::Op::N, bc, N, LN, sim::Op::T, r.len, r.len, N,
+                false);
     launch("ssd_backward zero dbc", ng * LN, [=] EXMY_HD_LAMBDA(int64_t u) { dCg[u] = dBg[u] = T(0); });
 
     // (b) The incoming state: tmp = C hin^T; its dot with dy for dacs; dC's part.
     for (int64_t k = 0; k < hpg; ++k)
-      gemm(ng, tmp + k * RR, P, hpg * RR, cc, N, LN, sim::Op::N, states + (eh0 + k) * PN, N, hpg * PN, sim::Op::T,
-           r.len, P, N, false);
+      gemm_hinted(gemm, {bc16, false, k > 0}, ng, tmp + k * RR, P, hpg * RR, cc, N, LN, sim::Op::N,
+                  states + (eh0 + k) * PN, N, hpg * PN, sim::Op::T, r.len, P, N, false);
     launch("ssd_backward state rows", nh * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
       const int64_t el = u / Lm, t = u % Lm;
       if (t >= ssd_entry_chunk(d, eh0 + el, H).len) return;
@@ -349,14 +411,14 @@ void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm, T* dx, T* d
       sB[el * L1 + t] = s;
     });
     for (int64_t k = 0; k < hpg; ++k)
-      gemm(ng, dCg, N, LN, static_cast<const T*>(dye + k * RR), P, hpg * RR, sim::Op::N, states + (eh0 + k) * PN, N,
-           hpg * PN, sim::Op::N, r.len, N, P, true);
+      gemm_hinted(gemm, {}, ng, dCg, N, LN, static_cast<const T*>(dye + k * RR), P, hpg * RR, sim::Op::N,
+                  states + (eh0 + k) * PN, N, hpg * PN, sim::Op::N, r.len, N, P, true);
 
     // (c) The own end state: tmp = B dS^T; per row the dw dot, dXDT's first
     //     part and dye = W XDT; dB's part.
     for (int64_t k = 0; k < hpg; ++k)
-      gemm(ng, tmp + k * RR, P, hpg * RR, bc, N, LN, sim::Op::N, static_cast<const T*>(dstates + (eh0 + k) * PN), N,
-           hpg * PN, sim::Op::T, r.len, P, N, false);
+      gemm_hinted(gemm, {bc16, false, k > 0}, ng, tmp + k * RR, P, hpg * RR, bc, N, LN, sim::Op::N,
+                  static_cast<const T*>(dstates + (eh0 + k) * PN), N, hpg * PN, sim::Op::T, r.len, P, N, false);
     launch("ssd_backward own rows", nh * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
       const int64_t el = u / Lm, e = eh0 + el, s = u % Lm, h = e % H;
       const SsdChunk c = ssd_entry_chunk(d, e, H);
@@ -372,8 +434,8 @@ void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm, T* dx, T* d
       dw[el * L1 + s] = v;
     });
     for (int64_t k = 0; k < hpg; ++k)
-      gemm(ng, dBg, N, LN, static_cast<const T*>(dye + k * RR), P, hpg * RR, sim::Op::N,
-           static_cast<const T*>(dstates + (eh0 + k) * PN), N, hpg * PN, sim::Op::N, r.len, N, P, true);
+      gemm_hinted(gemm, {}, ng, dBg, N, LN, static_cast<const T*>(dye + k * RR), P, hpg * RR, sim::Op::N,
+                  static_cast<const T*>(dstates + (eh0 + k) * PN), N, hpg * PN, sim::Op::N, r.len, N, P, true);
 
     // (d) The diagonal block.
     launch("ssd_backward m", nh * Lm * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
@@ -384,10 +446,10 @@ void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm, T* dx, T* d
       const T l = s <= t ? sim::hd_exp(ac[t] - ac[s]) : T(0);
       M[el * LL + t * Lm + s] = CB[((el / H) * G + h / hpg) * LL + t * Lm + s] * l;
     });
-    gemm(nh, dM, Lm, RR, static_cast<const T*>(dyc), P, LP, sim::Op::N, static_cast<const T*>(XDT), P, LP,
-         sim::Op::T, r.len, r.len, P, false);
-    gemm(nh, dXDT, P, LP, static_cast<const T*>(M), Lm, LL, sim::Op::T, static_cast<const T*>(dyc), P, LP,
-         sim::Op::N, r.len, P, r.len, true);
+    gemm_hinted(gemm, {}, nh, dM, Lm, RR, static_cast<const T*>(dyc), P, LP, sim::Op::N, static_cast<const T*>(XDT),
+                P, LP, sim::Op::T, r.len, r.len, P, false);
+    gemm_hinted(gemm, {}, nh, dXDT, P, LP, static_cast<const T*>(M), Lm, LL, sim::Op::T, static_cast<const T*>(dyc),
+                P, LP, sim::Op::N, r.len, P, r.len, true);
     launch("ssd_backward dcb", ng * Lm * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
       const int64_t el = u / (Lm * Lm), e = eg0 + el, t = (u / Lm) % Lm, s = u % Lm;
       const SsdChunk c = ssd_entry_chunk(d, e, G);
@@ -430,8 +492,10 @@ void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm, T* dx, T* d
     });
 
     // The group's shared C B^T: dC and dB's last parts, then into dC and dB.
-    gemm(ng, dCg, N, LN, static_cast<const T*>(CB), Lm, LL, sim::Op::N, bc, N, LN, sim::Op::N, r.len, N, r.len, true);
-    gemm(ng, dBg, N, LN, static_cast<const T*>(CB), Lm, LL, sim::Op::T, cc, N, LN, sim::Op::N, r.len, N, r.len, true);
+    gemm_hinted(gemm, {false, bc16}, ng, dCg, N, LN, static_cast<const T*>(CB), Lm, LL, sim::Op::N, bc, N, LN,
+                sim::Op::N, r.len, N, r.len, true);
+    gemm_hinted(gemm, {false, bc16, true}, ng, dBg, N, LN, static_cast<const T*>(CB), Lm, LL, sim::Op::T, cc, N, LN,
+                sim::Op::N, r.len, N, r.len, true);
     launch("ssd_backward dbc", ng * Lm * N, [=] EXMY_HD_LAMBDA(int64_t u) {
       const int64_t el = u / (Lm * N), e = eg0 + el, t = (u / N) % Lm, n = u % N;
       const SsdChunk c = ssd_entry_chunk(d, e, G);

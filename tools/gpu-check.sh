@@ -132,9 +132,9 @@ for t in $tests; do
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=$rc; fi
 done
 # the GEMM rates and error-to-budget ratios test_gemm_cuda, test_linear_cuda and test_fp32_gemm_bf16
-# printed, the attention block, row and fused kernels' and the SSD block, thread and fused kernels' times at sequence 4096
+# printed, the attention block, row and fused kernels' and the SSD block, thread, fused and pieces kernels' times at sequence 4096
 # test_attention_cuda and test_ssd_cuda printed, and the grouped MMA kernel's against a BF16 GEMM (test_grouped_cuda)
-grep -h -E '^CudaGemm |largest error|^\[attention (rows|blocks|fused)\]|^\[ssd (threads|blocks|fused)|^\[grouped mma\]' \
+grep -h -E '^CudaGemm |largest error|^\[attention (rows|blocks|fused)\]|^\[ssd (threads|blocks|fused|pieces)|^\[grouped mma\]' \
   "$logs/test_gemm_cuda.log" "$logs/test_linear_cuda.log" "$logs/test_fp32_gemm_bf16.log" \
   "$logs/test_attention_cuda.log" "$logs/test_ssd_cuda.log" "$logs/test_grouped_cuda.log" >>"$report" 2>/dev/null || true
 # the device benchmarks (need the device), then the CPU one (needs none)
@@ -156,13 +156,14 @@ if [ "${GPU_CHECK_BENCH_TRAIN:-1}" = 1 ]; then
       echo "gpu-check: bench train --device cuda failed or ran out of its 150 s" | tee -a "$report"
   fi
   # the same with attention and the SSD forward's chunk outputs as the fused
-  # kernels (models/attention_fused.hpp, models/ssd_fused.hpp; the profile
-  # names each kernel beside the block launches' above)
-  if fits "EXMY_CUDA_ATTENTION=fused EXMY_CUDA_SSD=fused exmy bench train --device cuda (proxy-350m)" 60; then
-    echo "--- EXMY_CUDA_ATTENTION=fused EXMY_CUDA_SSD=fused exmy bench train --device cuda --model proxy-350m --seq-len 4096 --batch 1 --steps 1 --profile" >>"$report"
-    EXMY_CUDA_ATTENTION=fused EXMY_CUDA_SSD=fused timeout 90 "$bundle/bin/exmy" bench train --device cuda --model proxy-350m \
+  # kernels (models/attention_fused.hpp, models/ssd_fused.hpp) and the SSD
+  # backward's products on bfloat16 pieces (models/split_gemm.hpp; the
+  # profile names each kernel beside the block launches' above)
+  if fits "EXMY_CUDA_ATTENTION=fused EXMY_CUDA_SSD=fused,pieces exmy bench train --device cuda (proxy-350m)" 60; then
+    echo "--- EXMY_CUDA_ATTENTION=fused EXMY_CUDA_SSD=fused,pieces exmy bench train --device cuda --model proxy-350m --seq-len 4096 --batch 1 --steps 1 --profile" >>"$report"
+    EXMY_CUDA_ATTENTION=fused EXMY_CUDA_SSD=fused,pieces timeout 90 "$bundle/bin/exmy" bench train --device cuda --model proxy-350m \
       --seq-len 4096 --batch 1 --steps 1 --profile >>"$report" 2>&1 ||
-      echo "gpu-check: bench train --device cuda, fused attention and SSD, failed or ran out of its 90 s" | tee -a "$report"
+      echo "gpu-check: bench train --device cuda, fused attention and SSD, SSD pieces, failed or ran out of its 90 s" | tee -a "$report"
   fi
   if fits "exmy bench train --device cuda --recipe (proxy-350m)" 120; then
     echo "--- exmy bench train --device cuda ${p350[*]} --recipe bf16,te-nvfp4,ue5m3-b16-fp32gemm,ue5m3-b16 --stats ue5m3-b16-fp32gemm" >>"$report"

@@ -6,13 +6,13 @@
 #   tools/gpu-train-check.sh EXMY OUTDIR >>report
 #   GPU_TRAIN_DEVICE=cuda-emulated GPU_TRAIN_MODEL=proxy-tiny tools/gpu-train-check.sh build/exmy /tmp/t
 #                       # a dry run of the script without a GPU (the emulation gives the CPU's bits: 0 difference,
-#                       # but for bf16-fused-attention and bf16-fused-ssd, the fused kernels' emulation)
+#                       # but for bf16-fused-attention and bf16-fused-ssd, the chosen kernels' emulation)
 #
 # Runs (synthetic data, log every step):
 #   fp32    proxy-10m, 50 steps, batch 8 x 256 tokens, fp32 policy
 #   bf16    the same with train.precision = bf16
 #   bf16-fused-attention  the same with EXMY_CUDA_ATTENTION=fused
-#   bf16-fused-ssd  the same with EXMY_CUDA_SSD=fused
+#   bf16-fused-ssd  the same with EXMY_CUDA_SSD=fused,pieces
 #   bf16-working  the same with train.working_weights = bf16 (and offloaded: the device run's bits)
 #   fp32 and bf16-working offloaded (train.offload = optimizer) in chunks of
 #   GPU_TRAIN_OFFLOAD_CHUNK elements (1000003): the device run's bits
@@ -102,9 +102,10 @@ compare bf16 50 1e-3 train.precision=bf16
 # attention as the fused kernels (EXMY_CUDA_ATTENTION=fused,
 # models/attention_fused.hpp; the CPU ignores it)
 EXMY_CUDA_ATTENTION=fused compare bf16-fused-attention 50 1e-3 train.precision=bf16
-# the SSD forward's chunk outputs as the fused kernel (EXMY_CUDA_SSD=fused,
-# models/ssd_fused.hpp; bfloat16 x, B, C in one piece each)
-EXMY_CUDA_SSD=fused compare bf16-fused-ssd 50 1e-3 train.precision=bf16
+# the SSD forward's chunk outputs as the fused kernel and the backward's
+# products on bfloat16 pieces (EXMY_CUDA_SSD=fused,pieces, models/ssd_fused.hpp,
+# models/split_gemm.hpp; bfloat16 x, B, C in one piece each)
+EXMY_CUDA_SSD=fused,pieces compare bf16-fused-ssd 50 1e-3 train.precision=bf16
 # BF16 working weights (train.working_weights = bf16): the fused update and
 # rounding kernel against the CPU; offloaded (the master on the host,
 # rounded chunks sent up) the same final weights as on the device

@@ -1,9 +1,10 @@
 // The chunked SSD scan on a CUDA device: the block launches of
 // models/ssd_blocks.hpp (DeviceLaunch, the products as cuBLASLt's strided
-// batches), the forward with the chunks' outputs as the fused kernel of
-// models/ssd_fused.hpp, and the thread launches of models/ssd_launches.hpp
-// with sim::DeviceLaunch (the launch shape only; the arithmetic is
-// models/ssd_threads.hpp, which the host emulation runs too).
+// batches, FP32 or on bfloat16 pieces through SplitGemm), the forward with
+// the chunks' outputs as the fused kernel of models/ssd_fused.hpp, and the
+// thread launches of models/ssd_launches.hpp with sim::DeviceLaunch (the
+// launch shape only; the arithmetic is models/ssd_threads.hpp, which the
+// host emulation runs too).
 #include "models/cuda/fused_mma.cuh"
 #include "models/cuda/ssd_cuda.hpp"
 #include "models/ssd_fused.hpp"
@@ -23,6 +24,20 @@ void ssd_blocks_backward_cuda(float* dx, float* dB, float* dC, float* ddt, float
                               const float* states, const SsdDims& d, float* scratch) {
   ssd_blocks_backward_launches(sim::DeviceLaunch{}, sim::DeviceBatchedGemm{}, dx, dB, dC, ddt, dA_log, dD, dy, x, ldx,
                                Bm, Cm, ldbc, dt, A_log, D, acs, states, d, scratch);
+}
+
+void ssd_pieces_forward_cuda(float* y, float* acs, float* states, const float* x, int64_t ldx, const float* Bm,
+                             const float* Cm, int64_t ldbc, const float* dt, const float* A_log, const float* D,
+                             const SsdDims& d, float* scratch) {
+  ssd_blocks_forward_launches(sim::DeviceLaunch{}, SplitGemm<sim::DeviceLaunch, sim::DeviceBatchedGemm>{}, y, acs,
+                              states, x, ldx, Bm, Cm, ldbc, dt, A_log, D, d, scratch);
+}
+void ssd_pieces_backward_cuda(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD, const float* dy,
+                              const float* x, int64_t ldx, const float* Bm, const float* Cm, int64_t ldbc,
+                              const float* dt, const float* A_log, const float* D, const float* acs,
+                              const float* states, const SsdDims& d, float* scratch) {
+  ssd_blocks_backward_launches(sim::DeviceLaunch{}, SplitGemm<sim::DeviceLaunch, sim::DeviceBatchedGemm>{}, dx, dB,
+                               dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states, d, scratch);
 }
 
 namespace {

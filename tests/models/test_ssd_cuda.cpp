@@ -350,6 +350,123 @@ TEST(SsdBlockKernels, BackwardWithinBudgetAndAccumulates) {
       KERNEL(ssd_blocks_backward), [](const SsdDims& d) { return ssd_blocks_backward_scratch(d); }, compare, "blocks");
 }
 
+// The block launches with their products on bfloat16 pieces
+// (EXMY_CUDA_SSD=pieces, models/split_gemm.hpp): their own bound is the
+// same launches run on RunErr with test::RunErrSplitGemm (the pieces each
+// product keeps, as the launches' hints say: C and B one piece where they
+// hold bfloat16 values, three otherwise; a hint that called an operand
+// bfloat16 where it is not would drop bits this bound does not count), the
+// forward from the inputs, the backward from the CPU's saved acs and states.
+struct PieceBounds {
+  Bound y, acs, st;
+  Bound dxbc, ddt, dA, dD;
+};
+PieceBounds piece_bounds(const Case& c) {
+  const Inputs& in = c.in;
+  const SsdDims& d = in.d;
+  PieceBounds b{Bound(c.f.y.size()), Bound(c.f.acs.size()), Bound(c.f.st.size()), to<RunErr>(c.dxbc0),
+                to<RunErr>(c.ddt0), to<RunErr>(c.dA0), to<RunErr>(c.dD0)};
+  const Bound rxbc = to<RunErr>(in.xbc), rdt = to<RunErr>(in.dt), rA = to<RunErr>(in.A_log), rD = to<RunErr>(in.D);
+  const RunErr* rx = rxbc.data();
+  const test::RunErrSplitGemm gemm{kOnDevice};
+  Bound fscratch(static_cast<size_t>(ssd_blocks_forward_scratch(d)));
+  ssd_blocks_forward_launches(sim::HostLaunch{}, gemm, b.y.data(), b.acs.data(), b.st.data(), rx, in.ld, rx + in.xdim,
+                              rx + in.xdim + in.gn, in.ld, rdt.data(), rA.data(), rD.data(), d, fscratch.data());
+  const Bound rdy = to<RunErr>(in.dy), racs = to<RunErr>(c.f.acs), rst = to<RunErr>(c.f.st);
+  Bound bscratch(static_cast<size_t>(ssd_blocks_backward_scratch(d)));
+  RunErr* rdx = b.dxbc.data();
+  ssd_blocks_backward_launches(sim::HostLaunch{}, gemm, rdx, rdx + in.xdim, rdx + in.xdim + in.gn, b.ddt.data(),
+                               b.dA.data(), b.dD.data(), rdy.data(), rx, in.ld, rx + in.xdim, rx + in.xdim + in.gn,
+                               in.ld, rdt.data(), rA.data(), rD.data(), racs.data(), rst.data(), d, bscratch.data());
+  return b;
+}
+const std::vector<PieceBounds>& piece_bounds() {
+  static const std::vector<PieceBounds> all = [] {
+    std::vector<PieceBounds> v;
+    for (const Case& c : cases()) v.push_back(piece_bounds(c));
+    return v;
+  }();
+  return all;
+}
+int64_t pieces_forward_scratch(const SsdDims& d) { return ssd_blocks_forward_scratch(d, kSsdSlabFloats, true); }
+int64_t pieces_backward_scratch(const SsdDims& d) { return ssd_blocks_backward_scratch(d, kSsdSlabFloats, true); }
+
+// Every shape, against the CPU within the budget of two algorithms (the
+// pieces' bound and the CPU's); acs is made without a product (the CPU's
+// bits in the emulation). In the emulation each output is also within its
+// own bound of the exact value; on a device a second run gives the same
+// bits.
+TEST(SsdPieceKernels, ForwardWithinBudget) {
+  EXMY_REQUIRE_CUDA();
+  for (size_t i = 0; i < cases().size(); ++i) {
+    const Case& c = cases()[i];
+    const PieceBounds& b = piece_bounds()[i];
+    const int64_t n = pieces_forward_scratch(c.in.d);
+    const Forward k = run_forward(KERNEL(ssd_pieces_forward), c, n);
+    const std::string what = "ssd forward pieces " + c.name;
+    compare(k.acs, plain(c.f.acs), c.racs, what + " acs");
+    compare_reordered(k.st, plain(c.f.st), b.st, c.rst, what + " states");
+    compare_reordered(k.y, plain(c.f.y), b.y, c.ry, what + " y");
+    if (kOnDevice) expect_same(run_forward(KERNEL(ssd_pieces_forward), c, n), k, what + ", run twice");
+  }
+}
+
+TEST(SsdPieceKernels, BackwardWithinBudgetAndAccumulates) {
+  EXMY_REQUIRE_CUDA();
+  for (size_t i = 0; i < cases().size(); ++i) {
+    const Case& c = cases()[i];
+    const PieceBounds& b = piece_bounds()[i];
+    const int64_t n = pieces_backward_scratch(c.in.d);
+    const Backward k = run_backward(KERNEL(ssd_pieces_backward), c, n);
+    const std::string what = "ssd backward pieces " + c.name;
+    compare_reordered(k.dxbc, plain(c.dxbc), b.dxbc, c.rdxbc, what + " dxBC");
+    compare_reordered(k.ddt, plain(c.ddt), b.ddt, c.rddt, what + " ddt");
+    compare_reordered(k.dA, plain(c.dA), b.dA, c.rdA, what + " dA_log");
+    compare_reordered(k.dD, plain(c.dD), b.dD, c.rdD, what + " dD");
+    if (kOnDevice) expect_same(run_backward(KERNEL(ssd_pieces_backward), c, n), k, what + ", run twice");
+  }
+}
+
+// EXMY_CUDA_SSD's list: whole entries between commas.
+TEST(SsdPieceKernels, ChoicesAreWholeEntriesOfTheList) {
+  EXPECT_TRUE(ssd_list_has("pieces", "pieces"));
+  EXPECT_TRUE(ssd_list_has("fused,pieces", "pieces"));
+  EXPECT_TRUE(ssd_list_has("fused,pieces", "fused"));
+  EXPECT_TRUE(ssd_list_has("pieces,,fused", "fused"));
+  EXPECT_FALSE(ssd_list_has("", "pieces"));
+  EXPECT_FALSE(ssd_list_has("piece", "pieces"));
+  EXPECT_FALSE(ssd_list_has("fused pieces", "pieces"));
+  EXPECT_FALSE(ssd_list_has("fusedpieces,x", "pieces"));
+  EXPECT_FALSE(ssd_list_has("fused,", "pieces"));
+}
+
+#if defined(EXMY_TEST_EMULATED)
+// Slabs of one chunk (the piece area then as small as it gets: one chunk's
+// entries of the largest product, ssd_piece_chunk_elems; SplitGemm throws
+// where a product's pieces would not fit) and of two give the default's
+// bits: a slab's pieces are made before they are read, and no product's
+// pieces overlap the slab's arrays (the scratch starts as NaN).
+TEST(SsdPieceKernels, SlabsGiveTheSameBits) {
+  using Split = SplitGemm<sim::HostLaunch, HostBf16Gemm>;
+  for (const Case& c : cases()) {
+    const SsdDims& d = c.in.d;
+    const SsdBlockSizes z(d, true);
+    const Forward f0 = run_forward(ssd_pieces_forward_emulated, c, pieces_forward_scratch(d));
+    const Backward b0 = run_backward(ssd_pieces_backward_emulated, c, pieces_backward_scratch(d));
+    for (const int64_t chunks : {int64_t{1}, int64_t{2}}) {
+      const int64_t fcap = chunks * z.forward_chunk(), bcap = chunks * z.backward_chunk();
+      const auto fwd = [fcap](auto... a) { ssd_blocks_forward_launches(sim::HostLaunch{}, Split{}, a..., fcap); };
+      const auto bwd = [bcap](auto... a) { ssd_blocks_backward_launches(sim::HostLaunch{}, Split{}, a..., bcap); };
+      const std::string slab = ", slabs of " + std::to_string(chunks) + " chunks";
+      expect_same(run_forward(fwd, c, ssd_blocks_forward_scratch(d, fcap, true)), f0,
+                  "ssd forward pieces " + c.name + slab);
+      expect_same(run_backward(bwd, c, ssd_blocks_backward_scratch(d, bcap, true)), b0,
+                  "ssd backward pieces " + c.name + slab);
+    }
+  }
+}
+#endif
+
 // The RunErr evaluation of the fused output kernel (models/ssd_fused.hpp),
 // output by output in its steps and orders, from the CPU's bounds of acs
 // and the states entering each chunk (which the kernel reads as the block
@@ -529,9 +646,10 @@ TEST(SsdThreadKernels, BackwardWithinBudgetAndAccumulates) {
   check_backward(KERNEL(ssd_parallel_backward), ssd_parallel_backward_scratch, compare_within_budget, "threads");
 }
 
-// The thread kernels' and the block launches' scratch is no more than the
-// item kernels' at the GPU proxies' Mamba shape (the CUDA backend's buffer
-// grows to the larger of the forward's and the backward's).
+// The thread kernels' and the block launches' scratch (FP32 or on pieces)
+// is no more than the item kernels' at the GPU proxies' Mamba shape (the
+// CUDA backend's buffer grows to the larger of the forward's and the
+// backward's).
 TEST(SsdThreadKernels, ScratchIsNoMoreThanTheItemKernels) {
   const SsdDims d{.batch = 2, .seqlen = 4096, .heads = 32, .head_dim = 64, .groups = 8, .state = 128, .chunk = 128};
   const int64_t items = std::max(ssd_forward_scratch(d), ssd_backward_scratch(d));
@@ -544,6 +662,10 @@ TEST(SsdThreadKernels, ScratchIsNoMoreThanTheItemKernels) {
   EXPECT_LE(threads, items);
   EXPECT_LE(blocks, items);  // a slab of 256 MiB beside the chunks' copies
   EXPECT_EQ(ssd_device_scratch(d), blocks);  // the CUDA backend's default family
+  // On pieces a slab holds its pieces too, within the same 256 MiB (fewer chunks a slab).
+  const int64_t pieces = std::max(pieces_forward_scratch(d), pieces_backward_scratch(d));
+  std::printf("  blocks on bfloat16 pieces %.1f MiB\n", static_cast<double>(pieces) * 4 / 1048576.0);
+  EXPECT_LE(pieces, items);
 }
 
 #if !defined(EXMY_TEST_EMULATED)
@@ -601,6 +723,15 @@ TEST(SsdBlockKernels, TimesSequence4096) {
       "blocks", ssd_blocks_forward_cuda, ssd_blocks_backward_cuda,
       [](const SsdDims& d) { return ssd_blocks_forward_scratch(d); },
       [](const SsdDims& d) { return ssd_blocks_backward_scratch(d); });
+}
+
+// The block launches on bfloat16 pieces, fp32 and bfloat16 x, B, C (C and
+// B one piece).
+TEST(SsdPieceKernels, TimesSequence4096) {
+  EXMY_REQUIRE_CUDA();
+  for (const bool bf16 : {false, true})
+    time_sequence_4096(bf16 ? "pieces, bf16 xBC" : "pieces", ssd_pieces_forward_cuda, ssd_pieces_backward_cuda,
+                       pieces_forward_scratch, pieces_backward_scratch, bf16);
 }
 
 // The forward with the fused output kernel, fp32 and bfloat16 x, B, C (the
