@@ -35,6 +35,14 @@
 // the slab (at 1 x 4096 tokens: one slab forward, two of 16 chunks
 // backward).
 //
+// Pieces. Each product's call says which operands hold bfloat16 values
+// (Bf16Operands: C, B and their copies where SsdDims::xbc_bf16) and whether
+// A is the previous call's unchanged A, which a plain functor ignores and a
+// SplitGemm (models/split_gemm.hpp: the products on BF16 tensor cores as
+// products of bfloat16 pieces) uses; given a SplitGemm, the launches carve
+// its piece area at the front of the scratch, a share of each slab chunk
+// (SsdBlockSizes::PF), and pass it a copy with that area.
+//
 // Slabs. The per-item arrays (the chunk x chunk ones the largest) exist for
 // a slab of chunks at a time (a stretch of a run, as many chunks as fit
 // kSsdSlabFloats), so they do not grow with the sequence: what must span

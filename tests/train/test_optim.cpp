@@ -138,7 +138,9 @@ TEST(OptimizerShard, ShardsOfWholeViewsTileTheArenaInRankOrder) {
     }
     EXPECT_EQ(at, L.size()) << n;
     EXPECT_EQ(view, nv) << n;
-    if (n == 1) EXPECT_EQ(optimizer_shard(L, 0, 1).size(), whole_arena(L).size());
+    if (n == 1) {
+      EXPECT_EQ(optimizer_shard(L, 0, 1).size(), whole_arena(L).size());
+    }
   }
   EXPECT_THROW(optimizer_shard(L, 2, 2), Error);
 }
@@ -288,7 +290,9 @@ TEST(AdamW, OffloadedStateGivesTheSameBitsChunkByChunk) {
           EXPECT_EQ(dev.source_written, 0) << "sources written in flight";
         }
         const int64_t chunks = (sh.size() + chunk - 1) / chunk;
-        if (chunks >= 3) EXPECT_GE(dev.most_in_flight, 3u) << "copies overlapping the update";
+        if (chunks >= 3) {
+          EXPECT_GE(dev.most_in_flight, 3u) << "copies overlapping the update";
+        }
         const std::string at = std::to_string(n) + " shards, rank " + std::to_string(r) + ", chunk " + std::to_string(chunk);
         for (size_t i = 0; i < pr.size(); ++i)
           ASSERT_EQ(std::bit_cast<uint32_t>(po[i]), std::bit_cast<uint32_t>(pr[i])) << "element " << i << ", " << at;
@@ -340,7 +344,9 @@ TEST(AdamW, Bf16WorkingWeightsAreTheRoundedMaster) {
           ASSERT_EQ(dev.in_flight(), 0u) << at;
           ASSERT_EQ(dev.source_written, 0) << at;
         }
-        if (where == "offloaded" && sh.size() > 3 * 37) EXPECT_GE(dev.most_in_flight, 3u) << at;
+        if (where == "offloaded" && sh.size() > 3 * 37) {
+          EXPECT_GE(dev.most_in_flight, 3u) << at;
+        }
         size_t below_bf16 = 0;  // master elements with bits a BF16 drops: the test is not vacuous
         for (size_t i = 0; i < po.size(); ++i) {
           ASSERT_EQ(std::bit_cast<uint32_t>(po[i]), std::bit_cast<uint32_t>(round_bf16_hd(master[i])))
