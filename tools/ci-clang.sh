@@ -18,27 +18,10 @@ first=()
 cmake -S . -B "$BUILD_DIR" "${first[@]}" -DCMAKE_BUILD_TYPE=Release -DEXMY_CUDA=OFF >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc 2>/dev/null || echo 2)" --target exmy test_formats
 filter='QuantizeFast.*:BlockPasses.*:FastLoopTable.*:Widths/FastLoops.*:Sums.*:SegmentPartials.*:Vectors.*:RowScales.*'
-# The three widths at once (each mostly one thread; the machine's cores
-# share them), each into its own log, printed in width order; any failure
-# fails the stage.
-logs=$(mktemp -d)
-pids=()
-for width in scalar avx2 avx512; do
-  EXMY_SIMD=$width OMP_WAIT_POLICY=passive "$BUILD_DIR/tests/formats/test_formats" --gtest_filter="$filter" \
-    --gtest_brief=1 >"$logs/$width.log" 2>&1 &
-  pids+=($!)
-done
-failed=0
-for i in 0 1 2; do
-  width=$(echo scalar avx2 avx512 | cut -d' ' -f$((i + 1)))
-  rc=0
-  wait "${pids[$i]}" || rc=$?
-  echo "==> test_formats (clang) at EXMY_SIMD=$width: exit $rc"
-  cat "$logs/$width.log"
-  [[ $rc -eq 0 ]] || failed=1
-done
-rm -rf "$logs"
-[[ $failed -eq 0 ]] || { echo "ci-clang: test_formats failed at a width above" >&2; exit 1; }
+# The three widths at once, each into its own log, printed in width order;
+# any failure fails the stage.
+OMP_WAIT_POLICY=passive tools/widths-at-once.sh "scalar avx2 avx512" "$BUILD_DIR/tests/formats/test_formats" \
+  --gtest_filter="$filter" --gtest_brief=1
 # the binary itself, on its embedded defaults
 "$BUILD_DIR/exmy" bench quantize --elements 1048576 --repeat 1 >/dev/null
 echo "ci-clang: passed"

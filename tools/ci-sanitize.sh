@@ -93,13 +93,8 @@ if [[ $# -eq 0 ]]; then
   filter=$(ctest --test-dir "$BUILD_DIR" -R '^simd_scalar\.fast_path$' --show-only=json-v1 |
            sed -n 's/.*"--gtest_filter=\([^"]*\)".*/\1/p' | head -n1)
   [[ -n "$filter" ]] || { echo "ci-sanitize: no filter of simd_scalar.fast_path found" >&2; exit 1; }
-  pids=()
-  for width in scalar avx2; do
-    EXMY_SIMD=$width "$BUILD_DIR/tests/formats/test_formats" --gtest_brief=1 \
-      --gtest_filter="$filter-QuantizeFast.LargeTensorsMatchReferenceOverManyRuns:QuantizeFast.StreamedOutputsMatchReference" &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
+  tools/widths-at-once.sh "scalar avx2" "$BUILD_DIR/tests/formats/test_formats" --gtest_brief=1 \
+    --gtest_filter="$filter-QuantizeFast.LargeTensorsMatchReferenceOverManyRuns:QuantizeFast.StreamedOutputsMatchReference"
 fi
 # The data-parallel tests (DistTrain*, DistBenchTrain*) run exmy under mpirun: Open MPI's own allocations
 # (many in MCA plugins it has unloaded by exit, so no suppression can name
