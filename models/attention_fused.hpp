@@ -266,9 +266,9 @@ void fused_rows_product_host(const uint16_t* A, const uint16_t* B, int ps, int l
   double cc[32][4];
   for (int ks = 0; ks < kDh; ks += 16)
     fused_for_pairs<kPa, kPb>([&](int i, int j) {
+      for (int lane = 0; lane < 32; ++lane) sim::mma_frag_a(A + i * ps, ld, ar0, ks, lane, fa[lane]);
       for (int nt = 0; nt < fused::kNt; ++nt) {
         for (int lane = 0; lane < 32; ++lane) {
-          sim::mma_frag_a(A + i * ps, ld, ar0, ks, lane, fa[lane]);
           sim::mma_frag_b(B + j * ps, ld, nt * 8, ks, lane, fb[lane]);
           for (int e = 0; e < 4; ++e) cc[lane][e] = c[lane][nt][e];
         }

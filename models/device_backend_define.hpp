@@ -152,7 +152,13 @@ class DeviceBackend final : public Backend<float> {
                                int64_t ldbc, const float* dt, const float* A_log, const float* D, const float* acs,
                                const float* states, const SsdDims& d) override {
 #if EXMY_ITEM_KERNELS
-    if (ssd_pieces_chosen())
+    if (ssd_fused_chosen(d) && ssd_pieces_chosen())
+      ssd_fused_pieces_backward_emulated(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs,
+                                         states, d, scratch(ssd_fused_backward_scratch(d, kSsdSlabFloats, true)));
+    else if (ssd_fused_chosen(d))
+      ssd_fused_backward_emulated(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states, d,
+                                  scratch(ssd_fused_backward_scratch(d)));
+    else if (ssd_pieces_chosen())
       ssd_pieces_backward_emulated(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
                                    d, scratch(ssd_blocks_backward_scratch(d, kSsdSlabFloats, true)));
     else
@@ -162,6 +168,12 @@ class DeviceBackend final : public Backend<float> {
     if (ssd_threads_chosen())
       EXMY_K(ssd_parallel_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
                                     d, scratch(ssd_parallel_backward_scratch(d)));
+    else if (ssd_fused_chosen(d) && ssd_pieces_chosen())
+      EXMY_K(ssd_fused_pieces_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs,
+                                        states, d, scratch(ssd_fused_backward_scratch(d, kSsdSlabFloats, true)));
+    else if (ssd_fused_chosen(d))
+      EXMY_K(ssd_fused_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states, d,
+                                 scratch(ssd_fused_backward_scratch(d)));
     else if (ssd_pieces_chosen())
       EXMY_K(ssd_pieces_backward)(dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states,
                                   d, scratch(ssd_blocks_backward_scratch(d, kSsdSlabFloats, true)));

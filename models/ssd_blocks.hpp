@@ -43,6 +43,12 @@
 // its piece area at the front of the scratch, a share of each slab chunk
 // (SsdBlockSizes::PF), and pass it a copy with that area.
 //
+// Fused diagonal blocks. Given a diagonal functor (the fused kernels of
+// models/ssd_fused_bwd.hpp), the backward leaves section (d) to it: no CB,
+// M or dM arrays nor their products; the functor adds into the slab's
+// dXDT, dCg and dBg and writes dacs's diagonal sums (SsdDiagonalSlab), and
+// one launch finishes dacs from them.
+//
 // Slabs. The per-item arrays (the chunk x chunk ones the largest) exist for
 // a slab of chunks at a time (a stretch of a run, as many chunks as fit
 // kSsdSlabFloats), so they do not grow with the sequence: what must span
@@ -135,8 +141,9 @@ struct SsdBlockSizes {
         bqh(item_pad(d.batch * d.chunks() * d.heads)),
         PF(pieces ? ((ssd_piece_chunk_elems(d) + 1) / 2 + 63) / 64 * 64 : 0) {}
   // Per head of the backward: a region R of tmp and dye (LP each) that dM
-  // (LL) takes over once they are dead.
-  int64_t R() const { return LL > 2 * LP ? LL : 2 * LP; }
+  // (LL) takes over once they are dead (with the diagonal blocks fused,
+  // models/ssd_fused_bwd.hpp, there is no dM).
+  int64_t R(bool fused = false) const { return fused || LL <= 2 * LP ? 2 * LP : LL; }
   // A slab's floats per chunk: forward CB (per group), M, XDT, off (per
   // head); backward CB, dCg, dBg (per group), M, R, dyc, XDT, dXDT, sB, dw,
   // dacs (per head); and the chunk's pieces.
@@ -144,6 +151,9 @@ struct SsdBlockSizes {
   // With the chunks' outputs fused (models/ssd_fused.hpp): XDT alone.
   int64_t fused_forward_chunk() const { return PF + H * LP; }
   int64_t backward_chunk() const { return PF + G * (LL + 2 * LN) + H * (LL + R() + 3 * LP + 3 * L1); }
+  // With the diagonal blocks fused: no CB, M or dM, and per head the
+  // kernels' row and column sums.
+  int64_t fused_backward_chunk() const { return PF + G * 2 * LN + H * (R(true) + 3 * LP + 5 * L1); }
   // Chunks a slab of `per_chunk` floats a chunk holds within `cap` floats.
   int64_t slab_chunks(int64_t per_chunk, int64_t cap) const {
     const int64_t n = cap / per_chunk;
@@ -160,8 +170,9 @@ struct SsdBlockSizes {
   }
   // Backward: the slab's pieces (with pieces), dstates (st), dlast, pA, pD
   // (bqh), E, W (acs), Cc, Bc (BQ G x LN), then the rest of the slab.
-  int64_t backward(int64_t cap) const {
-    return st + 3 * bqh + 2 * acs + 2 * BQ * G * LN + slab_chunks(backward_chunk(), cap) * backward_chunk();
+  int64_t backward(int64_t cap, bool fused = false) const {
+    const int64_t chunk = fused ? fused_backward_chunk() : backward_chunk();
+    return st + 3 * bqh + 2 * acs + 2 * BQ * G * LN + slab_chunks(chunk, cap) * chunk;
   }
 };
 // Floats of the block launches' scratch; `pieces`: with their products on
@@ -174,6 +185,10 @@ inline int64_t ssd_fused_forward_scratch(const SsdDims& d, int64_t cap = kSsdSla
 }
 inline int64_t ssd_blocks_backward_scratch(const SsdDims& d, int64_t cap = kSsdSlabFloats, bool pieces = false) {
   return SsdBlockSizes(d, pieces).backward(cap);
+}
+// With the diagonal blocks fused (models/ssd_fused_bwd.hpp).
+inline int64_t ssd_fused_backward_scratch(const SsdDims& d, int64_t cap = kSsdSlabFloats, bool pieces = false) {
+  return SsdBlockSizes(d, pieces).backward(cap, true);
 }
 
 // Consecutive arrays carved from a scratch: take(n) is the next n elements.
@@ -341,28 +356,51 @@ void ssd_blocks_forward_launches(const L& launch, const Gemm& gemm_in, T* y, T* 
   });
 }
 
-template <class L, class Gemm, class T>
+// What a slab's diagonal blocks give the rest of the backward where
+// another functor forms them (the fused kernels of models/ssd_fused_bwd.hpp,
+// diag(SsdDiagonalSlab<T>)): per head dXDT += M^T dy (over the block's
+// rows t >= s), per group dCg += dCB B and dBg += dCB^T C, and per head
+// dacs's diagonal sums rows[t] = sum over s < t of dM[t, s] M[t, s] and
+// cols[s] = sum over t > s of the same. The slab's arrays have entries
+// from 0 (a head's cl H + h, a group's cl G + g for its chunk c0 + cl),
+// entry strides LP, LN and L1; the rest are the scan's inputs.
+template <class T>
+struct SsdDiagonalSlab {
+  T *dXDT, *dCg, *dBg, *rows, *cols;
+  const T *acs, *x, *Bm, *Cm, *dt, *dy;
+  int64_t ldx, ldbc;
+  SsdDims d;
+  int64_t c0, count, LP, LN, L1;
+};
+// The block launches' own diagonal blocks (products and element launches).
+struct SsdBlocksDiagonal {};
+
+template <class L, class Gemm, class T, class Diag = SsdBlocksDiagonal>
 void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm_in, T* dx, T* dB, T* dC, T* ddt, T* dA_log,
                                   T* dD, const T* dy, const T* x, int64_t ldx, const T* Bm, const T* Cm, int64_t ldbc,
                                   const T* dt, const T* A_log, const T* D, const T* acs, const T* states,
-                                  const SsdDims& d, T* scratch, int64_t cap = kSsdSlabFloats) {
+                                  const SsdDims& d, T* scratch, int64_t cap = kSsdSlabFloats, const Diag& diag = {}) {
+  constexpr bool kFused = !std::is_same_v<Diag, SsdBlocksDiagonal>;
   const SsdBlockSizes z(d, kSplitsIntoPieces<Gemm>);
   const int64_t Lm = d.chunk, P = d.head_dim, N = d.state, H = d.heads, G = d.groups, Q = d.chunks();
   const int64_t S = d.seqlen, hpg = H / G, PN = P * N, ldy = H * P;
-  const int64_t LL = z.LL, LP = z.LP, LN = z.LN, L1 = z.L1, RR = z.R(), per = z.slab_chunks(z.backward_chunk(), cap);
+  const int64_t LL = z.LL, LP = z.LP, LN = z.LN, L1 = z.L1, RR = z.R(kFused);
+  const int64_t per = z.slab_chunks(kFused ? z.fused_backward_chunk() : z.backward_chunk(), cap);
   ScratchCarver<T> take{scratch};  // the order of SsdBlockSizes::backward
   const auto gemm = ssd_gemm_in_scratch(gemm_in, take, z, per);
   const bool bc16 = d.xbc_bf16;  // C and B (and their copies) hold bfloat16 values
+  const auto take_unless_fused = [&](int64_t n) { return kFused ? nullptr : take(n); };
   T *dstates = take(z.st), *dlast = take(z.bqh), *pA = take(z.bqh), *pD = take(z.bqh);
   T *E = take(z.acs), *W = take(z.acs), *Cc = take(z.BQ * G * LN), *Bc = take(z.BQ * G * LN);
   // The slab's: CB (then dCB), dCg, dBg per group; per head M, the region R
   // (tmp and dye through (b) and (c), then dM from (d) on), dyc, XDT, dXDT,
-  // sB, dw, dacs.
-  T *CB = take(per * G * LL), *dCg = take(per * G * LN), *dBg = take(per * G * LN), *M = take(per * H * LL);
-  T* tmp = take(per * H * RR);
+  // sB, dw, dacs; fused, no CB, M or dM, and the diagonal sums rows, cols.
+  T *CB = take_unless_fused(per * G * LL), *dCg = take(per * G * LN), *dBg = take(per * G * LN);
+  T *M = take_unless_fused(per * H * LL), *tmp = take(per * H * RR);
   T *dye = tmp + LP, *dM = tmp;
   T *dyc = take(per * H * LP), *XDT = take(per * H * LP), *dXDT = take(per * H * LP);
   T *sB = take(per * H * L1), *dw = take(per * H * L1), *dacs = take(per * H * L1);
+  T *rows = kFused ? take(per * H * L1) : nullptr, *cols = kFused ? take(per * H * L1) : nullptr;
 
   launch("ssd_backward exp_acs", d.batch * H * S, [=] EXMY_HD_LAMBDA(int64_t u) {
     ssd_thr_exp_acs(E, W, acs, d, u / (H * S), (u / S) % H, u % S);
@@ -403,8 +441,9 @@ void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm_in, T* dx, T
     const T* cc = Cc + eg0 * LN;
     const T* bc = Bc + eg0 * LN;
     copy_rows("ssd_backward copy rows", r, true);
-    gemm_hinted(gemm, {bc16, bc16}, ng, CB, Lm, LL, cc, N, LN, sim::Op::N, bc, N, LN, sim::Op::T, r.len, r.len, N,
-                false);
+    if (!kFused)
+      gemm_hinted(gemm, {bc16, bc16}, ng, CB, Lm, LL, cc, N, LN, sim::Op::N, bc, N, LN, sim::Op::T, r.len, r.len, N,
+                  false);
     launch("ssd_backward zero dbc", ng * LN, [=] EXMY_HD_LAMBDA(int64_t u) { dCg[u] = dBg[u] = T(0); });
 
     // (b) The incoming state: tmp = C hin^T; its dot with dy for dacs; dC's part.
@@ -445,35 +484,50 @@ void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm_in, T* dx, T
       gemm_hinted(gemm, {}, ng, dBg, N, LN, static_cast<const T*>(dye + k * RR), P, hpg * RR, sim::Op::N,
                   static_cast<const T*>(dstates + (eh0 + k) * PN), N, hpg * PN, sim::Op::N, r.len, N, P, true);
 
-    // (d) The diagonal block.
-    launch("ssd_backward m", nh * Lm * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
-      const int64_t el = u / (Lm * Lm), e = eh0 + el, t = (u / Lm) % Lm, s = u % Lm, h = e % H;
-      const SsdChunk c = ssd_entry_chunk(d, e, H);
-      if (t >= c.len || s >= c.len) return;
-      const T* ac = acs + (c.b * H + h) * S + c.t0;
-      const T l = s <= t ? sim::hd_exp(ac[t] - ac[s]) : T(0);
-      M[el * LL + t * Lm + s] = CB[((el / H) * G + h / hpg) * LL + t * Lm + s] * l;
-    });
-    gemm_hinted(gemm, {}, nh, dM, Lm, RR, static_cast<const T*>(dyc), P, LP, sim::Op::N, static_cast<const T*>(XDT),
-                P, LP, sim::Op::T, r.len, r.len, P, false);
-    gemm_hinted(gemm, {}, nh, dXDT, P, LP, static_cast<const T*>(M), Lm, LL, sim::Op::T, static_cast<const T*>(dyc),
-                P, LP, sim::Op::N, r.len, P, r.len, true);
-    launch("ssd_backward dcb", ng * Lm * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
-      const int64_t el = u / (Lm * Lm), e = eg0 + el, t = (u / Lm) % Lm, s = u % Lm;
-      const SsdChunk c = ssd_entry_chunk(d, e, G);
-      if (t >= c.len || s >= c.len) return;
-      CB[el * LL + t * Lm + s] =
-          s <= t ? ssd_dcb_value(static_cast<const T*>(dM + el * hpg * RR), RR, acs, d, c, e % G, t, s) : T(0);
-    });
-    launch("ssd_backward dacs", nh * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
-      const int64_t el = u / Lm, e = eh0 + el, t = u % Lm;
-      const SsdChunk c = ssd_entry_chunk(d, e, H);
-      if (t >= c.len) return;
-      dacs[el * L1 + t] = ssd_dacs_value(sB[el * L1 + t], static_cast<const T*>(M + el * LL),
-                                         static_cast<const T*>(dM + el * RR), static_cast<const T*>(dw + el * L1),
-                                         static_cast<const T*>(E), static_cast<const T*>(W),
-                                         static_cast<const T*>(dlast), d, c, e % H, t);
-    });
+    // (d) The diagonal block: the fused kernels, then dacs from their sums;
+    if constexpr (kFused) {
+      diag(SsdDiagonalSlab<T>{dXDT, dCg, dBg, rows, cols, acs, x, Bm, Cm, dt, dy, ldx, ldbc, d, r.c0, r.count, LP, LN,
+                              L1});
+      launch("ssd_backward dacs", nh * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
+        const int64_t el = u / Lm, e = eh0 + el, t = u % Lm;
+        const SsdChunk c = ssd_entry_chunk(d, e, H);
+        if (t >= c.len) return;
+        const int64_t i = el * L1 + t;
+        dacs[i] = (ssd_dacs_outer(sB[i], static_cast<const T*>(dw + el * L1), static_cast<const T*>(E),
+                                  static_cast<const T*>(W), static_cast<const T*>(dlast), d, c, e % H, t) +
+                   rows[i]) -
+                  cols[i];
+      });
+    } else {  // or the products and element launches.
+      launch("ssd_backward m", nh * Lm * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
+        const int64_t el = u / (Lm * Lm), e = eh0 + el, t = (u / Lm) % Lm, s = u % Lm, h = e % H;
+        const SsdChunk c = ssd_entry_chunk(d, e, H);
+        if (t >= c.len || s >= c.len) return;
+        const T* ac = acs + (c.b * H + h) * S + c.t0;
+        const T l = s <= t ? sim::hd_exp(ac[t] - ac[s]) : T(0);
+        M[el * LL + t * Lm + s] = CB[((el / H) * G + h / hpg) * LL + t * Lm + s] * l;
+      });
+      gemm_hinted(gemm, {}, nh, dM, Lm, RR, static_cast<const T*>(dyc), P, LP, sim::Op::N, static_cast<const T*>(XDT),
+                  P, LP, sim::Op::T, r.len, r.len, P, false);
+      gemm_hinted(gemm, {}, nh, dXDT, P, LP, static_cast<const T*>(M), Lm, LL, sim::Op::T, static_cast<const T*>(dyc),
+                  P, LP, sim::Op::N, r.len, P, r.len, true);
+      launch("ssd_backward dcb", ng * Lm * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
+        const int64_t el = u / (Lm * Lm), e = eg0 + el, t = (u / Lm) % Lm, s = u % Lm;
+        const SsdChunk c = ssd_entry_chunk(d, e, G);
+        if (t >= c.len || s >= c.len) return;
+        CB[el * LL + t * Lm + s] =
+            s <= t ? ssd_dcb_value(static_cast<const T*>(dM + el * hpg * RR), RR, acs, d, c, e % G, t, s) : T(0);
+      });
+      launch("ssd_backward dacs", nh * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
+        const int64_t el = u / Lm, e = eh0 + el, t = u % Lm;
+        const SsdChunk c = ssd_entry_chunk(d, e, H);
+        if (t >= c.len) return;
+        dacs[el * L1 + t] = ssd_dacs_value(sB[el * L1 + t], static_cast<const T*>(M + el * LL),
+                                           static_cast<const T*>(dM + el * RR), static_cast<const T*>(dw + el * L1),
+                                           static_cast<const T*>(E), static_cast<const T*>(W),
+                                           static_cast<const T*>(dlast), d, c, e % H, t);
+      });
+    }
 
     // (a), (e) dx += D dy, then += dt dXDT; ddt += x . dXDT.
     launch("ssd_backward dx rows", nh * Lm, [=] EXMY_HD_LAMBDA(int64_t u) {
@@ -499,11 +553,14 @@ void ssd_blocks_backward_launches(const L& launch, const Gemm& gemm_in, T* dx, T
                         (eh0 + el) % H);
     });
 
-    // The group's shared C B^T: dC and dB's last parts, then into dC and dB.
-    gemm_hinted(gemm, {false, bc16}, ng, dCg, N, LN, static_cast<const T*>(CB), Lm, LL, sim::Op::N, bc, N, LN,
-                sim::Op::N, r.len, N, r.len, true);
-    gemm_hinted(gemm, {false, bc16, true}, ng, dBg, N, LN, static_cast<const T*>(CB), Lm, LL, sim::Op::T, cc, N, LN,
-                sim::Op::N, r.len, N, r.len, true);
+    // The group's shared C B^T: dC and dB's last parts (the fused kernels
+    // added them), then into dC and dB.
+    if (!kFused) {
+      gemm_hinted(gemm, {false, bc16}, ng, dCg, N, LN, static_cast<const T*>(CB), Lm, LL, sim::Op::N, bc, N, LN,
+                  sim::Op::N, r.len, N, r.len, true);
+      gemm_hinted(gemm, {false, bc16, true}, ng, dBg, N, LN, static_cast<const T*>(CB), Lm, LL, sim::Op::T, cc, N,
+                  LN, sim::Op::N, r.len, N, r.len, true);
+    }
     launch("ssd_backward dbc", ng * Lm * N, [=] EXMY_HD_LAMBDA(int64_t u) {
       const int64_t el = u / (Lm * N), e = eg0 + el, t = (u / N) % Lm, n = u % N;
       const SsdChunk c = ssd_entry_chunk(d, e, G);

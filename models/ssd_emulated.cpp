@@ -4,10 +4,12 @@
 // backend runs; and the block launches (models/ssd_blocks.hpp, with
 // LoopGemm<SerialGemm>; with their products on bfloat16 pieces, SplitGemm
 // over HostBf16Gemm; the forward also with the fused output kernel's
-// emulation, models/ssd_fused.hpp) and the thread launches, the CUDA
-// backend's families, with sim::HostLaunch, for the tests and the emulated
-// backend where EXMY_CUDA_SSD chooses them.
+// emulation, models/ssd_fused.hpp, and the backward with the fused
+// diagonal kernels' emulations, models/ssd_fused_bwd.hpp) and the thread
+// launches, the CUDA backend's families, with sim::HostLaunch, for the tests
+// and the emulated backend where EXMY_CUDA_SSD chooses them.
 #include "models/cuda/ssd_cuda.hpp"
+#include "models/ssd_fused_bwd.hpp"
 
 namespace exmy::models {
 
@@ -62,6 +64,38 @@ void ssd_fused_forward_emulated(float* y, float* acs, float* states, const float
   };
   ssd_blocks_forward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, y, acs, states, x, ldx, Bm, Cm, ldbc, dt,
                               A_log, D, d, scratch, kSsdSlabFloats, SsdFusedOutput<decltype(host)>{host});
+}
+
+namespace {
+// Both diagonal kernels' emulations on a slab.
+struct FusedDiagonalHost {
+  void operator()(const SsdDiagonalSlab<float>& a) const {
+    ssd_fused_dispatch(a.d, [&]<int kN, int kP>() {
+      ssd_diag_rows_host<kN, kP>(a);
+      ssd_diag_cols_host<kN, kP>(a);
+    });
+  }
+};
+}  // namespace
+
+void ssd_fused_backward_emulated(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,
+                                 const float* dy, const float* x, int64_t ldx, const float* Bm, const float* Cm,
+                                 int64_t ldbc, const float* dt, const float* A_log, const float* D, const float* acs,
+                                 const float* states, const SsdDims& d, float* scratch) {
+  ssd_fused_require(d, "ssd_fused_backward");
+  ssd_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm,
+                               Cm, ldbc, dt, A_log, D, acs, states, d, scratch, kSsdSlabFloats,
+                               SsdFusedDiagonal<FusedDiagonalHost>{});
+}
+void ssd_fused_pieces_backward_emulated(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,
+                                        const float* dy, const float* x, int64_t ldx, const float* Bm,
+                                        const float* Cm, int64_t ldbc, const float* dt, const float* A_log,
+                                        const float* D, const float* acs, const float* states, const SsdDims& d,
+                                        float* scratch) {
+  ssd_fused_require(d, "ssd_fused_backward");
+  ssd_blocks_backward_launches(sim::HostLaunch{}, SplitGemm<sim::HostLaunch, HostBf16Gemm>{}, dx, dB, dC, ddt, dA_log,
+                               dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states, d, scratch, kSsdSlabFloats,
+                               SsdFusedDiagonal<FusedDiagonalHost>{});
 }
 
 }  // namespace exmy::models

@@ -281,10 +281,14 @@ EXMY_HD void ssd_thr_dx_row(T* dx, T* ddt, T* dw, const T* M, const T* dy, const
 // (ssd_bwd_chunk_head: the incoming state's exp(acs_t) st, the own end
 // state's dw_s W_s, dlast, then the diagonal block's row t and column t).
 // M and dM the head's (chunk x chunk) arrays, dw the head's (chunk).
+//
+// ssd_dacs_outer is its part before the diagonal block's (the terms of the
+// incoming and the own end state and dlast), which the fused diagonal
+// kernels (models/ssd_fused_bwd.hpp) complete with their row and column sums.
 template <class T>
-EXMY_HD T ssd_dacs_value(T st, const T* M, const T* dM, const T* dw, const T* E, const T* W, const T* dlast,
-                         const SsdDims& d, const SsdChunk& c, int64_t h, int64_t t) {
-  const int64_t S = d.seqlen, H = d.heads, Lm = d.chunk, last = c.len - 1;
+EXMY_HD T ssd_dacs_outer(T st, const T* dw, const T* E, const T* W, const T* dlast, const SsdDims& d,
+                         const SsdChunk& c, int64_t h, int64_t t) {
+  const int64_t S = d.seqlen, H = d.heads, last = c.len - 1;
   const T* w = W + (c.b * H + h) * S + c.t0;
   T v = 0;
   v += E[(c.b * H + h) * S + c.t0 + t] * st;
@@ -294,6 +298,13 @@ EXMY_HD T ssd_dacs_value(T st, const T* M, const T* dM, const T* dw, const T* E,
     if (s == t) v -= dw[s] * w[s];
   }
   if (t == last) v += dlast[(c.b * H + h) * d.chunks() + c.q];
+  return v;
+}
+template <class T>
+EXMY_HD T ssd_dacs_value(T st, const T* M, const T* dM, const T* dw, const T* E, const T* W, const T* dlast,
+                         const SsdDims& d, const SsdChunk& c, int64_t h, int64_t t) {
+  const int64_t Lm = d.chunk;
+  T v = ssd_dacs_outer(st, dw, E, W, dlast, d, c, h, t);
   // (d) The diagonal block: + row t, - column t.
   for (int64_t s = 0; s <= t; ++s) {
     v += dM[t * Lm + s] * M[t * Lm + s];

@@ -126,29 +126,34 @@ inline void mma_c_coord(int lane, int i, int& row, int& col) {
 // BF16 values are exact), for an emulation that sums a chain of MMAs in
 // double and rounds it once where its kernel reads the accumulators, so
 // that a bound can hold it to about one rounding of the chain.
+// (Each output's sum runs over k in order; the loops over an output row's
+// eight columns inside k let the compiler use vectors, one column a lane.)
 template <class T>
 inline void mma_m16n8k16_host(const uint32_t (*a)[4], const uint32_t (*b)[2], T (*d)[4]) {
-  float A[16][16], B[16][8];
+  T A[16][16], B[16][8], D[16][8];
   const auto half = [](uint32_t reg, int h) { return float_of((h ? reg >> 16 : reg & 0xffffu) << 16); };
   for (int lane = 0; lane < 32; ++lane) {
     for (int i = 0; i < 8; ++i) {
       int r, c;
       mma_a_coord(lane, i, r, c);
-      A[r][c] = half(a[lane][i / 2], i % 2);
+      A[r][c] = static_cast<T>(half(a[lane][i / 2], i % 2));
     }
     for (int i = 0; i < 4; ++i) {
       int r, c;
       mma_b_coord(lane, i, r, c);
-      B[r][c] = half(b[lane][i / 2], i % 2);
+      B[r][c] = static_cast<T>(half(b[lane][i / 2], i % 2));
+      mma_c_coord(lane, i, r, c);
+      D[r][c] = d[lane][i];
     }
   }
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k)
+      for (int c = 0; c < 8; ++c) D[r][c] += A[r][k] * B[k][c];
   for (int lane = 0; lane < 32; ++lane)
     for (int i = 0; i < 4; ++i) {
       int r, c;
       mma_c_coord(lane, i, r, c);
-      T s = d[lane][i];
-      for (int k = 0; k < 16; ++k) s += static_cast<T>(A[r][k]) * static_cast<T>(B[k][c]);
-      d[lane][i] = s;
+      d[lane][i] = D[r][c];
     }
 }
 

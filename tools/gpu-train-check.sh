@@ -102,8 +102,9 @@ compare bf16 50 1e-3 train.precision=bf16
 # attention as the fused kernels (EXMY_CUDA_ATTENTION=fused,
 # models/attention_fused.hpp; the CPU ignores it)
 EXMY_CUDA_ATTENTION=fused compare bf16-fused-attention 50 1e-3 train.precision=bf16
-# the SSD forward's chunk outputs as the fused kernel and the backward's
-# products on bfloat16 pieces (EXMY_CUDA_SSD=fused,pieces, models/ssd_fused.hpp,
+# the SSD forward's chunk outputs and the backward's diagonal blocks as the
+# fused kernels, the backward's other products on bfloat16 pieces
+# (EXMY_CUDA_SSD=fused,pieces, models/ssd_fused.hpp, ssd_fused_bwd.hpp,
 # models/split_gemm.hpp; bfloat16 x, B, C in one piece each)
 EXMY_CUDA_SSD=fused,pieces compare bf16-fused-ssd 50 1e-3 train.precision=bf16
 # BF16 working weights (train.working_weights = bf16): the fused update and

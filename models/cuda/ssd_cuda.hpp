@@ -76,25 +76,34 @@ EXMY_SSD_FAMILY_BUILDS(blocks)
 // tests/models/test_ssd_cuda.cpp of the CPU (the bound of the pieces'
 // products, test::RunErrSplitGemm, plus the CPU's).
 EXMY_SSD_FAMILY_BUILDS(pieces)
+
+// ssd_fused_*: the forward with each chunk's output as one fused kernel on
+// the BF16 tensor cores (models/ssd_fused.hpp; scratch
+// ssd_fused_forward_scratch(d) floats): acs and states as the block
+// launches' (the same launches), y within the budget of
+// tests/models/test_ssd_cuda.cpp of the CPU; and the backward with each
+// chunk's diagonal block as two fused kernels (models/ssd_fused_bwd.hpp;
+// scratch ssd_fused_backward_scratch(d) floats), the rest the block
+// launches' with FP32 products, within that budget. *_emulated on the host
+// (HostLaunch, LoopGemm<SerialGemm>, the kernels' emulations), *_cuda on
+// the current device. Heads wider than 64 or states wider than 128 are
+// refused (exmy::Error).
+EXMY_SSD_FAMILY_BUILDS(fused)
 #undef EXMY_SSD_FAMILY_BUILDS
 #undef EXMY_SSD_FAMILY
 
-// The forward with each chunk's output as one fused kernel on the BF16
-// tensor cores (models/ssd_fused.hpp; scratch ssd_fused_forward_scratch(d)
-// floats): acs and states as the block launches' (the same launches),
-// y within the budget of tests/models/test_ssd_cuda.cpp of the CPU.
-// *_emulated on the host (HostLaunch, LoopGemm<SerialGemm>, the kernel's
-// emulation), *_cuda on the current device. Heads wider than 64 or states
-// wider than 128 are refused (exmy::Error).
-#define EXMY_SSD_FUSED_KERNELS(suffix)                                                                              \
-  void ssd_fused_forward_##suffix(float* y, float* acs, float* states, const float* x, int64_t ldx,                \
-                                  const float* Bm, const float* Cm, int64_t ldbc, const float* dt,                 \
-                                  const float* A_log, const float* D, const SsdDims& d, float* scratch);
-EXMY_SSD_FUSED_KERNELS(emulated)
+// ssd_fused_pieces_backward_*: the fused backward with the block launches'
+// other products on bfloat16 pieces, as ssd_pieces_backward_* (scratch
+// ssd_fused_backward_scratch(d, kSsdSlabFloats, true) floats).
+#define EXMY_SSD_BACKWARD(name)                                                                                      \
+  void name(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD, const float* dy, const float* x, \
+            int64_t ldx, const float* Bm, const float* Cm, int64_t ldbc, const float* dt, const float* A_log,       \
+            const float* D, const float* acs, const float* states, const SsdDims& d, float* scratch);
+EXMY_SSD_BACKWARD(ssd_fused_pieces_backward_emulated)
 #if defined(EXMY_HAVE_CUDA)
-EXMY_SSD_FUSED_KERNELS(cuda)
+EXMY_SSD_BACKWARD(ssd_fused_pieces_backward_cuda)
 #endif
-#undef EXMY_SSD_FUSED_KERNELS
+#undef EXMY_SSD_BACKWARD
 
 // EXMY_CUDA_SSD, read once ("" when unset): a comma-separated list of the
 // choices below.
@@ -121,13 +130,14 @@ inline bool ssd_env_has(std::string_view word) { return ssd_list_has(ssd_env(), 
 // environment says `threads` (the thread kernels, forward and backward;
 // kept until a device has timed both, docs/benchmarks.md).
 inline bool ssd_threads_chosen() { return ssd_env_has("threads"); }
-// `fused`: the forward's chunk outputs as the fused kernel where it applies
-// (ssd_fused_applies).
+// `fused`: the forward's chunk outputs and the backward's diagonal blocks
+// as the fused kernels where they apply (ssd_fused_applies).
 inline bool ssd_fused_chosen(const SsdDims& d) {
   return !ssd_threads_chosen() && ssd_env_has("fused") && ssd_fused_applies(d);
 }
 // `pieces`: the block launches' products on bfloat16 pieces (the forward's
-// unless it is fused, and the backward's). `fused,pieces` takes both.
+// unless it is fused, and the backward's, with the fused diagonal blocks
+// the other products'). `fused,pieces` takes both.
 inline bool ssd_pieces_chosen() { return !ssd_threads_chosen() && ssd_env_has("pieces"); }
 // The scratch (floats) the CUDA backend's scan asks for: the larger of the
 // forward's and the backward's of the family it runs (the emulated
@@ -137,9 +147,10 @@ inline bool ssd_pieces_chosen() { return !ssd_threads_chosen() && ssd_env_has("p
 inline int64_t ssd_device_scratch(const SsdDims& d) {
   if (ssd_threads_chosen()) return std::max(ssd_parallel_forward_scratch(d), ssd_parallel_backward_scratch(d));
   const bool pieces = ssd_pieces_chosen();
-  const int64_t forward =
-      ssd_fused_chosen(d) ? ssd_fused_forward_scratch(d) : ssd_blocks_forward_scratch(d, kSsdSlabFloats, pieces);
-  return std::max(forward, ssd_blocks_backward_scratch(d, kSsdSlabFloats, pieces));
+  if (ssd_fused_chosen(d))
+    return std::max(ssd_fused_forward_scratch(d), ssd_fused_backward_scratch(d, kSsdSlabFloats, pieces));
+  return std::max(ssd_blocks_forward_scratch(d, kSsdSlabFloats, pieces),
+                  ssd_blocks_backward_scratch(d, kSsdSlabFloats, pieces));
 }
 
 }  // namespace exmy::models

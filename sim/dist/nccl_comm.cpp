@@ -127,6 +127,7 @@ class NcclComm final : public ForwardingComm {
     if (comm_) f_.ncclCommAbort(comm_);
     comm_ = nullptr;
     inner_.abort(code);
+    std::abort();  // a virtual call's [[noreturn]] is not part of its type
   }
 
  private:

@@ -35,7 +35,7 @@ uint32_t bits(float f) {
   return u;
 }
 
-void expect_bits(const Vec& got, const Vec& want, const std::string& what) {
+inline void expect_bits(const Vec& got, const Vec& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   int bad = 0;
   for (size_t i = 0; i < want.size() && bad < 5; ++i)

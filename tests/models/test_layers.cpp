@@ -147,7 +147,9 @@ TEST(Layers, CrossEntropySumsInSegments) {
         for (int64_t v = v0; v < std::min(Vc, v0 + kCeSegment); ++v) seg += static_cast<double>(std::exp(l[v] - mx));
         sum += seg;
       }
-      if (n == 0) EXPECT_EQ(sum == 1.0, Vc <= kCeSegment) << "V " << Vc;  // the order shows in row 0
+      if (n == 0) {
+        EXPECT_EQ(sum == 1.0, Vc <= kCeSegment) << "V " << Vc;  // the order shows in row 0
+      }
       const double loss = static_cast<double>(mx) + std::log(sum) - static_cast<double>(l[tgt[static_cast<size_t>(n)]]);
       EXPECT_EQ(losses[static_cast<size_t>(n)], loss) << "V " << Vc << " row " << n;
       const float inv = static_cast<float>(1.0 / sum);

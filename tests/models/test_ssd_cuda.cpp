@@ -48,6 +48,7 @@
 #include "models/cuda/ssd_cuda.hpp"
 #include "models/ssd.hpp"
 #include "models/ssd_fused.hpp"
+#include "models/ssd_fused_bwd.hpp"
 #include "sim/bf16.hpp"
 #include "sim/tensor.hpp"
 
@@ -565,6 +566,165 @@ TEST(SsdFusedKernel, RefusesWhatItDoesNotTake) {
   }
 }
 
+// The RunErr evaluation of the fused diagonal kernels
+// (models/ssd_fused_bwd.hpp) on a slab, in their steps and orders: S = C_t
+// . B_s (C and B in ssd_fused_pieces, K = kN) and dM = dy_t . (dt_s x_s)
+// (both in three, K = 64) as products on pieces; for s <= t, l =
+// exp(acs_t - acs_s), m = S l, dS = dM l; per (t, group) the sum dS B
+// chained over the heads in order and each one's key tiles (dS in three, B
+// in ssd_fused_pieces, K = 64 a tile), added into dCg; per (s, head) m^T dy
+// chained over the tiles of t (both in three), added into dXDT; per (s,
+// group) dS^T C chained over the heads and tiles, added into dBg; the row
+// sums (s < t) and column sums (t > s) of dM m in any order: n terms within
+// (n + 1) u sum |term| of their sum.
+struct FusedDiagonalBound {
+  test::SplitSum how;
+  static RunErr any_order_sum(const std::vector<RunErr>& terms) {
+    double v = 0, e = 0, mag = 0;
+    for (const RunErr& t : terms) v += t.v, e += t.e, mag += std::fabs(t.v);
+    return {v, e + static_cast<double>(terms.size() + 1) * mag};
+  }
+  void operator()(const SsdDiagonalSlab<RunErr>& a) const {
+    const SsdDims& d = a.d;
+    const int64_t S = d.seqlen, H = d.heads, G = d.groups, hpg = H / G, P = d.head_dim, N = d.state;
+    const int64_t Q = d.chunks(), kN = ssd_fused_state(N), tile = fused::kKeys, ldy = H * P;
+    const int pc = ssd_fused_pieces(d), p3 = fused::kPPieces;
+    for (int64_t cl = 0; cl < a.count; ++cl) {
+      const SsdChunk ch = ssd_chunk_of(d, (a.c0 + cl) / Q, (a.c0 + cl) % Q);
+      const int64_t L = ch.len, row0 = ch.b * S + ch.t0;
+      for (int64_t g = 0; g < G; ++g) {
+        const RunErr* const Bg = a.Bm + row0 * a.ldbc + g * N;  // row t at + t ldbc
+        const RunErr* const Cg = a.Cm + row0 * a.ldbc + g * N;
+        // (m and dS stay +0 above the diagonal)
+        Bound Sm(static_cast<size_t>(L * L)), m(Sm.size()), ds(Sm.size()), xdt(static_cast<size_t>(L * P));
+        Bound accC(static_cast<size_t>(L * N)), accB(accC.size());
+        for (int64_t t = 0; t < L; ++t)
+          for (int64_t s = 0; s <= t; ++s)
+            Sm[t * L + s] = test::run_err_split(test::run_err_dot({}, Cg + t * a.ldbc, 0, sim::Op::N, Bg + s * a.ldbc,
+                                                                  0, sim::Op::T, 0, 0, N),
+                                                RunErr(0), false, pc, pc, kN, how);
+        for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
+          const RunErr* const ac = a.acs + (ch.b * H + h) * S + ch.t0;
+          const RunErr* const dyh = a.dy + row0 * ldy + h * P;  // row t at + t ldy
+          for (int64_t t = 0; t < L; ++t)
+            for (int64_t p = 0; p < P; ++p)
+              xdt[t * P + p] = a.dt[(row0 + t) * H + h] * a.x[(row0 + t) * a.ldx + h * P + p];
+          std::vector<std::vector<RunErr>> row_terms(L), col_terms(L);
+          for (int64_t t = 0; t < L; ++t)
+            for (int64_t s = 0; s <= t; ++s) {
+              const RunErr dm = test::run_err_split(
+                  test::run_err_dot({}, dyh + t * ldy, 0, sim::Op::N, xdt.data() + s * P, 0, sim::Op::T, 0, 0, P),
+                  RunErr(0), false, p3, p3, kSsdFusedHead, how);
+              const RunErr l = sim::hd_exp(ac[t] - ac[s]);
+              m[t * L + s] = Sm[t * L + s] * l;
+              ds[t * L + s] = dm * l;
+              if (s < t) {
+                const RunErr term = dm * m[t * L + s];
+                row_terms[t].push_back(term), col_terms[s].push_back(term);
+              }
+            }
+          const int64_t el = cl * H + h;
+          for (int64_t t = 0; t < L; ++t) {
+            a.rows[el * a.L1 + t] = any_order_sum(row_terms[t]);
+            a.cols[el * a.L1 + t] = any_order_sum(col_terms[t]);
+          }
+          // The rows kernel: dCg's sums over this head's key tiles up to t's.
+          for (int64_t t = 0; t < L; ++t)
+            for (int64_t n = 0; n < N; ++n) {
+              RunErr& acc = accC[t * N + n];
+              for (int64_t s0 = 0; s0 <= t / tile * tile; s0 += tile) {
+                const int64_t k = std::min(tile, t + 1 - s0);  // dS = 0 past t
+                const test::RunErrDot dd = test::run_err_dot({acc.v, acc.e}, ds.data() + t * L + s0, 0, sim::Op::N,
+                                                             Bg + s0 * a.ldbc + n, a.ldbc, sim::Op::N, 0, 0, k);
+                acc = test::run_err_split(dd, acc, true, p3, pc, tile, how);
+              }
+            }
+          // The cols kernel: dXDT's sums over the tiles of t from s's, dBg's.
+          for (int64_t s = 0; s < L; ++s) {
+            for (int64_t p = 0; p < P; ++p) {
+              RunErr accx(0);
+              for (int64_t t0 = s / tile * tile; t0 < L; t0 += tile) {
+                const int64_t k = std::min(tile, L - t0);  // m = 0 for t < s
+                const test::RunErrDot dd = test::run_err_dot({accx.v, accx.e}, m.data() + t0 * L, L, sim::Op::T,
+                                                             dyh + t0 * ldy + p, ldy, sim::Op::N, s, 0, k);
+                accx = test::run_err_split(dd, accx, true, p3, p3, tile, how);
+              }
+              RunErr& out = a.dXDT[el * a.LP + s * P + p];
+              out = out + accx;
+            }
+            for (int64_t n = 0; n < N; ++n) {
+              RunErr& acc = accB[s * N + n];
+              for (int64_t t0 = s / tile * tile; t0 < L; t0 += tile) {
+                const int64_t k = std::min(tile, L - t0);
+                const test::RunErrDot dd = test::run_err_dot({acc.v, acc.e}, ds.data() + t0 * L, L, sim::Op::T,
+                                                             Cg + t0 * a.ldbc + n, a.ldbc, sim::Op::N, s, 0, k);
+                acc = test::run_err_split(dd, acc, true, p3, pc, tile, how);
+              }
+            }
+          }
+        }
+        const int64_t eg = cl * G + g;
+        for (int64_t t = 0; t < L; ++t)
+          for (int64_t n = 0; n < N; ++n) {
+            a.dCg[eg * a.LN + t * N + n] = a.dCg[eg * a.LN + t * N + n] + accC[t * N + n];
+            a.dBg[eg * a.LN + t * N + n] = a.dBg[eg * a.LN + t * N + n] + accB[t * N + n];
+          }
+      }
+    }
+  }
+};
+
+// The fused backward's bound: the block launches on RunErr with `gemm`
+// (LoopGemm<test::RunErrGemm> for their FP32 products, RunErrSplitGemm for
+// those on pieces) and the diagonal kernels' evaluation above, from the
+// CPU's saved acs and states.
+struct BackwardBound {
+  Bound dxbc, ddt, dA, dD;
+};
+template <class Gemm>
+BackwardBound fused_backward_bound(const Case& c, const Gemm& gemm) {
+  const Inputs& in = c.in;
+  const SsdDims& d = in.d;
+  BackwardBound b{to<RunErr>(c.dxbc0), to<RunErr>(c.ddt0), to<RunErr>(c.dA0), to<RunErr>(c.dD0)};
+  const Bound rxbc = to<RunErr>(in.xbc), rdt = to<RunErr>(in.dt), rA = to<RunErr>(in.A_log), rD = to<RunErr>(in.D);
+  const Bound rdy = to<RunErr>(in.dy), racs = to<RunErr>(c.f.acs), rst = to<RunErr>(c.f.st);
+  const RunErr* rx = rxbc.data();
+  RunErr* rdx = b.dxbc.data();
+  Bound scratch(static_cast<size_t>(ssd_fused_backward_scratch(d)));
+  const FusedDiagonalBound diag{kOnDevice ? test::SplitSum::device : test::SplitSum::mma_chain};
+  ssd_blocks_backward_launches(sim::HostLaunch{}, gemm, rdx, rdx + in.xdim, rdx + in.xdim + in.gn, b.ddt.data(),
+                               b.dA.data(), b.dD.data(), rdy.data(), rx, in.ld, rx + in.xdim, rx + in.xdim + in.gn,
+                               in.ld, rdt.data(), rA.data(), rD.data(), racs.data(), rst.data(), d, scratch.data(),
+                               kSsdSlabFloats, diag);
+  return b;
+}
+
+// The backward with the fused diagonal kernels (EXMY_CUDA_SSD=fused), the
+// block launches' other products in FP32 and on pieces (fused,pieces),
+// over every shape: within the budget of two algorithms (its RunErr bound
+// and the CPU's); in the emulation also each output within its own bound of
+// the exact value; on a device a second run gives the same bits.
+TEST(SsdFusedKernel, BackwardWithinBudgetAndAccumulates) {
+  EXMY_REQUIRE_CUDA();
+  for (const Case& c : cases()) {
+    const SsdDims& d = c.in.d;
+    ASSERT_TRUE(ssd_fused_applies(d)) << c.name;
+    for (const bool pieces : {false, true}) {
+      const BackwardBound b = pieces ? fused_backward_bound(c, test::RunErrSplitGemm{kOnDevice})
+                                     : fused_backward_bound(c, LoopGemm<test::RunErrGemm>{});
+      const auto bwd = pieces ? KERNEL(ssd_fused_pieces_backward) : KERNEL(ssd_fused_backward);
+      const int64_t n = ssd_fused_backward_scratch(d, kSsdSlabFloats, pieces);
+      const Backward k = run_backward(bwd, c, n);
+      const std::string what = std::string("ssd backward fused") + (pieces ? ",pieces " : " ") + c.name;
+      compare_reordered(k.dxbc, plain(c.dxbc), b.dxbc, c.rdxbc, what + " dxBC");
+      compare_reordered(k.ddt, plain(c.ddt), b.ddt, c.rddt, what + " ddt");
+      compare_reordered(k.dA, plain(c.dA), b.dA, c.rdA, what + " dA_log");
+      compare_reordered(k.dD, plain(c.dD), b.dD, c.rdD, what + " dD");
+      if (kOnDevice) expect_same(run_backward(bwd, c, n), k, what + ", run twice");
+    }
+  }
+}
+
 #if defined(EXMY_TEST_EMULATED)
 // The fused kernel's staging, on the host, where the bound of its results is
 // too loose to see a piece: C's rows, the state entering the chunk, B's and
@@ -623,6 +783,105 @@ void check_staging(const Case& c) {
     }
   }
 }
+// Slabs of one chunk and of two give the default's bits with the fused
+// diagonal kernels (a slab's entries and its chunks c0 + cl line up), with
+// FP32 products (and slabs of two on pieces); no kernel reads an unwritten
+// scratch element (the scratch starts as NaN).
+TEST(SsdFusedKernel, BackwardSlabsGiveTheSameBits) {
+  struct Host {
+    void operator()(const SsdDiagonalSlab<float>& a) const {
+      ssd_fused_dispatch(a.d, [&]<int kN, int kP>() {
+        ssd_diag_rows_host<kN, kP>(a);
+        ssd_diag_cols_host<kN, kP>(a);
+      });
+    }
+  };
+  using Split = SplitGemm<sim::HostLaunch, HostBf16Gemm>;
+  for (const Case& c : cases()) {
+    const SsdDims& d = c.in.d;
+    for (const bool pieces : {false, true}) {
+      const SsdBlockSizes z(d, pieces);
+      const Backward b0 = run_backward(pieces ? ssd_fused_pieces_backward_emulated : ssd_fused_backward_emulated, c,
+                                       ssd_fused_backward_scratch(d, kSsdSlabFloats, pieces));
+      // (the diagonal kernels are the same with pieces: slabs of two chunks there)
+      for (const int64_t chunks : pieces ? std::vector<int64_t>{2} : std::vector<int64_t>{1, 2}) {
+        const int64_t cap = chunks * z.fused_backward_chunk();
+        const auto bwd = [cap, pieces](auto... a) {
+          if (pieces)
+            ssd_blocks_backward_launches(sim::HostLaunch{}, Split{}, a..., cap, SsdFusedDiagonal<Host>{});
+          else
+            ssd_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, a..., cap,
+                                         SsdFusedDiagonal<Host>{});
+        };
+        expect_same(run_backward(bwd, c, ssd_fused_backward_scratch(d, cap, pieces)), b0,
+                    std::string("ssd backward fused") + (pieces ? ",pieces " : " ") + c.name + ", slabs of " +
+                        std::to_string(chunks) + " chunks");
+      }
+    }
+  }
+}
+
+// The diagonal kernels' staging, on the host: C's or B's rows of the CTA's
+// group, dy's and dt x's (each element dt_t x_t, the block launches' XDT)
+// rows of a head as pieces that sum to the floats exactly, where the
+// fragments read them (row and piece strides of SsdDiagSmem), zeros past
+// the chunk, the state and the head; acs of the head's rows, zeros past
+// the chunk.
+template <int kN, int kP>
+void check_diag_staging(const Case& c) {
+  using Lay = SsdDiagSmem<kN, kP>;
+  const Inputs& in = c.in;
+  const SsdDims& d = in.d;
+  const int64_t S = d.seqlen, H = d.heads, P = d.head_dim, N = d.state, G = d.groups;
+  const float* x = in.xbc.data();
+  const SsdDiagonalSlab<float> a{nullptr, nullptr, nullptr, nullptr, nullptr, c.f.acs.data(), x, x + in.xdim,
+                                 x + in.xdim + in.gn, in.dt.data(), in.dy.data(), in.ld, in.ld, d,
+                                 (d.batch - 1) * d.chunks(), 1, 0, 0, 0};
+  // the slab's one chunk (the last batch row's first), its last row tile with rows, the last group and head
+  const SsdDiagCta cta = ssd_diag_cta(a, (ssd_chunk_of(d, d.batch - 1, 0).len - 1) / fused::kRows, G - 1, 0);
+  ASSERT_LT(cta.r0, cta.len) << c.name;
+  const int64_t h = H - 1, r0 = cta.r0;
+  std::vector<uint16_t> sm(Lay::elems, 0xffff);
+  std::vector<float> f(Lay::floats, std::nanf(""));
+  for (int tid = 0; tid < fused::kKvThreads; ++tid) {
+    ssd_diag_stage_bc<kN, kP, fused::kKvThreads>(tid, a, cta, a.Cm, r0, sm.data() + Lay::own_at);
+    ssd_diag_stage_bc<kN, kP, fused::kKvThreads>(tid, a, cta, a.Bm, r0, sm.data() + Lay::other_at);
+    ssd_diag_stage_dy<kN, kP, fused::kKvThreads>(tid, a, cta, h, r0, sm.data() + Lay::own_h_at);
+    ssd_diag_stage_xdt<kN, kP, fused::kKvThreads>(tid, a, cta, h, r0, sm.data() + Lay::other_h_at);
+    ssd_diag_stage_acs<fused::kKvThreads>(tid, a, cta, h, r0, f.data() + Lay::acs_own);
+  }
+  for (int r = 0; r < fused::kRows; ++r) {
+    const bool in_chunk = r0 + r < cta.len;
+    const int64_t row = cta.b * S + cta.t0 + r0 + r;
+    ASSERT_EQ(f[Lay::acs_own + r], in_chunk ? c.f.acs[(cta.b * H + h) * S + cta.t0 + r0 + r] : 0.0f) << r;
+    for (int n = 0; n < kN; ++n) {
+      const bool here = in_chunk && n < N;
+      const double cv = here ? x[row * in.ld + in.xdim + in.gn + cta.g * N + n] : 0.0;
+      const double bv = here ? x[row * in.ld + in.xdim + cta.g * N + n] : 0.0;
+      ASSERT_EQ(piece_sum(sm.data() + Lay::own_at + r * Lay::ld + n, kP, Lay::rows), cv) << c.name << " C " << r << " " << n;
+      ASSERT_EQ(piece_sum(sm.data() + Lay::other_at + r * Lay::ld + n, kP, Lay::rows), bv) << c.name << " B " << r << " " << n;
+    }
+    for (int p = 0; p < kSsdFusedHead; ++p) {
+      const bool here = in_chunk && p < P;
+      const double dyv = here ? in.dy[row * H * P + h * P + p] : 0.0;
+      const double xdtv = here ? static_cast<double>(in.dt[row * H + h] * x[row * in.ld + h * P + p]) : 0.0;
+      ASSERT_EQ(piece_sum(sm.data() + Lay::own_h_at + r * Lay::ldh + p, fused::kPPieces, Lay::hrows), dyv)
+          << c.name << " dy " << r << " " << p;
+      ASSERT_EQ(piece_sum(sm.data() + Lay::other_h_at + r * Lay::ldh + p, fused::kPPieces, Lay::hrows), xdtv)
+          << c.name << " dt x " << r << " " << p;
+    }
+  }
+}
+TEST(SsdFusedKernel, DiagonalStagesPiecesWhereTheFragmentsReadThem) {
+  int checked = 0;
+  for (const Case& c : cases())
+    ssd_fused_dispatch(c.in.d, [&]<int kN, int kP>() {
+      check_diag_staging<kN, kP>(c);
+      ++checked;
+    });
+  EXPECT_EQ(checked, static_cast<int>(std::size(kShapes)));
+}
+
 TEST(SsdFusedKernel, StagesPiecesWhereTheFragmentsReadThem) {
   int checked = 0;
   for (const Case& c : cases())
@@ -734,15 +993,21 @@ TEST(SsdPieceKernels, TimesSequence4096) {
                        pieces_forward_scratch, pieces_backward_scratch, bf16);
 }
 
-// The forward with the fused output kernel, fp32 and bfloat16 x, B, C (the
-// backward is the block launches').
+// The fused kernels (the forward's output, the backward's diagonal blocks),
+// fp32 and bfloat16 x, B, C; and with the backward's other products on
+// pieces (fused,pieces).
 TEST(SsdFusedKernel, TimesSequence4096) {
   EXMY_REQUIRE_CUDA();
-  for (const bool bf16 : {false, true})
+  for (const bool bf16 : {false, true}) {
     time_sequence_4096(
-        bf16 ? "fused, bf16 xBC" : "fused", ssd_fused_forward_cuda, ssd_blocks_backward_cuda,
+        bf16 ? "fused, bf16 xBC" : "fused", ssd_fused_forward_cuda, ssd_fused_backward_cuda,
         [](const SsdDims& d) { return ssd_fused_forward_scratch(d); },
-        [](const SsdDims& d) { return ssd_blocks_backward_scratch(d); }, bf16);
+        [](const SsdDims& d) { return ssd_fused_backward_scratch(d); }, bf16);
+    time_sequence_4096(
+        bf16 ? "fused,pieces, bf16 xBC" : "fused,pieces", ssd_fused_forward_cuda, ssd_fused_pieces_backward_cuda,
+        [](const SsdDims& d) { return ssd_fused_forward_scratch(d); },
+        [](const SsdDims& d) { return ssd_fused_backward_scratch(d, kSsdSlabFloats, true); }, bf16);
+  }
 }
 #endif
 

@@ -1109,8 +1109,8 @@ std::array<uint64_t, kRangeHistBins> ranges_by_definition(const std::vector<floa
 TEST(BlockRanges, CountsEqualTheDefinition) {
   std::mt19937 rng(23);
   std::normal_distribution<float> nd;
-  for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 16}, {7, 37}, {33, 64}, {130, 300}})
-    for (const auto [br, bc] : {std::pair<int, int>{1, 16}, {1, 32}, {16, 1}, {16, 16}, {1, 1}}) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1, 16}, {7, 37}, {33, 64}, {130, 300}})
+    for (const auto& [br, bc] : {std::pair<int, int>{1, 16}, {1, 32}, {16, 1}, {16, 16}, {1, 1}}) {
       std::vector<float> x(static_cast<size_t>(rows * cols));
       for (size_t i = 0; i < x.size(); ++i) {
         const uint32_t r = rng();

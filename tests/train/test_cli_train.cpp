@@ -637,14 +637,14 @@ TEST(CliTrain, ModelInfoPlansADeviceRun) {
                         "--working-weights: bad value 'fp8' (expected fp32 or bf16)");
 }
 
-// EXMY_CUDA_ATTENTION=fused, EXMY_CUDA_SSD=fused and EXMY_CUDA_SSD=pieces:
+// EXMY_CUDA_ATTENTION=fused, EXMY_CUDA_SSD=fused, pieces and fused,pieces:
 // the emulated device trains through the fused kernels' host emulations
-// (models/attention_fused.hpp, models/ssd_fused.hpp) and the SSD block
-// launches' products on bfloat16 pieces (SplitGemm over HostBf16Gemm): its
-// losses are not the CPU's bits (the chosen path ran: another algorithm,
-// products on bfloat16 pieces) but within 1e-4 of them over 20 steps of
-// proxy-tiny in fp32 (the kernels' own tests hold each call to its derived
-// budget; this holds the backend's calls of them).
+// (models/attention_fused.hpp, models/ssd_fused.hpp, ssd_fused_bwd.hpp) and
+// the SSD block launches' products on bfloat16 pieces (SplitGemm over
+// HostBf16Gemm): its losses are not the CPU's bits (the chosen path ran:
+// another algorithm, products on bfloat16 pieces) but within 1e-4 of them
+// over 20 steps of proxy-tiny in fp32 (the kernels' own tests hold each
+// call to its derived budget; this holds the backend's calls of them).
 TEST(CliTrain, FusedKernelsTrainOnTheEmulatedDevice) {
   TempDir d;
   const auto args = [&](const std::string& env, const std::string& out, const std::string& device) {
@@ -657,7 +657,8 @@ TEST(CliTrain, FusedKernelsTrainOnTheEmulatedDevice) {
   const auto a = io::read_run_column(d / "cpu/run.h5", "/train/loss");
   ASSERT_EQ(a.size(), 20u);
   int which = 0;
-  for (const std::string env : {"EXMY_CUDA_ATTENTION=fused", "EXMY_CUDA_SSD=fused", "EXMY_CUDA_SSD=pieces"}) {
+  for (const std::string env : {"EXMY_CUDA_ATTENTION=fused", "EXMY_CUDA_SSD=fused", "EXMY_CUDA_SSD=pieces",
+                                  "EXMY_CUDA_SSD=fused,pieces"}) {
     const std::string out = d / ("emu" + std::to_string(which++));
     const Result emu = run(args(env, out, "cuda-emulated"));
     ASSERT_EQ(emu.status, 0) << env << "\n" << emu.out;
