@@ -259,12 +259,18 @@ EXMY_HD void fused_for_pairs(F&& f) {
 //   regs product  c[dt] += the lanes' A fragments of columns [16 kk, 16 kk
 //                 + 16) (pf: three pieces a lane) times B held [k][n] (rows
 //                 16 kk.. of B, kDh columns).
+// A caller may stop the rows product's k-steps at k_end where both
+// operands hold zeros from there on (its staging's padding: the products
+// are exact zeros, and adding them leaves the double chain as it is), and
+// the regs product's n-tiles at n_end where it never reads the outputs
+// past it; either gives the outputs it reads the full instruction
+// sequence's values, in less time.
 template <int kDh, int kPa, int kPb>
 void fused_rows_product_host(const uint16_t* A, const uint16_t* B, int ps, int ld, int ar0,
-                             double (*c)[fused::kNt][4]) {
+                             double (*c)[fused::kNt][4], int k_end = kDh) {
   uint32_t fa[32][4], fb[32][2];
   double cc[32][4];
-  for (int ks = 0; ks < kDh; ks += 16)
+  for (int ks = 0; ks < kDh && ks < k_end; ks += 16)
     fused_for_pairs<kPa, kPb>([&](int i, int j) {
       for (int lane = 0; lane < 32; ++lane) sim::mma_frag_a(A + i * ps, ld, ar0, ks, lane, fa[lane]);
       for (int nt = 0; nt < fused::kNt; ++nt) {
@@ -280,11 +286,11 @@ void fused_rows_product_host(const uint16_t* A, const uint16_t* B, int ps, int l
 }
 template <int kDh, int kPb>
 void fused_regs_product_host(const uint32_t (*pf)[fused::kPPieces][4], const uint16_t* B, int ps, int ld, int kk,
-                             double (*c)[kDh / 8][4]) {
+                             double (*c)[kDh / 8][4], int n_end = kDh) {
   uint32_t fa[32][4], fb[32][2];
   double cc[32][4];
   fused_for_pairs<fused::kPPieces, kPb>([&](int i, int j) {
-    for (int dt = 0; dt < kDh / 8; ++dt) {
+    for (int dt = 0; dt < kDh / 8 && dt * 8 < n_end; ++dt) {
       for (int lane = 0; lane < 32; ++lane) {
         for (int r = 0; r < 4; ++r) fa[lane][r] = pf[lane][i][r];
         sim::mma_frag_b_kn(B + j * ps, ld, dt * 8, kk * 16, lane, fb[lane]);
@@ -302,15 +308,16 @@ void fused_regs_product_host(const uint32_t (*pf)[fused::kPPieces][4], const uin
 // A fragments of x(lane) (a tile's values, float[kNt][4]) over the tile's
 // 64 columns times B, the chain from acc in double, rounded at its end.
 template <int kDh, int kPa, int kPb, class Out>
-void fused_rows_chain_host(const uint16_t* A, const uint16_t* B, int ps, int ld, int ar0, Out&& out) {
+void fused_rows_chain_host(const uint16_t* A, const uint16_t* B, int ps, int ld, int ar0, Out&& out,
+                           int k_end = kDh) {
   double c[32][fused::kNt][4] = {};
-  fused_rows_product_host<kDh, kPa, kPb>(A, B, ps, ld, ar0, c);
+  fused_rows_product_host<kDh, kPa, kPb>(A, B, ps, ld, ar0, c, k_end);
   for (int lane = 0; lane < 32; ++lane)
     for (int nt = 0; nt < fused::kNt; ++nt)
       for (int e = 0; e < 4; ++e) out(lane)[nt][e] = static_cast<float>(c[lane][nt][e]);
 }
 template <int kDh, int kPb, class X, class Acc>
-void fused_regs_chain_host(X&& x, const uint16_t* B, int ps, int ld, Acc&& acc) {
+void fused_regs_chain_host(X&& x, const uint16_t* B, int ps, int ld, Acc&& acc, int n_end = kDh) {
   double c[32][kDh / 8][4];
   for (int lane = 0; lane < 32; ++lane)
     for (int dt = 0; dt < kDh / 8; ++dt)
@@ -318,7 +325,7 @@ void fused_regs_chain_host(X&& x, const uint16_t* B, int ps, int ld, Acc&& acc) 
   for (int kk = 0; kk < fused::kKeys / 16; ++kk) {
     uint32_t pf[32][fused::kPPieces][4];
     for (int lane = 0; lane < 32; ++lane) fused_p_frags(x(lane), kk, pf[lane]);
-    fused_regs_product_host<kDh, kPb>(pf, B, ps, ld, kk, c);
+    fused_regs_product_host<kDh, kPb>(pf, B, ps, ld, kk, c, n_end);
   }
   for (int lane = 0; lane < 32; ++lane)
     for (int dt = 0; dt < kDh / 8; ++dt)

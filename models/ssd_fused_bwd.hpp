@@ -183,7 +183,12 @@ EXMY_HD int64_t ssd_diag_tiles(const SsdDims& d) { return (d.chunk + fused::kRow
 
 // ---------------------------------------------------------------------------
 // The host emulations: the CTAs one after another, their warps and lanes in
-// turn, in the kernels' order of stages, MMAs and steps.
+// turn, in the kernels' order of stages, MMAs and steps. They leave out
+// what cannot change a stored output (models/attention_fused.hpp's limits
+// of the host chains): a warp whose 16 rows all lie past the chunk (it
+// stores nothing), the rows products' k-steps past the state or the head
+// (both operands staged as zeros), and the n-tiles of a sum past N or P
+// (never stored).
 // ---------------------------------------------------------------------------
 
 template <int kN>
@@ -206,6 +211,7 @@ void ssd_diag_rows_host(const SsdDiagonalSlab<float>& a) {
   using Lay = SsdDiagSmem<kN, kP>;
   const SsdDims& d = a.d;
   const int64_t G = d.groups, H = d.heads, hpg = H / G;
+  const int N = static_cast<int>(d.state), P = static_cast<int>(d.head_dim);
   std::vector<uint16_t> sm(Lay::elems);
   std::vector<float> f(Lay::floats);
   std::vector<SsdDiagRegs<kN>> regs(kThreads);
@@ -231,18 +237,18 @@ void ssd_diag_rows_host(const SsdDiagonalSlab<float>& a) {
               ssd_diag_stage_xdt<kN, kP, kThreads>(tid, a, c, h, s0, sm.data() + Lay::other_h_at);
               ssd_diag_stage_acs<kThreads>(tid, a, c, h, s0, f.data() + Lay::acs_other);
             }
-            for (int warp = 0; warp < kThreads / 32; ++warp) {
+            for (int warp = 0; warp < kThreads / 32 && c.r0 + warp * 16 < c.len; ++warp) {
               SsdDiagRegs<kN>* const W = regs.data() + warp * 32;
               fused_rows_chain_host<kN, kP, kP>(sm.data() + Lay::own_at, sm.data() + Lay::other_at, Lay::rows, Lay::ld,
-                                                warp * 16, [&](int lane) -> auto& { return W[lane].s; });
+                                                warp * 16, [&](int lane) -> auto& { return W[lane].s; }, N);
               fused_rows_chain_host<kSsdFusedHead, kPPieces, kPPieces>(
                   sm.data() + Lay::own_h_at, sm.data() + Lay::other_h_at, Lay::hrows, Lay::ldh, warp * 16,
-                  [&](int lane) -> auto& { return W[lane].dm; });
+                  [&](int lane) -> auto& { return W[lane].dm; }, P);
               for (int lane = 0; lane < 32; ++lane)
                 ssd_diag_step<false, true>(W[lane].s, W[lane].dm, W[lane].part, f.data() + Lay::acs_own,
                                            f.data() + Lay::acs_other, warp, lane, c.r0, s0, c.len);
               fused_regs_chain_host<kN, kP>([&](int lane) -> auto& { return W[lane].dm; }, sm.data() + Lay::other_at,
-                                            Lay::rows, Lay::ld, [&](int lane) -> auto& { return W[lane].acc; });
+                                            Lay::rows, Lay::ld, [&](int lane) -> auto& { return W[lane].acc; }, N);
             }
           }
           const int64_t el = cl * H + h;
@@ -263,7 +269,8 @@ void ssd_diag_cols_host(const SsdDiagonalSlab<float>& a) {
   using namespace fused;
   using Lay = SsdDiagSmem<kN, kP>;
   const SsdDims& d = a.d;
-  const int64_t G = d.groups, H = d.heads, hpg = H / G, P = d.head_dim;
+  const int64_t G = d.groups, H = d.heads, hpg = H / G;
+  const int N = static_cast<int>(d.state), P = static_cast<int>(d.head_dim);
   std::vector<uint16_t> sm(Lay::elems);
   std::vector<float> f(Lay::floats);
   std::vector<SsdDiagRegs<kN>> regs(kKvThreads);
@@ -296,25 +303,26 @@ void ssd_diag_cols_host(const SsdDiagonalSlab<float>& a) {
             for (int warp = 0; warp < kKvThreads / 32; ++warp) {
               SsdDiagRegs<kN>* const W = regs.data() + warp * 32;
               const int w4 = warp % 4;
+              if (c.r0 + w4 * 16 >= c.len) continue;
               fused_rows_chain_host<kN, kP, kP>(sm.data() + Lay::own_at, sm.data() + Lay::other_at, Lay::rows, Lay::ld,
-                                                w4 * 16, [&](int lane) -> auto& { return W[lane].s; });
+                                                w4 * 16, [&](int lane) -> auto& { return W[lane].s; }, N);
               if (warp < 4) {  // dXDT += M^T dy
                 for (int lane = 0; lane < 32; ++lane)
                   ssd_diag_step<true, false>(W[lane].s, W[lane].dm, W[lane].part, f.data() + Lay::acs_own,
                                              f.data() + Lay::acs_other, w4, lane, c.r0, t0, c.len);
                 fused_regs_chain_host<kSsdFusedHead, kPPieces>(
                     [&](int lane) -> auto& { return W[lane].s; }, sm.data() + Lay::other_h_at, Lay::hrows, Lay::ldh,
-                    [&](int lane) -> auto& { return W[lane].accx; });
+                    [&](int lane) -> auto& { return W[lane].accx; }, P);
               } else {  // the column sums, dBg += dS^T C
                 fused_rows_chain_host<kSsdFusedHead, kPPieces, kPPieces>(
                     sm.data() + Lay::own_h_at, sm.data() + Lay::other_h_at, Lay::hrows, Lay::ldh, w4 * 16,
-                    [&](int lane) -> auto& { return W[lane].dm; });
+                    [&](int lane) -> auto& { return W[lane].dm; }, P);
                 for (int lane = 0; lane < 32; ++lane)
                   ssd_diag_step<true, true>(W[lane].s, W[lane].dm, W[lane].part, f.data() + Lay::acs_own,
                                             f.data() + Lay::acs_other, w4, lane, c.r0, t0, c.len);
                 fused_regs_chain_host<kN, kP>([&](int lane) -> auto& { return W[lane].dm; },
                                               sm.data() + Lay::other_at, Lay::rows, Lay::ld,
-                                              [&](int lane) -> auto& { return W[lane].acc; });
+                                              [&](int lane) -> auto& { return W[lane].acc; }, N);
               }
             }
           }
