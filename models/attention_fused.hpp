@@ -97,6 +97,15 @@ struct FusedArgs {
   AttnDims d;
 };
 
+// Zeros into a thread's register tile (n8 tiles of four floats).
+template <int kTiles>
+EXMY_HD void fused_zero(float (&x)[kTiles][4]) {
+  EXMY_MMA_UNROLL
+  for (int nt = 0; nt < kTiles; ++nt)
+    EXMY_MMA_UNROLL
+    for (int e = 0; e < 4; ++e) x[nt][e] = 0.0f;
+}
+
 // A thread's registers: its scores (then probabilities) of the tile, its
 // output sums, and per row (groupID and groupID + 8 of its warp's 16) the
 // running max and its part of the sum; `valid` bit 4 nt + e: element e of

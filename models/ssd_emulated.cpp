@@ -66,18 +66,6 @@ void ssd_fused_forward_emulated(float* y, float* acs, float* states, const float
                               A_log, D, d, scratch, kSsdSlabFloats, SsdFusedOutput<decltype(host)>{host});
 }
 
-namespace {
-// Both diagonal kernels' emulations on a slab.
-struct FusedDiagonalHost {
-  void operator()(const SsdDiagonalSlab<float>& a) const {
-    ssd_fused_dispatch(a.d, [&]<int kN, int kP>() {
-      ssd_diag_rows_host<kN, kP>(a);
-      ssd_diag_cols_host<kN, kP>(a);
-    });
-  }
-};
-}  // namespace
-
 void ssd_fused_backward_emulated(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,
                                  const float* dy, const float* x, int64_t ldx, const float* Bm, const float* Cm,
                                  int64_t ldbc, const float* dt, const float* A_log, const float* D, const float* acs,
@@ -85,7 +73,7 @@ void ssd_fused_backward_emulated(float* dx, float* dB, float* dC, float* ddt, fl
   ssd_fused_require(d, "ssd_fused_backward");
   ssd_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, dx, dB, dC, ddt, dA_log, dD, dy, x, ldx, Bm,
                                Cm, ldbc, dt, A_log, D, acs, states, d, scratch, kSsdSlabFloats,
-                               SsdFusedDiagonal<FusedDiagonalHost>{});
+                               SsdFusedDiagonal<SsdFusedDiagonalHost>{});
 }
 void ssd_fused_pieces_backward_emulated(float* dx, float* dB, float* dC, float* ddt, float* dA_log, float* dD,
                                         const float* dy, const float* x, int64_t ldx, const float* Bm,
@@ -95,7 +83,7 @@ void ssd_fused_pieces_backward_emulated(float* dx, float* dB, float* dC, float* 
   ssd_fused_require(d, "ssd_fused_backward");
   ssd_blocks_backward_launches(sim::HostLaunch{}, SplitGemm<sim::HostLaunch, HostBf16Gemm>{}, dx, dB, dC, ddt, dA_log,
                                dD, dy, x, ldx, Bm, Cm, ldbc, dt, A_log, D, acs, states, d, scratch, kSsdSlabFloats,
-                               SsdFusedDiagonal<FusedDiagonalHost>{});
+                               SsdFusedDiagonal<SsdFusedDiagonalHost>{});
 }
 
 }  // namespace exmy::models

@@ -197,6 +197,17 @@ struct SsdDiagRegs {
   float accx[kSsdFusedHead / 8][4];  // the cols kernel's dXDT warps (the device's share acc)
 };
 
+// f(cta) for a slab's CTAs with rows, in grid order (chunk, group, tile).
+template <class F>
+void ssd_diag_for_ctas_host(const SsdDiagonalSlab<float>& a, F&& f) {
+  for (int64_t cl = 0; cl < a.count; ++cl)
+    for (int64_t g = 0; g < a.d.groups; ++g)
+      for (int64_t tile = 0; tile < ssd_diag_tiles(a.d); ++tile) {
+        const SsdDiagCta c = ssd_diag_cta(a, tile, g, cl);
+        if (c.r0 < c.len) f(c);
+      }
+}
+
 template <int kN>
 void ssd_diag_quad_host(SsdDiagRegs<kN>* W) {
   float v[32][2];
@@ -215,53 +226,48 @@ void ssd_diag_rows_host(const SsdDiagonalSlab<float>& a) {
   std::vector<uint16_t> sm(Lay::elems);
   std::vector<float> f(Lay::floats);
   std::vector<SsdDiagRegs<kN>> regs(kThreads);
-  for (int64_t cl = 0; cl < a.count; ++cl)
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t tile = 0; tile < ssd_diag_tiles(d); ++tile) {
-        const SsdDiagCta c = ssd_diag_cta(a, tile, g, cl);
-        if (c.r0 >= c.len) continue;
-        for (int tid = 0; tid < kThreads; ++tid)
-          ssd_diag_stage_bc<kN, kP, kThreads>(tid, a, c, a.Cm, c.r0, sm.data() + Lay::own_at);
-        for (auto& R : regs)
-          for (auto& r : R.acc)
-            for (float& v : r) v = 0.0f;
-        for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
-          for (int tid = 0; tid < kThreads; ++tid) {
-            ssd_diag_stage_dy<kN, kP, kThreads>(tid, a, c, h, c.r0, sm.data() + Lay::own_h_at);
-            ssd_diag_stage_acs<kThreads>(tid, a, c, h, c.r0, f.data() + Lay::acs_own);
-          }
-          for (auto& R : regs) R.part[0] = R.part[1] = 0.0f;
-          for (int64_t s0 = 0; s0 <= c.r0; s0 += kKeys) {
-            for (int tid = 0; tid < kThreads; ++tid) {
-              ssd_diag_stage_bc<kN, kP, kThreads>(tid, a, c, a.Bm, s0, sm.data() + Lay::other_at);
-              ssd_diag_stage_xdt<kN, kP, kThreads>(tid, a, c, h, s0, sm.data() + Lay::other_h_at);
-              ssd_diag_stage_acs<kThreads>(tid, a, c, h, s0, f.data() + Lay::acs_other);
-            }
-            for (int warp = 0; warp < kThreads / 32 && c.r0 + warp * 16 < c.len; ++warp) {
-              SsdDiagRegs<kN>* const W = regs.data() + warp * 32;
-              fused_rows_chain_host<kN, kP, kP>(sm.data() + Lay::own_at, sm.data() + Lay::other_at, Lay::rows, Lay::ld,
-                                                warp * 16, [&](int lane) -> auto& { return W[lane].s; }, N);
-              fused_rows_chain_host<kSsdFusedHead, kPPieces, kPPieces>(
-                  sm.data() + Lay::own_h_at, sm.data() + Lay::other_h_at, Lay::hrows, Lay::ldh, warp * 16,
-                  [&](int lane) -> auto& { return W[lane].dm; }, P);
-              for (int lane = 0; lane < 32; ++lane)
-                ssd_diag_step<false, true>(W[lane].s, W[lane].dm, W[lane].part, f.data() + Lay::acs_own,
-                                           f.data() + Lay::acs_other, warp, lane, c.r0, s0, c.len);
-              fused_regs_chain_host<kN, kP>([&](int lane) -> auto& { return W[lane].dm; }, sm.data() + Lay::other_at,
-                                            Lay::rows, Lay::ld, [&](int lane) -> auto& { return W[lane].acc; }, N);
-            }
-          }
-          const int64_t el = cl * H + h;
-          for (int warp = 0; warp < kThreads / 32; ++warp) {
-            ssd_diag_quad_host(regs.data() + warp * 32);
-            for (int lane = 0; lane < 32; ++lane)
-              ssd_diag_store_sums(regs[warp * 32 + lane].part, a.rows + el * a.L1, c.r0, c.len, warp, lane);
-          }
-        }
-        for (int tid = 0; tid < kThreads; ++tid)
-          ssd_diag_store<kN>(regs[tid].acc, a.dCg + (cl * G + g) * a.LN, d.state, c.r0, c.len, d.state, tid / 32,
-                             tid % 32);
+  ssd_diag_for_ctas_host(a, [&](const SsdDiagCta& c) {
+    const int64_t cl = c.cl, g = c.g;
+    for (int tid = 0; tid < kThreads; ++tid)
+      ssd_diag_stage_bc<kN, kP, kThreads>(tid, a, c, a.Cm, c.r0, sm.data() + Lay::own_at);
+    for (auto& R : regs) fused_zero(R.acc);
+    for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
+      for (int tid = 0; tid < kThreads; ++tid) {
+        ssd_diag_stage_dy<kN, kP, kThreads>(tid, a, c, h, c.r0, sm.data() + Lay::own_h_at);
+        ssd_diag_stage_acs<kThreads>(tid, a, c, h, c.r0, f.data() + Lay::acs_own);
       }
+      for (auto& R : regs) R.part[0] = R.part[1] = 0.0f;
+      for (int64_t s0 = 0; s0 <= c.r0; s0 += kKeys) {
+        for (int tid = 0; tid < kThreads; ++tid) {
+          ssd_diag_stage_bc<kN, kP, kThreads>(tid, a, c, a.Bm, s0, sm.data() + Lay::other_at);
+          ssd_diag_stage_xdt<kN, kP, kThreads>(tid, a, c, h, s0, sm.data() + Lay::other_h_at);
+          ssd_diag_stage_acs<kThreads>(tid, a, c, h, s0, f.data() + Lay::acs_other);
+        }
+        for (int warp = 0; warp < kThreads / 32 && c.r0 + warp * 16 < c.len; ++warp) {
+          SsdDiagRegs<kN>* const W = regs.data() + warp * 32;
+          fused_rows_chain_host<kN, kP, kP>(sm.data() + Lay::own_at, sm.data() + Lay::other_at, Lay::rows, Lay::ld,
+                                            warp * 16, [&](int lane) -> auto& { return W[lane].s; }, N);
+          fused_rows_chain_host<kSsdFusedHead, kPPieces, kPPieces>(
+              sm.data() + Lay::own_h_at, sm.data() + Lay::other_h_at, Lay::hrows, Lay::ldh, warp * 16,
+              [&](int lane) -> auto& { return W[lane].dm; }, P);
+          for (int lane = 0; lane < 32; ++lane)
+            ssd_diag_step<false, true>(W[lane].s, W[lane].dm, W[lane].part, f.data() + Lay::acs_own,
+                                       f.data() + Lay::acs_other, warp, lane, c.r0, s0, c.len);
+          fused_regs_chain_host<kN, kP>([&](int lane) -> auto& { return W[lane].dm; }, sm.data() + Lay::other_at,
+                                        Lay::rows, Lay::ld, [&](int lane) -> auto& { return W[lane].acc; }, N);
+        }
+      }
+      const int64_t el = cl * H + h;
+      for (int warp = 0; warp < kThreads / 32; ++warp) {
+        ssd_diag_quad_host(regs.data() + warp * 32);
+        for (int lane = 0; lane < 32; ++lane)
+          ssd_diag_store_sums(regs[warp * 32 + lane].part, a.rows + el * a.L1, c.r0, c.len, warp, lane);
+      }
+    }
+    for (int tid = 0; tid < kThreads; ++tid)
+      ssd_diag_store<kN>(regs[tid].acc, a.dCg + (cl * G + g) * a.LN, d.state, c.r0, c.len, d.state, tid / 32,
+                         tid % 32);
+  });
 }
 
 template <int kN, int kP>
@@ -274,75 +280,69 @@ void ssd_diag_cols_host(const SsdDiagonalSlab<float>& a) {
   std::vector<uint16_t> sm(Lay::elems);
   std::vector<float> f(Lay::floats);
   std::vector<SsdDiagRegs<kN>> regs(kKvThreads);
-  for (int64_t cl = 0; cl < a.count; ++cl)
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t tile = 0; tile < ssd_diag_tiles(d); ++tile) {
-        const SsdDiagCta c = ssd_diag_cta(a, tile, g, cl);
-        if (c.r0 >= c.len) continue;
-        for (int tid = 0; tid < kKvThreads; ++tid)
-          ssd_diag_stage_bc<kN, kP, kKvThreads>(tid, a, c, a.Bm, c.r0, sm.data() + Lay::own_at);
-        for (auto& R : regs)
-          for (auto& r : R.acc)
-            for (float& v : r) v = 0.0f;
-        for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
-          for (int tid = 0; tid < kKvThreads; ++tid) {
-            ssd_diag_stage_xdt<kN, kP, kKvThreads>(tid, a, c, h, c.r0, sm.data() + Lay::own_h_at);
-            ssd_diag_stage_acs<kKvThreads>(tid, a, c, h, c.r0, f.data() + Lay::acs_own);
-          }
-          for (auto& R : regs) {
-            R.part[0] = R.part[1] = 0.0f;
-            for (auto& r : R.accx)
-              for (float& v : r) v = 0.0f;
-          }
-          for (int64_t t0 = c.r0; t0 < c.len; t0 += kRows) {
-            for (int tid = 0; tid < kKvThreads; ++tid) {
-              ssd_diag_stage_bc<kN, kP, kKvThreads>(tid, a, c, a.Cm, t0, sm.data() + Lay::other_at);
-              ssd_diag_stage_dy<kN, kP, kKvThreads>(tid, a, c, h, t0, sm.data() + Lay::other_h_at);
-              ssd_diag_stage_acs<kKvThreads>(tid, a, c, h, t0, f.data() + Lay::acs_other);
-            }
-            for (int warp = 0; warp < kKvThreads / 32; ++warp) {
-              SsdDiagRegs<kN>* const W = regs.data() + warp * 32;
-              const int w4 = warp % 4;
-              if (c.r0 + w4 * 16 >= c.len) continue;
-              fused_rows_chain_host<kN, kP, kP>(sm.data() + Lay::own_at, sm.data() + Lay::other_at, Lay::rows, Lay::ld,
-                                                w4 * 16, [&](int lane) -> auto& { return W[lane].s; }, N);
-              if (warp < 4) {  // dXDT += M^T dy
-                for (int lane = 0; lane < 32; ++lane)
-                  ssd_diag_step<true, false>(W[lane].s, W[lane].dm, W[lane].part, f.data() + Lay::acs_own,
-                                             f.data() + Lay::acs_other, w4, lane, c.r0, t0, c.len);
-                fused_regs_chain_host<kSsdFusedHead, kPPieces>(
-                    [&](int lane) -> auto& { return W[lane].s; }, sm.data() + Lay::other_h_at, Lay::hrows, Lay::ldh,
-                    [&](int lane) -> auto& { return W[lane].accx; }, P);
-              } else {  // the column sums, dBg += dS^T C
-                fused_rows_chain_host<kSsdFusedHead, kPPieces, kPPieces>(
-                    sm.data() + Lay::own_h_at, sm.data() + Lay::other_h_at, Lay::hrows, Lay::ldh, w4 * 16,
-                    [&](int lane) -> auto& { return W[lane].dm; }, P);
-                for (int lane = 0; lane < 32; ++lane)
-                  ssd_diag_step<true, true>(W[lane].s, W[lane].dm, W[lane].part, f.data() + Lay::acs_own,
-                                            f.data() + Lay::acs_other, w4, lane, c.r0, t0, c.len);
-                fused_regs_chain_host<kN, kP>([&](int lane) -> auto& { return W[lane].dm; },
-                                              sm.data() + Lay::other_at, Lay::rows, Lay::ld,
-                                              [&](int lane) -> auto& { return W[lane].acc; }, N);
-              }
-            }
-          }
-          const int64_t el = cl * H + h;
-          for (int warp = 0; warp < kKvThreads / 32; ++warp) {
-            SsdDiagRegs<kN>* const W = regs.data() + warp * 32;
-            if (warp < 4) {
-              for (int lane = 0; lane < 32; ++lane)
-                ssd_diag_store<kSsdFusedHead>(W[lane].accx, a.dXDT + el * a.LP, P, c.r0, c.len, P, warp, lane);
-            } else {
-              ssd_diag_quad_host(W);
-              for (int lane = 0; lane < 32; ++lane)
-                ssd_diag_store_sums(W[lane].part, a.cols + el * a.L1, c.r0, c.len, warp - 4, lane);
-            }
+  ssd_diag_for_ctas_host(a, [&](const SsdDiagCta& c) {
+    const int64_t cl = c.cl, g = c.g;
+    for (int tid = 0; tid < kKvThreads; ++tid)
+      ssd_diag_stage_bc<kN, kP, kKvThreads>(tid, a, c, a.Bm, c.r0, sm.data() + Lay::own_at);
+    for (auto& R : regs) fused_zero(R.acc);
+    for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
+      for (int tid = 0; tid < kKvThreads; ++tid) {
+        ssd_diag_stage_xdt<kN, kP, kKvThreads>(tid, a, c, h, c.r0, sm.data() + Lay::own_h_at);
+        ssd_diag_stage_acs<kKvThreads>(tid, a, c, h, c.r0, f.data() + Lay::acs_own);
+      }
+      for (auto& R : regs) {
+        R.part[0] = R.part[1] = 0.0f;
+        fused_zero(R.accx);
+      }
+      for (int64_t t0 = c.r0; t0 < c.len; t0 += kRows) {
+        for (int tid = 0; tid < kKvThreads; ++tid) {
+          ssd_diag_stage_bc<kN, kP, kKvThreads>(tid, a, c, a.Cm, t0, sm.data() + Lay::other_at);
+          ssd_diag_stage_dy<kN, kP, kKvThreads>(tid, a, c, h, t0, sm.data() + Lay::other_h_at);
+          ssd_diag_stage_acs<kKvThreads>(tid, a, c, h, t0, f.data() + Lay::acs_other);
+        }
+        for (int warp = 0; warp < kKvThreads / 32; ++warp) {
+          SsdDiagRegs<kN>* const W = regs.data() + warp * 32;
+          const int w4 = warp % 4;
+          if (c.r0 + w4 * 16 >= c.len) continue;
+          fused_rows_chain_host<kN, kP, kP>(sm.data() + Lay::own_at, sm.data() + Lay::other_at, Lay::rows, Lay::ld,
+                                            w4 * 16, [&](int lane) -> auto& { return W[lane].s; }, N);
+          if (warp < 4) {  // dXDT += M^T dy
+            for (int lane = 0; lane < 32; ++lane)
+              ssd_diag_step<true, false>(W[lane].s, W[lane].dm, W[lane].part, f.data() + Lay::acs_own,
+                                         f.data() + Lay::acs_other, w4, lane, c.r0, t0, c.len);
+            fused_regs_chain_host<kSsdFusedHead, kPPieces>(
+                [&](int lane) -> auto& { return W[lane].s; }, sm.data() + Lay::other_h_at, Lay::hrows, Lay::ldh,
+                [&](int lane) -> auto& { return W[lane].accx; }, P);
+          } else {  // the column sums, dBg += dS^T C
+            fused_rows_chain_host<kSsdFusedHead, kPPieces, kPPieces>(
+                sm.data() + Lay::own_h_at, sm.data() + Lay::other_h_at, Lay::hrows, Lay::ldh, w4 * 16,
+                [&](int lane) -> auto& { return W[lane].dm; }, P);
+            for (int lane = 0; lane < 32; ++lane)
+              ssd_diag_step<true, true>(W[lane].s, W[lane].dm, W[lane].part, f.data() + Lay::acs_own,
+                                        f.data() + Lay::acs_other, w4, lane, c.r0, t0, c.len);
+            fused_regs_chain_host<kN, kP>([&](int lane) -> auto& { return W[lane].dm; },
+                                          sm.data() + Lay::other_at, Lay::rows, Lay::ld,
+                                          [&](int lane) -> auto& { return W[lane].acc; }, N);
           }
         }
-        for (int tid = 4 * 32; tid < kKvThreads; ++tid)
-          ssd_diag_store<kN>(regs[tid].acc, a.dBg + (cl * G + g) * a.LN, d.state, c.r0, c.len, d.state,
-                             tid / 32 - 4, tid % 32);
       }
+      const int64_t el = cl * H + h;
+      for (int warp = 0; warp < kKvThreads / 32; ++warp) {
+        SsdDiagRegs<kN>* const W = regs.data() + warp * 32;
+        if (warp < 4) {
+          for (int lane = 0; lane < 32; ++lane)
+            ssd_diag_store<kSsdFusedHead>(W[lane].accx, a.dXDT + el * a.LP, P, c.r0, c.len, P, warp, lane);
+        } else {
+          ssd_diag_quad_host(W);
+          for (int lane = 0; lane < 32; ++lane)
+            ssd_diag_store_sums(W[lane].part, a.cols + el * a.L1, c.r0, c.len, warp - 4, lane);
+        }
+      }
+    }
+    for (int tid = 4 * 32; tid < kKvThreads; ++tid)
+      ssd_diag_store<kN>(regs[tid].acc, a.dBg + (cl * G + g) * a.LN, d.state, c.r0, c.len, d.state,
+                         tid / 32 - 4, tid % 32);
+  });
 }
 
 // The diagonal functor ssd_blocks_backward_launches takes, from a runner of
@@ -352,6 +352,15 @@ template <class Run>
 struct SsdFusedDiagonal {
   Run run;
   void operator()(const SsdDiagonalSlab<float>& a) const { run(a); }
+};
+// The host emulations' runner: both kernels on a slab, in launch order.
+struct SsdFusedDiagonalHost {
+  void operator()(const SsdDiagonalSlab<float>& a) const {
+    ssd_fused_dispatch(a.d, [&]<int kN, int kP>() {
+      ssd_diag_rows_host<kN, kP>(a);
+      ssd_diag_cols_host<kN, kP>(a);
+    });
+  }
 };
 
 }  // namespace exmy::models

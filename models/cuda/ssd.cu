@@ -58,10 +58,8 @@ __global__ void __launch_bounds__(fused::kThreads) ssd_fused_output_kernel(const
   const SsdFusedCta c = ssd_fused_cta(a.d, gridDim.x - 1 - blockIdx.x, blockIdx.y, blockIdx.z);
   if (c.r0 >= c.len) return;  // a short chunk's tile past its rows (the whole CTA)
   float s[kNt][4], yd[kNt][4], off[kNt][4];
-  EXMY_MMA_UNROLL
-  for (int nt = 0; nt < kNt; ++nt)
-    EXMY_MMA_UNROLL
-    for (int e = 0; e < 4; ++e) yd[nt][e] = 0.0f, off[nt][e] = 0.0f;
+  fused_zero(yd);
+  fused_zero(off);
   ssd_fused_stage_rows<kN, kP>(tid, a, c, sm, f);
   __syncthreads();
   fused_rows_product<kN, kP, kPPieces>(sm + Lay::c_at, sm + Lay::u_at, Lay::rows, Lay::ld, warp * 16, lane, off);
@@ -69,10 +67,7 @@ __global__ void __launch_bounds__(fused::kThreads) ssd_fused_output_kernel(const
     __syncthreads();  // the state's (then the previous tile's) fragments read
     ssd_fused_stage_keys<kN, kP>(tid, a, c, s0, sm, f);
     __syncthreads();
-    EXMY_MMA_UNROLL
-    for (int nt = 0; nt < kNt; ++nt)
-      EXMY_MMA_UNROLL
-      for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+    fused_zero(s);
     fused_rows_product<kN, kP, kP>(sm + Lay::c_at, sm + Lay::u_at, Lay::rows, Lay::ld, warp * 16, lane, s);
     ssd_fused_weigh<kN, kP>(s, f, warp, lane, c.r0, s0, c.len);
     fused_regs_product<kSsdFusedHead, kP>(s, sm + Lay::x_at, Lay::x_rows, Lay::ldx, lane, yd);
@@ -131,10 +126,7 @@ __global__ void __launch_bounds__(fused::kThreads) ssd_diag_rows_kernel(const Ss
   if (c.r0 >= c.len) return;  // a short chunk's tile past its rows (the whole CTA)
   const int64_t H = a.d.heads, hpg = H / a.d.groups;
   float s[kNt][4], dm[kNt][4], acc[kN / 8][4], part[2];
-  EXMY_MMA_UNROLL
-  for (int nt = 0; nt < kN / 8; ++nt)
-    EXMY_MMA_UNROLL
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+  fused_zero(acc);
   ssd_diag_stage_bc<kN, kP, kThreads>(tid, a, c, a.Cm, c.r0, sm + Lay::own_at);
   for (int64_t h = c.g * hpg; h < (c.g + 1) * hpg; ++h) {
     __syncthreads();  // the previous head's reads of dy and acs done
@@ -147,10 +139,8 @@ __global__ void __launch_bounds__(fused::kThreads) ssd_diag_rows_kernel(const Ss
       ssd_diag_stage_xdt<kN, kP, kThreads>(tid, a, c, h, s0, sm + Lay::other_h_at);
       ssd_diag_stage_acs<kThreads>(tid, a, c, h, s0, f + Lay::acs_other);
       __syncthreads();
-      EXMY_MMA_UNROLL
-      for (int nt = 0; nt < kNt; ++nt)
-        EXMY_MMA_UNROLL
-        for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f, dm[nt][e] = 0.0f;
+      fused_zero(s);
+      fused_zero(dm);
       fused_rows_product<kN, kP, kP>(sm + Lay::own_at, sm + Lay::other_at, Lay::rows, Lay::ld, warp * 16, lane, s);
       fused_rows_product<kSsdFusedHead, kPPieces, kPPieces>(sm + Lay::own_h_at, sm + Lay::other_h_at, Lay::hrows,
                                                             Lay::ldh, warp * 16, lane, dm);
@@ -177,32 +167,22 @@ __global__ void __launch_bounds__(fused::kKvThreads) ssd_diag_cols_kernel(const 
   const int64_t H = a.d.heads, hpg = H / a.d.groups, P = a.d.head_dim;
   float s[kNt][4], dm[kNt][4], acc[kN / 8][4], part[2];
   auto& accx = reinterpret_cast<float (&)[kSsdFusedHead / 8][4]>(acc);
-  EXMY_MMA_UNROLL
-  for (int nt = 0; nt < kN / 8; ++nt)
-    EXMY_MMA_UNROLL
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+  fused_zero(acc);
   ssd_diag_stage_bc<kN, kP, kKvThreads>(tid, a, c, a.Bm, c.r0, sm + Lay::own_at);
   for (int64_t h = c.g * hpg; h < (c.g + 1) * hpg; ++h) {
     __syncthreads();  // the previous head's reads of dt x and acs done
     ssd_diag_stage_xdt<kN, kP, kKvThreads>(tid, a, c, h, c.r0, sm + Lay::own_h_at);
     ssd_diag_stage_acs<kKvThreads>(tid, a, c, h, c.r0, f + Lay::acs_own);
     part[0] = part[1] = 0.0f;
-    if (warp < 4) {
-      EXMY_MMA_UNROLL
-      for (int nt = 0; nt < kSsdFusedHead / 8; ++nt)
-        EXMY_MMA_UNROLL
-        for (int e = 0; e < 4; ++e) accx[nt][e] = 0.0f;
-    }
+    if (warp < 4) fused_zero(accx);
     for (int64_t t0 = c.r0; t0 < c.len; t0 += kRows) {
       __syncthreads();  // the previous tile's fragments read
       ssd_diag_stage_bc<kN, kP, kKvThreads>(tid, a, c, a.Cm, t0, sm + Lay::other_at);
       ssd_diag_stage_dy<kN, kP, kKvThreads>(tid, a, c, h, t0, sm + Lay::other_h_at);
       ssd_diag_stage_acs<kKvThreads>(tid, a, c, h, t0, f + Lay::acs_other);
       __syncthreads();
-      EXMY_MMA_UNROLL
-      for (int nt = 0; nt < kNt; ++nt)
-        EXMY_MMA_UNROLL
-        for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f, dm[nt][e] = 0.0f;
+      fused_zero(s);
+      fused_zero(dm);
       fused_rows_product<kN, kP, kP>(sm + Lay::own_at, sm + Lay::other_at, Lay::rows, Lay::ld, w4 * 16, lane, s);
       if (warp < 4) {  // dXDT += M^T dy
         ssd_diag_step<true, false>(s, dm, part, f + Lay::acs_own, f + Lay::acs_other, w4, lane, c.r0, t0, c.len);

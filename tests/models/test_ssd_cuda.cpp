@@ -788,14 +788,6 @@ void check_staging(const Case& c) {
 // FP32 products (and slabs of two on pieces); no kernel reads an unwritten
 // scratch element (the scratch starts as NaN).
 TEST(SsdFusedKernel, BackwardSlabsGiveTheSameBits) {
-  struct Host {
-    void operator()(const SsdDiagonalSlab<float>& a) const {
-      ssd_fused_dispatch(a.d, [&]<int kN, int kP>() {
-        ssd_diag_rows_host<kN, kP>(a);
-        ssd_diag_cols_host<kN, kP>(a);
-      });
-    }
-  };
   using Split = SplitGemm<sim::HostLaunch, HostBf16Gemm>;
   for (const Case& c : cases()) {
     const SsdDims& d = c.in.d;
@@ -808,10 +800,10 @@ TEST(SsdFusedKernel, BackwardSlabsGiveTheSameBits) {
         const int64_t cap = chunks * z.fused_backward_chunk();
         const auto bwd = [cap, pieces](auto... a) {
           if (pieces)
-            ssd_blocks_backward_launches(sim::HostLaunch{}, Split{}, a..., cap, SsdFusedDiagonal<Host>{});
+            ssd_blocks_backward_launches(sim::HostLaunch{}, Split{}, a..., cap, SsdFusedDiagonal<SsdFusedDiagonalHost>{});
           else
             ssd_blocks_backward_launches(sim::HostLaunch{}, LoopGemm<SerialGemm>{}, a..., cap,
-                                         SsdFusedDiagonal<Host>{});
+                                         SsdFusedDiagonal<SsdFusedDiagonalHost>{});
         };
         expect_same(run_backward(bwd, c, ssd_fused_backward_scratch(d, cap, pieces)), b0,
                     std::string("ssd backward fused") + (pieces ? ",pieces " : " ") + c.name + ", slabs of " +
