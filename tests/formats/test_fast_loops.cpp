@@ -41,13 +41,14 @@ struct Shape {
 const Shape kShapes[] = {{1, 16}, {1, 32}, {16, 16}, {16, 1}, {1, 8}, {8, 8}, {1, 4}, {4, 4}, {1, 12}};
 const Simd kWidths[] = {Simd::scalar, Simd::avx2, Simd::avx512};
 
-struct Case {
+struct LoopCase {
   const char* elem;
   const char* scale;
 };
 // FP4 (threshold and fp4x8 loops), wider formats (f64x4), and e2m0, whose
 // rne and odd no vector loop takes (its code parity is not its index's).
-const Case kCases[] = {{"e2m1", "ue5m3"}, {"e2m1", "e4m3"}, {"e2m1", "ue8m0"}, {"e4m3", "ue8m0"}, {"e2m0", "ue8m0"}};
+const LoopCase kLoopCases[] = {{"e2m1", "ue5m3"},
+                               {"e2m1", "e4m3"}, {"e2m1", "ue8m0"}, {"e4m3", "ue8m0"}, {"e2m0", "ue8m0"}};
 
 std::string name_of(const QuantSpec& s, Simd w) {
   return std::string(detail::simd_name(w)) + " " + format_name(s.elem) + "/" + format_name(*s.scale) + " " +
@@ -68,7 +69,7 @@ TEST_P(FastLoops, EachCaseServedByTheLoopThatClaimsItAndEqualToReference) {
   static_assert(64 * 512 >= detail::kThresholdMinElements);
   int compared = 0;
   int by_loop[detail::kLoopKinds] = {};
-  for (const Case& cs : kCases) {
+  for (const LoopCase& cs : kLoopCases) {
     for (const Shape& sh : kShapes) {
       for (const Round mode : test::kAllModes) {
         for (const Arith arith : {Arith::exact, Arith::fp32})

@@ -170,13 +170,13 @@ std::vector<float> random_input(test::Rng& rng, int64_t rows, int64_t cols) {
   return x;
 }
 
-struct Shape {
+struct FourSixShape {
   int br, bc;
 };
-constexpr Shape kShapes[] = {{1, 16}, {1, 32}, {16, 1}, {16, 16}, {4, 4}};
-const char* const kScales[] = {"ue8m0", "e4m3", "ue5m3"};
+constexpr FourSixShape kFourSixShapes[] = {{1, 16}, {1, 32}, {16, 1}, {16, 16}, {4, 4}};
+const char* const kFourSixScales[] = {"ue8m0", "e4m3", "ue5m3"};
 
-std::string name_of(const QuantSpec& s) {
+std::string spec_name(const QuantSpec& s) {
   return format_name(s.elem) + "/" + format_name(*s.scale) + " " + std::to_string(s.block_rows) + "x" +
          std::to_string(s.block_cols) + " " + test::mode_name(s.round) + " " +
          (s.arith == Arith::exact ? "exact" : "fp32") + " " + std::string(scale_rule_name(s.rule)) + " measure " +
@@ -188,8 +188,8 @@ TEST(FourOverSix, EqualsTheBlockwiseRefBitForBit) {
   const int64_t rows = 37, cols = 83;  // partial edge blocks both ways
   uint64_t four = 0, blocks = 0, ties = 0;
   int cases = 0;
-  for (const char* scale : kScales) {
-    for (const Shape& sh : kShapes) {
+  for (const char* scale : kFourSixScales) {
+    for (const FourSixShape& sh : kFourSixShapes) {
       for (const FourSix m : {FourSix::mse, FourSix::mae}) {
         for (const Round mode : {Round::rne, Round::rtz, Round::up}) {
           QuantSpec s = test::block_spec("e2m1", scale, sh.br, sh.bc, mode, cases % 2 ? Arith::fp32 : Arith::exact);
@@ -201,7 +201,7 @@ TEST(FourOverSix, EqualsTheBlockwiseRefBitForBit) {
           const std::vector<float> x = random_input(rng, rows, cols);
           const Ref ref = four_over_six_ref(s, x, rows, cols);
           const test::Outcome got = test::run(s, x, rows, cols, 0);
-          const std::string what = name_of(s);
+          const std::string what = spec_name(s);
           EXPECT_EQ(test::difference(ref.out, got, x), "") << what;
           EXPECT_EQ(got.stats.scale_four, ref.out.stats.scale_four) << what;
           for (const int threads : {1, 2, 3, 7})
@@ -224,8 +224,8 @@ TEST(FourOverSix, StochasticModesEqualTheWholeTensorRef) {
   test::Rng rng(64);
   const int64_t rows = 32, cols = 80;
   uint64_t four = 0;
-  for (const char* scale : kScales) {
-    for (const Shape& sh : kShapes) {
+  for (const char* scale : kFourSixScales) {
+    for (const FourSixShape& sh : kFourSixShapes) {
       for (const FourSix m : {FourSix::mse, FourSix::mae}) {
         for (const Round mode : {Round::stochastic, Round::stochastic_fastest}) {
           QuantSpec s = test::block_spec("e2m1", scale, sh.br, sh.bc, mode, Arith::exact);
@@ -237,7 +237,7 @@ TEST(FourOverSix, StochasticModesEqualTheWholeTensorRef) {
           const std::vector<float> x = random_input(rng, rows, cols);
           const Ref ref = four_over_six_whole_ref(s, x, rows, cols);
           const test::Outcome got = test::run(s, x, rows, cols, 0);
-          const std::string what = name_of(s);
+          const std::string what = spec_name(s);
           EXPECT_EQ(got.values, ref.out.values) << what;
           EXPECT_EQ(got.codes, ref.out.codes) << what;
           EXPECT_EQ(got.scodes, ref.out.scodes) << what;

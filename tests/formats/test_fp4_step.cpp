@@ -43,7 +43,7 @@ StepBlock step_block(const QuantPlan& p, double s) {
 }
 
 template <Round MODE, Arith ARITH>
-struct Checker {
+struct StepChecker {
   const QuantPlan& p;
   const StepBlock& b;
   detail::Fp4StepConsts k = detail::fp4_step_consts(p);
@@ -109,7 +109,7 @@ void check_plan(const QuantPlan& p, const std::string& what, Tally& tally) {
       const double r = static_cast<double>(p.t) / s;
       if (!(r >= 0x1p-126 && r <= 0x1p126)) continue;  // such blocks take the scalar core (not the step)
     }
-    Checker<MODE, ARITH> c{p, b};
+    StepChecker<MODE, ARITH> c{p, b};
     // |x| per unit of the element grid: s / t (exact), 1 / m_b (fp32)
     const double unit = ARITH == Arith::exact ? s / p.t : 1.0 / b.c.mb;
     // Decision points: every grid point, every midpoint, and for the

@@ -95,7 +95,7 @@ Four block_order(const float* x, const float* xh, int64_t rows, int64_t cols, in
   return s;
 }
 
-bool same(const Four& a, const Four& b) {
+bool same_sums(const Four& a, const Four& b) {
   for (int k = 0; k < 4; ++k)
     if (bits_of(a.v[k]) != bits_of(b.v[k])) return false;
   return true;
@@ -167,10 +167,10 @@ TEST(SumTree, EqualsTheRecursiveDefinition) {
     }
     const Four want = tree(p, 0, p.size());
     const SumPartial got = tree_sum(q.data(), n);
-    EXPECT_TRUE(same(Four{{got.sq, got.sq_err, got.err, got.abs}}, want)) << "n = " << n;
+    EXPECT_TRUE(same_sums(Four{{got.sq, got.sq_err, got.err, got.abs}}, want)) << "n = " << n;
     Four seq;
     for (const Four& f : p) seq = plus(seq, f);
-    order_matters += !same(seq, want);
+    order_matters += !same_sums(seq, want);
   }
   // the data distinguish the tree from a left-to-right sum
   EXPECT_GT(order_matters, 100);
@@ -205,7 +205,7 @@ TEST(SumTree, LevelsEqualTheRecursiveDefinition) {
     ASSERT_LE(m, kTreeGroup);
     const SumPartial got = tree_final(last, m, tail);
     const Four want = n > 0 ? tree(p, 0, p.size()) : Four{};
-    EXPECT_TRUE(same(Four{{got.sq, got.sq_err, got.err, got.abs}}, want)) << "n = " << n;
+    EXPECT_TRUE(same_sums(Four{{got.sq, got.sq_err, got.err, got.abs}}, want)) << "n = " << n;
   }
 }
 
@@ -292,15 +292,15 @@ TEST(Sums, WideRowsFollowTheSegmentTree) {
     const Call ref = call(s, x, sh.rows, sh.cols, 0);
     const std::string shape = std::to_string(sh.rows) + "x" + std::to_string(sh.cols);
     const Four want = definition(x.data(), ref.values.data(), sh.rows, sh.cols);
-    EXPECT_TRUE(same(of(ref.stats), want)) << shape << " reference " << show(of(ref.stats)) << ", definition "
+    EXPECT_TRUE(same_sums(of(ref.stats), want)) << shape << " reference " << show(of(ref.stats)) << ", definition "
                                            << show(want);
     // another order would give other bits on these data
-    EXPECT_FALSE(same(sequential(x.data(), ref.values.data(), sh.rows * sh.cols), want)) << shape;
+    EXPECT_FALSE(same_sums(sequential(x.data(), ref.values.data(), sh.rows * sh.cols), want)) << shape;
     for (int threads : {1, 2, 3}) {
       const Call f = call(s, x, sh.rows, sh.cols, threads);
       const std::string what = shape + ", " + std::to_string(threads) + " thread(s)";
       ASSERT_EQ(std::memcmp(f.values.data(), ref.values.data(), sizeof(float) * f.values.size()), 0) << what;
-      EXPECT_TRUE(same(of(f.stats), want)) << what << ": " << show(of(f.stats)) << ", definition " << show(want);
+      EXPECT_TRUE(same_sums(of(f.stats), want)) << what << ": " << show(of(f.stats)) << ", definition " << show(want);
       EXPECT_EQ(f.stats, ref.stats) << what;
     }
   }
@@ -326,9 +326,9 @@ TEST(Sums, SameForEveryBlockShape) {
   ASSERT_EQ(std::memcmp(a.values.data(), c.values.data(), sizeof(float) * a.values.size()), 0);
   const Four want = definition(x.data(), a.values.data(), rows, cols);
   EXPECT_GT(want.v[1], 0.0);  // the x-hat are not all exact
-  for (const Call* k : {&a, &b, &c}) EXPECT_TRUE(same(of(k->stats), want)) << show(of(k->stats));
-  EXPECT_TRUE(same(of(call(nvfp4_like(16, 16), x, rows, cols, 0).stats), want));
-  EXPECT_FALSE(same(block_order(x.data(), a.values.data(), rows, cols, 16, 16), want));
+  for (const Call* k : {&a, &b, &c}) EXPECT_TRUE(same_sums(of(k->stats), want)) << show(of(k->stats));
+  EXPECT_TRUE(same_sums(of(call(nvfp4_like(16, 16), x, rows, cols, 0).stats), want));
+  EXPECT_FALSE(same_sums(block_order(x.data(), a.values.data(), rows, cols, 16, 16), want));
 }
 
 // Without a block scale (bands of 64 rows) and with x-hat = x (an fp16
@@ -343,11 +343,11 @@ TEST(Sums, UnscaledExactFormat) {
   const Four want = definition(x.data(), x.data(), rows, cols);
   for (int impl : {0, 1, 2}) {
     const Call f = call(s, x, rows, cols, impl);
-    EXPECT_TRUE(same(of(f.stats), want)) << impl;
+    EXPECT_TRUE(same_sums(of(f.stats), want)) << impl;
     EXPECT_EQ(bits_of(f.stats.sum_sq_err), bits_of(0.0));
   }
   const SumPartial t = tensor_sums(x.data(), x.data(), rows, cols);
-  EXPECT_TRUE(same(Four{{t.sq, t.sq_err, t.err, t.abs}}, want));
+  EXPECT_TRUE(same_sums(Four{{t.sq, t.sq_err, t.err, t.abs}}, want));
 }
 
 // Where any x-hat is +-Inf, sum_sq_err and sum_err are +Inf, also where IEEE

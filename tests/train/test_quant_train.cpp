@@ -31,7 +31,7 @@ namespace q = sim::quant;
 // proxy-tiny on the synthetic source, 2 micro-batches of 2 x 16 tokens
 // (K = 32 tokens for wgrad): milliseconds per step even with the grouped
 // GEMM model and statistics at every step.
-RunConfig tiny(std::vector<std::string> sets) {
+RunConfig quant_tiny(std::vector<std::string> sets) {
   std::vector<std::string> base = {"train.steps=16",        "train.batch_size=2",    "train.seq_len=16",
                                    "train.grad_accum=2",    "train.log_interval=4",  "train.eval_interval=6",
                                    "train.eval_batches=1",  "optim.lr=1e-2",         "optim.warmup_steps=2",
@@ -47,7 +47,7 @@ using test::quiet;
 bool timing(const std::string& ds) { return ds == "/train/tokens_per_s" || ds == "/train/elapsed_s"; }
 
 TEST(QuantTrain, RecipeInTheConfiguration) {
-  const RunConfig a = tiny({"train.recipe=ue5m3-b16", "recipe.keep_last_bf16=2", "recipe.all.round=rtz"});
+  const RunConfig a = quant_tiny({"train.recipe=ue5m3-b16", "recipe.keep_last_bf16=2", "recipe.all.round=rtz"});
   EXPECT_EQ(a.recipe.name, "ue5m3-b16");
   EXPECT_EQ(a.recipe.keep_last_bf16, sim::quant::BlockCount{2});
   // The resolved text lists the overrides; reading it back gives the same recipe.
@@ -61,15 +61,15 @@ TEST(QuantTrain, RecipeInTheConfiguration) {
                                        "c.ini", {});
   EXPECT_EQ(c.recipe.keep_last_bf16, sim::quant::BlockCount{3});
   // precision = bf16 runs the linears the recipe leaves unquantized in BF16.
-  EXPECT_EQ(tiny({}).recipe.unquantized, "fp32");
-  EXPECT_EQ(tiny({"train.precision=bf16"}).recipe.unquantized, "bf16");
+  EXPECT_EQ(quant_tiny({}).recipe.unquantized, "fp32");
+  EXPECT_EQ(quant_tiny({"train.precision=bf16"}).recipe.unquantized, "bf16");
   // Bad recipes: one line naming the key.
-  expect_error([] { tiny({"train.recipe=no-such-recipe"}); }, "train.recipe: unknown recipe 'no-such-recipe'");
-  expect_error([] { tiny({"train.recipe=te-nvfp4", "recipe.all.round=sometimes"}); }, "recipe.all.round");
-  expect_error([] { tiny({"recipe.gemm.bogus=1"}); }, "bogus");
+  expect_error([] { quant_tiny({"train.recipe=no-such-recipe"}); }, "train.recipe: unknown recipe 'no-such-recipe'");
+  expect_error([] { quant_tiny({"train.recipe=te-nvfp4", "recipe.all.round=sometimes"}); }, "recipe.all.round");
+  expect_error([] { quant_tiny({"recipe.gemm.bogus=1"}); }, "bogus");
   expect_error([] { parse_run_config("[recipe]\nall.elem = e9m9x\n", "d.ini", {}); }, "all.elem");
-  expect_error([] { tiny({"train.stats_interval=-1"}); }, "train.stats_interval");
-  expect_error([] { tiny({"train.cold_restart_references=maybe"}); }, "train.cold_restart_references");
+  expect_error([] { quant_tiny({"train.stats_interval=-1"}); }, "train.stats_interval");
+  expect_error([] { quant_tiny({"train.cold_restart_references=maybe"}); }, "train.cold_restart_references");
 }
 
 // Every dataset of a run file, as doubles (counts are exact below 2^53).
@@ -97,9 +97,9 @@ TEST(QuantTrain, BlockRecomputeGivesTheSameBits) {
     SCOPED_TRACE(label);
     std::vector<std::string> steps = sets;
     steps.push_back("train.steps=6");
-    const TrainResult keep = train_new(tiny(steps), d / "keep", quiet(), {}, true);
+    const TrainResult keep = train_new(quant_tiny(steps), d / "keep", quiet(), {}, true);
     steps.push_back("train.recompute=blocks");
-    const TrainResult again = train_new(tiny(steps), d / "again", quiet(), {}, true);
+    const TrainResult again = train_new(quant_tiny(steps), d / "again", quiet(), {}, true);
     ASSERT_EQ(keep.losses.size(), again.losses.size());
     for (size_t i = 0; i < keep.losses.size(); ++i) EXPECT_EQ(bits(keep.losses[i]), bits(again.losses[i])) << i;
     ASSERT_EQ(keep.params.size(), again.params.size());
@@ -150,9 +150,9 @@ TEST(QuantTrain, EmulatedDeviceGivesTheCpuBits) {
     SCOPED_TRACE(label);
     std::vector<std::string> steps = sets;
     steps.push_back("train.steps=6");
-    const TrainResult cpu = train_new(tiny(steps), d / "cpu", quiet(), {}, true);
+    const TrainResult cpu = train_new(quant_tiny(steps), d / "cpu", quiet(), {}, true);
     steps.push_back("train.device=cuda-emulated");
-    const TrainResult dev = train_new(tiny(steps), d / "dev", quiet(), {}, true);
+    const TrainResult dev = train_new(quant_tiny(steps), d / "dev", quiet(), {}, true);
     ASSERT_EQ(cpu.losses.size(), dev.losses.size());
     for (size_t i = 0; i < cpu.losses.size(); ++i) EXPECT_EQ(bits(cpu.losses[i]), bits(dev.losses[i])) << i;
     ASSERT_EQ(cpu.params.size(), dev.params.size());
@@ -177,7 +177,7 @@ TEST(QuantTrain, EmulatedDeviceGivesTheCpuBits) {
 TEST(QuantTrain, Fp32GemmInBf16WhereBfloat16HoldsTheOperands) {
   TempDir d;
   const auto run = [&](const char* recipe, const char* fp32_gemm, const char* dir) {
-    return train_new(tiny({std::string("train.recipe=") + recipe, std::string("train.fp32_gemm=") + fp32_gemm,
+    return train_new(quant_tiny({std::string("train.recipe=") + recipe, std::string("train.fp32_gemm=") + fp32_gemm,
                            "train.steps=4"}),
                      d / dir, quiet(), {}, true);
   };
@@ -200,7 +200,7 @@ TEST(QuantTrain, ResumeWithPeriodicReferencesIsBitIdentical) {
   TempDir d;
   const std::vector<std::string> sets = {"train.recipe=ue5m3-b16", "train.checkpoint_interval=5",
                                          "train.stats_interval=3"};
-  const TrainResult full = train_new(tiny(sets), d / "full", quiet(), {});
+  const TrainResult full = train_new(quant_tiny(sets), d / "full", quiet(), {});
   ASSERT_EQ(full.status, TrainStatus::completed);
 
   std::atomic<int> stop{0};
@@ -209,7 +209,7 @@ TEST(QuantTrain, ResumeWithPeriodicReferencesIsBitIdentical) {
   h.before_step = [&](int64_t s, models::NemotronH<float>&) {
     if (s == 6) stop = SIGINT;
   };
-  const TrainResult first = train_new(tiny(sets), d / "cut", h, {});
+  const TrainResult first = train_new(quant_tiny(sets), d / "cut", h, {});
   ASSERT_EQ(first.status, TrainStatus::interrupted);
   ASSERT_EQ(first.step, 7);
   // The checkpoint of the interruption holds each reference under /layer_state/<layer>/<slot>.
@@ -257,7 +257,7 @@ TEST(QuantTrain, ResumeWithPeriodicReferencesIsBitIdentical) {
   // at the first step after the resume, so the run leaves the
   // uninterrupted one there.
   stop = 0;
-  const TrainResult cold_first = train_new(tiny(sets), d / "cold", h, {});
+  const TrainResult cold_first = train_new(quant_tiny(sets), d / "cold", h, {});
   ASSERT_EQ(cold_first.step, 7);
   const TrainResult cold =
       train_resume(d / "cold", std::nullopt, {"train.cold_restart_references=true"}, quiet(), {});
@@ -292,13 +292,13 @@ TEST(QuantTrain, RowOuterScalesResumeBitIdentical) {
   const std::vector<std::string> sets = {"train.recipe=nvfp4-row-scaled", "recipe.gemm.model=grouped",
                                          "recipe.wgrad-x.reference=periodic:4", "recipe.wgrad-dy.reference=delayed:3",
                                          "train.checkpoint_interval=5", "train.stats_interval=3"};
-  const TrainResult full = train_new(tiny(sets), d / "full", quiet(), {});
+  const TrainResult full = train_new(quant_tiny(sets), d / "full", quiet(), {});
   ASSERT_EQ(full.status, TrainStatus::completed);
   for (const double l : full.losses) ASSERT_TRUE(std::isfinite(l));
   std::vector<std::string> tensor = sets;
   tensor.push_back("recipe.activations.outer_scale=tensor");
   tensor.push_back("recipe.gradients.outer_scale=tensor");
-  const TrainResult plain = train_new(tiny(tensor), d / "plain", quiet(), {});
+  const TrainResult plain = train_new(quant_tiny(tensor), d / "plain", quiet(), {});
   ASSERT_EQ(plain.status, TrainStatus::completed);
   EXPECT_NE(bits(plain.losses.back()), bits(full.losses.back()));
 
@@ -308,7 +308,7 @@ TEST(QuantTrain, RowOuterScalesResumeBitIdentical) {
   h.before_step = [&](int64_t s, models::NemotronH<float>&) {
     if (s == 6) stop = SIGINT;
   };
-  const TrainResult first = train_new(tiny(sets), d / "cut", h, {});
+  const TrainResult first = train_new(quant_tiny(sets), d / "cut", h, {});
   ASSERT_EQ(first.status, TrainStatus::interrupted);
   {
     io::h5::silence_errors();
@@ -339,7 +339,8 @@ TEST(QuantTrain, RowOuterScalesResumeBitIdentical) {
 TEST(QuantTrain, StaleRatioAndSaturatedFractionOfHeldReferences) {
   TempDir d;
   const TrainResult r = train_new(
-      tiny({"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:3", "train.steps=6", "train.stats_interval=1"}),
+      quant_tiny({"train.recipe=ue5m3-b16", "recipe.all.reference=periodic:3", "train.steps=6",
+                  "train.stats_interval=1"}),
       d / "run", quiet(), {});
   ASSERT_EQ(r.status, TrainStatus::completed);
   const std::string file = d / "run/run.h5";
@@ -374,8 +375,8 @@ TEST(QuantTrain, StaleRatioAndSaturatedFractionOfHeldReferences) {
 // resume test compares it, with every other column, across a resume).
 TEST(QuantTrain, GainMeanIsTheRunningMeanOfGain) {
   TempDir d;
-  const TrainResult r =
-      train_new(tiny({"train.recipe=ue5m3-b16", "train.steps=5", "train.stats_interval=1"}), d / "run", quiet(), {});
+  const TrainResult r = train_new(quant_tiny({"train.recipe=ue5m3-b16", "train.steps=5", "train.stats_interval=1"}),
+                                  d / "run", quiet(), {});
   ASSERT_EQ(r.status, TrainStatus::completed);
   const std::string file = d / "run/run.h5";
   int groups = 0;
@@ -401,8 +402,8 @@ TEST(QuantTrain, StatisticsEqualQuantizeOnTheCapturedTensors) {
   // on dY, current references; captured at step 3 (micro-batch 0).
   TempDir d;
   const TrainResult r = train_new(
-      tiny({"train.recipe=te-nvfp4", "recipe.keep_last_bf16=0", "train.capture_step=3", "train.steps=4"}), d / "run",
-      quiet(), {});
+      quant_tiny({"train.recipe=te-nvfp4", "recipe.keep_last_bf16=0", "train.capture_step=3", "train.steps=4"}),
+      d / "run", quiet(), {});
   ASSERT_EQ(r.status, TrainStatus::completed);
   const std::string file = d / "run/run.h5";
   io::h5::silence_errors();
@@ -482,7 +483,7 @@ TEST(QuantTrain, StatisticsEqualQuantizeOnTheCapturedTensors) {
 
 TEST(QuantTrain, ParameterNormsPerLoggedStep) {
   TempDir d;
-  const TrainResult r = train_new(tiny({"train.steps=8", "train.recipe=mxfp4"}), d / "run", quiet(), {});
+  const TrainResult r = train_new(quant_tiny({"train.steps=8", "train.recipe=mxfp4"}), d / "run", quiet(), {});
   ASSERT_EQ(r.status, TrainStatus::completed);
   const std::string file = d / "run/run.h5";
   const auto steps = io::read_run_column(file, "/train/step");  // 1, 4, 8
