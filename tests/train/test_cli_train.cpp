@@ -401,8 +401,12 @@ TEST(CliTrain, FullDiskIsOneErrorAndTheRunResumesBitIdentical) {
 // tokens, with and without block recompute, measured as the child's maximum
 // resident set, within 10% of the estimate.
 TEST(CliTrain, MemoryEstimateIsThePeakWithinTenPercent) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__)  // GCC
   GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine are not exmy's";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)  // clang
+  GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine are not exmy's";
+#endif
 #endif
   for (const std::string recompute : {"none", "blocks"}) {
     TempDir d;
