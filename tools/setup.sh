@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake git pkg-config
-  clang libclang-rt-14-dev            # fuzz targets (libFuzzer) and sanitizer runtimes
+  clang libclang-rt-14-dev libomp-dev # sanitizer build and fuzz targets (libFuzzer; clang's OpenMP)
   libeigen3-dev                       # GEMM on the CPU
   libhdf5-dev hdf5-tools              # run files, checkpoints, tensor I/O
   libboost-dev libboost-program-options-dev   # command line (and Boost.Multiprecision in tests)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs one test command at several forced vector widths at once (EXMY_SIMD,
 # docs/architecture.md "The fast path"), each into its own log, then prints
-# the logs in the order given; exits 1 if any width failed. The CI stages
-# that run the fast-path suites at every width use it (tools/ci-sanitize.sh,
-# tools/ci-clang.sh).
+# the logs in the order given; exits 1 if any width failed. The sanitizer
+# stage of CI runs the fast-path suites at the forced widths with it
+# (tools/ci-sanitize.sh).
 #
 #   tools/widths-at-once.sh "scalar avx2 avx512" build/tests/formats/test_formats --gtest_filter=...
 set -uo pipefail
