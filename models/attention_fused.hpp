@@ -120,10 +120,7 @@ struct FusedRegs {
 
 template <int kDh>
 EXMY_HD void fused_init(FusedRegs<kDh>& R) {
-  EXMY_MMA_UNROLL
-  for (int dt = 0; dt < kDh / 8; ++dt)
-    EXMY_MMA_UNROLL
-    for (int e = 0; e < 4; ++e) R.o[dt][e] = 0.0f;
+  fused_zero(R.o);
   R.m[0] = R.m[1] = R.l[0] = R.l[1] = 0.0f;
 }
 
@@ -443,17 +440,12 @@ struct FusedBwdRegs {
 };
 template <int kDh>
 EXMY_HD void fused_bwd_init(FusedBwdRegs<kDh>& R) {
-  EXMY_MMA_UNROLL
-  for (int dt = 0; dt < kDh / 8; ++dt)
-    EXMY_MMA_UNROLL
-    for (int e = 0; e < 4; ++e) R.acc[dt][e] = 0.0f;
+  fused_zero(R.acc);
 }
 template <int kDh>
 EXMY_HD void fused_bwd_zero_tile(FusedBwdRegs<kDh>& R) {
-  EXMY_MMA_UNROLL
-  for (int nt = 0; nt < fused::kNt; ++nt)
-    EXMY_MMA_UNROLL
-    for (int e = 0; e < 4; ++e) R.s[nt][e] = R.dp[nt][e] = 0.0f;
+  fused_zero(R.s);
+  fused_zero(R.dp);
 }
 
 // Q's and dO's 64 rows from row0 of query head h (the dq kernel's once,

@@ -58,10 +58,7 @@ __global__ void __launch_bounds__(fused::kThreads) attention_fused_forward_kerne
     __syncthreads();  // the previous tile's fragments read
     fused_stage_kv<kDh, kP, L>(tid, a, b, kvh, j0, sm);
     __syncthreads();
-    EXMY_MMA_UNROLL
-    for (int nt = 0; nt < kNt; ++nt)
-      EXMY_MMA_UNROLL
-      for (int e = 0; e < 4; ++e) R.s[nt][e] = 0.0f;
+    fused_zero(R.s);
     fused_rows_product<kDh, kP, kP>(sm + L::q_at, sm + L::k_at, L::rows, L::ld, warp * 16, lane, R.s);
     float mt[2];
     fused_scale_mask(R, warp, lane, i0, j0, S, scale, mt);
